@@ -1,0 +1,129 @@
+//! # alkit-acquisition
+//!
+//! The acquisition half of alkit, kept free of any model, training, IO or CLI code so that a
+//! scorer can be written and tested against this crate alone:
+//!
+//! - [`Scorer`]: the one trait every uncertainty score implements: evidence in, one score per
+//!   candidate out, **higher = label first**;
+//! - the evidence types scorers read ([`Evidence`], [`Probs`]) and what a scorer asks for
+//!   ([`Needs`]);
+//! - the built-in scorers ([`Entropy`], [`LeastConfidence`], [`Margin`], and the closed set of
+//!   them as [`Builtin`]);
+//! - batch selection from scores ([`Selection`]).
+//!
+//! ```
+//! use alkit_acquisition::{Builtin, Evidence, Probs, Scorer, Selection};
+//! use rand::SeedableRng;
+//!
+//! // Three candidates, two classes: (n, c) = (3, 2).
+//! let probs = Probs::new(vec![0.5, 0.5, 0.9, 0.1, 0.99, 0.01], 3, 2).unwrap();
+//! let scores = Builtin::Entropy.score(&Evidence::from_probs(probs)).unwrap();
+//! let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+//! let picked = Selection::TopK.select(&scores, 1, &mut rng).unwrap();
+//! assert_eq!(picked, vec![0]); // the 50/50 candidate is labeled first
+//! ```
+
+mod evidence;
+mod scorers;
+mod selection;
+
+pub use evidence::{Evidence, Needs, Probs};
+pub use scorers::{Builtin, Entropy, LeastConfidence, Margin};
+pub use selection::Selection;
+
+/// What can go wrong when scoring or selecting. Every variant names what it refers to.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ScoreError {
+    /// An array did not have the shape it claimed.
+    #[error("{what}: expected shape {expected}, got {got}")]
+    Shape {
+        /// Which array.
+        what: &'static str,
+        /// The expected shape.
+        expected: String,
+        /// What was given.
+        got: String,
+    },
+    /// A row of probabilities was not a probability vector.
+    #[error(
+        "row {row} is not a probability vector (sum {sum}, or a negative or non-finite entry)"
+    )]
+    NotProbabilities {
+        /// The offending row.
+        row: usize,
+        /// Its sum.
+        sum: f32,
+    },
+    /// A scorer needed evidence the model side did not provide.
+    #[error("scorer `{scorer}` needs {evidence}, which the evidence does not hold")]
+    Missing {
+        /// The scorer's name.
+        scorer: String,
+        /// The missing evidence.
+        evidence: &'static str,
+    },
+    /// A score was NaN or infinite.
+    #[error("score at position {position} is not finite ({value})")]
+    NonFinite {
+        /// Position of the candidate in the scored batch.
+        position: usize,
+        /// The value.
+        value: f32,
+    },
+    /// More items were requested than there are candidates.
+    #[error("cannot select {k} of {n} candidates")]
+    TooMany {
+        /// Requested.
+        k: usize,
+        /// Available.
+        n: usize,
+    },
+}
+
+/// An uncertainty score over candidates.
+///
+/// Implementations return exactly one finite score per candidate in the evidence, in the
+/// evidence's order, **higher = more uncertain = label first**. A scorer is a pure function of
+/// its evidence: randomness belongs to [`Selection`] or to the model side that builds evidence.
+///
+/// A user scorer in a few lines:
+///
+/// ```
+/// use alkit_acquisition::{Evidence, Needs, ScoreError, Scorer};
+///
+/// /// Probability mass outside the two most likely classes.
+/// struct Tail;
+/// impl Scorer for Tail {
+///     fn name(&self) -> &str { "tail" }
+///     fn needs(&self) -> Needs { Needs::PROBS }
+///     fn score(&self, ev: &Evidence) -> Result<Vec<f32>, ScoreError> {
+///         let p = ev.probs(self.name())?;
+///         Ok(p.rows().map(|row| {
+///             let mut r = row.to_vec();
+///             r.sort_by(|a, b| b.total_cmp(a));
+///             1.0 - r.iter().take(2).sum::<f32>()
+///         }).collect())
+///     }
+/// }
+/// ```
+pub trait Scorer: Send + Sync {
+    /// A short stable name, used in CSV headers and tables (e.g. `entropy`).
+    fn name(&self) -> &str;
+    /// The evidence this scorer reads.
+    fn needs(&self) -> Needs;
+    /// One score per candidate, higher = label first.
+    fn score(&self, evidence: &Evidence) -> Result<Vec<f32>, ScoreError>;
+}
+
+impl<S: Scorer + ?Sized> Scorer for Box<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn needs(&self) -> Needs {
+        (**self).needs()
+    }
+    fn score(&self, evidence: &Evidence) -> Result<Vec<f32>, ScoreError> {
+        (**self).score(evidence)
+    }
+}

@@ -1,0 +1,370 @@
+//! The acquisition loop: seed set, then cycles of train -> evaluate -> score -> label.
+//!
+//! One [`run`] is one strategy with one seed. Cycle `t` trains a fresh model on every item
+//! labeled in cycles `0..=t`, evaluates it on the test split, and (if `t` is not the last
+//! cycle) scores the unlabeled pool with it and labels the top `query` items for cycle `t + 1`.
+//! After each cycle the whole [`RunState`] is written atomically, so an interrupted run resumes
+//! at the first unfinished cycle and produces the identical curve: every cycle's randomness is
+//! derived from `(seed, purpose, cycle)` (see [`crate::rng`]).
+
+use crate::data::{Dataset, Pool};
+use crate::error::{Error, Result};
+use crate::fsutil::write_json;
+use crate::nn::ModelBuilder;
+use crate::observe::{Control, Event, Observer};
+use crate::predict::{evaluate, evidence};
+use crate::rng::{stream, Purpose};
+use crate::train::{train, TrainConfig, TrainParams};
+use alkit_acquisition::{Scorer, Selection};
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Loop settings (the MNIST protocol of Wang & Ji 2024 by default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopConfig {
+    /// Random seed labels before cycle 0 (m1).
+    pub initial: usize,
+    /// Items labeled per cycle (m2).
+    pub query: usize,
+    /// Acquisition cycles after the seed cycle.
+    pub cycles: usize,
+    /// Training settings for every cycle.
+    pub train: TrainConfig,
+    /// Batch size for evaluation and pool scoring.
+    pub batch: usize,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            initial: 20,
+            query: 20,
+            cycles: 10,
+            train: TrainConfig::default(),
+            batch: 512,
+        }
+    }
+}
+
+/// A [`LoopConfig`] checked against the pool it will run on.
+#[derive(Debug, Clone)]
+pub struct LoopParams {
+    config: LoopConfig,
+    train: TrainParams,
+}
+
+impl LoopConfig {
+    /// Validates ranges and that `initial + cycles * query` items exist in a pool of `pool`.
+    pub fn validate(&self, pool: usize) -> Result<LoopParams> {
+        if self.initial == 0 {
+            return Err(Error::config("initial", "must be at least 1"));
+        }
+        if self.query == 0 && self.cycles > 0 {
+            return Err(Error::config("query", "must be at least 1"));
+        }
+        if self.batch == 0 {
+            return Err(Error::config("batch", "must be at least 1"));
+        }
+        let needed = self.initial + self.cycles * self.query;
+        if needed > pool {
+            return Err(Error::config(
+                "cycles",
+                format!(
+                    "{} + {} x {} = {needed} labels needed, the pool has {pool} items",
+                    self.initial, self.cycles, self.query
+                ),
+            ));
+        }
+        Ok(LoopParams {
+            train: self.train.validate()?,
+            config: self.clone(),
+        })
+    }
+}
+
+impl LoopParams {
+    /// The validated settings.
+    pub fn config(&self) -> &LoopConfig {
+        &self.config
+    }
+}
+
+/// How the next items are chosen: a scorer (or none) and a selection mode.
+#[derive(Clone)]
+pub struct Strategy {
+    name: String,
+    scorer: Option<Arc<dyn Scorer>>,
+    selection: Selection,
+}
+
+impl Strategy {
+    /// Uniformly random acquisition (no scorer).
+    pub fn random() -> Self {
+        Self {
+            name: "random".into(),
+            scorer: None,
+            selection: Selection::Random,
+        }
+    }
+
+    /// Top-k (or another selection mode) over `scorer`'s scores; named after the scorer.
+    pub fn scored(scorer: Arc<dyn Scorer>, selection: Selection) -> Self {
+        Self {
+            name: scorer.name().to_string(),
+            scorer: Some(scorer),
+            selection,
+        }
+    }
+
+    /// Renames the strategy (names key CSV rows and state files).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The strategy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// One row of an acquisition curve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CycleRecord {
+    /// Cycle (0 = trained on the seed set).
+    pub cycle: usize,
+    /// Labeled items the cycle's model was trained on.
+    pub labeled: usize,
+    /// Test accuracy.
+    pub acc: f64,
+    /// Test NLL (nats).
+    pub nll: f64,
+    /// Seconds spent training.
+    pub train_s: f64,
+    /// Seconds spent scoring and selecting the items this cycle added (0 for cycle 0).
+    pub score_s: f64,
+}
+
+/// Everything needed to continue a run exactly where it stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// State format version.
+    pub format: u32,
+    /// The alkit version that wrote it.
+    pub alkit_version: String,
+    /// Strategy name.
+    pub strategy: String,
+    /// The run's seed; all randomness derives from it (see `rng`).
+    pub seed: u64,
+    /// Loop settings.
+    pub config: LoopConfig,
+    /// A description of the model (architecture and its config) the run trains.
+    pub model: String,
+    /// Fingerprints of the train and test data (hex FNV-1a), checked on resume.
+    pub data: [String; 2],
+    /// How the RNG is derived: the only RNG state a run needs besides the seed.
+    pub rng: String,
+    /// `(index, cycle)` of every labeled item, including those chosen for the next cycle.
+    pub labeled: Vec<(usize, usize)>,
+    /// Completed cycles.
+    pub records: Vec<CycleRecord>,
+    /// Scoring time of the acquisition already made for the next cycle.
+    pub pending_score_s: f64,
+}
+
+const FORMAT: u32 = 1;
+
+impl RunState {
+    /// A fresh state for `strategy` with `seed`.
+    pub fn new(
+        strategy: &Strategy,
+        seed: u64,
+        config: &LoopConfig,
+        model: String,
+        train: &Dataset,
+        test: &Dataset,
+    ) -> Self {
+        Self {
+            format: FORMAT,
+            alkit_version: env!("CARGO_PKG_VERSION").into(),
+            strategy: strategy.name().into(),
+            seed,
+            config: config.clone(),
+            model,
+            data: [
+                format!("{:016x}", train.fingerprint()),
+                format!("{:016x}", test.fingerprint()),
+            ],
+            rng: "chacha8; stream(seed, purpose, cycle) = seed_from_u64(seed), set_stream(purpose << 32 | cycle)".into(),
+            labeled: Vec::new(),
+            records: Vec::new(),
+            pending_score_s: 0.0,
+        }
+    }
+
+    /// Checks that a loaded state belongs to the run described by `expected` (same strategy,
+    /// seed, settings, model and data); `path` names the file in the error.
+    pub fn check_matches(&self, expected: &RunState, path: &Path) -> Result<()> {
+        let mismatch = |what: &str, a: String, b: String| {
+            Err(Error::state(
+                path,
+                format!("saved {what} {a} differs from this run's {b}"),
+            ))
+        };
+        if self.format != FORMAT {
+            return mismatch("format", self.format.to_string(), FORMAT.to_string());
+        }
+        if self.strategy != expected.strategy {
+            return mismatch("strategy", self.strategy.clone(), expected.strategy.clone());
+        }
+        if self.seed != expected.seed {
+            return mismatch("seed", self.seed.to_string(), expected.seed.to_string());
+        }
+        if self.config != expected.config {
+            return mismatch(
+                "settings",
+                format!("{:?}", self.config),
+                format!("{:?}", expected.config),
+            );
+        }
+        if self.model != expected.model {
+            return mismatch("model", self.model.clone(), expected.model.clone());
+        }
+        if self.data != expected.data {
+            return mismatch(
+                "data fingerprints",
+                format!("{:?}", self.data),
+                format!("{:?}", expected.data),
+            );
+        }
+        Ok(())
+    }
+
+    /// True when every cycle is done.
+    pub fn is_complete(&self) -> bool {
+        self.records.len() == self.config.cycles + 1
+    }
+}
+
+/// What one run needs besides its state.
+pub struct RunContext<'a> {
+    /// Normalised training split: the pool.
+    pub train: &'a Dataset,
+    /// Normalised test split.
+    pub test: &'a Dataset,
+    /// Makes a fresh model each cycle.
+    pub model: &'a dyn ModelBuilder,
+    /// Validated loop settings.
+    pub params: &'a LoopParams,
+    /// Where tensors live.
+    pub device: &'a Device,
+}
+
+/// Runs (or continues) `state` to completion, saving it to `save` after every cycle.
+pub fn run(
+    ctx: &RunContext<'_>,
+    strategy: &Strategy,
+    state: &mut RunState,
+    save: Option<&Path>,
+    observer: &mut dyn Observer,
+) -> Result<()> {
+    let cfg = ctx.params.config();
+    let seed = state.seed;
+    let mut pool = Pool::from_labeled(ctx.train.len(), &state.labeled)?;
+    if state.labeled.is_empty() {
+        let all = pool.candidates();
+        let mut rng = stream(seed, Purpose::SeedSet, 0);
+        let picks = Selection::Random.select(&vec![0.0; all.len()], cfg.initial, &mut rng)?;
+        pool.acquire(&all, &picks, 0)?;
+        state.labeled = pool.labeled().to_vec();
+    }
+    let start = state.records.len();
+    let start_ev = Event::RunStarted {
+        strategy: strategy.name(),
+        seed,
+        from_cycle: start,
+        cycles: cfg.cycles,
+    };
+    if observer.on(&start_ev) == Control::Stop {
+        return Err(Error::Interrupted);
+    }
+    for cycle in start..=cfg.cycles {
+        let labeled = pool.labeled_indices();
+        let ev = Event::CycleStarted {
+            cycle,
+            labeled: labeled.len(),
+        };
+        if observer.on(&ev) == Control::Stop {
+            return Err(Error::Interrupted);
+        }
+        let t0 = Instant::now();
+        let trained = train(
+            ctx.model,
+            ctx.train,
+            &labeled,
+            &ctx.params.train,
+            stream(seed, Purpose::Init, cycle as u64),
+            stream(seed, Purpose::Train, cycle as u64),
+            ctx.device,
+            observer,
+        )?;
+        let train_s = t0.elapsed().as_secs_f64();
+        let m = evaluate(
+            trained.model.as_ref(),
+            ctx.test,
+            cfg.batch,
+            ctx.device,
+            observer,
+        )?;
+        let record = CycleRecord {
+            cycle,
+            labeled: labeled.len(),
+            acc: m.acc,
+            nll: m.nll,
+            train_s,
+            score_s: if cycle == 0 {
+                0.0
+            } else {
+                state.pending_score_s
+            },
+        };
+        let mut pending = 0.0;
+        if cycle < cfg.cycles {
+            let t1 = Instant::now();
+            let cand = pool.candidates();
+            let scores = match &strategy.scorer {
+                Some(s) => {
+                    let ev = evidence(
+                        trained.model.as_ref(),
+                        ctx.train,
+                        cand.indices(),
+                        s.needs(),
+                        cfg.batch,
+                        ctx.device,
+                        observer,
+                    )?;
+                    s.score(&ev)?
+                }
+                None => vec![0.0; cand.len()],
+            };
+            let mut rng = stream(seed, Purpose::Select, cycle as u64 + 1);
+            let picks = strategy.selection.select(&scores, cfg.query, &mut rng)?;
+            pool.acquire(&cand, &picks, cycle + 1)?;
+            pending = t1.elapsed().as_secs_f64();
+        }
+        state.records.push(record);
+        state.labeled = pool.labeled().to_vec();
+        state.pending_score_s = pending;
+        if let Some(path) = save {
+            write_json(path, state)?;
+        }
+        let last = state.records.last().expect("just pushed");
+        if observer.on(&Event::CycleFinished { record: last }) == Control::Stop {
+            return Err(Error::Interrupted);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! Checkpoints: `model.safetensors` + `config.json` in a folder.
+//!
+//! `config.json` holds the architecture ([`Arch`]), the normalisation statistics, the item
+//! shape, the class names, the alkit version and the list of tensors with their shapes; nothing
+//! in it is executed. Tensor names follow PyTorch's `state_dict` names for the same layers (see
+//! [`crate::nn::Cnn`] and [`crate::nn::Mlp`]), so weights trained elsewhere can be converted by
+//! renaming at most. Loading checks that the file holds exactly the expected tensors with the
+//! expected shapes.
+
+use crate::data::Normalizer;
+use crate::error::{Error, Result};
+use crate::fsutil::{read_json, write_json};
+use crate::nn::init::Params;
+use crate::nn::{Arch, Classifier, ModelBuilder};
+use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// One tensor in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorInfo {
+    /// Name in `model.safetensors`.
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+/// The content of `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointConfig {
+    /// Checkpoint format version.
+    pub format: u32,
+    /// alkit version that wrote it.
+    pub alkit_version: String,
+    /// The architecture.
+    pub arch: Arch,
+    /// Normalisation statistics fitted on the training split; apply to every input.
+    pub normalizer: Normalizer,
+    /// Shape of one input item, e.g. `[1, 28, 28]`.
+    pub item_shape: Vec<usize>,
+    /// Class names, index = class id.
+    pub classes: Vec<String>,
+    /// Every tensor in `model.safetensors`, in creation order.
+    pub tensors: Vec<TensorInfo>,
+}
+
+/// A loaded checkpoint.
+pub struct Checkpoint {
+    /// Its configuration.
+    pub config: CheckpointConfig,
+    /// The model, ready for inference.
+    pub model: Box<dyn Classifier>,
+}
+
+const FORMAT: u32 = 1;
+
+/// Writes `dir/model.safetensors` and `dir/config.json` (each atomically).
+pub fn save(
+    dir: &Path,
+    arch: &Arch,
+    params: &Params,
+    normalizer: &Normalizer,
+    item_shape: &[usize],
+    classes: Vec<String>,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let named = params.named();
+    let tensors: HashMap<String, Tensor> = named
+        .iter()
+        .map(|(n, v)| Ok((n.clone(), v.as_tensor().to_dtype(DType::F32)?)))
+        .collect::<Result<_>>()?;
+    let path = dir.join("model.safetensors");
+    let tmp = dir.join(".model.safetensors.tmp");
+    candle_core::safetensors::save(&tensors, &tmp)?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    let config = CheckpointConfig {
+        format: FORMAT,
+        alkit_version: env!("CARGO_PKG_VERSION").into(),
+        arch: arch.clone(),
+        normalizer: normalizer.clone(),
+        item_shape: item_shape.to_vec(),
+        classes,
+        tensors: named
+            .iter()
+            .map(|(n, v)| TensorInfo {
+                name: n.clone(),
+                shape: v.dims().to_vec(),
+            })
+            .collect(),
+    };
+    write_json(&dir.join("config.json"), &config)
+}
+
+/// Loads a checkpoint folder onto `device`.
+pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
+    let cfg_path = dir.join("config.json");
+    let config: CheckpointConfig = read_json(&cfg_path)?;
+    if config.format != FORMAT {
+        return Err(Error::state(
+            &cfg_path,
+            format!(
+                "checkpoint format {} is not supported (expected {FORMAT})",
+                config.format
+            ),
+        ));
+    }
+    let path = dir.join("model.safetensors");
+    if !path.is_file() {
+        return Err(Error::io(
+            &path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "missing"),
+        ));
+    }
+    let tensors = candle_core::safetensors::load(&path, device)
+        .map_err(|e| Error::state(&path, format!("unreadable safetensors file: {e}")))?;
+    for t in &config.tensors {
+        match tensors.get(&t.name) {
+            None => {
+                return Err(Error::state(
+                    &path,
+                    format!("tensor `{}` is missing", t.name),
+                ))
+            }
+            Some(x) if x.dims() != t.shape.as_slice() => {
+                return Err(Error::state(
+                    &path,
+                    format!(
+                        "tensor `{}` has shape {:?}, config.json says {:?}",
+                        t.name,
+                        x.dims(),
+                        t.shape
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    if let Some(extra) = tensors
+        .keys()
+        .find(|k| !config.tensors.iter().any(|t| &t.name == *k))
+    {
+        return Err(Error::state(&path, format!("unexpected tensor `{extra}`")));
+    }
+    let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, device);
+    let model = config
+        .arch
+        .build(vb)
+        .map_err(|e| Error::state(&path, format!("tensors do not fit the architecture: {e}")))?;
+    Ok(Checkpoint { config, model })
+}

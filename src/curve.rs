@@ -1,0 +1,342 @@
+//! Acquisition curves: several strategies x several seeds, written as CSV tables and plots.
+//!
+//! Layout of an output folder:
+//! - `run.json`: the [`CurveSpec`] (what `--resume` continues);
+//! - `runs/<strategy>-seed<k>.json`: one [`RunState`] per run, rewritten after every cycle;
+//! - `curve.csv`: `scorer,seed,cycle,labeled,acc,nll,train_s,score_s`, rewritten after every
+//!   finished run;
+//! - `summary.csv`: per strategy, mean and sample std over seeds of ACC and NLL averaged over
+//!   cycles `1..=cycles` (the paper's Table 3 convention);
+//! - `curve.svg`, `curve.png`: mean ± std of ACC and NLL against the labeled count.
+
+use crate::acquire::{run, LoopConfig, RunContext, RunState, Strategy};
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+use crate::fsutil::{read_json, write_atomic, write_json};
+use crate::nn::Arch;
+use crate::observe::Observer;
+use crate::plot::{Figure, Panel, Series};
+use alkit_acquisition::{Builtin, Selection};
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The strategies the CLI knows by name: a closed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyKind {
+    /// Predictive entropy, top-k.
+    Entropy,
+    /// Margin, top-k.
+    Margin,
+    /// Least confidence, top-k.
+    LeastConfidence,
+    /// Uniformly random.
+    Random,
+}
+
+impl StrategyKind {
+    /// Every strategy, in CLI order.
+    pub const ALL: [StrategyKind; 4] = [
+        StrategyKind::Entropy,
+        StrategyKind::Margin,
+        StrategyKind::LeastConfidence,
+        StrategyKind::Random,
+    ];
+
+    /// The CLI/CSV name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StrategyKind::Entropy => "entropy",
+            StrategyKind::Margin => "margin",
+            StrategyKind::LeastConfidence => "least-confidence",
+            StrategyKind::Random => "random",
+        }
+    }
+
+    /// The built-in scorer, if the strategy scores.
+    pub fn scorer(self) -> Option<Builtin> {
+        match self {
+            StrategyKind::Entropy => Some(Builtin::Entropy),
+            StrategyKind::Margin => Some(Builtin::Margin),
+            StrategyKind::LeastConfidence => Some(Builtin::LeastConfidence),
+            StrategyKind::Random => None,
+        }
+    }
+
+    /// The runnable strategy.
+    pub fn strategy(self) -> Strategy {
+        match self.scorer() {
+            Some(s) => Strategy::scored(Arc::new(s), Selection::TopK),
+            None => Strategy::random(),
+        }
+    }
+}
+
+impl FromStr for StrategyKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        StrategyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = StrategyKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown scorer `{s}`; expected one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything that defines a curve experiment; saved as `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurveSpec {
+    /// Where the data came from (informational; data identity is checked by fingerprint).
+    pub data: PathBuf,
+    /// The model trained every cycle.
+    pub model: Arch,
+    /// Strategies to compare.
+    pub strategies: Vec<StrategyKind>,
+    /// Seeds, one run per strategy and seed.
+    pub seeds: Vec<u64>,
+    /// Loop settings.
+    pub config: LoopConfig,
+}
+
+/// One row of `summary.csv`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRow {
+    /// Strategy name.
+    pub strategy: String,
+    /// Number of seeds.
+    pub seeds: usize,
+    /// Mean over seeds of the ACC averaged over cycles 1..=cycles.
+    pub acc_mean: f64,
+    /// Sample standard deviation over seeds (0 for one seed).
+    pub acc_std: f64,
+    /// Same for NLL.
+    pub nll_mean: f64,
+    /// Same for NLL.
+    pub nll_std: f64,
+    /// Mean ACC at the last cycle.
+    pub final_acc: f64,
+}
+
+/// Paths inside an output folder.
+pub fn state_path(out: &Path, strategy: &str, seed: u64) -> PathBuf {
+    out.join("runs").join(format!("{strategy}-seed{seed}.json"))
+}
+
+/// Runs (or, with `resume`, continues) every strategy x seed of `spec`, writing everything
+/// under `out`. Without `resume`, an `out` that already holds a run is refused (no work is ever
+/// overwritten). `train` and `test` must be normalised already. Returns the finished states,
+/// seed-major.
+pub fn run_curve(
+    spec: &CurveSpec,
+    train: &Dataset,
+    test: &Dataset,
+    out: &Path,
+    resume: bool,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Vec<RunState>> {
+    let spec_path = out.join("run.json");
+    if resume {
+        let saved: CurveSpec = read_json(&spec_path)?;
+        if &saved != spec {
+            return Err(Error::state(
+                &spec_path,
+                "the saved experiment differs from the one requested",
+            ));
+        }
+    } else {
+        if spec_path.exists() {
+            return Err(Error::state(
+                &spec_path,
+                "this folder already holds a run; continue it with --resume or choose another --out",
+            ));
+        }
+        write_json(&spec_path, spec)?;
+    }
+    let params = spec.config.validate(train.len())?;
+    let model_desc = serde_json::to_string(&spec.model).unwrap_or_default();
+    let ctx = RunContext {
+        train,
+        test,
+        model: &spec.model,
+        params: &params,
+        device,
+    };
+    let mut states = Vec::new();
+    for &seed in &spec.seeds {
+        for &kind in &spec.strategies {
+            let strategy = kind.strategy();
+            let path = state_path(out, strategy.name(), seed);
+            let fresh = RunState::new(
+                &strategy,
+                seed,
+                &spec.config,
+                model_desc.clone(),
+                train,
+                test,
+            );
+            let mut state = if path.exists() {
+                let saved: RunState = read_json(&path)?;
+                saved.check_matches(&fresh, &path)?;
+                saved
+            } else {
+                fresh
+            };
+            if !state.is_complete() {
+                run(&ctx, &strategy, &mut state, Some(&path), observer)?;
+            }
+            states.push(state);
+            write_atomic(&out.join("curve.csv"), curve_csv(&states).as_bytes())?;
+        }
+    }
+    let rows = summarize(&states);
+    write_atomic(&out.join("summary.csv"), summary_csv(&rows).as_bytes())?;
+    let fig = curve_figure(&states);
+    write_atomic(&out.join("curve.svg"), fig.to_svg().as_bytes())?;
+    write_atomic(&out.join("curve.png"), &fig.to_png())?;
+    Ok(states)
+}
+
+/// `curve.csv` for `states`.
+pub fn curve_csv(states: &[RunState]) -> String {
+    let mut s = String::from("scorer,seed,cycle,labeled,acc,nll,train_s,score_s\n");
+    for st in states {
+        for r in &st.records {
+            s.push_str(&format!(
+                "{},{},{},{},{:.6},{:.6},{:.3},{:.3}\n",
+                st.strategy, st.seed, r.cycle, r.labeled, r.acc, r.nll, r.train_s, r.score_s
+            ));
+        }
+    }
+    s
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n.max(1.0);
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (m, var.sqrt())
+}
+
+/// Per strategy (in first-seen order): mean and sample std over seeds of the per-run averages
+/// of ACC and NLL over cycles `1..=cycles` (cycle 0 alone when there are no acquisition
+/// cycles).
+pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
+    let mut names: Vec<&str> = Vec::new();
+    for st in states {
+        if !names.contains(&st.strategy.as_str()) {
+            names.push(&st.strategy);
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let runs: Vec<&RunState> = states.iter().filter(|s| s.strategy == name).collect();
+            let avg = |st: &RunState, f: fn(&crate::acquire::CycleRecord) -> f64| {
+                let rs: Vec<f64> = st.records.iter().filter(|r| r.cycle >= 1).map(f).collect();
+                if rs.is_empty() {
+                    st.records.first().map_or(f64::NAN, f)
+                } else {
+                    rs.iter().sum::<f64>() / rs.len() as f64
+                }
+            };
+            let accs: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.acc)).collect();
+            let nlls: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.nll)).collect();
+            let finals: Vec<f64> = runs
+                .iter()
+                .filter_map(|st| st.records.last().map(|r| r.acc))
+                .collect();
+            let (acc_mean, acc_std) = mean_std(&accs);
+            let (nll_mean, nll_std) = mean_std(&nlls);
+            SummaryRow {
+                strategy: name.to_string(),
+                seeds: runs.len(),
+                acc_mean,
+                acc_std,
+                nll_mean,
+                nll_std,
+                final_acc: mean_std(&finals).0,
+            }
+        })
+        .collect()
+}
+
+/// `summary.csv` for `rows`.
+pub fn summary_csv(rows: &[SummaryRow]) -> String {
+    let mut s = String::from("scorer,seeds,acc_mean,acc_std,nll_mean,nll_std,final_acc\n");
+    for r in rows {
+        s.push_str(&format!(
+            "{},{},{:.6},{:.6},{:.6},{:.6},{:.6}\n",
+            r.strategy, r.seeds, r.acc_mean, r.acc_std, r.nll_mean, r.nll_std, r.final_acc
+        ));
+    }
+    s
+}
+
+/// Two panels (ACC, NLL against labeled count), one line per strategy with a ± std band.
+pub fn curve_figure(states: &[RunState]) -> Figure {
+    let mut acc = Panel {
+        title: "Test accuracy".into(),
+        x_label: "labeled items".into(),
+        y_label: "accuracy".into(),
+        series: Vec::new(),
+    };
+    let mut nll = Panel {
+        title: "Test NLL".into(),
+        x_label: "labeled items".into(),
+        y_label: "NLL (nats)".into(),
+        series: Vec::new(),
+    };
+    for row in summarize(states) {
+        let runs: Vec<&RunState> = states
+            .iter()
+            .filter(|s| s.strategy == row.strategy)
+            .collect();
+        let cycles = runs.iter().map(|s| s.records.len()).min().unwrap_or(0);
+        for (panel, f) in [
+            (
+                &mut acc,
+                (|r: &crate::acquire::CycleRecord| r.acc) as fn(&_) -> f64,
+            ),
+            (&mut nll, |r| r.nll),
+        ] {
+            let mut points = Vec::new();
+            let mut band = Vec::new();
+            for c in 0..cycles {
+                let vals: Vec<f64> = runs.iter().map(|s| f(&s.records[c])).collect();
+                let (m, sd) = mean_std(&vals);
+                let x = runs[0].records[c].labeled as f64;
+                points.push((x, m));
+                band.push((x, m - sd, m + sd));
+            }
+            panel.series.push(Series {
+                name: row.strategy.clone(),
+                points,
+                band,
+            });
+        }
+    }
+    Figure {
+        panels: vec![acc, nll],
+        panel_width: 480,
+        height: 360,
+    }
+}

@@ -1,0 +1,310 @@
+//! In-memory datasets, per-channel normalisation, and loading a folder of IDX files.
+
+use super::idx;
+use crate::error::{DataProblem, Error, Result};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A labeled dataset held in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    /// Features `(n, *item_shape)`, row-major.
+    x: Vec<f32>,
+    /// Labels `(n,)`, each below `classes`.
+    y: Vec<u32>,
+    item_shape: Vec<usize>,
+    classes: usize,
+}
+
+impl Dataset {
+    /// Builds a dataset from features `(n, *item_shape)` and labels `(n,)`, validating sizes and
+    /// label range.
+    pub fn new(x: Vec<f32>, y: Vec<u32>, item_shape: Vec<usize>, classes: usize) -> Result<Self> {
+        let item: usize = item_shape.iter().product();
+        if item == 0 || item_shape.is_empty() {
+            return Err(Error::config(
+                "item_shape",
+                format!("{item_shape:?} is empty"),
+            ));
+        }
+        if x.len() != item * y.len() {
+            return Err(Error::config(
+                "x",
+                format!(
+                    "{} values for {} items of shape {item_shape:?}",
+                    x.len(),
+                    y.len()
+                ),
+            ));
+        }
+        if let Some((i, &l)) = y.iter().enumerate().find(|(_, &l)| l as usize >= classes) {
+            return Err(Error::config(
+                "y",
+                format!("label {l} at item {i} is not below the class count {classes}"),
+            ));
+        }
+        Ok(Self {
+            x,
+            y,
+            item_shape,
+            classes,
+        })
+    }
+
+    /// Reads an idx3 image file and an idx1 label file of the same length. Images become
+    /// `(1, h, w)` items scaled to `[0, 1]`. `classes` defaults to `max label + 1`.
+    pub fn from_idx(images: &Path, labels: &Path, classes: Option<usize>) -> Result<Self> {
+        let im = idx::read_images(images)?;
+        let lb = idx::read_labels(labels)?;
+        if im.n != lb.len() {
+            return Err(Error::data(
+                labels,
+                DataProblem::CountMismatch {
+                    images: im.n,
+                    labels: lb.len(),
+                },
+            ));
+        }
+        if im.n == 0 {
+            return Err(Error::data(
+                images,
+                DataProblem::Other("holds no images".into()),
+            ));
+        }
+        let classes =
+            classes.unwrap_or_else(|| lb.iter().map(|&l| l as usize + 1).max().unwrap_or(1));
+        if let Some((item, &l)) = lb.iter().enumerate().find(|(_, &l)| l as usize >= classes) {
+            return Err(Error::data(
+                labels,
+                DataProblem::LabelOutOfRange {
+                    item,
+                    label: u32::from(l),
+                    classes,
+                },
+            ));
+        }
+        let x = im.pixels.iter().map(|&p| f32::from(p) / 255.0).collect();
+        let y = lb.iter().map(|&l| u32::from(l)).collect();
+        Ok(Self {
+            x,
+            y,
+            item_shape: vec![1, im.h, im.w],
+            classes,
+        })
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    /// True when there are no items.
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+
+    /// Shape of one item: `(c, h, w)` for images, `(d,)` for vectors.
+    pub fn item_shape(&self) -> &[usize] {
+        &self.item_shape
+    }
+
+    /// Number of values in one item.
+    pub fn item_len(&self) -> usize {
+        self.item_shape.iter().product()
+    }
+
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Labels `(n,)`.
+    pub fn labels(&self) -> &[u32] {
+        &self.y
+    }
+
+    /// Features `(n, *item_shape)`, row-major.
+    pub fn features(&self) -> &[f32] {
+        &self.x
+    }
+
+    /// Item `i`'s features.
+    pub fn item(&self, i: usize) -> &[f32] {
+        let d = self.item_len();
+        &self.x[i * d..(i + 1) * d]
+    }
+
+    /// Gathers items into a tensor `(b, *item_shape)` on `device`.
+    pub fn batch(&self, indices: &[usize], device: &Device) -> Result<Tensor> {
+        let d = self.item_len();
+        let mut buf = Vec::with_capacity(indices.len() * d);
+        for &i in indices {
+            buf.extend_from_slice(self.item(i));
+        }
+        let mut shape = vec![indices.len()];
+        shape.extend_from_slice(&self.item_shape);
+        Ok(Tensor::from_vec(buf, shape, device)?)
+    }
+
+    /// Labels of `indices` as a `u32` tensor `(b,)` on `device`.
+    pub fn batch_labels(&self, indices: &[usize], device: &Device) -> Result<Tensor> {
+        let y: Vec<u32> = indices.iter().map(|&i| self.y[i]).collect();
+        Ok(Tensor::from_vec(y, indices.len(), device)?)
+    }
+
+    /// The first `n` items (all when `n >= len`).
+    pub fn head(&self, n: usize) -> Dataset {
+        let n = n.min(self.len());
+        Dataset {
+            x: self.x[..n * self.item_len()].to_vec(),
+            y: self.y[..n].to_vec(),
+            item_shape: self.item_shape.clone(),
+            classes: self.classes,
+        }
+    }
+
+    /// A 64-bit FNV-1a fingerprint of features, labels and shape, to detect that a saved run
+    /// is being resumed on different data.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for &d in &self.item_shape {
+            eat(&(d as u64).to_le_bytes());
+        }
+        for v in &self.x {
+            eat(&v.to_bits().to_le_bytes());
+        }
+        for v in &self.y {
+            eat(&v.to_le_bytes());
+        }
+        h
+    }
+}
+
+/// Per-channel standardisation `(x - mean_ch) / std_ch`; the channel is an item's first axis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Normalizer {
+    /// Mean per channel.
+    pub mean: Vec<f32>,
+    /// Standard deviation per channel (never below `1e-6`).
+    pub std: Vec<f32>,
+}
+
+impl Normalizer {
+    /// Fits mean and standard deviation per channel over every item of `ds` (use the training
+    /// split only).
+    pub fn fit(ds: &Dataset) -> Normalizer {
+        let ch = ds.item_shape[0];
+        let per = ds.item_len() / ch;
+        let mut sum = vec![0f64; ch];
+        let mut sq = vec![0f64; ch];
+        for item in ds.x.chunks_exact(ds.item_len()) {
+            for (c, block) in item.chunks_exact(per).enumerate() {
+                for &v in block {
+                    sum[c] += f64::from(v);
+                    sq[c] += f64::from(v) * f64::from(v);
+                }
+            }
+        }
+        let count = (ds.len() * per) as f64;
+        let mean: Vec<f64> = sum.iter().map(|s| s / count).collect();
+        let std = sq
+            .iter()
+            .zip(&mean)
+            .map(|(s, m)| ((s / count - m * m).max(0.0).sqrt() as f32).max(1e-6))
+            .collect();
+        Normalizer {
+            mean: mean.iter().map(|&m| m as f32).collect(),
+            std,
+        }
+    }
+
+    /// A normalised copy of `ds`. Errors when the channel count differs from the fitted one.
+    pub fn apply(&self, ds: &Dataset) -> Result<Dataset> {
+        let ch = ds.item_shape[0];
+        if ch != self.mean.len() {
+            return Err(Error::config(
+                "normalizer",
+                format!("fitted on {} channels, data has {ch}", self.mean.len()),
+            ));
+        }
+        let per = ds.item_len() / ch;
+        let mut x = ds.x.clone();
+        for item in x.chunks_exact_mut(ds.item_len()) {
+            for (c, block) in item.chunks_exact_mut(per).enumerate() {
+                let (m, s) = (self.mean[c], self.std[c]);
+                for v in block {
+                    *v = (*v - m) / s;
+                }
+            }
+        }
+        Ok(Dataset { x, ..ds.clone() })
+    }
+}
+
+/// A train and a test split from one source.
+#[derive(Debug, Clone)]
+pub struct Splits {
+    /// Training split (the pool in active learning).
+    pub train: Dataset,
+    /// Test split (evaluation only).
+    pub test: Dataset,
+    /// Where they were read from.
+    pub source: PathBuf,
+}
+
+/// Finds `stem` or `stem.gz` in `dir`.
+fn find(dir: &Path, stem: &str) -> Result<PathBuf> {
+    for name in [format!("{stem}.gz"), stem.to_string()] {
+        let p = dir.join(&name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(Error::io(
+        dir.join(format!("{stem}.gz")),
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("neither {stem}.gz nor {stem} found in this folder"),
+        ),
+    ))
+}
+
+/// Loads the four canonical IDX files (`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+/// `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`, each plain or `.gz`) from `dir`.
+/// The class count is `max train label + 1`; test labels must be below it and test images must
+/// have the training images' size.
+pub fn load_idx_dir(dir: &Path) -> Result<Splits> {
+    let train = Dataset::from_idx(
+        &find(dir, "train-images-idx3-ubyte")?,
+        &find(dir, "train-labels-idx1-ubyte")?,
+        None,
+    )?;
+    let test_images = find(dir, "t10k-images-idx3-ubyte")?;
+    let test = Dataset::from_idx(
+        &test_images,
+        &find(dir, "t10k-labels-idx1-ubyte")?,
+        Some(train.classes()),
+    )?;
+    if test.item_shape() != train.item_shape() {
+        let (a, b) = (train.item_shape(), test.item_shape());
+        return Err(Error::data(
+            test_images,
+            DataProblem::DimensionMismatch {
+                expected: (a[1], a[2]),
+                got: (b[1], b[2]),
+            },
+        ));
+    }
+    Ok(Splits {
+        train,
+        test,
+        source: dir.to_path_buf(),
+    })
+}

@@ -1,0 +1,12 @@
+//! Data: IDX files, in-memory datasets, normalisation and the labeled/unlabeled pool.
+//!
+//! A [`Dataset`] holds `f32` features `(n, *item_shape)` (images as `(c, h, w)` scaled to
+//! `[0, 1]`, vectors as `(d,)`) and `u32` labels. Normalisation statistics are fitted on the
+//! training split only ([`Normalizer::fit`]) and applied unchanged to test and OOD data.
+
+pub mod dataset;
+pub mod idx;
+pub mod pool;
+
+pub use dataset::{load_idx_dir, Dataset, Normalizer, Splits};
+pub use pool::{Candidates, Pool};

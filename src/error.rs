@@ -1,0 +1,151 @@
+//! The library's error type.
+//!
+//! One `thiserror` enum with structured fields: every variant says which file, row, field or
+//! cycle it is about, so the binary can add context and pick an exit code without parsing
+//! strings. Library code never panics on bad input; it returns one of these.
+
+use std::path::PathBuf;
+
+/// Result alias for alkit's library code.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in alkit's library code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A data file is malformed (bad magic, truncated, inconsistent dimensions, ...).
+    #[error("{}: {problem}", path.display())]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: DataProblem,
+    },
+    /// A configuration value is out of range or inconsistent.
+    #[error("invalid setting `{field}`: {problem}")]
+    Config {
+        /// The setting's name, as in the config struct and the CLI flag.
+        field: &'static str,
+        /// Why it is invalid.
+        problem: String,
+    },
+    /// A saved run state or checkpoint is unreadable or does not match the current run.
+    #[error("{}: {problem}", path.display())]
+    State {
+        /// The state or checkpoint file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The observer asked the run to stop; everything up to the last completed cycle is saved.
+    #[error("stopped by the caller; completed cycles are saved")]
+    Interrupted,
+    /// Scoring or selection failed.
+    #[error(transparent)]
+    Score(#[from] alkit_acquisition::ScoreError),
+    /// A tensor operation failed.
+    #[error("tensor operation failed: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// What is wrong with a data file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataProblem {
+    /// The magic number is not the expected one.
+    #[error("bad IDX magic {found:#010x}, expected {expected:#010x} ({kind})")]
+    BadMagic {
+        /// What the file starts with.
+        found: u32,
+        /// What was expected.
+        expected: u32,
+        /// `images` or `labels`.
+        kind: &'static str,
+    },
+    /// The file ends before its header says it should.
+    #[error("truncated: header promises {expected} bytes of data, file has {got}")]
+    Truncated {
+        /// Bytes promised by the header.
+        expected: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// The file has more bytes than its header describes.
+    #[error("{extra} trailing bytes after the data the header describes")]
+    Trailing {
+        /// Extra bytes.
+        extra: usize,
+    },
+    /// Image dimensions differ between files that must agree (e.g. train and test).
+    #[error("image size {got:?} differs from {expected:?}")]
+    DimensionMismatch {
+        /// Expected `(h, w)`.
+        expected: (usize, usize),
+        /// Found `(h, w)`.
+        got: (usize, usize),
+    },
+    /// Image and label files hold different numbers of items.
+    #[error("{labels} labels for {images} images")]
+    CountMismatch {
+        /// Items in the image file.
+        images: usize,
+        /// Items in the label file.
+        labels: usize,
+    },
+    /// A label is not below the class count.
+    #[error("label {label} at item {item} is not below the class count {classes}")]
+    LabelOutOfRange {
+        /// The item.
+        item: usize,
+        /// Its label.
+        label: u32,
+        /// The number of classes.
+        classes: usize,
+    },
+    /// The file is empty or otherwise unusable.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// Wraps an IO error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A data-format error for `path`.
+    pub fn data(path: impl Into<PathBuf>, problem: DataProblem) -> Self {
+        Error::Data {
+            path: path.into(),
+            problem,
+        }
+    }
+
+    /// A configuration error.
+    pub fn config(field: &'static str, problem: impl Into<String>) -> Self {
+        Error::Config {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    /// A state/checkpoint error for `path`.
+    pub fn state(path: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
+        Error::State {
+            path: path.into(),
+            problem: problem.into(),
+        }
+    }
+}

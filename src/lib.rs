@@ -1,0 +1,33 @@
+//! # alkit
+//!
+//! Active learning and uncertainty on candle: train a classifier from a small labeled seed
+//! set, score the unlabeled pool, label the top points, retrain, repeat.
+//!
+//! - [`data`]: IDX files, datasets, normalisation, the labeled/unlabeled [`data::Pool`];
+//! - [`nn`]: the [`nn::Classifier`] trait, built-in CNN and MLP, seeded initialisation;
+//! - [`train`] and [`predict`]: fitting from scratch, batched inference and test metrics;
+//! - [`acquire`]: the acquisition loop with resumable run state;
+//! - [`curve`]: many strategies x seeds into CSV tables and plots;
+//! - [`observe`]: progress reporting (the library never prints);
+//! - scorers, evidence and selection live in the `alkit-acquisition` crate, re-exported as
+//!   [`acquisition`].
+//!
+//! See `ARCHITECTURE.md` for how the pieces fit.
+
+pub use alkit_acquisition as acquisition;
+
+pub mod acquire;
+pub mod bench;
+pub mod checkpoint;
+pub mod curve;
+pub mod data;
+pub mod error;
+pub mod fsutil;
+pub mod nn;
+pub mod observe;
+pub mod plot;
+pub mod predict;
+pub mod rng;
+pub mod train;
+
+pub use error::{Error, Result};

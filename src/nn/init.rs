@@ -1,0 +1,142 @@
+//! Seeded parameter initialisation behind candle's [`VarBuilder`].
+//!
+//! Candle's CPU generator cannot be seeded, so `VarMap`'s random init is not reproducible.
+//! [`seeded`] returns a `VarBuilder` whose backend draws every parameter from alkit's ChaCha
+//! stream (honouring candle's [`Init`] hints, so `candle_nn::linear` and friends work
+//! unchanged) and a [`Params`] handle that lists the created [`Var`]s by name, for the
+//! optimiser and for checkpoints. Same seed, same model, bit for bit.
+
+use crate::rng::{normal, uniform, Rng};
+use candle_core::{DType, Device, Result, Shape, Tensor, Var};
+use candle_nn::init::{FanInOut, NonLinearity, NormalOrUniform};
+use candle_nn::var_builder::SimpleBackend;
+use candle_nn::{Init, VarBuilder};
+use std::sync::{Arc, Mutex};
+
+struct State {
+    rng: Rng,
+    vars: Vec<(String, Var)>,
+}
+
+/// The trainable parameters a seeded [`VarBuilder`] created, by full name.
+#[derive(Clone)]
+pub struct Params {
+    state: Arc<Mutex<State>>,
+}
+
+impl Params {
+    /// `(name, var)` pairs in creation order.
+    pub fn named(&self) -> Vec<(String, Var)> {
+        self.lock().vars.clone()
+    }
+
+    /// The vars in creation order.
+    pub fn vars(&self) -> Vec<Var> {
+        self.lock().vars.iter().map(|(_, v)| v.clone()).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means another thread panicked mid-init; the data is still a
+        // valid list of vars.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Backend {
+    params: Params,
+}
+
+fn fans(shape: &Shape) -> (usize, usize) {
+    let d = shape.dims();
+    let receptive: usize = d.iter().skip(2).product();
+    match d.len() {
+        0 => (1, 1),
+        1 => (d[0], d[0]),
+        _ => (d[1] * receptive, d[0] * receptive),
+    }
+}
+
+fn draw(rng: &mut Rng, init: Init, shape: &Shape) -> Vec<f64> {
+    let n = shape.elem_count();
+    match init {
+        Init::Const(v) => vec![v; n],
+        Init::Uniform { lo, up } => (0..n).map(|_| lo + (up - lo) * uniform(rng)).collect(),
+        Init::Randn { mean, stdev } => (0..n).map(|_| mean + stdev * normal(rng)).collect(),
+        Init::Kaiming {
+            dist,
+            fan,
+            non_linearity,
+        } => {
+            let (fan_in, fan_out) = fans(shape);
+            let f = match fan {
+                FanInOut::FanIn => fan_in,
+                FanInOut::FanOut => fan_out,
+            } as f64;
+            let gain = match non_linearity {
+                NonLinearity::ReLU => 2f64.sqrt(),
+                NonLinearity::Tanh => 5.0 / 3.0,
+                NonLinearity::Linear | NonLinearity::Sigmoid => 1.0,
+                NonLinearity::SELU => 0.75,
+                NonLinearity::ExplicitGain(g) => g,
+            };
+            let std = gain / f.sqrt();
+            match dist {
+                NormalOrUniform::Normal => (0..n).map(|_| std * normal(rng)).collect(),
+                NormalOrUniform::Uniform => {
+                    let b = 3f64.sqrt() * std;
+                    (0..n).map(|_| -b + 2.0 * b * uniform(rng)).collect()
+                }
+            }
+        }
+    }
+}
+
+impl SimpleBackend for Backend {
+    fn get(&self, s: Shape, name: &str, h: Init, dtype: DType, dev: &Device) -> Result<Tensor> {
+        let mut st = self.params.lock();
+        if let Some((_, v)) = st.vars.iter().find(|(n, _)| n == name) {
+            if v.shape() != &s {
+                candle_core::bail!(
+                    "parameter {name} requested as {s:?}, exists as {:?}",
+                    v.shape()
+                );
+            }
+            return Ok(v.as_tensor().clone());
+        }
+        let values = draw(&mut st.rng, h, &s);
+        let t = Tensor::from_vec(values, s, dev)?.to_dtype(dtype)?;
+        let var = Var::from_tensor(&t)?;
+        st.vars.push((name.to_string(), var.clone()));
+        Ok(var.as_tensor().clone())
+    }
+
+    fn get_unchecked(&self, name: &str, _dtype: DType, _dev: &Device) -> Result<Tensor> {
+        let st = self.params.lock();
+        match st.vars.iter().find(|(n, _)| n == name) {
+            Some((_, v)) => Ok(v.as_tensor().clone()),
+            None => candle_core::bail!("parameter {name} has no shape hint: use a shaped get"),
+        }
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.params.lock().vars.iter().any(|(n, _)| n == name)
+    }
+}
+
+/// A `VarBuilder` drawing fresh parameters from `rng`, plus the handle listing them.
+pub fn seeded(rng: Rng, dtype: DType, device: &Device) -> (VarBuilder<'static>, Params) {
+    let params = Params {
+        state: Arc::new(Mutex::new(State {
+            rng,
+            vars: Vec::new(),
+        })),
+    };
+    let vb = VarBuilder::from_backend(
+        Box::new(Backend {
+            params: params.clone(),
+        }),
+        dtype,
+        device.clone(),
+    );
+    (vb, params)
+}

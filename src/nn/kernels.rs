@@ -1,0 +1,693 @@
+//! CPU kernels for the hot layers, wrapped as candle custom ops with exact backward passes.
+//!
+//! Candle 0.11's CPU `conv2d` is slow, `Tensor::cat` along the last axis returns a strided
+//! tensor (so im2col by `cat` costs a second copy), and `max_pool2d` has a wrong backward.
+//! These kernels work on contiguous NHWC `f32`/`f64` tensors, parallel over the batch:
+//!
+//! - [`Im2col`] / [`Col2im`]: each is the other's adjoint, so each one's backward is the other
+//!   and gradients are exact to any order;
+//! - [`MaxPool`] (2x2, stride 2, floor, first maximum wins like PyTorch), whose backward
+//!   [`MaxPoolRoute`] sends each gradient to the window's argmax, and whose backward in turn
+//!   is [`MaxPoolSelect`] (pick the value at the argmax);
+//! - inference-only fusions (no autograd): [`ConvReluPool`] (convolution + bias + ReLU + 2x2
+//!   max-pool over small chunks of images, so intermediates stay in cache) and
+//!   [`BiasReluPool`].
+//!
+//! Other devices use the generic compositions in `layers`, so CUDA/Metal builds stay correct.
+
+use candle_core::{
+    backend::BackendStorage, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape,
+    Tensor,
+};
+use rayon::prelude::*;
+
+/// Element types the kernels support.
+pub trait Elem:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::AddAssign
+    + 'static
+{
+    /// Additive identity.
+    const ZERO: Self;
+    /// Multiplicative identity.
+    const ONE: Self;
+}
+impl Elem for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+impl Elem for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
+/// True when a tensor can use these kernels (CPU, `f32` or `f64`).
+pub fn supported(x: &Tensor) -> bool {
+    x.device().is_cpu() && matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
+}
+
+fn contiguous<'a, T>(s: &'a [T], l: &Layout, op: &str) -> Result<&'a [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&s[a..b]),
+        None => candle_core::bail!("{op} needs a contiguous input"),
+    }
+}
+
+fn dims4(l: &Layout, op: &str) -> Result<(usize, usize, usize, usize)> {
+    match l.dims() {
+        &[a, b, c, d] => Ok((a, b, c, d)),
+        d => candle_core::bail!("{op} expects a rank-4 NHWC tensor, got {d:?}"),
+    }
+}
+
+macro_rules! dispatch1 {
+    ($s:expr, $op:expr, |$v:ident| $body:expr) => {
+        match $s {
+            CpuStorage::F32($v) => CpuStorage::F32($body),
+            CpuStorage::F64($v) => CpuStorage::F64($body),
+            other => candle_core::bail!("{} supports f32 and f64, got {:?}", $op, other.dtype()),
+        }
+    };
+}
+
+macro_rules! dispatch2 {
+    ($s1:expr, $s2:expr, $op:expr, |$a:ident, $b:ident| $body:expr) => {
+        match ($s1, $s2) {
+            (CpuStorage::F32($a), CpuStorage::F32($b)) => CpuStorage::F32($body),
+            (CpuStorage::F64($a), CpuStorage::F64($b)) => CpuStorage::F64($body),
+            (a, b) => candle_core::bail!(
+                "{} needs two f32 or two f64 inputs, got {:?} and {:?}",
+                $op,
+                a.dtype(),
+                b.dtype()
+            ),
+        }
+    };
+}
+
+// ---------------------------------------------------------------- im2col / col2im
+
+/// im2col on NHWC with zero padding `pad` and stride 1: `(b, h, w, c)` ->
+/// `(b, oh, ow, k*k*c)`, `oh = h + 2 pad - k + 1`; columns ordered `(ki, kj, c)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Im2col {
+    /// Kernel size.
+    pub k: usize,
+    /// Zero padding on each side.
+    pub pad: usize,
+}
+
+/// The adjoint of [`Im2col`]: `(b, oh, ow, k*k*c)` -> `(b, h, w, c)`, summing overlapping
+/// patches.
+#[derive(Debug, Clone, Copy)]
+pub struct Col2im {
+    /// Kernel size.
+    pub k: usize,
+    /// Zero padding on each side.
+    pub pad: usize,
+}
+
+/// Visits each (output pixel, tap) pair whose input pixel lies inside the image:
+/// `f(out_pixel, tap, in_pixel)`.
+#[inline]
+fn for_taps(h: usize, w: usize, k: usize, pad: usize, mut f: impl FnMut(usize, usize, usize)) {
+    let (oh, ow) = (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k);
+    for oy in 0..oh {
+        for ox in 0..ow {
+            for ki in 0..k {
+                let iy = (oy + ki) as isize - pad as isize;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                for kj in 0..k {
+                    let ix = (ox + kj) as isize - pad as isize;
+                    if ix < 0 || ix >= w as isize {
+                        continue;
+                    }
+                    f(oy * ow + ox, ki * k + kj, iy as usize * w + ix as usize);
+                }
+            }
+        }
+    }
+}
+
+fn im2col_k<T: Elem>(
+    x: &[T],
+    (b, h, w, c): (usize, usize, usize, usize),
+    k: usize,
+    pad: usize,
+) -> Vec<T> {
+    let (oh, ow) = (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k);
+    let kc = k * k * c;
+    let mut out = vec![T::ZERO; b * oh * ow * kc];
+    if out.is_empty() {
+        return out;
+    }
+    out.par_chunks_mut(oh * ow * kc)
+        .enumerate()
+        .for_each(|(bi, ob)| {
+            let xb = &x[bi * h * w * c..(bi + 1) * h * w * c];
+            for_taps(h, w, k, pad, |o, t, i| {
+                ob[o * kc + t * c..o * kc + (t + 1) * c].copy_from_slice(&xb[i * c..(i + 1) * c]);
+            });
+        });
+    out
+}
+
+fn col2im_k<T: Elem>(
+    cols: &[T],
+    (b, oh, ow, kc): (usize, usize, usize, usize),
+    k: usize,
+    pad: usize,
+) -> Vec<T> {
+    let c = kc / (k * k);
+    let (h, w) = (oh + k - 1 - 2 * pad, ow + k - 1 - 2 * pad);
+    let mut out = vec![T::ZERO; b * h * w * c];
+    if !out.is_empty() {
+        out.par_chunks_mut(h * w * c)
+            .enumerate()
+            .for_each(|(bi, xb)| {
+                let cb = &cols[bi * oh * ow * kc..(bi + 1) * oh * ow * kc];
+                for_taps(h, w, k, pad, |o, t, i| {
+                    let src = &cb[o * kc + t * c..o * kc + (t + 1) * c];
+                    for (d, &s) in xb[i * c..(i + 1) * c].iter_mut().zip(src) {
+                        *d += s;
+                    }
+                });
+            });
+    }
+    out
+}
+
+impl CustomOp1 for Im2col {
+    fn name(&self) -> &'static str {
+        "alkit-im2col"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (b, h, w, c) = dims4(l, self.name())?;
+        if h + 2 * self.pad < self.k || w + 2 * self.pad < self.k {
+            candle_core::bail!(
+                "im2col: {h}x{w} input is smaller than the {k}x{k} kernel",
+                k = self.k
+            );
+        }
+        let (oh, ow) = (h + 2 * self.pad + 1 - self.k, w + 2 * self.pad + 1 - self.k);
+        let out = dispatch1!(s, self.name(), |v| im2col_k(
+            contiguous(v, l, "im2col")?,
+            (b, h, w, c),
+            self.k,
+            self.pad
+        ));
+        Ok((out, Shape::from((b, oh, ow, self.k * self.k * c))))
+    }
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let g = grad.contiguous()?;
+        Ok(Some(g.apply_op1(Col2im {
+            k: self.k,
+            pad: self.pad,
+        })?))
+    }
+}
+
+impl CustomOp1 for Col2im {
+    fn name(&self) -> &'static str {
+        "alkit-col2im"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let d = dims4(l, self.name())?;
+        if d.3 % (self.k * self.k) != 0 {
+            candle_core::bail!(
+                "col2im: {} columns is not a multiple of k*k = {}",
+                d.3,
+                self.k * self.k
+            );
+        }
+        let (k, pad) = (self.k, self.pad);
+        if d.1 + k < 1 + 2 * pad || d.2 + k < 1 + 2 * pad {
+            candle_core::bail!(
+                "col2im: {}x{} output grid too small for padding {pad}",
+                d.1,
+                d.2
+            );
+        }
+        let out = dispatch1!(s, self.name(), |v| col2im_k(
+            contiguous(v, l, "col2im")?,
+            d,
+            k,
+            pad
+        ));
+        let (h, w) = (d.1 + k - 1 - 2 * pad, d.2 + k - 1 - 2 * pad);
+        Ok((out, Shape::from((d.0, h, w, d.3 / (k * k)))))
+    }
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let g = grad.contiguous()?;
+        Ok(Some(g.apply_op1(Im2col {
+            k: self.k,
+            pad: self.pad,
+        })?))
+    }
+}
+
+// ---------------------------------------------------------------- max pool 2x2
+
+/// 2x2 max-pool, stride 2, floor: `(b, h, w, c)` -> `(b, h/2, w/2, c)`; the first maximum in
+/// row-major window order wins.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxPool;
+
+/// Backward of [`MaxPool`]: `(x (b, h, w, c), g (b, h/2, w/2, c))` -> `(b, h, w, c)` with each
+/// `g` sent to its window's argmax in `x`.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxPoolRoute;
+
+/// `(x (b, h, w, c), v (b, h, w, c))` -> `(b, h/2, w/2, c)`: the value of `v` at each window's
+/// argmax in `x` (the adjoint of [`MaxPoolRoute`] in its second argument).
+#[derive(Debug, Clone, Copy)]
+pub struct MaxPoolSelect;
+
+/// For every pooled output `(j, ch)`, the flat input index of its window's first maximum.
+#[inline]
+fn pool_windows<T: Elem>(xb: &[T], h: usize, w: usize, c: usize, mut f: impl FnMut(usize, usize)) {
+    let (h2, w2) = (h / 2, w / 2);
+    for py in 0..h2 {
+        for px in 0..w2 {
+            let o = (py * w2 + px) * c;
+            let base = [
+                (2 * py * w + 2 * px) * c,
+                (2 * py * w + 2 * px + 1) * c,
+                ((2 * py + 1) * w + 2 * px) * c,
+                ((2 * py + 1) * w + 2 * px + 1) * c,
+            ];
+            for ch in 0..c {
+                let mut best = base[0] + ch;
+                for &bi in &base[1..] {
+                    if xb[bi + ch] > xb[best] {
+                        best = bi + ch;
+                    }
+                }
+                f(o + ch, best);
+            }
+        }
+    }
+}
+
+fn pool_k<T: Elem>(x: &[T], (b, h, w, c): (usize, usize, usize, usize)) -> Vec<T> {
+    let per = (h / 2) * (w / 2) * c;
+    let mut out = vec![T::ZERO; b * per];
+    if per > 0 {
+        out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
+            let xb = &x[bi * h * w * c..(bi + 1) * h * w * c];
+            pool_windows(xb, h, w, c, |o, i| ob[o] = xb[i]);
+        });
+    }
+    out
+}
+
+fn route_k<T: Elem>(x: &[T], g: &[T], (b, h, w, c): (usize, usize, usize, usize)) -> Vec<T> {
+    let per = (h / 2) * (w / 2) * c;
+    let mut out = vec![T::ZERO; b * h * w * c];
+    if per > 0 {
+        out.par_chunks_mut(h * w * c)
+            .enumerate()
+            .for_each(|(bi, ob)| {
+                let xb = &x[bi * h * w * c..(bi + 1) * h * w * c];
+                let gb = &g[bi * per..(bi + 1) * per];
+                pool_windows(xb, h, w, c, |o, i| ob[i] += gb[o]);
+            });
+    }
+    out
+}
+
+fn select_k<T: Elem>(x: &[T], v: &[T], (b, h, w, c): (usize, usize, usize, usize)) -> Vec<T> {
+    let per = (h / 2) * (w / 2) * c;
+    let mut out = vec![T::ZERO; b * per];
+    if per > 0 {
+        out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
+            let xb = &x[bi * h * w * c..(bi + 1) * h * w * c];
+            let vb = &v[bi * h * w * c..(bi + 1) * h * w * c];
+            pool_windows(xb, h, w, c, |o, i| ob[o] = vb[i]);
+        });
+    }
+    out
+}
+
+impl CustomOp1 for MaxPool {
+    fn name(&self) -> &'static str {
+        "alkit-maxpool2x2"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let d = dims4(l, self.name())?;
+        let out = dispatch1!(s, self.name(), |v| pool_k(contiguous(v, l, "maxpool")?, d));
+        Ok((out, Shape::from((d.0, d.1 / 2, d.2 / 2, d.3))))
+    }
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(arg.apply_op2(&grad.contiguous()?, MaxPoolRoute)?))
+    }
+}
+
+fn check_same_shape(l1: &Layout, l2: &Layout, op: &str) -> Result<(usize, usize, usize, usize)> {
+    let d = dims4(l1, op)?;
+    if l2.dims() != l1.dims() {
+        candle_core::bail!("{op}: shapes {:?} and {:?} differ", l1.dims(), l2.dims());
+    }
+    Ok(d)
+}
+
+impl CustomOp2 for MaxPoolRoute {
+    fn name(&self) -> &'static str {
+        "alkit-maxpool2x2-route"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let d = dims4(l1, self.name())?;
+        if l2.dims() != [d.0, d.1 / 2, d.2 / 2, d.3] {
+            candle_core::bail!(
+                "maxpool route: gradient {:?} does not match input {:?}",
+                l2.dims(),
+                l1.dims()
+            );
+        }
+        let out = dispatch2!(s1, s2, self.name(), |x, g| route_k(
+            contiguous(x, l1, "maxpool route")?,
+            contiguous(g, l2, "maxpool route")?,
+            d
+        ));
+        Ok((out, Shape::from(d)))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        _g: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // Routing is piecewise constant in x (no gradient) and linear in g.
+        Ok((None, Some(x.apply_op2(&grad.contiguous()?, MaxPoolSelect)?)))
+    }
+}
+
+impl CustomOp2 for MaxPoolSelect {
+    fn name(&self) -> &'static str {
+        "alkit-maxpool2x2-select"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let d = check_same_shape(l1, l2, self.name())?;
+        let out = dispatch2!(s1, s2, self.name(), |x, v| select_k(
+            contiguous(x, l1, "maxpool select")?,
+            contiguous(v, l2, "maxpool select")?,
+            d
+        ));
+        Ok((out, Shape::from((d.0, d.1 / 2, d.2 / 2, d.3))))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        _v: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((None, Some(x.apply_op2(&grad.contiguous()?, MaxPoolRoute)?)))
+    }
+}
+
+// ---------------------------------------------------------------- inference fusions
+
+/// `c (m, n) = a (m, k) @ b (n, k)^T`, all row-major and contiguous, single-threaded (callers
+/// parallelise over independent chunks). The one place alkit calls `gemm` directly.
+pub fn gemm_nt<T: Elem>(m: usize, n: usize, k: usize, a: &[T], b: &[T], c: &mut [T]) {
+    assert!(
+        a.len() >= m * k && b.len() >= n * k && c.len() >= m * n,
+        "gemm_nt: slices too short"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: the assert above guarantees every element gemm reads or writes is inside the
+    // slices: a is read at [i*k + p], b at [j*k + p] (b^T: column stride k, row stride 1), c is
+    // written at [i*n + j], for i < m, j < n, p < k. `T` is f32 or f64 (sealed by `Elem`), both
+    // of which gemm supports; `c` is an exclusive borrow, so nothing aliases it.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            k as isize,
+            1,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// Inference only: valid `k x k` convolution + bias + ReLU + 2x2 max-pool. Inputs:
+/// `x (b, h, w, cin)` NHWC, `weight (cout, cin, k, k)`, `bias (cout,)`; output
+/// `(b, (h-k+1)/2, (w-k+1)/2, cout)`. Works on chunks of a few images at a time (im2col into a
+/// small buffer, one gemm, pooled epilogue) so intermediates stay in cache, in parallel over
+/// chunks.
+#[derive(Debug, Clone, Copy)]
+pub struct ConvReluPool;
+
+const CHUNK: usize = 16;
+/// Largest `k*k*cin` for which the direct (no gemm) kernel is used.
+const DIRECT_MAX_K: usize = 32;
+/// Output channels per accumulator block of the direct kernel.
+const LANES: usize = 16;
+
+/// Direct convolution for small `k*k*cin`: for every pooled pixel and block of 16 output
+/// channels, accumulate the four window positions in fixed-size arrays (vectorised by the
+/// compiler), take their max, add nothing more (bias is in the accumulator), apply ReLU.
+#[allow(clippy::too_many_arguments)]
+fn direct_conv_relu_pool<T: Elem>(
+    x: &[T],
+    wm: &[T],
+    bias: &[T],
+    (h, w, cin): (usize, usize, usize),
+    k: usize,
+    cout: usize,
+    per: usize,
+    out: &mut [T],
+) {
+    let kc = k * k * cin;
+    let ow2 = (w + 1 - k) / 2;
+    // (cout, kc) -> (kc, cout) so that one tap's weights for 16 channels are contiguous.
+    let mut wt = vec![T::ZERO; wm.len()];
+    for co in 0..cout {
+        for t in 0..kc {
+            wt[t * cout + co] = wm[co * kc + t];
+        }
+    }
+    out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
+        let xb = &x[bi * h * w * cin..(bi + 1) * h * w * cin];
+        // The four window positions' input patches, gathered once per pooled pixel.
+        let mut patches = vec![T::ZERO; 4 * kc];
+        for (pix, opix) in ob.chunks_exact_mut(cout).enumerate() {
+            let (py, px) = (pix / ow2, pix % ow2);
+            for (q, (dy, dx)) in [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().enumerate() {
+                let (oy, ox) = (2 * py + dy, 2 * px + dx);
+                for ki in 0..k {
+                    let src = &xb[((oy + ki) * w + ox) * cin..((oy + ki) * w + ox + k) * cin];
+                    patches[q * kc + ki * k * cin..q * kc + (ki + 1) * k * cin]
+                        .copy_from_slice(src);
+                }
+            }
+            for (blk, oblk) in opix.chunks_exact_mut(LANES).enumerate() {
+                let b0: &[T; LANES] = bias[blk * LANES..(blk + 1) * LANES]
+                    .try_into()
+                    .expect("block");
+                let mut best = [T::ZERO; LANES];
+                for (q, patch) in patches.chunks_exact(kc).enumerate() {
+                    let mut acc = *b0;
+                    for (t, &v) in patch.iter().enumerate() {
+                        let wr: &[T; LANES] = wt
+                            [t * cout + blk * LANES..t * cout + (blk + 1) * LANES]
+                            .try_into()
+                            .expect("block");
+                        for j in 0..LANES {
+                            acc[j] += v * wr[j];
+                        }
+                    }
+                    for j in 0..LANES {
+                        if q == 0 || acc[j] > best[j] {
+                            best[j] = acc[j];
+                        }
+                    }
+                }
+                for j in 0..LANES {
+                    oblk[j] = if best[j] > T::ZERO { best[j] } else { T::ZERO };
+                }
+            }
+        }
+    });
+}
+
+fn conv_relu_pool_k<T: Elem>(
+    x: &[T],
+    weight: &[T],
+    bias: &[T],
+    (b, h, w, cin): (usize, usize, usize, usize),
+    k: usize,
+    cout: usize,
+) -> Vec<T> {
+    let (oh, ow) = (h + 1 - k, w + 1 - k);
+    let per = (oh / 2) * (ow / 2) * cout;
+    let kc = k * k * cin;
+    // (cout, cin, k, k) -> (cout, k, k, cin): rows match im2col's (ki, kj, c) column order.
+    let mut wm = vec![T::ZERO; weight.len()];
+    for co in 0..cout {
+        for ci in 0..cin {
+            for t in 0..k * k {
+                wm[co * kc + t * cin + ci] = weight[(co * cin + ci) * k * k + t];
+            }
+        }
+    }
+    let mut out = vec![T::ZERO; b * per];
+    if per == 0 {
+        return out;
+    }
+    if kc <= DIRECT_MAX_K && cout % LANES == 0 {
+        direct_conv_relu_pool(x, &wm, bias, (h, w, cin), k, cout, per, &mut out);
+        return out;
+    }
+    out.par_chunks_mut(CHUNK * per)
+        .enumerate()
+        .for_each(|(ci, ob)| {
+            let n = ob.len() / per;
+            let xs = &x[ci * CHUNK * h * w * cin..(ci * CHUNK + n) * h * w * cin];
+            let cols = im2col_k(xs, (n, h, w, cin), k, 0);
+            let mut y = vec![T::ZERO; n * oh * ow * cout];
+            gemm_nt(n * oh * ow, cout, kc, &cols, &wm, &mut y);
+            ob.copy_from_slice(&bias_relu_pool_k(&y, bias, (n, oh, ow, cout)));
+        });
+    out
+}
+
+impl CustomOp3 for ConvReluPool {
+    fn name(&self) -> &'static str {
+        "alkit-conv-relu-pool"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let d = dims4(l1, self.name())?;
+        let (cout, cin, k, k2) = match l2.dims() {
+            &[a, b, c, e] => (a, b, c, e),
+            other => candle_core::bail!(
+                "conv-relu-pool: weight must be (cout, cin, k, k), got {other:?}"
+            ),
+        };
+        if cin != d.3 || k != k2 || l3.dims() != [cout] || d.1 < k || d.2 < k {
+            candle_core::bail!(
+                "conv-relu-pool: input {:?}, weight {:?}, bias {:?} do not fit",
+                l1.dims(),
+                l2.dims(),
+                l3.dims()
+            );
+        }
+        let name = "conv-relu-pool";
+        let out = match (s1, s2, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(wv), CpuStorage::F32(bv)) => {
+                CpuStorage::F32(conv_relu_pool_k(
+                    contiguous(x, l1, name)?,
+                    contiguous(wv, l2, name)?,
+                    contiguous(bv, l3, name)?,
+                    d,
+                    k,
+                    cout,
+                ))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(wv), CpuStorage::F64(bv)) => {
+                CpuStorage::F64(conv_relu_pool_k(
+                    contiguous(x, l1, name)?,
+                    contiguous(wv, l2, name)?,
+                    contiguous(bv, l3, name)?,
+                    d,
+                    k,
+                    cout,
+                ))
+            }
+            _ => candle_core::bail!("conv-relu-pool needs f32 or f64 inputs of one type"),
+        };
+        let (oh, ow) = (d.1 + 1 - k, d.2 + 1 - k);
+        Ok((out, Shape::from((d.0, oh / 2, ow / 2, cout))))
+    }
+}
+
+/// Inference only: `relu(maxpool2x2(y) + bias)` for `y (b, h, w, c)`, `bias (c,)` ->
+/// `(b, h/2, w/2, c)`. Equal to pooling `relu(y + bias)` since both maps are monotone.
+#[derive(Debug, Clone, Copy)]
+pub struct BiasReluPool;
+
+fn bias_relu_pool_k<T: Elem>(y: &[T], bias: &[T], d: (usize, usize, usize, usize)) -> Vec<T> {
+    let mut out = pool_k(y, d);
+    let c = d.3;
+    out.par_chunks_mut(c.max(1)).for_each(|row| {
+        for (v, &bv) in row.iter_mut().zip(bias) {
+            let s = *v + bv;
+            *v = if s > T::ZERO { s } else { T::ZERO };
+        }
+    });
+    out
+}
+
+impl CustomOp2 for BiasReluPool {
+    fn name(&self) -> &'static str {
+        "alkit-bias-relu-pool"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let d = dims4(l1, self.name())?;
+        if l2.dims() != [d.3] {
+            candle_core::bail!(
+                "bias-relu-pool: bias {:?} does not match {} channels",
+                l2.dims(),
+                d.3
+            );
+        }
+        let out = dispatch2!(s1, s2, self.name(), |y, bv| bias_relu_pool_k(
+            contiguous(y, l1, "bias-relu-pool")?,
+            contiguous(bv, l2, "bias-relu-pool")?,
+            d
+        ));
+        Ok((out, Shape::from((d.0, d.1 / 2, d.2 / 2, d.3))))
+    }
+}

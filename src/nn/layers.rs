@@ -1,0 +1,188 @@
+//! Layers built with candle ops, with the workarounds from the candle 0.11 notes baked in.
+//!
+//! - [`Conv2d`] runs on NHWC activations as im2col + one matmul, so its backward is candle's
+//!   fast matmul backward plus col2im, and second-order gradients are exact.
+//! - [`max_pool2x2`] replaces `Tensor::max_pool2d`, whose backward is wrong in candle 0.11.
+//! - On CPU (`f32`/`f64`) im2col and max-pool run as the custom kernels of
+//!   [`super::kernels`]; elsewhere as generic compositions (shifted `narrow` slices + `cat`;
+//!   `reshape` + two `max`), so every device gives the same results up to float rounding.
+//! - [`dropout`] draws its mask from alkit's seeded RNG, not candle's unseeded one.
+//!
+//! Weights keep PyTorch's layouts (`conv: (out, in, kh, kw)`, `linear: (out, in)`) and
+//! PyTorch's default initialisation, so PyTorch state dicts map one to one.
+
+use super::kernels;
+use crate::rng::{uniform, Rng};
+use candle_core::{DType, Result, Tensor, D};
+use candle_nn::{Init, VarBuilder};
+
+/// PyTorch's default `nn.Linear`: weight and bias `U(-1/sqrt(in), 1/sqrt(in))`.
+pub fn linear(inputs: usize, outputs: usize, vb: VarBuilder) -> Result<candle_nn::Linear> {
+    let b = 1.0 / (inputs as f64).sqrt();
+    let init = Init::Uniform { lo: -b, up: b };
+    let w = vb.get_with_hints((outputs, inputs), "weight", init)?;
+    let bias = vb.get_with_hints(outputs, "bias", init)?;
+    Ok(candle_nn::Linear::new(w, Some(bias)))
+}
+
+/// A 2-D convolution, stride 1, square kernel, zero padding, on NHWC activations.
+#[derive(Debug, Clone)]
+pub struct Conv2d {
+    /// Weight `(out, in, k, k)`, PyTorch layout.
+    weight: Tensor,
+    /// Bias `(out,)`.
+    bias: Tensor,
+    kernel: usize,
+    padding: usize,
+}
+
+impl Conv2d {
+    /// PyTorch's default `nn.Conv2d` init: `U(-1/sqrt(fan_in), 1/sqrt(fan_in))` for weight and
+    /// bias, `fan_in = in * k * k`.
+    pub fn new(
+        inputs: usize,
+        outputs: usize,
+        kernel: usize,
+        padding: usize,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let b = 1.0 / ((inputs * kernel * kernel) as f64).sqrt();
+        let init = Init::Uniform { lo: -b, up: b };
+        let weight = vb.get_with_hints((outputs, inputs, kernel, kernel), "weight", init)?;
+        let bias = vb.get_with_hints(outputs, "bias", init)?;
+        Ok(Self {
+            weight,
+            bias,
+            kernel,
+            padding,
+        })
+    }
+
+    /// Weight `(out, in, k, k)`.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// `(b, h, w, in)` -> `(b, h', w', out)` with `h' = h + 2 pad - k + 1`.
+    pub fn forward_nhwc(&self, x: &Tensor) -> Result<Tensor> {
+        let (out, cin, k, _) = self.weight.dims4()?;
+        let (b, h, w, c) = x.dims4()?;
+        if c != cin {
+            candle_core::bail!("conv expects {cin} input channels, got {c}");
+        }
+        let cols = im2col(x, k, self.padding)?; // (b, oh, ow, k*k*cin)
+        let (oh, ow) = (h + 2 * self.padding + 1 - k, w + 2 * self.padding + 1 - k);
+        // (out, in, k, k) -> (out, k, k, in) -> (out, k*k*in): matches im2col's column order.
+        let wmat = self
+            .weight
+            .permute((0, 2, 3, 1))?
+            .reshape((out, k * k * cin))?;
+        let y = cols
+            .reshape((b * oh * ow, k * k * cin))?
+            .matmul(&wmat.t()?)?
+            .broadcast_add(&self.bias)?;
+        y.reshape((b, oh, ow, out))
+    }
+
+    /// Bias `(out,)`.
+    pub fn bias(&self) -> &Tensor {
+        &self.bias
+    }
+
+    /// Kernel size.
+    pub fn kernel(&self) -> usize {
+        self.kernel
+    }
+
+    /// Zero padding on each side.
+    pub fn padding(&self) -> usize {
+        self.padding
+    }
+}
+
+/// im2col on NHWC with zero padding: `(b, h, w, c)` -> `(b, h+2p-k+1, w+2p-k+1, k*k*c)`,
+/// columns ordered `(ki, kj, c)`. Differentiable to any order on every device.
+pub fn im2col(x: &Tensor, k: usize, pad: usize) -> Result<Tensor> {
+    if kernels::supported(x) {
+        return x.contiguous()?.apply_op1(kernels::Im2col { k, pad });
+    }
+    let x = if pad > 0 {
+        x.pad_with_zeros(1, pad, pad)?.pad_with_zeros(2, pad, pad)?
+    } else {
+        x.clone()
+    };
+    let (_, h, w, _) = x.dims4()?;
+    let (oh, ow) = (h + 1 - k, w + 1 - k);
+    if k == 1 {
+        return Ok(x);
+    }
+    let mut slices = Vec::with_capacity(k * k);
+    for i in 0..k {
+        let rows = x.narrow(1, i, oh)?;
+        for j in 0..k {
+            slices.push(rows.narrow(2, j, ow)?);
+        }
+    }
+    Tensor::cat(&slices, 3)?.contiguous()
+}
+
+/// 2x2 max-pool, stride 2, floor semantics, on NHWC: `(b, h, w, c)` -> `(b, h/2, w/2, c)`.
+/// Gradients go to the window's first maximum (PyTorch's rule) on CPU; exact to any order.
+pub fn max_pool2x2(x: &Tensor) -> Result<Tensor> {
+    if kernels::supported(x) {
+        return x.contiguous()?.apply_op1(kernels::MaxPool);
+    }
+    let (b, h, w, c) = x.dims4()?;
+    let (h2, w2) = (h / 2, w / 2);
+    let x = if h % 2 == 1 || w % 2 == 1 {
+        x.narrow(1, 0, 2 * h2)?.narrow(2, 0, 2 * w2)?
+    } else {
+        x.clone()
+    };
+    x.reshape((b, h2, 2, w2, 2, c))?.max(4)?.max(2)
+}
+
+/// Inverted dropout with a mask from `rng`: keeps each entry with probability `1 - p` and
+/// scales kept entries by `1 / (1 - p)`.
+pub fn dropout(x: &Tensor, p: f32, rng: &mut Rng) -> Result<Tensor> {
+    if p <= 0.0 {
+        return Ok(x.clone());
+    }
+    let keep = 1.0 - f64::from(p);
+    let scale = (1.0 / keep) as f32;
+    let mask: Vec<f32> = (0..x.elem_count())
+        .map(|_| if uniform(rng) < keep { scale } else { 0.0 })
+        .collect();
+    let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+    x.mul(&mask)
+}
+
+/// `(b, c, h, w)` -> `(b, h, w, c)`, contiguous (free for one channel).
+pub fn nchw_to_nhwc(x: &Tensor) -> Result<Tensor> {
+    let (b, c, h, w) = x.dims4()?;
+    if c == 1 {
+        x.reshape((b, h, w, 1))
+    } else {
+        x.permute((0, 2, 3, 1))?.contiguous()
+    }
+}
+
+/// `(b, h, w, c)` -> `(b, c*h*w)` in PyTorch's NCHW flatten order, so `fc` weights trained in
+/// PyTorch after `x.flatten(1)` load unchanged.
+pub fn flatten_nchw_order(x: &Tensor) -> Result<Tensor> {
+    let (b, h, w, c) = x.dims4()?;
+    x.permute((0, 3, 1, 2))?
+        .contiguous()?
+        .reshape((b, c * h * w))
+}
+
+/// Log-probabilities `(b, c)` from logits `(b, c)` (candle's `log_softmax`, which has a correct
+/// backward, unlike `softmax_last_dim`).
+pub fn log_probs(logits: &Tensor) -> Result<Tensor> {
+    candle_nn::ops::log_softmax(logits, D::Minus1)
+}
+
+/// Casts to `f32` and returns the values of a rank-2 tensor row-major.
+pub fn to_vec2_f32(x: &Tensor) -> Result<Vec<f32>> {
+    x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}

@@ -1,0 +1,243 @@
+//! Models: the [`Classifier`] trait every model implements, the built-in CNN and MLP, and the
+//! [`ModelBuilder`] that makes a fresh model for each training cycle.
+//!
+//! Models follow candle's pattern: plain structs of layers built by `new(&cfg, vb)` from a
+//! [`candle_nn::VarBuilder`]. For training, [`init::seeded`] supplies a builder whose
+//! parameters come from the run's seeded RNG; for checkpoints, a builder over loaded tensors.
+
+pub mod init;
+pub mod kernels;
+pub mod layers;
+
+use crate::rng::Rng;
+use candle_core::{Module, Result, Tensor};
+use candle_nn::VarBuilder;
+use layers::{dropout, flatten_nchw_order, linear, max_pool2x2, nchw_to_nhwc, Conv2d};
+use serde::{Deserialize, Serialize};
+
+/// Whether a forward pass trains (dropout on, masks from the given RNG) or evaluates.
+pub enum Mode<'a> {
+    /// Inference: dropout off, batch norm (if any) in eval mode.
+    Eval,
+    /// Training: dropout masks drawn from `rng`.
+    Train(&'a mut Rng),
+}
+
+/// A classifier: inputs `(b, *item_shape)` to logits `(b, c)`.
+///
+/// This is the one trait a user's own candle model implements to be trained in the loop and
+/// scored by every probability-based scorer.
+pub trait Classifier: Send + Sync {
+    /// Logits `(b, c)` for inputs `(b, *item_shape)`, differentiable w.r.t. the parameters.
+    fn forward(&self, x: &Tensor, mode: &mut Mode<'_>) -> Result<Tensor>;
+    /// Inference-only logits `(b, c)`: no autograd graph, free to take fused fast paths. The
+    /// default is `forward` in eval mode, detached.
+    fn predict(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.forward(x, &mut Mode::Eval)?.detach())
+    }
+    /// Number of classes `c`.
+    fn classes(&self) -> usize;
+}
+
+/// Makes a fresh classifier from a `VarBuilder` (seeded for training, loaded for checkpoints).
+pub trait ModelBuilder: Send + Sync {
+    /// Builds the model, requesting its parameters from `vb`.
+    fn build(&self, vb: VarBuilder) -> Result<Box<dyn Classifier>>;
+    /// The architecture, when it is one of the built-ins (recorded in checkpoints).
+    fn arch(&self) -> Option<Arch> {
+        None
+    }
+}
+
+/// The built-in architectures: a closed set, serialised into checkpoints' `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Arch {
+    /// [`Cnn`].
+    Cnn(CnnConfig),
+    /// [`Mlp`].
+    Mlp(MlpConfig),
+}
+
+impl ModelBuilder for Arch {
+    fn build(&self, vb: VarBuilder) -> Result<Box<dyn Classifier>> {
+        Ok(match self {
+            Arch::Cnn(c) => Box::new(Cnn::new(c, vb)?),
+            Arch::Mlp(c) => Box::new(Mlp::new(c, vb)?),
+        })
+    }
+    fn arch(&self) -> Option<Arch> {
+        Some(self.clone())
+    }
+}
+
+/// Configuration of [`Cnn`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CnnConfig {
+    /// Input channels.
+    pub in_channels: usize,
+    /// Input height.
+    pub height: usize,
+    /// Input width.
+    pub width: usize,
+    /// Number of classes.
+    pub classes: usize,
+    /// Dropout probability before the last layer.
+    pub dropout: f32,
+}
+
+impl CnnConfig {
+    /// The REGrad paper's MNIST CNN for `(c, h, w)` inputs and `classes` classes.
+    pub fn standard(item_shape: &[usize], classes: usize) -> Self {
+        let (c, h, w) = match item_shape {
+            [c, h, w] => (*c, *h, *w),
+            [h, w] => (1, *h, *w),
+            _ => (1, 28, 28),
+        };
+        Self {
+            in_channels: c,
+            height: h,
+            width: w,
+            classes,
+            dropout: 0.5,
+        }
+    }
+
+    /// Spatial size after conv-pool-conv-pool: `((s - 2) / 2 - 2) / 2`.
+    fn reduced(s: usize) -> usize {
+        (s.saturating_sub(2) / 2).saturating_sub(2) / 2
+    }
+}
+
+/// The small CNN of the REGrad active-learning experiments (Wang & Ji 2024):
+/// conv(32, 3x3) - relu - maxpool 2 - conv(64, 3x3) - relu - maxpool 2 - fc(128) - relu -
+/// dropout(0.5) - fc(classes).
+///
+/// Tensor names (PyTorch `state_dict` layout): `conv1.weight (32, c, 3, 3)`, `conv1.bias (32)`,
+/// `conv2.weight (64, 32, 3, 3)`, `conv2.bias (64)`, `fc1.weight (128, 64*s*s)` with inputs in
+/// NCHW flatten order, `fc1.bias (128)`, `fc2.weight (classes, 128)`, `fc2.bias (classes)`.
+pub struct Cnn {
+    conv1: Conv2d,
+    conv2: Conv2d,
+    fc1: candle_nn::Linear,
+    fc2: candle_nn::Linear,
+    dropout: f32,
+    classes: usize,
+}
+
+impl Cnn {
+    /// Builds the CNN, requesting parameters from `vb`.
+    pub fn new(cfg: &CnnConfig, vb: VarBuilder) -> Result<Self> {
+        let (h, w) = (
+            CnnConfig::reduced(cfg.height),
+            CnnConfig::reduced(cfg.width),
+        );
+        if h == 0 || w == 0 {
+            candle_core::bail!(
+                "input {}x{} is too small for the CNN",
+                cfg.height,
+                cfg.width
+            );
+        }
+        Ok(Self {
+            conv1: Conv2d::new(cfg.in_channels, 32, 3, 0, vb.pp("conv1"))?,
+            conv2: Conv2d::new(32, 64, 3, 0, vb.pp("conv2"))?,
+            fc1: linear(64 * h * w, 128, vb.pp("fc1"))?,
+            fc2: linear(128, cfg.classes, vb.pp("fc2"))?,
+            dropout: cfg.dropout,
+            classes: cfg.classes,
+        })
+    }
+}
+
+impl Classifier for Cnn {
+    fn forward(&self, x: &Tensor, mode: &mut Mode<'_>) -> Result<Tensor> {
+        let x = nchw_to_nhwc(x)?;
+        let x = max_pool2x2(&self.conv1.forward_nhwc(&x)?.relu()?)?;
+        let x = max_pool2x2(&self.conv2.forward_nhwc(&x)?.relu()?)?;
+        let x = self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()?;
+        let x = match mode {
+            Mode::Train(rng) => dropout(&x, self.dropout, rng)?,
+            Mode::Eval => x,
+        };
+        self.fc2.forward(&x)
+    }
+
+    fn predict(&self, x: &Tensor) -> Result<Tensor> {
+        if !kernels::supported(x) {
+            return Ok(self.forward(x, &mut Mode::Eval)?.detach());
+        }
+        // Fused CPU path; same arithmetic as `forward` in eval mode up to summation order.
+        let x = nchw_to_nhwc(&x.detach())?;
+        let (w1, b1) = (self.conv1.weight().detach(), self.conv1.bias().detach());
+        let x = x.apply_op3_no_bwd(&w1, &b1, &kernels::ConvReluPool)?;
+        let (w2, b2) = (self.conv2.weight().detach(), self.conv2.bias().detach());
+        let x = x.apply_op3_no_bwd(&w2, &b2, &kernels::ConvReluPool)?;
+        let x = self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()?;
+        Ok(self.fc2.forward(&x)?.detach())
+    }
+
+    fn classes(&self) -> usize {
+        self.classes
+    }
+}
+
+/// Configuration of [`Mlp`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MlpConfig {
+    /// Input features (items are flattened).
+    pub inputs: usize,
+    /// Hidden layer widths.
+    pub hidden: Vec<usize>,
+    /// Number of classes.
+    pub classes: usize,
+    /// Dropout after each hidden layer (0 = none).
+    pub dropout: f32,
+}
+
+/// A ReLU MLP for vector inputs: `fc1 .. fcL`, ReLU (and optional dropout) between layers.
+/// Tensor names `fc{i}.weight (out, in)` and `fc{i}.bias (out)`, `i` from 1.
+pub struct Mlp {
+    layers: Vec<candle_nn::Linear>,
+    dropout: f32,
+    classes: usize,
+}
+
+impl Mlp {
+    /// Builds the MLP, requesting parameters from `vb`.
+    pub fn new(cfg: &MlpConfig, vb: VarBuilder) -> Result<Self> {
+        let mut widths = vec![cfg.inputs];
+        widths.extend(&cfg.hidden);
+        widths.push(cfg.classes);
+        let layers = widths
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| linear(w[0], w[1], vb.pp(format!("fc{}", i + 1))))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            layers,
+            dropout: cfg.dropout,
+            classes: cfg.classes,
+        })
+    }
+}
+
+impl Classifier for Mlp {
+    fn forward(&self, x: &Tensor, mode: &mut Mode<'_>) -> Result<Tensor> {
+        let mut x = x.flatten_from(1)?;
+        let last = self.layers.len() - 1;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(&x)?;
+            if i < last {
+                x = x.relu()?;
+                if let Mode::Train(rng) = mode {
+                    x = dropout(&x, self.dropout, rng)?;
+                }
+            }
+        }
+        Ok(x)
+    }
+    fn classes(&self) -> usize {
+        self.classes
+    }
+}

@@ -1,0 +1,76 @@
+//! Progress reporting: the library never prints; it tells an [`Observer`].
+//!
+//! The binary implements `Observer` with indicatif progress bars; tests implement it to
+//! interrupt a run at an exact point. Returning [`Control::Stop`] ends the run cleanly with
+//! [`crate::Error::Interrupted`]; every cycle completed before it is already saved.
+
+use crate::acquire::CycleRecord;
+
+/// Something the library is doing or has done.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A run (one strategy, one seed) begins or resumes.
+    RunStarted {
+        /// Strategy name.
+        strategy: &'a str,
+        /// The seed.
+        seed: u64,
+        /// First cycle that will be computed (0 for a fresh run).
+        from_cycle: usize,
+        /// Last cycle.
+        cycles: usize,
+    },
+    /// Training of a cycle's model begins.
+    CycleStarted {
+        /// The cycle.
+        cycle: usize,
+        /// Labeled items it trains on.
+        labeled: usize,
+    },
+    /// One optimiser step finished (`step` counts from 1).
+    TrainStep {
+        /// Steps done.
+        step: usize,
+        /// Steps in all.
+        steps: usize,
+        /// Training loss of this batch, read every few steps (reading it costs a device sync).
+        loss: Option<f32>,
+    },
+    /// Items scored so far while scoring a pool or evaluating.
+    Scoring {
+        /// Items done.
+        done: usize,
+        /// Items in all.
+        total: usize,
+    },
+    /// A cycle finished, its record saved.
+    CycleFinished {
+        /// The record.
+        record: &'a CycleRecord,
+    },
+}
+
+/// What the observer wants the library to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Go on.
+    Continue,
+    /// Stop as soon as possible (completed cycles stay saved).
+    Stop,
+}
+
+/// Receives progress events.
+pub trait Observer {
+    /// Called for each event; the default ignores it.
+    fn on(&mut self, event: &Event<'_>) -> Control {
+        let _ = event;
+        Control::Continue
+    }
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Observer for Silent {}

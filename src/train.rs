@@ -1,0 +1,147 @@
+//! Training a classifier from scratch on a labeled subset.
+//!
+//! Adam, fixed number of optimiser steps whatever the labeled-set size (so a 20-item seed set
+//! is trained as much as a 220-item one), mini-batches drawn epoch by epoch from a seeded
+//! shuffle, dropout masks from the same seeded stream. [`TrainConfig`] is validated once into
+//! [`TrainParams`].
+
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+use crate::nn::init::{seeded, Params};
+use crate::nn::layers::log_probs;
+use crate::nn::{Classifier, Mode, ModelBuilder};
+use crate::observe::{Control, Event, Observer};
+use crate::rng::{shuffle, Rng};
+use candle_core::{DType, Device};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use serde::{Deserialize, Serialize};
+
+/// Training settings, as written in configs and run states.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Optimiser steps per training run.
+    pub steps: usize,
+    /// Mini-batch size (capped at the labeled-set size).
+    pub batch_size: usize,
+    /// Adam learning rate.
+    pub lr: f64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            steps: 500,
+            batch_size: 32,
+            lr: 1e-3,
+        }
+    }
+}
+
+/// Validated [`TrainConfig`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainParams(TrainConfig);
+
+impl TrainConfig {
+    /// Checks ranges: `steps >= 1`, `batch_size >= 1`, `lr` finite and positive.
+    pub fn validate(&self) -> Result<TrainParams> {
+        if self.steps == 0 {
+            return Err(Error::config("steps", "must be at least 1"));
+        }
+        if self.batch_size == 0 {
+            return Err(Error::config("batch_size", "must be at least 1"));
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(Error::config(
+                "lr",
+                format!("{} is not a positive number", self.lr),
+            ));
+        }
+        Ok(TrainParams(self.clone()))
+    }
+}
+
+impl TrainParams {
+    /// The validated settings.
+    pub fn config(&self) -> &TrainConfig {
+        &self.0
+    }
+}
+
+/// A trained model with its parameters.
+pub struct Trained {
+    /// The model.
+    pub model: Box<dyn Classifier>,
+    /// Its parameters by name (for checkpoints).
+    pub params: Params,
+    /// Loss of the last mini-batch.
+    pub final_loss: f32,
+}
+
+/// Trains a fresh model from `builder` on `data[indices]` (features already normalised).
+/// `init_rng` initialises the weights; `train_rng` orders batches and draws dropout masks.
+pub fn train(
+    builder: &dyn ModelBuilder,
+    data: &Dataset,
+    indices: &[usize],
+    params: &TrainParams,
+    init_rng: Rng,
+    mut train_rng: Rng,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Trained> {
+    let cfg = params.config();
+    if indices.is_empty() {
+        return Err(Error::config(
+            "labeled",
+            "cannot train on an empty labeled set",
+        ));
+    }
+    let (vb, vars) = seeded(init_rng, DType::F32, device);
+    let model = builder.build(vb)?;
+    let mut opt = AdamW::new(
+        vars.vars(),
+        ParamsAdamW {
+            lr: cfg.lr,
+            weight_decay: 0.0,
+            ..ParamsAdamW::default()
+        },
+    )?;
+    let batch = cfg.batch_size.min(indices.len());
+    let mut order: Vec<usize> = indices.to_vec();
+    let mut cursor = order.len(); // forces a shuffle before the first batch
+    let mut final_loss = f32::NAN;
+    for step in 1..=cfg.steps {
+        if cursor + batch > order.len() {
+            shuffle(&mut train_rng, &mut order);
+            cursor = 0;
+        }
+        let ids = &order[cursor..cursor + batch];
+        cursor += batch;
+        let x = data.batch(ids, device)?;
+        let y = data.batch_labels(ids, device)?;
+        let logits = model.forward(&x, &mut Mode::Train(&mut train_rng))?;
+        let loss = candle_nn::loss::nll(&log_probs(&logits)?, &y)?;
+        opt.backward_step(&loss)?;
+        let report = step == cfg.steps || step % 50 == 0;
+        let loss_value = if report {
+            let v = loss.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+            final_loss = v;
+            Some(v)
+        } else {
+            None
+        };
+        let ev = Event::TrainStep {
+            step,
+            steps: cfg.steps,
+            loss: loss_value,
+        };
+        if observer.on(&ev) == Control::Stop {
+            return Err(Error::Interrupted);
+        }
+    }
+    Ok(Trained {
+        model,
+        params: vars,
+        final_loss,
+    })
+}
