@@ -14,7 +14,7 @@ use crate::nn::ModelBuilder;
 use crate::observe::{Control, Event, Observer};
 use crate::predict::{evaluate, evidence};
 use crate::rng::{stream, Purpose};
-use crate::train::{train, TrainConfig, TrainParams};
+use crate::train::{train, TrainConfig, TrainParams, TrainRngs};
 use alkit_acquisition::{Scorer, Selection};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -306,8 +306,7 @@ pub fn run(
             ctx.train,
             &labeled,
             &ctx.params.train,
-            stream(seed, Purpose::Init, cycle as u64),
-            stream(seed, Purpose::Train, cycle as u64),
+            TrainRngs::for_cycle(seed, cycle as u64),
             ctx.device,
             observer,
         )?;

@@ -11,7 +11,7 @@ use crate::nn::init::{seeded, Params};
 use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, Mode, ModelBuilder};
 use crate::observe::{Control, Event, Observer};
-use crate::rng::{shuffle, Rng};
+use crate::rng::{shuffle, stream, Purpose, Rng};
 use candle_core::{DType, Device};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use serde::{Deserialize, Serialize};
@@ -77,18 +77,38 @@ pub struct Trained {
     pub final_loss: f32,
 }
 
+/// The two random streams a training run draws from.
+pub struct TrainRngs {
+    /// Initialises the weights.
+    pub init: Rng,
+    /// Orders mini-batches and draws dropout masks.
+    pub batches: Rng,
+}
+
+impl TrainRngs {
+    /// The streams of `(seed, cycle)` (see [`crate::rng::stream`]).
+    pub fn for_cycle(seed: u64, cycle: u64) -> Self {
+        Self {
+            init: stream(seed, Purpose::Init, cycle),
+            batches: stream(seed, Purpose::Train, cycle),
+        }
+    }
+}
+
 /// Trains a fresh model from `builder` on `data[indices]` (features already normalised).
-/// `init_rng` initialises the weights; `train_rng` orders batches and draws dropout masks.
 pub fn train(
     builder: &dyn ModelBuilder,
     data: &Dataset,
     indices: &[usize],
     params: &TrainParams,
-    init_rng: Rng,
-    mut train_rng: Rng,
+    rngs: TrainRngs,
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Trained> {
+    let TrainRngs {
+        init: init_rng,
+        batches: mut train_rng,
+    } = rngs;
     let cfg = params.config();
     if indices.is_empty() {
         return Err(Error::config(

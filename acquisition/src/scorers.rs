@@ -219,13 +219,13 @@ mod tests {
             let e = Evidence::from_probs(Probs::new(p, n, c).unwrap());
             let ln_c = (c as f32).ln();
             for s in Entropy.score(&e).unwrap() {
-                prop_assert!(s.is_finite() && s >= 0.0 && s <= ln_c + 1e-5);
+                prop_assert!(s.is_finite() && (0.0..=ln_c + 1e-5).contains(&s));
             }
             for s in LeastConfidence.score(&e).unwrap() {
-                prop_assert!(s.is_finite() && s >= -1e-6 && s <= 1.0 - 1.0 / c as f32 + 1e-5);
+                prop_assert!(s.is_finite() && (-1e-6..=1.0 - 1.0 / c as f32 + 1e-5).contains(&s));
             }
             for s in Margin.score(&e).unwrap() {
-                prop_assert!(s.is_finite() && s >= -1e-6 && s <= 1.0 + 1e-6);
+                prop_assert!(s.is_finite() && (-1e-6..=1.0 + 1e-6).contains(&s));
             }
         }
 

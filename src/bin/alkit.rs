@@ -12,8 +12,7 @@ use alkit::data::{load_idx_dir, Dataset, Normalizer, Splits};
 use alkit::nn::{Arch, CnnConfig, MlpConfig};
 use alkit::observe::{Control, Event, Observer, Silent};
 use alkit::predict::{evaluate, evidence};
-use alkit::rng::{stream, Purpose};
-use alkit::train::{train, TrainConfig};
+use alkit::train::{train, TrainConfig, TrainRngs};
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -201,7 +200,7 @@ fn main() {
     let code = match dispatch(cli) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            let _ = writeln!(std::io::stderr().lock(), "error: {e:#}");
             exit_code(&e)
         }
     };
@@ -407,8 +406,7 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
         &train_ds,
         &all,
         &params,
-        stream(a.seed, Purpose::Init, 0),
-        stream(a.seed, Purpose::Train, 0),
+        TrainRngs::for_cycle(a.seed, 0),
         device,
         &mut bars,
     )?;
@@ -525,8 +523,7 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
         &ds,
         &seed_set,
         &params,
-        stream(0, Purpose::Init, 0),
-        stream(0, Purpose::Train, 0),
+        TrainRngs::for_cycle(0, 0),
         device,
         &mut Silent,
     )?;

@@ -56,7 +56,7 @@ fn parse_header(
     kind: &'static str,
 ) -> Result<Vec<usize>> {
     let header = 4 * (1 + rank);
-    if bytes.len() < header {
+    if bytes.len() < 4 {
         return Err(Error::data(
             path,
             DataProblem::Truncated {
@@ -81,6 +81,15 @@ fn parse_header(
                 found,
                 expected: magic,
                 kind,
+            },
+        ));
+    }
+    if bytes.len() < header {
+        return Err(Error::data(
+            path,
+            DataProblem::Truncated {
+                expected: header,
+                got: bytes.len(),
             },
         ));
     }
