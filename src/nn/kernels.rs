@@ -647,8 +647,10 @@ impl CustomOp3 for ConvReluPool {
     }
 }
 
-/// Inference only: `relu(maxpool2x2(y) + bias)` for `y (b, h, w, c)`, `bias (c,)` ->
-/// `(b, h/2, w/2, c)`. Equal to pooling `relu(y + bias)` since both maps are monotone.
+/// `relu(maxpool2x2(y) + bias)` for `y (b, h, w, c)`, `bias (c,)` -> `(b, h/2, w/2, c)`; equal
+/// to pooling `relu(y + bias)` since both maps are monotone, in one pass instead of three.
+/// Backward: with `gm = grad * [out > 0]`, `dy = route(y, gm)` ([`MaxPoolRoute`]) and
+/// `dbias = sum(gm)`, built from differentiable ops, so it is exact to any order.
 #[derive(Debug, Clone, Copy)]
 pub struct BiasReluPool;
 
@@ -689,5 +691,12 @@ impl CustomOp2 for BiasReluPool {
             d
         ));
         Ok((out, Shape::from((d.0, d.1 / 2, d.2 / 2, d.3))))
+    }
+    fn bwd(&self, y: &Tensor, _bias: &Tensor, res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let active = res.gt(0.0)?.to_dtype(grad.dtype())?;
+        let gm = grad.mul(&active)?;
+        let dy = y.apply_op2(&gm.contiguous()?, MaxPoolRoute)?;
+        let db = gm.sum((0, 1, 2))?;
+        Ok((Some(dy), Some(db)))
     }
 }

@@ -65,6 +65,20 @@ impl Conv2d {
 
     /// `(b, h, w, in)` -> `(b, h', w', out)` with `h' = h + 2 pad - k + 1`.
     pub fn forward_nhwc(&self, x: &Tensor) -> Result<Tensor> {
+        self.linear_part(x)?.broadcast_add(&self.bias)
+    }
+
+    /// `maxpool2x2(relu(conv(x)))`: `(b, h, w, in)` -> `(b, h'/2, w'/2, out)`. On CPU the bias,
+    /// ReLU and pooling run as one fused kernel with an exact backward.
+    pub fn forward_relu_pool_nhwc(&self, x: &Tensor) -> Result<Tensor> {
+        if kernels::supported(x) {
+            return self.linear_part(x)?.apply_op2(&self.bias, kernels::BiasReluPool);
+        }
+        max_pool2x2(&self.forward_nhwc(x)?.relu()?)
+    }
+
+    /// The convolution without bias, `(b, h', w', out)`.
+    fn linear_part(&self, x: &Tensor) -> Result<Tensor> {
         let (out, cin, k, _) = self.weight.dims4()?;
         let (b, h, w, c) = x.dims4()?;
         if c != cin {
@@ -77,10 +91,7 @@ impl Conv2d {
             .weight
             .permute((0, 2, 3, 1))?
             .reshape((out, k * k * cin))?;
-        let y = cols
-            .reshape((b * oh * ow, k * k * cin))?
-            .matmul(&wmat.t()?)?
-            .broadcast_add(&self.bias)?;
+        let y = cols.reshape((b * oh * ow, k * k * cin))?.matmul(&wmat.t()?)?;
         y.reshape((b, oh, ow, out))
     }
 

@@ -12,7 +12,7 @@ pub mod layers;
 use crate::rng::Rng;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
-use layers::{dropout, flatten_nchw_order, linear, max_pool2x2, nchw_to_nhwc, Conv2d};
+use layers::{dropout, flatten_nchw_order, linear, nchw_to_nhwc, Conv2d};
 use serde::{Deserialize, Serialize};
 
 /// Whether a forward pass trains (dropout on, masks from the given RNG) or evaluates.
@@ -153,8 +153,8 @@ impl Cnn {
 impl Classifier for Cnn {
     fn forward(&self, x: &Tensor, mode: &mut Mode<'_>) -> Result<Tensor> {
         let x = nchw_to_nhwc(x)?;
-        let x = max_pool2x2(&self.conv1.forward_nhwc(&x)?.relu()?)?;
-        let x = max_pool2x2(&self.conv2.forward_nhwc(&x)?.relu()?)?;
+        let x = self.conv1.forward_relu_pool_nhwc(&x)?;
+        let x = self.conv2.forward_relu_pool_nhwc(&x)?;
         let x = self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()?;
         let x = match mode {
             Mode::Train(rng) => dropout(&x, self.dropout, rng)?,
