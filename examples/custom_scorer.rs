@@ -60,6 +60,7 @@ fn main() -> Result<(), alkit::Error> {
         test: &test,
         model: &model,
         params: &params,
+        input_std: &norm.std,
         device: &Device::Cpu,
     };
     let strategy = Strategy::scored(Arc::new(Tail), Selection::TopK);

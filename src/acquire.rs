@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::fsutil::write_json;
 use crate::nn::ModelBuilder;
 use crate::observe::{Control, Event, Observer};
-use crate::predict::{evaluate, evidence};
+use crate::predict::{evaluate, Scoring};
 use crate::rng::{stream, Purpose};
 use crate::train::{train, TrainConfig, TrainParams, TrainRngs};
 use alkit_acquisition::{Scorer, Selection};
@@ -259,6 +259,8 @@ pub struct RunContext<'a> {
     pub model: &'a dyn ModelBuilder,
     /// Validated loop settings.
     pub params: &'a LoopParams,
+    /// Per-channel standard deviation the inputs were normalised with (perturbation scale).
+    pub input_std: &'a [f32],
     /// Where tensors live.
     pub device: &'a Device,
 }
@@ -336,13 +338,19 @@ pub fn run(
             let cand = pool.candidates();
             let scores = match &strategy.scorer {
                 Some(s) => {
-                    let ev = evidence(
-                        trained.model.as_ref(),
+                    let scoring = Scoring {
+                        model: trained.model.as_ref(),
+                        params: Some(&trained.params),
+                        input_std: ctx.input_std,
+                        batch: cfg.batch,
+                        device: ctx.device,
+                    };
+                    let mut rng = stream(seed, Purpose::Perturb, cycle as u64 + 1);
+                    let ev = scoring.evidence(
                         ctx.train,
                         cand.indices(),
                         s.needs(),
-                        cfg.batch,
-                        ctx.device,
+                        &mut rng,
                         observer,
                     )?;
                     s.score(&ev)?

@@ -6,11 +6,10 @@
 
 use crate::data::Dataset;
 use crate::error::Result;
-use crate::nn::Classifier;
 use crate::observe::Silent;
-use crate::predict::evidence;
+use crate::predict::Scoring;
+use crate::rng::{stream, Purpose};
 use alkit_acquisition::Scorer;
-use candle_core::Device;
 use std::time::Instant;
 
 /// Throughput of one scorer.
@@ -24,27 +23,18 @@ pub struct BenchResult {
     pub passes_s: Vec<f64>,
 }
 
-/// Times scoring `data[indices]` with `scorer` in batches of `batch`.
+/// Times scoring `data[indices]` with `scorer`.
 pub fn bench_scoring(
-    model: &dyn Classifier,
+    scoring: &Scoring<'_>,
     data: &Dataset,
     indices: &[usize],
     scorer: &dyn Scorer,
-    batch: usize,
     repeats: usize,
-    device: &Device,
 ) -> Result<BenchResult> {
     let pass = || -> Result<f64> {
         let t = Instant::now();
-        let ev = evidence(
-            model,
-            data,
-            indices,
-            scorer.needs(),
-            batch,
-            device,
-            &mut Silent,
-        )?;
+        let mut rng = stream(0, Purpose::Tool, 0);
+        let ev = scoring.evidence(data, indices, scorer.needs(), &mut rng, &mut Silent)?;
         let scores = scorer.score(&ev)?;
         debug_assert_eq!(scores.len(), indices.len());
         Ok(t.elapsed().as_secs_f64())

@@ -51,6 +51,8 @@ pub struct Checkpoint {
     pub config: CheckpointConfig,
     /// The model, ready for inference.
     pub model: Box<dyn Classifier>,
+    /// Its parameters as `Var`s (for gradient evidence through autograd).
+    pub params: Params,
 }
 
 const FORMAT: u32 = 1;
@@ -142,10 +144,21 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     {
         return Err(Error::state(&path, format!("unexpected tensor `{extra}`")));
     }
-    let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, device);
+    let mut named = Vec::with_capacity(config.tensors.len());
+    let mut as_tensors = HashMap::new();
+    for t in &config.tensors {
+        let var = candle_core::Var::from_tensor(&tensors[&t.name].to_dtype(DType::F32)?)?;
+        as_tensors.insert(t.name.clone(), var.as_tensor().clone());
+        named.push((t.name.clone(), var));
+    }
+    let vb = candle_nn::VarBuilder::from_tensors(as_tensors, DType::F32, device);
     let model = config
         .arch
         .build(vb)
         .map_err(|e| Error::state(&path, format!("tensors do not fit the architecture: {e}")))?;
-    Ok(Checkpoint { config, model })
+    Ok(Checkpoint {
+        config,
+        model,
+        params: Params::from_named(named),
+    })
 }

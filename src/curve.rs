@@ -16,7 +16,9 @@ use crate::fsutil::{read_json, write_atomic, write_json};
 use crate::nn::Arch;
 use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
-use alkit_acquisition::{Builtin, Selection};
+use alkit_acquisition::{
+    Builtin, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, ReGrad, Scorer, Selection, UnGrad,
+};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -35,11 +37,62 @@ pub enum StrategyKind {
     LeastConfidence,
     /// Uniformly random.
     Random,
+    /// REGrad* (layer selection + perturbation), top-k.
+    RegradStar,
+    /// REGrad (layer selection), top-k.
+    Regrad,
+    /// ExGrad, top-k.
+    Exgrad,
+    /// NEGrad, top-k.
+    Negrad,
+    /// UNGrad, top-k.
+    Ungrad,
+    /// GradNorm, top-k.
+    Gradnorm,
+    /// ExGrad's V-term, top-k.
+    ExgradV,
+}
+
+/// Settings of the parameterised scorers (REGrad's `lambda`, REGrad*'s noise).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScorerSettings {
+    /// REGrad layer-selection strength `lambda`.
+    pub lambda: f32,
+    /// REGrad* input-noise standard deviation on the `[0, 1]` scale.
+    pub sigma: f32,
+    /// REGrad*'s number of perturbed copies `N`.
+    pub perturbations: usize,
+}
+
+impl Default for ScorerSettings {
+    fn default() -> Self {
+        Self {
+            lambda: 0.3,
+            sigma: 0.02,
+            perturbations: 8,
+        }
+    }
 }
 
 impl StrategyKind {
     /// Every strategy, in CLI order.
-    pub const ALL: [StrategyKind; 4] = [
+    pub const ALL: [StrategyKind; 11] = [
+        StrategyKind::Entropy,
+        StrategyKind::Margin,
+        StrategyKind::LeastConfidence,
+        StrategyKind::Random,
+        StrategyKind::RegradStar,
+        StrategyKind::Regrad,
+        StrategyKind::Exgrad,
+        StrategyKind::Negrad,
+        StrategyKind::Ungrad,
+        StrategyKind::Gradnorm,
+        StrategyKind::ExgradV,
+    ];
+
+    /// The strategies `alkit curve` runs when none is named.
+    pub const DEFAULT: [StrategyKind; 4] = [
         StrategyKind::Entropy,
         StrategyKind::Margin,
         StrategyKind::LeastConfidence,
@@ -53,23 +106,45 @@ impl StrategyKind {
             StrategyKind::Margin => "margin",
             StrategyKind::LeastConfidence => "least-confidence",
             StrategyKind::Random => "random",
+            StrategyKind::RegradStar => "regrad-star",
+            StrategyKind::Regrad => "regrad",
+            StrategyKind::Exgrad => "exgrad",
+            StrategyKind::Negrad => "negrad",
+            StrategyKind::Ungrad => "ungrad",
+            StrategyKind::Gradnorm => "gradnorm",
+            StrategyKind::ExgradV => "exgrad-v",
         }
     }
 
-    /// The built-in scorer, if the strategy scores.
-    pub fn scorer(self) -> Option<Builtin> {
-        match self {
-            StrategyKind::Entropy => Some(Builtin::Entropy),
-            StrategyKind::Margin => Some(Builtin::Margin),
-            StrategyKind::LeastConfidence => Some(Builtin::LeastConfidence),
-            StrategyKind::Random => None,
-        }
+    /// The scorer, if the strategy scores (all but `random`).
+    pub fn scorer(self, s: &ScorerSettings) -> Option<Arc<dyn Scorer>> {
+        let regrad = |perturbations| ReGrad {
+            lambda: s.lambda,
+            request: GradRequest {
+                perturbations,
+                sigma: s.sigma,
+                expected: false,
+            },
+        };
+        Some(match self {
+            StrategyKind::Entropy => Arc::new(Builtin::Entropy),
+            StrategyKind::Margin => Arc::new(Builtin::Margin),
+            StrategyKind::LeastConfidence => Arc::new(Builtin::LeastConfidence),
+            StrategyKind::Random => return None,
+            StrategyKind::RegradStar => Arc::new(regrad(s.perturbations.max(1))),
+            StrategyKind::Regrad => Arc::new(regrad(0)),
+            StrategyKind::Exgrad => Arc::new(ExGrad),
+            StrategyKind::Negrad => Arc::new(NeGrad),
+            StrategyKind::Ungrad => Arc::new(UnGrad),
+            StrategyKind::Gradnorm => Arc::new(GradNorm),
+            StrategyKind::ExgradV => Arc::new(ExGradV),
+        })
     }
 
-    /// The runnable strategy.
-    pub fn strategy(self) -> Strategy {
-        match self.scorer() {
-            Some(s) => Strategy::scored(Arc::new(s), Selection::TopK),
+    /// The runnable strategy (top-k over the scorer, or random).
+    pub fn strategy(self, s: &ScorerSettings) -> Strategy {
+        match self.scorer(s) {
+            Some(sc) => Strategy::scored(sc, Selection::TopK).named(self.name()),
             None => Strategy::random(),
         }
     }
@@ -110,6 +185,9 @@ pub struct CurveSpec {
     pub seeds: Vec<u64>,
     /// Loop settings.
     pub config: LoopConfig,
+    /// Settings of the parameterised scorers.
+    #[serde(default)]
+    pub scorers: ScorerSettings,
 }
 
 /// One row of `summary.csv`.
@@ -138,12 +216,15 @@ pub fn state_path(out: &Path, strategy: &str, seed: u64) -> PathBuf {
 
 /// Runs (or, with `resume`, continues) every strategy x seed of `spec`, writing everything
 /// under `out`. Without `resume`, an `out` that already holds a run is refused (no work is ever
-/// overwritten). `train` and `test` must be normalised already. Returns the finished states,
+/// overwritten). `train` and `test` must be normalised already, with per-channel standard
+/// deviation `input_std`. Returns the finished states,
 /// seed-major.
+#[allow(clippy::too_many_arguments)]
 pub fn run_curve(
     spec: &CurveSpec,
     train: &Dataset,
     test: &Dataset,
+    input_std: &[f32],
     out: &Path,
     resume: bool,
     device: &Device,
@@ -174,12 +255,13 @@ pub fn run_curve(
         test,
         model: &spec.model,
         params: &params,
+        input_std,
         device,
     };
     let mut states = Vec::new();
     for &seed in &spec.seeds {
         for &kind in &spec.strategies {
-            let strategy = kind.strategy();
+            let strategy = kind.strategy(&spec.scorers);
             let path = state_path(out, strategy.name(), seed);
             let fresh = RunState::new(
                 &strategy,

@@ -26,6 +26,8 @@ pub enum Purpose {
     Select = 4,
     /// Anything a benchmark or tool draws.
     Tool = 5,
+    /// Input perturbations of scorers (REGrad*, perturb-x) and weight perturbations.
+    Perturb = 6,
 }
 
 /// The stream for `(seed, purpose, cycle)`.

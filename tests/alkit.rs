@@ -446,7 +446,12 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
             },
             batch: 256,
         },
+        scorers: Default::default(),
     }
+}
+
+fn std_of() -> Vec<f32> {
+    Normalizer::fit(&load_idx_dir(&data_dir()).unwrap().train).std
 }
 
 fn normalised() -> (Dataset, Dataset) {
@@ -489,8 +494,28 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
     let a = tmp("curve-a");
     let b = tmp("curve-b");
     let c = tmp("curve-c");
-    run_curve(&spec, &train, &test, &a, false, &Device::Cpu, &mut Silent).unwrap();
-    run_curve(&spec, &train, &test, &b, false, &Device::Cpu, &mut Silent).unwrap();
+    run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &a,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &b,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
     let csv_a = std::fs::read_to_string(a.join("curve.csv")).unwrap();
     let csv_b = std::fs::read_to_string(b.join("curve.csv")).unwrap();
     assert_eq!(strip_timings(&csv_a), strip_timings(&csv_b));
@@ -521,6 +546,7 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
         &killed_spec,
         &train,
         &test,
+        &std_of(),
         &c,
         false,
         &Device::Cpu,
@@ -534,6 +560,7 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
         &killed_spec,
         &train,
         &test,
+        &std_of(),
         &c,
         true,
         &Device::Cpu,
@@ -552,11 +579,31 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
     assert_eq!(random_rows(&csv_c).len(), 4);
 
     // A fresh run refuses a folder that holds one; resuming a different experiment is refused.
-    let e = run_curve(&spec, &train, &test, &a, false, &Device::Cpu, &mut Silent).unwrap_err();
+    let e = run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &a,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("--resume"), "{e}");
     let mut other = spec.clone();
     other.config.query = 11;
-    assert!(run_curve(&other, &train, &test, &a, true, &Device::Cpu, &mut Silent).is_err());
+    assert!(run_curve(
+        &other,
+        &train,
+        &test,
+        &std_of(),
+        &a,
+        true,
+        &Device::Cpu,
+        &mut Silent
+    )
+    .is_err());
     for d in [a, b, c] {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -567,14 +614,16 @@ fn labels_are_never_acquired_twice_and_counts_follow_the_protocol() {
     let (train, test) = normalised();
     let spec = small_spec(vec![StrategyKind::Margin]);
     let params = spec.config.validate(train.len()).unwrap();
+    let std = std_of();
     let ctx = RunContext {
         train: &train,
         test: &test,
         model: &spec.model,
         params: &params,
+        input_std: &std,
         device: &Device::Cpu,
     };
-    let strategy = StrategyKind::Margin.strategy();
+    let strategy = StrategyKind::Margin.strategy(&Default::default());
     let mut st = RunState::new(&strategy, 1, &spec.config, "cnn".into(), &train, &test);
     run(&ctx, &strategy, &mut st, None, &mut Silent).unwrap();
     let mut idx: Vec<usize> = st.labeled.iter().map(|p| p.0).collect();
@@ -818,4 +867,213 @@ fn cli_train_then_score_writes_one_row_per_item() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+// ----------------------------------------------------------------- gradient evidence
+
+use alkit::acquisition::{Evidence, GradNorms, GradRequest, Needs, Probs, ReGrad, Scorer};
+use alkit::nn::gradnorm::{autograd_grad_norms, GradOut};
+use alkit::predict::Scoring;
+
+fn named_tensors(p: &alkit::nn::init::Params) -> Vec<(String, Tensor)> {
+    p.named()
+        .into_iter()
+        .map(|(n, v)| (n, v.as_tensor().clone()))
+        .collect()
+}
+
+/// Max relative error over all rows and GradNorm values. With `zero_expected` (no
+/// perturbation) the expected-gradient row is pure rounding noise around 0 and is checked
+/// against the class rows' scale instead. (With perturbed copies it is `p0 - p(x_i)`-driven and
+/// genuinely non-zero.)
+fn max_rel(a: &GradOut, b: &GradOut, classes: usize, zero_expected: bool) -> f64 {
+    assert_eq!(
+        (a.rows, a.layers, a.sq.len()),
+        (b.rows, b.layers, b.sq.len())
+    );
+    let rel = |x: f64, y: f64| (x - y).abs() / x.abs().max(y.abs()).max(1e-300);
+    let per = a.rows * a.layers;
+    let mut worst = 0f64;
+    for (i, (ca, cb)) in a.sq.chunks(per).zip(b.sq.chunks(per)).enumerate() {
+        let scale: f64 = ca[..classes * a.layers].iter().sum();
+        for (j, (&x, &y)) in ca.iter().zip(cb).enumerate() {
+            if j < classes * a.layers || !zero_expected {
+                worst = worst.max(rel(x, y));
+            } else {
+                assert!(
+                    x.abs() <= 1e-20 * scale && y.abs() <= 1e-20 * scale,
+                    "expected row of {i}: {x} vs {y}"
+                );
+            }
+        }
+    }
+    a.kl_l1
+        .iter()
+        .zip(&b.kl_l1)
+        .fold(worst, |w, (&x, &y)| w.max(rel(x, y)))
+}
+
+#[test]
+fn fast_cnn_gradient_norms_match_per_sample_autograd_in_f64() {
+    // Independent reference: one autograd backward per candidate and row, in f64, through
+    // candle's own ops. Relative error <= 1e-9 on every class row, layer and GradNorm value.
+    let (train, _) = normalised();
+    let cfg = CnnConfig::standard(train.item_shape(), 10);
+    let (vb, params) = seeded(stream(11, Purpose::Init, 0), DType::F64, &Device::Cpu);
+    let model = Arch::Cnn(cfg).build(vb).unwrap();
+    let idx: Vec<usize> = (0..4).collect();
+    let x = train
+        .batch(&idx, &Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let fast = model
+        .grad_norms(&x, 1, true)
+        .unwrap()
+        .expect("CNN has a fast path");
+    let slow = autograd_grad_norms(model.as_ref(), &named_tensors(&params), &x, 1, true).unwrap();
+    assert_eq!((fast.rows, fast.layers), (11, 4));
+    let err = max_rel(&fast, &slow, 10, true);
+    assert!(err <= 1e-9, "relative error {err}");
+    // Perturbed copies (3 per candidate, averaged before the norm), same inputs both ways.
+    let noisy = (x
+        .repeat((1, 3, 1, 1))
+        .unwrap()
+        .reshape((12, 1, 28, 28))
+        .unwrap()
+        + randn64(&[12, 1, 28, 28], 12).affine(0.05, 0.0).unwrap())
+    .unwrap();
+    let fast = model.grad_norms(&noisy, 3, true).unwrap().unwrap();
+    let slow =
+        autograd_grad_norms(model.as_ref(), &named_tensors(&params), &noisy, 3, true).unwrap();
+    let err = max_rel(&fast, &slow, 10, false);
+    assert!(err <= 1e-9, "relative error with copies {err}");
+}
+
+#[test]
+fn softmax_regression_gradient_norms_have_the_closed_form() {
+    // One linear layer z = W h + b: d log p_c / dW = (e_c - p) h^T, d/db = e_c - p, so
+    // ||g_c||^2 = (||h||^2 + 1) ||e_c - p||^2 (computed here by hand from the model's own p).
+    let arch = Arch::Mlp(MlpConfig {
+        inputs: 5,
+        hidden: vec![],
+        classes: 3,
+        dropout: 0.0,
+    });
+    let (vb, params) = seeded(stream(3, Purpose::Init, 0), DType::F64, &Device::Cpu);
+    let model = arch.build(vb).unwrap();
+    let h = randn64(&[2, 5], 14);
+    let out = autograd_grad_norms(model.as_ref(), &named_tensors(&params), &h, 1, false).unwrap();
+    let p: Vec<Vec<f64>> = log_probs(&model.forward(&h, &mut Mode::Eval).unwrap())
+        .unwrap()
+        .exp()
+        .unwrap()
+        .to_vec2()
+        .unwrap();
+    let hv: Vec<Vec<f64>> = h.to_vec2().unwrap();
+    for i in 0..2 {
+        let hh: f64 = hv[i].iter().map(|v| v * v).sum();
+        for c in 0..3 {
+            let ep: f64 = (0..3)
+                .map(|j| (f64::from(u8::from(j == c)) - p[i][j]).powi(2))
+                .sum();
+            let want = (hh + 1.0) * ep;
+            let got = out.sq[i * 3 + c];
+            assert!((got - want).abs() <= 1e-12 * want, "{got} vs {want}");
+        }
+        // GradNorm: ||(p - u) h^T||_1 = ||p - u||_1 ||h||_1.
+        let want = p[i].iter().map(|v| (v - 1.0 / 3.0).abs()).sum::<f64>()
+            * hv[i].iter().map(|v| v.abs()).sum::<f64>();
+        assert!((out.kl_l1[i] - want).abs() <= 1e-12 * want);
+    }
+}
+
+#[test]
+fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
+    let (train, test) = normalised();
+    let norm = Normalizer::fit(&load_idx_dir(&data_dir()).unwrap().train);
+    let (vb, params) = seeded(stream(5, Purpose::Init, 0), DType::F32, &Device::Cpu);
+    let model = Arch::Cnn(CnnConfig::standard(train.item_shape(), 10))
+        .build(vb)
+        .unwrap();
+    let scoring = Scoring {
+        model: model.as_ref(),
+        params: Some(&params),
+        input_std: &norm.std,
+        batch: 64,
+        device: &Device::Cpu,
+    };
+    let idx: Vec<usize> = (0..24).collect();
+    let plain = ReGrad::DEFAULT;
+    let star0 = ReGrad {
+        lambda: 0.3,
+        request: GradRequest {
+            perturbations: 4,
+            sigma: 0.0,
+            expected: false,
+        },
+    };
+    let mut rng = stream(0, Purpose::Perturb, 0);
+    let a = plain
+        .score(
+            &scoring
+                .evidence(&train, &idx, plain.needs(), &mut rng, &mut Silent)
+                .unwrap(),
+        )
+        .unwrap();
+    let b = star0
+        .score(
+            &scoring
+                .evidence(&train, &idx, star0.needs(), &mut rng, &mut Silent)
+                .unwrap(),
+        )
+        .unwrap();
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-4 * x.abs(), "{x} vs {y}");
+    }
+    // With noise the scores move, but stay finite and positive.
+    let mut rng = stream(0, Purpose::Perturb, 0);
+    let c = ReGrad::STAR
+        .score(
+            &scoring
+                .evidence(&train, &idx, ReGrad::STAR.needs(), &mut rng, &mut Silent)
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(c.iter().all(|v| v.is_finite() && *v > 0.0) && c != b);
+    // Every gradient strategy runs through the loop (2 cycles, tiny training).
+    let mut spec = small_spec(vec![
+        StrategyKind::RegradStar,
+        StrategyKind::Exgrad,
+        StrategyKind::Negrad,
+        StrategyKind::Ungrad,
+        StrategyKind::Gradnorm,
+        StrategyKind::ExgradV,
+        StrategyKind::Regrad,
+    ]);
+    spec.config.cycles = 1;
+    spec.config.train.steps = 10;
+    spec.scorers.perturbations = 2;
+    let out = tmp("grad-loop");
+    let states = run_curve(
+        &spec,
+        &train,
+        &test,
+        &norm.std,
+        &out,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    assert_eq!(states.len(), 7);
+    assert!(states
+        .iter()
+        .all(|s| s.records.len() == 2 && s.labeled.len() == 30));
+    let _ = std::fs::remove_dir_all(out);
+    // Evidence shape errors are caught: 2 candidates of probabilities vs 1 of gradient norms.
+    let mut bad = Evidence::from_probs(Probs::new(vec![0.5, 0.5, 0.5, 0.5], 2, 2).unwrap());
+    bad.grads = Some(GradNorms::new(vec![1.0; 2], 1, 2, 2, 1, vec![0.0]).unwrap());
+    assert!(plain.score(&bad).is_err());
+    let _ = Needs::PROBS;
 }

@@ -8,22 +8,155 @@
 use crate::ScoreError;
 
 /// Which pieces of evidence a scorer reads. The model side computes only what is asked for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Needs {
     /// Predictive probabilities `(n, c)`.
     pub probs: bool,
+    /// Per-class parameter-gradient norms, computed as requested.
+    pub grads: Option<GradRequest>,
 }
 
 impl Needs {
     /// Evidence that holds probabilities only.
-    pub const PROBS: Needs = Needs { probs: true };
+    pub const PROBS: Needs = Needs {
+        probs: true,
+        grads: None,
+    };
 
-    /// The union of two needs.
-    pub fn union(self, other: Needs) -> Needs {
+    /// Probabilities and gradient norms computed as `request` says.
+    pub fn grads(request: GradRequest) -> Needs {
         Needs {
-            probs: self.probs || other.probs,
+            probs: true,
+            grads: Some(request),
         }
+    }
+
+    /// The union of two needs, or `None` when they ask for gradients computed differently
+    /// (then they need separate evidence).
+    pub fn union(self, other: Needs) -> Option<Needs> {
+        let grads = match (self.grads, other.grads) {
+            (Some(a), Some(b)) if a != b => return None,
+            (a, b) => a.or(b),
+        };
+        Some(Needs {
+            probs: self.probs || other.probs,
+            grads,
+        })
+    }
+}
+
+/// How the model side computes per-class gradients `g_c = d log p(y=c|x) / d theta`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradRequest {
+    /// Perturbed copies averaged with the input (REGrad*'s `N`): each class's gradient is
+    /// `(1/(N+1)) sum_{i=0..N} d log p_c(x_i) / d theta`, `x_0 = x`, `x_i = x + eps_i`. 0 gives the
+    /// plain gradient.
+    pub perturbations: usize,
+    /// Standard deviation of `eps_i ~ N(0, sigma^2 I)` on the `[0, 1]` input scale (before
+    /// normalisation).
+    pub sigma: f32,
+    /// Also compute the expected gradient `sum_c p_c g_c` (NEGrad's row).
+    pub expected: bool,
+}
+
+impl GradRequest {
+    /// Plain per-class gradients, no perturbation, no expected-gradient row.
+    pub const PLAIN: GradRequest = GradRequest {
+        perturbations: 0,
+        sigma: 0.0,
+        expected: false,
+    };
+}
+
+/// Squared L2 norms of per-candidate parameter gradients, per row and per layer:
+/// `(n, r, L)`: candidates, rows, layers (numbered from the input, a layer's weight and bias
+/// together). Rows `0..c` are the classes' `g_c`; when requested, row `c` is the expected
+/// gradient `sum_c p_c g_c`. Also GradNorm's quantity: the L1 norm of the gradient of
+/// `KL(uniform || p)` w.r.t. the last layer's weight, `(n,)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradNorms {
+    sq: Vec<f32>,
+    n: usize,
+    classes: usize,
+    rows: usize,
+    layers: usize,
+    kl_uniform_l1: Vec<f32>,
+}
+
+impl GradNorms {
+    /// Wraps squared norms `(n, rows, layers)` with `rows` = `classes` or `classes + 1`, and the
+    /// GradNorm L1 values `(n,)`; checks shapes and that every value is finite and `>= 0`.
+    pub fn new(
+        sq: Vec<f32>,
+        n: usize,
+        classes: usize,
+        rows: usize,
+        layers: usize,
+        kl_uniform_l1: Vec<f32>,
+    ) -> Result<Self, ScoreError> {
+        if !(rows == classes || rows == classes + 1) || layers == 0 || sq.len() != n * rows * layers
+        {
+            return Err(ScoreError::Shape {
+                what: "gradient norms",
+                expected: format!("({n}, {classes} or {}, L > 0)", classes + 1),
+                got: format!("{} values for {rows} rows x {layers} layers", sq.len()),
+            });
+        }
+        if kl_uniform_l1.len() != n {
+            return Err(ScoreError::Shape {
+                what: "GradNorm values",
+                expected: format!("({n},)"),
+                got: format!("{} values", kl_uniform_l1.len()),
+            });
+        }
+        if let Some(position) = sq
+            .iter()
+            .chain(&kl_uniform_l1)
+            .position(|v| !v.is_finite() || *v < 0.0)
+        {
+            let value = sq
+                .iter()
+                .chain(&kl_uniform_l1)
+                .nth(position)
+                .copied()
+                .unwrap_or(f32::NAN);
+            return Err(ScoreError::NonFinite { position, value });
+        }
+        Ok(Self {
+            sq,
+            n,
+            classes,
+            rows,
+            layers,
+            kl_uniform_l1,
+        })
+    }
+
+    /// Number of candidates.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+    /// Number of layers `L`.
+    pub fn layers(&self) -> usize {
+        self.layers
+    }
+    /// Squared norms per layer `(L,)` of class `c`'s gradient for candidate `i`.
+    pub fn class(&self, i: usize, c: usize) -> &[f32] {
+        let o = (i * self.rows + c) * self.layers;
+        &self.sq[o..o + self.layers]
+    }
+    /// Squared norms per layer `(L,)` of the expected gradient, if it was computed.
+    pub fn expected(&self, i: usize) -> Option<&[f32]> {
+        (self.rows > self.classes).then(|| self.class(i, self.classes))
+    }
+    /// GradNorm's L1 norm for candidate `i`.
+    pub fn kl_uniform_l1(&self, i: usize) -> f32 {
+        self.kl_uniform_l1[i]
     }
 }
 
@@ -89,12 +222,25 @@ impl Probs {
 pub struct Evidence {
     /// Predictive probabilities `(n, c)`, present when [`Needs::probs`] was asked for.
     pub probs: Option<Probs>,
+    /// Gradient norms `(n, r, L)`, present when [`Needs::grads`] was asked for.
+    pub grads: Option<GradNorms>,
 }
 
 impl Evidence {
     /// Evidence holding probabilities only.
     pub fn from_probs(probs: Probs) -> Self {
-        Self { probs: Some(probs) }
+        Self {
+            probs: Some(probs),
+            grads: None,
+        }
+    }
+
+    /// The gradient norms, or an error naming the scorer that needed them.
+    pub fn grads(&self, scorer: &str) -> Result<&GradNorms, ScoreError> {
+        self.grads.as_ref().ok_or(ScoreError::Missing {
+            scorer: scorer.to_string(),
+            evidence: "gradient norms",
+        })
     }
 
     /// The probabilities, or an error naming the scorer that needed them.

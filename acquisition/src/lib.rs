@@ -7,8 +7,9 @@
 //!   candidate out, **higher = label first**;
 //! - the evidence types scorers read ([`Evidence`], [`Probs`]) and what a scorer asks for
 //!   ([`Needs`]);
-//! - the built-in scorers ([`Entropy`], [`LeastConfidence`], [`Margin`], and the closed set of
-//!   them as [`Builtin`]);
+//! - the built-in scorers: probability-based ([`Entropy`], [`LeastConfidence`], [`Margin`],
+//!   and the closed set of them as [`Builtin`]) and gradient-based ([`ReGrad`] (REGrad and
+//!   REGrad*), [`ExGrad`], [`UnGrad`], [`NeGrad`], [`GradNorm`], [`ExGradV`]);
 //! - batch selection from scores ([`Selection`]).
 //!
 //! ```
@@ -18,16 +19,18 @@
 //! // Three candidates, two classes: (n, c) = (3, 2).
 //! let probs = Probs::new(vec![0.5, 0.5, 0.9, 0.1, 0.99, 0.01], 3, 2).unwrap();
 //! let scores = Builtin::Entropy.score(&Evidence::from_probs(probs)).unwrap();
-//! let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+//! let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
 //! let picked = Selection::TopK.select(&scores, 1, &mut rng).unwrap();
 //! assert_eq!(picked, vec![0]); // the 50/50 candidate is labeled first
 //! ```
 
 mod evidence;
+mod gradient;
 mod scorers;
 mod selection;
 
-pub use evidence::{Evidence, Needs, Probs};
+pub use evidence::{Evidence, GradNorms, GradRequest, Needs, Probs};
+pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, ReGrad, UnGrad};
 pub use scorers::{Builtin, Entropy, LeastConfidence, Margin};
 pub use selection::Selection;
 

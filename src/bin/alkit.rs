@@ -5,13 +5,14 @@
 //! codes: 0 success, 1 failure (data, IO, state), 2 bad usage or settings, 130 interrupted.
 
 use alkit::acquire::LoopConfig;
-use alkit::acquisition::{Builtin, Scorer};
+use alkit::acquisition::Scorer;
 use alkit::bench::bench_scoring;
-use alkit::curve::{run_curve, summarize, CurveSpec, StrategyKind, SummaryRow};
+use alkit::curve::{run_curve, summarize, CurveSpec, ScorerSettings, StrategyKind, SummaryRow};
 use alkit::data::{load_idx_dir, Dataset, Normalizer, Splits};
 use alkit::nn::{Arch, CnnConfig, MlpConfig};
 use alkit::observe::{Control, Event, Observer, Silent};
-use alkit::predict::{evaluate, evidence};
+use alkit::predict::{evaluate, Scoring};
+use alkit::rng::{stream, Purpose};
 use alkit::train::{train, TrainConfig, TrainRngs};
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
@@ -19,6 +20,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(
@@ -72,14 +74,59 @@ enum Command {
     Bench(BenchArgs),
 }
 
+/// Settings of the parameterised scorers.
+#[derive(clap::Args, Clone, Copy)]
+struct ScorerFlags {
+    /// REGrad layer-selection strength lambda (a_l = exp(lambda * l)). [default: 0.3]
+    #[arg(long)]
+    lambda: Option<f32>,
+    /// REGrad* input-noise standard deviation on the [0, 1] pixel scale. [default: 0.02]
+    #[arg(long)]
+    sigma: Option<f32>,
+    /// REGrad*'s number of perturbed copies N. [default: 8]
+    #[arg(long)]
+    perturbations: Option<usize>,
+}
+
+impl ScorerFlags {
+    fn given(&self) -> Option<&'static str> {
+        [
+            ("--lambda", self.lambda.is_some()),
+            ("--sigma", self.sigma.is_some()),
+            ("--perturbations", self.perturbations.is_some()),
+        ]
+        .into_iter()
+        .find(|g| g.1)
+        .map(|g| g.0)
+    }
+
+    fn settings(&self) -> Result<ScorerSettings> {
+        let d = ScorerSettings::default();
+        let s = ScorerSettings {
+            lambda: self.lambda.unwrap_or(d.lambda),
+            sigma: self.sigma.unwrap_or(d.sigma),
+            perturbations: self.perturbations.unwrap_or(d.perturbations),
+        };
+        if !s.lambda.is_finite() {
+            return Err(alkit::Error::config("lambda", "must be a finite number").into());
+        }
+        if !(s.sigma.is_finite() && s.sigma >= 0.0) {
+            return Err(alkit::Error::config("sigma", "must be a finite number >= 0").into());
+        }
+        Ok(s)
+    }
+}
+
 #[derive(clap::Args)]
 struct CurveArgs {
     /// Folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz). [default: data]
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Comma-separated strategies: entropy, margin, least-confidence, random. [default: all four]
+    /// Comma-separated strategies: entropy, margin, least-confidence, random, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v. [default: entropy,margin,least-confidence,random]
     #[arg(long, value_delimiter = ',')]
     scorer: Option<Vec<StrategyKind>>,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
     /// Number of seeds; runs use seeds SEED, SEED+1, ... [default: 1]
     #[arg(long)]
     seeds: Option<u64>,
@@ -154,9 +201,14 @@ struct ScoreArgs {
     /// Which split to score.
     #[arg(long, value_enum, default_value_t = SplitArg::Train)]
     split: SplitArg,
-    /// Comma-separated scorers: entropy, margin, least-confidence.
+    /// Comma-separated scorers: entropy, margin, least-confidence, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v.
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
+    /// Seed of REGrad*'s input noise.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Write only the K highest-scoring items by the first scorer (all items when absent).
     #[arg(long)]
     top: Option<usize>,
@@ -177,6 +229,8 @@ struct BenchArgs {
         default_value = "entropy,margin,least-confidence"
     )]
     scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
     /// Items scored per pass (the first N of the train split, cycled if fewer).
     #[arg(long, default_value_t = 4096)]
     n: usize,
@@ -291,7 +345,12 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             ("--lr", a.lr.is_some()),
             ("--model", a.model.is_some()),
         ];
-        if let Some((flag, _)) = given.iter().find(|g| g.1) {
+        if let Some(flag) = given
+            .iter()
+            .find(|g| g.1)
+            .map(|g| g.0)
+            .or(a.scorer_flags.given())
+        {
             bail!(
                 "--resume takes every setting from {}/run.json; drop {flag}",
                 dir.display()
@@ -328,6 +387,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                 },
                 batch: defaults.batch,
             },
+            scorers: a.scorer_flags.settings()?,
         };
         let out = a.out.clone().unwrap_or_else(|| PathBuf::from("out/curve"));
         if a.force && out.join("run.json").exists() {
@@ -352,8 +412,10 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         quiet,
         spec.seeds.len() * spec.strategies.len() * (spec.config.cycles + 1),
     );
-    let states = run_curve(&spec, &train, &test, &out, resume, device, &mut bars)
-        .with_context(|| format!("curve run in {}", out.display()))?;
+    let states = run_curve(
+        &spec, &train, &test, &norm.std, &out, resume, device, &mut bars,
+    )
+    .with_context(|| format!("curve run in {}", out.display()))?;
     bars.finish();
     print_summary(&summarize(&states));
     let mut so = std::io::stdout().lock();
@@ -433,11 +495,11 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-fn builtin_scorers(kinds: &[StrategyKind]) -> Result<Vec<Builtin>> {
+fn scorers_of(kinds: &[StrategyKind], settings: &ScorerSettings) -> Result<Vec<Arc<dyn Scorer>>> {
     kinds
         .iter()
         .map(|k| {
-            k.scorer().ok_or_else(|| {
+            k.scorer(settings).ok_or_else(|| {
                 anyhow::Error::from(alkit::Error::config(
                     "scorer",
                     format!("`{k}` is a selection strategy, not a scorer"),
@@ -448,7 +510,8 @@ fn builtin_scorers(kinds: &[StrategyKind]) -> Result<Vec<Builtin>> {
 }
 
 fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
-    let scorers = builtin_scorers(&a.scorer)?;
+    let settings = a.scorer_flags.settings()?;
+    let scorers = scorers_of(&a.scorer, &settings)?;
     let ck = alkit::checkpoint::load(&a.checkpoint, device)
         .with_context(|| format!("loading the checkpoint {}", a.checkpoint.display()))?;
     let splits = load(&a.data)?;
@@ -466,24 +529,19 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     }
     let ds = ck.config.normalizer.apply(raw)?;
     let all: Vec<usize> = (0..ds.len()).collect();
-    let needs = scorers
-        .iter()
-        .fold(Default::default(), |n: alkit::acquisition::Needs, s| {
-            n.union(s.needs())
-        });
-    let ev = evidence(
-        ck.model.as_ref(),
-        &ds,
-        &all,
-        needs,
-        512,
+    let scoring = Scoring {
+        model: ck.model.as_ref(),
+        params: Some(&ck.params),
+        input_std: &ck.config.normalizer.std,
+        batch: 512,
         device,
-        &mut Silent,
-    )?;
-    let cols: Vec<Vec<f32>> = scorers
-        .iter()
-        .map(|s| s.score(&ev))
-        .collect::<Result<_, _>>()?;
+    };
+    let mut cols: Vec<Vec<f32>> = Vec::new();
+    for s in &scorers {
+        let mut rng = stream(a.seed, Purpose::Perturb, 0);
+        let ev = scoring.evidence(&ds, &all, s.needs(), &mut rng, &mut Silent)?;
+        cols.push(s.score(&ev)?);
+    }
     let mut order = all.clone();
     if let Some(k) = a.top {
         order.sort_by(|&x, &y| cols[0][y].total_cmp(&cols[0][x]).then(x.cmp(&y)));
@@ -507,7 +565,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
 }
 
 fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
-    let scorers = builtin_scorers(&a.scorer)?;
+    let scorers = scorers_of(&a.scorer, &a.scorer_flags.settings()?)?;
     let splits = load(&a.data)?;
     let norm = Normalizer::fit(&splits.train);
     let ds = norm.apply(&splits.train)?;
@@ -528,17 +586,16 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
         &mut Silent,
     )?;
     let items: Vec<usize> = (0..a.n).map(|i| i % ds.len()).collect();
+    let scoring = Scoring {
+        model: trained.model.as_ref(),
+        params: Some(&trained.params),
+        input_std: &norm.std,
+        batch: a.batch as usize,
+        device,
+    };
     let mut results = Vec::new();
     for s in &scorers {
-        results.push(bench_scoring(
-            trained.model.as_ref(),
-            &ds,
-            &items,
-            s,
-            a.batch as usize,
-            a.repeats,
-            device,
-        )?);
+        results.push(bench_scoring(&scoring, &ds, &items, s.as_ref(), a.repeats)?);
     }
     let mut so = std::io::stdout().lock();
     if a.json {

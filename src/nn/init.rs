@@ -11,6 +11,7 @@ use candle_core::{DType, Device, Result, Shape, Tensor, Var};
 use candle_nn::init::{FanInOut, NonLinearity, NormalOrUniform};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
+use rand::SeedableRng;
 use std::sync::{Arc, Mutex};
 
 struct State {
@@ -25,6 +26,16 @@ pub struct Params {
 }
 
 impl Params {
+    /// Wraps existing `(name, var)` pairs (e.g. loaded from a checkpoint).
+    pub fn from_named(vars: Vec<(String, Var)>) -> Params {
+        Params {
+            state: Arc::new(Mutex::new(State {
+                rng: Rng::seed_from_u64(0),
+                vars,
+            })),
+        }
+    }
+
     /// `(name, var)` pairs in creation order.
     pub fn named(&self) -> Vec<(String, Var)> {
         self.lock().vars.clone()

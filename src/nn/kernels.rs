@@ -36,14 +36,38 @@ pub trait Elem:
     const ZERO: Self;
     /// Multiplicative identity.
     const ONE: Self;
+    /// `e^self`.
+    fn exp(self) -> Self;
+    /// Widening conversion.
+    fn to_f64(self) -> f64;
+    /// Narrowing conversion.
+    fn from_f64(v: f64) -> Self;
 }
 impl Elem for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn exp(self) -> Self {
+        f32::exp(self)
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
 }
 impl Elem for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
 }
 
 /// True when a tensor can use these kernels (CPU, `f32` or `f64`).
@@ -114,7 +138,7 @@ pub struct Col2im {
 
 /// Visits each (output pixel, tap) pair whose input pixel lies inside the image:
 /// `f(out_pixel, tap, in_pixel)`.
-#[inline]
+#[inline(always)]
 fn for_taps(h: usize, w: usize, k: usize, pad: usize, mut f: impl FnMut(usize, usize, usize)) {
     let (oh, ow) = (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k);
     for oy in 0..oh {
@@ -156,6 +180,18 @@ fn im2col_k<T: Elem>(
                 ob[o * kc + t * c..o * kc + (t + 1) * c].copy_from_slice(&xb[i * c..(i + 1) * c]);
             });
         });
+    out
+}
+
+/// im2col of one image `(h, w, c)`, no padding, single-threaded: `(oh * ow, k * k * c)`.
+#[inline(always)]
+pub(crate) fn im2col_one<T: Elem>(x: &[T], (h, w, c): (usize, usize, usize), k: usize) -> Vec<T> {
+    let (oh, ow) = (h + 1 - k, w + 1 - k);
+    let kc = k * k * c;
+    let mut out = vec![T::ZERO; oh * ow * kc];
+    for_taps(h, w, k, 0, |o, t, i| {
+        out[o * kc + t * c..o * kc + (t + 1) * c].copy_from_slice(&x[i * c..(i + 1) * c]);
+    });
     out
 }
 
@@ -692,7 +728,13 @@ impl CustomOp2 for BiasReluPool {
         ));
         Ok((out, Shape::from((d.0, d.1 / 2, d.2 / 2, d.3))))
     }
-    fn bwd(&self, y: &Tensor, _bias: &Tensor, res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        y: &Tensor,
+        _bias: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let active = res.gt(0.0)?.to_dtype(grad.dtype())?;
         let gm = grad.mul(&active)?;
         let dy = y.apply_op2(&gm.contiguous()?, MaxPoolRoute)?;

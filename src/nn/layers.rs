@@ -72,7 +72,9 @@ impl Conv2d {
     /// ReLU and pooling run as one fused kernel with an exact backward.
     pub fn forward_relu_pool_nhwc(&self, x: &Tensor) -> Result<Tensor> {
         if kernels::supported(x) {
-            return self.linear_part(x)?.apply_op2(&self.bias, kernels::BiasReluPool);
+            return self
+                .linear_part(x)?
+                .apply_op2(&self.bias, kernels::BiasReluPool);
         }
         max_pool2x2(&self.forward_nhwc(x)?.relu()?)
     }
@@ -91,7 +93,9 @@ impl Conv2d {
             .weight
             .permute((0, 2, 3, 1))?
             .reshape((out, k * k * cin))?;
-        let y = cols.reshape((b * oh * ow, k * k * cin))?.matmul(&wmat.t()?)?;
+        let y = cols
+            .reshape((b * oh * ow, k * k * cin))?
+            .matmul(&wmat.t()?)?;
         y.reshape((b, oh, ow, out))
     }
 

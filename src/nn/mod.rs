@@ -5,12 +5,13 @@
 //! [`candle_nn::VarBuilder`]. For training, [`init::seeded`] supplies a builder whose
 //! parameters come from the run's seeded RNG; for checkpoints, a builder over loaded tensors.
 
+pub mod gradnorm;
 pub mod init;
 pub mod kernels;
 pub mod layers;
 
 use crate::rng::Rng;
-use candle_core::{Module, Result, Tensor};
+use candle_core::{DType, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use layers::{dropout, flatten_nchw_order, linear, nchw_to_nhwc, Conv2d};
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,19 @@ pub trait Classifier: Send + Sync {
     /// default is `forward` in eval mode, detached.
     fn predict(&self, x: &Tensor) -> Result<Tensor> {
         Ok(self.forward(x, &mut Mode::Eval)?.detach())
+    }
+    /// A fast path for per-candidate gradient norms (see [`gradnorm`]): `x` is
+    /// `(n * copies, *item_shape)` with each candidate's copies adjacent (copy 0 unperturbed);
+    /// class gradients are averaged over copies before taking norms. `None` (the default) means
+    /// no fast path: callers fall back to [`gradnorm::autograd_grad_norms`].
+    fn grad_norms(
+        &self,
+        x: &Tensor,
+        copies: usize,
+        expected: bool,
+    ) -> Result<Option<gradnorm::GradOut>> {
+        let _ = (x, copies, expected);
+        Ok(None)
     }
     /// Number of classes `c`.
     fn classes(&self) -> usize;
@@ -123,6 +137,8 @@ pub struct Cnn {
     fc2: candle_nn::Linear,
     dropout: f32,
     classes: usize,
+    /// Input `(c, h, w)`.
+    input: (usize, usize, usize),
 }
 
 impl Cnn {
@@ -146,6 +162,47 @@ impl Cnn {
             fc2: linear(128, cfg.classes, vb.pp("fc2"))?,
             dropout: cfg.dropout,
             classes: cfg.classes,
+            input: (cfg.in_channels, cfg.height, cfg.width),
+        })
+    }
+}
+
+impl Cnn {
+    /// The weights as the gradient kernel wants them (see `gradnorm::CnnWeights`).
+    fn weights<T: kernels::Elem + candle_core::WithDType>(
+        &self,
+    ) -> Result<gradnorm::CnnWeights<T>> {
+        let v =
+            |t: &Tensor| -> Result<Vec<T>> { t.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>() };
+        let conv =
+            |c: &Conv2d| -> Result<Vec<T>> { v(&c.weight().permute((0, 2, 3, 1))?.contiguous()?) };
+        let (c1, cin, k, _) = self.conv1.weight().dims4()?;
+        let c2 = self.conv2.weight().dim(0)?;
+        let w3 = self.fc1.weight();
+        let w4 = self.fc2.weight();
+        let bias = |l: &candle_nn::Linear| -> Result<Vec<T>> {
+            match l.bias() {
+                Some(b) => v(b),
+                None => Ok(vec![T::ZERO; l.weight().dim(0)?]),
+            }
+        };
+        Ok(gradnorm::CnnWeights {
+            w1: conv(&self.conv1)?,
+            b1: v(self.conv1.bias())?,
+            w2: conv(&self.conv2)?,
+            b2: v(self.conv2.bias())?,
+            w3: v(w3)?,
+            w3t: v(&w3.t()?.contiguous()?)?,
+            b3: bias(&self.fc1)?,
+            w4: v(w4)?,
+            w4t: v(&w4.t()?.contiguous()?)?,
+            b4: bias(&self.fc2)?,
+            input: (self.input.1, self.input.2, cin),
+            c1,
+            c2,
+            hidden: w3.dim(0)?,
+            classes: self.classes,
+            k,
         })
     }
 }
@@ -161,6 +218,35 @@ impl Classifier for Cnn {
             Mode::Eval => x,
         };
         self.fc2.forward(&x)
+    }
+
+    fn grad_norms(
+        &self,
+        x: &Tensor,
+        copies: usize,
+        expected: bool,
+    ) -> Result<Option<gradnorm::GradOut>> {
+        if !kernels::supported(x) || copies == 0 {
+            return Ok(None);
+        }
+        let x = nchw_to_nhwc(x)?.contiguous()?;
+        Ok(Some(match x.dtype() {
+            DType::F64 => gradnorm::cnn_grad_norms(
+                &self.weights::<f64>()?,
+                &x.flatten_all()?.to_vec1()?,
+                copies,
+                expected,
+            ),
+            _ => {
+                let x = x.to_dtype(DType::F32)?;
+                gradnorm::cnn_grad_norms(
+                    &self.weights::<f32>()?,
+                    &x.flatten_all()?.to_vec1()?,
+                    copies,
+                    expected,
+                )
+            }
+        }))
     }
 
     fn predict(&self, x: &Tensor) -> Result<Tensor> {
