@@ -341,6 +341,7 @@ pub fn run(
                     let scoring = Scoring {
                         model: trained.model.as_ref(),
                         params: Some(&trained.params),
+                        builder: Some(ctx.model),
                         input_std: ctx.input_std,
                         batch: cfg.batch,
                         device: ctx.device,

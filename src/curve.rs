@@ -17,7 +17,8 @@ use crate::nn::Arch;
 use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
 use alkit_acquisition::{
-    Builtin, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, ReGrad, Scorer, Selection, UnGrad,
+    Builtin, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, ReGrad, SampleRequest,
+    Scorer, Selection, UnGrad,
 };
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,10 @@ pub enum StrategyKind {
     Gradnorm,
     /// ExGrad's V-term, top-k.
     ExgradV,
+    /// Expected KL under input noise, top-k.
+    PerturbX,
+    /// Expected KL under weight noise, top-k.
+    PerturbTheta,
 }
 
 /// Settings of the parameterised scorers (REGrad's `lambda`, REGrad*'s noise).
@@ -63,6 +68,12 @@ pub struct ScorerSettings {
     pub sigma: f32,
     /// REGrad*'s number of perturbed copies `N`.
     pub perturbations: usize,
+    /// Perturb-x input-noise standard deviation on the `[0, 1]` scale.
+    pub perturb_x_sigma: f32,
+    /// Perturb-theta weight-noise standard deviation.
+    pub perturb_theta_sigma: f32,
+    /// Draws of Perturb-x and Perturb-theta.
+    pub perturb_samples: usize,
 }
 
 impl Default for ScorerSettings {
@@ -71,13 +82,16 @@ impl Default for ScorerSettings {
             lambda: 0.3,
             sigma: 0.02,
             perturbations: 8,
+            perturb_x_sigma: 0.05,
+            perturb_theta_sigma: 0.01,
+            perturb_samples: 8,
         }
     }
 }
 
 impl StrategyKind {
     /// Every strategy, in CLI order.
-    pub const ALL: [StrategyKind; 11] = [
+    pub const ALL: [StrategyKind; 13] = [
         StrategyKind::Entropy,
         StrategyKind::Margin,
         StrategyKind::LeastConfidence,
@@ -89,6 +103,8 @@ impl StrategyKind {
         StrategyKind::Ungrad,
         StrategyKind::Gradnorm,
         StrategyKind::ExgradV,
+        StrategyKind::PerturbX,
+        StrategyKind::PerturbTheta,
     ];
 
     /// The strategies `alkit curve` runs when none is named.
@@ -113,6 +129,8 @@ impl StrategyKind {
             StrategyKind::Ungrad => "ungrad",
             StrategyKind::Gradnorm => "gradnorm",
             StrategyKind::ExgradV => "exgrad-v",
+            StrategyKind::PerturbX => "perturb-x",
+            StrategyKind::PerturbTheta => "perturb-theta",
         }
     }
 
@@ -138,6 +156,18 @@ impl StrategyKind {
             StrategyKind::Ungrad => Arc::new(UnGrad),
             StrategyKind::Gradnorm => Arc::new(GradNorm),
             StrategyKind::ExgradV => Arc::new(ExGradV),
+            StrategyKind::PerturbX => Arc::new(PerturbKl {
+                request: SampleRequest::InputNoise {
+                    sigma: s.perturb_x_sigma,
+                    samples: s.perturb_samples,
+                },
+            }),
+            StrategyKind::PerturbTheta => Arc::new(PerturbKl {
+                request: SampleRequest::WeightNoise {
+                    sigma: s.perturb_theta_sigma,
+                    samples: s.perturb_samples,
+                },
+            }),
         })
     }
 

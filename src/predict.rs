@@ -6,10 +6,10 @@ use crate::error::{Error, Result};
 use crate::nn::gradnorm::autograd_grad_norms;
 use crate::nn::init::Params;
 use crate::nn::layers::log_probs;
-use crate::nn::Classifier;
+use crate::nn::{Classifier, ModelBuilder};
 use crate::observe::{Control, Event, Observer};
 use crate::rng::{normal, Rng};
-use alkit_acquisition::{Evidence, GradNorms, GradRequest, Needs, Probs};
+use alkit_acquisition::{Evidence, GradNorms, GradRequest, Needs, Probs, SampleRequest, Samples};
 use candle_core::{DType, Device};
 
 /// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of `batch`.
@@ -57,8 +57,11 @@ pub fn probs_from_log(log_probs: &[f32], classes: usize) -> Result<Probs> {
 pub struct Scoring<'a> {
     /// The trained model.
     pub model: &'a dyn Classifier,
-    /// Its `Var`-backed parameters, for models without a gradient fast path.
+    /// Its `Var`-backed parameters, for models without a gradient fast path and for
+    /// weight-noise samples.
     pub params: Option<&'a Params>,
+    /// What built the model, to rebuild it with perturbed weights (weight-noise samples).
+    pub builder: Option<&'a dyn ModelBuilder>,
     /// Per-channel standard deviation of the normaliser (`(c,)`).
     pub input_std: &'a [f32],
     /// Candidates per batch.
@@ -86,7 +89,120 @@ impl Scoring<'_> {
         if let Some(req) = needs.grads {
             ev.grads = Some(self.grad_norms(data, indices, req, rng, observer)?);
         }
+        if let Some(req) = needs.samples {
+            ev.samples = Some(self.samples(data, indices, req, rng, observer)?);
+        }
         Ok(ev)
+    }
+
+    /// `x + eps`, `eps ~ N(0, sigma^2)` per value on the `[0, 1]` scale (divided by the
+    /// channel's normalisation std), for `data[ids]` repeated `copies` times per item, copy 0
+    /// unperturbed when `keep_first`.
+    fn noisy_batch(
+        &self,
+        data: &Dataset,
+        ids: &[usize],
+        sigma: f32,
+        copies: usize,
+        keep_first: bool,
+        rng: &mut Rng,
+    ) -> Result<candle_core::Tensor> {
+        let d = data.item_len();
+        let per_ch = d / data.item_shape()[0];
+        let mut buf = Vec::with_capacity(ids.len() * copies * d);
+        for &i in ids {
+            let x = data.item(i);
+            for c in 0..copies {
+                if c == 0 && keep_first {
+                    buf.extend_from_slice(x);
+                    continue;
+                }
+                for (j, &v) in x.iter().enumerate() {
+                    let s = f64::from(sigma) / f64::from(self.input_std[j / per_ch]);
+                    buf.push(v + (s * normal(rng)) as f32);
+                }
+            }
+        }
+        let mut shp = vec![ids.len() * copies];
+        shp.extend_from_slice(data.item_shape());
+        Ok(candle_core::Tensor::from_vec(buf, shp, self.device)?)
+    }
+
+    fn samples(
+        &self,
+        data: &Dataset,
+        indices: &[usize],
+        req: SampleRequest,
+        rng: &mut Rng,
+        observer: &mut dyn Observer,
+    ) -> Result<Samples> {
+        let c = self.model.classes();
+        let mut draws: Vec<Vec<f32>> = Vec::new();
+        match req {
+            SampleRequest::InputNoise { sigma, samples } => {
+                draws.resize(samples.max(1), Vec::with_capacity(indices.len() * c));
+                let mut done = 0;
+                for chunk in indices.chunks(self.batch.max(1)) {
+                    for draw in draws.iter_mut() {
+                        let x = self.noisy_batch(data, chunk, sigma, 1, false, rng)?;
+                        let lp = log_probs(&self.model.predict(&x)?)?;
+                        draw.extend(lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+                    }
+                    done += chunk.len();
+                    if observer.on(&Event::Scoring {
+                        done,
+                        total: indices.len(),
+                    }) == Control::Stop
+                    {
+                        return Err(Error::Interrupted);
+                    }
+                }
+            }
+            SampleRequest::WeightNoise { sigma, samples } => {
+                let (Some(params), Some(builder)) = (self.params, self.builder) else {
+                    return Err(Error::config(
+                        "model",
+                        "weight-noise samples need the model's parameters and builder",
+                    ));
+                };
+                for _ in 0..samples.max(1) {
+                    let mut noisy = std::collections::HashMap::new();
+                    for (name, var) in params.named() {
+                        let t = var.as_tensor();
+                        let eps: Vec<f32> = (0..t.elem_count())
+                            .map(|_| (f64::from(sigma) * normal(rng)) as f32)
+                            .collect();
+                        let eps = candle_core::Tensor::from_vec(eps, t.shape(), t.device())?
+                            .to_dtype(t.dtype())?;
+                        noisy.insert(name, (t.detach() + eps)?);
+                    }
+                    let model = builder.build(candle_nn::VarBuilder::from_tensors(
+                        noisy,
+                        DType::F32,
+                        self.device,
+                    ))?;
+                    draws.push(log_probs_of(
+                        model.as_ref(),
+                        data,
+                        indices,
+                        self.batch,
+                        self.device,
+                        observer,
+                    )?);
+                }
+            }
+            other => {
+                return Err(Error::config(
+                    "samples",
+                    format!("{other:?} is not supported by this model side"),
+                ))
+            }
+        }
+        let probs = draws
+            .iter()
+            .map(|lp| probs_from_log(lp, c))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Samples::new(probs)?)
     }
 
     fn grad_norms(
@@ -98,9 +214,7 @@ impl Scoring<'_> {
         observer: &mut dyn Observer,
     ) -> Result<GradNorms> {
         let copies = req.perturbations + 1;
-        let d = data.item_len();
         let ch = data.item_shape()[0];
-        let per_ch = d / ch;
         if self.input_std.len() != ch {
             return Err(Error::config(
                 "input_std",
@@ -116,20 +230,7 @@ impl Scoring<'_> {
         let (mut sq, mut kl, mut shape) = (Vec::new(), Vec::new(), (0, 0));
         let mut done = 0;
         for chunk in indices.chunks(self.batch.clamp(1, 256)) {
-            let mut buf = Vec::with_capacity(chunk.len() * copies * d);
-            for &i in chunk {
-                let x = data.item(i);
-                buf.extend_from_slice(x);
-                for _ in 1..copies {
-                    for (j, &v) in x.iter().enumerate() {
-                        let s = f64::from(req.sigma) / f64::from(self.input_std[j / per_ch]);
-                        buf.push(v + (s * normal(rng)) as f32);
-                    }
-                }
-            }
-            let mut shp = vec![chunk.len() * copies];
-            shp.extend_from_slice(data.item_shape());
-            let x = candle_core::Tensor::from_vec(buf, shp, self.device)?;
+            let x = self.noisy_batch(data, chunk, req.sigma, copies, true, rng)?;
             let out = match self.model.grad_norms(&x, copies, req.expected)? {
                 Some(o) => o,
                 None => match &fallback {

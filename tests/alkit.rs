@@ -996,9 +996,11 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
     let model = Arch::Cnn(CnnConfig::standard(train.item_shape(), 10))
         .build(vb)
         .unwrap();
+    let arch = Arch::Cnn(CnnConfig::standard(train.item_shape(), 10));
     let scoring = Scoring {
         model: model.as_ref(),
         params: Some(&params),
+        builder: Some(&arch),
         input_std: &norm.std,
         batch: 64,
         device: &Device::Cpu,
@@ -1050,10 +1052,13 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
         StrategyKind::Gradnorm,
         StrategyKind::ExgradV,
         StrategyKind::Regrad,
+        StrategyKind::PerturbX,
+        StrategyKind::PerturbTheta,
     ]);
     spec.config.cycles = 1;
     spec.config.train.steps = 10;
     spec.scorers.perturbations = 2;
+    spec.scorers.perturb_samples = 2;
     let out = tmp("grad-loop");
     let states = run_curve(
         &spec,
@@ -1066,7 +1071,7 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
         &mut Silent,
     )
     .unwrap();
-    assert_eq!(states.len(), 7);
+    assert_eq!(states.len(), 9);
     assert!(states
         .iter()
         .all(|s| s.records.len() == 2 && s.labeled.len() == 30));

@@ -15,6 +15,8 @@ pub struct Needs {
     pub probs: bool,
     /// Per-class parameter-gradient norms, computed as requested.
     pub grads: Option<GradRequest>,
+    /// Stochastic predictions `(s, n, c)`, drawn as requested.
+    pub samples: Option<SampleRequest>,
 }
 
 impl Needs {
@@ -22,13 +24,22 @@ impl Needs {
     pub const PROBS: Needs = Needs {
         probs: true,
         grads: None,
+        samples: None,
     };
 
     /// Probabilities and gradient norms computed as `request` says.
     pub fn grads(request: GradRequest) -> Needs {
         Needs {
-            probs: true,
             grads: Some(request),
+            ..Needs::PROBS
+        }
+    }
+
+    /// Probabilities and stochastic predictions drawn as `request` says.
+    pub fn samples(request: SampleRequest) -> Needs {
+        Needs {
+            samples: Some(request),
+            ..Needs::PROBS
         }
     }
 
@@ -39,10 +50,72 @@ impl Needs {
             (Some(a), Some(b)) if a != b => return None,
             (a, b) => a.or(b),
         };
+        let samples = match (self.samples, other.samples) {
+            (Some(a), Some(b)) if a != b => return None,
+            (a, b) => a.or(b),
+        };
         Some(Needs {
             probs: self.probs || other.probs,
             grads,
+            samples,
         })
+    }
+}
+
+/// How the model side draws stochastic predictions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum SampleRequest {
+    /// `samples` predictions on `x + eps`, `eps ~ N(0, sigma^2 I)` on the `[0, 1]` input scale.
+    InputNoise {
+        /// Noise standard deviation.
+        sigma: f32,
+        /// Number of draws `s`.
+        samples: usize,
+    },
+    /// `samples` predictions with every parameter `theta + eps`, `eps ~ N(0, sigma^2)`.
+    WeightNoise {
+        /// Noise standard deviation (absolute, in parameter units).
+        sigma: f32,
+        /// Number of draws `s`.
+        samples: usize,
+    },
+}
+
+/// Stochastic class probabilities `(s, n, c)`: draws, candidates, classes. Each `(s, n)` row is
+/// a probability vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Samples {
+    draws: Vec<Probs>,
+}
+
+impl Samples {
+    /// Wraps `s >= 1` draws, each `(n, c)` with the same `n` and `c`.
+    pub fn new(draws: Vec<Probs>) -> Result<Self, ScoreError> {
+        let first = draws.first().ok_or(ScoreError::Shape {
+            what: "samples",
+            expected: "at least one draw".into(),
+            got: "none".into(),
+        })?;
+        let (n, c) = (first.n(), first.classes());
+        if let Some(d) = draws.iter().find(|d| d.n() != n || d.classes() != c) {
+            return Err(ScoreError::Shape {
+                what: "samples",
+                expected: format!("every draw ({n}, {c})"),
+                got: format!("({}, {})", d.n(), d.classes()),
+            });
+        }
+        Ok(Self { draws })
+    }
+
+    /// The draws, each `(n, c)`.
+    pub fn draws(&self) -> &[Probs] {
+        &self.draws
+    }
+
+    /// Number of candidates.
+    pub fn n(&self) -> usize {
+        self.draws[0].n()
     }
 }
 
@@ -224,6 +297,8 @@ pub struct Evidence {
     pub probs: Option<Probs>,
     /// Gradient norms `(n, r, L)`, present when [`Needs::grads`] was asked for.
     pub grads: Option<GradNorms>,
+    /// Stochastic predictions `(s, n, c)`, present when [`Needs::samples`] was asked for.
+    pub samples: Option<Samples>,
 }
 
 impl Evidence {
@@ -232,7 +307,16 @@ impl Evidence {
         Self {
             probs: Some(probs),
             grads: None,
+            samples: None,
         }
+    }
+
+    /// The stochastic predictions, or an error naming the scorer that needed them.
+    pub fn samples(&self, scorer: &str) -> Result<&Samples, ScoreError> {
+        self.samples.as_ref().ok_or(ScoreError::Missing {
+            scorer: scorer.to_string(),
+            evidence: "stochastic predictions",
+        })
     }
 
     /// The gradient norms, or an error naming the scorer that needed them.

@@ -9,7 +9,7 @@
 //!   ([`Needs`]);
 //! - the built-in scorers: probability-based ([`Entropy`], [`LeastConfidence`], [`Margin`],
 //!   and the closed set of them as [`Builtin`]) and gradient-based ([`ReGrad`] (REGrad and
-//!   REGrad*), [`ExGrad`], [`UnGrad`], [`NeGrad`], [`GradNorm`], [`ExGradV`]);
+//!   REGrad*), [`ExGrad`], [`UnGrad`], [`NeGrad`], [`GradNorm`], [`ExGradV`], [`PerturbKl`]);
 //! - batch selection from scores ([`Selection`]).
 //!
 //! ```
@@ -29,8 +29,8 @@ mod gradient;
 mod scorers;
 mod selection;
 
-pub use evidence::{Evidence, GradNorms, GradRequest, Needs, Probs};
-pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, ReGrad, UnGrad};
+pub use evidence::{Evidence, GradNorms, GradRequest, Needs, Probs, SampleRequest, Samples};
+pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
 pub use scorers::{Builtin, Entropy, LeastConfidence, Margin};
 pub use selection::Selection;
 

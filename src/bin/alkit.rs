@@ -86,6 +86,15 @@ struct ScorerFlags {
     /// REGrad*'s number of perturbed copies N. [default: 8]
     #[arg(long)]
     perturbations: Option<usize>,
+    /// Perturb-x input-noise standard deviation on the [0, 1] pixel scale. [default: 0.05]
+    #[arg(long)]
+    perturb_x_sigma: Option<f32>,
+    /// Perturb-theta weight-noise standard deviation (absolute, every parameter). [default: 0.01]
+    #[arg(long)]
+    perturb_theta_sigma: Option<f32>,
+    /// Draws of Perturb-x and Perturb-theta. [default: 8]
+    #[arg(long)]
+    perturb_samples: Option<usize>,
 }
 
 impl ScorerFlags {
@@ -106,12 +115,21 @@ impl ScorerFlags {
             lambda: self.lambda.unwrap_or(d.lambda),
             sigma: self.sigma.unwrap_or(d.sigma),
             perturbations: self.perturbations.unwrap_or(d.perturbations),
+            perturb_x_sigma: self.perturb_x_sigma.unwrap_or(d.perturb_x_sigma),
+            perturb_theta_sigma: self.perturb_theta_sigma.unwrap_or(d.perturb_theta_sigma),
+            perturb_samples: self.perturb_samples.unwrap_or(d.perturb_samples),
         };
         if !s.lambda.is_finite() {
             return Err(alkit::Error::config("lambda", "must be a finite number").into());
         }
-        if !(s.sigma.is_finite() && s.sigma >= 0.0) {
-            return Err(alkit::Error::config("sigma", "must be a finite number >= 0").into());
+        for (name, v) in [
+            ("sigma", s.sigma),
+            ("perturb_x_sigma", s.perturb_x_sigma),
+            ("perturb_theta_sigma", s.perturb_theta_sigma),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(alkit::Error::config(name, "must be a finite number >= 0").into());
+            }
         }
         Ok(s)
     }
@@ -122,7 +140,7 @@ struct CurveArgs {
     /// Folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz). [default: data]
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Comma-separated strategies: entropy, margin, least-confidence, random, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v. [default: entropy,margin,least-confidence,random]
+    /// Comma-separated strategies: entropy, margin, least-confidence, random, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta. [default: entropy,margin,least-confidence,random]
     #[arg(long, value_delimiter = ',')]
     scorer: Option<Vec<StrategyKind>>,
     #[command(flatten)]
@@ -201,7 +219,7 @@ struct ScoreArgs {
     /// Which split to score.
     #[arg(long, value_enum, default_value_t = SplitArg::Train)]
     split: SplitArg,
-    /// Comma-separated scorers: entropy, margin, least-confidence, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v.
+    /// Comma-separated scorers: entropy, margin, least-confidence, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta.
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     scorer: Vec<StrategyKind>,
     #[command(flatten)]
@@ -532,6 +550,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     let scoring = Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),
+        builder: Some(&ck.config.arch),
         input_std: &ck.config.normalizer.std,
         batch: 512,
         device,
@@ -589,6 +608,7 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
     let scoring = Scoring {
         model: trained.model.as_ref(),
         params: Some(&trained.params),
+        builder: Some(&arch),
         input_std: &norm.std,
         batch: a.batch as usize,
         device,
