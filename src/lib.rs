@@ -23,6 +23,7 @@ pub mod curve;
 pub mod data;
 pub mod error;
 pub mod fsutil;
+pub mod metrics;
 pub mod nn;
 pub mod observe;
 pub mod plot;

@@ -72,6 +72,79 @@ enum Command {
     Score(ScoreArgs),
     /// Pool-scoring throughput (samples/s) per scorer with the standard CNN.
     Bench(BenchArgs),
+    /// OOD detection: score an in-distribution and an OOD test split; AUROC, AUPR-in/out, FPR@95.
+    Ood(OodArgs),
+    /// Calibration of a model and its uncertainty scores: rAULC, ECE, NLL, Brier, misclassification AUROC.
+    Calibrate(CalibrateArgs),
+    /// All metrics from externally computed scores in a CSV file.
+    Metrics(MetricsArgs),
+}
+
+/// A model to evaluate: loaded from a checkpoint, or trained here on a training split.
+#[derive(clap::Args)]
+struct ModelSource {
+    /// Evaluate this checkpoint (from `alkit train`) instead of training a model.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Architecture to train when no checkpoint is given.
+    #[arg(long, value_enum, default_value_t = ModelArg::Cnn)]
+    model: ModelArg,
+    /// Adam steps when training here.
+    #[arg(long, default_value_t = 2000)]
+    steps: usize,
+    /// Seed of training and of the scorers' noise.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::Args)]
+struct OodArgs {
+    /// In-distribution data (four IDX files): the model trains on its train split, its test split is scored.
+    #[arg(long)]
+    train_data: PathBuf,
+    /// OOD data (four IDX files): its test split is scored, normalised with the in-distribution statistics.
+    #[arg(long)]
+    ood_data: PathBuf,
+    #[command(flatten)]
+    source: ModelSource,
+    /// Comma-separated scorers.
+    #[arg(long, value_delimiter = ',', default_value = "entropy")]
+    scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
+    /// Output folder: ood.csv, metrics.json, scores.csv, roc.svg/png, hist.svg/png.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct CalibrateArgs {
+    /// Data (four IDX files): the model trains on the train split, the test split is evaluated.
+    #[arg(long, default_value = "data")]
+    data: PathBuf,
+    #[command(flatten)]
+    source: ModelSource,
+    /// Comma-separated scorers whose ranking of mistakes is evaluated (rAULC, misclassification AUROC).
+    #[arg(long, value_delimiter = ',', default_value = "entropy")]
+    scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
+    /// Temperature-scale the probabilities first, fitting T by NLL on the last 10% of the train split (held out from training when alkit trains the model).
+    #[arg(long)]
+    temperature: bool,
+    /// Output folder: metrics.json, reliability.svg/png, rejection.svg/png.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct MetricsArgs {
+    /// CSV with a header: `score` (higher = more uncertain) plus `is_ood` (0/1) for OOD metrics and/or `correct` (0/1) for calibration metrics; optional `confidence` (max probability) for ECE/MCE.
+    #[arg(long)]
+    scores: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Settings of the parameterised scorers.
@@ -308,6 +381,9 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Train(a) => train_cmd(a, &device, cli.quiet),
         Command::Score(a) => score_cmd(a, &device),
         Command::Bench(a) => bench_cmd(a, &device),
+        Command::Ood(a) => ood_cmd(a, &device, cli.quiet),
+        Command::Calibrate(a) => calibrate_cmd(a, &device, cli.quiet),
+        Command::Metrics(a) => metrics_cmd(a),
     }
 }
 
@@ -725,4 +801,564 @@ impl Observer for Bars {
         }
         Control::Continue
     }
+}
+
+/// A model ready to score, with what scoring needs.
+struct Evaluated {
+    model: Box<dyn alkit::nn::Classifier>,
+    params: alkit::nn::init::Params,
+    arch: Arch,
+    norm: Normalizer,
+}
+
+/// Loads `source.checkpoint`, or trains `source.model` on `train[..limit]` (all of it when
+/// `limit` is `None`).
+fn model_from(
+    source: &ModelSource,
+    train_raw: &Dataset,
+    limit: Option<usize>,
+    device: &Device,
+    quiet: bool,
+) -> Result<Evaluated> {
+    if let Some(ck) = &source.checkpoint {
+        let c = alkit::checkpoint::load(ck, device)
+            .with_context(|| format!("loading the checkpoint {}", ck.display()))?;
+        if c.config.item_shape != train_raw.item_shape() {
+            bail!(
+                "{}: the checkpoint expects items {:?}, the data has {:?}",
+                ck.display(),
+                c.config.item_shape,
+                train_raw.item_shape()
+            );
+        }
+        return Ok(Evaluated {
+            model: c.model,
+            params: c.params,
+            arch: c.config.arch,
+            norm: c.config.normalizer,
+        });
+    }
+    let norm = Normalizer::fit(train_raw);
+    let train_ds = norm.apply(train_raw)?;
+    let arch = arch_for(source.model, &train_ds);
+    let params = TrainConfig {
+        steps: source.steps,
+        ..TrainConfig::default()
+    }
+    .validate()?;
+    let ids: Vec<usize> = (0..limit.unwrap_or(train_ds.len()).min(train_ds.len())).collect();
+    let mut bars = Bars::new(quiet, 1);
+    let trained = train(
+        &arch,
+        &train_ds,
+        &ids,
+        &params,
+        TrainRngs::for_cycle(source.seed, 0),
+        device,
+        &mut bars,
+    )?;
+    bars.finish();
+    Ok(Evaluated {
+        model: trained.model,
+        params: trained.params,
+        arch,
+        norm,
+    })
+}
+
+impl Evaluated {
+    fn scoring<'a>(&'a self, device: &'a Device) -> Scoring<'a> {
+        Scoring {
+            model: self.model.as_ref(),
+            params: Some(&self.params),
+            builder: Some(&self.arch),
+            input_std: &self.norm.std,
+            batch: 512,
+            device,
+        }
+    }
+}
+
+fn score_all(
+    scoring: &Scoring<'_>,
+    ds: &Dataset,
+    scorers: &[Arc<dyn Scorer>],
+    seed: u64,
+) -> Result<Vec<Vec<f32>>> {
+    let all: Vec<usize> = (0..ds.len()).collect();
+    scorers
+        .iter()
+        .map(|s| {
+            let mut rng = stream(seed, Purpose::Perturb, 0);
+            let ev = scoring.evidence(ds, &all, s.needs(), &mut rng, &mut Silent)?;
+            Ok(s.score(&ev)?)
+        })
+        .collect()
+}
+
+fn write_figure(out: &Path, stem: &str, fig: &alkit::plot::Figure) -> Result<()> {
+    alkit::fsutil::write_atomic(&out.join(format!("{stem}.svg")), fig.to_svg().as_bytes())?;
+    alkit::fsutil::write_atomic(&out.join(format!("{stem}.png")), &fig.to_png())?;
+    Ok(())
+}
+
+fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
+    use alkit::plot::{Figure, Panel, Series};
+    let scorers = scorers_of(&a.scorer, &a.scorer_flags.settings()?)?;
+    let id = load(&a.train_data)?;
+    let ood = load(&a.ood_data)?;
+    if ood.test.item_shape() != id.test.item_shape() {
+        bail!(
+            "{}: OOD items are {:?}, in-distribution items {:?}",
+            a.ood_data.display(),
+            ood.test.item_shape(),
+            id.test.item_shape()
+        );
+    }
+    let ev = model_from(&a.source, &id.train, None, device, quiet)?;
+    let (id_test, ood_test) = (ev.norm.apply(&id.test)?, ev.norm.apply(&ood.test)?);
+    let scoring = ev.scoring(device);
+    let id_scores = score_all(&scoring, &id_test, &scorers, a.source.seed)?;
+    let ood_scores = score_all(&scoring, &ood_test, &scorers, a.source.seed)?;
+    let acc = evaluate(ev.model.as_ref(), &id_test, 512, device, &mut Silent)?.acc;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut json = serde_json::Map::new();
+    let mut csv = String::from("scorer,auroc,aupr_in,aupr_out,fpr95\n");
+    let mut roc = Panel {
+        title: "ROC (OOD positive)".into(),
+        x_label: "false positive rate".into(),
+        y_label: "true positive rate".into(),
+        series: Vec::new(),
+    };
+    let mut hists = Vec::new();
+    let mut so = std::io::stdout().lock();
+    writeln!(
+        so,
+        "in-distribution test accuracy {:.2}% ({} ID, {} OOD items)",
+        100.0 * acc,
+        id_test.len(),
+        ood_test.len()
+    )?;
+    writeln!(
+        so,
+        "{:<16} {:>8} {:>8} {:>8} {:>8}",
+        "scorer", "AUROC", "AUPR-in", "AUPR-out", "FPR@95"
+    )?;
+    for (i, s) in scorers.iter().enumerate() {
+        let m = alkit::metrics::ood_metrics(&id_scores[i], &ood_scores[i])
+            .with_context(|| format!("scorer {}", s.name()))?;
+        writeln!(
+            so,
+            "{:<16} {:>8.4} {:>8.4} {:>8.4} {:>8.4}",
+            s.name(),
+            m.auroc,
+            m.aupr_in,
+            m.aupr_out,
+            m.fpr95
+        )?;
+        csv.push_str(&format!(
+            "{},{:.6},{:.6},{:.6},{:.6}\n",
+            s.name(),
+            m.auroc,
+            m.aupr_in,
+            m.aupr_out,
+            m.fpr95
+        ));
+        json.insert(s.name().to_string(), serde_json::to_value(m)?);
+        let all: Vec<f32> = id_scores[i].iter().chain(&ood_scores[i]).copied().collect();
+        let is_ood: Vec<bool> = (0..all.len()).map(|k| k >= id_scores[i].len()).collect();
+        let pts = alkit::metrics::roc_curve(&all, &is_ood)?;
+        roc.series.push(Series {
+            name: s.name().into(),
+            points: pts,
+            band: Vec::new(),
+        });
+        hists.push(histogram_panel(s.name(), &id_scores[i], &ood_scores[i]));
+    }
+    alkit::fsutil::write_atomic(&a.out.join("ood.csv"), csv.as_bytes())?;
+    alkit::fsutil::write_json(
+        &a.out.join("metrics.json"),
+        &serde_json::Value::Object(json),
+    )?;
+    let mut scores_csv = String::from("split,index");
+    for s in &scorers {
+        scores_csv.push_str(&format!(",{}", s.name()));
+    }
+    scores_csv.push('\n');
+    for (split, cols) in [("id", &id_scores), ("ood", &ood_scores)] {
+        for k in 0..cols[0].len() {
+            scores_csv.push_str(&format!("{split},{k}"));
+            for c in cols.iter() {
+                scores_csv.push_str(&format!(",{}", c[k]));
+            }
+            scores_csv.push('\n');
+        }
+    }
+    alkit::fsutil::write_atomic(&a.out.join("scores.csv"), scores_csv.as_bytes())?;
+    write_figure(
+        &a.out,
+        "roc",
+        &Figure {
+            panels: vec![roc],
+            panel_width: 520,
+            height: 420,
+        },
+    )?;
+    write_figure(
+        &a.out,
+        "hist",
+        &Figure {
+            panels: hists,
+            panel_width: 360,
+            height: 300,
+        },
+    )?;
+    writeln!(
+        so,
+        "wrote {}/ood.csv, metrics.json, scores.csv, roc.svg/png, hist.svg/png",
+        a.out.display()
+    )?;
+    Ok(())
+}
+
+/// Score histograms (fraction of items per bin) of in-distribution vs OOD, drawn as steps.
+fn histogram_panel(name: &str, id: &[f32], ood: &[f32]) -> alkit::plot::Panel {
+    let lo = id.iter().chain(ood).copied().fold(f32::INFINITY, f32::min);
+    let hi = id
+        .iter()
+        .chain(ood)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
+    let bins = 30;
+    let width = f64::from((hi - lo).max(1e-12)) / bins as f64;
+    let steps = |v: &[f32]| {
+        let mut counts = vec![0usize; bins];
+        for &x in v {
+            let b = ((f64::from(x - lo) / width) as usize).min(bins - 1);
+            counts[b] += 1;
+        }
+        let mut pts = Vec::new();
+        for (b, &c) in counts.iter().enumerate() {
+            let y = c as f64 / v.len() as f64;
+            pts.push((f64::from(lo) + b as f64 * width, y));
+            pts.push((f64::from(lo) + (b + 1) as f64 * width, y));
+        }
+        pts
+    };
+    alkit::plot::Panel {
+        title: name.into(),
+        x_label: "score".into(),
+        y_label: "fraction of items".into(),
+        series: vec![
+            alkit::plot::Series {
+                name: "in-dist.".into(),
+                points: steps(id),
+                band: Vec::new(),
+            },
+            alkit::plot::Series {
+                name: "OOD".into(),
+                points: steps(ood),
+                band: Vec::new(),
+            },
+        ],
+    }
+}
+
+fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
+    use alkit::metrics::*;
+    use alkit::plot::{Figure, Panel, Series};
+    let scorers = scorers_of(&a.scorer, &a.scorer_flags.settings()?)?;
+    let splits = load(&a.data)?;
+    let n_train = splits.train.len();
+    let holdout = if a.temperature { n_train / 10 } else { 0 };
+    let ev = model_from(
+        &a.source,
+        &splits.train,
+        Some(n_train - holdout),
+        device,
+        quiet,
+    )?;
+    let test = ev.norm.apply(&splits.test)?;
+    let all: Vec<usize> = (0..test.len()).collect();
+    let c = ev.model.classes();
+    let mut lp =
+        alkit::predict::log_probs_of(ev.model.as_ref(), &test, &all, 512, device, &mut Silent)?;
+    let mut temperature = 1.0;
+    if a.temperature {
+        let train = ev.norm.apply(&splits.train)?;
+        let val: Vec<usize> = (n_train - holdout..n_train).collect();
+        let vlp = alkit::predict::log_probs_of(
+            ev.model.as_ref(),
+            &train,
+            &val,
+            512,
+            device,
+            &mut Silent,
+        )?;
+        let labels: Vec<u32> = val.iter().map(|&i| train.labels()[i]).collect();
+        temperature = fit_temperature(&vlp, c, &labels)?;
+        for row in lp.chunks_exact_mut(c) {
+            let scaled: Vec<f64> = row.iter().map(|&v| f64::from(v) / temperature).collect();
+            let m = scaled.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + scaled.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            for (r, v) in row.iter_mut().zip(scaled) {
+                *r = (v - lse) as f32;
+            }
+        }
+    }
+    let probs = alkit::predict::probs_from_log(&lp, c)?;
+    let labels = test.labels();
+    let correct: Vec<bool> = probs
+        .rows()
+        .zip(labels)
+        .map(|(r, &y)| {
+            r.iter()
+                .enumerate()
+                .fold(0, |b, (i, &v)| if v > r[b] { i } else { b })
+                == y as usize
+        })
+        .collect();
+    let confidence: Vec<f32> = probs
+        .rows()
+        .map(|r| r.iter().cloned().fold(0.0, f32::max))
+        .collect();
+    let (ece, mce) = ece_mce(&confidence, &correct)?;
+    let (nll, brier) = nll_brier(probs.as_slice(), c, labels)?;
+    // Scorers see the (possibly temperature-scaled) model through their own evidence; the
+    // probability scorers are recomputed from the scaled probabilities so the two agree.
+    let scoring = ev.scoring(device);
+    let mut json = serde_json::Map::new();
+    let mut so = std::io::stdout().lock();
+    let acc = correct.iter().filter(|&&k| k).count() as f64 / correct.len() as f64;
+    writeln!(
+        so,
+        "test accuracy {:.2}%, ECE {ece:.4}, MCE {mce:.4}, NLL {nll:.4}, Brier {brier:.4}{}",
+        100.0 * acc,
+        if a.temperature {
+            format!(", temperature {temperature:.3}")
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(
+        so,
+        "{:<16} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "scorer", "rAULC", "ECE", "NLL", "Brier", "misc.AUROC"
+    )?;
+    let mut rejection = Panel {
+        title: "Rejection-classification".into(),
+        x_label: "fraction rejected".into(),
+        y_label: "accuracy on retained".into(),
+        series: Vec::new(),
+    };
+    let mut oracle = Vec::new();
+    for s in &scorers {
+        let scores = if s.needs().grads.is_none() && s.needs().samples.is_none() && a.temperature {
+            s.score(&alkit::acquisition::Evidence::from_probs(probs.clone()))?
+        } else {
+            let mut rng = stream(a.source.seed, Purpose::Perturb, 0);
+            s.score(&scoring.evidence(&test, &all, s.needs(), &mut rng, &mut Silent)?)?
+        };
+        let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
+        let m = CalibrationMetrics {
+            raulc: raulc(&scores, &correct).with_context(|| format!("scorer {}", s.name()))?,
+            ece,
+            mce,
+            nll,
+            brier,
+            misclassification_auroc: auroc(&scores, &wrong)?,
+        };
+        writeln!(
+            so,
+            "{:<16} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>10.4}",
+            s.name(),
+            m.raulc,
+            m.ece,
+            m.nll,
+            m.brier,
+            m.misclassification_auroc
+        )?;
+        json.insert(s.name().to_string(), serde_json::to_value(m)?);
+        let curve = rejection_curve(&scores, &correct)?;
+        rejection.series.push(Series {
+            name: s.name().into(),
+            points: curve.iter().map(|p| (p.0, p.1)).collect(),
+            band: Vec::new(),
+        });
+        oracle = curve.iter().map(|p| (p.0, p.2)).collect();
+    }
+    rejection.series.push(Series {
+        name: "theoretical max".into(),
+        points: oracle,
+        band: Vec::new(),
+    });
+    let bins = reliability(&confidence, &correct, 15)?;
+    let used: Vec<&Bin> = bins.iter().filter(|b| b.count > 0).collect();
+    let rel = Panel {
+        title: "Reliability (15 bins)".into(),
+        x_label: "confidence".into(),
+        y_label: "accuracy".into(),
+        series: vec![
+            Series {
+                name: "model".into(),
+                points: used.iter().map(|b| (b.confidence, b.accuracy)).collect(),
+                band: Vec::new(),
+            },
+            Series {
+                name: "perfect".into(),
+                points: vec![(0.0, 0.0), (1.0, 1.0)],
+                band: Vec::new(),
+            },
+        ],
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    json.insert("reliability".into(), serde_json::to_value(&bins)?);
+    if a.temperature {
+        json.insert("temperature".into(), serde_json::json!(temperature));
+    }
+    alkit::fsutil::write_json(
+        &a.out.join("metrics.json"),
+        &serde_json::Value::Object(json),
+    )?;
+    write_figure(
+        &a.out,
+        "reliability",
+        &Figure {
+            panels: vec![rel],
+            panel_width: 420,
+            height: 400,
+        },
+    )?;
+    write_figure(
+        &a.out,
+        "rejection",
+        &Figure {
+            panels: vec![rejection],
+            panel_width: 520,
+            height: 400,
+        },
+    )?;
+    writeln!(
+        so,
+        "wrote {}/metrics.json, reliability.svg/png, rejection.svg/png",
+        a.out.display()
+    )?;
+    Ok(())
+}
+
+fn metrics_cmd(a: MetricsArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.scores)
+        .with_context(|| format!("reading {}", a.scores.display()))?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let (_, header) = lines
+        .next()
+        .with_context(|| format!("{}: empty file", a.scores.display()))?;
+    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    let col = |name: &str| cols.iter().position(|c| *c == name);
+    let score_col = col("score")
+        .with_context(|| format!("{}: no `score` column in the header", a.scores.display()))?;
+    let (ood_col, correct_col, conf_col) = (col("is_ood"), col("correct"), col("confidence"));
+    if ood_col.is_none() && correct_col.is_none() {
+        bail!(
+            "{}: needs an `is_ood` and/or a `correct` column",
+            a.scores.display()
+        );
+    }
+    let (mut score, mut is_ood, mut correct, mut conf) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (ln, line) in lines {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let get = |c: usize| {
+            f.get(c).copied().with_context(|| {
+                format!(
+                    "{} line {}: missing column {}",
+                    a.scores.display(),
+                    ln + 1,
+                    cols[c]
+                )
+            })
+        };
+        let num = |c: usize| -> Result<f32> {
+            get(c)?.parse::<f32>().with_context(|| {
+                format!(
+                    "{} line {}: `{}` is not a number",
+                    a.scores.display(),
+                    ln + 1,
+                    f[c]
+                )
+            })
+        };
+        let flag = |c: usize| -> Result<bool> {
+            match get(c)? {
+                "0" => Ok(false),
+                "1" => Ok(true),
+                v => bail!(
+                    "{} line {}: `{v}` in column {} must be 0 or 1",
+                    a.scores.display(),
+                    ln + 1,
+                    cols[c]
+                ),
+            }
+        };
+        score.push(num(score_col)?);
+        if let Some(c) = ood_col {
+            is_ood.push(flag(c)?);
+        }
+        if let Some(c) = correct_col {
+            correct.push(flag(c)?);
+        }
+        if let Some(c) = conf_col {
+            conf.push(num(c)?);
+        }
+    }
+    let mut out = serde_json::Map::new();
+    if ood_col.is_some() {
+        let id: Vec<f32> = score
+            .iter()
+            .zip(&is_ood)
+            .filter(|p| !*p.1)
+            .map(|p| *p.0)
+            .collect();
+        let od: Vec<f32> = score
+            .iter()
+            .zip(&is_ood)
+            .filter(|p| *p.1)
+            .map(|p| *p.0)
+            .collect();
+        let m = alkit::metrics::ood_metrics(&id, &od)
+            .with_context(|| format!("{}: OOD metrics", a.scores.display()))?;
+        out.insert("auroc".into(), serde_json::json!(m.auroc));
+        out.insert("aupr_in".into(), serde_json::json!(m.aupr_in));
+        out.insert("aupr_out".into(), serde_json::json!(m.aupr_out));
+        out.insert("fpr95".into(), serde_json::json!(m.fpr95));
+    }
+    if correct_col.is_some() {
+        let wrong: Vec<bool> = correct.iter().map(|c| !c).collect();
+        out.insert(
+            "raulc".into(),
+            serde_json::json!(alkit::metrics::raulc(&score, &correct)
+                .with_context(|| format!("{}: rAULC", a.scores.display()))?),
+        );
+        out.insert(
+            "misclassification_auroc".into(),
+            serde_json::json!(alkit::metrics::auroc(&score, &wrong)?),
+        );
+        if conf_col.is_some() {
+            let (ece, mce) = alkit::metrics::ece_mce(&conf, &correct)?;
+            out.insert("ece".into(), serde_json::json!(ece));
+            out.insert("mce".into(), serde_json::json!(mce));
+        }
+    }
+    let mut so = std::io::stdout().lock();
+    if a.json {
+        writeln!(so, "{}", serde_json::Value::Object(out))?;
+    } else {
+        for (k, v) in &out {
+            writeln!(so, "{k:<24} {:.6}", v.as_f64().unwrap_or(f64::NAN))?;
+        }
+    }
+    Ok(())
 }
