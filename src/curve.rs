@@ -18,7 +18,7 @@ use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
 use alkit_acquisition::{
     Builtin, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, ReGrad, SampleRequest,
-    Scorer, Selection, UnGrad,
+    SampleScore, SampleScorer, Scorer, Selection, UnGrad,
 };
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -56,6 +56,70 @@ pub enum StrategyKind {
     PerturbX,
     /// Expected KL under weight noise, top-k.
     PerturbTheta,
+    /// BALD (mutual information) over MC-dropout samples.
+    Bald,
+    /// Entropy of the MC-dropout mean.
+    McEntropy,
+    /// Class variance over MC-dropout samples.
+    ClassVariance,
+    /// Variation ratio over MC-dropout samples.
+    VariationRatio,
+    /// One minus the mean max-probability over MC-dropout samples.
+    McMaxProb,
+}
+
+/// How a curve's scored strategies select (applied to every strategy but `random`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelectKind {
+    /// The `query` highest scores.
+    #[default]
+    TopK,
+    /// Sampling with weights `score^beta`.
+    Power,
+    /// Sampling with weights `exp(beta score)`.
+    Softmax,
+    /// Sampling with weights `rank^-beta`.
+    Softrank,
+}
+
+impl SelectKind {
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectKind::TopK => "top-k",
+            SelectKind::Power => "power",
+            SelectKind::Softmax => "softmax",
+            SelectKind::Softrank => "softrank",
+        }
+    }
+
+    /// The selection with inverse temperature `beta`.
+    pub fn selection(self, beta: f32) -> Selection {
+        match self {
+            SelectKind::TopK => Selection::TopK,
+            SelectKind::Power => Selection::Power { beta },
+            SelectKind::Softmax => Selection::Softmax { beta },
+            SelectKind::Softrank => Selection::SoftRank { beta },
+        }
+    }
+}
+
+impl FromStr for SelectKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [
+            SelectKind::TopK,
+            SelectKind::Power,
+            SelectKind::Softmax,
+            SelectKind::Softrank,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+        .ok_or_else(|| {
+            format!("unknown selection `{s}`; expected one of: top-k, power, softmax, softrank")
+        })
+    }
 }
 
 /// Settings of the parameterised scorers (REGrad's `lambda`, REGrad*'s noise).
@@ -74,6 +138,12 @@ pub struct ScorerSettings {
     pub perturb_theta_sigma: f32,
     /// Draws of Perturb-x and Perturb-theta.
     pub perturb_samples: usize,
+    /// MC-dropout forward passes of the sample scorers (BALD, ...).
+    pub mc_samples: usize,
+    /// Selection mode of every scored strategy.
+    pub select: SelectKind,
+    /// Inverse temperature of the stochastic selection modes.
+    pub beta: f32,
 }
 
 impl Default for ScorerSettings {
@@ -85,13 +155,16 @@ impl Default for ScorerSettings {
             perturb_x_sigma: 0.05,
             perturb_theta_sigma: 0.01,
             perturb_samples: 8,
+            mc_samples: 20,
+            select: SelectKind::TopK,
+            beta: 1.0,
         }
     }
 }
 
 impl StrategyKind {
     /// Every strategy, in CLI order.
-    pub const ALL: [StrategyKind; 13] = [
+    pub const ALL: [StrategyKind; 18] = [
         StrategyKind::Entropy,
         StrategyKind::Margin,
         StrategyKind::LeastConfidence,
@@ -105,6 +178,11 @@ impl StrategyKind {
         StrategyKind::ExgradV,
         StrategyKind::PerturbX,
         StrategyKind::PerturbTheta,
+        StrategyKind::Bald,
+        StrategyKind::McEntropy,
+        StrategyKind::ClassVariance,
+        StrategyKind::VariationRatio,
+        StrategyKind::McMaxProb,
     ];
 
     /// The strategies `alkit curve` runs when none is named.
@@ -131,6 +209,11 @@ impl StrategyKind {
             StrategyKind::ExgradV => "exgrad-v",
             StrategyKind::PerturbX => "perturb-x",
             StrategyKind::PerturbTheta => "perturb-theta",
+            StrategyKind::Bald => "bald",
+            StrategyKind::McEntropy => "mc-entropy",
+            StrategyKind::ClassVariance => "class-variance",
+            StrategyKind::VariationRatio => "variation-ratio",
+            StrategyKind::McMaxProb => "mc-max-prob",
         }
     }
 
@@ -168,13 +251,38 @@ impl StrategyKind {
                     samples: s.perturb_samples,
                 },
             }),
+            StrategyKind::Bald => {
+                Arc::new(SampleScorer::mc_dropout(SampleScore::Bald, s.mc_samples))
+            }
+            StrategyKind::McEntropy => Arc::new(SampleScorer::mc_dropout(
+                SampleScore::MeanEntropy,
+                s.mc_samples,
+            )),
+            StrategyKind::ClassVariance => Arc::new(SampleScorer::mc_dropout(
+                SampleScore::ClassVariance,
+                s.mc_samples,
+            )),
+            StrategyKind::VariationRatio => Arc::new(SampleScorer::mc_dropout(
+                SampleScore::VariationRatio,
+                s.mc_samples,
+            )),
+            StrategyKind::McMaxProb => {
+                Arc::new(SampleScorer::mc_dropout(SampleScore::MaxProb, s.mc_samples))
+            }
         })
     }
 
-    /// The runnable strategy (top-k over the scorer, or random).
+    /// The runnable strategy: the scorer with `s.select` (named `<select>-<scorer>` unless
+    /// top-k), or random.
     pub fn strategy(self, s: &ScorerSettings) -> Strategy {
         match self.scorer(s) {
-            Some(sc) => Strategy::scored(sc, Selection::TopK).named(self.name()),
+            Some(sc) => {
+                let name = match s.select {
+                    SelectKind::TopK => self.name().to_string(),
+                    other => format!("{}-{}", other.name(), self.name()),
+                };
+                Strategy::scored(sc, s.select.selection(s.beta)).named(name)
+            }
             None => Strategy::random(),
         }
     }

@@ -191,6 +191,33 @@ impl Scoring<'_> {
                     )?);
                 }
             }
+            SampleRequest::McDropout { samples } => {
+                draws.resize(samples.max(1), Vec::with_capacity(indices.len() * c));
+                let mut done = 0;
+                for chunk in indices.chunks(self.batch.max(1)) {
+                    let x = data.batch(chunk, self.device)?;
+                    for (draw, logits) in draws.iter_mut().zip(self.model.mc_dropout_logits(
+                        &x,
+                        samples.max(1),
+                        rng,
+                    )?) {
+                        draw.extend(
+                            log_probs(&logits)?
+                                .to_dtype(DType::F32)?
+                                .flatten_all()?
+                                .to_vec1::<f32>()?,
+                        );
+                    }
+                    done += chunk.len();
+                    if observer.on(&Event::Scoring {
+                        done,
+                        total: indices.len(),
+                    }) == Control::Stop
+                    {
+                        return Err(Error::Interrupted);
+                    }
+                }
+            }
             other => {
                 return Err(Error::config(
                     "samples",

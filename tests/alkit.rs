@@ -1082,3 +1082,72 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
     assert!(plain.score(&bad).is_err());
     let _ = Needs::PROBS;
 }
+
+// --------------------------------------------------------------------------- MC dropout
+
+#[test]
+fn mc_dropout_fast_path_equals_training_mode_forwards() {
+    // The CNN computes conv features once and redraws only the dropout head; the generic
+    // path runs `forward` in training mode T times. Same RNG stream -> same masks -> the same
+    // logits up to the fused kernels' float rounding.
+    let (train, _) = normalised();
+    let (vb, _) = seeded(stream(21, Purpose::Init, 0), DType::F32, &Device::Cpu);
+    let model = Arch::Cnn(CnnConfig::standard(train.item_shape(), 10))
+        .build(vb)
+        .unwrap();
+    let idx: Vec<usize> = (0..16).collect();
+    let x = train.batch(&idx, &Device::Cpu).unwrap();
+    let fast = model
+        .mc_dropout_logits(&x, 5, &mut stream(1, Purpose::Perturb, 0))
+        .unwrap();
+    let mut rng = stream(1, Purpose::Perturb, 0);
+    let slow: Vec<Tensor> = (0..5)
+        .map(|_| model.forward(&x, &mut Mode::Train(&mut rng)).unwrap())
+        .collect();
+    for (a, b) in fast.iter().zip(&slow) {
+        let d = (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(d < 1e-4, "{d}");
+    }
+    // Draws differ from each other (dropout is on).
+    let d01 = (&fast[0] - &fast[1])
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(d01 > 1e-3);
+}
+
+#[test]
+fn bald_with_power_selection_runs_in_the_loop() {
+    let (train, test) = normalised();
+    let mut spec = small_spec(vec![StrategyKind::Bald, StrategyKind::ClassVariance]);
+    spec.config.cycles = 2;
+    spec.scorers.mc_samples = 4;
+    spec.scorers.select = alkit::curve::SelectKind::Power;
+    let out = tmp("bald-loop");
+    let states = run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &out,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    let names: Vec<&str> = states.iter().map(|s| s.strategy.as_str()).collect();
+    assert_eq!(names, vec!["power-bald", "power-class-variance"]);
+    assert!(states.iter().all(|s| s.records.len() == 3));
+    let _ = std::fs::remove_dir_all(out);
+}

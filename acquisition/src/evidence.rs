@@ -80,6 +80,12 @@ pub enum SampleRequest {
         /// Number of draws `s`.
         samples: usize,
     },
+    /// `samples` MC-dropout predictions: dropout on (masks from the run's seeded RNG), batch
+    /// norm (if any) in eval mode.
+    McDropout {
+        /// Number of stochastic forward passes `T`.
+        samples: usize,
+    },
 }
 
 /// Stochastic class probabilities `(s, n, c)`: draws, candidates, classes. Each `(s, n)` row is

@@ -260,6 +260,7 @@ impl Scorer for PerturbKl {
         match self.request {
             SampleRequest::InputNoise { .. } => "perturb-x",
             SampleRequest::WeightNoise { .. } => "perturb-theta",
+            SampleRequest::McDropout { .. } => "perturb-dropout",
         }
     }
     fn needs(&self) -> Needs {

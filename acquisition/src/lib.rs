@@ -9,8 +9,10 @@
 //!   ([`Needs`]);
 //! - the built-in scorers: probability-based ([`Entropy`], [`LeastConfidence`], [`Margin`],
 //!   and the closed set of them as [`Builtin`]) and gradient-based ([`ReGrad`] (REGrad and
-//!   REGrad*), [`ExGrad`], [`UnGrad`], [`NeGrad`], [`GradNorm`], [`ExGradV`], [`PerturbKl`]);
-//! - batch selection from scores ([`Selection`]).
+//!   REGrad*), [`ExGrad`], [`UnGrad`], [`NeGrad`], [`GradNorm`], [`ExGradV`], [`PerturbKl`]) and over stochastic predictions
+//!   ([`SampleScorer`]: BALD, entropy of the mean, class variance, variation ratio, max-prob);
+//! - batch selection from scores ([`Selection`]: top-k, random, and the stochastic power /
+//!   softmax / soft-rank modes of Kirsch et al. 2023).
 //!
 //! ```
 //! use alkit_acquisition::{Builtin, Evidence, Probs, Scorer, Selection};
@@ -24,11 +26,13 @@
 //! assert_eq!(picked, vec![0]); // the 50/50 candidate is labeled first
 //! ```
 
+mod bayes;
 mod evidence;
 mod gradient;
 mod scorers;
 mod selection;
 
+pub use bayes::{SampleScore, SampleScorer};
 pub use evidence::{Evidence, GradNorms, GradRequest, Needs, Probs, SampleRequest, Samples};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
 pub use scorers::{Builtin, Entropy, LeastConfidence, Margin};

@@ -8,7 +8,13 @@ use crate::ScoreError;
 use rand::RngCore;
 
 /// How to pick `k` candidates from their scores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// The stochastic modes (Kirsch et al. 2023, "Stochastic Batch Acquisition") sample `k`
+/// candidates without replacement with probability proportional to a weight, by the
+/// Gumbel-top-k trick (top `k` of `ln w_i + G_i`, `G_i` standard Gumbel): `Power`
+/// `w = s^beta` (scores `<= 0` get weight `1e-30^beta`), `Softmax` `w = exp(beta s)`, `SoftRank`
+/// `w = rank^-beta` (rank 1 = highest score, ties by position).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]
 pub enum Selection {
     /// The `k` highest scores; ties broken by lower position first, so the result is
@@ -18,6 +24,21 @@ pub enum Selection {
     /// `k` positions uniformly at random without replacement; the scores are ignored (only
     /// their count is used).
     Random,
+    /// Sampling with weights `score^beta`.
+    Power {
+        /// Inverse temperature (1 in Kirsch et al.).
+        beta: f32,
+    },
+    /// Sampling with weights `exp(beta * score)`.
+    Softmax {
+        /// Inverse temperature.
+        beta: f32,
+    },
+    /// Sampling with weights `rank^-beta`.
+    SoftRank {
+        /// Inverse temperature.
+        beta: f32,
+    },
 }
 
 impl Selection {
@@ -35,17 +56,56 @@ impl Selection {
         if k > n {
             return Err(ScoreError::TooMany { k, n });
         }
-        match self {
-            Selection::TopK => {
-                if let Some((position, &value)) =
-                    scores.iter().enumerate().find(|(_, s)| !s.is_finite())
-                {
-                    return Err(ScoreError::NonFinite { position, value });
-                }
+        if !matches!(self, Selection::Random) {
+            if let Some((position, &value)) =
+                scores.iter().enumerate().find(|(_, s)| !s.is_finite())
+            {
+                return Err(ScoreError::NonFinite { position, value });
+            }
+        }
+        let top_k = |keys: &[f64]| {
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by(|&a, &b| keys[b].total_cmp(&keys[a]).then(a.cmp(&b)));
+            order.truncate(k);
+            order
+        };
+        let gumbel_top_k = |logw: &[f64], rng: &mut dyn RngCore| {
+            let keys: Vec<f64> = logw
+                .iter()
+                .map(|&lw| {
+                    // u in (0, 1): 53 random bits, shifted off 0.
+                    let u = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                    lw - (-u.ln()).ln()
+                })
+                .collect();
+            top_k(&keys)
+        };
+        match *self {
+            Selection::TopK => Ok(top_k(
+                &scores.iter().map(|&s| f64::from(s)).collect::<Vec<_>>(),
+            )),
+            Selection::Power { beta } => {
+                let lw: Vec<f64> = scores
+                    .iter()
+                    .map(|&s| f64::from(beta) * f64::from(s).max(1e-30).ln())
+                    .collect();
+                Ok(gumbel_top_k(&lw, rng))
+            }
+            Selection::Softmax { beta } => {
+                let lw: Vec<f64> = scores
+                    .iter()
+                    .map(|&s| f64::from(beta) * f64::from(s))
+                    .collect();
+                Ok(gumbel_top_k(&lw, rng))
+            }
+            Selection::SoftRank { beta } => {
                 let mut order: Vec<usize> = (0..n).collect();
                 order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-                order.truncate(k);
-                Ok(order)
+                let mut lw = vec![0f64; n];
+                for (r, &i) in order.iter().enumerate() {
+                    lw[i] = -f64::from(beta) * ((r + 1) as f64).ln();
+                }
+                Ok(gumbel_top_k(&lw, rng))
             }
             Selection::Random => {
                 // Partial Fisher-Yates with an unbiased bounded draw.
@@ -98,6 +158,53 @@ mod tests {
             Selection::TopK.select(&[0.1], 2, &mut rng),
             Err(ScoreError::TooMany { k: 2, n: 1 })
         ));
+    }
+
+    #[test]
+    fn stochastic_modes_follow_their_weights() {
+        // Power with beta = 1 and k = 1 picks item i with probability s_i / sum s: scores
+        // (1, 3) -> 0.25 / 0.75. Over 8000 draws the count of item 1 is 6000 +- 39 (sd).
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let picks = (0..8000)
+            .filter(|_| {
+                Selection::Power { beta: 1.0 }
+                    .select(&[1.0, 3.0], 1, &mut rng)
+                    .unwrap()[0]
+                    == 1
+            })
+            .count();
+        assert!((5800..6200).contains(&picks), "{picks}");
+        // Softmax beta = ln 3 on scores (0, 1): weights (1, 3), the same 0.75.
+        let picks = (0..8000)
+            .filter(|_| {
+                Selection::Softmax { beta: 3f32.ln() }
+                    .select(&[0.0, 1.0], 1, &mut rng)
+                    .unwrap()[0]
+                    == 1
+            })
+            .count();
+        assert!((5800..6200).contains(&picks), "{picks}");
+        // SoftRank beta = ln 3 / ln 2 on two items: weights (1, 2^-beta) = (1, 1/3) -> top item
+        // (position 1, the higher score) 0.75.
+        let beta = 3f32.ln() / 2f32.ln();
+        let picks = (0..8000)
+            .filter(|_| {
+                Selection::SoftRank { beta }
+                    .select(&[0.2, 0.9], 1, &mut rng)
+                    .unwrap()[0]
+                    == 1
+            })
+            .count();
+        assert!((5800..6200).contains(&picks), "{picks}");
+        // k = n returns every position once; NaN is refused.
+        let mut all = Selection::Softmax { beta: 1.0 }
+            .select(&[0.1, 0.5, 0.3], 3, &mut rng)
+            .unwrap();
+        all.sort();
+        assert_eq!(all, vec![0, 1, 2]);
+        assert!(Selection::Power { beta: 1.0 }
+            .select(&[f32::NAN], 1, &mut rng)
+            .is_err());
     }
 
     #[test]

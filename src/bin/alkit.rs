@@ -7,7 +7,9 @@
 use alkit::acquire::LoopConfig;
 use alkit::acquisition::Scorer;
 use alkit::bench::bench_scoring;
-use alkit::curve::{run_curve, summarize, CurveSpec, ScorerSettings, StrategyKind, SummaryRow};
+use alkit::curve::{
+    run_curve, summarize, CurveSpec, ScorerSettings, SelectKind, StrategyKind, SummaryRow,
+};
 use alkit::data::{load_idx_dir, Dataset, Normalizer, Splits};
 use alkit::nn::{Arch, CnnConfig, MlpConfig};
 use alkit::observe::{Control, Event, Observer, Silent};
@@ -168,6 +170,15 @@ struct ScorerFlags {
     /// Draws of Perturb-x and Perturb-theta. [default: 8]
     #[arg(long)]
     perturb_samples: Option<usize>,
+    /// MC-dropout forward passes of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob. [default: 20]
+    #[arg(long)]
+    mc_samples: Option<usize>,
+    /// Selection of every scored strategy: top-k, power, softmax, softrank (Kirsch et al. 2023). [default: top-k]
+    #[arg(long)]
+    select: Option<SelectKind>,
+    /// Inverse temperature of the stochastic selection modes. [default: 1]
+    #[arg(long)]
+    beta: Option<f32>,
 }
 
 impl ScorerFlags {
@@ -191,7 +202,15 @@ impl ScorerFlags {
             perturb_x_sigma: self.perturb_x_sigma.unwrap_or(d.perturb_x_sigma),
             perturb_theta_sigma: self.perturb_theta_sigma.unwrap_or(d.perturb_theta_sigma),
             perturb_samples: self.perturb_samples.unwrap_or(d.perturb_samples),
+            mc_samples: self.mc_samples.unwrap_or(d.mc_samples),
+            select: self.select.unwrap_or(d.select),
+            beta: self.beta.unwrap_or(d.beta),
         };
+        if s.mc_samples == 0 || s.perturb_samples == 0 {
+            return Err(
+                alkit::Error::config("mc_samples", "sample counts must be at least 1").into(),
+            );
+        }
         if !s.lambda.is_finite() {
             return Err(alkit::Error::config("lambda", "must be a finite number").into());
         }
@@ -213,7 +232,7 @@ struct CurveArgs {
     /// Folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz). [default: data]
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Comma-separated strategies: entropy, margin, least-confidence, random, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta. [default: entropy,margin,least-confidence,random]
+    /// Comma-separated strategies: entropy, margin, least-confidence, random, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta, bald, mc-entropy, class-variance, variation-ratio, mc-max-prob. [default: entropy,margin,least-confidence,random]
     #[arg(long, value_delimiter = ',')]
     scorer: Option<Vec<StrategyKind>>,
     #[command(flatten)]
@@ -292,7 +311,7 @@ struct ScoreArgs {
     /// Which split to score.
     #[arg(long, value_enum, default_value_t = SplitArg::Train)]
     split: SplitArg,
-    /// Comma-separated scorers: entropy, margin, least-confidence, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta.
+    /// Comma-separated scorers: entropy, margin, least-confidence, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta, bald, mc-entropy, class-variance, variation-ratio, mc-max-prob.
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     scorer: Vec<StrategyKind>,
     #[command(flatten)]

@@ -49,6 +49,14 @@ pub trait Classifier: Send + Sync {
         let _ = (x, copies, expected);
         Ok(None)
     }
+    /// `samples` MC-dropout logits, each `(b, c)`, detached: dropout on with masks from `rng`,
+    /// everything else in eval mode. The default runs `forward` in training mode `samples`
+    /// times; models can skip recomputing what dropout does not touch.
+    fn mc_dropout_logits(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
+        (0..samples)
+            .map(|_| Ok(self.forward(x, &mut Mode::Train(rng))?.detach()))
+            .collect()
+    }
     /// Number of classes `c`.
     fn classes(&self) -> usize;
 }
@@ -253,18 +261,40 @@ impl Classifier for Cnn {
         if !kernels::supported(x) {
             return Ok(self.forward(x, &mut Mode::Eval)?.detach());
         }
-        // Fused CPU path; same arithmetic as `forward` in eval mode up to summation order.
+        Ok(self.fc2.forward(&self.features(x)?)?.detach())
+    }
+
+    fn mc_dropout_logits(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
+        // Dropout sits after fc1 only: compute the features once, redraw only the head.
+        let h = if kernels::supported(x) {
+            self.features(x)?
+        } else {
+            let x = nchw_to_nhwc(x)?;
+            let x = self
+                .conv2
+                .forward_relu_pool_nhwc(&self.conv1.forward_relu_pool_nhwc(&x)?)?;
+            self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()?.detach()
+        };
+        (0..samples)
+            .map(|_| Ok(self.fc2.forward(&dropout(&h, self.dropout, rng)?)?.detach()))
+            .collect()
+    }
+
+    fn classes(&self) -> usize {
+        self.classes
+    }
+}
+
+impl Cnn {
+    /// Inference-only fc1 features `(b, 128)` after ReLU, through the fused CPU kernels
+    /// (same arithmetic as `forward` in eval mode up to summation order).
+    fn features(&self, x: &Tensor) -> Result<Tensor> {
         let x = nchw_to_nhwc(&x.detach())?;
         let (w1, b1) = (self.conv1.weight().detach(), self.conv1.bias().detach());
         let x = x.apply_op3_no_bwd(&w1, &b1, &kernels::ConvReluPool)?;
         let (w2, b2) = (self.conv2.weight().detach(), self.conv2.bias().detach());
         let x = x.apply_op3_no_bwd(&w2, &b2, &kernels::ConvReluPool)?;
-        let x = self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()?;
-        Ok(self.fc2.forward(&x)?.detach())
-    }
-
-    fn classes(&self) -> usize {
-        self.classes
+        self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()
     }
 }
 
