@@ -11,7 +11,7 @@ use crate::data::{Dataset, Pool};
 use crate::error::{Error, Result};
 use crate::fsutil::write_json;
 use crate::nn::ModelBuilder;
-use crate::observe::{Control, Event, Observer};
+use crate::observe::{check, Event, Observer};
 use crate::predict::{evaluate, Scoring};
 use crate::rng::{stream, Purpose};
 use crate::train::{train, TrainConfig, TrainParams, TrainRngs};
@@ -290,18 +290,14 @@ pub fn run(
         from_cycle: start,
         cycles: cfg.cycles,
     };
-    if observer.on(&start_ev) == Control::Stop {
-        return Err(Error::Interrupted);
-    }
+    check(observer, &start_ev)?;
     for cycle in start..=cfg.cycles {
         let labeled = pool.labeled_indices();
         let ev = Event::CycleStarted {
             cycle,
             labeled: labeled.len(),
         };
-        if observer.on(&ev) == Control::Stop {
-            return Err(Error::Interrupted);
-        }
+        check(observer, &ev)?;
         let t0 = Instant::now();
         let trained = train(
             ctx.model,
@@ -370,9 +366,7 @@ pub fn run(
             write_json(path, state)?;
         }
         let last = state.records.last().expect("just pushed");
-        if observer.on(&Event::CycleFinished { record: last }) == Control::Stop {
-            return Err(Error::Interrupted);
-        }
+        check(observer, &Event::CycleFinished { record: last })?;
     }
     Ok(())
 }

@@ -78,30 +78,36 @@ pub fn auroc(scores: &[f32], positive: &[bool]) -> Result<f64> {
     Ok((rank_sum - p * (p + 1.0) / 2.0) / (p * q))
 }
 
+/// `(positives, negatives)` per distinct score, highest score first.
+fn tied_blocks(scores: &[f32], positive: &[bool]) -> Vec<(f64, f64)> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let mut blocks: Vec<(f64, f64)> = Vec::new();
+    for (i, &k) in order.iter().enumerate() {
+        if i == 0 || scores[k] != scores[order[i - 1]] {
+            blocks.push((0.0, 0.0));
+        }
+        let b = blocks.last_mut().expect("pushed above");
+        if positive[k] {
+            b.0 += 1.0;
+        } else {
+            b.1 += 1.0;
+        }
+    }
+    blocks
+}
+
 /// Average precision of `scores` for `positive` labels (scikit-learn's definition).
 pub fn average_precision(scores: &[f32], positive: &[bool]) -> Result<f64> {
     let _ = auroc(scores, positive)?; // the same input checks
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
     let n_pos = positive.iter().filter(|&&p| p).count() as f64;
     let (mut tp, mut fp, mut ap, mut prev_recall) = (0f64, 0f64, 0f64, 0f64);
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && scores[order[j + 1]] == scores[order[i]] {
-            j += 1;
-        }
-        for &k in &order[i..=j] {
-            if positive[k] {
-                tp += 1.0;
-            } else {
-                fp += 1.0;
-            }
-        }
+    for (p, n) in tied_blocks(scores, positive) {
+        tp += p;
+        fp += n;
         let recall = tp / n_pos;
         ap += (recall - prev_recall) * tp / (tp + fp);
         prev_recall = recall;
-        i = j + 1;
     }
     Ok(ap)
 }
@@ -110,27 +116,14 @@ pub fn average_precision(scores: &[f32], positive: &[bool]) -> Result<f64> {
 /// `(0, 0)`, one point per distinct score.
 pub fn roc_curve(scores: &[f32], positive: &[bool]) -> Result<Vec<(f64, f64)>> {
     let _ = auroc(scores, positive)?;
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
     let n_pos = positive.iter().filter(|&&p| p).count() as f64;
     let n_neg = positive.len() as f64 - n_pos;
     let (mut tp, mut fp) = (0f64, 0f64);
     let mut pts = vec![(0.0, 0.0)];
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && scores[order[j + 1]] == scores[order[i]] {
-            j += 1;
-        }
-        for &k in &order[i..=j] {
-            if positive[k] {
-                tp += 1.0;
-            } else {
-                fp += 1.0;
-            }
-        }
+    for (p, n) in tied_blocks(scores, positive) {
+        tp += p;
+        fp += n;
         pts.push((fp / n_neg, tp / n_pos));
-        i = j + 1;
     }
     Ok(pts)
 }

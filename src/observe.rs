@@ -69,6 +69,14 @@ pub trait Observer {
     }
 }
 
+/// Tells `observer` about `event`; `Err(Interrupted)` when it asks to stop.
+pub fn check(observer: &mut dyn Observer, event: &Event<'_>) -> crate::Result<()> {
+    match observer.on(event) {
+        Control::Continue => Ok(()),
+        Control::Stop => Err(crate::Error::Interrupted),
+    }
+}
+
 /// An observer that ignores everything.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Silent;

@@ -7,7 +7,7 @@ use crate::nn::gradnorm::autograd_grad_norms;
 use crate::nn::init::Params;
 use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, ModelBuilder};
-use crate::observe::{Control, Event, Observer};
+use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
 use alkit_acquisition::{Evidence, GradNorms, GradRequest, Needs, Probs, SampleRequest, Samples};
 use candle_core::{DType, Device};
@@ -30,9 +30,7 @@ pub fn log_probs_of(
             done: out.len() / model.classes(),
             total: indices.len(),
         };
-        if observer.on(&ev) == Control::Stop {
-            return Err(Error::Interrupted);
-        }
+        check(observer, &ev)?;
     }
     Ok(out)
 }
@@ -149,13 +147,13 @@ impl Scoring<'_> {
                         draw.extend(lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
                     }
                     done += chunk.len();
-                    if observer.on(&Event::Scoring {
-                        done,
-                        total: indices.len(),
-                    }) == Control::Stop
-                    {
-                        return Err(Error::Interrupted);
-                    }
+                    check(
+                        observer,
+                        &Event::Scoring {
+                            done,
+                            total: indices.len(),
+                        },
+                    )?;
                 }
             }
             SampleRequest::WeightNoise { sigma, samples } => {
@@ -209,13 +207,13 @@ impl Scoring<'_> {
                         );
                     }
                     done += chunk.len();
-                    if observer.on(&Event::Scoring {
-                        done,
-                        total: indices.len(),
-                    }) == Control::Stop
-                    {
-                        return Err(Error::Interrupted);
-                    }
+                    check(
+                        observer,
+                        &Event::Scoring {
+                            done,
+                            total: indices.len(),
+                        },
+                    )?;
                 }
             }
             other => {
@@ -274,13 +272,13 @@ impl Scoring<'_> {
             sq.extend(out.sq.iter().map(|&v| v as f32));
             kl.extend(out.kl_l1.iter().map(|&v| v as f32));
             done += chunk.len();
-            if observer.on(&Event::Scoring {
-                done,
-                total: indices.len(),
-            }) == Control::Stop
-            {
-                return Err(Error::Interrupted);
-            }
+            check(
+                observer,
+                &Event::Scoring {
+                    done,
+                    total: indices.len(),
+                },
+            )?;
         }
         Ok(GradNorms::new(
             sq,

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Params};
 use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, Mode, ModelBuilder};
-use crate::observe::{Control, Event, Observer};
+use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, stream, Purpose, Rng};
 use candle_core::{DType, Device};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
@@ -155,9 +155,7 @@ pub fn train(
             steps: cfg.steps,
             loss: loss_value,
         };
-        if observer.on(&ev) == Control::Stop {
-            return Err(Error::Interrupted);
-        }
+        check(observer, &ev)?;
     }
     Ok(Trained {
         model,
