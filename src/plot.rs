@@ -219,6 +219,17 @@ impl Figure {
                 anchor: Anchor::Middle,
                 vertical: true,
             });
+            // Legend box (drawn under the entries, over the grid and bands).
+            let legend_w = 40.0
+                + 7.0
+                    * panel
+                        .series
+                        .iter()
+                        .map(|s| s.name.chars().count())
+                        .max()
+                        .unwrap_or(0) as f64;
+            let legend_h = 8.0 + 14.0 * panel.series.len() as f64;
+            let mut entries = Vec::new();
             for (si, s) in panel.series.iter().enumerate() {
                 let color = PALETTE[si % PALETTE.len()];
                 if !s.band.is_empty() {
@@ -244,12 +255,12 @@ impl Figure {
                 });
                 // Legend, top-left inside the axes.
                 let ly = y0 + 14.0 + 14.0 * si as f64;
-                out.push(Prim::Line {
+                entries.push(Prim::Line {
                     pts: vec![(x0 + 8.0, ly - 4.0), (x0 + 26.0, ly - 4.0)],
                     color,
                     width: 2.0,
                 });
-                out.push(Prim::Text {
+                entries.push(Prim::Text {
                     x: x0 + 30.0,
                     y: ly,
                     s: s.name.clone(),
@@ -257,6 +268,20 @@ impl Figure {
                     anchor: Anchor::Start,
                     vertical: false,
                 });
+            }
+            if !panel.series.is_empty() {
+                let (lx, ly) = (x0 + 3.0, y0 + 3.0);
+                out.push(Prim::Fill {
+                    pts: vec![
+                        (lx, ly),
+                        (lx + legend_w, ly),
+                        (lx + legend_w, ly + legend_h),
+                        (lx, ly + legend_h),
+                    ],
+                    color: (255, 255, 255),
+                    alpha: 0.85,
+                });
+                out.extend(entries);
             }
         }
         out
