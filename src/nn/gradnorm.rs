@@ -84,6 +84,44 @@ struct Fwd<T> {
     p: Vec<T>,
 }
 
+/// `out += sum_j v_j * table[row_j]` for rows of length `len`, 32 lanes at a time in a
+/// register accumulator, so `out` is read and written once per call.
+#[inline(always)]
+fn accumulate_rows<T: Elem>(
+    out: &mut [T],
+    terms: impl Iterator<Item = (T, usize)> + Clone,
+    table: &[T],
+    len: usize,
+) {
+    const L: usize = 32;
+    let mut q = 0;
+    while q + L <= len {
+        let mut acc = [T::ZERO; L];
+        for (v, row) in terms.clone() {
+            let src: &[T; L] = table[row * len + q..row * len + q + L]
+                .try_into()
+                .expect("lane block");
+            for j in 0..L {
+                acc[j] = v.mul_add(src[j], acc[j]);
+            }
+        }
+        for (o, a) in out[q..q + L].iter_mut().zip(acc) {
+            *o += a;
+        }
+        q += L;
+    }
+    if q < len {
+        for (v, row) in terms {
+            for (o, &x) in out[q..len]
+                .iter_mut()
+                .zip(&table[row * len + q..row * len + len])
+            {
+                *o += v * x;
+            }
+        }
+    }
+}
+
 /// `sum_i a_i b_i` in `f64`, accumulated in 16 lanes of `T` first so that it vectorises.
 #[inline(always)]
 fn dot<T: Elem>(a: &[T], b: &[T]) -> f64 {
@@ -92,7 +130,7 @@ fn dot<T: Elem>(a: &[T], b: &[T]) -> f64 {
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for j in 0..16 {
-            acc[j] += x[j] * y[j];
+            acc[j] = x[j].mul_add(y[j], acc[j]);
         }
     }
     let tail: f64 = ra
@@ -216,37 +254,65 @@ impl<T: Elem> CnnWeights<T> {
         let fl = sp2 * c2;
         let mut gf = vec![T::ZERO; rows * fl];
         gemm_nt(rows, fl, self.hidden, &gh, &self.w3t, &mut gf);
-        // conv2: scatter through pool2's argmaxes. Rows outermost, so one row's weight
-        // gradient (c2 x k*k*c1) and input gradient stay in cache.
+        // conv2 through pool2's argmaxes, accumulating each output in registers and writing
+        // it once: dW2[r][ch] = sum over ch's active windows of v * U2[pos] (32 lanes at a
+        // time); dCols2[r][pos] = sum over the channels routed to pos of v * W2[ch], then added
+        // to dP1 at pos's patch (col2im).
         s.dp1.iter_mut().for_each(|v| *v = T::ZERO);
         let p1len = h2 * w2 * c1;
+        let p2 = oh2 * ow2;
+        // (sp, pos) per channel, and (ch, sp) per conv position.
+        let mut by_ch: Vec<Vec<(u32, u32)>> = vec![Vec::new(); c2];
+        let mut by_pos: Vec<Vec<(u32, u32)>> = vec![Vec::new(); p2];
+        for (i, &pos) in f.amax2.iter().enumerate() {
+            let (sp, ch) = (i / c2, i % c2);
+            if pos != u32::MAX {
+                by_ch[ch].push((sp as u32, pos));
+                by_pos[pos as usize].push((ch as u32, sp as u32));
+            }
+        }
         for r in 0..rows {
             let g = &gf[r * fl..(r + 1) * fl];
             let dw2 = &mut s.dw2[r * c2 * k2..(r + 1) * c2 * k2];
-            let db2 = &mut s.db2[r * c2..(r + 1) * c2];
+            for (ch, list) in by_ch.iter().enumerate() {
+                if list.is_empty() {
+                    continue;
+                }
+                s.db2[r * c2 + ch] += list
+                    .iter()
+                    .fold(T::ZERO, |a, &(sp, _)| a + g[ch * sp2 + sp as usize]);
+                let out = &mut dw2[ch * k2..(ch + 1) * k2];
+                accumulate_rows(
+                    out,
+                    list.iter()
+                        .map(|&(sp, pos)| (g[ch * sp2 + sp as usize], pos as usize)),
+                    &f.u2,
+                    k2,
+                );
+            }
             let dp = &mut s.dp1[r * p1len..(r + 1) * p1len];
-            for sp in 0..sp2 {
-                for ch in 0..c2 {
-                    let pos = f.amax2[sp * c2 + ch];
-                    let v = g[ch * sp2 + sp];
-                    if pos == u32::MAX || v == T::ZERO {
-                        continue;
-                    }
-                    let pos = pos as usize;
-                    let urow = &f.u2[pos * k2..(pos + 1) * k2];
-                    for (d, &u) in dw2[ch * k2..(ch + 1) * k2].iter_mut().zip(urow) {
-                        *d += v * u;
-                    }
-                    db2[ch] += v;
-                    let wrow = &self.w2[ch * k2..(ch + 1) * k2];
-                    let (py, px) = (pos / ow2, pos % ow2);
-                    for ki in 0..k {
-                        // k consecutive input pixels of one patch row are contiguous in dp.
-                        let o = ((py + ki) * w2 + px) * c1;
-                        let t = ki * k * c1;
-                        for (d, &wv) in dp[o..o + k * c1].iter_mut().zip(&wrow[t..t + k * c1]) {
-                            *d += v * wv;
-                        }
+            let mut cols = vec![T::ZERO; k2];
+            for (pos, list) in by_pos.iter().enumerate() {
+                if list.is_empty() {
+                    continue;
+                }
+                cols.iter_mut().for_each(|v| *v = T::ZERO);
+                accumulate_rows(
+                    &mut cols,
+                    list.iter()
+                        .map(|&(ch, sp)| (g[ch as usize * sp2 + sp as usize], ch as usize)),
+                    &self.w2,
+                    k2,
+                );
+                let (py, px) = (pos / ow2, pos % ow2);
+                for ki in 0..k {
+                    // k consecutive input pixels of one patch row are contiguous in dp.
+                    let o = ((py + ki) * w2 + px) * c1;
+                    for (d, &v) in dp[o..o + k * c1]
+                        .iter_mut()
+                        .zip(&cols[ki * k * c1..(ki + 1) * k * c1])
+                    {
+                        *d += v;
                     }
                 }
             }

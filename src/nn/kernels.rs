@@ -38,6 +38,9 @@ pub trait Elem:
     const ONE: Self;
     /// `e^self`.
     fn exp(self) -> Self;
+    /// `self * a + b` with one rounding (an FMA instruction where the CPU has one; the
+    /// gradient kernel runs inside `pulp`'s AVX2/AVX-512 context, where it does).
+    fn mul_add(self, a: Self, b: Self) -> Self;
     /// Widening conversion.
     fn to_f64(self) -> f64;
     /// Narrowing conversion.
@@ -46,12 +49,19 @@ pub trait Elem:
 impl Elem for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    #[inline(always)]
     fn exp(self) -> Self {
         f32::exp(self)
     }
+    #[inline(always)]
+    fn mul_add(self, a: Self, b: Self) -> Self {
+        f32::mul_add(self, a, b)
+    }
+    #[inline(always)]
     fn to_f64(self) -> f64 {
         f64::from(self)
     }
+    #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v as f32
     }
@@ -59,12 +69,19 @@ impl Elem for f32 {
 impl Elem for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    #[inline(always)]
     fn exp(self) -> Self {
         f64::exp(self)
     }
+    #[inline(always)]
+    fn mul_add(self, a: Self, b: Self) -> Self {
+        f64::mul_add(self, a, b)
+    }
+    #[inline(always)]
     fn to_f64(self) -> f64 {
         self
     }
+    #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v
     }
