@@ -93,7 +93,7 @@ fn accumulate_rows<T: Elem>(
     table: &[T],
     len: usize,
 ) {
-    const L: usize = 32;
+    const L: usize = 96;
     let mut q = 0;
     while q + L <= len {
         let mut acc = [T::ZERO; L];
@@ -154,19 +154,25 @@ fn relu_pool<T: Elem>(y: &[T], bias: &[T], (h, w, c): (usize, usize, usize)) -> 
                 (2 * py + 1) * w + 2 * px,
                 (2 * py + 1) * w + 2 * px + 1,
             ];
+            // Branch-free over channels (vectorised with masked selects): first maximum wins.
+            let rows = cand.map(|q| &y[q * c..(q + 1) * c]);
+            let o = (py * w2 + px) * c;
             for ch in 0..c {
-                let mut best = cand[0];
-                for &q in &cand[1..] {
-                    if y[q * c + ch] > y[best * c + ch] {
-                        best = q;
-                    }
+                let (mut bv, mut bi) = (rows[0][ch], 0u32);
+                for (k, row) in rows.iter().enumerate().skip(1) {
+                    let gt = row[ch] > bv;
+                    bv = if gt { row[ch] } else { bv };
+                    bi = if gt { k as u32 } else { bi };
                 }
-                let v = y[best * c + ch] + bias[ch];
-                let o = (py * w2 + px) * c + ch;
-                if v > T::ZERO {
-                    out[o] = v;
-                    amax[o] = best as u32; // active: gradient flows to conv position `best`
-                }
+                let v = bv + bias[ch];
+                let active = v > T::ZERO;
+                out[o + ch] = if active { v } else { T::ZERO };
+                // Active units route their gradient to conv position `cand[bi]`.
+                amax[o + ch] = if active {
+                    cand[bi as usize] as u32
+                } else {
+                    u32::MAX
+                };
             }
         }
     }
@@ -261,20 +267,40 @@ impl<T: Elem> CnnWeights<T> {
         s.dp1.iter_mut().for_each(|v| *v = T::ZERO);
         let p1len = h2 * w2 * c1;
         let p2 = oh2 * ow2;
-        // (sp, pos) per channel, and (ch, sp) per conv position.
-        let mut by_ch: Vec<Vec<(u32, u32)>> = vec![Vec::new(); c2];
-        let mut by_pos: Vec<Vec<(u32, u32)>> = vec![Vec::new(); p2];
+        // (sp, pos) per channel and (ch, sp) per conv position, as flat counting-sort
+        // (CSR) arrays: offsets `och` / `opos`, entries `ech` / `epos`.
+        let mut och = vec![0usize; c2 + 1];
+        let mut opos = vec![0usize; p2 + 1];
         for (i, &pos) in f.amax2.iter().enumerate() {
-            let (sp, ch) = (i / c2, i % c2);
             if pos != u32::MAX {
-                by_ch[ch].push((sp as u32, pos));
-                by_pos[pos as usize].push((ch as u32, sp as u32));
+                och[i % c2 + 1] += 1;
+                opos[pos as usize + 1] += 1;
             }
         }
+        for i in 0..c2 {
+            och[i + 1] += och[i];
+        }
+        for i in 0..p2 {
+            opos[i + 1] += opos[i];
+        }
+        let total = och[c2];
+        let (mut ech, mut epos) = (vec![(0u32, 0u32); total], vec![(0u32, 0u32); total]);
+        let (mut cch, mut cpos) = (och.clone(), opos.clone());
+        for (i, &pos) in f.amax2.iter().enumerate() {
+            if pos != u32::MAX {
+                let (sp, ch) = (i / c2, i % c2);
+                ech[cch[ch]] = (sp as u32, pos);
+                cch[ch] += 1;
+                epos[cpos[pos as usize]] = (ch as u32, sp as u32);
+                cpos[pos as usize] += 1;
+            }
+        }
+        let mut cols = vec![T::ZERO; k2];
         for r in 0..rows {
             let g = &gf[r * fl..(r + 1) * fl];
             let dw2 = &mut s.dw2[r * c2 * k2..(r + 1) * c2 * k2];
-            for (ch, list) in by_ch.iter().enumerate() {
+            for ch in 0..c2 {
+                let list = &ech[och[ch]..och[ch + 1]];
                 if list.is_empty() {
                     continue;
                 }
@@ -291,8 +317,8 @@ impl<T: Elem> CnnWeights<T> {
                 );
             }
             let dp = &mut s.dp1[r * p1len..(r + 1) * p1len];
-            let mut cols = vec![T::ZERO; k2];
-            for (pos, list) in by_pos.iter().enumerate() {
+            for pos in 0..p2 {
+                let list = &epos[opos[pos]..opos[pos + 1]];
                 if list.is_empty() {
                     continue;
                 }
