@@ -21,6 +21,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod curve;
 pub mod data;
+pub mod duq;
 pub mod error;
 pub mod fsutil;
 pub mod metrics;
@@ -29,6 +30,7 @@ pub mod observe;
 pub mod plot;
 pub mod predict;
 pub mod rng;
+pub mod surface;
 pub mod train;
 
 pub use error::{Error, Result};

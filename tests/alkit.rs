@@ -1151,3 +1151,150 @@ fn bald_with_power_selection_runs_in_the_loop() {
     assert!(states.iter().all(|s| s.records.len() == 3));
     let _ = std::fs::remove_dir_all(out);
 }
+
+// -------------------------------------------------------------------------------- DUQ
+
+use alkit::duq::{DuqConfig, DuqMlp, Penalty};
+
+#[test]
+fn duq_input_gradient_and_penalty_gradients_match_finite_differences_in_f64() {
+    // The penalty's parameter gradient needs d/dtheta of grad_x sum_c K_c; alkit writes
+    // grad_x explicitly (no candle double backward). Check (1) that explicit gradient against
+    // central differences in x, (2) the autograd gradient of BCE + penalty w.r.t. every
+    // parameter against central differences of the loss, for each penalty form.
+    let mut rng = stream(3, Purpose::Tool, 0);
+    let data = alkit::data::moons::moons(12, 0.1, &mut rng).unwrap();
+    let x = Tensor::from_vec(
+        data.features()
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect::<Vec<_>>(),
+        (12, 2),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let y = Tensor::from_vec(data.labels().to_vec(), 12, &Device::Cpu).unwrap();
+    for penalty in [Penalty::TwoSided, Penalty::Squared, Penalty::OneSided] {
+        let cfg = DuqConfig {
+            hidden: vec![6, 5],
+            centroid_dims: 4,
+            sigma: 0.5,
+            penalty,
+            ..DuqConfig::default()
+        };
+        let model = DuqMlp::new(
+            2,
+            2,
+            &cfg,
+            DType::F64,
+            &Device::Cpu,
+            stream(4, Purpose::Init, 0),
+        )
+        .unwrap();
+        // (1) grad_x sum_c K_c against central differences.
+        let g: Vec<Vec<f64>> = model
+            .input_gradient(&model.forward(&x).unwrap())
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        let s = |xv: &Tensor| {
+            model
+                .forward(xv)
+                .unwrap()
+                .kernel
+                .sum(1)
+                .unwrap()
+                .to_vec1::<f64>()
+                .unwrap()
+        };
+        for j in 0..2 {
+            let mut e = vec![0f64; 24];
+            for i in 0..12 {
+                e[i * 2 + j] = 1e-6;
+            }
+            let e = Tensor::from_vec(e, (12, 2), &Device::Cpu).unwrap();
+            let (up, down) = (s(&(&x + &e).unwrap()), s(&(&x - &e).unwrap()));
+            for i in 0..12 {
+                let fd = (up[i] - down[i]) / 2e-6;
+                assert!(
+                    (fd - g[i][j]).abs() <= 1e-6 * fd.abs().max(1e-3),
+                    "dx {i},{j}: {fd} vs {}",
+                    g[i][j]
+                );
+            }
+        }
+        // (2) parameter gradients of the full loss.
+        let loss = || model.loss(&x, &y).unwrap().0;
+        let grads = loss().backward().unwrap();
+        for v in model.vars() {
+            let err = fd_check(
+                &v,
+                grads.get(&v).unwrap(),
+                &|| loss().to_scalar::<f64>().unwrap(),
+                10,
+            );
+            assert!(err < 1e-6, "{penalty:?}: relative error {err}");
+        }
+    }
+}
+
+#[test]
+fn cli_surface_writes_png_and_metrics() {
+    let out = tmp("surface");
+    let o = alkit_cmd()
+        .args(["surface", "--model", "duq", "--seed", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert!(
+        m["accuracy"].as_f64().unwrap() > 0.95 && m["auroc_far"].as_f64().unwrap() > 0.9,
+        "{m}"
+    );
+    assert!(std::fs::read(out.join("surface.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    let o = alkit_cmd()
+        .args(["surface", "--model", "duq", "--scorer", "entropy", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn duq_learns_two_moons() {
+    // Short version of the paper's setting (300 points, 10 epochs): well above chance.
+    let mut rng = stream(0, Purpose::Tool, 0);
+    let train = alkit::data::moons::moons(300, 0.1, &mut rng).unwrap();
+    let test = alkit::data::moons::moons(200, 0.1, &mut rng).unwrap();
+    let cfg = DuqConfig {
+        epochs: 10,
+        ..DuqConfig::default()
+    };
+    let mut model = DuqMlp::new(
+        2,
+        2,
+        &cfg,
+        DType::F32,
+        &Device::Cpu,
+        stream(0, Purpose::Init, 0),
+    )
+    .unwrap();
+    let x = Tensor::from_vec(train.features().to_vec(), (300, 2), &Device::Cpu).unwrap();
+    let y = Tensor::from_vec(train.labels().to_vec(), 300, &Device::Cpu).unwrap();
+    model
+        .fit(&x, &y, &mut stream(0, Purpose::Train, 0))
+        .unwrap();
+    let xt = Tensor::from_vec(test.features().to_vec(), (200, 2), &Device::Cpu).unwrap();
+    let k = model.kernel_values(&xt).unwrap();
+    let correct = k
+        .chunks(2)
+        .zip(test.labels())
+        .filter(|(r, &l)| (r[1] > r[0]) as u32 == l)
+        .count();
+    assert!(correct > 170, "{correct}/200");
+}

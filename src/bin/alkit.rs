@@ -80,6 +80,54 @@ enum Command {
     Calibrate(CalibrateArgs),
     /// All metrics from externally computed scores in a CSV file.
     Metrics(MetricsArgs),
+    /// Uncertainty over the plane on two moons (DUQ vs a softmax MLP): surface.png + metrics.json.
+    Surface(SurfaceArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SurfaceModelArg {
+    /// DUQ with a 2-20-20-20 ReLU MLP feature extractor (score 1 - max K).
+    Duq,
+    /// A softmax 2-20-20-20-2 ReLU MLP.
+    Mlp,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PenaltyArg {
+    TwoSided,
+    Squared,
+    OneSided,
+    None,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SurfaceScorerArg {
+    Entropy,
+    LeastConfidence,
+    Margin,
+    Duq,
+}
+
+#[derive(clap::Args)]
+struct SurfaceArgs {
+    /// The dataset (two moons: 1,000 training points, noise 0.1).
+    #[arg(long, default_value = "moons")]
+    dataset: String,
+    /// The model.
+    #[arg(long, value_enum, default_value_t = SurfaceModelArg::Duq)]
+    model: SurfaceModelArg,
+    /// DUQ's gradient-penalty form (lambda 1.0).
+    #[arg(long, value_enum, default_value_t = PenaltyArg::TwoSided)]
+    penalty: PenaltyArg,
+    /// The uncertainty score (duq for --model duq; entropy, least-confidence or margin for --model mlp). [default: the model's natural one]
+    #[arg(long, value_enum)]
+    scorer: Option<SurfaceScorerArg>,
+    /// Seed of the data, initialisation and batch order.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output folder: surface.png, metrics.json.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 /// A model to evaluate: loaded from a checkpoint, or trained here on a training split.
@@ -403,6 +451,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Ood(a) => ood_cmd(a, &device, cli.quiet),
         Command::Calibrate(a) => calibrate_cmd(a, &device, cli.quiet),
         Command::Metrics(a) => metrics_cmd(a),
+        Command::Surface(a) => surface_cmd(a, &device),
     }
 }
 
@@ -1379,5 +1428,56 @@ fn metrics_cmd(a: MetricsArgs) -> Result<()> {
             writeln!(so, "{k:<24} {:.6}", v.as_f64().unwrap_or(f64::NAN))?;
         }
     }
+    Ok(())
+}
+
+fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
+    use alkit::surface::{moons_surface, SurfaceModel};
+    if a.dataset != "moons" {
+        return Err(alkit::Error::config(
+            "dataset",
+            format!("`{}` is not available; only `moons`", a.dataset),
+        )
+        .into());
+    }
+    let model = match (a.model, a.scorer) {
+        (SurfaceModelArg::Duq, None | Some(SurfaceScorerArg::Duq)) => {
+            SurfaceModel::Duq(alkit::duq::DuqConfig {
+                penalty: match a.penalty {
+                    PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
+                    PenaltyArg::Squared => alkit::duq::Penalty::Squared,
+                    PenaltyArg::OneSided => alkit::duq::Penalty::OneSided,
+                    PenaltyArg::None => alkit::duq::Penalty::None,
+                },
+                ..Default::default()
+            })
+        }
+        (SurfaceModelArg::Mlp, s) => SurfaceModel::Mlp(match s {
+            None | Some(SurfaceScorerArg::Entropy) => alkit::acquisition::Builtin::Entropy,
+            Some(SurfaceScorerArg::LeastConfidence) => alkit::acquisition::Builtin::LeastConfidence,
+            Some(SurfaceScorerArg::Margin) => alkit::acquisition::Builtin::Margin,
+            Some(SurfaceScorerArg::Duq) => {
+                return Err(alkit::Error::config("scorer", "duq needs --model duq").into())
+            }
+        }),
+        (SurfaceModelArg::Duq, Some(_)) => {
+            return Err(alkit::Error::config("scorer", "--model duq is scored by duq").into())
+        }
+    };
+    let s = moons_surface(&model, a.seed, device)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let title = format!("{}: uncertainty, auroc_far {:.3}", s.scorer, s.auroc_far);
+    let png = alkit::plot::heatmap_png(&s.grid, s.n, s.n, s.extent, &s.train_points, &title);
+    alkit::fsutil::write_atomic(&a.out.join("surface.png"), &png)?;
+    alkit::fsutil::write_json(&a.out.join("metrics.json"), &s)?;
+    let mut so = std::io::stdout().lock();
+    writeln!(
+        so,
+        "{}: accuracy {:.4}, auroc_far {:.4}; wrote {}/surface.png, metrics.json",
+        s.scorer,
+        s.accuracy,
+        s.auroc_far,
+        a.out.display()
+    )?;
     Ok(())
 }

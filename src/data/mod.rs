@@ -6,6 +6,7 @@
 
 pub mod dataset;
 pub mod idx;
+pub mod moons;
 pub mod pool;
 
 pub use dataset::{load_idx_dir, Dataset, Normalizer, Splits};
