@@ -1,34 +1,84 @@
 //! Uncertainty over the plane on two moons: how a model's uncertainty behaves far from the
 //! data (DUQ Fig. 1/4; Ulmer & Cina 2021, Fig. 3).
 //!
-//! Data from the seed: 1,000 training moons (noise 0.1), 1,000 held-out moons, and 1,000
-//! points uniform on the annulus at distance 2 to 4 from the training data's centre. Reported:
-//! held-out accuracy, and `auroc_far`, the AUROC separating held-out moons from annulus points
-//! by the model's uncertainty (annulus positive). The surface is the uncertainty score on a
-//! 200 x 200 grid covering the annulus.
+//! Data from the seed: `points` training moons (noise `noise`), 1,000 held-out moons, and
+//! 1,000 points uniform on the annulus at distance 2 to 4 from the training data's centre.
+//! Reported: held-out accuracy, and `auroc_far`, the AUROC separating held-out moons from
+//! annulus points by the model's uncertainty (annulus positive). The surfaces are the
+//! uncertainty score, and the magnitude of its input gradient `||d score / d x||`, on a
+//! 200 x 200 grid covering the annulus. Every score is computed with differentiable tensor
+//! ops, so the gradient is one autograd pass (first order only).
 
 use crate::data::moons::{annulus, moons};
 use crate::data::Dataset;
 use crate::duq::{DuqConfig, DuqMlp};
 use crate::error::Result;
 use crate::metrics::ood_metrics;
-use crate::nn::{Arch, MlpConfig};
+use crate::nn::layers::log_probs;
+use crate::nn::{Arch, Classifier, MlpConfig, Mode};
 use crate::observe::Silent;
-use crate::predict::{log_probs_of, probs_from_log};
-use crate::rng::{stream, Purpose};
+use crate::rng::{stream, Purpose, Rng};
 use crate::train::{train, TrainConfig, TrainRngs};
-use alkit_acquisition::{Builtin, Evidence, Scorer};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var, D};
 use serde::Serialize;
 
-/// Which model and score a surface shows.
+/// An uncertainty score over stochastic (or single) predictions `(S, b, c)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SurfaceScore {
+    /// `1 - max_c mean_s p`.
+    MaxProb,
+    /// Entropy of the mean prediction.
+    Entropy,
+    /// `(1/C) sum_c Var_s[p_c]`.
+    ClassVariance,
+    /// Mutual information (BALD).
+    Bald,
+}
+
+/// Which model a surface shows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SurfaceModel {
-    /// DUQ with this configuration; score `1 - max_c K_c`.
+    /// DUQ; score `1 - max_c K_c`.
     Duq(DuqConfig),
-    /// A softmax ReLU MLP (2-20-20-20-2, Adam lr 1e-3, 2,000 steps of batch 64) scored by
-    /// a probability scorer.
-    Mlp(Builtin),
+    /// One softmax ReLU MLP with these hidden widths.
+    Mlp(Vec<usize>),
+    /// An MLP with dropout `p` after each hidden layer, `samples` MC-dropout passes.
+    McDropout {
+        /// Hidden widths.
+        hidden: Vec<usize>,
+        /// Dropout probability.
+        p: f32,
+        /// Forward passes.
+        samples: usize,
+    },
+    /// `members` MLPs from different seeds and batch orders; anchored (Pearce et al. 2020)
+    /// with strength `tau` when `anchor` is set.
+    Ensemble {
+        /// Hidden widths.
+        hidden: Vec<usize>,
+        /// Members.
+        members: usize,
+        /// Anchoring strength `tau`.
+        anchor: Option<f64>,
+    },
+}
+
+/// Surface settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SurfaceSpec {
+    /// The model.
+    pub model: SurfaceModel,
+    /// The score (ignored for DUQ).
+    pub score: SurfaceScore,
+    /// Training points.
+    pub points: usize,
+    /// Moon noise.
+    pub noise: f64,
+    /// Adam steps of batch 64 for the softmax models (lr 1e-3).
+    pub steps: usize,
+    /// Seed of data, initialisation, batch order and dropout masks.
+    pub seed: u64,
 }
 
 /// A computed surface and its metrics.
@@ -40,9 +90,12 @@ pub struct Surface {
     pub auroc_far: f64,
     /// Score name.
     pub scorer: String,
-    /// Uncertainty on the grid `(ny, nx)`, row 0 at the top.
+    /// Uncertainty on the grid `(n, n)`, row 0 at the top.
     #[serde(skip)]
     pub grid: Vec<f64>,
+    /// `||d score / d x||` on the grid.
+    #[serde(skip)]
+    pub gradient: Vec<f64>,
     /// Grid size.
     #[serde(skip)]
     pub n: usize,
@@ -53,8 +106,64 @@ pub struct Surface {
     pub train_points: Vec<(f64, f64, u32)>,
 }
 
-/// Uncertainty and predicted class per item of a dataset.
-type Evaluator<'a> = Box<dyn Fn(&Dataset) -> Result<(Vec<f32>, Vec<u32>)> + 'a>;
+/// A score over probability samples `p (S, b, c)`, as differentiable ops -> `(b,)`.
+fn score_of(p: &Tensor, score: SurfaceScore) -> Result<Tensor> {
+    let s = p.dim(0)? as f64;
+    let mean = p.mean(0)?;
+    let ent = |q: &Tensor| -> Result<Tensor> {
+        Ok((q * (q.clamp(1e-30, 1.0)?.log()?))?.sum(D::Minus1)?.neg()?)
+    };
+    Ok(match score {
+        SurfaceScore::MaxProb => (1.0 - mean.max(D::Minus1)?)?,
+        SurfaceScore::Entropy => ent(&mean)?,
+        SurfaceScore::ClassVariance => p
+            .broadcast_sub(&mean.unsqueeze(0)?)?
+            .sqr()?
+            .sum(0)?
+            .affine(1.0 / s, 0.0)?
+            .mean(D::Minus1)?,
+        SurfaceScore::Bald => (ent(&mean)? - ent(p)?.mean(0)?)?,
+    })
+}
+
+/// Trained models behind one surface.
+enum Fitted {
+    Duq(DuqMlp),
+    Softmax {
+        members: Vec<Box<dyn Classifier>>,
+        mc: Option<usize>,
+    },
+}
+
+impl Fitted {
+    /// `(uncertainty (b,), prediction (b,))` for `x (b, 2)`; differentiable w.r.t. `x`.
+    /// Dropout masks for MC models come from `rng`.
+    fn score(&self, x: &Tensor, score: SurfaceScore, rng: &mut Rng) -> Result<(Tensor, Vec<u32>)> {
+        let probs = match self {
+            Fitted::Duq(m) => {
+                let k = m.forward(x)?.kernel;
+                let pred = k.argmax(D::Minus1)?.to_vec1::<u32>()?;
+                return Ok(((1.0 - k.max(D::Minus1)?)?, pred));
+            }
+            Fitted::Softmax { members, mc } => {
+                let mut ps = Vec::new();
+                for m in members {
+                    match mc {
+                        Some(t) => {
+                            for _ in 0..*t {
+                                ps.push(log_probs(&m.forward(x, &mut Mode::Train(rng))?)?.exp()?);
+                            }
+                        }
+                        None => ps.push(log_probs(&m.forward(x, &mut Mode::Eval)?)?.exp()?),
+                    }
+                }
+                Tensor::stack(&ps, 0)?
+            }
+        };
+        let pred = probs.mean(0)?.argmax(D::Minus1)?.to_vec1::<u32>()?;
+        Ok((score_of(&probs, score)?, pred))
+    }
+}
 
 fn tensor(ds: &Dataset, device: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(
@@ -64,40 +173,35 @@ fn tensor(ds: &Dataset, device: &Device) -> Result<Tensor> {
     )?)
 }
 
-/// Trains `model` on two moons from `seed` and computes its surface.
-pub fn moons_surface(model: &SurfaceModel, seed: u64, device: &Device) -> Result<Surface> {
-    let mut rng = stream(seed, Purpose::Tool, 0);
-    let train_ds = moons(1000, 0.1, &mut rng)?;
-    let test = moons(1000, 0.1, &mut rng)?;
-    let f = train_ds.features();
-    let centre = [
-        f.iter().step_by(2).map(|&v| f64::from(v)).sum::<f64>() / train_ds.len() as f64,
-        f.iter()
-            .skip(1)
-            .step_by(2)
-            .map(|&v| f64::from(v))
-            .sum::<f64>()
-            / train_ds.len() as f64,
-    ];
-    let far = annulus(1000, centre, 2.0, 4.0, &mut rng)?;
-    let n = 200;
-    let extent = [
-        centre[0] - 4.5,
-        centre[0] + 4.5,
-        centre[1] - 4.5,
-        centre[1] + 4.5,
-    ];
-    let mut grid_xy = Vec::with_capacity(2 * n * n);
-    for gy in 0..n {
-        for gx in 0..n {
-            grid_xy
-                .push((extent[0] + (gx as f64 + 0.5) / n as f64 * (extent[1] - extent[0])) as f32);
-            grid_xy
-                .push((extent[3] - (gy as f64 + 0.5) / n as f64 * (extent[3] - extent[2])) as f32);
+fn fit(spec: &SurfaceSpec, train_ds: &Dataset, device: &Device) -> Result<Fitted> {
+    let seed = spec.seed;
+    let softmax = |hidden: &[usize],
+                   dropout: f32,
+                   k: u64,
+                   anchor: Option<f64>|
+     -> Result<Box<dyn Classifier>> {
+        let arch = Arch::Mlp(MlpConfig {
+            inputs: 2,
+            hidden: hidden.to_vec(),
+            classes: 2,
+            dropout,
+        });
+        let params = TrainConfig {
+            steps: spec.steps,
+            batch_size: 64,
+            lr: 1e-3,
+            anchor,
         }
-    }
-    let grid_ds = Dataset::new(grid_xy, vec![0; n * n], vec![2], 2)?;
-    let (scorer, eval): (String, Evaluator) = match model {
+        .validate()?;
+        let all: Vec<usize> = (0..train_ds.len()).collect();
+        // Member k: its own init and batch-order streams.
+        let rngs = TrainRngs {
+            init: stream(seed, Purpose::Init, 1000 + k),
+            batches: stream(seed, Purpose::Train, 1000 + k),
+        };
+        Ok(train(&arch, train_ds, &all, &params, rngs, device, &mut Silent)?.model)
+    };
+    Ok(match &spec.model {
         SurfaceModel::Duq(cfg) => {
             let mut m = DuqMlp::new(
                 2,
@@ -109,68 +213,104 @@ pub fn moons_surface(model: &SurfaceModel, seed: u64, device: &Device) -> Result
             )?;
             let y = Tensor::from_vec(train_ds.labels().to_vec(), train_ds.len(), device)?;
             m.fit(
-                &tensor(&train_ds, device)?,
+                &tensor(train_ds, device)?,
                 &y,
                 &mut stream(seed, Purpose::Train, 0),
             )?;
-            let eval = move |ds: &Dataset| -> Result<(Vec<f32>, Vec<u32>)> {
-                let k = m.kernel_values(&tensor(ds, device)?)?;
-                Ok(k.chunks(2)
-                    .map(|r| (1.0 - r[0].max(r[1]), u32::from(r[1] > r[0])))
-                    .unzip())
-            };
-            ("duq".to_string(), Box::new(eval))
+            Fitted::Duq(m)
         }
-        SurfaceModel::Mlp(score) => {
-            let arch = Arch::Mlp(MlpConfig {
-                inputs: 2,
-                hidden: vec![20, 20, 20],
-                classes: 2,
-                dropout: 0.0,
-            });
-            let params = TrainConfig {
-                steps: 2000,
-                batch_size: 64,
-                lr: 1e-3,
-            }
-            .validate()?;
-            let all: Vec<usize> = (0..train_ds.len()).collect();
-            let trained = train(
-                &arch,
-                &train_ds,
-                &all,
-                &params,
-                TrainRngs::for_cycle(seed, 0),
-                device,
-                &mut Silent,
-            )?;
-            let score = *score;
-            let eval = move |ds: &Dataset| -> Result<(Vec<f32>, Vec<u32>)> {
-                let ids: Vec<usize> = (0..ds.len()).collect();
-                let lp = log_probs_of(trained.model.as_ref(), ds, &ids, 4096, device, &mut Silent)?;
-                let p = probs_from_log(&lp, 2)?;
-                let pred = p.rows().map(|r| u32::from(r[1] > r[0])).collect();
-                Ok((score.score(&Evidence::from_probs(p))?, pred))
-            };
-            (score.name().to_string(), Box::new(eval))
-        }
+        SurfaceModel::Mlp(hidden) => Fitted::Softmax {
+            members: vec![softmax(hidden, 0.0, 0, None)?],
+            mc: None,
+        },
+        SurfaceModel::McDropout { hidden, p, samples } => Fitted::Softmax {
+            members: vec![softmax(hidden, *p, 0, None)?],
+            mc: Some(*samples),
+        },
+        SurfaceModel::Ensemble {
+            hidden,
+            members,
+            anchor,
+        } => Fitted::Softmax {
+            members: (0..*members as u64)
+                .map(|k| softmax(hidden, 0.0, k, *anchor))
+                .collect::<Result<_>>()?,
+            mc: None,
+        },
+    })
+}
+
+/// Trains the model of `spec` on two moons and computes its surfaces and metrics.
+pub fn moons_surface(spec: &SurfaceSpec, device: &Device) -> Result<Surface> {
+    let mut rng = stream(spec.seed, Purpose::Tool, 0);
+    let train_ds = moons(spec.points, spec.noise, &mut rng)?;
+    let test = moons(1000, spec.noise, &mut rng)?;
+    let f = train_ds.features();
+    let centre = [
+        f.iter().step_by(2).map(|&v| f64::from(v)).sum::<f64>() / train_ds.len() as f64,
+        f.iter()
+            .skip(1)
+            .step_by(2)
+            .map(|&v| f64::from(v))
+            .sum::<f64>()
+            / train_ds.len() as f64,
+    ];
+    let far = annulus(1000, centre, 2.0, 4.0, &mut rng)?;
+    let fitted = fit(spec, &train_ds, device)?;
+    let mut mask_rng = stream(spec.seed, Purpose::Perturb, 0);
+    let score_name = match (&spec.model, spec.score) {
+        (SurfaceModel::Duq(_), _) => "duq",
+        (_, SurfaceScore::MaxProb) => "max-prob",
+        (_, SurfaceScore::Entropy) => "entropy",
+        (_, SurfaceScore::ClassVariance) => "class-variance",
+        (_, SurfaceScore::Bald) => "bald",
     };
-    let (_, pred) = eval(&test)?;
+    let (s_in, pred) = fitted.score(&tensor(&test, device)?, spec.score, &mut mask_rng)?;
     let accuracy = pred
         .iter()
         .zip(test.labels())
         .filter(|(a, b)| a == b)
         .count() as f64
         / test.len() as f64;
-    let (s_in, _) = eval(&test)?;
-    let (s_far, _) = eval(&far)?;
-    let auroc_far = ood_metrics(&s_in, &s_far)?.auroc;
-    let (g, _) = eval(&grid_ds)?;
+    let (s_far, _) = fitted.score(&tensor(&far, device)?, spec.score, &mut mask_rng)?;
+    let v = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.to_vec1::<f32>()?) };
+    let auroc_far = ood_metrics(&v(&s_in)?, &v(&s_far)?)?.auroc;
+    // Grid: score and its input gradient in one autograd pass.
+    let n = 200;
+    let extent = [
+        centre[0] - 4.5,
+        centre[0] + 4.5,
+        centre[1] - 4.5,
+        centre[1] + 4.5,
+    ];
+    let mut xy = Vec::with_capacity(2 * n * n);
+    for gy in 0..n {
+        for gx in 0..n {
+            xy.push((extent[0] + (gx as f64 + 0.5) / n as f64 * (extent[1] - extent[0])) as f32);
+            xy.push((extent[3] - (gy as f64 + 0.5) / n as f64 * (extent[3] - extent[2])) as f32);
+        }
+    }
+    let x = Var::from_tensor(&Tensor::from_vec(xy, (n * n, 2), device)?)?;
+    let (s, _) = fitted.score(x.as_tensor(), spec.score, &mut mask_rng)?;
+    let grads = s.sum_all()?.backward()?;
+    let gradient = match grads.get(x.as_tensor()) {
+        Some(g) => g
+            .sqr()?
+            .sum(1)?
+            .sqrt()?
+            .to_dtype(DType::F32)?
+            .to_vec1::<f32>()?
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect(),
+        None => vec![0.0; n * n],
+    };
     Ok(Surface {
         accuracy,
         auroc_far,
-        scorer,
-        grid: g.iter().map(|&v| f64::from(v)).collect(),
+        scorer: score_name.to_string(),
+        grid: v(&s.detach())?.iter().map(|&v| f64::from(v)).collect(),
+        gradient,
         n,
         extent,
         train_points: train_ds
@@ -180,4 +320,50 @@ pub fn moons_surface(model: &SurfaceModel, seed: u64, device: &Device) -> Result
             .map(|(p, &l)| (f64::from(p[0]), f64::from(p[1]), l))
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alkit_acquisition::{Evidence, Probs, SampleScore, SampleScorer, Samples, Scorer};
+
+    #[test]
+    fn tensor_scores_match_the_acquisition_scorers() {
+        // The differentiable versions here must agree with the f64 scorers of
+        // alkit-acquisition on the same samples (S = 3 draws, b = 4 items, c = 3 classes).
+        let mut rng = stream(5, Purpose::Tool, 0);
+        let logits: Vec<f32> = (0..36)
+            .map(|_| (3.0 * crate::rng::normal(&mut rng)) as f32)
+            .collect();
+        let lp = log_probs(&Tensor::from_vec(logits, (12, 3), &Device::Cpu).unwrap()).unwrap();
+        let p = lp.exp().unwrap().reshape((3, 4, 3)).unwrap();
+        let draws: Vec<Probs> = (0..3)
+            .map(|s| {
+                Probs::new(
+                    p.get(s)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap(),
+                    4,
+                    3,
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut ev = Evidence::default();
+        ev.samples = Some(Samples::new(draws).unwrap());
+        for (ours, theirs) in [
+            (SurfaceScore::Bald, SampleScore::Bald),
+            (SurfaceScore::Entropy, SampleScore::MeanEntropy),
+            (SurfaceScore::ClassVariance, SampleScore::ClassVariance),
+        ] {
+            let a = score_of(&p, ours).unwrap().to_vec1::<f32>().unwrap();
+            let b = SampleScorer::mc_dropout(theirs, 3).score(&ev).unwrap();
+            for (x, y) in a.iter().zip(&b) {
+                assert!((x - y).abs() < 1e-5, "{ours:?}: {x} vs {y}");
+            }
+        }
+    }
 }

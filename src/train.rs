@@ -12,7 +12,7 @@ use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, Mode, ModelBuilder};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, stream, Purpose, Rng};
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,11 @@ pub struct TrainConfig {
     pub batch_size: usize,
     /// Adam learning rate.
     pub lr: f64,
+    /// Anchored training (Pearce et al. 2020): adds `tau / n * ||theta - theta_0||^2` to the
+    /// loss, `theta_0` the (prior-drawn) initial parameters, `n` the training-set size.
+    /// `None`: plain maximum likelihood.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<f64>,
 }
 
 impl Default for TrainConfig {
@@ -33,6 +38,7 @@ impl Default for TrainConfig {
             steps: 500,
             batch_size: 32,
             lr: 1e-3,
+            anchor: None,
         }
     }
 }
@@ -49,6 +55,14 @@ impl TrainConfig {
         }
         if self.batch_size == 0 {
             return Err(Error::config("batch_size", "must be at least 1"));
+        }
+        if let Some(tau) = self.anchor {
+            if !(tau.is_finite() && tau >= 0.0) {
+                return Err(Error::config(
+                    "anchor",
+                    format!("{tau} is not a number >= 0"),
+                ));
+            }
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(Error::config(
@@ -118,6 +132,12 @@ pub fn train(
     }
     let (vb, vars) = seeded(init_rng, DType::F32, device);
     let model = builder.build(vb)?;
+    // A deep copy: `detach` would share storage with the Vars the optimiser updates in place.
+    let anchors: Vec<Tensor> = vars
+        .vars()
+        .iter()
+        .map(|v| v.as_tensor().copy())
+        .collect::<candle_core::Result<_>>()?;
     let mut opt = AdamW::new(
         vars.vars(),
         ParamsAdamW {
@@ -140,7 +160,14 @@ pub fn train(
         let x = data.batch(ids, device)?;
         let y = data.batch_labels(ids, device)?;
         let logits = model.forward(&x, &mut Mode::Train(&mut train_rng))?;
-        let loss = candle_nn::loss::nll(&log_probs(&logits)?, &y)?;
+        let mut loss = candle_nn::loss::nll(&log_probs(&logits)?, &y)?;
+        if let Some(tau) = cfg.anchor {
+            let mut reg = Tensor::zeros((), loss.dtype(), loss.device())?;
+            for (v, a) in vars.vars().iter().zip(&anchors) {
+                reg = (reg + (v.as_tensor() - a)?.sqr()?.sum_all()?)?;
+            }
+            loss = (loss + (reg * (tau / indices.len() as f64))?)?;
+        }
         opt.backward_step(&loss)?;
         let report = step == cfg.steps || step % 50 == 0;
         let loss_value = if report {

@@ -443,6 +443,7 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
                 steps: 25,
                 batch_size: 16,
                 lr: 1e-3,
+                anchor: None,
             },
             batch: 256,
         },

@@ -88,8 +88,14 @@ enum Command {
 enum SurfaceModelArg {
     /// DUQ with a 2-20-20-20 ReLU MLP feature extractor (score 1 - max K).
     Duq,
-    /// A softmax 2-20-20-20-2 ReLU MLP.
+    /// One softmax ReLU MLP (hidden 25-25-25).
     Mlp,
+    /// MC dropout: ReLU MLP 25-25-25-25 with dropout 0.205, --mc-samples passes.
+    McDropout,
+    /// Deep ensemble of --members MLPs (25-25-25) from different seeds and batch orders.
+    Ensemble,
+    /// Anchored ensemble (Pearce et al. 2020): members regularised towards their own random initialisation, strength --anchor.
+    AnchoredEnsemble,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -102,9 +108,15 @@ enum PenaltyArg {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum SurfaceScorerArg {
+    /// 1 - max of the mean probability.
+    MaxProb,
+    /// Entropy of the mean probability.
     Entropy,
-    LeastConfidence,
-    Margin,
+    /// Mean over classes of the variance across samples.
+    ClassVariance,
+    /// Mutual information across samples.
+    Bald,
+    /// DUQ's 1 - max K (only with --model duq).
     Duq,
 }
 
@@ -119,9 +131,27 @@ struct SurfaceArgs {
     /// DUQ's gradient-penalty form (lambda 1.0).
     #[arg(long, value_enum, default_value_t = PenaltyArg::TwoSided)]
     penalty: PenaltyArg,
-    /// The uncertainty score (duq for --model duq; entropy, least-confidence or margin for --model mlp). [default: the model's natural one]
+    /// The uncertainty score: duq for --model duq; max-prob, entropy, class-variance or bald otherwise. [default: duq for DUQ, entropy otherwise]
     #[arg(long, value_enum)]
     scorer: Option<SurfaceScorerArg>,
+    /// Training points (DUQ's setting: 1000; Ulmer & Cina's: 500).
+    #[arg(long, default_value_t = 1000)]
+    points: usize,
+    /// Moon noise (DUQ's setting: 0.1; Ulmer & Cina's: 0.125).
+    #[arg(long, default_value_t = 0.1)]
+    noise: f64,
+    /// MC-dropout passes.
+    #[arg(long, default_value_t = 20)]
+    mc_samples: usize,
+    /// Ensemble members.
+    #[arg(long, default_value_t = 5)]
+    members: usize,
+    /// Anchoring strength tau of anchored ensembles.
+    #[arg(long, default_value_t = 1.0)]
+    anchor: f64,
+    /// Adam steps (batch 64, lr 1e-3) of the softmax models.
+    #[arg(long, default_value_t = 2000)]
+    steps: usize,
     /// Seed of the data, initialisation and batch order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -546,6 +576,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                     steps: a.steps.unwrap_or(defaults.train.steps),
                     batch_size: a.batch_size.unwrap_or(defaults.train.batch_size),
                     lr: a.lr.unwrap_or(defaults.train.lr),
+                    anchor: None,
                 },
                 batch: defaults.batch,
             },
@@ -621,6 +652,7 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
         steps: a.steps,
         batch_size: a.batch_size,
         lr: a.lr,
+        anchor: None,
     }
     .validate()?;
     let all: Vec<usize> = (0..train_ds.len()).collect();
@@ -1432,7 +1464,7 @@ fn metrics_cmd(a: MetricsArgs) -> Result<()> {
 }
 
 fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
-    use alkit::surface::{moons_surface, SurfaceModel};
+    use alkit::surface::{moons_surface, SurfaceModel, SurfaceScore, SurfaceSpec};
     if a.dataset != "moons" {
         return Err(alkit::Error::config(
             "dataset",
@@ -1440,40 +1472,75 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         )
         .into());
     }
-    let model = match (a.model, a.scorer) {
-        (SurfaceModelArg::Duq, None | Some(SurfaceScorerArg::Duq)) => {
-            SurfaceModel::Duq(alkit::duq::DuqConfig {
-                penalty: match a.penalty {
-                    PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
-                    PenaltyArg::Squared => alkit::duq::Penalty::Squared,
-                    PenaltyArg::OneSided => alkit::duq::Penalty::OneSided,
-                    PenaltyArg::None => alkit::duq::Penalty::None,
-                },
-                ..Default::default()
-            })
+    let is_duq = matches!(a.model, SurfaceModelArg::Duq);
+    let score = match (a.scorer, is_duq) {
+        (None | Some(SurfaceScorerArg::Duq), true) => SurfaceScore::MaxProb,
+        (Some(SurfaceScorerArg::Duq), false) => {
+            return Err(alkit::Error::config("scorer", "duq needs --model duq").into())
         }
-        (SurfaceModelArg::Mlp, s) => SurfaceModel::Mlp(match s {
-            None | Some(SurfaceScorerArg::Entropy) => alkit::acquisition::Builtin::Entropy,
-            Some(SurfaceScorerArg::LeastConfidence) => alkit::acquisition::Builtin::LeastConfidence,
-            Some(SurfaceScorerArg::Margin) => alkit::acquisition::Builtin::Margin,
-            Some(SurfaceScorerArg::Duq) => {
-                return Err(alkit::Error::config("scorer", "duq needs --model duq").into())
-            }
-        }),
-        (SurfaceModelArg::Duq, Some(_)) => {
+        (Some(_), true) => {
             return Err(alkit::Error::config("scorer", "--model duq is scored by duq").into())
         }
+        (None | Some(SurfaceScorerArg::Entropy), false) => SurfaceScore::Entropy,
+        (Some(SurfaceScorerArg::MaxProb), false) => SurfaceScore::MaxProb,
+        (Some(SurfaceScorerArg::ClassVariance), false) => SurfaceScore::ClassVariance,
+        (Some(SurfaceScorerArg::Bald), false) => SurfaceScore::Bald,
     };
-    let s = moons_surface(&model, a.seed, device)?;
+    let hidden = vec![25, 25, 25];
+    let model = match a.model {
+        SurfaceModelArg::Duq => SurfaceModel::Duq(alkit::duq::DuqConfig {
+            penalty: match a.penalty {
+                PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
+                PenaltyArg::Squared => alkit::duq::Penalty::Squared,
+                PenaltyArg::OneSided => alkit::duq::Penalty::OneSided,
+                PenaltyArg::None => alkit::duq::Penalty::None,
+            },
+            ..Default::default()
+        }),
+        SurfaceModelArg::Mlp => SurfaceModel::Mlp(hidden),
+        SurfaceModelArg::McDropout => SurfaceModel::McDropout {
+            hidden: vec![25, 25, 25, 25],
+            p: 0.205,
+            samples: a.mc_samples.max(1),
+        },
+        SurfaceModelArg::Ensemble => SurfaceModel::Ensemble {
+            hidden,
+            members: a.members.max(1),
+            anchor: None,
+        },
+        SurfaceModelArg::AnchoredEnsemble => SurfaceModel::Ensemble {
+            hidden,
+            members: a.members.max(1),
+            anchor: Some(a.anchor),
+        },
+    };
+    let spec = SurfaceSpec {
+        model,
+        score,
+        points: a.points,
+        noise: a.noise,
+        steps: a.steps,
+        seed: a.seed,
+    };
+    let s = moons_surface(&spec, device)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let title = format!("{}: uncertainty, auroc_far {:.3}", s.scorer, s.auroc_far);
     let png = alkit::plot::heatmap_png(&s.grid, s.n, s.n, s.extent, &s.train_points, &title);
     alkit::fsutil::write_atomic(&a.out.join("surface.png"), &png)?;
+    let png = alkit::plot::heatmap_png(
+        &s.gradient,
+        s.n,
+        s.n,
+        s.extent,
+        &s.train_points,
+        &format!("{}: |d score / dx|", s.scorer),
+    );
+    alkit::fsutil::write_atomic(&a.out.join("gradient.png"), &png)?;
     alkit::fsutil::write_json(&a.out.join("metrics.json"), &s)?;
     let mut so = std::io::stdout().lock();
     writeln!(
         so,
-        "{}: accuracy {:.4}, auroc_far {:.4}; wrote {}/surface.png, metrics.json",
+        "{}: accuracy {:.4}, auroc_far {:.4}; wrote {}/surface.png, gradient.png, metrics.json",
         s.scorer,
         s.accuracy,
         s.auroc_far,
