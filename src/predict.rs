@@ -126,6 +126,42 @@ impl Scoring<'_> {
         Ok(candle_core::Tensor::from_vec(buf, shp, self.device)?)
     }
 
+    /// Runs `logits_of` on each chunk of `indices` (one logits tensor `(b, c)` per draw) and
+    /// collects each draw's log-probabilities `(n, c)`, reporting progress.
+    fn draw_chunks(
+        &self,
+        indices: &[usize],
+        observer: &mut dyn Observer,
+        mut logits_of: impl FnMut(&[usize]) -> Result<Vec<candle_core::Tensor>>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let mut draws: Vec<Vec<f32>> = Vec::new();
+        let mut done = 0;
+        for chunk in indices.chunks(self.batch.max(1)) {
+            let logits = logits_of(chunk)?;
+            draws.resize(
+                logits.len(),
+                Vec::with_capacity(indices.len() * self.model.classes()),
+            );
+            for (draw, l) in draws.iter_mut().zip(logits) {
+                draw.extend(
+                    log_probs(&l)?
+                        .to_dtype(DType::F32)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?,
+                );
+            }
+            done += chunk.len();
+            check(
+                observer,
+                &Event::Scoring {
+                    done,
+                    total: indices.len(),
+                },
+            )?;
+        }
+        Ok(draws)
+    }
+
     fn samples(
         &self,
         data: &Dataset,
@@ -138,23 +174,14 @@ impl Scoring<'_> {
         let mut draws: Vec<Vec<f32>> = Vec::new();
         match req {
             SampleRequest::InputNoise { sigma, samples } => {
-                draws.resize(samples.max(1), Vec::with_capacity(indices.len() * c));
-                let mut done = 0;
-                for chunk in indices.chunks(self.batch.max(1)) {
-                    for draw in draws.iter_mut() {
-                        let x = self.noisy_batch(data, chunk, sigma, 1, false, rng)?;
-                        let lp = log_probs(&self.model.predict(&x)?)?;
-                        draw.extend(lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
-                    }
-                    done += chunk.len();
-                    check(
-                        observer,
-                        &Event::Scoring {
-                            done,
-                            total: indices.len(),
-                        },
-                    )?;
-                }
+                draws = self.draw_chunks(indices, observer, |chunk| {
+                    (0..samples.max(1))
+                        .map(|_| {
+                            let x = self.noisy_batch(data, chunk, sigma, 1, false, rng)?;
+                            Ok(self.model.predict(&x)?)
+                        })
+                        .collect()
+                })?;
             }
             SampleRequest::WeightNoise { sigma, samples } => {
                 let (Some(params), Some(builder)) = (self.params, self.builder) else {
@@ -190,31 +217,13 @@ impl Scoring<'_> {
                 }
             }
             SampleRequest::McDropout { samples } => {
-                draws.resize(samples.max(1), Vec::with_capacity(indices.len() * c));
-                let mut done = 0;
-                for chunk in indices.chunks(self.batch.max(1)) {
-                    let x = data.batch(chunk, self.device)?;
-                    for (draw, logits) in draws.iter_mut().zip(self.model.mc_dropout_logits(
-                        &x,
+                draws = self.draw_chunks(indices, observer, |chunk| {
+                    Ok(self.model.mc_dropout_logits(
+                        &data.batch(chunk, self.device)?,
                         samples.max(1),
                         rng,
-                    )?) {
-                        draw.extend(
-                            log_probs(&logits)?
-                                .to_dtype(DType::F32)?
-                                .flatten_all()?
-                                .to_vec1::<f32>()?,
-                        );
-                    }
-                    done += chunk.len();
-                    check(
-                        observer,
-                        &Event::Scoring {
-                            done,
-                            total: indices.len(),
-                        },
-                    )?;
-                }
+                    )?)
+                })?;
             }
             other => {
                 return Err(Error::config(
