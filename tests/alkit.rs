@@ -763,6 +763,28 @@ fn cli_runs_a_tiny_curve_and_reports_errors_with_exit_codes() {
     ] {
         assert!(out.join(f).is_file(), "missing {f}");
     }
+    // Without --scorer, the four default strategies run (and nothing else).
+    let d = out.join("defaults");
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--cycles", "0", "--steps", "1", "--out"])
+        .arg(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut runs: Vec<String> = std::fs::read_dir(d.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    runs.sort();
+    assert_eq!(
+        runs,
+        [
+            "entropy-seed0.json",
+            "least-confidence-seed0.json",
+            "margin-seed0.json",
+            "random-seed0.json"
+        ]
+    );
     // Rerunning into the same folder is refused (exit 1) and names --resume.
     let o = alkit_cmd()
         .args(["-q", "curve", "--cycles", "1", "--out"])

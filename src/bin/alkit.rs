@@ -566,7 +566,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             strategies: a
                 .scorer
                 .clone()
-                .unwrap_or_else(|| StrategyKind::ALL.to_vec()),
+                .unwrap_or_else(|| StrategyKind::DEFAULT.to_vec()),
             seeds: (seed..seed + seeds).collect(),
             config: LoopConfig {
                 initial: a.initial.unwrap_or(defaults.initial),
