@@ -26,13 +26,14 @@ pub fn log_probs_of(
         let x = data.batch(chunk, device)?;
         let lp = log_probs(&model.predict(&x)?)?;
         out.extend(lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
-        let ev = Event::Scoring {
-            done: out.len() / model.classes(),
-            total: indices.len(),
-        };
-        check(observer, &ev)?;
+        scored(observer, out.len() / model.classes(), indices.len())?;
     }
     Ok(out)
+}
+
+/// Reports `done` of `total` items scored; `Err(Interrupted)` when the observer stops.
+fn scored(observer: &mut dyn Observer, done: usize, total: usize) -> Result<()> {
+    check(observer, &Event::Scoring { done, total })
 }
 
 /// Probabilities from log-probabilities, each row renormalised in `f64` so that it sums to 1
@@ -151,13 +152,7 @@ impl Scoring<'_> {
                 );
             }
             done += chunk.len();
-            check(
-                observer,
-                &Event::Scoring {
-                    done,
-                    total: indices.len(),
-                },
-            )?;
+            scored(observer, done, indices.len())?;
         }
         Ok(draws)
     }
@@ -281,13 +276,7 @@ impl Scoring<'_> {
             sq.extend(out.sq.iter().map(|&v| v as f32));
             kl.extend(out.kl_l1.iter().map(|&v| v as f32));
             done += chunk.len();
-            check(
-                observer,
-                &Event::Scoring {
-                    done,
-                    total: indices.len(),
-                },
-            )?;
+            scored(observer, done, indices.len())?;
         }
         Ok(GradNorms::new(
             sq,
