@@ -54,6 +54,7 @@ impl ModelBuilder for TwoLayerBuilder {
 }
 
 fn main() -> Result<(), alkit::Error> {
+    alkit::tune_allocator();
     let device = Device::Cpu;
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
     let splits = load_idx_dir(&data)?;

@@ -41,6 +41,7 @@ impl Scorer for Tail {
 }
 
 fn main() -> Result<(), alkit::Error> {
+    alkit::tune_allocator();
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
     let splits = load_idx_dir(&data)?;
     let norm = Normalizer::fit(&splits.train);

@@ -354,6 +354,14 @@ pub fn run(
                 }
                 None => vec![0.0; cand.len()],
             };
+            if strategy.scorer.is_some() {
+                let ev = Event::Scored {
+                    cycle,
+                    indices: cand.indices(),
+                    scores: &scores,
+                };
+                check(observer, &ev)?;
+            }
             let mut rng = stream(seed, Purpose::Select, cycle as u64 + 1);
             let picks = strategy.selection.select(&scores, cfg.query, &mut rng)?;
             pool.acquire(&cand, &picks, cycle + 1)?;

@@ -94,6 +94,76 @@ pub fn save(
     write_json(&dir.join("config.json"), &config)
 }
 
+/// Converts bare weights (a safetensors file of named tensors, e.g. a PyTorch `state_dict`
+/// saved with `safetensors.torch.save_file`) into a checkpoint folder for `arch`.
+///
+/// The names and shapes must be exactly those `arch` defines (see [`crate::nn::Cnn`] and
+/// [`crate::nn::Mlp`]; PyTorch's names for the same layers); any other dtype is converted to
+/// f32. Every missing, misshapen or unexpected tensor is an error naming it, and nothing is
+/// written then.
+pub fn import(
+    weights: &Path,
+    arch: &Arch,
+    normalizer: &Normalizer,
+    item_shape: &[usize],
+    classes: Vec<String>,
+    out: &Path,
+) -> Result<()> {
+    let (vb, expected) = crate::nn::init::seeded(
+        crate::rng::stream(0, crate::rng::Purpose::Tool, 0),
+        DType::F32,
+        &Device::Cpu,
+    );
+    arch.build(vb)
+        .map_err(|e| Error::config("arch", format!("cannot be built: {e}")))?;
+    let tensors = candle_core::safetensors::load(weights, &Device::Cpu)
+        .map_err(|e| Error::state(weights, format!("unreadable safetensors file: {e}")))?;
+    let mut named = Vec::new();
+    for (name, var) in expected.named() {
+        let t = tensors
+            .get(&name)
+            .ok_or_else(|| Error::state(weights, format!("tensor `{name}` is missing")))?;
+        if t.dims() != var.dims() {
+            return Err(Error::state(
+                weights,
+                format!(
+                    "tensor `{name}` has shape {:?}, the architecture needs {:?}",
+                    t.dims(),
+                    var.dims()
+                ),
+            ));
+        }
+        named.push((
+            name,
+            candle_core::Var::from_tensor(&t.to_dtype(DType::F32)?)?,
+        ));
+    }
+    if let Some(extra) = tensors.keys().find(|k| !named.iter().any(|(n, _)| n == *k)) {
+        return Err(Error::state(
+            weights,
+            format!("unexpected tensor `{extra}` (not part of the architecture)"),
+        ));
+    }
+    if classes.len() != arch.classes() {
+        return Err(Error::config(
+            "classes",
+            format!(
+                "{} names for a model with {} outputs",
+                classes.len(),
+                arch.classes()
+            ),
+        ));
+    }
+    save(
+        out,
+        arch,
+        &Params::from_named(named),
+        normalizer,
+        item_shape,
+        classes,
+    )
+}
+
 /// Loads a checkpoint folder onto `device`.
 pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     let cfg_path = dir.join("config.json");

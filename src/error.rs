@@ -46,6 +46,26 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
+    /// A Hugging Face Hub repository could not be listed or a file fetched.
+    #[error("{repo}: {problem} (hub cache: {})", cache.display())]
+    Hub {
+        /// The repository, as `hf:OWNER/NAME[@REV]`.
+        repo: String,
+        /// The cache folder in use.
+        cache: PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
+    /// A row of a CSV file a person wrote (labels, answers) is invalid; nothing was changed.
+    #[error("{}:{row}: {problem}", path.display())]
+    Row {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number (the header is line 1).
+        row: usize,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// The observer asked the run to stop; everything up to the last completed cycle is saved.
     #[error("stopped by the caller; completed cycles are saved")]
     Interrupted,

@@ -24,13 +24,32 @@ pub mod data;
 pub mod duq;
 pub mod error;
 pub mod fsutil;
+pub mod hub;
 pub mod metrics;
 pub mod nn;
 pub mod observe;
 pub mod plot;
 pub mod predict;
 pub mod rng;
+pub mod session;
 pub mod surface;
 pub mod train;
 
 pub use error::{Error, Result};
+
+/// Keeps candle's large, short-lived buffers in the heap instead of fresh `mmap`s (glibc
+/// only; a no-op elsewhere). Training allocates and frees tens of megabytes every step, and
+/// glibc's default serves each with a new mapping: page faults were ~30% of training time
+/// (notes). Call it once at the start of a program, before other threads exist; the `alkit`
+/// binary, the examples and the tests do. It changes process-wide allocator thresholds, so a
+/// library never calls it on its own.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: mallopt only changes two allocator thresholds and takes no pointers; glibc
+    // serialises it with the allocator's own lock.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}

@@ -44,6 +44,24 @@ pub enum Event<'a> {
         /// Items in all.
         total: usize,
     },
+    /// Bytes of a file downloaded from the Hub so far.
+    Download {
+        /// Path of the file inside its repository.
+        file: &'a str,
+        /// Bytes done.
+        done: u64,
+        /// Bytes in all (0 while unknown).
+        total: u64,
+    },
+    /// A pool was scored: one score per candidate, before selection.
+    Scored {
+        /// The cycle whose model scored (its picks are labeled in `cycle + 1`).
+        cycle: usize,
+        /// Dataset indices of the candidates `(m,)`.
+        indices: &'a [usize],
+        /// Their scores `(m,)`, higher = label first.
+        scores: &'a [f32],
+    },
     /// A cycle finished, its record saved.
     CycleFinished {
         /// The record.

@@ -10,7 +10,8 @@ use alkit::bench::bench_scoring;
 use alkit::curve::{
     run_curve, summarize, CurveSpec, ScorerSettings, SelectKind, StrategyKind, SummaryRow,
 };
-use alkit::data::{load_idx_dir, Dataset, Normalizer, Splits};
+use alkit::data::{Dataset, Normalizer, Source, Splits};
+use alkit::hub::{Hub, HubRepo, RepoKind};
 use alkit::nn::{Arch, CnnConfig, MlpConfig};
 use alkit::observe::{Control, Event, Observer, Silent};
 use alkit::predict::{evaluate, Scoring};
@@ -19,6 +20,9 @@ use alkit::train::{train, TrainConfig, TrainRngs};
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use clap::{Parser, Subcommand, ValueEnum};
+
+#[path = "alkit/session.rs"]
+mod session;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -82,6 +86,14 @@ enum Command {
     Metrics(MetricsArgs),
     /// Uncertainty over the plane on two moons (DUQ vs a softmax MLP): surface.png + metrics.json.
     Surface(SurfaceArgs),
+    /// Start a labeling session on a pool (optionally with seed labels) in a state folder.
+    Init(session::InitArgs),
+    /// Train on the session's labels, score the pool and write the next batch to label.
+    Query(session::QueryArgs),
+    /// Add a person's answers (id,label CSV) to the session; one bad row changes nothing.
+    Teach(session::TeachArgs),
+    /// Labeled items per class, rounds, pending items and the last round's metrics.
+    Status(session::StatusArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -351,6 +363,9 @@ struct CurveArgs {
     /// Replace an existing run in --out instead of refusing.
     #[arg(long)]
     force: bool,
+    /// Also write every pool scoring to OUT/scores/STRATEGY/seedS/cycleC.csv (index,score): the scores cycle C's model gave the candidates it picked cycle C+1's labels from.
+    #[arg(long)]
+    save_scores: bool,
 }
 
 #[derive(clap::Args)]
@@ -373,6 +388,9 @@ struct TrainArgs {
     /// Seed for initialisation, batch order and dropout.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Train only on these items of the train split: a file with one index per line, or a CSV whose header has an `index` column (e.g. a curve run's seed set). Initialisation and batch order then match a curve's cycle 0 with the same seed.
+    #[arg(long)]
+    indices: Option<PathBuf>,
     /// Checkpoint folder to write (model.safetensors + config.json).
     #[arg(long)]
     out: PathBuf,
@@ -380,15 +398,18 @@ struct TrainArgs {
 
 #[derive(clap::Args)]
 struct ScoreArgs {
-    /// Checkpoint folder (from `alkit train`).
+    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), or hf:OWNER/NAME for a model repository on the Hub.
     #[arg(long)]
     checkpoint: PathBuf,
-    /// Folder with the four IDX files.
+    /// Items to score: an IDX folder, a folder of PNG/JPEG images, FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     data: PathBuf,
-    /// Which split to score.
+    /// Which split to score (test: only sources with a test split).
     #[arg(long, value_enum, default_value_t = SplitArg::Train)]
     split: SplitArg,
+    /// Inference batch size.
+    #[arg(long, default_value_t = 512)]
+    batch: usize,
     /// Comma-separated scorers: entropy, margin, least-confidence, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta, bald, mc-entropy, class-variance, variation-ratio, mc-max-prob.
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     scorer: Vec<StrategyKind>,
@@ -400,7 +421,7 @@ struct ScoreArgs {
     /// Write only the K highest-scoring items by the first scorer (all items when absent).
     #[arg(long)]
     top: Option<usize>,
-    /// CSV file to write: `index` and one column per scorer.
+    /// CSV file to write: `index`, `id` and one column per scorer.
     #[arg(long)]
     out: PathBuf,
 }
@@ -437,7 +458,7 @@ struct BenchArgs {
 }
 
 fn main() {
-    tune_allocator();
+    alkit::tune_allocator();
     let cli = Cli::parse();
     let code = match dispatch(cli) {
         Ok(()) => 0,
@@ -458,19 +479,6 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     }
 }
 
-/// Candle allocates and frees large buffers every step; glibc would serve each with a fresh
-/// mmap (page faults were ~30% of training time). Keep them in the heap instead.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)]
-    // SAFETY: mallopt only changes two allocator thresholds; it is called before any other
-    // thread exists and takes no pointers.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-    }
-}
-
 fn dispatch(cli: Cli) -> Result<()> {
     let device = make_device(cli.device)?;
     match cli.command {
@@ -482,6 +490,15 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => calibrate_cmd(a, &device, cli.quiet),
         Command::Metrics(a) => metrics_cmd(a),
         Command::Surface(a) => surface_cmd(a, &device),
+        Command::Init(a) => session::init(a),
+        Command::Query(a) => {
+            let mut bars = Bars::new(cli.quiet, 1);
+            let r = session::query(a, &device, &mut bars);
+            bars.finish();
+            r
+        }
+        Command::Teach(a) => session::teach(a),
+        Command::Status(a) => session::status(a),
     }
 }
 
@@ -506,8 +523,71 @@ fn make_device(d: DeviceArg) -> Result<Device> {
     })
 }
 
+/// Loads a data source with a train and a test split: an IDX folder or `hf:OWNER/NAME`.
 fn load(dir: &Path) -> Result<Splits> {
-    load_idx_dir(dir).with_context(|| format!("loading the data folder {}", dir.display()))
+    let name = dir.to_string_lossy();
+    let source = Source::parse(&name).with_context(|| format!("--data {name}"))?;
+    let hub = Hub::from_env();
+    alkit::data::source::load_splits(&source, &hub, &mut DownloadBar::default())
+        .with_context(|| format!("loading the data {name}"))
+}
+
+/// A checkpoint folder, fetched from the Hub first when written `hf:OWNER/NAME[@REV]`.
+fn checkpoint_dir(ck: &Path) -> Result<PathBuf> {
+    let name = ck.to_string_lossy();
+    let Some(repo) = name.strip_prefix("hf:") else {
+        return Ok(ck.to_path_buf());
+    };
+    let repo = HubRepo::parse(repo)?;
+    let hub = Hub::from_env();
+    let mut bar = DownloadBar::default();
+    let mut dir = None;
+    for file in ["config.json", "model.safetensors"] {
+        let p = hub
+            .get(&repo, RepoKind::Model, file, &mut bar)
+            .with_context(|| format!("fetching the checkpoint {name}"))?;
+        dir = p.parent().map(Path::to_path_buf);
+    }
+    Ok(dir.expect("two files"))
+}
+
+/// Loads a checkpoint folder or `hf:` model repository.
+fn load_checkpoint(ck: &Path, device: &Device) -> Result<alkit::checkpoint::Checkpoint> {
+    let dir = checkpoint_dir(ck)?;
+    alkit::checkpoint::load(&dir, device)
+        .with_context(|| format!("loading the checkpoint {}", ck.display()))
+}
+
+/// A byte progress bar for Hub downloads (hidden until a download starts).
+#[derive(Default)]
+struct DownloadBar {
+    bar: Option<ProgressBar>,
+}
+
+impl Observer for DownloadBar {
+    fn on(&mut self, event: &Event<'_>) -> Control {
+        if let Event::Download { file, done, total } = event {
+            let bar = self.bar.get_or_insert_with(|| {
+                let b = ProgressBar::new(*total);
+                b.set_style(
+                    ProgressStyle::with_template(
+                        "{msg:>30} [{bar:30.cyan/blue}] {bytes}/{total_bytes} {bytes_per_sec} (eta {eta})",
+                    )
+                    .expect("valid template")
+                    .progress_chars("=> "),
+                );
+                b
+            });
+            bar.set_message(file.to_string());
+            bar.set_length(*total);
+            bar.set_position(*done);
+            if *done >= *total && *total > 0 {
+                bar.finish_and_clear();
+                self.bar = None;
+            }
+        }
+        Control::Continue
+    }
 }
 
 fn arch_for(model: ModelArg, ds: &Dataset) -> Arch {
@@ -605,11 +685,17 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         quiet,
         spec.seeds.len() * spec.strategies.len() * (spec.config.cycles + 1),
     );
-    let states = run_curve(
+    if a.save_scores {
+        bars.scores_dir = Some(out.join("scores"));
+    }
+    let result = run_curve(
         &spec, &train, &test, &norm.std, &out, resume, device, &mut bars,
-    )
-    .with_context(|| format!("curve run in {}", out.display()))?;
+    );
     bars.finish();
+    if let Some(e) = bars.scores_error.take() {
+        return Err(e.context("--save-scores"));
+    }
+    let states = result.with_context(|| format!("curve run in {}", out.display()))?;
     print_summary(&summarize(&states));
     let mut so = std::io::stdout().lock();
     writeln!(
@@ -655,12 +741,15 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
         anchor: None,
     }
     .validate()?;
-    let all: Vec<usize> = (0..train_ds.len()).collect();
+    let ids: Vec<usize> = match &a.indices {
+        Some(p) => read_indices(p, train_ds.len())?,
+        None => (0..train_ds.len()).collect(),
+    };
     let mut bars = Bars::new(quiet, 1);
     let trained = train(
         &arch,
         &train_ds,
-        &all,
+        &ids,
         &params,
         TrainRngs::for_cycle(a.seed, 0),
         device,
@@ -689,6 +778,50 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// Reads item indices: one per line, or the `index` column of a CSV with a header.
+fn read_indices(path: &Path, n: usize) -> Result<Vec<usize>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .peekable();
+    let col = match lines.peek() {
+        Some((_, h)) if h.trim().parse::<usize>().is_err() => {
+            let c = h
+                .split(',')
+                .position(|f| f.trim() == "index")
+                .with_context(|| format!("{}: the header has no `index` column", path.display()))?;
+            lines.next();
+            c
+        }
+        _ => 0,
+    };
+    let mut out = Vec::new();
+    for (ln, l) in lines {
+        let f = l.split(',').nth(col).unwrap_or("").trim();
+        let i: usize = f.parse().map_err(|_| alkit::Error::Row {
+            path: path.to_path_buf(),
+            row: ln + 1,
+            problem: format!("`{f}` is not an item index"),
+        })?;
+        if i >= n {
+            return Err(alkit::Error::Row {
+                path: path.to_path_buf(),
+                row: ln + 1,
+                problem: format!("index {i} is outside the train split of {n} items"),
+            }
+            .into());
+        }
+        out.push(i);
+    }
+    if out.is_empty() {
+        bail!("{}: no indices", path.display());
+    }
+    Ok(out)
+}
+
 fn scorers_of(kinds: &[StrategyKind], settings: &ScorerSettings) -> Result<Vec<Arc<dyn Scorer>>> {
     kinds
         .iter()
@@ -706,29 +839,35 @@ fn scorers_of(kinds: &[StrategyKind], settings: &ScorerSettings) -> Result<Vec<A
 fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     let settings = a.scorer_flags.settings()?;
     let scorers = scorers_of(&a.scorer, &settings)?;
-    let ck = alkit::checkpoint::load(&a.checkpoint, device)
-        .with_context(|| format!("loading the checkpoint {}", a.checkpoint.display()))?;
-    let splits = load(&a.data)?;
-    let raw = match a.split {
-        SplitArg::Train => &splits.train,
-        SplitArg::Test => &splits.test,
+    if a.batch == 0 {
+        return Err(alkit::Error::config("batch", "must be at least 1").into());
+    }
+    let ck = load_checkpoint(&a.checkpoint, device)?;
+    let name = a.data.to_string_lossy();
+    let source = Source::parse(&name).with_context(|| format!("--data {name}"))?;
+    let loaded = alkit::data::source::load(&source, &Hub::from_env(), &mut DownloadBar::default())
+        .with_context(|| format!("loading the data {name}"))?;
+    let items = match a.split {
+        SplitArg::Train => loaded.pool,
+        SplitArg::Test => loaded
+            .test
+            .with_context(|| format!("{name} has no test split; drop --split test"))?,
     };
-    if raw.item_shape() != ck.config.item_shape.as_slice() {
+    if items.item_shape != ck.config.item_shape {
         bail!(
-            "{}: items are {:?}, the checkpoint expects {:?}",
-            a.data.display(),
-            raw.item_shape(),
+            "{name}: items are {:?}, the checkpoint expects {:?}",
+            items.item_shape,
             ck.config.item_shape
         );
     }
-    let ds = ck.config.normalizer.apply(raw)?;
+    let ds = ck.config.normalizer.apply(&items.dataset()?)?;
     let all: Vec<usize> = (0..ds.len()).collect();
     let scoring = Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),
         builder: Some(&ck.config.arch),
         input_std: &ck.config.normalizer.std,
-        batch: 512,
+        batch: a.batch,
         device,
     };
     let mut cols: Vec<Vec<f32>> = Vec::new();
@@ -742,14 +881,14 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         order.sort_by(|&x, &y| cols[0][y].total_cmp(&cols[0][x]).then(x.cmp(&y)));
         order.truncate(k);
     }
-    let mut s = String::from("index");
+    let mut s = String::from("index,id");
     for sc in &scorers {
         s.push(',');
         s.push_str(sc.name());
     }
     s.push('\n');
     for i in order {
-        s.push_str(&i.to_string());
+        s.push_str(&format!("{i},{}", csv_field(&items.ids[i])));
         for c in &cols {
             s.push_str(&format!(",{}", c[i]));
         }
@@ -757,6 +896,15 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     }
     alkit::fsutil::write_atomic(&a.out, s.as_bytes())?;
     Ok(())
+}
+
+/// Quotes a CSV field when it holds a comma, quote or newline.
+fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_string()
+    }
 }
 
 fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
@@ -827,6 +975,12 @@ struct Bars {
     overall: ProgressBar,
     step: ProgressBar,
     label: String,
+    /// Strategy and seed of the run in progress.
+    run: (String, u64),
+    /// Where `--save-scores` writes pool scorings.
+    scores_dir: Option<PathBuf>,
+    /// The first failure to write them (the run is stopped).
+    scores_error: Option<anyhow::Error>,
 }
 
 impl Bars {
@@ -853,6 +1007,9 @@ impl Bars {
             overall,
             step,
             label: String::new(),
+            run: (String::new(), 0),
+            scores_dir: None,
+            scores_error: None,
         }
     }
 
@@ -873,6 +1030,7 @@ impl Observer for Bars {
                 ..
             } => {
                 self.label = format!("{strategy} seed {seed}");
+                self.run = (strategy.to_string(), *seed);
                 self.overall.inc(*from_cycle as u64);
             }
             Event::CycleStarted { cycle, labeled } => {
@@ -892,6 +1050,26 @@ impl Observer for Bars {
                 self.step.set_length(*total as u64);
                 self.step.set_position(*done as u64);
                 self.step.set_message("scoring");
+            }
+            Event::Scored {
+                cycle,
+                indices,
+                scores,
+            } => {
+                if let Some(dir) = &self.scores_dir {
+                    let path = dir
+                        .join(&self.run.0)
+                        .join(format!("seed{}", self.run.1))
+                        .join(format!("cycle{cycle}.csv"));
+                    let mut s = String::from("index,score\n");
+                    for (i, v) in indices.iter().zip(scores.iter()) {
+                        s.push_str(&format!("{i},{v}\n"));
+                    }
+                    if let Err(e) = alkit::fsutil::write_atomic(&path, s.as_bytes()) {
+                        self.scores_error = Some(e.into());
+                        return Control::Stop;
+                    }
+                }
             }
             Event::CycleFinished { record } => {
                 self.overall.inc(1);
@@ -921,8 +1099,7 @@ fn model_from(
     quiet: bool,
 ) -> Result<Evaluated> {
     if let Some(ck) = &source.checkpoint {
-        let c = alkit::checkpoint::load(ck, device)
-            .with_context(|| format!("loading the checkpoint {}", ck.display()))?;
+        let c = load_checkpoint(ck, device)?;
         if c.config.item_shape != train_raw.item_shape() {
             bail!(
                 "{}: the checkpoint expects items {:?}, the data has {:?}",

@@ -6,8 +6,11 @@
 
 pub mod dataset;
 pub mod idx;
+pub mod image;
 pub mod moons;
 pub mod pool;
+pub mod source;
 
 pub use dataset::{load_idx_dir, Dataset, Normalizer, Splits};
 pub use pool::{Candidates, Pool};
+pub use source::{Items, Loaded, Source};

@@ -81,6 +81,16 @@ pub enum Arch {
     Mlp(MlpConfig),
 }
 
+impl Arch {
+    /// Number of classes (outputs).
+    pub fn classes(&self) -> usize {
+        match self {
+            Arch::Cnn(c) => c.classes,
+            Arch::Mlp(c) => c.classes,
+        }
+    }
+}
+
 impl ModelBuilder for Arch {
     fn build(&self, vb: VarBuilder) -> Result<Box<dyn Classifier>> {
         Ok(match self {

@@ -1,0 +1,296 @@
+//! `alkit init / query / teach / status`: a labeling session kept in a state folder.
+//!
+//! Each command loads `DIR/session.json`, reloads the pool from the source recorded there,
+//! does one thing through [`alkit::session::Learner`] and saves the state atomically.
+
+use super::{csv_field, DownloadBar, ModelArg, ScorerFlags};
+use alkit::curve::StrategyKind;
+use alkit::data::source::{load, Loaded};
+use alkit::data::Source;
+use alkit::hub::Hub;
+use alkit::nn::{Arch, CnnConfig, MlpConfig};
+use alkit::observe::Observer;
+use alkit::session::{
+    default_arch, read_answer_csv, Learner, QueryRequest, SessionConfig, STATE_FILE,
+};
+use alkit::train::TrainConfig;
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct InitArgs {
+    /// The pool: a folder of PNG/JPEG images (labeled ones in CLASS/ subfolders), an IDX folder, FILE.safetensors, FILE.csv, FILE.parquet or hf:OWNER/NAME.
+    #[arg(long)]
+    pool: String,
+    /// Seed labels: a CSV with columns id,label (label = class name).
+    #[arg(long)]
+    labels: Option<PathBuf>,
+    /// Class names, comma-separated [default: the source's classes].
+    #[arg(long, value_delimiter = ',')]
+    classes: Option<Vec<String>>,
+    /// Session folder to create.
+    #[arg(long)]
+    state: PathBuf,
+    /// Model trained each round [default: cnn for images of at least 10x10, else mlp].
+    #[arg(long, value_enum)]
+    model: Option<ModelArg>,
+    /// Adam steps per training (from scratch each round).
+    #[arg(long, default_value_t = 500)]
+    steps: usize,
+    /// Mini-batch size.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Seed of every random choice in the session.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Replace an existing session in --state.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(clap::Args)]
+pub struct QueryArgs {
+    /// Session folder.
+    #[arg(long)]
+    state: PathBuf,
+    /// Scorer ranking the pool: entropy, margin, least-confidence, regrad-star, regrad, exgrad, bald, ...
+    #[arg(long, default_value = "entropy")]
+    scorer: StrategyKind,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
+    /// Items to ask for.
+    #[arg(long, default_value_t = 50)]
+    n: usize,
+    /// Also offer items queried before and not answered yet.
+    #[arg(long)]
+    include_pending: bool,
+    /// CSV to write: id, index, path (image folders), score; best first.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct TeachArgs {
+    /// Session folder.
+    #[arg(long)]
+    state: PathBuf,
+    /// Answers: a CSV with columns id,label (label = class name). Checked whole; one bad row changes nothing.
+    #[arg(long)]
+    labels: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Session folder.
+    #[arg(long)]
+    state: PathBuf,
+    /// Print session.json's summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn load_pool(source: &str) -> Result<(Source, Loaded)> {
+    let src = Source::parse(source).with_context(|| format!("pool {source}"))?;
+    let loaded = load(&src, &Hub::from_env(), &mut DownloadBar::default())
+        .with_context(|| format!("loading the pool {source}"))?;
+    Ok((src, loaded))
+}
+
+fn open(dir: &Path) -> Result<Learner> {
+    let path = dir.join(STATE_FILE);
+    let state: alkit::session::SessionState =
+        alkit::fsutil::read_json(&path).with_context(|| {
+            format!(
+                "--state {}: not a session folder (run `alkit init`)",
+                dir.display()
+            )
+        })?;
+    let (_, loaded) = load_pool(&state.source)?;
+    Ok(Learner::resume(state, loaded, &path)?)
+}
+
+pub fn init(a: InitArgs) -> Result<()> {
+    let state_file = a.state.join(STATE_FILE);
+    if state_file.exists() && !a.force {
+        bail!(
+            "{} already holds a session; pass --force to replace it",
+            a.state.display()
+        );
+    }
+    // Record an absolute path so later commands work from any folder.
+    let source = if a.pool.starts_with("hf:") {
+        a.pool.clone()
+    } else {
+        std::fs::canonicalize(&a.pool)
+            .with_context(|| format!("--pool {}", a.pool))?
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (src, loaded) = load_pool(&source)?;
+    let classes = a
+        .classes
+        .clone()
+        .unwrap_or_else(|| loaded.pool.classes.clone());
+    let mut seeds: Vec<(String, String)> = Vec::new();
+    if src.labels_are_given() {
+        for (id, l) in loaded.pool.ids.iter().zip(&loaded.pool.labels) {
+            if let Some(l) = l {
+                seeds.push((id.clone(), loaded.pool.classes[*l as usize].clone()));
+            }
+        }
+    }
+    if let Some(p) = &a.labels {
+        seeds.extend(read_answer_csv(p)?.into_iter().map(|(_, id, l)| (id, l)));
+    }
+    let shape = loaded.pool.item_shape.clone();
+    let arch = match a.model {
+        None => default_arch(&shape, classes.len()),
+        Some(ModelArg::Cnn) => Arch::Cnn(CnnConfig::standard(&shape, classes.len())),
+        Some(ModelArg::Mlp) => Arch::Mlp(MlpConfig {
+            inputs: shape.iter().product(),
+            hidden: vec![256, 128],
+            classes: classes.len(),
+            dropout: 0.0,
+        }),
+    };
+    let config = SessionConfig {
+        arch,
+        train: TrainConfig {
+            steps: a.steps,
+            batch_size: a.batch_size,
+            lr: a.lr,
+            anchor: None,
+        },
+        seed: a.seed,
+        batch: 512,
+    };
+    let n = loaded.pool.len();
+    let learner = Learner::new(&source, loaded, classes, &seeds, config)
+        .with_context(|| format!("starting a session on {source}"))?;
+    learner.save(&a.state)?;
+    let st = learner.state();
+    writeln!(
+        std::io::stdout().lock(),
+        "session in {}: {n} items, {} classes, {} labeled",
+        a.state.display(),
+        st.classes.len(),
+        st.labeled.len()
+    )?;
+    Ok(())
+}
+
+pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Result<()> {
+    let mut learner = open(&a.state)?;
+    let settings = a.scorer_flags.settings()?;
+    let scorer = a
+        .scorer
+        .scorer(&settings)
+        .ok_or_else(|| alkit::Error::config("scorer", format!("`{}` is not a scorer", a.scorer)))?;
+    let request = QueryRequest {
+        scorer,
+        n: a.n,
+        selection: settings.select.selection(settings.beta),
+        include_pending: a.include_pending,
+    };
+    let batch = learner.query(&request, device, observer)?;
+    let folder = match Source::parse(&learner.state().source) {
+        Ok(Source::Images(dir)) => Some(dir),
+        _ => None,
+    };
+    let mut s = String::from("id,index,path,score\n");
+    for q in &batch {
+        let path = folder
+            .as_ref()
+            .map(|d| d.join(&q.id).to_string_lossy().into_owned())
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "{},{},{},{}\n",
+            csv_field(&q.id),
+            q.index,
+            csv_field(&path),
+            q.score
+        ));
+    }
+    // The batch file first: if saving the state fails, the same query gives the same batch.
+    alkit::fsutil::write_atomic(&a.out, s.as_bytes())?;
+    learner.save(&a.state)?;
+    let r = learner.state().rounds.last().expect("just queried");
+    let mut so = std::io::stdout().lock();
+    write!(
+        so,
+        "round {}: {} items by {} (model trained on {} labels",
+        r.round, r.queried, r.scorer, r.labeled
+    )?;
+    if let Some(acc) = r.test_acc {
+        write!(so, ", test accuracy {:.2}%", 100.0 * acc)?;
+    }
+    writeln!(so, "); wrote {}", a.out.display())?;
+    Ok(())
+}
+
+pub fn teach(a: TeachArgs) -> Result<()> {
+    let mut learner = open(&a.state)?;
+    let n = learner.teach_csv(&a.labels)?;
+    learner.save(&a.state)?;
+    let st = learner.state();
+    writeln!(
+        std::io::stdout().lock(),
+        "taught {n} labels: {} labeled, {} pending",
+        st.labeled.len(),
+        st.pending.len()
+    )?;
+    Ok(())
+}
+
+pub fn status(a: StatusArgs) -> Result<()> {
+    let path = a.state.join(STATE_FILE);
+    let st: alkit::session::SessionState = alkit::fsutil::read_json(&path)
+        .with_context(|| format!("--state {}: not a session folder", a.state.display()))?;
+    let mut so = std::io::stdout().lock();
+    if a.json {
+        let v = serde_json::json!({
+            "source": st.source,
+            "pool": st.pool_size,
+            "labeled": st.labeled.len(),
+            "pending": st.pending.len(),
+            "rounds": st.rounds.len(),
+            "per_class": st.per_class(),
+            "last_round": st.rounds.last(),
+        });
+        writeln!(so, "{v}")?;
+        return Ok(());
+    }
+    writeln!(so, "pool      {} ({} items)", st.source, st.pool_size)?;
+    writeln!(
+        so,
+        "labeled   {} ({} pending, {} unlabeled)",
+        st.labeled.len(),
+        st.pending.len(),
+        st.pool_size - st.labeled.len()
+    )?;
+    writeln!(so, "rounds    {}", st.rounds.len())?;
+    writeln!(so, "per class")?;
+    for (c, n) in st.per_class() {
+        writeln!(so, "  {c:<20} {n}")?;
+    }
+    if let Some(r) = st.rounds.last() {
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}%", 100.0 * v));
+        writeln!(
+            so,
+            "last round {}: {} by {}, trained on {} labels, fit accuracy {}, test accuracy {}, test NLL {}",
+            r.round,
+            r.queried,
+            r.scorer,
+            r.labeled,
+            pct(r.fit_acc),
+            pct(r.test_acc),
+            r.test_nll.map_or("-".to_string(), |v| format!("{v:.4}"))
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! Decoding PNG and JPEG images into `(c, h, w)` pixels, and writing grayscale PNGs.
+//!
+//! Pools of images (a folder a person labels, or the image column of a Hub dataset) arrive as
+//! encoded files. Decoding normalises every supported colour type to 8 bits per channel:
+//! grayscale (with or without alpha) becomes one channel, RGB/RGBA/palette/CMYK become three
+//! (alpha is dropped). Errors name the file and say what is wrong; nothing panics on a corrupt
+//! file.
+
+use crate::error::{DataProblem, Error, Result};
+use std::io::Cursor;
+use std::path::Path;
+
+/// One decoded image: 8-bit pixels in channel-major `(c, h, w)` order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Channels: 1 (grayscale) or 3 (RGB).
+    pub channels: usize,
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// Pixels `(c, h, w)`, row-major.
+    pub pixels: Vec<u8>,
+}
+
+impl Image {
+    /// The same image with `channels` channels: grayscale is replicated into RGB; RGB is never
+    /// reduced (the caller picks the larger count for a whole pool).
+    pub fn with_channels(self, channels: usize) -> Image {
+        if self.channels == channels || self.channels != 1 {
+            return self;
+        }
+        let mut pixels = Vec::with_capacity(self.pixels.len() * channels);
+        for _ in 0..channels {
+            pixels.extend_from_slice(&self.pixels);
+        }
+        Image {
+            channels,
+            pixels,
+            ..self
+        }
+    }
+}
+
+fn bad(path: &Path, what: impl Into<String>) -> Error {
+    Error::data(path, DataProblem::Other(what.into()))
+}
+
+/// Decodes a PNG or JPEG (detected from the content, not the name). `path` names the image in
+/// errors (a file, or `file.parquet#row` for embedded bytes).
+pub fn decode(bytes: &[u8], path: &Path) -> Result<Image> {
+    if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
+        decode_png(bytes, path)
+    } else if bytes.starts_with(&[0xff, 0xd8]) {
+        decode_jpeg(bytes, path)
+    } else {
+        Err(bad(path, "neither a PNG nor a JPEG image"))
+    }
+}
+
+/// Interleaved `(h, w, c_in)` to channel-major `(c_out, h, w)`, keeping the first `c_out`
+/// input channels.
+fn planar(interleaved: &[u8], hw: usize, c_in: usize, c_out: usize) -> Vec<u8> {
+    let mut out = vec![0u8; c_out * hw];
+    for (p, px) in interleaved.chunks_exact(c_in).take(hw).enumerate() {
+        for c in 0..c_out {
+            out[c * hw + p] = px[c];
+        }
+    }
+    out
+}
+
+fn decode_png(bytes: &[u8], path: &Path) -> Result<Image> {
+    let mut decoder = png::Decoder::new(Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder
+        .read_info()
+        .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
+    let size = reader
+        .output_buffer_size()
+        .ok_or_else(|| bad(path, "PNG too large"))?;
+    let mut buf = vec![0u8; size];
+    let info = reader
+        .next_frame(&mut buf)
+        .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
+    let (h, w) = (info.height as usize, info.width as usize);
+    let (c_in, c_out) = match info.color_type {
+        png::ColorType::Grayscale => (1, 1),
+        png::ColorType::GrayscaleAlpha => (2, 1),
+        png::ColorType::Rgb => (3, 3),
+        png::ColorType::Rgba => (4, 3),
+        png::ColorType::Indexed => return Err(bad(path, "palette PNG was not expanded")),
+    };
+    let pixels = planar(&buf[..info.buffer_size()], h * w, c_in, c_out);
+    Ok(Image {
+        channels: c_out,
+        height: h,
+        width: w,
+        pixels,
+    })
+}
+
+fn decode_jpeg(bytes: &[u8], path: &Path) -> Result<Image> {
+    let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
+    let data = decoder
+        .decode()
+        .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
+    let info = decoder
+        .info()
+        .ok_or_else(|| bad(path, "JPEG without a header"))?;
+    let (h, w) = (usize::from(info.height), usize::from(info.width));
+    let hw = h * w;
+    let (channels, pixels) = match info.pixel_format {
+        jpeg_decoder::PixelFormat::L8 => (1, data[..hw.min(data.len())].to_vec()),
+        jpeg_decoder::PixelFormat::L16 => (1, data.chunks_exact(2).map(|p| p[0]).collect()),
+        jpeg_decoder::PixelFormat::RGB24 => (3, planar(&data, hw, 3, 3)),
+        jpeg_decoder::PixelFormat::CMYK32 => {
+            let rgb: Vec<u8> = data
+                .chunks_exact(4)
+                .flat_map(|p| {
+                    let k = u16::from(p[3]);
+                    [0, 1, 2].map(|i| (u16::from(p[i]) * k / 255) as u8)
+                })
+                .collect();
+            (3, planar(&rgb, hw, 3, 3))
+        }
+    };
+    if pixels.len() != channels * hw {
+        return Err(bad(path, "JPEG data shorter than its header says"));
+    }
+    Ok(Image {
+        channels,
+        height: h,
+        width: w,
+        pixels,
+    })
+}
+
+/// Writes an item `(c, h, w)` with values in `[0, 1]` as an 8-bit PNG (grayscale for one
+/// channel, RGB for three), atomically.
+pub fn save_png(path: &Path, item: &[f32], shape: &[usize]) -> Result<()> {
+    let (c, h, w) = match shape {
+        [c, h, w] if *c == 1 || *c == 3 => (*c, *h, *w),
+        [h, w] => (1, *h, *w),
+        _ => {
+            return Err(Error::config(
+                "item_shape",
+                format!("{shape:?} is not an image shape (1 or 3 channels, h, w)"),
+            ))
+        }
+    };
+    if item.len() != c * h * w {
+        return Err(Error::config(
+            "item",
+            format!("{} values for shape {shape:?}", item.len()),
+        ));
+    }
+    let hw = h * w;
+    let mut interleaved = vec![0u8; c * hw];
+    for p in 0..hw {
+        for ch in 0..c {
+            interleaved[p * c + ch] = (item[ch * hw + p].clamp(0.0, 1.0) * 255.0).round() as u8;
+        }
+    }
+    let mut bytes = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut bytes, w as u32, h as u32);
+        enc.set_color(if c == 1 {
+            png::ColorType::Grayscale
+        } else {
+            png::ColorType::Rgb
+        });
+        enc.set_depth(png::BitDepth::Eight);
+        let mut writer = enc
+            .write_header()
+            .map_err(|e| bad(path, format!("cannot encode PNG: {e}")))?;
+        writer
+            .write_image_data(&interleaved)
+            .map_err(|e| bad(path, format!("cannot encode PNG: {e}")))?;
+    }
+    crate::fsutil::write_atomic(path, &bytes)
+}
+
+/// Writes items of `ds` as a pool folder: item `i` becomes `dir/CLASS/NNNNN.png` when its
+/// entry carries a class name (a label already given) and `dir/NNNNN.png` otherwise, `NNNNN`
+/// the zero-padded index. Returns each item's id (its path relative to `dir`). Features must
+/// be in `[0, 1]` (not normalised).
+pub fn write_image_folder(
+    dir: &Path,
+    ds: &crate::data::Dataset,
+    items: &[(usize, Option<String>)],
+) -> Result<Vec<String>> {
+    items
+        .iter()
+        .map(|(i, class)| {
+            let name = format!("{i:05}.png");
+            let id = match class {
+                Some(c) => format!("{c}/{name}"),
+                None => name,
+            };
+            save_png(&dir.join(&id), ds.item(*i), ds.item_shape())?;
+            Ok(id)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn png_round_trip_is_exact_on_8_bit_values() {
+        // Values k/255 survive an 8-bit PNG round trip exactly.
+        let dir = std::env::temp_dir().join(format!("alkit-png-{}", std::process::id()));
+        let path = dir.join("a.png");
+        let item: Vec<f32> = (0..12).map(|k| (k * 20) as f32 / 255.0).collect();
+        save_png(&path, &item, &[1, 3, 4]).unwrap();
+        let img = decode(&std::fs::read(&path).unwrap(), &path).unwrap();
+        assert_eq!((img.channels, img.height, img.width), (1, 3, 4));
+        let want: Vec<u8> = (0..12).map(|k| (k * 20) as u8).collect();
+        assert_eq!(img.pixels, want);
+        let rgb: Vec<f32> = (0..24).map(|k| (k * 10) as f32 / 255.0).collect();
+        save_png(&path, &rgb, &[3, 2, 4]).unwrap();
+        let img = decode(&std::fs::read(&path).unwrap(), &path).unwrap();
+        assert_eq!(img.channels, 3);
+        assert_eq!(
+            img.pixels,
+            (0..24).map(|k| (k * 10) as u8).collect::<Vec<_>>()
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn garbage_is_an_error_naming_the_file() {
+        let p = Path::new("pool/x.png");
+        let e = decode(b"\x89PNG\r\n\x1a\nbroken", p).unwrap_err();
+        assert!(e.to_string().contains("pool/x.png"), "{e}");
+        assert!(decode(b"GIF89a", p).is_err());
+    }
+}

@@ -1,0 +1,801 @@
+//! Item sources: where a pool (and, for benchmark data sets, a test split) comes from.
+//!
+//! A [`Source`] is parsed from what a user types after `--data` or `--pool`:
+//!
+//! | form | what it is | ids | labels it carries |
+//! |---|---|---|---|
+//! | a folder with `train-images-idx3-ubyte[.gz]` ... | IDX (MNIST layout), train + `t10k` test split | index | all |
+//! | any other folder | PNG/JPEG images; those in `CLASS/` subfolders are labeled | relative path | subfolder items |
+//! | `FILE.safetensors` | tensor `x` `(n, ...)` f32 or u8 (u8 is scaled by 1/255), optional integer `y` `(n,)`, optional metadata `classes` (comma-separated) | index | `y` |
+//! | `FILE.csv` | tabular: a header, optional `id` and `label` columns, every other column a number | `id` or row index | non-empty `label` cells |
+//! | `FILE.parquet` | a Hub-style table: an image column (struct with `bytes`, or raw bytes) and an integer label column | index | all |
+//! | `hf:OWNER/NAME[@REV]` | a Hub dataset: its `*train*` and `*test*` Parquet shards, or the four IDX files | index | all |
+//!
+//! Every item has a stable id that does not depend on the session: an index into the source's
+//! fixed order, a relative path, or the CSV's own `id`. Image folders are read in sorted path
+//! order. Images are scaled to `[0, 1]` and shaped `(c, h, w)`; all items of a source must agree.
+
+use super::dataset::{load_idx_dir, Dataset, Splits};
+use super::image::{decode, Image};
+use crate::error::{DataProblem, Error, Result};
+use crate::hub::{Hub, HubRepo, RepoKind};
+use crate::observe::Observer;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Where items come from (see the module docs for the accepted forms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A folder with the four MNIST-layout IDX files.
+    Idx(PathBuf),
+    /// A folder of PNG/JPEG images, labeled ones in one subfolder per class.
+    Images(PathBuf),
+    /// A safetensors file with `x` and optionally `y`.
+    Safetensors(PathBuf),
+    /// A CSV file of numeric features.
+    Csv(PathBuf),
+    /// One Parquet file with an image and a label column.
+    Parquet(PathBuf),
+    /// A dataset repository on the Hugging Face Hub.
+    Hub(HubRepo),
+}
+
+const IDX_TRAIN: &str = "train-images-idx3-ubyte";
+
+impl Source {
+    /// Parses `hf:OWNER/NAME[@REV]` or a path (its kind from the file extension, or for a
+    /// folder from whether it holds IDX files).
+    pub fn parse(s: &str) -> Result<Source> {
+        if let Some(repo) = s.strip_prefix("hf:") {
+            return Ok(Source::Hub(HubRepo::parse(repo)?));
+        }
+        let p = PathBuf::from(s);
+        if p.is_dir() {
+            let idx = [IDX_TRAIN.to_string(), format!("{IDX_TRAIN}.gz")]
+                .iter()
+                .any(|n| p.join(n).is_file());
+            return Ok(if idx {
+                Source::Idx(p)
+            } else {
+                Source::Images(p)
+            });
+        }
+        let ext = p
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        match ext.as_str() {
+            "safetensors" => Ok(Source::Safetensors(p)),
+            "csv" => Ok(Source::Csv(p)),
+            "parquet" => Ok(Source::Parquet(p)),
+            _ if !p.exists() => Err(Error::io(
+                &p,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+            )),
+            _ => Err(Error::data(
+                &p,
+                DataProblem::Other(
+                    "unsupported source: expected a folder (IDX or images), .safetensors, .csv, \
+                     .parquet or hf:OWNER/NAME"
+                        .into(),
+                ),
+            )),
+        }
+    }
+
+    /// True for sources whose labels a person gave (class subfolders, CSV `label` cells):
+    /// a labeling session starts from them. Benchmark data sets (IDX, safetensors `y`,
+    /// Parquet, Hub) carry complete ground truth, which a session treats as the oracle's
+    /// answers, not as labels already given.
+    pub fn labels_are_given(&self) -> bool {
+        matches!(self, Source::Images(_) | Source::Csv(_))
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Hub(r) => write!(f, "{r}"),
+            Source::Idx(p)
+            | Source::Images(p)
+            | Source::Safetensors(p)
+            | Source::Csv(p)
+            | Source::Parquet(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Items from one source, with stable ids and the labels the source carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Items {
+    /// Stable id of each item `(n,)`.
+    pub ids: Vec<String>,
+    /// Features `(n, *item_shape)`, row-major; images in `[0, 1]`.
+    pub x: Vec<f32>,
+    /// Shape of one item: `(c, h, w)` for images, `(d,)` for tabular rows.
+    pub item_shape: Vec<usize>,
+    /// Label of each item, when the source has one `(n,)`.
+    pub labels: Vec<Option<u32>>,
+    /// Class names; a label is an index into this list.
+    pub classes: Vec<String>,
+}
+
+impl Items {
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when there are no items.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The items as a [`Dataset`]; unlabeled items get label 0, so train only on indices
+    /// whose label is known.
+    pub fn dataset(&self) -> Result<Dataset> {
+        let y = self.labels.iter().map(|l| l.unwrap_or(0)).collect();
+        Dataset::new(
+            self.x.clone(),
+            y,
+            self.item_shape.clone(),
+            self.classes.len().max(1),
+        )
+    }
+
+    fn from_dataset(ds: &Dataset, classes: Vec<String>) -> Items {
+        Items {
+            ids: (0..ds.len()).map(|i| i.to_string()).collect(),
+            x: ds.features().to_vec(),
+            item_shape: ds.item_shape().to_vec(),
+            labels: ds.labels().iter().map(|&l| Some(l)).collect(),
+            classes,
+        }
+    }
+
+    /// Position of each id.
+    pub fn index_of(&self) -> HashMap<&str, usize> {
+        self.ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect()
+    }
+}
+
+/// A loaded source: the pool, and a labeled test split when the source has one.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The pool (a data set's train split).
+    pub pool: Items,
+    /// The test split (IDX and Hub data sets).
+    pub test: Option<Items>,
+}
+
+impl Loaded {
+    /// Both splits as labeled datasets (what `curve`, `train`, `ood` need). Errors when the
+    /// source has no test split or unlabeled items.
+    pub fn splits(&self, source: &Source) -> Result<Splits> {
+        let problem = |what: &str| {
+            Error::data(
+                PathBuf::from(source.to_string()),
+                DataProblem::Other(what.into()),
+            )
+        };
+        let test = self
+            .test
+            .as_ref()
+            .ok_or_else(|| problem("has no test split (use an IDX folder or a Hub dataset)"))?;
+        for items in [&self.pool, test] {
+            if let Some(i) = items.labels.iter().position(Option::is_none) {
+                return Err(problem(&format!("item `{}` has no label", items.ids[i])));
+            }
+        }
+        Ok(Splits {
+            train: self.pool.dataset()?,
+            test: test.dataset()?,
+            source: PathBuf::from(source.to_string()),
+        })
+    }
+}
+
+fn digits(n: usize) -> Vec<String> {
+    (0..n).map(|c| c.to_string()).collect()
+}
+
+/// Loads `source` (downloading Hub files through `hub` when not cached).
+pub fn load(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<Loaded> {
+    match source {
+        Source::Idx(dir) => {
+            let s = load_idx_dir(dir)?;
+            let classes = digits(s.train.classes());
+            Ok(Loaded {
+                pool: Items::from_dataset(&s.train, classes.clone()),
+                test: Some(Items::from_dataset(&s.test, classes)),
+            })
+        }
+        Source::Images(dir) => Ok(Loaded {
+            pool: load_image_folder(dir)?,
+            test: None,
+        }),
+        Source::Safetensors(p) => Ok(Loaded {
+            pool: load_safetensors(p)?,
+            test: None,
+        }),
+        Source::Csv(p) => Ok(Loaded {
+            pool: load_csv(p)?,
+            test: None,
+        }),
+        Source::Parquet(p) => {
+            let t = read_parquet(p)?;
+            Ok(Loaded {
+                pool: table_items(vec![(p.clone(), t)], None, p)?,
+                test: None,
+            })
+        }
+        Source::Hub(repo) => load_hub(repo, hub, observer),
+    }
+}
+
+/// Loads a source that must have a labeled train and test split.
+pub fn load_splits(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<Splits> {
+    load(source, hub, observer)?.splits(source)
+}
+
+fn is_image(p: &Path) -> bool {
+    p.extension()
+        .map(|e| {
+            matches!(
+                e.to_string_lossy().to_ascii_lowercase().as_str(),
+                "png" | "jpg" | "jpeg"
+            )
+        })
+        .unwrap_or(false)
+}
+
+/// Images at the top of `dir` are unlabeled; those in `dir/CLASS/` carry the label `CLASS`.
+/// Other files are ignored. Class names are the names of the (visible) subfolders, sorted,
+/// empty ones included.
+pub fn load_image_folder(dir: &Path) -> Result<Items> {
+    let read = |d: &Path| -> Result<Vec<PathBuf>> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+            .map_err(|e| Error::io(d, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        v.sort();
+        Ok(v)
+    };
+    let entries = read(dir)?;
+    // Every visible subfolder is a class, empty ones included: a person declares the class
+    // list by creating the folders.
+    let classes: Vec<String> = entries
+        .iter()
+        .filter(|p| p.is_dir())
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    let mut files: Vec<(String, Option<u32>, PathBuf)> = Vec::new();
+    for p in entries.iter().filter(|p| p.is_file() && is_image(p)) {
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        files.push((name, None, p.clone()));
+    }
+    for (c, class) in classes.iter().enumerate() {
+        for p in read(&dir.join(class))?
+            .into_iter()
+            .filter(|p| p.is_file() && is_image(p))
+        {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            files.push((format!("{class}/{name}"), Some(c as u32), p.clone()));
+        }
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    if files.is_empty() {
+        return Err(Error::data(
+            dir,
+            DataProblem::Other("holds no .png/.jpg/.jpeg images".into()),
+        ));
+    }
+    let images = files
+        .iter()
+        .map(|(_, _, p)| {
+            let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
+            decode(&bytes, p)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let names: Vec<PathBuf> = files.iter().map(|f| f.2.clone()).collect();
+    let (x, item_shape) = stack_images(images, &names)?;
+    Ok(Items {
+        ids: files.iter().map(|f| f.0.clone()).collect(),
+        x,
+        item_shape,
+        labels: files.iter().map(|f| f.1).collect(),
+        classes,
+    })
+}
+
+/// Stacks decoded images into `(n, c, h, w)` in `[0, 1]`; grayscale is promoted to RGB when
+/// any image is RGB. Sizes must agree; the first odd one is named.
+fn stack_images(images: Vec<Image>, names: &[PathBuf]) -> Result<(Vec<f32>, Vec<usize>)> {
+    let channels = images.iter().map(|i| i.channels).max().unwrap_or(1);
+    let (h, w) = images
+        .first()
+        .map(|i| (i.height, i.width))
+        .unwrap_or((0, 0));
+    let mut x = Vec::with_capacity(images.len() * channels * h * w);
+    for (img, name) in images.into_iter().zip(names) {
+        if (img.height, img.width) != (h, w) {
+            return Err(Error::data(
+                name,
+                DataProblem::DimensionMismatch {
+                    expected: (h, w),
+                    got: (img.height, img.width),
+                },
+            ));
+        }
+        let img = img.with_channels(channels);
+        x.extend(img.pixels.iter().map(|&p| f32::from(p) / 255.0));
+    }
+    Ok((x, vec![channels, h, w]))
+}
+
+fn classes_from_metadata(meta: Option<&String>, n_labels: usize) -> Vec<String> {
+    match meta {
+        Some(s) if !s.trim().is_empty() => s.split(',').map(|c| c.trim().to_string()).collect(),
+        _ => digits(n_labels),
+    }
+}
+
+/// Reads `x` (f32 or u8, `(n, ...)`) and optional `y` (any integer type, `(n,)`).
+pub fn load_safetensors(path: &Path) -> Result<Items> {
+    use safetensors::{Dtype, SafeTensors};
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bad = |m: String| Error::data(path, DataProblem::Other(m));
+    let st = SafeTensors::deserialize(&bytes)
+        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes)
+        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+    let xv = st
+        .tensor("x")
+        .map_err(|_| bad("has no tensor `x` (items, ...)".into()))?;
+    let shape = xv.shape().to_vec();
+    if shape.len() < 2 || shape[0] == 0 {
+        return Err(bad(format!(
+            "tensor `x` has shape {shape:?}; expected (n, ...) with n > 0"
+        )));
+    }
+    let n = shape[0];
+    let x: Vec<f32> = match xv.dtype() {
+        Dtype::F32 => xv
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::U8 => xv.data().iter().map(|&b| f32::from(b) / 255.0).collect(),
+        d => return Err(bad(format!("tensor `x` is {d:?}; expected F32 or U8"))),
+    };
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Err(bad(format!(
+            "tensor `x` holds a non-finite value at flat position {i}"
+        )));
+    }
+    let item_shape = match &shape[1..] {
+        [h, w] => vec![1, *h, *w],
+        rest => rest.to_vec(),
+    };
+    let labels: Vec<Option<u32>> = match st.tensor("y") {
+        Err(_) => vec![None; n],
+        Ok(yv) => {
+            if yv.shape() != [n] {
+                return Err(bad(format!(
+                    "tensor `y` has shape {:?}; expected ({n},)",
+                    yv.shape()
+                )));
+            }
+            let d = yv.data();
+            let vals: Vec<i64> = match yv.dtype() {
+                Dtype::U8 => d.iter().map(|&b| i64::from(b)).collect(),
+                Dtype::I32 => d
+                    .chunks_exact(4)
+                    .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .collect(),
+                Dtype::U32 => d
+                    .chunks_exact(4)
+                    .map(|b| i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .collect(),
+                Dtype::I64 => d
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                    .collect(),
+                t => {
+                    return Err(bad(format!(
+                        "tensor `y` is {t:?}; expected an integer type"
+                    )))
+                }
+            };
+            if let Some(i) = vals
+                .iter()
+                .position(|&v| !(0..=i64::from(u32::MAX)).contains(&v))
+            {
+                return Err(bad(format!(
+                    "label {} of item {i} is negative or too large",
+                    vals[i]
+                )));
+            }
+            vals.into_iter().map(|v| Some(v as u32)).collect()
+        }
+    };
+    let n_labels = labels
+        .iter()
+        .flatten()
+        .map(|&l| l as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let classes = classes_from_metadata(
+        meta.metadata().as_ref().and_then(|m| m.get("classes")),
+        n_labels,
+    );
+    if n_labels > classes.len() {
+        return Err(bad(format!(
+            "labels go up to {} but metadata names {} classes",
+            n_labels - 1,
+            classes.len()
+        )));
+    }
+    Ok(Items {
+        ids: (0..n).map(|i| i.to_string()).collect(),
+        x,
+        item_shape,
+        labels,
+        classes,
+    })
+}
+
+/// Splits one CSV line (RFC 4180 quotes allowed).
+pub(crate) fn csv_fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out.into_iter().map(|f| f.trim().to_string()).collect()
+}
+
+/// A CSV data row: its 1-based line number and its fields.
+pub(crate) type CsvRow = (usize, Vec<String>);
+
+/// A header and data rows, blank lines skipped.
+pub(crate) fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<CsvRow>)> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
+        .filter(|(_, l)| !l.trim().is_empty());
+    let header = lines
+        .next()
+        .map(|(_, l)| csv_fields(l))
+        .ok_or_else(|| Error::data(path, DataProblem::Other("is empty (no header)".into())))?;
+    let rows: Vec<CsvRow> = lines.map(|(n, l)| (n, csv_fields(l))).collect();
+    for (n, r) in &rows {
+        if r.len() != header.len() {
+            return Err(Error::Row {
+                path: path.to_path_buf(),
+                row: *n,
+                problem: format!("{} fields, the header has {}", r.len(), header.len()),
+            });
+        }
+    }
+    Ok((header, rows))
+}
+
+/// Tabular items: optional `id` and `label` columns, every other column a number.
+pub fn load_csv(path: &Path) -> Result<Items> {
+    let (header, rows) = read_csv(path)?;
+    let id_col = header.iter().position(|h| h == "id");
+    let label_col = header.iter().position(|h| h == "label");
+    let features: Vec<usize> = (0..header.len())
+        .filter(|&c| Some(c) != id_col && Some(c) != label_col)
+        .collect();
+    if features.is_empty() || rows.is_empty() {
+        return Err(Error::data(
+            path,
+            DataProblem::Other("needs at least one feature column and one row".into()),
+        ));
+    }
+    let classes: Vec<String> = label_col
+        .map(|c| {
+            rows.iter()
+                .map(|(_, r)| r[c].clone())
+                .filter(|v| !v.is_empty())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut x = Vec::with_capacity(rows.len() * features.len());
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut labels = Vec::with_capacity(rows.len());
+    let mut seen = HashMap::new();
+    for (i, (line, r)) in rows.iter().enumerate() {
+        for &c in &features {
+            let v: f32 = r[c]
+                .parse()
+                .ok()
+                .filter(|v: &f32| v.is_finite())
+                .ok_or_else(|| Error::Row {
+                    path: path.to_path_buf(),
+                    row: *line,
+                    problem: format!("column `{}`: `{}` is not a finite number", header[c], r[c]),
+                })?;
+            x.push(v);
+        }
+        let id = id_col
+            .map(|c| r[c].clone())
+            .unwrap_or_else(|| i.to_string());
+        if id.is_empty() {
+            return Err(Error::Row {
+                path: path.to_path_buf(),
+                row: *line,
+                problem: "empty id".into(),
+            });
+        }
+        if let Some(prev) = seen.insert(id.clone(), *line) {
+            return Err(Error::Row {
+                path: path.to_path_buf(),
+                row: *line,
+                problem: format!("id `{id}` already used on line {prev}"),
+            });
+        }
+        ids.push(id);
+        labels.push(label_col.and_then(|c| {
+            let v = &r[c];
+            (!v.is_empty()).then(|| classes.iter().position(|k| k == v).expect("collected") as u32)
+        }));
+    }
+    Ok(Items {
+        ids,
+        x,
+        item_shape: vec![features.len()],
+        labels,
+        classes,
+    })
+}
+
+/// Rows of a Hub-style Parquet table: encoded image bytes and an integer label.
+struct Table {
+    images: Vec<Vec<u8>>,
+    labels: Vec<Option<u32>>,
+}
+
+/// Reads the image and label columns of a Parquet file with the row API: the image column is
+/// the first struct with a `bytes` field (what `datasets` writes for `Image()` features) or
+/// the first binary column; the label column is the first integer column.
+fn read_parquet(path: &Path) -> Result<Table> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+    let bad = |m: String| Error::data(path, DataProblem::Other(m));
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let reader = SerializedFileReader::new(file).map_err(|e| bad(format!("not Parquet: {e}")))?;
+    let rows = reader
+        .get_row_iter(None)
+        .map_err(|e| bad(format!("unreadable Parquet: {e}")))?;
+    let mut t = Table {
+        images: Vec::new(),
+        labels: Vec::new(),
+    };
+    for (r, row) in rows.enumerate() {
+        let row = row.map_err(|e| bad(format!("row {r}: {e}")))?;
+        let mut image = None;
+        let mut label = None;
+        for (_, field) in row.get_column_iter() {
+            match field {
+                Field::Group(g) if image.is_none() => {
+                    image = g.get_column_iter().find_map(|(n, f)| match f {
+                        Field::Bytes(b) if n == "bytes" => Some(b.data().to_vec()),
+                        _ => None,
+                    })
+                }
+                Field::Bytes(b) if image.is_none() => image = Some(b.data().to_vec()),
+                Field::Long(v) if label.is_none() => label = Some(*v),
+                Field::Int(v) if label.is_none() => label = Some(i64::from(*v)),
+                Field::Short(v) if label.is_none() => label = Some(i64::from(*v)),
+                Field::Byte(v) if label.is_none() => label = Some(i64::from(*v)),
+                Field::UByte(v) if label.is_none() => label = Some(i64::from(*v)),
+                _ => {}
+            }
+        }
+        let image = image.ok_or_else(|| bad(format!("row {r} has no image bytes")))?;
+        let label = match label {
+            Some(v) if v < 0 => None,
+            Some(v) => Some(u32::try_from(v).map_err(|_| bad(format!("row {r}: label {v}")))?),
+            None => None,
+        };
+        t.images.push(image);
+        t.labels.push(label);
+    }
+    if t.images.is_empty() {
+        return Err(bad("holds no rows".into()));
+    }
+    Ok(t)
+}
+
+/// Decodes the tables' images in order; ids are positions across the tables.
+fn table_items(
+    tables: Vec<(PathBuf, Table)>,
+    classes: Option<&[String]>,
+    name: &Path,
+) -> Result<Items> {
+    let mut images = Vec::new();
+    let mut names = Vec::new();
+    let mut labels = Vec::new();
+    for (path, t) in tables {
+        for (r, bytes) in t.images.iter().enumerate() {
+            let at = PathBuf::from(format!("{}#row{r}", path.display()));
+            images.push(decode(bytes, &at)?);
+            names.push(at);
+        }
+        labels.extend(t.labels);
+    }
+    let (x, item_shape) = stack_images(images, &names)?;
+    let n_labels = labels
+        .iter()
+        .flatten()
+        .map(|&l| l as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let classes = match classes {
+        Some(c) if c.len() >= n_labels => c.to_vec(),
+        Some(c) => {
+            return Err(Error::data(
+                name,
+                DataProblem::Other(format!(
+                    "labels go up to {} but the dataset card names {} classes",
+                    n_labels - 1,
+                    c.len()
+                )),
+            ))
+        }
+        None => digits(n_labels),
+    };
+    Ok(Items {
+        ids: (0..labels.len()).map(|i| i.to_string()).collect(),
+        x,
+        item_shape,
+        labels,
+        classes,
+    })
+}
+
+/// Class names from a dataset card (`README.md`) written by `datasets`: the lines
+/// `'0': name` under `class_label:` / `names:` in the YAML front matter.
+fn card_classes(readme: &str) -> Option<Vec<String>> {
+    let front = readme.strip_prefix("---")?.split("\n---").next()?;
+    let mut names: Vec<(usize, String)> = Vec::new();
+    let mut inside = false;
+    for line in front.lines() {
+        let t = line.trim();
+        if t == "names:" {
+            inside = true;
+            continue;
+        }
+        if inside {
+            let parsed = t.split_once(':').and_then(|(k, v)| {
+                let k = k.trim().trim_matches(|c| c == '\'' || c == '"');
+                Some((
+                    k.parse::<usize>().ok()?,
+                    v.trim().trim_matches(|c| c == '\'' || c == '"').to_string(),
+                ))
+            });
+            match parsed {
+                Some(p) => names.push(p),
+                None if names.is_empty() => inside = false,
+                None => break,
+            }
+        }
+    }
+    names.sort();
+    let ok = !names.is_empty() && names.iter().enumerate().all(|(i, (k, _))| i == *k);
+    ok.then(|| names.into_iter().map(|(_, v)| v).collect())
+}
+
+/// A Hub dataset: Parquet shards whose path contains `train` / `test` (the layout `datasets`
+/// publishes, e.g. `ylecun/mnist`: `mnist/train-00000-of-00001.parquet`), or the four IDX
+/// files anywhere in the repository.
+fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Loaded> {
+    let files = hub.files(repo, RepoKind::Dataset)?;
+    let split_of = |f: &str, split: &str| {
+        let name = f.rsplit('/').next().unwrap_or(f);
+        f.ends_with(".parquet") && (name.starts_with(split) || f.contains(&format!("/{split}/")))
+    };
+    let train: Vec<&String> = files.iter().filter(|f| split_of(f, "train")).collect();
+    let test: Vec<&String> = files.iter().filter(|f| split_of(f, "test")).collect();
+    if !train.is_empty() {
+        let classes = match files.iter().find(|f| *f == "README.md") {
+            Some(f) => {
+                let p = hub.get(repo, RepoKind::Dataset, f, observer)?;
+                let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+                card_classes(&text)
+            }
+            None => None,
+        };
+        let mut read = |shards: &[&String]| -> Result<Option<Items>> {
+            if shards.is_empty() {
+                return Ok(None);
+            }
+            let mut tables = Vec::new();
+            for f in shards {
+                let p = hub.get(repo, RepoKind::Dataset, f, observer)?;
+                let t = read_parquet(&p)?;
+                tables.push((p, t));
+            }
+            let name = PathBuf::from(repo.to_string());
+            table_items(tables, classes.as_deref(), &name).map(Some)
+        };
+        let pool = read(&train)?.expect("non-empty");
+        let test = read(&test)?;
+        return Ok(Loaded { pool, test });
+    }
+    let idx_names = [
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ];
+    let mut dir: Option<PathBuf> = None;
+    for stem in idx_names {
+        let f = files
+            .iter()
+            .find(|f| {
+                let name = f.rsplit('/').next().unwrap_or(f);
+                name == stem || name == format!("{stem}.gz")
+            })
+            .ok_or_else(|| Error::Hub {
+                repo: repo.to_string(),
+                cache: hub.cache_dir().to_path_buf(),
+                problem: "holds neither train/test Parquet shards nor the four IDX files".into(),
+            })?;
+        let p = hub.get(repo, RepoKind::Dataset, f, observer)?;
+        dir = p.parent().map(Path::to_path_buf);
+    }
+    load(&Source::Idx(dir.expect("four files")), hub, observer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_handle_quotes() {
+        assert_eq!(
+            csv_fields(r#"a, "b,c" ,"d""e""#),
+            vec!["a", "b,c", r#"d"e"#]
+        );
+        assert_eq!(csv_fields(""), vec![""]);
+    }
+
+    #[test]
+    fn dataset_card_class_names() {
+        // Excerpt of the card `datasets` writes for Fashion-MNIST.
+        let card = "---\ndataset_info:\n  features:\n  - name: image\n    dtype: image\n  - name: label\n    dtype:\n      class_label:\n        names:\n          '0': T - shirt / top\n          '1': Trouser\n          '2': Pullover\n  splits:\n  - name: train\n---\n# Fashion";
+        assert_eq!(
+            card_classes(card).unwrap(),
+            vec!["T - shirt / top", "Trouser", "Pullover"]
+        );
+        assert!(card_classes("# no front matter").is_none());
+    }
+}

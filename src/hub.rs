@@ -1,0 +1,324 @@
+//! The Hugging Face Hub: `hf:OWNER/NAME[@REVISION]` datasets and checkpoints, through the
+//! `hf-hub` crate and its cache.
+//!
+//! Files live in the hub's standard cache layout (shared with Python's `huggingface_hub`):
+//! `CACHE/{datasets,models}--OWNER--NAME/refs/REVISION` holds a commit hash and
+//! `.../snapshots/COMMIT/PATH` the files. The cache folder is `HF_HUB_CACHE`, else
+//! `HF_HOME/hub`, else `~/.cache/huggingface/hub`. A file already in the cache is used without
+//! any network access; otherwise it is downloaded with `hf-hub`'s blocking client (endpoint
+//! `HF_ENDPOINT`, token from the cache's token file), reporting bytes through the
+//! [`Observer`] as [`Event::Download`]. With `HF_HUB_OFFLINE=1` the network is never used: a
+//! file missing from the cache is an error naming the cache folder.
+
+use crate::error::{Error, Result};
+use crate::observe::{Event, Observer};
+use hf_hub::api::sync::ApiBuilder;
+use hf_hub::{Cache, Repo, RepoType};
+use std::path::{Path, PathBuf};
+
+/// A repository on the Hub, as written after `hf:`: `OWNER/NAME` or `OWNER/NAME@REVISION`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubRepo {
+    /// `OWNER/NAME` (or a bare `NAME` for the few legacy repos without an owner).
+    pub id: String,
+    /// Branch, tag or commit; `main` by default.
+    pub revision: String,
+}
+
+impl HubRepo {
+    /// Parses `OWNER/NAME[@REVISION]` (without the `hf:` prefix).
+    pub fn parse(s: &str) -> Result<HubRepo> {
+        let (id, revision) = match s.split_once('@') {
+            Some((id, rev)) => (id, rev),
+            None => (s, "main"),
+        };
+        let valid = |p: &str| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        let parts: Vec<&str> = id.split('/').collect();
+        if parts.len() > 2 || !parts.iter().all(|p| valid(p)) || revision.is_empty() {
+            return Err(Error::config(
+                "data",
+                format!("`hf:{s}` is not a Hub repository (expected hf:OWNER/NAME[@REVISION])"),
+            ));
+        }
+        Ok(HubRepo {
+            id: id.to_string(),
+            revision: revision.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for HubRepo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "hf:{}", self.id)?;
+        if self.revision != "main" {
+            write!(f, "@{}", self.revision)?;
+        }
+        Ok(())
+    }
+}
+
+/// What kind of repository: the Hub keeps datasets and models apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepoKind {
+    /// A dataset repository.
+    Dataset,
+    /// A model repository.
+    Model,
+}
+
+impl RepoKind {
+    fn hf(self) -> RepoType {
+        match self {
+            RepoKind::Dataset => RepoType::Dataset,
+            RepoKind::Model => RepoType::Model,
+        }
+    }
+}
+
+/// Access to the Hub through a cache folder.
+#[derive(Debug, Clone)]
+pub struct Hub {
+    cache: PathBuf,
+    offline: bool,
+    endpoint: Option<String>,
+}
+
+fn env_truthy(name: &str) -> bool {
+    std::env::var(name)
+        .map(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true"))
+        .unwrap_or(false)
+}
+
+impl Hub {
+    /// Cache folder and offline mode from the environment (`HF_HUB_CACHE`, `HF_HOME`,
+    /// `HF_HUB_OFFLINE`, `HF_ENDPOINT`), like the Python client.
+    pub fn from_env() -> Hub {
+        let cache = if let Some(c) = std::env::var_os("HF_HUB_CACHE") {
+            PathBuf::from(c)
+        } else if let Some(h) = std::env::var_os("HF_HOME") {
+            PathBuf::from(h).join("hub")
+        } else {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("."))
+                .join(".cache/huggingface/hub")
+        };
+        Hub {
+            cache,
+            offline: env_truthy("HF_HUB_OFFLINE"),
+            endpoint: std::env::var("HF_ENDPOINT").ok(),
+        }
+    }
+
+    /// A hub over an explicit cache folder; `offline` forbids any network access.
+    pub fn new(cache: impl Into<PathBuf>, offline: bool) -> Hub {
+        Hub {
+            cache: cache.into(),
+            offline,
+            endpoint: None,
+        }
+    }
+
+    /// The cache folder.
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache
+    }
+
+    /// True when the network is never used.
+    pub fn is_offline(&self) -> bool {
+        self.offline
+    }
+
+    fn repo(&self, repo: &HubRepo, kind: RepoKind) -> Repo {
+        Repo::with_revision(repo.id.clone(), kind.hf(), repo.revision.clone())
+    }
+
+    fn error(&self, repo: &HubRepo, problem: impl Into<String>) -> Error {
+        Error::Hub {
+            repo: repo.to_string(),
+            cache: self.cache.clone(),
+            problem: problem.into(),
+        }
+    }
+
+    /// The cached snapshot folder of `repo` at its revision, if the cache has one.
+    fn snapshot(&self, repo: &HubRepo, kind: RepoKind) -> Option<PathBuf> {
+        let base = self.cache.join(self.repo(repo, kind).folder_name());
+        let commit = match std::fs::read_to_string(base.join("refs").join(&repo.revision)) {
+            Ok(c) => c.trim().to_string(),
+            // A commit hash given as the revision needs no ref.
+            Err(_) => repo.revision.clone(),
+        };
+        let dir = base.join("snapshots").join(commit);
+        dir.is_dir().then_some(dir)
+    }
+
+    /// Every file of `repo` (paths inside the repository, sorted): from the Hub's API when
+    /// online, else (offline, or when the API cannot be reached) from the cached snapshot.
+    pub fn files(&self, repo: &HubRepo, kind: RepoKind) -> Result<Vec<String>> {
+        let online_err = if self.offline {
+            None
+        } else {
+            match self.api().and_then(|api| {
+                api.repo(self.repo(repo, kind))
+                    .info()
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(info) => {
+                    let mut files: Vec<String> =
+                        info.siblings.into_iter().map(|s| s.rfilename).collect();
+                    files.sort();
+                    return Ok(files);
+                }
+                Err(e) => Some(e),
+            }
+        };
+        let Some(dir) = self.snapshot(repo, kind) else {
+            return Err(self.error(
+                repo,
+                match online_err {
+                    Some(e) => format!("cannot list the repository ({e}) and it is not cached"),
+                    None => "not in the local cache (HF_HUB_OFFLINE is set)".into(),
+                },
+            ));
+        };
+        let mut files = Vec::new();
+        walk(&dir, &dir, &mut files).map_err(|e| Error::io(&dir, e))?;
+        files.sort();
+        Ok(files)
+    }
+
+    fn api(&self) -> std::result::Result<hf_hub::api::sync::Api, String> {
+        let mut b = ApiBuilder::from_cache(Cache::new(self.cache.clone())).with_progress(false);
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e.clone());
+        }
+        b.build().map_err(|e| e.to_string())
+    }
+
+    /// The local path of `file` in `repo`: from the cache when present, else downloaded
+    /// into it (never when offline).
+    pub fn get(
+        &self,
+        repo: &HubRepo,
+        kind: RepoKind,
+        file: &str,
+        observer: &mut dyn Observer,
+    ) -> Result<PathBuf> {
+        if let Some(dir) = self.snapshot(repo, kind) {
+            let p = dir.join(file);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+        if self.offline {
+            return Err(self.error(
+                repo,
+                format!("`{file}` is not in the local cache (HF_HUB_OFFLINE is set)"),
+            ));
+        }
+        let api = self.api().map_err(|e| self.error(repo, e))?;
+        let progress = DownloadProgress {
+            observer,
+            file: file.to_string(),
+            done: 0,
+            total: 0,
+        };
+        api.repo(self.repo(repo, kind))
+            .download_with_progress(file, progress)
+            .map_err(|e| self.error(repo, format!("downloading `{file}`: {e}")))
+    }
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            walk(root, &path, out)?;
+        } else if let Ok(rel) = path.strip_prefix(root) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    Ok(())
+}
+
+/// Forwards `hf-hub`'s byte counts to an observer.
+struct DownloadProgress<'a> {
+    observer: &'a mut dyn Observer,
+    file: String,
+    done: u64,
+    total: u64,
+}
+
+impl hf_hub::api::Progress for DownloadProgress<'_> {
+    fn init(&mut self, size: usize, _filename: &str) {
+        self.total = size as u64;
+        self.report();
+    }
+    fn update(&mut self, size: usize) {
+        self.done += size as u64;
+        self.report();
+    }
+    fn finish(&mut self) {
+        self.done = self.total;
+        self.report();
+    }
+}
+
+impl DownloadProgress<'_> {
+    fn report(&mut self) {
+        // A download cannot be interrupted half-way through hf-hub's API; a stop request is
+        // honoured by the caller's next check.
+        let _ = self.observer.on(&Event::Download {
+            file: &self.file,
+            done: self.done,
+            total: self.total,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_names_parse_and_print() {
+        let r = HubRepo::parse("ylecun/mnist").unwrap();
+        assert_eq!(
+            (r.id.as_str(), r.revision.as_str()),
+            ("ylecun/mnist", "main")
+        );
+        assert_eq!(r.to_string(), "hf:ylecun/mnist");
+        let r = HubRepo::parse("zalando-datasets/fashion_mnist@v1.0").unwrap();
+        assert_eq!(r.revision, "v1.0");
+        assert_eq!(r.to_string(), "hf:zalando-datasets/fashion_mnist@v1.0");
+        for bad in ["", "a/b/c", "a//b", "a/b@", "a b/c"] {
+            assert!(HubRepo::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn offline_without_cache_names_the_cache() {
+        let hub = Hub::new("/nonexistent/hub-cache", true);
+        let r = HubRepo::parse("o/n").unwrap();
+        let e = hub.files(&r, RepoKind::Dataset).unwrap_err().to_string();
+        assert!(
+            e.contains("/nonexistent/hub-cache") && e.contains("HF_HUB_OFFLINE"),
+            "{e}"
+        );
+        let e = hub
+            .get(
+                &r,
+                RepoKind::Model,
+                "config.json",
+                &mut crate::observe::Silent,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("config.json"), "{e}");
+    }
+}

@@ -1,0 +1,612 @@
+//! Labeling sessions: active learning with a person as the oracle.
+//!
+//! A [`Learner`] holds a pool of [`Items`] (each with a stable id) and a [`SessionState`]:
+//! which ids are labeled (and with which class, in which round), which were queried and await
+//! an answer, and one record per query round. [`Learner::query`] trains a fresh model on the
+//! labeled items, scores every other item and returns the next batch; [`Learner::teach`]
+//! checks a whole batch of answers first and applies it only when every row is valid.
+//!
+//! Everything random comes from the session's seed and the round number (the same
+//! [`crate::rng::stream`]s as the simulated loop), so a session driven through the CLI, one
+//! process per command, ends in exactly the state of the same session driven in one process
+//! through this API. [`Learner::save`] writes `session.json` atomically after every change;
+//! the model of the last query is saved beside it as a checkpoint.
+
+use crate::checkpoint;
+use crate::data::source::{read_csv, Items, Loaded};
+use crate::data::{Dataset, Normalizer};
+use crate::error::{Error, Result};
+use crate::fsutil::{read_json, write_json};
+use crate::nn::{Arch, CnnConfig, MlpConfig};
+use crate::observe::Observer;
+use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs, Scoring};
+use crate::rng::{stream, Purpose};
+use crate::train::{train, TrainConfig, TrainRngs, Trained};
+use alkit_acquisition::{Scorer, Selection};
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const FORMAT: u32 = 1;
+/// Name of the state file inside a session folder.
+pub const STATE_FILE: &str = "session.json";
+
+/// The architecture a session uses by default: the REGrad CNN for images at least 10x10,
+/// an MLP 256-128 for everything else.
+pub fn default_arch(item_shape: &[usize], classes: usize) -> Arch {
+    match item_shape {
+        [_, h, w] if *h >= 10 && *w >= 10 => Arch::Cnn(CnnConfig::standard(item_shape, classes)),
+        _ => Arch::Mlp(MlpConfig {
+            inputs: item_shape.iter().product(),
+            hidden: vec![256, 128],
+            classes,
+            dropout: 0.0,
+        }),
+    }
+}
+
+/// A labeled item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Labeled {
+    /// The item's id.
+    pub id: String,
+    /// Its class name.
+    pub label: String,
+    /// The round its label was taught after (0 = given at init).
+    pub round: usize,
+}
+
+/// An item queried and not yet answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The item's id.
+    pub id: String,
+    /// The query round that asked for it (from 1).
+    pub round: usize,
+    /// Its score then.
+    pub score: f32,
+}
+
+/// One query round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    /// Round number, from 1.
+    pub round: usize,
+    /// Scorer that ranked the pool (`random` before any label exists).
+    pub scorer: String,
+    /// Labeled items the model was trained on.
+    pub labeled: usize,
+    /// Items returned.
+    pub queried: usize,
+    /// Accuracy on the labeled items (training fit).
+    pub fit_acc: Option<f64>,
+    /// Accuracy on the source's test split, when it has one.
+    pub test_acc: Option<f64>,
+    /// NLL on the source's test split, when it has one.
+    pub test_nll: Option<f64>,
+}
+
+/// Settings fixed when a session starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionConfig {
+    /// The model trained every round.
+    pub arch: Arch,
+    /// How it is trained (from scratch every round).
+    pub train: TrainConfig,
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Inference batch size.
+    pub batch: usize,
+}
+
+/// Everything a session is: written to `session.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// State format version.
+    pub format: u32,
+    /// The pool's source, as given.
+    pub source: String,
+    /// Items in the pool.
+    pub pool_size: usize,
+    /// Hash of the pool's ids and features: a changed pool is refused.
+    pub pool_fingerprint: u64,
+    /// Class names; answers must use one of them.
+    pub classes: Vec<String>,
+    /// Settings.
+    pub config: SessionConfig,
+    /// Normalisation fitted on the whole pool at init.
+    pub normalizer: Normalizer,
+    /// Labeled items, in the order they were taught.
+    pub labeled: Vec<Labeled>,
+    /// Queried items awaiting an answer.
+    pub pending: Vec<Pending>,
+    /// One record per query.
+    pub rounds: Vec<Round>,
+}
+
+impl SessionState {
+    /// Labeled items per class name.
+    pub fn per_class(&self) -> BTreeMap<&str, usize> {
+        let mut m: BTreeMap<&str, usize> = self.classes.iter().map(|c| (c.as_str(), 0)).collect();
+        for l in &self.labeled {
+            *m.entry(l.label.as_str()).or_default() += 1;
+        }
+        m
+    }
+}
+
+/// What one query asks for.
+#[derive(Clone)]
+pub struct QueryRequest {
+    /// Ranks the candidates (higher = label first).
+    pub scorer: Arc<dyn Scorer>,
+    /// How many items to return.
+    pub n: usize,
+    /// How the batch is drawn from the scores.
+    pub selection: Selection,
+    /// Also offer items queried earlier and not yet answered.
+    pub include_pending: bool,
+}
+
+/// One item of a query's batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    /// The item's id.
+    pub id: String,
+    /// Its position in the pool source.
+    pub index: usize,
+    /// Its score.
+    pub score: f32,
+}
+
+/// A labeling session over a pool (see the module docs).
+pub struct Learner {
+    items: Items,
+    data: Dataset,
+    test: Option<Dataset>,
+    index: HashMap<String, usize>,
+    state: SessionState,
+    last_model: Option<Trained>,
+}
+
+fn fingerprint(items: &Items) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut eat = |b: &[u8]| {
+        for &x in b {
+            h = (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for id in &items.ids {
+        eat(id.as_bytes());
+        eat(&[0]);
+    }
+    for v in &items.x {
+        eat(&v.to_bits().to_le_bytes());
+    }
+    h
+}
+
+impl Learner {
+    /// Starts a session on `loaded.pool` with class list `classes` and seed labels
+    /// `(id, class name)`. Errors (nothing started) on an unknown id, a duplicate, or a class
+    /// outside the list.
+    pub fn new(
+        source: &str,
+        loaded: Loaded,
+        classes: Vec<String>,
+        seeds: &[(String, String)],
+        config: SessionConfig,
+    ) -> Result<Learner> {
+        config.train.validate()?;
+        if classes.len() < 2 {
+            return Err(Error::config(
+                "classes",
+                "a session needs at least two classes",
+            ));
+        }
+        if config.arch.classes() != classes.len() {
+            return Err(Error::config(
+                "classes",
+                format!(
+                    "the model has {} outputs for {} classes",
+                    config.arch.classes(),
+                    classes.len()
+                ),
+            ));
+        }
+        let raw = loaded.pool.dataset()?;
+        let normalizer = Normalizer::fit(&raw);
+        let state = SessionState {
+            format: FORMAT,
+            source: source.to_string(),
+            pool_size: loaded.pool.len(),
+            pool_fingerprint: fingerprint(&loaded.pool),
+            classes,
+            config,
+            normalizer,
+            labeled: Vec::new(),
+            pending: Vec::new(),
+            rounds: Vec::new(),
+        };
+        let mut l = Learner::resume(state, loaded, Path::new(STATE_FILE))?;
+        let rows: Vec<(usize, String, String)> = seeds
+            .iter()
+            .enumerate()
+            .map(|(i, (id, c))| (i + 1, id.clone(), c.clone()))
+            .collect();
+        l.teach_rows(&rows, Path::new("seed labels"), 0)?;
+        Ok(l)
+    }
+
+    /// Continues a saved session over the same pool. `origin` names the state file in errors.
+    pub fn resume(state: SessionState, loaded: Loaded, origin: &Path) -> Result<Learner> {
+        if state.format != FORMAT {
+            return Err(Error::state(
+                origin,
+                format!(
+                    "session format {} is not supported (expected {FORMAT})",
+                    state.format
+                ),
+            ));
+        }
+        if loaded.pool.len() != state.pool_size
+            || fingerprint(&loaded.pool) != state.pool_fingerprint
+        {
+            return Err(Error::state(
+                origin,
+                format!(
+                    "the pool `{}` changed since the session started ({} items then, {} now, \
+                     or different content)",
+                    state.source,
+                    state.pool_size,
+                    loaded.pool.len()
+                ),
+            ));
+        }
+        let index: HashMap<String, usize> = loaded
+            .pool
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
+        let raw = loaded.pool.dataset()?;
+        // Only taught labels count: the source's own labels (ground truth of a benchmark
+        // set) never reach training.
+        let mut y = vec![0u32; raw.len()];
+        for l in &state.labeled {
+            let i = index.get(&l.id).ok_or_else(|| {
+                Error::state(origin, format!("labeled id `{}` is not in the pool", l.id))
+            })?;
+            let c = state
+                .classes
+                .iter()
+                .position(|k| *k == l.label)
+                .ok_or_else(|| {
+                    Error::state(
+                        origin,
+                        format!("label `{}` of `{}` is not a class", l.label, l.id),
+                    )
+                })?;
+            y[*i] = c as u32;
+        }
+        let raw = Dataset::new(
+            raw.features().to_vec(),
+            y,
+            raw.item_shape().to_vec(),
+            state.classes.len(),
+        )?;
+        let data = state.normalizer.apply(&raw)?;
+        let test = match &loaded.test {
+            Some(t)
+                if t.item_shape == loaded.pool.item_shape
+                    && t.labels.iter().all(Option::is_some)
+                    && t.labels
+                        .iter()
+                        .flatten()
+                        .all(|&l| (l as usize) < state.classes.len()) =>
+            {
+                Some(state.normalizer.apply(&t.dataset()?)?)
+            }
+            _ => None,
+        };
+        Ok(Learner {
+            items: loaded.pool,
+            data,
+            test,
+            index,
+            state,
+            last_model: None,
+        })
+    }
+
+    /// Loads `dir/session.json` and continues it over `loaded`.
+    pub fn load(dir: &Path, loaded: Loaded) -> Result<Learner> {
+        let path = dir.join(STATE_FILE);
+        let state: SessionState = read_json(&path)?;
+        Learner::resume(state, loaded, &path)
+    }
+
+    /// Writes `dir/session.json` atomically, and the last query's model to `dir/model/`.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        if let Some(t) = &self.last_model {
+            checkpoint::save(
+                &dir.join("model"),
+                &self.state.config.arch,
+                &t.params,
+                &self.state.normalizer,
+                &self.items.item_shape,
+                self.state.classes.clone(),
+            )?;
+        }
+        write_json(&dir.join(STATE_FILE), &self.state)
+    }
+
+    /// The session's state.
+    pub fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// The pool.
+    pub fn items(&self) -> &Items {
+        &self.items
+    }
+
+    fn labeled_indices(&self) -> Vec<usize> {
+        self.state
+            .labeled
+            .iter()
+            .map(|l| self.index[&l.id])
+            .collect()
+    }
+
+    /// Trains on the labeled items, scores the others and returns the next batch (best
+    /// first), recording it as pending. Before any label exists the batch is drawn at random.
+    pub fn query(
+        &mut self,
+        request: &QueryRequest,
+        device: &Device,
+        observer: &mut dyn Observer,
+    ) -> Result<Vec<Query>> {
+        let round = self.state.rounds.len() + 1;
+        let labeled: HashSet<&str> = self.state.labeled.iter().map(|l| l.id.as_str()).collect();
+        let pending: HashSet<&str> = self.state.pending.iter().map(|p| p.id.as_str()).collect();
+        let cand: Vec<usize> = (0..self.items.len())
+            .filter(|&i| {
+                let id = self.items.ids[i].as_str();
+                !labeled.contains(id) && (request.include_pending || !pending.contains(id))
+            })
+            .collect();
+        if request.n == 0 || request.n > cand.len() {
+            return Err(Error::config(
+                "n",
+                format!(
+                    "asked for {} items; {} are unlabeled and not pending",
+                    request.n,
+                    cand.len()
+                ),
+            ));
+        }
+        let cfg = self.state.config.clone();
+        let seed = cfg.seed;
+        let lab = self.labeled_indices();
+        let (scores, scorer, record) = if lab.is_empty() {
+            self.last_model = None;
+            (
+                vec![0.0f32; cand.len()],
+                "random".to_string(),
+                (None, None, None),
+            )
+        } else {
+            let params = cfg.train.validate()?;
+            let trained = train(
+                &cfg.arch,
+                &self.data,
+                &lab,
+                &params,
+                TrainRngs::for_cycle(seed, round as u64),
+                device,
+                observer,
+            )?;
+            let lp = log_probs_of(
+                trained.model.as_ref(),
+                &self.data,
+                &lab,
+                cfg.batch,
+                device,
+                observer,
+            )?;
+            let ylab: Vec<u32> = lab.iter().map(|&i| self.data.labels()[i]).collect();
+            let fit = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
+            let test = match &self.test {
+                Some(t) => Some(evaluate(
+                    trained.model.as_ref(),
+                    t,
+                    cfg.batch,
+                    device,
+                    observer,
+                )?),
+                None => None,
+            };
+            let scoring = Scoring {
+                model: trained.model.as_ref(),
+                params: Some(&trained.params),
+                builder: Some(&cfg.arch),
+                input_std: &self.state.normalizer.std,
+                batch: cfg.batch,
+                device,
+            };
+            let mut rng = stream(seed, Purpose::Perturb, round as u64);
+            let ev = scoring.evidence(
+                &self.data,
+                &cand,
+                request.scorer.needs(),
+                &mut rng,
+                observer,
+            )?;
+            let scores = request.scorer.score(&ev)?;
+            self.last_model = Some(trained);
+            (
+                scores,
+                request.scorer.name().to_string(),
+                (Some(fit.acc), test.map(|m| m.acc), test.map(|m| m.nll)),
+            )
+        };
+        let selection = if lab.is_empty() {
+            Selection::Random
+        } else {
+            request.selection
+        };
+        let mut rng = stream(seed, Purpose::Select, round as u64);
+        let picks = selection.select(&scores, request.n, &mut rng)?;
+        let out: Vec<Query> = picks
+            .iter()
+            .map(|&p| Query {
+                id: self.items.ids[cand[p]].clone(),
+                index: cand[p],
+                score: scores[p],
+            })
+            .collect();
+        let chosen: HashSet<&str> = out.iter().map(|q| q.id.as_str()).collect();
+        self.state
+            .pending
+            .retain(|p| !chosen.contains(p.id.as_str()));
+        self.state.pending.extend(out.iter().map(|q| Pending {
+            id: q.id.clone(),
+            round,
+            score: q.score,
+        }));
+        self.state.rounds.push(Round {
+            round,
+            scorer,
+            labeled: lab.len(),
+            queried: out.len(),
+            fit_acc: record.0,
+            test_acc: record.1,
+            test_nll: record.2,
+        });
+        Ok(out)
+    }
+
+    /// Teaches `(id, class name)` answers; all are checked before any is applied.
+    pub fn teach(&mut self, answers: &[(String, String)]) -> Result<usize> {
+        let rows: Vec<(usize, String, String)> = answers
+            .iter()
+            .enumerate()
+            .map(|(i, (id, c))| (i + 1, id.clone(), c.clone()))
+            .collect();
+        let round = self.state.rounds.len();
+        self.teach_rows(&rows, Path::new("answers"), round)
+    }
+
+    /// Teaches the answers in a CSV file with columns `id,label` (label = class name); every
+    /// row is checked before any is applied, and an error names the file and line.
+    pub fn teach_csv(&mut self, path: &Path) -> Result<usize> {
+        let rows = read_answer_csv(path)?;
+        let round = self.state.rounds.len();
+        self.teach_rows(&rows, path, round)
+    }
+
+    fn teach_rows(
+        &mut self,
+        rows: &[(usize, String, String)],
+        origin: &Path,
+        round: usize,
+    ) -> Result<usize> {
+        let row_err = |row: usize, problem: String| Error::Row {
+            path: origin.to_path_buf(),
+            row,
+            problem,
+        };
+        let labeled: HashMap<&str, &Labeled> = self
+            .state
+            .labeled
+            .iter()
+            .map(|l| (l.id.as_str(), l))
+            .collect();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut labels = Vec::with_capacity(rows.len());
+        for (row, id, class) in rows {
+            let Some(&i) = self.index.get(id.as_str()) else {
+                return Err(row_err(*row, format!("unknown id `{id}`")));
+            };
+            if let Some(prev) = seen.insert(id.as_str(), *row) {
+                return Err(row_err(
+                    *row,
+                    format!("id `{id}` appears twice (also row {prev})"),
+                ));
+            }
+            if let Some(l) = labeled.get(id.as_str()) {
+                return Err(row_err(
+                    *row,
+                    format!(
+                        "id `{id}` is already labeled `{}` (round {})",
+                        l.label, l.round
+                    ),
+                ));
+            }
+            let Some(c) = self.state.classes.iter().position(|k| k == class) else {
+                return Err(row_err(
+                    *row,
+                    format!(
+                        "label `{class}` is not one of the classes {:?}",
+                        self.state.classes
+                    ),
+                ));
+            };
+            labels.push((i, c as u32));
+        }
+        let mut y = self.data.labels().to_vec();
+        for &(i, c) in &labels {
+            y[i] = c;
+        }
+        self.data = Dataset::new(
+            self.data.features().to_vec(),
+            y,
+            self.data.item_shape().to_vec(),
+            self.state.classes.len(),
+        )?;
+        let taught: HashSet<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+        self.state
+            .pending
+            .retain(|p| !taught.contains(p.id.as_str()));
+        self.state
+            .labeled
+            .extend(rows.iter().map(|(_, id, class)| Labeled {
+                id: id.clone(),
+                label: class.clone(),
+                round,
+            }));
+        Ok(rows.len())
+    }
+}
+
+/// Reads `id,label` rows (header required, extra columns ignored) with their line numbers.
+pub fn read_answer_csv(path: &Path) -> Result<Vec<(usize, String, String)>> {
+    let (header, rows) = read_csv(path)?;
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| Error::Row {
+                path: PathBuf::from(path),
+                row: 1,
+                problem: format!("the header has no `{name}` column (expected id,label)"),
+            })
+    };
+    let (ic, lc) = (col("id")?, col("label")?);
+    rows.into_iter()
+        .map(|(n, r)| {
+            if r[lc].is_empty() {
+                return Err(Error::Row {
+                    path: PathBuf::from(path),
+                    row: n,
+                    problem: format!("id `{}` has an empty label", r[ic]),
+                });
+            }
+            Ok((n, r[ic].clone(), r[lc].clone()))
+        })
+        .collect()
+}
