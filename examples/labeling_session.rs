@@ -45,13 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let source = Source::parse(&pool_dir.to_string_lossy())?;
     let loaded = load(&source, &Hub::from_env(), &mut Silent)?;
     let classes: Vec<String> = (0..10).map(|c| c.to_string()).collect();
-    let seeds: Vec<(String, String)> = loaded
-        .pool
-        .ids
-        .iter()
-        .zip(&loaded.pool.labels)
-        .filter_map(|(id, l)| l.map(|l| (id.clone(), loaded.pool.classes[l as usize].clone())))
-        .collect();
+    let seeds = loaded.pool.given_labels();
     let config = SessionConfig {
         arch: default_arch(&loaded.pool.item_shape, classes.len()),
         train: TrainConfig {

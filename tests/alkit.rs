@@ -1746,13 +1746,7 @@ fn scripted_png_session_matches_the_library_session_and_bad_rows_change_nothing(
     // The same session through the library, in one process: the same final state.
     let source = Source::parse(&cli_state.source).unwrap();
     let loaded = load_source(&source, &Hub::new(dir.join("nohub"), true), &mut Silent).unwrap();
-    let seeds: Vec<(String, String)> = loaded
-        .pool
-        .ids
-        .iter()
-        .zip(&loaded.pool.labels)
-        .filter_map(|(id, l)| l.map(|l| (id.clone(), loaded.pool.classes[l as usize].clone())))
-        .collect();
+    let seeds = loaded.pool.given_labels();
     let config = SessionConfig {
         arch: alkit::session::default_arch(&loaded.pool.item_shape, 10),
         train: TrainConfig {

@@ -153,6 +153,16 @@ impl Items {
         }
     }
 
+    /// `(id, class name)` of every item the source labels: a session's seed labels when
+    /// the source's labels were given by a person ([`Source::labels_are_given`]).
+    pub fn given_labels(&self) -> Vec<(String, String)> {
+        self.ids
+            .iter()
+            .zip(&self.labels)
+            .filter_map(|(id, l)| l.map(|l| (id.clone(), self.classes[l as usize].clone())))
+            .collect()
+    }
+
     /// Position of each id.
     pub fn index_of(&self) -> HashMap<&str, usize> {
         self.ids
@@ -197,6 +207,16 @@ impl Loaded {
             source: PathBuf::from(source.to_string()),
         })
     }
+}
+
+/// One more than the largest label (0 without labels).
+fn label_count(labels: &[Option<u32>]) -> usize {
+    labels
+        .iter()
+        .flatten()
+        .map(|&l| l as usize + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 fn digits(n: usize) -> Vec<String> {
@@ -428,12 +448,7 @@ pub fn load_safetensors(path: &Path) -> Result<Items> {
             vals.into_iter().map(|v| Some(v as u32)).collect()
         }
     };
-    let n_labels = labels
-        .iter()
-        .flatten()
-        .map(|&l| l as usize + 1)
-        .max()
-        .unwrap_or(0);
+    let n_labels = label_count(&labels);
     let classes = classes_from_metadata(
         meta.metadata().as_ref().and_then(|m| m.get("classes")),
         n_labels,
@@ -652,12 +667,7 @@ fn table_items(
         labels.extend(t.labels);
     }
     let (x, item_shape) = stack_images(images, &names)?;
-    let n_labels = labels
-        .iter()
-        .flatten()
-        .map(|&l| l as usize + 1)
-        .max()
-        .unwrap_or(0);
+    let n_labels = label_count(&labels);
     let classes = match classes {
         Some(c) if c.len() >= n_labels => c.to_vec(),
         Some(c) => {

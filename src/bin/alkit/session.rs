@@ -136,14 +136,11 @@ pub fn init(a: InitArgs) -> Result<()> {
         .classes
         .clone()
         .unwrap_or_else(|| loaded.pool.classes.clone());
-    let mut seeds: Vec<(String, String)> = Vec::new();
-    if src.labels_are_given() {
-        for (id, l) in loaded.pool.ids.iter().zip(&loaded.pool.labels) {
-            if let Some(l) = l {
-                seeds.push((id.clone(), loaded.pool.classes[*l as usize].clone()));
-            }
-        }
-    }
+    let mut seeds = if src.labels_are_given() {
+        loaded.pool.given_labels()
+    } else {
+        Vec::new()
+    };
     if let Some(p) = &a.labels {
         seeds.extend(read_answer_csv(p)?.into_iter().map(|(_, id, l)| (id, l)));
     }
