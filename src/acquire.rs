@@ -14,8 +14,8 @@ use crate::nn::ModelBuilder;
 use crate::observe::{check, Event, Observer};
 use crate::predict::{evaluate, Scoring};
 use crate::rng::{stream, Purpose};
-use crate::train::{train, TrainConfig, TrainParams, TrainRngs};
-use alkit_acquisition::{Scorer, Selection};
+use crate::train::{train, train_ensemble, TrainConfig, TrainParams, TrainRngs};
+use alkit_acquisition::{BatchSelector, Scorer, Selection};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -35,6 +35,10 @@ pub struct LoopConfig {
     pub train: TrainConfig,
     /// Batch size for evaluation and pool scoring.
     pub batch: usize,
+    /// Train a deep ensemble of this many members each cycle instead of one model (its mean
+    /// prediction is evaluated; sample scorers read one draw per member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ensemble: Option<usize>,
 }
 
 impl Default for LoopConfig {
@@ -45,6 +49,7 @@ impl Default for LoopConfig {
             cycles: 10,
             train: TrainConfig::default(),
             batch: 512,
+            ensemble: None,
         }
     }
 }
@@ -67,6 +72,9 @@ impl LoopConfig {
         }
         if self.batch == 0 {
             return Err(Error::config("batch", "must be at least 1"));
+        }
+        if self.ensemble.is_some_and(|k| k < 2) {
+            return Err(Error::config("ensemble", "needs at least 2 members"));
         }
         let needed = self.initial + self.cycles * self.query;
         if needed > pool {
@@ -92,12 +100,27 @@ impl LoopParams {
     }
 }
 
-/// How the next items are chosen: a scorer (or none) and a selection mode.
+/// How a strategy turns a model into the next batch.
+#[derive(Clone)]
+pub enum Pick {
+    /// Uniformly at random.
+    Random,
+    /// One score per candidate, then a selection mode over the scores.
+    Scored {
+        /// The scorer.
+        scorer: Arc<dyn Scorer>,
+        /// How the batch is drawn from the scores.
+        selection: Selection,
+    },
+    /// A joint batch criterion (BatchBALD).
+    Batch(Arc<dyn BatchSelector>),
+}
+
+/// How the next items are chosen, under a name.
 #[derive(Clone)]
 pub struct Strategy {
     name: String,
-    scorer: Option<Arc<dyn Scorer>>,
-    selection: Selection,
+    pick: Pick,
 }
 
 impl Strategy {
@@ -105,8 +128,7 @@ impl Strategy {
     pub fn random() -> Self {
         Self {
             name: "random".into(),
-            scorer: None,
-            selection: Selection::Random,
+            pick: Pick::Random,
         }
     }
 
@@ -114,9 +136,21 @@ impl Strategy {
     pub fn scored(scorer: Arc<dyn Scorer>, selection: Selection) -> Self {
         Self {
             name: scorer.name().to_string(),
-            scorer: Some(scorer),
-            selection,
+            pick: Pick::Scored { scorer, selection },
         }
+    }
+
+    /// A joint batch criterion; named after it.
+    pub fn batch(selector: Arc<dyn BatchSelector>) -> Self {
+        Self {
+            name: selector.name().to_string(),
+            pick: Pick::Batch(selector),
+        }
+    }
+
+    /// How it picks.
+    pub fn pick(&self) -> &Pick {
+        &self.pick
     }
 
     /// Renames the strategy (names key CSV rows and state files).
@@ -299,15 +333,27 @@ pub fn run(
         };
         check(observer, &ev)?;
         let t0 = Instant::now();
-        let trained = train(
-            ctx.model,
-            ctx.train,
-            &labeled,
-            &ctx.params.train,
-            TrainRngs::for_cycle(seed, cycle as u64),
-            ctx.device,
-            observer,
-        )?;
+        let trained = match cfg.ensemble {
+            None => train(
+                ctx.model,
+                ctx.train,
+                &labeled,
+                &ctx.params.train,
+                TrainRngs::for_cycle(seed, cycle as u64),
+                ctx.device,
+                observer,
+            )?,
+            Some(k) => train_ensemble(
+                ctx.model,
+                k,
+                ctx.train,
+                &labeled,
+                &ctx.params.train,
+                (seed, cycle as u64),
+                ctx.device,
+                observer,
+            )?,
+        };
         let train_s = t0.elapsed().as_secs_f64();
         let m = evaluate(
             trained.model.as_ref(),
@@ -332,38 +378,49 @@ pub fn run(
         if cycle < cfg.cycles {
             let t1 = Instant::now();
             let cand = pool.candidates();
-            let scores = match &strategy.scorer {
-                Some(s) => {
-                    let scoring = Scoring {
-                        model: trained.model.as_ref(),
-                        params: Some(&trained.params),
-                        builder: Some(ctx.model),
-                        input_std: ctx.input_std,
-                        batch: cfg.batch,
-                        device: ctx.device,
-                    };
-                    let mut rng = stream(seed, Purpose::Perturb, cycle as u64 + 1);
+            let scoring = Scoring {
+                model: trained.model.as_ref(),
+                params: Some(&trained.params),
+                // An ensemble's members cannot be rebuilt from one builder (weight noise).
+                builder: cfg.ensemble.is_none().then_some(ctx.model),
+                input_std: ctx.input_std,
+                batch: cfg.batch,
+                device: ctx.device,
+            };
+            let mut noise = stream(seed, Purpose::Perturb, cycle as u64 + 1);
+            let mut rng = stream(seed, Purpose::Select, cycle as u64 + 1);
+            let picks = match &strategy.pick {
+                Pick::Scored { scorer, selection } => {
                     let ev = scoring.evidence(
                         ctx.train,
                         cand.indices(),
-                        s.needs(),
-                        &mut rng,
+                        scorer.needs(),
+                        &mut noise,
                         observer,
                     )?;
-                    s.score(&ev)?
+                    let scores = scorer.score(&ev)?;
+                    let ev = Event::Scored {
+                        cycle,
+                        indices: cand.indices(),
+                        scores: &scores,
+                    };
+                    check(observer, &ev)?;
+                    selection.select(&scores, cfg.query, &mut rng)?
                 }
-                None => vec![0.0; cand.len()],
+                Pick::Batch(b) => {
+                    let ev = scoring.evidence(
+                        ctx.train,
+                        cand.indices(),
+                        b.needs(),
+                        &mut noise,
+                        observer,
+                    )?;
+                    b.select(&ev, cfg.query, &mut rng)?
+                }
+                Pick::Random => {
+                    Selection::Random.select(&vec![0.0; cand.len()], cfg.query, &mut rng)?
+                }
             };
-            if strategy.scorer.is_some() {
-                let ev = Event::Scored {
-                    cycle,
-                    indices: cand.indices(),
-                    scores: &scores,
-                };
-                check(observer, &ev)?;
-            }
-            let mut rng = stream(seed, Purpose::Select, cycle as u64 + 1);
-            let picks = strategy.selection.select(&scores, cfg.query, &mut rng)?;
             pool.acquire(&cand, &picks, cycle + 1)?;
             pending = t1.elapsed().as_secs_f64();
         }

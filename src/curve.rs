@@ -17,8 +17,8 @@ use crate::nn::Arch;
 use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
 use alkit_acquisition::{
-    Builtin, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, ReGrad, SampleRequest,
-    SampleScore, SampleScorer, Scorer, Selection, UnGrad,
+    BatchBald, Builtin, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, ReGrad,
+    SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
 };
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -58,6 +58,9 @@ pub enum StrategyKind {
     PerturbTheta,
     /// BALD (mutual information) over MC-dropout samples.
     Bald,
+    /// BatchBALD (Kirsch et al. 2019): the batch that maximises the joint mutual information
+    /// over MC-dropout samples, chosen greedily.
+    BatchBald,
     /// Entropy of the MC-dropout mean.
     McEntropy,
     /// Class variance over MC-dropout samples.
@@ -144,6 +147,10 @@ pub struct ScorerSettings {
     pub select: SelectKind,
     /// Inverse temperature of the stochastic selection modes.
     pub beta: f32,
+    /// Sample scorers and BatchBALD read the members of an ensemble model instead of
+    /// MC-dropout passes (set when the loop trains ensembles).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub members: bool,
 }
 
 impl Default for ScorerSettings {
@@ -158,13 +165,14 @@ impl Default for ScorerSettings {
             mc_samples: 20,
             select: SelectKind::TopK,
             beta: 1.0,
+            members: false,
         }
     }
 }
 
 impl StrategyKind {
     /// Every strategy, in CLI order.
-    pub const ALL: [StrategyKind; 18] = [
+    pub const ALL: [StrategyKind; 19] = [
         StrategyKind::Entropy,
         StrategyKind::Margin,
         StrategyKind::LeastConfidence,
@@ -179,6 +187,7 @@ impl StrategyKind {
         StrategyKind::PerturbX,
         StrategyKind::PerturbTheta,
         StrategyKind::Bald,
+        StrategyKind::BatchBald,
         StrategyKind::McEntropy,
         StrategyKind::ClassVariance,
         StrategyKind::VariationRatio,
@@ -210,6 +219,7 @@ impl StrategyKind {
             StrategyKind::PerturbX => "perturb-x",
             StrategyKind::PerturbTheta => "perturb-theta",
             StrategyKind::Bald => "bald",
+            StrategyKind::BatchBald => "batchbald",
             StrategyKind::McEntropy => "mc-entropy",
             StrategyKind::ClassVariance => "class-variance",
             StrategyKind::VariationRatio => "variation-ratio",
@@ -217,7 +227,8 @@ impl StrategyKind {
         }
     }
 
-    /// The scorer, if the strategy scores (all but `random`).
+    /// The scorer, if the strategy scores one candidate at a time (all but `random` and
+    /// `batchbald`).
     pub fn scorer(self, s: &ScorerSettings) -> Option<Arc<dyn Scorer>> {
         let regrad = |perturbations| ReGrad {
             lambda: s.lambda,
@@ -227,11 +238,18 @@ impl StrategyKind {
                 expected: false,
             },
         };
+        let sample = |score| {
+            if s.members {
+                SampleScorer::members(score)
+            } else {
+                SampleScorer::mc_dropout(score, s.mc_samples)
+            }
+        };
         Some(match self {
             StrategyKind::Entropy => Arc::new(Builtin::Entropy),
             StrategyKind::Margin => Arc::new(Builtin::Margin),
             StrategyKind::LeastConfidence => Arc::new(Builtin::LeastConfidence),
-            StrategyKind::Random => return None,
+            StrategyKind::Random | StrategyKind::BatchBald => return None,
             StrategyKind::RegradStar => Arc::new(regrad(s.perturbations.max(1))),
             StrategyKind::Regrad => Arc::new(regrad(0)),
             StrategyKind::Exgrad => Arc::new(ExGrad),
@@ -251,30 +269,24 @@ impl StrategyKind {
                     samples: s.perturb_samples,
                 },
             }),
-            StrategyKind::Bald => {
-                Arc::new(SampleScorer::mc_dropout(SampleScore::Bald, s.mc_samples))
-            }
-            StrategyKind::McEntropy => Arc::new(SampleScorer::mc_dropout(
-                SampleScore::MeanEntropy,
-                s.mc_samples,
-            )),
-            StrategyKind::ClassVariance => Arc::new(SampleScorer::mc_dropout(
-                SampleScore::ClassVariance,
-                s.mc_samples,
-            )),
-            StrategyKind::VariationRatio => Arc::new(SampleScorer::mc_dropout(
-                SampleScore::VariationRatio,
-                s.mc_samples,
-            )),
-            StrategyKind::McMaxProb => {
-                Arc::new(SampleScorer::mc_dropout(SampleScore::MaxProb, s.mc_samples))
-            }
+            StrategyKind::Bald => Arc::new(sample(SampleScore::Bald)),
+            StrategyKind::McEntropy => Arc::new(sample(SampleScore::MeanEntropy)),
+            StrategyKind::ClassVariance => Arc::new(sample(SampleScore::ClassVariance)),
+            StrategyKind::VariationRatio => Arc::new(sample(SampleScore::VariationRatio)),
+            StrategyKind::McMaxProb => Arc::new(sample(SampleScore::MaxProb)),
         })
     }
 
     /// The runnable strategy: the scorer with `s.select` (named `<select>-<scorer>` unless
-    /// top-k), or random.
+    /// top-k), BatchBALD (its own joint selection; `s.select` does not apply), or random.
     pub fn strategy(self, s: &ScorerSettings) -> Strategy {
+        if self == StrategyKind::BatchBald {
+            return Strategy::batch(Arc::new(if s.members {
+                BatchBald::members()
+            } else {
+                BatchBald::mc_dropout(s.mc_samples)
+            }));
+        }
         match self.scorer(s) {
             Some(sc) => {
                 let name = match s.select {
@@ -387,6 +399,12 @@ pub fn run_curve(
         write_json(&spec_path, spec)?;
     }
     let params = spec.config.validate(train.len())?;
+    if spec.scorers.members != spec.config.ensemble.is_some() {
+        return Err(Error::config(
+            "ensemble",
+            "sample scorers read ensemble members exactly when the loop trains an ensemble",
+        ));
+    }
     let model_desc = serde_json::to_string(&spec.model).unwrap_or_default();
     let ctx = RunContext {
         train,

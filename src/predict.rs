@@ -220,6 +220,18 @@ impl Scoring<'_> {
                     )?)
                 })?;
             }
+            SampleRequest::Members => {
+                draws = self.draw_chunks(indices, observer, |chunk| {
+                    self.model
+                        .member_logits(&data.batch(chunk, self.device)?)?
+                        .ok_or_else(|| {
+                            Error::config(
+                                "ensemble",
+                                "member samples need an ensemble model (e.g. `--ensemble 5`)",
+                            )
+                        })
+                })?;
+            }
             other => {
                 return Err(Error::config(
                     "samples",

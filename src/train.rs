@@ -9,7 +9,7 @@ use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Params};
 use crate::nn::layers::log_probs;
-use crate::nn::{Classifier, Mode, ModelBuilder};
+use crate::nn::{Classifier, Ensemble, Mode, ModelBuilder};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, stream, Purpose, Rng};
 use candle_core::{DType, Device, Tensor};
@@ -100,6 +100,11 @@ pub struct TrainRngs {
 }
 
 impl TrainRngs {
+    /// The streams of ensemble member `member` in `(seed, cycle)`.
+    pub fn for_member(seed: u64, cycle: u64, member: u64) -> Self {
+        Self::for_cycle(member_seed(seed, member), cycle)
+    }
+
     /// The streams of `(seed, cycle)` (see [`crate::rng::stream`]).
     pub fn for_cycle(seed: u64, cycle: u64) -> Self {
         Self {
@@ -107,6 +112,51 @@ impl TrainRngs {
             batches: stream(seed, Purpose::Train, cycle),
         }
     }
+}
+
+/// Seed of ensemble member `member` (member 0 keeps `seed`, so a one-member ensemble is the
+/// single model).
+pub fn member_seed(seed: u64, member: u64) -> u64 {
+    seed.wrapping_add(member.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// Trains `members` models from `builder` on `data[indices]`, member `k` from the streams of
+/// [`TrainRngs::for_member`]`(seed, cycle, k)` (its own initialisation, batch order and dropout
+/// masks), into an [`Ensemble`]. Parameters are named `m{k}.{name}`.
+#[allow(clippy::too_many_arguments)]
+pub fn train_ensemble(
+    builder: &dyn ModelBuilder,
+    members: usize,
+    data: &Dataset,
+    indices: &[usize],
+    params: &TrainParams,
+    (seed, cycle): (u64, u64),
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Trained> {
+    if members == 0 {
+        return Err(Error::config("ensemble", "needs at least one member"));
+    }
+    let mut models = Vec::with_capacity(members);
+    let mut named = Vec::new();
+    let mut final_loss = 0f32;
+    for k in 0..members {
+        let rngs = TrainRngs::for_member(seed, cycle, k as u64);
+        let t = train(builder, data, indices, params, rngs, device, observer)?;
+        named.extend(
+            t.params
+                .named()
+                .into_iter()
+                .map(|(n, v)| (format!("m{k}.{n}"), v)),
+        );
+        final_loss += t.final_loss / members as f32;
+        models.push(t.model);
+    }
+    Ok(Trained {
+        model: Box::new(Ensemble::new(models)?),
+        params: Params::from_named(named),
+        final_loss,
+    })
 }
 
 /// Trains a fresh model from `builder` on `data[indices]` (features already normalised).

@@ -449,6 +449,7 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
                 anchor: None,
             },
             batch: 256,
+            ensemble: None,
         },
         scorers: Default::default(),
     }
@@ -878,6 +879,42 @@ fn cli_train_then_score_writes_one_row_per_item() {
             "{r}"
         );
     }
+    // Two checkpoints (another seed) form an ensemble: BALD over its members lies in
+    // [0, ln 10] and is not identically zero (the members disagree somewhere).
+    let ck2 = dir.join("ckpt2");
+    let o = alkit_cmd()
+        .args(["-q", "train", "--steps", "30", "--seed", "1", "--out"])
+        .arg(&ck2)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let both = format!("{},{}", ck.display(), ck2.display());
+    let o = alkit_cmd()
+        .args([
+            "score",
+            "--split",
+            "test",
+            "--scorer",
+            "bald",
+            "--checkpoint",
+            &both,
+            "--out",
+        ])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bald: Vec<f64> = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(bald.len(), 500);
+    assert!(bald
+        .iter()
+        .all(|&b| (-1e-6..=10f64.ln() + 1e-6).contains(&b)));
+    assert!(bald.iter().any(|&b| b > 1e-3));
     // `random` is not a scorer: a settings error.
     let o = alkit_cmd()
         .args([
@@ -1176,6 +1213,109 @@ fn bald_with_power_selection_runs_in_the_loop() {
     assert_eq!(names, vec!["power-bald", "power-class-variance"]);
     assert!(states.iter().all(|s| s.records.len() == 3));
     let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn ensembles_and_batchbald_run_in_the_loop() {
+    // A 2-member ensemble each cycle; BALD, class variance and BatchBALD read one draw per
+    // member. Labels stay distinct and the ensemble's mean prediction is what is evaluated.
+    let (train, test) = normalised();
+    let mut spec = small_spec(vec![StrategyKind::BatchBald, StrategyKind::Bald]);
+    spec.config.cycles = 2;
+    spec.config.ensemble = Some(2);
+    spec.scorers.members = true;
+    let out = tmp("ensemble-loop");
+    let states = run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &out,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    for s in &states {
+        assert_eq!(s.records.len(), 3);
+        let ids: std::collections::HashSet<usize> = s.labeled.iter().map(|l| l.0).collect();
+        assert_eq!(ids.len(), s.labeled.len());
+    }
+    // The ensemble and the members flag must agree.
+    spec.scorers.members = false;
+    let e = run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &tmp("ensemble-loop-bad"),
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Config {
+                field: "ensemble",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn ensemble_predicts_the_mean_of_its_members_probabilities() {
+    // log mean_k softmax(z_k), checked against the mean of the members' softmaxes in f64.
+    let (train, test) = normalised();
+    let arch = Arch::Mlp(MlpConfig {
+        inputs: 784,
+        hidden: vec![16],
+        classes: 10,
+        dropout: 0.0,
+    });
+    let members: Vec<Box<dyn alkit::nn::Classifier>> = (0..3)
+        .map(|k| {
+            let (vb, _) = seeded(stream(k, Purpose::Init, 0), DType::F32, &Device::Cpu);
+            arch.build(vb).unwrap()
+        })
+        .collect();
+    let x = test
+        .batch(&(0..8).collect::<Vec<_>>(), &Device::Cpu)
+        .unwrap();
+    let each: Vec<Vec<f32>> = members
+        .iter()
+        .map(|m| {
+            log_probs(&m.predict(&x).unwrap())
+                .unwrap()
+                .exp()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect();
+    use alkit::nn::Classifier;
+    let ens = alkit::nn::Ensemble::new(members).unwrap();
+    let got = log_probs(&ens.predict(&x).unwrap())
+        .unwrap()
+        .exp()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    for (i, g) in got.iter().enumerate() {
+        let want: f64 = each.iter().map(|e| f64::from(e[i])).sum::<f64>() / 3.0;
+        assert!((f64::from(*g) - want).abs() < 1e-6, "{i}: {g} vs {want}");
+    }
+    let draws = ens.member_logits(&x).unwrap().unwrap();
+    assert_eq!(draws.len(), 3);
+    let _ = train;
 }
 
 // -------------------------------------------------------------------------------- DUQ

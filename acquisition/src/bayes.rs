@@ -39,7 +39,15 @@ pub struct SampleScorer {
 }
 
 impl SampleScorer {
-    /// `score` over 20 MC-dropout samples.
+    /// `score` over the members of an ensemble model.
+    pub fn members(score: SampleScore) -> Self {
+        Self {
+            score,
+            request: SampleRequest::Members,
+        }
+    }
+
+    /// `score` over `samples` MC-dropout passes.
     pub fn mc_dropout(score: SampleScore, samples: usize) -> Self {
         Self {
             score,

@@ -86,6 +86,9 @@ pub enum SampleRequest {
         /// Number of stochastic forward passes `T`.
         samples: usize,
     },
+    /// One prediction per member of an ensemble model (deep ensembles, anchored ensembles):
+    /// `s` = the number of members.
+    Members,
 }
 
 /// Stochastic class probabilities `(s, n, c)`: draws, candidates, classes. Each `(s, n)` row is

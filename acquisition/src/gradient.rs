@@ -261,6 +261,7 @@ impl Scorer for PerturbKl {
             SampleRequest::InputNoise { .. } => "perturb-x",
             SampleRequest::WeightNoise { .. } => "perturb-theta",
             SampleRequest::McDropout { .. } => "perturb-dropout",
+            SampleRequest::Members => "perturb-members",
         }
     }
     fn needs(&self) -> Needs {

@@ -26,12 +26,14 @@
 //! assert_eq!(picked, vec![0]); // the 50/50 candidate is labeled first
 //! ```
 
+mod batch;
 mod bayes;
 mod evidence;
 mod gradient;
 mod scorers;
 mod selection;
 
+pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
 pub use bayes::{SampleScore, SampleScorer};
 pub use evidence::{Evidence, GradNorms, GradRequest, Needs, Probs, SampleRequest, Samples};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};

@@ -16,7 +16,7 @@ use alkit::nn::{Arch, CnnConfig, MlpConfig};
 use alkit::observe::{Control, Event, Observer, Silent};
 use alkit::predict::{evaluate, Scoring};
 use alkit::rng::{stream, Purpose};
-use alkit::train::{train, TrainConfig, TrainRngs};
+use alkit::train::{train, train_ensemble, TrainConfig, TrainRngs};
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -295,6 +295,7 @@ impl ScorerFlags {
             mc_samples: self.mc_samples.unwrap_or(d.mc_samples),
             select: self.select.unwrap_or(d.select),
             beta: self.beta.unwrap_or(d.beta),
+            members: false,
         };
         if s.mc_samples == 0 || s.perturb_samples == 0 {
             return Err(
@@ -322,7 +323,7 @@ struct CurveArgs {
     /// Folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz). [default: data]
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Comma-separated strategies: entropy, margin, least-confidence, random, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta, bald, mc-entropy, class-variance, variation-ratio, mc-max-prob. [default: entropy,margin,least-confidence,random]
+    /// Comma-separated strategies: entropy, margin, least-confidence, random, regrad-star, regrad, exgrad, negrad, ungrad, gradnorm, exgrad-v, perturb-x, perturb-theta, bald, batchbald, mc-entropy, class-variance, variation-ratio, mc-max-prob. [default: entropy,margin,least-confidence,random]
     #[arg(long, value_delimiter = ',')]
     scorer: Option<Vec<StrategyKind>>,
     #[command(flatten)]
@@ -354,6 +355,12 @@ struct CurveArgs {
     /// Model trained each cycle. [default: cnn]
     #[arg(long, value_enum)]
     model: Option<ModelArg>,
+    /// Train a deep ensemble of K members each cycle (different initialisations and batch orders); bald, batchbald, class-variance, ... then read one draw per member instead of MC dropout, and ACC/NLL are the ensemble's.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
+    ensemble: Option<u64>,
+    /// Anchored training (Pearce et al. 2020): add tau/n ||theta - theta_0||^2, theta_0 each model's own initialisation (with --ensemble: anchored ensembles).
+    #[arg(long, value_name = "TAU")]
+    anchor: Option<f64>,
     /// Output folder. [default: out/curve]
     #[arg(long)]
     out: Option<PathBuf>,
@@ -398,9 +405,9 @@ struct TrainArgs {
 
 #[derive(clap::Args)]
 struct ScoreArgs {
-    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), or hf:OWNER/NAME for a model repository on the Hub.
-    #[arg(long)]
-    checkpoint: PathBuf,
+    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), or hf:OWNER/NAME for a model repository on the Hub. Several, comma-separated, form a deep ensemble: its mean prediction is scored, and bald, class-variance, ... read one draw per member.
+    #[arg(long, value_delimiter = ',', required = true)]
+    checkpoint: Vec<PathBuf>,
     /// Items to score: an IDX folder, a folder of PNG/JPEG images, FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     data: PathBuf,
@@ -455,6 +462,9 @@ struct BenchArgs {
     /// Print one JSON object {"scorer": samples_per_s, ...} on stdout instead of a table.
     #[arg(long)]
     json: bool,
+    /// Score with a deep ensemble of K briefly trained CNNs (sample scorers read one draw per member).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
+    ensemble: Option<u64>,
 }
 
 fn main() {
@@ -558,6 +568,42 @@ fn load_checkpoint(ck: &Path, device: &Device) -> Result<alkit::checkpoint::Chec
         .with_context(|| format!("loading the checkpoint {}", ck.display()))
 }
 
+/// One checkpoint, or several of the same architecture and normalisation as an ensemble
+/// (parameters renamed `m{k}.{name}`).
+fn load_checkpoints(paths: &[PathBuf], device: &Device) -> Result<alkit::checkpoint::Checkpoint> {
+    if paths.len() == 1 {
+        return load_checkpoint(&paths[0], device);
+    }
+    let mut members = Vec::new();
+    let mut named = Vec::new();
+    let mut config: Option<alkit::checkpoint::CheckpointConfig> = None;
+    for (k, p) in paths.iter().enumerate() {
+        let c = load_checkpoint(p, device)?;
+        if let Some(first) = &config {
+            if first.arch != c.config.arch || first.normalizer != c.config.normalizer {
+                bail!(
+                    "{}: an ensemble's checkpoints must share the architecture and normalisation of {}",
+                    p.display(),
+                    paths[0].display()
+                );
+            }
+        }
+        named.extend(
+            c.params
+                .named()
+                .into_iter()
+                .map(|(n, v)| (format!("m{k}.{n}"), v)),
+        );
+        members.push(c.model);
+        config.get_or_insert(c.config);
+    }
+    Ok(alkit::checkpoint::Checkpoint {
+        config: config.expect("at least two"),
+        model: Box::new(alkit::nn::Ensemble::new(members)?),
+        params: alkit::nn::init::Params::from_named(named),
+    })
+}
+
 /// A byte progress bar for Hub downloads (hidden until a download starts).
 #[derive(Default)]
 struct DownloadBar {
@@ -616,6 +662,8 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             ("--batch-size", a.batch_size.is_some()),
             ("--lr", a.lr.is_some()),
             ("--model", a.model.is_some()),
+            ("--ensemble", a.ensemble.is_some()),
+            ("--anchor", a.anchor.is_some()),
         ];
         if let Some(flag) = given
             .iter()
@@ -656,11 +704,15 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                     steps: a.steps.unwrap_or(defaults.train.steps),
                     batch_size: a.batch_size.unwrap_or(defaults.train.batch_size),
                     lr: a.lr.unwrap_or(defaults.train.lr),
-                    anchor: None,
+                    anchor: a.anchor,
                 },
                 batch: defaults.batch,
+                ensemble: a.ensemble.map(|k| k as usize),
             },
-            scorers: a.scorer_flags.settings()?,
+            scorers: ScorerSettings {
+                members: a.ensemble.is_some(),
+                ..a.scorer_flags.settings()?
+            },
         };
         let out = a.out.clone().unwrap_or_else(|| PathBuf::from("out/curve"));
         if a.force && out.join("run.json").exists() {
@@ -829,7 +881,7 @@ fn scorers_of(kinds: &[StrategyKind], settings: &ScorerSettings) -> Result<Vec<A
             k.scorer(settings).ok_or_else(|| {
                 anyhow::Error::from(alkit::Error::config(
                     "scorer",
-                    format!("`{k}` is a selection strategy, not a scorer"),
+                    format!("`{k}` picks a whole batch (a strategy for `alkit curve`), it gives no per-item score"),
                 ))
             })
         })
@@ -837,12 +889,15 @@ fn scorers_of(kinds: &[StrategyKind], settings: &ScorerSettings) -> Result<Vec<A
 }
 
 fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
-    let settings = a.scorer_flags.settings()?;
+    let settings = ScorerSettings {
+        members: a.checkpoint.len() > 1,
+        ..a.scorer_flags.settings()?
+    };
     let scorers = scorers_of(&a.scorer, &settings)?;
     if a.batch == 0 {
         return Err(alkit::Error::config("batch", "must be at least 1").into());
     }
-    let ck = load_checkpoint(&a.checkpoint, device)?;
+    let ck = load_checkpoints(&a.checkpoint, device)?;
     let name = a.data.to_string_lossy();
     let source = Source::parse(&name).with_context(|| format!("--data {name}"))?;
     let loaded = alkit::data::source::load(&source, &Hub::from_env(), &mut DownloadBar::default())
@@ -865,7 +920,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     let scoring = Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),
-        builder: Some(&ck.config.arch),
+        builder: (a.checkpoint.len() == 1).then_some(&ck.config.arch),
         input_std: &ck.config.normalizer.std,
         batch: a.batch,
         device,
@@ -908,7 +963,11 @@ fn csv_field(v: &str) -> String {
 }
 
 fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
-    let scorers = scorers_of(&a.scorer, &a.scorer_flags.settings()?)?;
+    let settings = ScorerSettings {
+        members: a.ensemble.is_some(),
+        ..a.scorer_flags.settings()?
+    };
+    let scorers = scorers_of(&a.scorer, &settings)?;
     let splits = load(&a.data)?;
     let norm = Normalizer::fit(&splits.train);
     let ds = norm.apply(&splits.train)?;
@@ -919,20 +978,35 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
     }
     .validate()?;
     let seed_set: Vec<usize> = (0..ds.len().min(1000)).collect();
-    let trained = train(
-        &arch,
-        &ds,
-        &seed_set,
-        &params,
-        TrainRngs::for_cycle(0, 0),
-        device,
-        &mut Silent,
-    )?;
+    let trained = match a.ensemble {
+        None => train(
+            &arch,
+            &ds,
+            &seed_set,
+            &params,
+            TrainRngs::for_cycle(0, 0),
+            device,
+            &mut Silent,
+        )?,
+        Some(k) => train_ensemble(
+            &arch,
+            k as usize,
+            &ds,
+            &seed_set,
+            &params,
+            (0, 0),
+            device,
+            &mut Silent,
+        )?,
+    };
     let items: Vec<usize> = (0..a.n).map(|i| i % ds.len()).collect();
     let scoring = Scoring {
         model: trained.model.as_ref(),
         params: Some(&trained.params),
-        builder: Some(&arch),
+        builder: a
+            .ensemble
+            .is_none()
+            .then_some(&arch as &dyn alkit::nn::ModelBuilder),
         input_std: &norm.std,
         batch: a.batch as usize,
         device,
