@@ -17,8 +17,8 @@ use crate::nn::Arch;
 use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
 use alkit_acquisition::{
-    BatchBald, Builtin, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, ReGrad,
-    SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
+    BatchBald, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl,
+    ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
 };
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -58,6 +58,8 @@ pub enum StrategyKind {
     PerturbTheta,
     /// BALD (mutual information) over MC-dropout samples.
     Bald,
+    /// DUQ's `1 - max_c K_c` (needs a DUQ model).
+    Duq,
     /// BatchBALD (Kirsch et al. 2019): the batch that maximises the joint mutual information
     /// over MC-dropout samples, chosen greedily.
     BatchBald,
@@ -172,7 +174,7 @@ impl Default for ScorerSettings {
 
 impl StrategyKind {
     /// Every strategy, in CLI order.
-    pub const ALL: [StrategyKind; 19] = [
+    pub const ALL: [StrategyKind; 20] = [
         StrategyKind::Entropy,
         StrategyKind::Margin,
         StrategyKind::LeastConfidence,
@@ -192,6 +194,7 @@ impl StrategyKind {
         StrategyKind::ClassVariance,
         StrategyKind::VariationRatio,
         StrategyKind::McMaxProb,
+        StrategyKind::Duq,
     ];
 
     /// The strategies `alkit curve` runs when none is named.
@@ -224,6 +227,7 @@ impl StrategyKind {
             StrategyKind::ClassVariance => "class-variance",
             StrategyKind::VariationRatio => "variation-ratio",
             StrategyKind::McMaxProb => "mc-max-prob",
+            StrategyKind::Duq => "duq",
         }
     }
 
@@ -274,6 +278,7 @@ impl StrategyKind {
             StrategyKind::ClassVariance => Arc::new(sample(SampleScore::ClassVariance)),
             StrategyKind::VariationRatio => Arc::new(sample(SampleScore::VariationRatio)),
             StrategyKind::McMaxProb => Arc::new(sample(SampleScore::MaxProb)),
+            StrategyKind::Duq => Arc::new(DuqCertainty),
         })
     }
 

@@ -9,7 +9,9 @@ use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, ModelBuilder};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
-use alkit_acquisition::{Evidence, GradNorms, GradRequest, Needs, Probs, SampleRequest, Samples};
+use alkit_acquisition::{
+    Evidence, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
+};
 use candle_core::{DType, Device};
 
 /// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of `batch`.
@@ -90,6 +92,21 @@ impl Scoring<'_> {
         }
         if let Some(req) = needs.samples {
             ev.samples = Some(self.samples(data, indices, req, rng, observer)?);
+        }
+        if needs.kernel {
+            let c = self.model.classes();
+            let mut k = Vec::with_capacity(indices.len() * c);
+            for chunk in indices.chunks(self.batch.max(1)) {
+                let kv = self
+                    .model
+                    .kernel_values(&data.batch(chunk, self.device)?)?
+                    .ok_or_else(|| {
+                        Error::config("scorer", "`duq` needs a DUQ model (`--model duq`)")
+                    })?;
+                k.extend(kv.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+                scored(observer, k.len() / c, indices.len())?;
+            }
+            ev.kernel = Some(Kernel::new(k, indices.len(), c)?);
         }
         Ok(ev)
     }

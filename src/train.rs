@@ -9,7 +9,7 @@ use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Params};
 use crate::nn::layers::log_probs;
-use crate::nn::{Classifier, Ensemble, Mode, ModelBuilder};
+use crate::nn::{Arch, Classifier, Ensemble, Mode, ModelBuilder};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, stream, Purpose, Rng};
 use candle_core::{DType, Device, Tensor};
@@ -174,6 +174,25 @@ pub fn train(
         batches: mut train_rng,
     } = rngs;
     let cfg = params.config();
+    if let Some(Arch::Duq(arch)) = builder.arch() {
+        // DUQ trains with its own loss and optimiser (see `duq::cnn`); the step count and
+        // batch size come from the training settings.
+        let (model, params) = crate::duq::cnn::train_duq(
+            &arch,
+            data,
+            indices,
+            cfg.steps,
+            cfg.batch_size,
+            (init_rng, train_rng),
+            device,
+            observer,
+        )?;
+        return Ok(Trained {
+            model: Box::new(model),
+            params,
+            final_loss: f32::NAN,
+        });
+    }
     if indices.is_empty() {
         return Err(Error::config(
             "labeled",

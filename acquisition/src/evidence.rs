@@ -17,6 +17,8 @@ pub struct Needs {
     pub grads: Option<GradRequest>,
     /// Stochastic predictions `(s, n, c)`, drawn as requested.
     pub samples: Option<SampleRequest>,
+    /// RBF kernel values `(n, c)` of a DUQ model.
+    pub kernel: bool,
 }
 
 impl Needs {
@@ -25,6 +27,15 @@ impl Needs {
         probs: true,
         grads: None,
         samples: None,
+        kernel: false,
+    };
+
+    /// Kernel values only (DUQ).
+    pub const KERNEL: Needs = Needs {
+        probs: false,
+        grads: None,
+        samples: None,
+        kernel: true,
     };
 
     /// Probabilities and gradient norms computed as `request` says.
@@ -58,6 +69,7 @@ impl Needs {
             probs: self.probs || other.probs,
             grads,
             samples,
+            kernel: self.kernel || other.kernel,
         })
     }
 }
@@ -308,6 +320,45 @@ pub struct Evidence {
     pub grads: Option<GradNorms>,
     /// Stochastic predictions `(s, n, c)`, present when [`Needs::samples`] was asked for.
     pub samples: Option<Samples>,
+    /// DUQ kernel values `(n, c)`, present when [`Needs::kernel`] was asked for.
+    pub kernel: Option<Kernel>,
+}
+
+/// RBF kernel values `K_c(x)` of a DUQ model `(n, c)`, each in `[0, 1]` (rows need not sum to
+/// 1: a point far from every centroid has all `K_c` near 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    data: Vec<f32>,
+    n: usize,
+    c: usize,
+}
+
+impl Kernel {
+    /// Wraps row-major values `(n, c)`, checking the shape and that each is in `[0, 1]`.
+    pub fn new(data: Vec<f32>, n: usize, c: usize) -> Result<Self, ScoreError> {
+        if c == 0 || data.len() != n * c {
+            return Err(ScoreError::Shape {
+                what: "kernel values",
+                expected: format!("({n}, {c}) with c > 0"),
+                got: format!("{} values", data.len()),
+            });
+        }
+        if let Some(i) = data.iter().position(|v| !(0.0..=1.0).contains(v)) {
+            return Err(ScoreError::NonFinite {
+                position: i / c,
+                value: data[i],
+            });
+        }
+        Ok(Self { data, n, c })
+    }
+    /// Number of candidates.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// Row `i` `(c,)`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.c..(i + 1) * self.c]
+    }
 }
 
 impl Evidence {
@@ -317,7 +368,16 @@ impl Evidence {
             probs: Some(probs),
             grads: None,
             samples: None,
+            kernel: None,
         }
+    }
+
+    /// The DUQ kernel values, or an error naming the scorer that needed them.
+    pub fn kernel(&self, scorer: &str) -> Result<&Kernel, ScoreError> {
+        self.kernel.as_ref().ok_or(ScoreError::Missing {
+            scorer: scorer.to_string(),
+            evidence: "DUQ kernel values",
+        })
     }
 
     /// The stochastic predictions, or an error naming the scorer that needed them.

@@ -35,9 +35,11 @@ mod selection;
 
 pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
 pub use bayes::{SampleScore, SampleScorer};
-pub use evidence::{Evidence, GradNorms, GradRequest, Needs, Probs, SampleRequest, Samples};
+pub use evidence::{
+    Evidence, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
+};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
-pub use scorers::{Builtin, Entropy, LeastConfidence, Margin};
+pub use scorers::{Builtin, DuqCertainty, Entropy, LeastConfidence, Margin};
 pub use selection::Selection;
 
 /// What can go wrong when scoring or selecting. Every variant names what it refers to.

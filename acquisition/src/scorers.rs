@@ -258,3 +258,43 @@ mod tests {
         }
     }
 }
+
+/// DUQ's uncertainty `1 - max_c K_c` (van Amersfoort et al. 2020) over RBF kernel values; in
+/// `[0, 1]`, near 1 far from every class centroid.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DuqCertainty;
+
+impl Scorer for DuqCertainty {
+    fn name(&self) -> &str {
+        "duq"
+    }
+    fn needs(&self) -> Needs {
+        Needs::KERNEL
+    }
+    fn score(&self, ev: &Evidence) -> Result<Vec<f32>, ScoreError> {
+        let k = ev.kernel(self.name())?;
+        Ok((0..k.n())
+            .map(|i| 1.0 - k.row(i).iter().cloned().fold(0.0f32, f32::max))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod duq_tests {
+    use super::*;
+    use crate::Kernel;
+
+    #[test]
+    fn duq_is_one_minus_the_largest_kernel_value() {
+        // Rows (0.9, 0.2) -> 0.1; (0.05, 0.01) -> 0.95 (far from both centroids); rows need
+        // not sum to 1.
+        let ev = Evidence {
+            kernel: Some(Kernel::new(vec![0.9, 0.2, 0.05, 0.01], 2, 2).unwrap()),
+            ..Evidence::default()
+        };
+        let s = DuqCertainty.score(&ev).unwrap();
+        assert!((s[0] - 0.1).abs() < 1e-6 && (s[1] - 0.95).abs() < 1e-6);
+        assert!(Kernel::new(vec![1.5, 0.0], 1, 2).is_err());
+        assert!(DuqCertainty.score(&Evidence::default()).is_err());
+    }
+}

@@ -57,6 +57,12 @@ pub trait Classifier: Send + Sync {
             .map(|_| Ok(self.forward(x, &mut Mode::Train(rng))?.detach()))
             .collect()
     }
+    /// RBF kernel values `K (b, c)` in `[0, 1]` for DUQ models (the `duq` scorer reads them);
+    /// `None` (the default) for softmax models.
+    fn kernel_values(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        let _ = x;
+        Ok(None)
+    }
     /// One inference-only logits tensor `(b, c)` per member, for ensemble models; `None`
     /// (the default) for a single model.
     fn member_logits(&self, x: &Tensor) -> Result<Option<Vec<Tensor>>> {
@@ -165,6 +171,9 @@ pub enum Arch {
     Cnn(CnnConfig),
     /// [`Mlp`].
     Mlp(MlpConfig),
+    /// DUQ on the Fashion-MNIST CNN ([`crate::duq::cnn::DuqCnn`]): trained with its own
+    /// loss (BCE + gradient penalty) and SGD; the `duq` scorer reads its kernel values.
+    Duq(crate::duq::cnn::DuqCnnArch),
 }
 
 impl Arch {
@@ -173,6 +182,7 @@ impl Arch {
         match self {
             Arch::Cnn(c) => c.classes,
             Arch::Mlp(c) => c.classes,
+            Arch::Duq(a) => a.classes,
         }
     }
 }
@@ -182,6 +192,10 @@ impl ModelBuilder for Arch {
         Ok(match self {
             Arch::Cnn(c) => Box::new(Cnn::new(c, vb)?),
             Arch::Mlp(c) => Box::new(Mlp::new(c, vb)?),
+            Arch::Duq(a) => Box::new(
+                crate::duq::cnn::DuqCnn::new(a, vb)
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            ),
         })
     }
     fn arch(&self) -> Option<Arch> {

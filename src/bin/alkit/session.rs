@@ -154,6 +154,7 @@ pub fn init(a: InitArgs) -> Result<()> {
             classes: classes.len(),
             dropout: 0.0,
         }),
+        Some(ModelArg::Duq) => super::duq_arch(&shape, classes.len()),
     };
     let config = SessionConfig {
         arch,

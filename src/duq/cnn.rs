@@ -1,0 +1,643 @@
+//! DUQ with the paper's Fashion-MNIST CNN: three 3x3 convolutions (1->64 pad 1, 64->128 pad
+//! 1, 128->128 no pad), each followed by batch norm, ReLU and 2x2 max-pool, then fc 512->256 +
+//! ReLU as the feature extractor, and the shared [`RbfHead`].
+//!
+//! Tensors are NHWC inside (images arrive NCHW `(b, 1, 28, 28)`); the flatten before `fc1`
+//! uses PyTorch's NCHW order, so parameter names and shapes match the reference code's
+//! `state_dict` (`conv1.weight (64, 1, 3, 3)`, `bn1.weight (64)`, ..., `fc1.weight (256, 512)`,
+//! plus the head's `W (c * n, 256)`).
+//!
+//! **Batch norm.** In training mode it normalises with the batch's statistics (per channel,
+//! over `b, h, w`, biased variance) and updates running statistics with momentum 0.1
+//! (unbiased variance, as PyTorch); in eval mode it uses the running statistics. Training
+//! computes the penalty in training mode, like the reference code, so the input gradient
+//! includes the cross-sample terms through the batch statistics:
+//! `dL/dy = (1/s) (g - mean(g) - x_hat mean(g x_hat))`, `g = gamma dL/du`.
+//!
+//! **Input gradient.** Written with differentiable ops, layer by layer in reverse (fc as
+//! `g @ W`, ReLU as its mask, max-pool by [`MaxPoolRoute`] to each window's argmax, batch
+//! norm as above, a convolution as `col2im(g @ W_mat)`), so one first-order backward of
+//! `BCE + penalty` gives exact parameter gradients; tests check them against central finite
+//! differences in `f64`.
+
+use super::{bce, penalty, HeadOutput, Penalty, RbfHead, Sgd};
+use crate::error::{Error, Result};
+use crate::nn::init::{seeded, Params};
+use crate::nn::kernels::{Col2im, MaxPoolRoute};
+use crate::nn::layers::{flatten_nchw_order, im2col, linear, max_pool2x2, nchw_to_nhwc};
+use crate::observe::{check, Event, Observer};
+use crate::rng::{shuffle, Rng};
+use candle_core::{DType, Device, Module, Tensor, Var};
+use candle_nn::Init;
+use serde::{Deserialize, Serialize};
+
+/// Settings of the Fashion-MNIST DUQ model (defaults: the paper's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DuqCnnConfig {
+    /// Output channels of the three convolutions.
+    pub channels: [usize; 3],
+    /// Width `d` of the feature layer.
+    pub features: usize,
+    /// Centroid size `n`.
+    pub centroid_dims: usize,
+    /// RBF length scale `sigma`.
+    pub sigma: f64,
+    /// Centroid EMA momentum `g`.
+    pub gamma: f64,
+    /// Penalty weight `lambda`.
+    pub lambda: f64,
+    /// Penalty form.
+    pub penalty: Penalty,
+    /// SGD learning rate.
+    pub lr: f64,
+    /// SGD momentum.
+    pub momentum: f64,
+    /// L2 weight decay (every parameter, batch norm included, as PyTorch's SGD).
+    pub weight_decay: f64,
+    /// Mini-batch size.
+    pub batch: usize,
+    /// Epochs.
+    pub epochs: usize,
+    /// Epochs after which the learning rate is multiplied by `lr_factor`.
+    pub milestones: Vec<usize>,
+    /// Learning-rate factor at each milestone.
+    pub lr_factor: f64,
+    /// Standard deviation of the initial `W_c` entries.
+    pub w_std: f64,
+    /// Initial `N_c`.
+    pub n_init: f64,
+}
+
+impl Default for DuqCnnConfig {
+    fn default() -> Self {
+        Self {
+            channels: [64, 128, 128],
+            features: 256,
+            centroid_dims: 256,
+            sigma: 0.1,
+            gamma: 0.999,
+            lambda: 0.05,
+            penalty: Penalty::TwoSided,
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 1e-4,
+            batch: 128,
+            epochs: 30,
+            milestones: vec![10, 20],
+            lr_factor: 0.2,
+            w_std: 0.05,
+            n_init: 12.0,
+        }
+    }
+}
+
+const BN_EPS: f64 = 1e-5;
+
+/// `(start, len)` chunks of `b` images, each chunk's `per_image` floats at most ~16 MB.
+fn chunks(b: usize, per_image: usize) -> impl Iterator<Item = (usize, usize)> {
+    let size = ((4 << 20) / per_image.max(1)).max(1);
+    (0..b).step_by(size).map(move |at| (at, size.min(b - at)))
+}
+const BN_MOMENTUM: f64 = 0.1;
+
+/// The model's shape and settings: what a checkpoint's `config.json` records for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DuqCnnArch {
+    /// Input `(c, h, w)`.
+    pub item_shape: [usize; 3],
+    /// Number of classes.
+    pub classes: usize,
+    /// Settings.
+    pub duq: DuqCnnConfig,
+}
+
+/// A 3x3 convolution with bias, batch norm, ReLU and 2x2 max-pool, NHWC.
+struct Block {
+    /// `(out, in, 3, 3)`, PyTorch layout.
+    weight: Tensor,
+    bias: Tensor,
+    gamma: Tensor,
+    beta: Tensor,
+    pad: usize,
+    running_mean: Tensor,
+    running_var: Tensor,
+}
+
+/// A training batch's per-channel mean and biased variance, for the running statistics.
+type BatchStats = (Tensor, Tensor);
+
+/// What the input gradient needs from one block's forward.
+struct BlockCache {
+    /// Normalised pre-activations `x_hat (b, h, w, c)`.
+    x_hat: Tensor,
+    /// `1 / sqrt(var + eps) (c,)`.
+    inv_std: Tensor,
+    /// Batch-norm output before ReLU `(b, h, w, c)`.
+    u: Tensor,
+    /// ReLU output before pooling `(b, h, w, c)`.
+    r: Tensor,
+    /// Training mode (batch statistics) or eval mode (running statistics).
+    train: bool,
+}
+
+impl Block {
+    fn new(inputs: usize, outputs: usize, pad: usize, vb: candle_nn::VarBuilder) -> Result<Self> {
+        let b = 1.0 / ((inputs * 9) as f64).sqrt();
+        let init = Init::Uniform { lo: -b, up: b };
+        let conv = vb.pp("conv");
+        let bn = vb.pp("bn");
+        Ok(Self {
+            weight: conv.get_with_hints((outputs, inputs, 3, 3), "weight", init)?,
+            bias: conv.get_with_hints(outputs, "bias", init)?,
+            gamma: bn.get_with_hints(outputs, "weight", Init::Const(1.0))?,
+            beta: bn.get_with_hints(outputs, "bias", Init::Const(0.0))?,
+            pad,
+            running_mean: bn.get_with_hints(outputs, "running_mean", Init::Const(0.0))?,
+            running_var: bn.get_with_hints(outputs, "running_var", Init::Const(1.0))?,
+        })
+    }
+
+    /// `(out, 9 * in)` in im2col's `(ki, kj, c)` column order.
+    fn wmat(&self) -> Result<Tensor> {
+        let (out, cin, k, _) = self.weight.dims4()?;
+        Ok(self
+            .weight
+            .permute((0, 2, 3, 1))?
+            .reshape((out, k * k * cin))?)
+    }
+
+    /// `(b, h, w, in)` -> pooled `(b, h'/2, w'/2, out)`; in training mode also returns the
+    /// batch mean and biased variance for the running statistics.
+    fn forward(
+        &self,
+        x: &Tensor,
+        train: bool,
+    ) -> Result<(Tensor, BlockCache, Option<BatchStats>)> {
+        let (b, h, w, c) = x.dims4()?;
+        let (out, _, k, _) = self.weight.dims4()?;
+        let (oh, ow) = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
+        let wt = self.wmat()?.t()?;
+        // In chunks of images whose im2col buffer stays under glibc's mmap threshold, so
+        // that buffers are reused from the heap instead of page-faulted in every step.
+        let y = Tensor::cat(
+            &chunks(b, oh * ow * k * k * c)
+                .map(|(at, len)| {
+                    let cols = im2col(&x.narrow(0, at, len)?, k, self.pad)?
+                        .reshape((len * oh * ow, k * k * c))?;
+                    Ok(cols.matmul(&wt)?)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            0,
+        )?
+        .broadcast_add(&self.bias)?; // (b*oh*ow, out)
+        let (x_hat, inv_std, stats) = if train {
+            let mean = y.mean(0)?;
+            let centred = y.broadcast_sub(&mean)?;
+            let var = centred.sqr()?.mean(0)?;
+            let inv_std = (var.clone() + BN_EPS)?.sqrt()?.recip()?;
+            (centred.broadcast_mul(&inv_std)?, inv_std, Some((mean, var)))
+        } else {
+            let inv_std = (self.running_var.detach() + BN_EPS)?.sqrt()?.recip()?;
+            (
+                y.broadcast_sub(&self.running_mean.detach())?
+                    .broadcast_mul(&inv_std)?,
+                inv_std,
+                None,
+            )
+        };
+        let u = x_hat
+            .broadcast_mul(&self.gamma)?
+            .broadcast_add(&self.beta)?;
+        let r = u.relu()?.reshape((b, oh, ow, out))?;
+        let pooled = max_pool2x2(&r)?;
+        let cache = BlockCache {
+            x_hat,
+            inv_std,
+            u,
+            r,
+            train,
+        };
+        Ok((pooled, cache, stats))
+    }
+
+    /// From `dL/d(pooled) (b, h'/2, w'/2, out)` to `dL/dx (b, h, w, in)`.
+    fn input_gradient(
+        &self,
+        g: &Tensor,
+        cache: &BlockCache,
+        in_hw: (usize, usize),
+    ) -> Result<Tensor> {
+        let (b, oh, ow, out) = cache.r.dims4()?;
+        let g = cache
+            .r
+            .contiguous()?
+            .apply_op2(&g.contiguous()?, MaxPoolRoute)?; // (b, oh, ow, out)
+        let mask = cache.u.gt(0.0)?.to_dtype(g.dtype())?;
+        let gu = g.reshape((b * oh * ow, out))?.mul(&mask)?;
+        let gx_hat = gu.broadcast_mul(&self.gamma)?;
+        let gy = if cache.train {
+            let m1 = gx_hat.mean(0)?;
+            let m2 = (&gx_hat * &cache.x_hat)?.mean(0)?;
+            gx_hat
+                .broadcast_sub(&m1)?
+                .sub(&cache.x_hat.broadcast_mul(&m2)?)?
+                .broadcast_mul(&cache.inv_std)?
+        } else {
+            gx_hat.broadcast_mul(&cache.inv_std)?
+        };
+        let (_, cin, k, _) = self.weight.dims4()?;
+        let wmat = self.wmat()?;
+        let per = oh * ow;
+        let gx = Tensor::cat(
+            &chunks(b, per * k * k * cin)
+                .map(|(at, len)| {
+                    let gcols = gy.narrow(0, at * per, len * per)?.matmul(&wmat)?.reshape((
+                        len,
+                        oh,
+                        ow,
+                        k * k * cin,
+                    ))?;
+                    Ok(gcols.apply_op1(Col2im { k, pad: self.pad })?)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            0,
+        )?;
+        debug_assert_eq!(gx.dims4()?, (b, in_hw.0, in_hw.1, cin));
+        Ok(gx)
+    }
+
+    fn update_running(&mut self, mean: &Tensor, var: &Tensor, count: usize) -> Result<()> {
+        let unbiased = (var.detach() * (count as f64 / (count.max(2) - 1) as f64))?;
+        self.running_mean =
+            ((&self.running_mean * (1.0 - BN_MOMENTUM))? + (mean.detach() * BN_MOMENTUM)?)?;
+        self.running_var =
+            ((&self.running_var * (1.0 - BN_MOMENTUM))? + (unbiased * BN_MOMENTUM)?)?;
+        Ok(())
+    }
+}
+
+/// DUQ on the Fashion-MNIST CNN (see the module docs).
+pub struct DuqCnn {
+    blocks: Vec<Block>,
+    fc: candle_nn::Linear,
+    head: RbfHead,
+    classes: usize,
+    cfg: DuqCnnConfig,
+    params: Params,
+}
+
+/// A forward pass with what the input gradient needs.
+pub struct CnnOutput {
+    /// Kernel values and the head's intermediates.
+    pub head: HeadOutput,
+    caches: Vec<(BlockCache, (usize, usize))>,
+    fc_pre: Tensor,
+    last_shape: (usize, usize, usize, usize),
+    stats: Vec<Option<BatchStats>>,
+    count: Vec<usize>,
+}
+
+impl DuqCnn {
+    /// The model `arch` describes, every tensor requested from `vb` (seeded for training,
+    /// loaded for a checkpoint). Names: `b{1,2,3}.conv.{weight,bias}`,
+    /// `b{1,2,3}.bn.{weight,bias,running_mean,running_var}`, `fc1.{weight,bias}`,
+    /// `head.{weight,m,counts}`.
+    pub fn new(arch: &DuqCnnArch, vb: candle_nn::VarBuilder) -> Result<Self> {
+        let cfg = &arch.duq;
+        let [c, h, w] = arch.item_shape;
+        let side = |s: usize| ((s / 2) / 2).saturating_sub(2) / 2;
+        let (fh, fw) = (side(h), side(w));
+        if fh == 0 || fw == 0 || cfg.centroid_dims == 0 || cfg.sigma <= 0.0 || arch.classes < 2 {
+            return Err(Error::config(
+                "duq",
+                format!("images {h}x{w} are too small for three conv-pool blocks, or centroid_dims/sigma/classes invalid"),
+            ));
+        }
+        let [c1, c2, c3] = cfg.channels;
+        let blocks = vec![
+            Block::new(c, c1, 1, vb.pp("b1"))?,
+            Block::new(c1, c2, 1, vb.pp("b2"))?,
+            Block::new(c2, c3, 0, vb.pp("b3"))?,
+        ];
+        let fc = linear(c3 * fh * fw, cfg.features, vb.pp("fc1"))?;
+        let head = RbfHead::from_vb(
+            cfg.features,
+            arch.classes,
+            cfg.centroid_dims,
+            (cfg.sigma, cfg.gamma),
+            (cfg.w_std, cfg.n_init),
+            vb.pp("head"),
+        )?;
+        Ok(Self {
+            blocks,
+            fc,
+            head,
+            classes: arch.classes,
+            cfg: cfg.clone(),
+            params: Params::from_named(Vec::new()),
+        })
+    }
+
+    /// A fresh model for `(c, h, w)` images and `classes` classes, every parameter and the
+    /// initial centroids drawn from `rng`.
+    pub fn seeded(
+        item_shape: &[usize],
+        classes: usize,
+        cfg: &DuqCnnConfig,
+        dtype: DType,
+        device: &Device,
+        rng: Rng,
+    ) -> Result<Self> {
+        let [c, h, w] = item_shape else {
+            return Err(Error::config(
+                "item_shape",
+                format!("{item_shape:?} is not (c, h, w)"),
+            ));
+        };
+        let arch = DuqCnnArch {
+            item_shape: [*c, *h, *w],
+            classes,
+            duq: cfg.clone(),
+        };
+        let (vb, params) = seeded(rng, dtype, device);
+        let mut model = Self::new(&arch, vb)?;
+        model.params = params;
+        Ok(model)
+    }
+
+    /// Every tensor by name with its current value (trained weights, running statistics,
+    /// centroid state): what a checkpoint saves.
+    pub fn state(&self) -> Result<Params> {
+        let mut named: Vec<(String, Tensor)> = Vec::new();
+        for (i, bl) in self.blocks.iter().enumerate() {
+            let p = format!("b{}", i + 1);
+            named.push((format!("{p}.conv.weight"), bl.weight.clone()));
+            named.push((format!("{p}.conv.bias"), bl.bias.clone()));
+            named.push((format!("{p}.bn.weight"), bl.gamma.clone()));
+            named.push((format!("{p}.bn.bias"), bl.beta.clone()));
+            named.push((format!("{p}.bn.running_mean"), bl.running_mean.clone()));
+            named.push((format!("{p}.bn.running_var"), bl.running_var.clone()));
+        }
+        named.push(("fc1.weight".into(), self.fc.weight().clone()));
+        if let Some(b) = self.fc.bias() {
+            named.push(("fc1.bias".into(), b.clone()));
+        }
+        let (m, counts) = self.head.buffers();
+        named.push(("head.weight".into(), self.head.weight().clone()));
+        named.push(("head.m".into(), m.clone()));
+        named.push(("head.counts".into(), counts.clone()));
+        Ok(Params::from_named(
+            named
+                .into_iter()
+                .map(|(n, t)| Ok((n, Var::from_tensor(&t.detach().copy()?)?)))
+                .collect::<Result<_>>()?,
+        ))
+    }
+
+    /// Every variable of a seeded model (the running statistics and centroid state among
+    /// them receive no gradient, so the optimiser leaves them alone).
+    pub fn vars(&self) -> Vec<Var> {
+        self.params.vars()
+    }
+
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Kernel values for images `x (b, c, h, w)`; `train` selects batch statistics.
+    pub fn forward(&self, x: &Tensor, train: bool) -> Result<CnnOutput> {
+        let mut a = nchw_to_nhwc(x)?;
+        let mut caches = Vec::with_capacity(3);
+        let mut stats = Vec::with_capacity(3);
+        let mut count = Vec::with_capacity(3);
+        for bl in &self.blocks {
+            let (_, h, w, _) = a.dims4()?;
+            let (p, cache, st) = bl.forward(&a, train)?;
+            count.push(cache.u.dim(0)?);
+            caches.push((cache, (h, w)));
+            stats.push(st);
+            a = p;
+        }
+        let last_shape = a.dims4()?;
+        let fc_pre = self.fc.forward(&flatten_nchw_order(&a)?)?;
+        let f = fc_pre.relu()?;
+        Ok(CnnOutput {
+            head: self.head.forward(&f)?,
+            caches,
+            fc_pre,
+            last_shape,
+            stats,
+            count,
+        })
+    }
+
+    /// `grad_x sum_c K_c` as `(b, h, w, c)` (NHWC), with differentiable ops.
+    pub fn input_gradient(&self, out: &CnnOutput) -> Result<Tensor> {
+        let gf = self.head.feature_gradient(&out.head)?;
+        let mask = out.fc_pre.gt(0.0)?.to_dtype(gf.dtype())?;
+        let gflat = gf.mul(&mask)?.matmul(self.fc.weight())?; // (b, c*h*w) in NCHW order
+        let (b, h, w, c) = out.last_shape;
+        let mut g = gflat
+            .reshape((b, c, h, w))?
+            .permute((0, 2, 3, 1))?
+            .contiguous()?;
+        for (bl, (cache, hw)) in self.blocks.iter().zip(&out.caches).rev() {
+            g = bl.input_gradient(&g, cache, *hw)?;
+        }
+        Ok(g)
+    }
+
+    /// BCE + penalty in training mode; returns `(total, bce, penalty)` and the forward (for the
+    /// running statistics).
+    pub fn loss(&self, x: &Tensor, y: &Tensor) -> Result<((Tensor, Tensor, Tensor), CnnOutput)> {
+        let out = self.forward(x, true)?;
+        let bce = bce(&out.head, y, self.classes)?;
+        let pen = match self.cfg.penalty {
+            Penalty::None => Tensor::zeros((), bce.dtype(), bce.device())?,
+            p => penalty(&self.input_gradient(&out)?, p, self.cfg.lambda)?,
+        };
+        Ok((((&bce + &pen)?, bce, pen), out))
+    }
+
+    /// One optimiser step on a batch: loss, SGD, running statistics, then the centroid EMA
+    /// from the batch re-embedded in eval mode with the updated weights. Returns the loss.
+    pub fn step(&mut self, sgd: &mut Sgd, x: &Tensor, y: &Tensor) -> Result<f64> {
+        let ((loss, _, _), out) = self.loss(x, y)?;
+        sgd.backward_step(&loss)?;
+        for (bl, (st, n)) in self.blocks.iter_mut().zip(out.stats.iter().zip(&out.count)) {
+            if let Some((mean, var)) = st {
+                bl.update_running(mean, var, *n)?;
+            }
+        }
+        let f = self.features(&x.detach())?;
+        self.head.update(&f, y)?;
+        Ok(loss.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+    }
+
+    /// Features `(b, d)` in eval mode, detached.
+    fn features(&self, x: &Tensor) -> Result<Tensor> {
+        let mut a = nchw_to_nhwc(x)?;
+        for bl in &self.blocks {
+            a = bl.forward(&a, false)?.0;
+        }
+        Ok(self.fc.forward(&flatten_nchw_order(&a)?)?.relu()?.detach())
+    }
+
+    /// Trains on images `x (N, c, h, w)` and labels `y (N,)` with the configured schedule;
+    /// batch order from `rng`; reports [`Event::TrainStep`] (one step per batch). Returns the
+    /// mean loss of the last epoch.
+    pub fn fit(
+        &mut self,
+        x: &Tensor,
+        y: &Tensor,
+        rng: &mut Rng,
+        observer: &mut dyn Observer,
+    ) -> Result<f64> {
+        let mut sgd = Sgd::new(
+            self.vars(),
+            self.cfg.lr,
+            self.cfg.momentum,
+            self.cfg.weight_decay,
+        );
+        let n = x.dim(0)?;
+        let batch = self.cfg.batch.max(1);
+        let per_epoch = n.div_ceil(batch);
+        let steps = per_epoch * self.cfg.epochs;
+        let mut order: Vec<usize> = (0..n).collect();
+        let mut last = f64::NAN;
+        for epoch in 0..self.cfg.epochs {
+            let drops = self.cfg.milestones.iter().filter(|&&m| epoch >= m).count();
+            sgd.lr = self.cfg.lr * self.cfg.lr_factor.powi(drops as i32);
+            shuffle(rng, &mut order);
+            let mut sum = 0.0;
+            for (j, chunk) in order.chunks(batch).enumerate() {
+                let ids = Tensor::from_vec(
+                    chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+                    chunk.len(),
+                    x.device(),
+                )?;
+                let l = self.step(
+                    &mut sgd,
+                    &x.index_select(&ids, 0)?,
+                    &y.index_select(&ids, 0)?,
+                )?;
+                sum += l;
+                let ev = Event::TrainStep {
+                    step: epoch * per_epoch + j + 1,
+                    steps,
+                    loss: Some(l as f32),
+                };
+                check(observer, &ev)?;
+            }
+            last = sum / per_epoch as f64;
+        }
+        Ok(last)
+    }
+
+    /// `K (b, c)` row-major `f32` in eval mode, in batches of `batch`.
+    pub fn kernel_values(&self, x: &Tensor, batch: usize) -> Result<Vec<f32>> {
+        let n = x.dim(0)?;
+        let mut out = Vec::with_capacity(n * self.classes);
+        let mut start = 0;
+        while start < n {
+            let len = batch.max(1).min(n - start);
+            let k = self
+                .forward(&x.narrow(0, start, len)?.detach(), false)?
+                .head
+                .kernel;
+            out.extend(k.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+            start += len;
+        }
+        Ok(out)
+    }
+
+    /// The parameters by name (PyTorch-style `b1.conv.weight`, `b1.bn.weight`, ...).
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+}
+
+impl crate::nn::Classifier for DuqCnn {
+    /// `ln K (b, c)` in eval mode: log-kernel values are the logits, so probability scorers
+    /// see `K / sum_c K` and the argmax is DUQ's prediction.
+    fn forward(&self, x: &Tensor, _mode: &mut crate::nn::Mode<'_>) -> candle_core::Result<Tensor> {
+        self.forward(x, false)
+            .map(|o| o.head.log_kernel)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+    }
+    fn predict(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        Ok(crate::nn::Classifier::forward(self, x, &mut crate::nn::Mode::Eval)?.detach())
+    }
+    fn kernel_values(&self, x: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        self.forward(&x.detach(), false)
+            .map(|o| Some(o.head.kernel.detach()))
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+    }
+    fn classes(&self) -> usize {
+        self.classes
+    }
+}
+
+/// Trains a fresh DUQ CNN for `steps` SGD steps of `batch` items of `data[indices]` (batch
+/// order from `batches`, initialisation from `init`), the learning rate dropping by
+/// `lr_factor` at the same fractions of the run as the configured epoch milestones.
+#[allow(clippy::too_many_arguments)]
+pub fn train_duq(
+    arch: &DuqCnnArch,
+    data: &crate::data::Dataset,
+    indices: &[usize],
+    steps: usize,
+    batch: usize,
+    (init, mut batches): (Rng, Rng),
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<(DuqCnn, Params)> {
+    if indices.is_empty() {
+        return Err(Error::config(
+            "labeled",
+            "cannot train on an empty labeled set",
+        ));
+    }
+    let mut model = DuqCnn::seeded(
+        &arch.item_shape,
+        arch.classes,
+        &arch.duq,
+        DType::F32,
+        device,
+        init,
+    )?;
+    let cfg = arch.duq.clone();
+    let mut sgd = Sgd::new(model.vars(), cfg.lr, cfg.momentum, cfg.weight_decay);
+    let b = batch.min(indices.len()).max(1);
+    let mut order = indices.to_vec();
+    let mut cursor = order.len();
+    for step in 1..=steps {
+        let done = (step - 1) as f64 / steps as f64;
+        let drops = cfg
+            .milestones
+            .iter()
+            .filter(|&&m| done >= m as f64 / cfg.epochs.max(1) as f64)
+            .count();
+        sgd.lr = cfg.lr * cfg.lr_factor.powi(drops as i32);
+        if cursor + b > order.len() {
+            shuffle(&mut batches, &mut order);
+            cursor = 0;
+        }
+        let ids = &order[cursor..cursor + b];
+        cursor += b;
+        let l = model.step(
+            &mut sgd,
+            &data.batch(ids, device)?,
+            &data.batch_labels(ids, device)?,
+        )?;
+        let ev = Event::TrainStep {
+            step,
+            steps,
+            loss: (step % 50 == 0 || step == steps).then_some(l as f32),
+        };
+        check(observer, &ev)?;
+    }
+    let state = model.state()?;
+    Ok((model, state))
+}
