@@ -168,11 +168,7 @@ impl Block {
 
     /// `(b, h, w, in)` -> pooled `(b, h'/2, w'/2, out)`; in training mode also returns the
     /// batch mean and biased variance for the running statistics.
-    fn forward(
-        &self,
-        x: &Tensor,
-        train: bool,
-    ) -> Result<(Tensor, BlockCache, Option<BatchStats>)> {
+    fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, BlockCache, Option<BatchStats>)> {
         let (b, h, w, c) = x.dims4()?;
         let (out, _, k, _) = self.weight.dims4()?;
         let (oh, ow) = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
@@ -269,9 +265,9 @@ impl Block {
     fn update_running(&mut self, mean: &Tensor, var: &Tensor, count: usize) -> Result<()> {
         let unbiased = (var.detach() * (count as f64 / (count.max(2) - 1) as f64))?;
         self.running_mean =
-            ((&self.running_mean * (1.0 - BN_MOMENTUM))? + (mean.detach() * BN_MOMENTUM)?)?;
+            ((self.running_mean.detach() * (1.0 - BN_MOMENTUM))? + (mean.detach() * BN_MOMENTUM)?)?;
         self.running_var =
-            ((&self.running_var * (1.0 - BN_MOMENTUM))? + (unbiased * BN_MOMENTUM)?)?;
+            ((self.running_var.detach() * (1.0 - BN_MOMENTUM))? + (unbiased * BN_MOMENTUM)?)?;
         Ok(())
     }
 }

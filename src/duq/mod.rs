@@ -254,8 +254,8 @@ impl RbfHead {
         let g = self.gamma;
         let n_c = onehot.sum(0)?;
         let sum_c = z.broadcast_mul(&onehot.unsqueeze(2)?)?.sum(0)?;
-        self.counts = ((&self.counts * g)? + (n_c * (1.0 - g))?)?;
-        self.m = ((&self.m * g)? + (sum_c * (1.0 - g))?)?;
+        self.counts = ((self.counts.detach() * g)? + (n_c * (1.0 - g))?)?;
+        self.m = ((self.m.detach() * g)? + (sum_c * (1.0 - g))?)?;
         Ok(())
     }
 }
@@ -315,12 +315,15 @@ impl Sgd {
         let grads = loss.backward()?;
         for (v, buf) in self.vars.iter().zip(self.bufs.iter_mut()) {
             let Some(g) = grads.get(v) else { continue };
-            let g = (g + (v.as_tensor() * self.weight_decay)?)?;
+            // Detached throughout: ops on a variable's tensor are recorded, and a momentum
+            // buffer that remembered its history would keep every past gradient alive.
+            let theta = v.as_tensor().detach();
+            let g = (g.detach() + (&theta * self.weight_decay)?)?;
             let b = match buf.take() {
                 Some(b) => ((b * self.momentum)? + &g)?,
                 None => g,
             };
-            v.set(&(v.as_tensor() - (&b * self.lr)?)?)?;
+            v.set(&(&theta - (&b * self.lr)?)?)?;
             *buf = Some(b);
         }
         Ok(())
