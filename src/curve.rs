@@ -86,6 +86,10 @@ pub enum SelectKind {
     Softmax,
     /// Sampling with weights `rank^-beta`.
     Softrank,
+    /// BatchBALD's joint selection (Kirsch et al. 2019). It needs the draws, not a score
+    /// vector, so it applies to `bald` only (which then runs as `batchbald`).
+    #[serde(rename = "batchbald")]
+    BatchBald,
 }
 
 impl SelectKind {
@@ -96,17 +100,20 @@ impl SelectKind {
             SelectKind::Power => "power",
             SelectKind::Softmax => "softmax",
             SelectKind::Softrank => "softrank",
+            SelectKind::BatchBald => "batchbald",
         }
     }
 
-    /// The selection with inverse temperature `beta`.
-    pub fn selection(self, beta: f32) -> Selection {
-        match self {
+    /// The selection over scores with inverse temperature `beta`; `None` for
+    /// [`SelectKind::BatchBald`], which does not select from scores.
+    pub fn selection(self, beta: f32) -> Option<Selection> {
+        Some(match self {
             SelectKind::TopK => Selection::TopK,
             SelectKind::Power => Selection::Power { beta },
             SelectKind::Softmax => Selection::Softmax { beta },
             SelectKind::Softrank => Selection::SoftRank { beta },
-        }
+            SelectKind::BatchBald => return None,
+        })
     }
 }
 
@@ -118,11 +125,14 @@ impl FromStr for SelectKind {
             SelectKind::Power,
             SelectKind::Softmax,
             SelectKind::Softrank,
+            SelectKind::BatchBald,
         ]
         .into_iter()
         .find(|k| k.name() == s)
         .ok_or_else(|| {
-            format!("unknown selection `{s}`; expected one of: top-k, power, softmax, softrank")
+            format!(
+                "unknown selection `{s}`; expected one of: top-k, power, softmax, softrank, batchbald"
+            )
         })
     }
 }
@@ -285,7 +295,9 @@ impl StrategyKind {
     /// The runnable strategy: the scorer with `s.select` (named `<select>-<scorer>` unless
     /// top-k), BatchBALD (its own joint selection; `s.select` does not apply), or random.
     pub fn strategy(self, s: &ScorerSettings) -> Strategy {
-        if self == StrategyKind::BatchBald {
+        if self == StrategyKind::BatchBald
+            || (self == StrategyKind::Bald && s.select == SelectKind::BatchBald)
+        {
             return Strategy::batch(Arc::new(if s.members {
                 BatchBald::members()
             } else {
@@ -298,7 +310,9 @@ impl StrategyKind {
                     SelectKind::TopK => self.name().to_string(),
                     other => format!("{}-{}", other.name(), self.name()),
                 };
-                Strategy::scored(sc, s.select.selection(s.beta)).named(name)
+                // Other scorers never meet `batchbald` here: `run_curve` refuses the pair.
+                let selection = s.select.selection(s.beta).unwrap_or(Selection::TopK);
+                Strategy::scored(sc, selection).named(name)
             }
             None => Strategy::random(),
         }
@@ -385,6 +399,30 @@ pub fn run_curve(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Vec<RunState>> {
+    // Validate everything before touching the output folder.
+    let params = spec.config.validate(train.len())?;
+    if spec.scorers.select == SelectKind::BatchBald {
+        if let Some(k) = spec.strategies.iter().find(|k| {
+            !matches!(
+                k,
+                StrategyKind::Bald | StrategyKind::BatchBald | StrategyKind::Random
+            )
+        }) {
+            return Err(Error::config(
+                "select",
+                format!(
+                    "batchbald selects jointly from MC-dropout or ensemble draws; it applies to \
+                     bald, not to `{k}`"
+                ),
+            ));
+        }
+    }
+    if spec.scorers.members != spec.config.ensemble.is_some() {
+        return Err(Error::config(
+            "ensemble",
+            "sample scorers read ensemble members exactly when the loop trains an ensemble",
+        ));
+    }
     let spec_path = out.join("run.json");
     if resume {
         let saved: CurveSpec = read_json(&spec_path)?;
@@ -402,13 +440,6 @@ pub fn run_curve(
             ));
         }
         write_json(&spec_path, spec)?;
-    }
-    let params = spec.config.validate(train.len())?;
-    if spec.scorers.members != spec.config.ensemble.is_some() {
-        return Err(Error::config(
-            "ensemble",
-            "sample scorers read ensemble members exactly when the loop trains an ensemble",
-        ));
     }
     let model_desc = serde_json::to_string(&spec.model).unwrap_or_default();
     let ctx = RunContext {

@@ -1265,6 +1265,50 @@ fn ensembles_and_batchbald_run_in_the_loop() {
         "{e}"
     );
     let _ = std::fs::remove_dir_all(out);
+    // `--select batchbald` turns bald into batchbald and is refused (before anything is
+    // written) for a scorer without draws.
+    let mut spec = small_spec(vec![StrategyKind::Bald]);
+    spec.config.cycles = 1;
+    spec.scorers.mc_samples = 4;
+    spec.scorers.select = alkit::curve::SelectKind::BatchBald;
+    let out = tmp("select-batchbald");
+    let states = run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &out,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    assert_eq!(states[0].strategy, "batchbald");
+    spec.strategies = vec![StrategyKind::Entropy];
+    let bad = tmp("select-batchbald-bad");
+    let e = run_curve(
+        &spec,
+        &train,
+        &test,
+        &std_of(),
+        &bad,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Config {
+                field: "select",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(!bad.join("run.json").exists());
+    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]

@@ -268,7 +268,7 @@ struct ScorerFlags {
     /// MC-dropout forward passes of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob. [default: 20]
     #[arg(long)]
     mc_samples: Option<usize>,
-    /// Selection of every scored strategy: top-k, power, softmax, softrank (Kirsch et al. 2023). [default: top-k]
+    /// Selection of every scored strategy: top-k, power, softmax, softrank (Kirsch et al. 2023), or batchbald (Kirsch et al. 2019; bald only, which then runs as batchbald). [default: top-k]
     #[arg(long)]
     select: Option<SelectKind>,
     /// Inverse temperature of the stochastic selection modes. [default: 1]

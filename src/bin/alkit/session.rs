@@ -192,7 +192,12 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     let request = QueryRequest {
         scorer,
         n: a.n,
-        selection: settings.select.selection(settings.beta),
+        selection: settings.select.selection(settings.beta).ok_or_else(|| {
+            alkit::Error::config(
+                "select",
+                "batchbald is available in `alkit curve` only; use top-k, power, softmax or softrank",
+            )
+        })?,
         include_pending: a.include_pending,
     };
     let batch = learner.query(&request, device, observer)?;
