@@ -455,6 +455,25 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
     }
 }
 
+/// A fresh (not resumed) curve run on CPU with no observer.
+fn run_small(
+    spec: &CurveSpec,
+    train: &Dataset,
+    test: &Dataset,
+    out: &Path,
+) -> alkit::Result<Vec<alkit::acquire::RunState>> {
+    run_curve(
+        spec,
+        train,
+        test,
+        &std_of(),
+        out,
+        false,
+        &Device::Cpu,
+        &mut Silent,
+    )
+}
+
 fn std_of() -> Vec<f32> {
     Normalizer::fit(&load_idx_dir(&data_dir()).unwrap().train).std
 }
@@ -499,28 +518,8 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
     let a = tmp("curve-a");
     let b = tmp("curve-b");
     let c = tmp("curve-c");
-    run_curve(
-        &spec,
-        &train,
-        &test,
-        &std_of(),
-        &a,
-        false,
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap();
-    run_curve(
-        &spec,
-        &train,
-        &test,
-        &std_of(),
-        &b,
-        false,
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap();
+    run_small(&spec, &train, &test, &a).unwrap();
+    run_small(&spec, &train, &test, &b).unwrap();
     let csv_a = std::fs::read_to_string(a.join("curve.csv")).unwrap();
     let csv_b = std::fs::read_to_string(b.join("curve.csv")).unwrap();
     assert_eq!(strip_timings(&csv_a), strip_timings(&csv_b));
@@ -584,17 +583,7 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
     assert_eq!(random_rows(&csv_c).len(), 4);
 
     // A fresh run refuses a folder that holds one; resuming a different experiment is refused.
-    let e = run_curve(
-        &spec,
-        &train,
-        &test,
-        &std_of(),
-        &a,
-        false,
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap_err();
+    let e = run_small(&spec, &train, &test, &a).unwrap_err();
     assert!(e.to_string().contains("--resume"), "{e}");
     let mut other = spec.clone();
     other.config.query = 11;
@@ -1198,17 +1187,7 @@ fn bald_with_power_selection_runs_in_the_loop() {
     spec.scorers.mc_samples = 4;
     spec.scorers.select = alkit::curve::SelectKind::Power;
     let out = tmp("bald-loop");
-    let states = run_curve(
-        &spec,
-        &train,
-        &test,
-        &std_of(),
-        &out,
-        false,
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap();
+    let states = run_small(&spec, &train, &test, &out).unwrap();
     let names: Vec<&str> = states.iter().map(|s| s.strategy.as_str()).collect();
     assert_eq!(names, vec!["power-bald", "power-class-variance"]);
     assert!(states.iter().all(|s| s.records.len() == 3));
@@ -1225,17 +1204,7 @@ fn ensembles_and_batchbald_run_in_the_loop() {
     spec.config.ensemble = Some(2);
     spec.scorers.members = true;
     let out = tmp("ensemble-loop");
-    let states = run_curve(
-        &spec,
-        &train,
-        &test,
-        &std_of(),
-        &out,
-        false,
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap();
+    let states = run_small(&spec, &train, &test, &out).unwrap();
     for s in &states {
         assert_eq!(s.records.len(), 3);
         let ids: std::collections::HashSet<usize> = s.labeled.iter().map(|l| l.0).collect();
@@ -1272,31 +1241,11 @@ fn ensembles_and_batchbald_run_in_the_loop() {
     spec.scorers.mc_samples = 4;
     spec.scorers.select = alkit::curve::SelectKind::BatchBald;
     let out = tmp("select-batchbald");
-    let states = run_curve(
-        &spec,
-        &train,
-        &test,
-        &std_of(),
-        &out,
-        false,
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap();
+    let states = run_small(&spec, &train, &test, &out).unwrap();
     assert_eq!(states[0].strategy, "batchbald");
     spec.strategies = vec![StrategyKind::Entropy];
     let bad = tmp("select-batchbald-bad");
-    let e = run_curve(
-        &spec,
-        &train,
-        &test,
-        &std_of(),
-        &bad,
-        false,
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap_err();
+    let e = run_small(&spec, &train, &test, &bad).unwrap_err();
     assert!(
         matches!(
             e,
