@@ -254,7 +254,8 @@ impl RbfHead {
         let g = self.gamma;
         let n_c = onehot.sum(0)?;
         let sum_c = z.broadcast_mul(&onehot.unsqueeze(2)?)?.sum(0)?;
-        self.counts = ((self.counts.detach() * g)? + (n_c * (1.0 - g))?)?;
+        // Clamped at 1, as the reference code (`torch.max(..., ones)`).
+        self.counts = ((self.counts.detach() * g)? + (n_c * (1.0 - g))?)?.maximum(1.0)?;
         self.m = ((self.m.detach() * g)? + (sum_c * (1.0 - g))?)?;
         Ok(())
     }
