@@ -71,6 +71,38 @@ pub fn bench_duq_training(
     Ok(rates[rates.len() / 2])
 }
 
+/// Times choosing a batch of `k` from `data[indices]` with a joint criterion (BatchBALD):
+/// evidence plus selection, median of `repeats` passes after a warm-up; reported as
+/// candidates per second.
+pub fn bench_batch_selection(
+    scoring: &Scoring<'_>,
+    data: &Dataset,
+    indices: &[usize],
+    selector: &dyn alkit_acquisition::BatchSelector,
+    k: usize,
+    repeats: usize,
+) -> Result<BenchResult> {
+    let pass = || -> Result<f64> {
+        let t = Instant::now();
+        let mut rng = stream(0, Purpose::Tool, 0);
+        let ev = scoring.evidence(data, indices, selector.needs(), &mut rng, &mut Silent)?;
+        let picks = selector.select(&ev, k, &mut rng)?;
+        debug_assert_eq!(picks.len(), k);
+        Ok(t.elapsed().as_secs_f64())
+    };
+    pass()?;
+    let passes_s = (0..repeats.max(1))
+        .map(|_| pass())
+        .collect::<Result<Vec<_>>>()?;
+    let mut sorted = passes_s.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(BenchResult {
+        scorer: format!("{} (pick {k})", selector.name()),
+        samples_per_s: indices.len() as f64 / sorted[sorted.len() / 2],
+        passes_s,
+    })
+}
+
 /// Times scoring `data[indices]` with `scorer`.
 pub fn bench_scoring(
     scoring: &Scoring<'_>,

@@ -443,7 +443,7 @@ struct BenchArgs {
     /// Folder with the four IDX files (the pool is the train split).
     #[arg(long, default_value = "data")]
     data: PathBuf,
-    /// Comma-separated scorers: entropy, margin, least-confidence.
+    /// Comma-separated scorers: entropy, margin, least-confidence, regrad-star, bald, ... (batchbald: the evidence plus the greedy choice of 20, in candidates/s).
     #[arg(
         long,
         value_delimiter = ',',
@@ -1043,7 +1043,13 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
         members: a.ensemble.is_some(),
         ..a.scorer_flags.settings()?
     };
-    let scorers = scorers_of(&a.scorer, &settings)?;
+    let per_item: Vec<StrategyKind> = a
+        .scorer
+        .iter()
+        .copied()
+        .filter(|k| *k != StrategyKind::BatchBald)
+        .collect();
+    let scorers = scorers_of(&per_item, &settings)?;
     let splits = load(&a.data)?;
     let norm = Normalizer::fit(&splits.train);
     let ds = norm.apply(&splits.train)?;
@@ -1090,6 +1096,16 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
     let mut results = Vec::new();
     for s in &scorers {
         results.push(bench_scoring(&scoring, &ds, &items, s.as_ref(), a.repeats)?);
+    }
+    if a.scorer.contains(&StrategyKind::BatchBald) {
+        let sel = if a.ensemble.is_some() {
+            alkit::acquisition::BatchBald::members()
+        } else {
+            alkit::acquisition::BatchBald::mc_dropout(settings.mc_samples)
+        };
+        results.push(alkit::bench::bench_batch_selection(
+            &scoring, &ds, &items, &sel, 20, a.repeats,
+        )?);
     }
     let mut so = std::io::stdout().lock();
     if a.json {
