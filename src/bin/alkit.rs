@@ -76,9 +76,9 @@ enum Command {
     Curve(CurveArgs),
     /// Train a model on a whole training split and save a checkpoint.
     Train(TrainArgs),
-    /// Score every item of a split with a checkpoint; one CSV row per item.
+    /// Score every item of any data source with a checkpoint (local, hf:, or several as an ensemble); one CSV row per item.
     Score(ScoreArgs),
-    /// Pool-scoring throughput (samples/s) per scorer with the standard CNN.
+    /// Pool-scoring throughput (samples/s) per scorer with the standard CNN (or an ensemble); `--train duq-fm`: DUQ training images/s.
     Bench(BenchArgs),
     /// OOD detection: score an in-distribution and an OOD test split; AUROC, AUPR-in/out, FPR@95.
     Ood(OodArgs),
