@@ -136,6 +136,17 @@ pub fn init(a: InitArgs) -> Result<()> {
         .classes
         .clone()
         .unwrap_or_else(|| loaded.pool.classes.clone());
+    if classes.len() < 2 {
+        return Err(alkit::Error::config(
+            "classes",
+            format!(
+                "{source} names {} class(es); give the class list with --classes a,b,... \
+                 (for an image folder, or create one subfolder per class)",
+                classes.len()
+            ),
+        )
+        .into());
+    }
     let mut seeds = if src.labels_are_given() {
         loaded.pool.given_labels()
     } else {
