@@ -23,6 +23,23 @@ pub struct BenchResult {
     pub passes_s: Vec<f64>,
 }
 
+/// Runs `pass` once to warm up, then `repeats` (at least 1) timed times; returns every timed
+/// pass's seconds and their median.
+fn timed(repeats: usize, mut pass: impl FnMut() -> Result<()>) -> Result<(Vec<f64>, f64)> {
+    pass()?;
+    let passes_s = (0..repeats.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            pass()?;
+            Ok(t.elapsed().as_secs_f64())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut sorted = passes_s.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    Ok((passes_s, median))
+}
+
 /// Training throughput of the Fashion-MNIST DUQ model: images/s of full optimiser steps
 /// (forward in training mode, explicit input gradient and penalty when `lambda > 0`,
 /// backward, SGD, running statistics, centroid update) on batches of `batch` images `x (N, 1,
@@ -50,7 +67,7 @@ pub fn bench_duq_training(
     let n = x.dim(0)?;
     let b = cfg.batch.min(n).max(1);
     let mut at = 0;
-    let mut step = |model: &mut DuqCnn| -> Result<()> {
+    let mut step = || -> Result<()> {
         if at + b > n {
             at = 0;
         }
@@ -58,17 +75,10 @@ pub fn bench_duq_training(
         at += b;
         Ok(())
     };
-    step(&mut model)?;
-    let mut rates = Vec::new();
-    for _ in 0..repeats.max(1) {
-        let t = Instant::now();
-        for _ in 0..steps.max(1) {
-            step(&mut model)?;
-        }
-        rates.push((steps.max(1) * b) as f64 / t.elapsed().as_secs_f64());
-    }
-    rates.sort_by(f64::total_cmp);
-    Ok(rates[rates.len() / 2])
+    // One warm-up step, then `repeats` timed runs of `steps` steps.
+    step()?;
+    let (_, median) = timed(repeats, || (0..steps.max(1)).try_for_each(|_| step()))?;
+    Ok((steps.max(1) * b) as f64 / median)
 }
 
 /// Times choosing a batch of `k` from `data[indices]` with a joint criterion (BatchBALD):
@@ -82,23 +92,16 @@ pub fn bench_batch_selection(
     k: usize,
     repeats: usize,
 ) -> Result<BenchResult> {
-    let pass = || -> Result<f64> {
-        let t = Instant::now();
+    let (passes_s, median) = timed(repeats, || {
         let mut rng = stream(0, Purpose::Tool, 0);
         let ev = scoring.evidence(data, indices, selector.needs(), &mut rng, &mut Silent)?;
         let picks = selector.select(&ev, k, &mut rng)?;
         debug_assert_eq!(picks.len(), k);
-        Ok(t.elapsed().as_secs_f64())
-    };
-    pass()?;
-    let passes_s = (0..repeats.max(1))
-        .map(|_| pass())
-        .collect::<Result<Vec<_>>>()?;
-    let mut sorted = passes_s.clone();
-    sorted.sort_by(f64::total_cmp);
+        Ok(())
+    })?;
     Ok(BenchResult {
         scorer: format!("{} (pick {k})", selector.name()),
-        samples_per_s: indices.len() as f64 / sorted[sorted.len() / 2],
+        samples_per_s: indices.len() as f64 / median,
         passes_s,
     })
 }
@@ -111,22 +114,13 @@ pub fn bench_scoring(
     scorer: &dyn Scorer,
     repeats: usize,
 ) -> Result<BenchResult> {
-    let pass = || -> Result<f64> {
-        let t = Instant::now();
+    let (passes_s, median) = timed(repeats, || {
         let mut rng = stream(0, Purpose::Tool, 0);
         let ev = scoring.evidence(data, indices, scorer.needs(), &mut rng, &mut Silent)?;
         let scores = scorer.score(&ev)?;
         debug_assert_eq!(scores.len(), indices.len());
-        Ok(t.elapsed().as_secs_f64())
-    };
-    pass()?; // warm-up
-    let mut passes_s = (0..repeats.max(1))
-        .map(|_| pass())
-        .collect::<Result<Vec<_>>>()?;
-    let mut sorted = passes_s.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
-    passes_s.shrink_to_fit();
+        Ok(())
+    })?;
     Ok(BenchResult {
         scorer: scorer.name().to_string(),
         samples_per_s: indices.len() as f64 / median,

@@ -547,10 +547,19 @@ fn make_device(d: DeviceArg) -> Result<Device> {
 /// Loads a data source with a train and a test split: an IDX folder or `hf:OWNER/NAME`.
 fn load(dir: &Path) -> Result<Splits> {
     let name = dir.to_string_lossy();
-    let source = Source::parse(&name).with_context(|| format!("--data {name}"))?;
-    let hub = Hub::from_env();
-    alkit::data::source::load_splits(&source, &hub, &mut DownloadBar::default())
+    let (source, loaded) = load_source(&name)?;
+    loaded
+        .splits(&source)
         .with_context(|| format!("loading the data {name}"))
+}
+
+/// Parses and loads any data source (Hub files through the environment's cache, with a
+/// download bar).
+fn load_source(name: &str) -> Result<(Source, alkit::data::Loaded)> {
+    let source = Source::parse(name).with_context(|| format!("data source {name}"))?;
+    let loaded = alkit::data::source::load(&source, &Hub::from_env(), &mut DownloadBar::default())
+        .with_context(|| format!("loading the data {name}"))?;
+    Ok((source, loaded))
 }
 
 /// A checkpoint folder, fetched from the Hub first when written `hf:OWNER/NAME[@REV]`.
@@ -925,9 +934,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     }
     let ck = load_checkpoints(&a.checkpoint, device)?;
     let name = a.data.to_string_lossy();
-    let source = Source::parse(&name).with_context(|| format!("--data {name}"))?;
-    let loaded = alkit::data::source::load(&source, &Hub::from_env(), &mut DownloadBar::default())
-        .with_context(|| format!("loading the data {name}"))?;
+    let (_, loaded) = load_source(&name)?;
     let items = match a.split {
         SplitArg::Train => loaded.pool,
         SplitArg::Test => loaded
@@ -942,7 +949,6 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         );
     }
     let ds = ck.config.normalizer.apply(&items.dataset()?)?;
-    let all: Vec<usize> = (0..ds.len()).collect();
     let scoring = Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),
@@ -951,13 +957,8 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         batch: a.batch,
         device,
     };
-    let mut cols: Vec<Vec<f32>> = Vec::new();
-    for s in &scorers {
-        let mut rng = stream(a.seed, Purpose::Perturb, 0);
-        let ev = scoring.evidence(&ds, &all, s.needs(), &mut rng, &mut Silent)?;
-        cols.push(s.score(&ev)?);
-    }
-    let mut order = all.clone();
+    let cols = score_all(&scoring, &ds, &scorers, a.seed)?;
+    let mut order: Vec<usize> = (0..ds.len()).collect();
     if let Some(k) = a.top {
         order.sort_by(|&x, &y| cols[0][y].total_cmp(&cols[0][x]).then(x.cmp(&y)));
         order.truncate(k);

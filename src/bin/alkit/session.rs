@@ -3,11 +3,9 @@
 //! Each command loads `DIR/session.json`, reloads the pool from the source recorded there,
 //! does one thing through [`alkit::session::Learner`] and saves the state atomically.
 
-use super::{csv_field, DownloadBar, ModelArg, ScorerFlags};
+use super::{csv_field, load_source, ModelArg, ScorerFlags};
 use alkit::curve::StrategyKind;
-use alkit::data::source::{load, Loaded};
 use alkit::data::Source;
-use alkit::hub::Hub;
 use alkit::nn::{Arch, CnnConfig, MlpConfig};
 use alkit::observe::Observer;
 use alkit::session::{
@@ -94,13 +92,6 @@ pub struct StatusArgs {
     json: bool,
 }
 
-fn load_pool(source: &str) -> Result<(Source, Loaded)> {
-    let src = Source::parse(source).with_context(|| format!("pool {source}"))?;
-    let loaded = load(&src, &Hub::from_env(), &mut DownloadBar::default())
-        .with_context(|| format!("loading the pool {source}"))?;
-    Ok((src, loaded))
-}
-
 fn open(dir: &Path) -> Result<Learner> {
     let path = dir.join(STATE_FILE);
     let state: alkit::session::SessionState =
@@ -110,7 +101,7 @@ fn open(dir: &Path) -> Result<Learner> {
                 dir.display()
             )
         })?;
-    let (_, loaded) = load_pool(&state.source)?;
+    let (_, loaded) = load_source(&state.source)?;
     Ok(Learner::resume(state, loaded, &path)?)
 }
 
@@ -131,7 +122,7 @@ pub fn init(a: InitArgs) -> Result<()> {
             .to_string_lossy()
             .into_owned()
     };
-    let (src, loaded) = load_pool(&source)?;
+    let (src, loaded) = load_source(&source)?;
     let classes = a
         .classes
         .clone()
