@@ -1615,12 +1615,13 @@ fn cli_surface_writes_png_and_metrics() {
 
 #[test]
 fn duq_learns_two_moons() {
-    // Short version of the paper's setting (300 points, 10 epochs): well above chance.
+    // Small version of the paper's setting (300 points, its 30 epochs of 4 full batches):
+    // well above chance.
     let mut rng = stream(0, Purpose::Tool, 0);
     let train = alkit::data::moons::moons(300, 0.1, &mut rng).unwrap();
     let test = alkit::data::moons::moons(200, 0.1, &mut rng).unwrap();
     let cfg = DuqConfig {
-        epochs: 10,
+        epochs: 30,
         ..DuqConfig::default()
     };
     let mut model = DuqMlp::new(

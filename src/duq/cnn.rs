@@ -22,6 +22,7 @@
 
 use super::{bce, penalty, HeadOutput, Penalty, RbfHead, Sgd};
 use crate::error::{Error, Result};
+use crate::nn::conv::{Conv, ConvT};
 use crate::nn::init::{seeded, Params};
 use crate::nn::kernels::{Col2im, MaxPoolRoute};
 use crate::nn::layers::{flatten_nchw_order, im2col, linear, max_pool2x2, nchw_to_nhwc};
@@ -121,23 +122,49 @@ struct Block {
     pad: usize,
     running_mean: Tensor,
     running_var: Tensor,
+    /// Training mode on the CPU through [`super::fused`] (else the candle-op composition).
+    fused: bool,
 }
 
 /// A training batch's per-channel mean and biased variance, for the running statistics.
 type BatchStats = (Tensor, Tensor);
 
 /// What the input gradient needs from one block's forward.
-struct BlockCache {
-    /// Normalised pre-activations `x_hat (b, h, w, c)`.
-    x_hat: Tensor,
-    /// `1 / sqrt(var + eps) (c,)`.
-    inv_std: Tensor,
-    /// Batch-norm output before ReLU `(b, h, w, c)`.
-    u: Tensor,
-    /// ReLU output before pooling `(b, h, w, c)`.
-    r: Tensor,
-    /// Training mode (batch statistics) or eval mode (running statistics).
-    train: bool,
+enum BlockCache {
+    /// The composition of candle ops (any device, either mode).
+    Ops {
+        /// Normalised pre-activations `x_hat (b*h*w, c)`.
+        x_hat: Tensor,
+        /// `1 / sqrt(var + eps) (c,)`.
+        inv_std: Tensor,
+        /// Batch-norm output before ReLU `(b*h*w, c)`.
+        u: Tensor,
+        /// ReLU output before pooling `(b, h, w, c)`.
+        r: Tensor,
+        /// Training mode (batch statistics) or eval mode (running statistics).
+        train: bool,
+    },
+    /// The fused CPU training ops: the convolution output without its bias `y (b, h, w, c)`
+    /// and the `(3, c)` parameters `[gamma; beta; bias]`.
+    Fused {
+        y: Tensor,
+        params: Tensor,
+        /// The input-gradient op sharing the forward op's statistics (used once).
+        grad_op: std::sync::Mutex<Option<super::fused::BnReluPoolGrad>>,
+    },
+}
+
+impl BlockCache {
+    /// Rows `b*h*w` the batch statistics were taken over.
+    fn rows(&self) -> Result<usize> {
+        Ok(match self {
+            Self::Ops { u, .. } => u.dim(0)?,
+            Self::Fused { y, .. } => {
+                let (b, h, w, _) = y.dims4()?;
+                b * h * w
+            }
+        })
+    }
 }
 
 impl Block {
@@ -154,6 +181,7 @@ impl Block {
             pad,
             running_mean: bn.get_with_hints(outputs, "running_mean", Init::Const(0.0))?,
             running_var: bn.get_with_hints(outputs, "running_var", Init::Const(1.0))?,
+            fused: true,
         })
     }
 
@@ -166,16 +194,15 @@ impl Block {
             .reshape((out, k * k * cin))?)
     }
 
-    /// `(b, h, w, in)` -> pooled `(b, h'/2, w'/2, out)`; in training mode also returns the
-    /// batch mean and biased variance for the running statistics.
-    fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, BlockCache, Option<BatchStats>)> {
+    /// The convolution without bias as candle ops (other devices): `(b*oh*ow, out)`.
+    fn conv_composed(&self, x: &Tensor) -> Result<Tensor> {
         let (b, h, w, c) = x.dims4()?;
-        let (out, _, k, _) = self.weight.dims4()?;
+        let k = self.weight.dim(2)?;
         let (oh, ow) = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
         let wt = self.wmat()?.t()?;
         // In chunks of images whose im2col buffer stays under glibc's mmap threshold, so
         // that buffers are reused from the heap instead of page-faulted in every step.
-        let y = Tensor::cat(
+        Ok(Tensor::cat(
             &chunks(b, oh * ow * k * k * c)
                 .map(|(at, len)| {
                     let cols = im2col(&x.narrow(0, at, len)?, k, self.pad)?
@@ -184,8 +211,39 @@ impl Block {
                 })
                 .collect::<Result<Vec<_>>>()?,
             0,
-        )?
-        .broadcast_add(&self.bias)?; // (b*oh*ow, out)
+        )?)
+    }
+
+    /// `(b, h, w, in)` -> pooled `(b, h'/2, w'/2, out)`; in training mode also returns the
+    /// batch mean and biased variance for the running statistics.
+    fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, BlockCache, Option<BatchStats>)> {
+        let (b, h, w, _) = x.dims4()?;
+        let (out, _, k, _) = self.weight.dims4()?;
+        let (oh, ow) = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
+        let fused = train && self.fused && super::fused::supported(x);
+        // (b, oh, ow, out), no bias yet. Reshapes of large tensors are kept off the fused path:
+        // each autograd node costs a zero-filled gradient buffer and an add in the backward.
+        let y = if self.fused && super::fused::supported(x) {
+            x.contiguous()?
+                .apply_op2(&self.wmat()?, Conv { k, pad: self.pad })?
+        } else {
+            self.conv_composed(x)?.reshape((b, oh, ow, out))?
+        };
+        if fused {
+            // The bias cancels in the batch statistics: it only shifts the running mean.
+            let params = Tensor::stack(&[&self.gamma, &self.beta, &self.bias], 0)?;
+            let (op, grad_op) = super::fused::pair();
+            let pooled = y.apply_op2(&params, op)?;
+            let (mean, var) = super::fused::batch_moments(&y)?;
+            let mean = (mean + self.bias.detach())?;
+            let cache = BlockCache::Fused {
+                y,
+                params,
+                grad_op: std::sync::Mutex::new(Some(grad_op)),
+            };
+            return Ok((pooled, cache, Some((mean, var))));
+        }
+        let y = y.reshape((b * oh * ow, out))?.broadcast_add(&self.bias)?;
         let (x_hat, inv_std, stats) = if train {
             let mean = y.mean(0)?;
             let centred = y.broadcast_sub(&mean)?;
@@ -206,7 +264,7 @@ impl Block {
             .broadcast_add(&self.beta)?;
         let r = u.relu()?.reshape((b, oh, ow, out))?;
         let pooled = max_pool2x2(&r)?;
-        let cache = BlockCache {
+        let cache = BlockCache::Ops {
             x_hat,
             inv_std,
             u,
@@ -223,27 +281,55 @@ impl Block {
         cache: &BlockCache,
         in_hw: (usize, usize),
     ) -> Result<Tensor> {
-        let (b, oh, ow, out) = cache.r.dims4()?;
-        let g = cache
-            .r
-            .contiguous()?
-            .apply_op2(&g.contiguous()?, MaxPoolRoute)?; // (b, oh, ow, out)
-        let mask = cache.u.gt(0.0)?.to_dtype(g.dtype())?;
-        let gu = g.reshape((b * oh * ow, out))?.mul(&mask)?;
-        let gx_hat = gu.broadcast_mul(&self.gamma)?;
-        let gy = if cache.train {
-            let m1 = gx_hat.mean(0)?;
-            let m2 = (&gx_hat * &cache.x_hat)?.mean(0)?;
-            gx_hat
-                .broadcast_sub(&m1)?
-                .sub(&cache.x_hat.broadcast_mul(&m2)?)?
-                .broadcast_mul(&cache.inv_std)?
-        } else {
-            gx_hat.broadcast_mul(&cache.inv_std)?
+        // (b, oh, ow, out)
+        let gy = match cache {
+            BlockCache::Fused { y, params, grad_op } => {
+                // The pair's op the first time; a fresh one (recomputing the statistics) if the
+                // input gradient is taken again from the same forward.
+                let op = grad_op
+                    .lock()
+                    .ok()
+                    .and_then(|mut o| o.take())
+                    .unwrap_or_else(|| super::fused::pair().1);
+                g.contiguous()?.apply_op3(y, params, op)?
+            }
+            BlockCache::Ops {
+                x_hat,
+                inv_std,
+                u,
+                r,
+                train,
+            } => {
+                let (b, oh, ow, out) = r.dims4()?;
+                let g = r.contiguous()?.apply_op2(&g.contiguous()?, MaxPoolRoute)?;
+                let mask = u.gt(0.0)?.to_dtype(g.dtype())?;
+                let gu = g.reshape((b * oh * ow, out))?.mul(&mask)?;
+                let gx_hat = gu.broadcast_mul(&self.gamma)?;
+                let gy = if *train {
+                    let m1 = gx_hat.mean(0)?;
+                    let m2 = (&gx_hat * x_hat)?.mean(0)?;
+                    gx_hat
+                        .broadcast_sub(&m1)?
+                        .sub(&x_hat.broadcast_mul(&m2)?)?
+                        .broadcast_mul(inv_std)?
+                } else {
+                    gx_hat.broadcast_mul(inv_std)?
+                };
+                gy.reshape((b, oh, ow, out))?
+            }
         };
+        let (b, oh, ow, _) = gy.dims4()?;
         let (_, cin, k, _) = self.weight.dims4()?;
         let wmat = self.wmat()?;
+        if self.fused && super::fused::supported(&gy) {
+            let gx = gy
+                .contiguous()?
+                .apply_op2(&wmat, ConvT { k, pad: self.pad })?;
+            debug_assert_eq!(gx.dims4()?, (b, in_hw.0, in_hw.1, cin));
+            return Ok(gx);
+        }
         let per = oh * ow;
+        let gy = gy.reshape((b * per, ()))?;
         let gx = Tensor::cat(
             &chunks(b, per * k * k * cin)
                 .map(|(at, len)| {
@@ -260,6 +346,29 @@ impl Block {
         )?;
         debug_assert_eq!(gx.dims4()?, (b, in_hw.0, in_hw.1, cin));
         Ok(gx)
+    }
+
+    /// Eval mode, inference only, CPU: batch norm folded into the convolution
+    /// (`W' = a W`, `b' = a (b - mu_run) + beta`, `a = gamma / sqrt(var_run + eps)`), then the
+    /// fused convolution + bias + ReLU + pool kernel over small chunks of images.
+    fn eval_fused(&self, x: &Tensor) -> Result<Tensor> {
+        let out = self.weight.dim(0)?;
+        let a = (self.gamma.detach() * (self.running_var.detach() + BN_EPS)?.sqrt()?.recip()?)?;
+        let w = self
+            .weight
+            .detach()
+            .broadcast_mul(&a.reshape((out, 1, 1, 1))?)?
+            .contiguous()?;
+        let bias =
+            (((self.bias.detach() - self.running_mean.detach())? * &a)? + self.beta.detach())?;
+        let x = if self.pad > 0 {
+            x.pad_with_zeros(1, self.pad, self.pad)?
+                .pad_with_zeros(2, self.pad, self.pad)?
+        } else {
+            x.clone()
+        };
+        Ok(x.contiguous()?
+            .apply_op3_no_bwd(&w, &bias, &crate::nn::kernels::ConvReluPool)?)
     }
 
     fn update_running(&mut self, mean: &Tensor, var: &Tensor, count: usize) -> Result<()> {
@@ -410,7 +519,7 @@ impl DuqCnn {
         for bl in &self.blocks {
             let (_, h, w, _) = a.dims4()?;
             let (p, cache, st) = bl.forward(&a, train)?;
-            count.push(cache.u.dim(0)?);
+            count.push(cache.rows()?);
             caches.push((cache, (h, w)));
             stats.push(st);
             a = p;
@@ -471,11 +580,17 @@ impl DuqCnn {
         Ok(loss.to_dtype(DType::F64)?.to_scalar::<f64>()?)
     }
 
-    /// Features `(b, d)` in eval mode, detached.
+    /// Features `(b, d)` in eval mode, detached (on the CPU through the fused inference
+    /// kernels).
     fn features(&self, x: &Tensor) -> Result<Tensor> {
-        let mut a = nchw_to_nhwc(x)?;
+        let mut a = nchw_to_nhwc(&x.detach())?;
+        let fused = self.blocks.iter().all(|b| b.fused) && super::fused::supported(&a);
         for bl in &self.blocks {
-            a = bl.forward(&a, false)?.0;
+            a = if fused {
+                bl.eval_fused(&a)?
+            } else {
+                bl.forward(&a, false)?.0
+            };
         }
         Ok(self.fc.forward(&flatten_nchw_order(&a)?)?.relu()?.detach())
     }
@@ -539,13 +654,22 @@ impl DuqCnn {
         while start < n {
             let len = batch.max(1).min(n - start);
             let k = self
-                .forward(&x.narrow(0, start, len)?.detach(), false)?
                 .head
+                .forward(&self.features(&x.narrow(0, start, len)?)?)?
                 .kernel;
             out.extend(k.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
             start += len;
         }
         Ok(out)
+    }
+
+    /// Whether the CPU runs the fused kernels (`duq::fused` in training, batch norm
+    /// folded into the convolution in eval mode; on by default) or the composition of candle
+    /// ops that other devices use. The two agree up to rounding; tests compare them.
+    pub fn set_fused(&mut self, on: bool) {
+        for b in &mut self.blocks {
+            b.fused = on;
+        }
     }
 
     /// The parameters by name (PyTorch-style `b1.conv.weight`, `b1.bn.weight`, ...).
@@ -563,11 +687,15 @@ impl crate::nn::Classifier for DuqCnn {
             .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
     fn predict(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        Ok(crate::nn::Classifier::forward(self, x, &mut crate::nn::Mode::Eval)?.detach())
+        self.features(x)
+            .and_then(|f| self.head.forward(&f))
+            .map(|o| o.log_kernel.detach())
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
     fn kernel_values(&self, x: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        self.forward(&x.detach(), false)
-            .map(|o| Some(o.head.kernel.detach()))
+        self.features(x)
+            .and_then(|f| self.head.forward(&f))
+            .map(|o| Some(o.kernel.detach()))
             .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
     fn classes(&self) -> usize {

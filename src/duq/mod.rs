@@ -24,6 +24,7 @@
 //! and the optimiser defined here.
 
 pub mod cnn;
+pub(crate) mod fused;
 
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Params};
@@ -495,7 +496,9 @@ impl DuqMlp {
         let mut last = f64::NAN;
         for _ in 0..self.cfg.epochs {
             shuffle(rng, &mut order);
-            for chunk in order.chunks(self.cfg.batch.max(1)) {
+            // Full batches only (the reference's `drop_last=True`): a short last batch
+            // would take a full-size step from a few points.
+            for chunk in order.chunks_exact(self.cfg.batch.max(1).min(n)) {
                 let ids = Tensor::from_vec(
                     chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(),
                     chunk.len(),

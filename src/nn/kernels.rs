@@ -29,6 +29,7 @@ pub trait Elem:
     + PartialOrd
     + std::ops::Add<Output = Self>
     + std::ops::Mul<Output = Self>
+    + std::ops::Sub<Output = Self>
     + std::ops::AddAssign
     + 'static
 {
@@ -156,7 +157,13 @@ pub struct Col2im {
 /// Visits each (output pixel, tap) pair whose input pixel lies inside the image:
 /// `f(out_pixel, tap, in_pixel)`.
 #[inline(always)]
-fn for_taps(h: usize, w: usize, k: usize, pad: usize, mut f: impl FnMut(usize, usize, usize)) {
+pub(crate) fn for_taps(
+    h: usize,
+    w: usize,
+    k: usize,
+    pad: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) {
     let (oh, ow) = (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k);
     for oy in 0..oh {
         for ox in 0..ow {
@@ -482,7 +489,7 @@ impl CustomOp2 for MaxPoolSelect {
 // ---------------------------------------------------------------- inference fusions
 
 /// `c (m, n) = a (m, k) @ b (n, k)^T`, all row-major and contiguous, single-threaded (callers
-/// parallelise over independent chunks). The one place alkit calls `gemm` directly.
+/// parallelise over independent chunks). With [`gemm_strided`], the only places alkit calls `gemm`.
 pub fn gemm_nt<T: Elem>(m: usize, n: usize, k: usize, a: &[T], b: &[T], c: &mut [T]) {
     assert!(
         a.len() >= m * k && b.len() >= n * k && c.len() >= m * n,
@@ -512,6 +519,59 @@ pub fn gemm_nt<T: Elem>(m: usize, n: usize, k: usize, a: &[T], b: &[T], c: &mut 
             k as isize,
             1,
             T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// `c (m, n) = a (m, k) b (k, n)` (or `c += a b` with `accumulate`), `c` row-major, `a` and `b`
+/// given by strides: `a[i, p] = a[i * a_rs + p * a_cs]`, `b[p, j] = b[p * b_rs + j * b_cs]`.
+/// Single-threaded (callers parallelise over independent chunks).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided<T: Elem>(
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    (a_rs, a_cs): (usize, usize),
+    b: &[T],
+    (b_rs, b_cs): (usize, usize),
+    c: &mut [T],
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = |rows: usize, rs: usize, cols: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
+    assert!(
+        c.len() >= m * n
+            && (k == 0 || (a.len() > last(m, a_rs, k, a_cs) && b.len() > last(k, b_rs, n, b_cs))),
+        "gemm_strided: slices too short"
+    );
+    let to_isize = |v: usize| isize::try_from(v).expect("stride fits isize");
+    #[allow(unsafe_code)]
+    // SAFETY: the assert above guarantees every element gemm reads or writes is inside the
+    // slices: a is read at [i*a_rs + p*a_cs], b at [p*b_rs + j*b_cs], c is read/written at
+    // [i*n + j], for i < m, j < n, p < k. `T` is f32 or f64 (sealed by `Elem`), both of which
+    // gemm supports; `c` is an exclusive borrow, so nothing aliases it.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            to_isize(n),
+            accumulate,
+            a.as_ptr(),
+            to_isize(a_cs),
+            to_isize(a_rs),
+            b.as_ptr(),
+            to_isize(b_cs),
+            to_isize(b_rs),
+            T::ONE,
             T::ONE,
             false,
             false,

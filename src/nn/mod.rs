@@ -5,6 +5,7 @@
 //! [`candle_nn::VarBuilder`]. For training, [`init::seeded`] supplies a builder whose
 //! parameters come from the run's seeded RNG; for checkpoints, a builder over loaded tensors.
 
+pub mod conv;
 pub mod gradnorm;
 pub mod init;
 pub mod kernels;

@@ -1,0 +1,777 @@
+//! Fused CPU kernels for the training-mode blocks of [`super::cnn::DuqCnn`]: batch norm with
+//! the batch's statistics, the affine `gamma x_hat + beta`, ReLU and 2x2 max-pool as one candle
+//! custom op ([`BnReluPool`]), and that op's vector-Jacobian product - the block's share of
+//! the input gradient `grad_x sum_c K_c` - as a second ([`BnReluPoolGrad`]). Both have exact
+//! hand-written backward passes, so one first-order backward of `BCE + penalty` through them
+//! gives the penalty's parameter gradients. Tests compare them with the composition of candle
+//! ops in `f64` (and the model's gradients with finite differences).
+//!
+//! Why: written as separate candle ops, the statistics, masks and broadcasts of one block are
+//! about thirty full passes (forward, input gradient and the backward of both) over
+//! `(b*h*w, c)` tensors of 12-26 MB per step, which dominated training time; each op here makes
+//! two to four passes.
+//!
+//! Notation, per channel over the `N = b*h*w` rows of the convolution output `y (b, h, w, c)`:
+//! mean `mu`, biased variance `v`, `s = 1/sqrt(v + eps)`, `x_hat = (y - mu) s`,
+//! `u = gamma x_hat + beta`. Each 2x2 window's first maximum of `u` is its argmax, *active* when
+//! that maximum is `> 0` (the ReLU passes it). For a pooled gradient `gp`, `q` is `gp` routed to
+//! the active argmaxes (zero elsewhere); the op's vector-Jacobian product is then
+//! `gy = s gamma (q - mean(q) - x_hat mean(q x_hat))`.
+//!
+//! The ops take the block's parameters as one `(3, c)` tensor: rows `gamma`, `beta` and the
+//! convolution's bias. The bias cancels in training-mode batch norm, so its gradient is exactly
+//! zero (it still gets one, so weight decay treats it as PyTorch does); it matters only for the
+//! running mean.
+
+use crate::nn::kernels::Elem;
+use std::sync::{Arc, OnceLock};
+
+use candle_core::{
+    backend::BackendStorage, CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
+    Storage, Tensor, WithDType,
+};
+
+/// Batch-norm epsilon (PyTorch's default).
+pub const EPS: f64 = 1e-5;
+/// Argmax marker of a window whose maximum the ReLU blocks.
+const INACTIVE: u8 = u8::MAX;
+
+/// True when the fused ops can run on `x` (CPU, `f32` or `f64`).
+pub fn supported(x: &Tensor) -> bool {
+    crate::nn::kernels::supported(x)
+}
+
+/// An NHWC activation's shape.
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    b: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+}
+
+impl Dims {
+    fn from_layout(l: &Layout, op: &str) -> Result<Self> {
+        match l.dims() {
+            &[b, h, w, c] => Ok(Self { b, h, w, c }),
+            d => candle_core::bail!("{op} expects a rank-4 NHWC tensor, got {d:?}"),
+        }
+    }
+    fn rows(&self) -> usize {
+        self.b * self.h * self.w
+    }
+    fn pooled_shape(&self) -> (usize, usize, usize, usize) {
+        (self.b, self.h / 2, self.w / 2, self.c)
+    }
+    /// Every pooled pixel (flat index) with the row indices of its window, in the order
+    /// `(0,0), (0,1), (1,0), (1,1)` (the order in which the first maximum wins).
+    #[inline]
+    fn windows(&self, mut f: impl FnMut(usize, [usize; 4])) {
+        let (h2, w2) = (self.h / 2, self.w / 2);
+        for bi in 0..self.b {
+            for py in 0..h2 {
+                for px in 0..w2 {
+                    let r0 = (bi * self.h + 2 * py) * self.w + 2 * px;
+                    f(
+                        (bi * h2 + py) * w2 + px,
+                        [r0, r0 + 1, r0 + self.w, r0 + self.w + 1],
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Per-channel statistics of `y (N, c)` in `f64`: mean and biased variance.
+fn moments<T: Elem>(y: &[T], c: usize) -> (Vec<f64>, Vec<f64>) {
+    let n = (y.len() / c).max(1) as f64;
+    let mean: Vec<f64> = block_sums(y, c, |p, row| {
+        for (a, &v) in p.iter_mut().zip(row) {
+            *a += v;
+        }
+    })
+    .iter()
+    .map(|s| s / n)
+    .collect();
+    let mt: Vec<T> = mean.iter().map(|&m| T::from_f64(m)).collect();
+    let var = block_sums(y, c, |p, row| {
+        for ((a, &v), &m) in p.iter_mut().zip(row).zip(&mt) {
+            let d = v - m;
+            *a += d * d;
+        }
+    })
+    .iter()
+    .map(|s| s / n)
+    .collect();
+    (mean, var)
+}
+
+/// Per-channel sums over the rows of `y (N, c)`: `add(partial, row)` accumulates one row into
+/// a `T` partial sum; partials of 64 rows are added in `f64` (vectorised, and accurate).
+#[inline(always)]
+fn block_sums<T: Elem>(y: &[T], c: usize, mut add: impl FnMut(&mut [T], &[T])) -> Vec<f64> {
+    let mut total = vec![0f64; c];
+    let mut part = vec![T::ZERO; c];
+    for rows in y.chunks(64 * c) {
+        part.iter_mut().for_each(|p| *p = T::ZERO);
+        for row in rows.chunks_exact(c) {
+            add(&mut part, row);
+        }
+        for (t, p) in total.iter_mut().zip(&part) {
+            *t += p.to_f64();
+        }
+    }
+    total
+}
+
+/// What every kernel recomputes from `y` and the parameters.
+struct Block<T> {
+    d: Dims,
+    /// Per channel, `f64`: `s`, `gamma`.
+    s: Vec<f64>,
+    gamma: Vec<f64>,
+    /// Per channel, `T`: `mu`, `s`, `beta`.
+    mu_t: Vec<T>,
+    s_t: Vec<T>,
+    beta_t: Vec<T>,
+}
+
+impl<T: Elem> Block<T> {
+    fn new(y: &[T], params: &[T], d: Dims) -> Self {
+        let c = d.c;
+        let (mean, var) = moments(y, c);
+        let s: Vec<f64> = var.iter().map(|v| 1.0 / (v + EPS).sqrt()).collect();
+        Self {
+            d,
+            gamma: params[..c].iter().map(|g| g.to_f64()).collect(),
+            mu_t: mean.iter().map(|&m| T::from_f64(m)).collect(),
+            s_t: s.iter().map(|&v| T::from_f64(v)).collect(),
+            beta_t: params[c..2 * c].to_vec(),
+            s,
+        }
+    }
+
+    #[inline(always)]
+    fn x_hat(&self, y: T, ch: usize) -> T {
+        (y - self.mu_t[ch]) * self.s_t[ch]
+    }
+
+    /// Each window's active argmax per channel (`0..4`, or [`INACTIVE`]), and the pooled
+    /// output `max(u_argmax, 0)`.
+    fn argmax(&self, y: &[T]) -> (Vec<u8>, Vec<T>) {
+        let c = self.d.c;
+        let (b, h2, w2, _) = self.d.pooled_shape();
+        let mut map = vec![INACTIVE; b * h2 * w2 * c];
+        let mut out = vec![T::ZERO; b * h2 * w2 * c];
+        // u = (y - mu) (s gamma) + beta; slices of length c so the loop vectorises.
+        let sg: Vec<T> = (0..c)
+            .map(|ch| T::from_f64(self.s[ch] * self.gamma[ch]))
+            .collect();
+        let (mu, sg, beta) = (&self.mu_t[..c], &sg[..c], &self.beta_t[..c]);
+        self.d.windows(|p, rows| {
+            let m = &mut map[p * c..(p + 1) * c];
+            let o = &mut out[p * c..(p + 1) * c];
+            let [r0, r1, r2, r3] = rows.map(|r| &y[r * c..(r + 1) * c]);
+            for ch in 0..c {
+                let u = |v: T| (v - mu[ch]) * sg[ch] + beta[ch];
+                let (u0, u1, u2, u3) = (u(r0[ch]), u(r1[ch]), u(r2[ch]), u(r3[ch]));
+                // First maximum in window order: ties keep the earlier position.
+                let (b01, i01) = if u1 > u0 { (u1, 1) } else { (u0, 0) };
+                let (b23, i23) = if u3 > u2 { (u3, 3) } else { (u2, 2) };
+                let (bu, bi) = if b23 > b01 { (b23, i23) } else { (b01, i01) };
+                let on = bu > T::ZERO;
+                m[ch] = if on { bi } else { INACTIVE };
+                o[ch] = if on { bu } else { T::ZERO };
+            }
+        });
+        (map, out)
+    }
+
+    /// Visits every active `(pooled index, channel, row)`.
+    #[inline]
+    fn active(&self, map: &[u8], mut f: impl FnMut(usize, usize, usize)) {
+        let c = self.d.c;
+        self.d.windows(|p, rows| {
+            for (ch, &k) in map[p * c..(p + 1) * c].iter().enumerate() {
+                if k != INACTIVE {
+                    f(p, ch, rows[k as usize]);
+                }
+            }
+        });
+    }
+}
+
+/// A block's batch statistics and argmax map: computed once by the first of the four kernels
+/// that need them (the forward, its backward, the input gradient and its backward) and shared
+/// through the ops of one [`pair`].
+pub(crate) struct Prep<T> {
+    block: Block<T>,
+    map: Vec<u8>,
+}
+
+/// [`Prep`] of either float type.
+enum Prepared {
+    F32(Prep<f32>),
+    F64(Prep<f64>),
+}
+
+/// The float types of the kernels, with access to their [`Prepared`] variant.
+trait Float: Elem + WithDType {
+    fn get(p: &Prepared) -> Option<&Prep<Self>>;
+    fn wrap(p: Prep<Self>) -> Prepared;
+}
+impl Float for f32 {
+    fn get(p: &Prepared) -> Option<&Prep<Self>> {
+        match p {
+            Prepared::F32(v) => Some(v),
+            Prepared::F64(_) => None,
+        }
+    }
+    fn wrap(p: Prep<Self>) -> Prepared {
+        Prepared::F32(p)
+    }
+}
+impl Float for f64 {
+    fn get(p: &Prepared) -> Option<&Prep<Self>> {
+        match p {
+            Prepared::F64(v) => Some(v),
+            Prepared::F32(_) => None,
+        }
+    }
+    fn wrap(p: Prep<Self>) -> Prepared {
+        Prepared::F64(p)
+    }
+}
+
+/// The [`Prep`] shared by one pair of ops (filled on first use).
+#[derive(Default)]
+struct Shared(OnceLock<Prepared>);
+
+impl Shared {
+    /// The preparation for `y`, `params` (computed now if this is the first use; with the
+    /// pooled output when computed here).
+    fn prep<T: Float>(&self, y: &[T], params: &[T], d: Dims) -> Result<(&Prep<T>, Option<Vec<T>>)> {
+        let mut pooled = None;
+        let p = self.0.get_or_init(|| {
+            let block = Block::new(y, params, d);
+            let (map, out) = block.argmax(y);
+            pooled = Some(out);
+            T::wrap(Prep { block, map })
+        });
+        match T::get(p) {
+            Some(p) if p.map.len() == d.b * (d.h / 2) * (d.w / 2) * d.c => Ok((p, pooled)),
+            _ => candle_core::bail!("fused duq op used with a different tensor than its pair's"),
+        }
+    }
+}
+
+/// The op's vector-Jacobian product for a pooled gradient `gp`: `(gy (N, c), dgamma, dbeta)`.
+fn vjp_k<T: Elem>(gp: &[T], y: &[T], prep: &Prep<T>, d: Dims) -> (Vec<T>, Vec<f64>, Vec<f64>) {
+    let c = d.c;
+    let (bl, map) = (&prep.block, &prep.map);
+    let (mut q1, mut q2) = (vec![0f64; c], vec![0f64; c]);
+    bl.active(map, |p, ch, r| {
+        let q = gp[p * c + ch].to_f64();
+        q1[ch] += q;
+        q2[ch] += q * bl.x_hat(y[r * c + ch], ch).to_f64();
+    });
+    let n = d.rows().max(1) as f64;
+    // gy = s gamma (q - Q1/N - x_hat Q2/N): the dense part first, then the routed q.
+    let k0: Vec<T> = (0..c)
+        .map(|ch| T::from_f64(-bl.s[ch] * bl.gamma[ch] * q1[ch] / n))
+        .collect();
+    // x_hat k1 + k0 = (y - mu) (s k1) + k0.
+    let sk1: Vec<T> = (0..c)
+        .map(|ch| T::from_f64(-bl.s[ch] * bl.s[ch] * bl.gamma[ch] * q2[ch] / n))
+        .collect();
+    let mut gy = vec![T::ZERO; y.len()];
+    for (go, yr) in gy.chunks_exact_mut(c).zip(y.chunks_exact(c)) {
+        for ((((o, &v), &mu), &a), &b) in go.iter_mut().zip(yr).zip(&bl.mu_t).zip(&sk1).zip(&k0) {
+            *o = (v - mu) * a + b;
+        }
+    }
+    let sg: Vec<T> = (0..c)
+        .map(|ch| T::from_f64(bl.s[ch] * bl.gamma[ch]))
+        .collect();
+    bl.active(map, |p, ch, r| {
+        gy[r * c + ch] += sg[ch] * gp[p * c + ch];
+    });
+    (gy, q2, q1)
+}
+
+/// The backward of [`vjp_k`] for an adjoint `gbar (N, c)` of `gy`:
+/// `(d gp (P, c), d y (N, c), d gamma)` (the mask and argmax are piecewise constant, so `beta`
+/// gets none).
+fn vjp_bwd_k<T: Elem>(
+    gbar: &[T],
+    gp: &[T],
+    y: &[T],
+    prep: &Prep<T>,
+    d: Dims,
+) -> (Vec<T>, Vec<T>, Vec<f64>) {
+    let c = d.c;
+    let (bl, map) = (&prep.block, &prep.map);
+    let n = d.rows().max(1) as f64;
+    // Sparse sums over the routed q: Q1 = sum q, Q2 = sum q x_hat, SGq = sum gbar q.
+    let (mut q1, mut q2, mut sgq) = (vec![0f64; c], vec![0f64; c], vec![0f64; c]);
+    bl.active(map, |p, ch, r| {
+        let q = gp[p * c + ch].to_f64();
+        q1[ch] += q;
+        q2[ch] += q * bl.x_hat(y[r * c + ch], ch).to_f64();
+        sgq[ch] += q * gbar[r * c + ch].to_f64();
+    });
+    // Dense sums: R1 = sum gbar, R2 = sum gbar x_hat (in T blocks, then f64).
+    let (mut r1, mut r2) = (vec![0f64; c], vec![0f64; c]);
+    {
+        // R2 = s sum gbar (y - mu).
+        let (mut p1, mut p2) = (vec![T::ZERO; c], vec![T::ZERO; c]);
+        for (gb, yb) in gbar.chunks(64 * c).zip(y.chunks(64 * c)) {
+            p1.iter_mut().for_each(|v| *v = T::ZERO);
+            p2.iter_mut().for_each(|v| *v = T::ZERO);
+            for (gr, yr) in gb.chunks_exact(c).zip(yb.chunks_exact(c)) {
+                for ((((a1, a2), &g), &v), &mu) in p1
+                    .iter_mut()
+                    .zip(p2.iter_mut())
+                    .zip(gr)
+                    .zip(yr)
+                    .zip(&bl.mu_t)
+                {
+                    *a1 += g;
+                    *a2 += g * (v - mu);
+                }
+            }
+            for ch in 0..c {
+                r1[ch] += p1[ch].to_f64();
+                r2[ch] += p2[ch].to_f64() * bl.s[ch];
+            }
+        }
+    }
+    // Per channel (see the module notes; h = s gbar, a = gamma q):
+    //   mean(h) = s R1 / N, mean(h x_hat) = s R2 / N, m2 = mean(a x_hat) = gamma Q2 / N,
+    //   s_bar = gamma (SGq - Q1 R1 / N - Q2 R2 / N)   (sum gbar gy / s),
+    //   a_bar = h - mean(h) - x_hat mean(h x_hat)      -> dgamma = sum a_bar q, d gp = gamma a_bar,
+    //   x_hat_bar = -h m2 - a mean(h x_hat),
+    //   d y = s (x_hat_bar - mean(x_hat_bar) - x_hat mean(x_hat_bar x_hat)) - s_bar s^2 x_hat / N.
+    let mut dgamma = vec![0f64; c];
+    let (mut kg, mut k0, mut kx, mut ksparse) = (
+        vec![T::ZERO; c],
+        vec![T::ZERO; c],
+        vec![T::ZERO; c],
+        vec![T::ZERO; c],
+    );
+    let (mut mh_t, mut mhx_t, mut s_t, mut gamma_t) = (
+        vec![T::ZERO; c],
+        vec![T::ZERO; c],
+        vec![T::ZERO; c],
+        vec![T::ZERO; c],
+    );
+    for ch in 0..c {
+        let (s, g) = (bl.s[ch], bl.gamma[ch]);
+        let (h1, h2) = (s * r1[ch], s * r2[ch]);
+        let (mh, mhx) = (h1 / n, h2 / n);
+        let m2 = g * q2[ch] / n;
+        let s_bar = g * (sgq[ch] - q1[ch] * r1[ch] / n - q2[ch] * r2[ch] / n);
+        dgamma[ch] = s * sgq[ch] - mh * q1[ch] - mhx * q2[ch];
+        let mean_xb = (-m2 * h1 - g * mhx * q1[ch]) / n;
+        let mean_xbx = (-m2 * h2 - g * mhx * q2[ch]) / n;
+        // Dense part of d y: kg gbar + k0 + kx x_hat.
+        kg[ch] = T::from_f64(-s * s * m2);
+        k0[ch] = T::from_f64(-s * mean_xb);
+        // Multiplies (y - mu) = x_hat / s.
+        kx[ch] = T::from_f64((-s * mean_xbx - s_bar * s * s / n) * s);
+        // Sparse part at active argmaxes: s (-gamma q mean(h x_hat)).
+        ksparse[ch] = T::from_f64(-s * g * mhx);
+        mh_t[ch] = T::from_f64(mh);
+        mhx_t[ch] = T::from_f64(mhx);
+        s_t[ch] = T::from_f64(s);
+        gamma_t[ch] = T::from_f64(g);
+    }
+    let mut dy = vec![T::ZERO; y.len()];
+    for ((dr, gr), yr) in dy
+        .chunks_exact_mut(c)
+        .zip(gbar.chunks_exact(c))
+        .zip(y.chunks_exact(c))
+    {
+        for (((((d, &g), &v), &mu), &a), (&b, &k)) in dr
+            .iter_mut()
+            .zip(gr)
+            .zip(yr)
+            .zip(&bl.mu_t)
+            .zip(&kg)
+            .zip(kx.iter().zip(&k0))
+        {
+            *d = g * a + ((v - mu) * b + k);
+        }
+    }
+    let mut dgp = vec![T::ZERO; gp.len()];
+    bl.active(map, |p, ch, r| {
+        let i = r * c + ch;
+        dy[i] += ksparse[ch] * gp[p * c + ch];
+        let xh = bl.x_hat(y[i], ch);
+        let a_bar = s_t[ch] * gbar[i] - mh_t[ch] - xh * mhx_t[ch];
+        dgp[p * c + ch] = gamma_t[ch] * a_bar;
+    });
+    (dgp, dy, dgamma)
+}
+
+/// Training-mode batch norm + affine + ReLU + 2x2 max-pool: `(y (b, h, w, c), params (3, c))`
+/// -> `(b, h/2, w/2, c)` (floor, first maximum wins, like PyTorch).
+pub struct BnReluPool(Arc<Shared>);
+
+/// The vector-Jacobian product of [`BnReluPool`] with respect to `y`, as a differentiable op:
+/// `(gp (b, h/2, w/2, c), y (b, h, w, c), params (3, c))` -> `gy (b, h, w, c)`.
+pub struct BnReluPoolGrad(Arc<Shared>);
+
+/// The two ops of one block's forward, sharing one preparation: apply both to the same `y` and
+/// `params` (one pair per forward pass).
+pub fn pair() -> (BnReluPool, BnReluPoolGrad) {
+    let shared = Arc::new(Shared::default());
+    (BnReluPool(shared.clone()), BnReluPoolGrad(shared))
+}
+
+fn slice<'a, T: WithDType>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [T]> {
+    let v = s.as_slice::<T>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => candle_core::bail!("{op} needs contiguous inputs"),
+    }
+}
+
+fn check_params(l: &Layout, c: usize, op: &str) -> Result<()> {
+    if l.dims() != [3, c] {
+        candle_core::bail!("{op}: params must be (3, {c}), got {:?}", l.dims());
+    }
+    Ok(())
+}
+
+/// Runs `f` on the contiguous CPU slices of `ts` (all of dtype `T`).
+fn with_slices<T: WithDType, R>(ts: &[&Tensor], f: impl FnOnce(&[&[T]]) -> R) -> Result<R> {
+    let guards: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
+    let mut slices = Vec::with_capacity(ts.len());
+    for (g, l) in &guards {
+        let Storage::Cpu(cs) = &**g else {
+            candle_core::bail!("the fused DUQ kernels run on the CPU only");
+        };
+        slices.push(slice::<T>(cs, l, "fused duq kernel")?);
+    }
+    Ok(f(&slices))
+}
+
+/// `(3, c)` parameter gradient from `dgamma` and `dbeta` (the bias row is zero).
+fn param_grad<T: Elem + WithDType>(
+    dgamma: &[f64],
+    dbeta: Option<&[f64]>,
+    like: &Tensor,
+) -> Result<Tensor> {
+    let c = dgamma.len();
+    let mut v: Vec<T> = dgamma.iter().map(|&g| <T as Elem>::from_f64(g)).collect();
+    match dbeta {
+        Some(b) => v.extend(b.iter().map(|&g| <T as Elem>::from_f64(g))),
+        None => v.extend(std::iter::repeat_n(T::ZERO, c)),
+    }
+    v.extend(std::iter::repeat_n(T::ZERO, c));
+    Tensor::from_vec(v, (3, c), like.device())
+}
+
+impl CustomOp2 for BnReluPool {
+    fn name(&self) -> &'static str {
+        "alkit-duq-bn-relu-pool"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let d = Dims::from_layout(l1, self.name())?;
+        check_params(l2, d.c, self.name())?;
+        fn run<T: Float>(sh: &Shared, y: &[T], params: &[T], d: Dims) -> Result<Vec<T>> {
+            let (prep, pooled) = sh.prep(y, params, d)?;
+            Ok(match pooled {
+                Some(p) => p,
+                None => prep.block.argmax(y).1,
+            })
+        }
+        let n = self.name();
+        let out = match s1.dtype() {
+            DType::F32 => CpuStorage::F32(run::<f32>(
+                &self.0,
+                slice(s1, l1, n)?,
+                slice(s2, l2, n)?,
+                d,
+            )?),
+            DType::F64 => CpuStorage::F64(run::<f64>(
+                &self.0,
+                slice(s1, l1, n)?,
+                slice(s2, l2, n)?,
+                d,
+            )?),
+            dt => candle_core::bail!("{n} supports f32 and f64, got {dt:?}"),
+        };
+        Ok((out, Shape::from(d.pooled_shape())))
+    }
+
+    fn bwd(
+        &self,
+        y: &Tensor,
+        params: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let d = Dims::from_layout(y.layout(), self.name())?;
+        let grad = grad.contiguous()?;
+        fn run<T: Float>(
+            sh: &Shared,
+            grad: &Tensor,
+            y: &Tensor,
+            params: &Tensor,
+            d: Dims,
+        ) -> Result<(Tensor, Tensor)> {
+            let (gy, dgamma, dbeta) = with_slices::<T, _>(&[grad, y, params], |s| {
+                sh.prep(s[1], s[2], d)
+                    .map(|(prep, _)| vjp_k(s[0], s[1], prep, d))
+            })??;
+            Ok((
+                Tensor::from_vec(gy, y.shape(), y.device())?,
+                param_grad::<T>(&dgamma, Some(&dbeta), params)?,
+            ))
+        }
+        let (gy, gparams) = match y.dtype() {
+            DType::F32 => run::<f32>(&self.0, &grad, y, params, d)?,
+            DType::F64 => run::<f64>(&self.0, &grad, y, params, d)?,
+            dt => candle_core::bail!("{} supports f32 and f64, got {dt:?}", self.name()),
+        };
+        Ok((Some(gy), Some(gparams)))
+    }
+}
+
+impl CustomOp3 for BnReluPoolGrad {
+    fn name(&self) -> &'static str {
+        "alkit-duq-bn-relu-pool-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let d = Dims::from_layout(l2, self.name())?;
+        check_params(l3, d.c, self.name())?;
+        let (pb, ph, pw, pc) = d.pooled_shape();
+        if l1.dims() != [pb, ph, pw, pc] {
+            candle_core::bail!(
+                "{}: pooled gradient {:?} does not fit input {:?}",
+                self.name(),
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        fn run<T: Float>(sh: &Shared, gp: &[T], y: &[T], params: &[T], d: Dims) -> Result<Vec<T>> {
+            Ok(vjp_k(gp, y, sh.prep(y, params, d)?.0, d).0)
+        }
+        let n = self.name();
+        let out = match s2.dtype() {
+            DType::F32 => CpuStorage::F32(run::<f32>(
+                &self.0,
+                slice(s1, l1, n)?,
+                slice(s2, l2, n)?,
+                slice(s3, l3, n)?,
+                d,
+            )?),
+            DType::F64 => CpuStorage::F64(run::<f64>(
+                &self.0,
+                slice(s1, l1, n)?,
+                slice(s2, l2, n)?,
+                slice(s3, l3, n)?,
+                d,
+            )?),
+            dt => candle_core::bail!("{n} supports f32 and f64, got {dt:?}"),
+        };
+        Ok((out, Shape::from((d.b, d.h, d.w, d.c))))
+    }
+
+    fn bwd(
+        &self,
+        gp: &Tensor,
+        y: &Tensor,
+        params: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let d = Dims::from_layout(y.layout(), self.name())?;
+        let grad = grad.contiguous()?;
+        fn run<T: Float>(
+            sh: &Shared,
+            grad: &Tensor,
+            gp: &Tensor,
+            y: &Tensor,
+            params: &Tensor,
+            d: Dims,
+        ) -> Result<(Tensor, Tensor, Tensor)> {
+            let (dgp, dy, dgamma) = with_slices::<T, _>(&[grad, gp, y, params], |s| {
+                sh.prep(s[2], s[3], d)
+                    .map(|(prep, _)| vjp_bwd_k(s[0], s[1], s[2], prep, d))
+            })??;
+            Ok((
+                Tensor::from_vec(dgp, gp.shape(), gp.device())?,
+                Tensor::from_vec(dy, y.shape(), y.device())?,
+                param_grad::<T>(&dgamma, None, params)?,
+            ))
+        }
+        let (dgp, dy, dparams) = match y.dtype() {
+            DType::F32 => run::<f32>(&self.0, &grad, gp, y, params, d)?,
+            DType::F64 => run::<f64>(&self.0, &grad, gp, y, params, d)?,
+            dt => candle_core::bail!("{} supports f32 and f64, got {dt:?}", self.name()),
+        };
+        Ok((Some(dgp), Some(dy), Some(dparams)))
+    }
+}
+
+/// Per-channel mean and biased variance of `y (b, h, w, c)`, detached (for the running
+/// statistics), as `(c,)` tensors of `y`'s dtype.
+pub fn batch_moments(y: &Tensor) -> Result<(Tensor, Tensor)> {
+    let c = y.dim(3)?;
+    let y = y.contiguous()?;
+    let (mean, var) = match y.dtype() {
+        DType::F32 => with_slices::<f32, _>(&[&y], |s| moments(s[0], c))?,
+        DType::F64 => with_slices::<f64, _>(&[&y], |s| moments(s[0], c))?,
+        dt => candle_core::bail!("batch moments support f32 and f64, got {dt:?}"),
+    };
+    Ok((
+        Tensor::from_vec(mean, c, y.device())?.to_dtype(y.dtype())?,
+        Tensor::from_vec(var, c, y.device())?.to_dtype(y.dtype())?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    /// The same block written with candle ops (what `cnn` uses on other devices), `f64`.
+    fn composed(y: &Tensor, params: &Tensor) -> Result<Tensor> {
+        let (b, h, w, c) = y.dims4()?;
+        let gamma = params.get(0)?;
+        let beta = params.get(1)?;
+        let bias = params.get(2)?;
+        let y = y.reshape((b * h * w, c))?.broadcast_add(&bias)?;
+        let mean = y.mean(0)?;
+        let centred = y.broadcast_sub(&mean)?;
+        let var = centred.sqr()?.mean(0)?;
+        let x_hat = centred.broadcast_div(&(var + EPS)?.sqrt()?)?;
+        let u = x_hat.broadcast_mul(&gamma)?.broadcast_add(&beta)?.relu()?;
+        let u = u.reshape((b, h, w, c))?;
+        let (h2, w2) = (h / 2, w / 2);
+        u.narrow(1, 0, 2 * h2)?
+            .narrow(2, 0, 2 * w2)?
+            .reshape((b, h2, 2, w2, 2, c))?
+            .max(4)?
+            .max(2)
+    }
+
+    fn randn(shape: &[usize], seed: u64) -> Tensor {
+        let mut rng = <crate::rng::Rng as rand::SeedableRng>::seed_from_u64(seed);
+        let n: usize = shape.iter().product();
+        let v: Vec<f64> = (0..n).map(|_| crate::rng::normal(&mut rng)).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    }
+
+    /// Reference: candle's own autodiff of the composition above, at first order (the op's
+    /// gradients) and at second order through an explicitly written input gradient (the VJP op's
+    /// gradients), in f64 on a block with odd sides (rows outside every window) and negative
+    /// gammas (the argmax of `u` is then not the argmax of `y`).
+    #[test]
+    fn fused_block_and_its_input_gradient_match_candle_autodiff_in_f64() -> Result<()> {
+        let (b, h, w, c) = (3, 5, 7, 4);
+        let y = Var::from_tensor(&((randn(&[b, h, w, c], 1) * 2.0)? + 0.5)?)?;
+        let mut p = randn(&[3, c], 2).to_vec2::<f64>()?;
+        p[0][1] = -p[0][1].abs() - 0.5; // a negative gamma
+        let params = Var::from_tensor(&Tensor::new(p, &Device::Cpu)?)?;
+        let r = randn(&[b, h / 2, w / 2, c], 3);
+
+        // Forward value.
+        let (op, grad_op) = pair();
+        let fused = y.as_tensor().apply_op2(params.as_tensor(), op)?;
+        let reference = composed(y.as_tensor(), params.as_tensor())?;
+        let diff = (&fused - &reference)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f64>()?;
+        assert!(diff < 1e-12, "forward differs by {diff}");
+
+        // First order: gradients of sum(pooled * r).
+        let gf = (&fused * &r)?.sum_all()?.backward()?;
+        let gr = (&reference * &r)?.sum_all()?.backward()?;
+        for (name, v) in [("y", y.as_tensor()), ("params", params.as_tensor())] {
+            let (a, e) = (gf.get(v).unwrap(), gr.get(v).unwrap());
+            let d = (a - e)?.abs()?.max_all()?.to_scalar::<f64>()?;
+            assert!(d < 1e-10, "first-order gradient of {name} differs by {d}");
+        }
+
+        // The VJP op's value equals autodiff's gradient of sum(pooled * gp) with respect to y.
+        let gp = Var::from_tensor(&r)?;
+        let gy = gp
+            .as_tensor()
+            .apply_op3(y.as_tensor(), params.as_tensor(), grad_op)?;
+        let autodiff_gy = gr.get(y.as_tensor()).unwrap();
+        let d = (&gy - autodiff_gy)?.abs()?.max_all()?.to_scalar::<f64>()?;
+        assert!(d < 1e-10, "input gradient differs by {d}");
+
+        // Second order: gradients of sum(gy * r2)^2-ish function against central finite
+        // differences of the op's own forward (f64, step 1e-6).
+        let r2 = randn(&[b, h, w, c], 4);
+        let obj = |gp: &Tensor, y: &Tensor, params: &Tensor| -> Result<f64> {
+            let gy = gp.apply_op3(y, params, pair().1)?;
+            (gy * &r2)?.sum_all()?.sqr()?.to_scalar::<f64>()
+        };
+        let grads = obj_graph(&gp, &y, &params, &r2)?;
+        let eps = 1e-6;
+        for (which, var, g) in [
+            (0, gp.as_tensor(), grads.0),
+            (1, y.as_tensor(), grads.1),
+            (2, params.as_tensor(), grads.2),
+        ] {
+            let flat = var.flatten_all()?.to_vec1::<f64>()?;
+            let gv = g.flatten_all()?.to_vec1::<f64>()?;
+            // Every entry of the small tensors, a spread of the large one; the bias row of
+            // params and beta get exactly zero (piecewise-constant dependence).
+            let picks: Vec<usize> = (0..flat.len()).step_by(1 + flat.len() / 40).collect();
+            for i in picks {
+                let at = |delta: f64| -> Result<f64> {
+                    let mut v = flat.clone();
+                    v[i] += delta;
+                    let t = Tensor::from_vec(v, var.shape(), &Device::Cpu)?;
+                    match which {
+                        0 => obj(&t, y.as_tensor(), params.as_tensor()),
+                        1 => obj(gp.as_tensor(), &t, params.as_tensor()),
+                        _ => obj(gp.as_tensor(), y.as_tensor(), &t),
+                    }
+                };
+                let fd = (at(eps)? - at(-eps)?) / (2.0 * eps);
+                let err = (fd - gv[i]).abs() / (1.0 + fd.abs());
+                assert!(err < 1e-6, "input {which} entry {i}: fd {fd} vs {}", gv[i]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gradients of `(sum gy * r2)^2` with respect to `(gp, y, params)` through the op's
+    /// backward.
+    fn obj_graph(gp: &Var, y: &Var, params: &Var, r2: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let gy = gp
+            .as_tensor()
+            .apply_op3(y.as_tensor(), params.as_tensor(), pair().1)?;
+        let g = (gy * r2)?.sum_all()?.sqr()?.backward()?;
+        Ok((
+            g.get(gp.as_tensor()).unwrap().clone(),
+            g.get(y.as_tensor()).unwrap().clone(),
+            g.get(params.as_tensor()).unwrap().clone(),
+        ))
+    }
+}
