@@ -1484,6 +1484,107 @@ fn duq_cnn_with_batch_norm_gradients_match_finite_differences_in_f64() {
 }
 
 #[test]
+fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
+    // Reference: the same seeded model with `set_fused(false)`, i.e. the composition of candle
+    // ops that other devices run (itself checked against finite differences above). In f64,
+    // with the paper's channel counts scaled down and odd sizes after the second pool: the loss,
+    // every parameter gradient of BCE + penalty, the training-mode input gradient, the running
+    // statistics after a step, and eval-mode kernel values (batch norm folded into the
+    // convolution) agree to 1e-9 relative.
+    use alkit::duq::cnn::{DuqCnn, DuqCnnConfig};
+    use alkit::duq::Sgd;
+    let cfg = DuqCnnConfig {
+        channels: [16, 8, 8],
+        features: 6,
+        centroid_dims: 4,
+        sigma: 0.5,
+        lambda: 0.7,
+        ..DuqCnnConfig::default()
+    };
+    let make = |fused: bool| {
+        let mut m = DuqCnn::seeded(
+            &[1, 20, 20],
+            3,
+            &cfg,
+            DType::F64,
+            &Device::Cpu,
+            stream(9, Purpose::Init, 0),
+        )
+        .unwrap();
+        m.set_fused(fused);
+        m
+    };
+    let (mut fused, mut composed) = (make(true), make(false));
+    let x = randn64(&[6, 1, 20, 20], 21);
+    let y = Tensor::from_vec(vec![0u32, 2, 1, 2, 0, 1], 6, &Device::Cpu).unwrap();
+    let rel = |a: &Tensor, b: &Tensor| {
+        let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+        let m = b.abs().unwrap().max_all().unwrap();
+        d.to_scalar::<f64>().unwrap() / m.to_scalar::<f64>().unwrap().max(1e-12)
+    };
+    let ((lf, _, _), of) = fused.loss(&x, &y).unwrap();
+    let ((lc, _, _), oc) = composed.loss(&x, &y).unwrap();
+    assert!(rel(&lf, &lc) < 1e-12, "loss");
+    let gi = rel(
+        &fused.input_gradient(&of).unwrap(),
+        &composed.input_gradient(&oc).unwrap(),
+    );
+    assert!(gi < 1e-9, "input gradient: {gi}");
+    let (gf, gc) = (lf.backward().unwrap(), lc.backward().unwrap());
+    let mut checked = 0;
+    for ((name, vf), (_, vc)) in fused
+        .params()
+        .named()
+        .into_iter()
+        .zip(composed.params().named())
+    {
+        match (gf.get(&vf), gc.get(&vc)) {
+            (Some(a), Some(b)) => {
+                let e = if name.ends_with("conv.bias") {
+                    // Zero in training-mode batch norm: exactly (fused) vs rounding (composed).
+                    b.abs()
+                        .unwrap()
+                        .max_all()
+                        .unwrap()
+                        .to_scalar::<f64>()
+                        .unwrap()
+                        + a.abs()
+                            .unwrap()
+                            .max_all()
+                            .unwrap()
+                            .to_scalar::<f64>()
+                            .unwrap()
+                } else {
+                    rel(a, b)
+                };
+                assert!(e < 1e-9, "{name}: {e}");
+                checked += 1;
+            }
+            (None, None) => {}
+            _ => panic!("{name}: gradient in one path only"),
+        }
+    }
+    assert_eq!(checked, 15);
+    let mut sf = Sgd::new(fused.vars(), 0.05, 0.9, 1e-4);
+    let mut sc = Sgd::new(composed.vars(), 0.05, 0.9, 1e-4);
+    fused.step(&mut sf, &x, &y).unwrap();
+    composed.step(&mut sc, &x, &y).unwrap();
+    let (sf_, sc_) = (fused.state().unwrap(), composed.state().unwrap());
+    for ((name, a), (_, b)) in sf_.named().into_iter().zip(sc_.named()) {
+        let e = rel(a.as_tensor(), b.as_tensor());
+        assert!(e < 1e-9, "{name} after a step: {e}");
+    }
+    let kf = fused.kernel_values(&x, 4).unwrap();
+    let kc = composed.kernel_values(&x, 4).unwrap();
+    for (a, b) in kf.iter().zip(&kc) {
+        assert!(
+            (a - b).abs() <= 1e-6 * b.abs().max(1e-3),
+            "eval K: {a} vs {b}"
+        );
+    }
+}
+
+#[test]
 fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
     // `alkit train --model duq` writes a checkpoint (weights, batch-norm running statistics
     // and centroid state); `alkit score --scorer duq` reads 1 - max K from it; the library's
@@ -1610,6 +1711,34 @@ fn cli_surface_writes_png_and_metrics() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+    // --seeds: one folder per seed and a CSV whose rows are those folders' metrics.
+    let many = out.join("many");
+    let o = alkit_cmd()
+        .args([
+            "surface", "--model", "duq", "--points", "300", "--seed", "2",
+        ])
+        .args(["--seeds", "2", "--out"])
+        .arg(&many)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("2 seeds (2..3): accuracy median"));
+    let csv = std::fs::read_to_string(many.join("seeds.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{csv}");
+    for (row, seed) in rows.iter().zip([2, 3]) {
+        let m: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(many.join(format!("seed{seed}/metrics.json"))).unwrap(),
+        )
+        .unwrap();
+        let f: Vec<f64> = row.split(',').map(|v| v.parse().unwrap()).collect();
+        let want = [
+            f64::from(seed),
+            m["accuracy"].as_f64().unwrap(),
+            m["auroc_far"].as_f64().unwrap(),
+        ];
+        assert_eq!(f, want, "{row}");
+    }
     let _ = std::fs::remove_dir_all(out);
 }
 

@@ -169,7 +169,12 @@ struct SurfaceArgs {
     /// Seed of the data, initialisation and batch order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Output folder: surface.png, metrics.json.
+    /// Repeat with seeds seed, seed+1, ...: one folder per seed (`seedS/`), `seeds.csv`, and
+    /// the median and range of the metrics (how robust a method is matters here as much as
+    /// one run's picture).
+    #[arg(long, default_value_t = 1)]
+    seeds: u64,
+    /// Output folder: surface.png, gradient.png, metrics.json (with --seeds: per seed).
     #[arg(long)]
     out: PathBuf,
 }
@@ -1865,7 +1870,7 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
             anchor: Some(a.anchor),
         },
     };
-    let spec = SurfaceSpec {
+    let mut spec = SurfaceSpec {
         model,
         score,
         points: a.points,
@@ -1873,11 +1878,49 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         steps: a.steps,
         seed: a.seed,
     };
-    let s = moons_surface(&spec, device)?;
+    if a.seeds <= 1 {
+        return write_surface(&moons_surface(&spec, device)?, &a.out);
+    }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut csv = String::from("seed,accuracy,auroc_far\n");
+    let (mut acc, mut far) = (Vec::new(), Vec::new());
+    for seed in a.seed..a.seed + a.seeds {
+        spec.seed = seed;
+        let s = moons_surface(&spec, device)?;
+        write_surface(&s, &a.out.join(format!("seed{seed}")))?;
+        csv.push_str(&format!("{seed},{},{}\n", s.accuracy, s.auroc_far));
+        alkit::fsutil::write_atomic(&a.out.join("seeds.csv"), csv.as_bytes())?;
+        acc.push(s.accuracy);
+        far.push(s.auroc_far);
+    }
+    let summary = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = if v.len() % 2 == 0 {
+            (v[mid - 1] + v[mid]) / 2.0
+        } else {
+            v[mid]
+        };
+        (median, v[0], v[v.len() - 1])
+    };
+    let ((am, alo, ahi), (fm, flo, fhi)) = (summary(&mut acc), summary(&mut far));
+    writeln!(
+        std::io::stdout().lock(),
+        "{} seeds ({}..{}): accuracy median {am:.4} (min {alo:.4}, max {ahi:.4}), auroc_far median {fm:.4} (min {flo:.4}, max {fhi:.4}); wrote {}/seeds.csv",
+        a.seeds,
+        a.seed,
+        a.seed + a.seeds - 1,
+        a.out.display()
+    )?;
+    Ok(())
+}
+
+/// `surface.png`, `gradient.png` and `metrics.json` of one surface into `out`, and its line.
+fn write_surface(s: &alkit::surface::Surface, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let title = format!("{}: uncertainty, auroc_far {:.3}", s.scorer, s.auroc_far);
     let png = alkit::plot::heatmap_png(&s.grid, s.n, s.n, s.extent, &s.train_points, &title);
-    alkit::fsutil::write_atomic(&a.out.join("surface.png"), &png)?;
+    alkit::fsutil::write_atomic(&out.join("surface.png"), &png)?;
     let png = alkit::plot::heatmap_png(
         &s.gradient,
         s.n,
@@ -1886,8 +1929,8 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         &s.train_points,
         &format!("{}: |d score / dx|", s.scorer),
     );
-    alkit::fsutil::write_atomic(&a.out.join("gradient.png"), &png)?;
-    alkit::fsutil::write_json(&a.out.join("metrics.json"), &s)?;
+    alkit::fsutil::write_atomic(&out.join("gradient.png"), &png)?;
+    alkit::fsutil::write_json(&out.join("metrics.json"), s)?;
     let mut so = std::io::stdout().lock();
     writeln!(
         so,
@@ -1895,7 +1938,7 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         s.scorer,
         s.accuracy,
         s.auroc_far,
-        a.out.display()
+        out.display()
     )?;
     Ok(())
 }

@@ -234,7 +234,9 @@ impl Block {
             let params = Tensor::stack(&[&self.gamma, &self.beta, &self.bias], 0)?;
             let (op, grad_op) = super::fused::pair();
             let pooled = y.apply_op2(&params, op)?;
-            let (mean, var) = super::fused::batch_moments(&y)?;
+            let (mean, var) = grad_op.batch_moments(&y)?.ok_or_else(|| {
+                Error::config("duq", "batch statistics missing after the forward")
+            })?;
             let mean = (mean + self.bias.detach())?;
             let cache = BlockCache::Fused {
                 y,

@@ -63,6 +63,20 @@ impl Dims {
     fn pooled_shape(&self) -> (usize, usize, usize, usize) {
         (self.b, self.h / 2, self.w / 2, self.c)
     }
+    /// Every row outside all pooling windows (the last row / column of odd sides).
+    fn uncovered(&self, mut f: impl FnMut(usize)) {
+        let (h2, w2) = (2 * (self.h / 2), 2 * (self.w / 2));
+        for bi in 0..self.b {
+            for yy in 0..self.h {
+                for xx in 0..self.w {
+                    if yy >= h2 || xx >= w2 {
+                        f((bi * self.h + yy) * self.w + xx);
+                    }
+                }
+            }
+        }
+    }
+
     /// Every pooled pixel (flat index) with the row indices of its window, in the order
     /// `(0,0), (0,1), (1,0), (1,1)` (the order in which the first maximum wins).
     #[inline]
@@ -127,9 +141,11 @@ fn block_sums<T: Elem>(y: &[T], c: usize, mut add: impl FnMut(&mut [T], &[T])) -
 /// What every kernel recomputes from `y` and the parameters.
 struct Block<T> {
     d: Dims,
-    /// Per channel, `f64`: `s`, `gamma`.
+    /// Per channel, `f64`: `s`, `gamma`, and the batch mean and biased variance.
     s: Vec<f64>,
     gamma: Vec<f64>,
+    mean: Vec<f64>,
+    var: Vec<f64>,
     /// Per channel, `T`: `mu`, `s`, `beta`.
     mu_t: Vec<T>,
     s_t: Vec<T>,
@@ -148,6 +164,8 @@ impl<T: Elem> Block<T> {
             s_t: s.iter().map(|&v| T::from_f64(v)).collect(),
             beta_t: params[c..2 * c].to_vec(),
             s,
+            mean,
+            var,
         }
     }
 
@@ -284,18 +302,26 @@ fn vjp_k<T: Elem>(gp: &[T], y: &[T], prep: &Prep<T>, d: Dims) -> (Vec<T>, Vec<f6
     let sk1: Vec<T> = (0..c)
         .map(|ch| T::from_f64(-bl.s[ch] * bl.s[ch] * bl.gamma[ch] * q2[ch] / n))
         .collect();
-    let mut gy = vec![T::ZERO; y.len()];
-    for (go, yr) in gy.chunks_exact_mut(c).zip(y.chunks_exact(c)) {
-        for ((((o, &v), &mu), &a), &b) in go.iter_mut().zip(yr).zip(&bl.mu_t).zip(&sk1).zip(&k0) {
-            *o = (v - mu) * a + b;
-        }
-    }
     let sg: Vec<T> = (0..c)
         .map(|ch| T::from_f64(bl.s[ch] * bl.gamma[ch]))
         .collect();
-    bl.active(map, |p, ch, r| {
-        gy[r * c + ch] += sg[ch] * gp[p * c + ch];
+    let mut gy = vec![T::ZERO; y.len()];
+    let dense = |r: usize, gy: &mut [T]| {
+        let (go, yr) = (&mut gy[r * c..(r + 1) * c], &y[r * c..(r + 1) * c]);
+        for ((((o, &v), &mu), &a), &b) in go.iter_mut().zip(yr).zip(&bl.mu_t).zip(&sk1).zip(&k0) {
+            *o = (v - mu) * a + b;
+        }
+    };
+    // Window by window, so the routed q lands on rows still in cache.
+    d.windows(|p, rows| {
+        rows.iter().for_each(|&r| dense(r, &mut gy));
+        for (ch, &k) in map[p * c..(p + 1) * c].iter().enumerate() {
+            if k != INACTIVE {
+                gy[rows[k as usize] * c + ch] += sg[ch] * gp[p * c + ch];
+            }
+        }
     });
+    d.uncovered(|r| dense(r, &mut gy));
     (gy, q2, q1)
 }
 
@@ -387,11 +413,12 @@ fn vjp_bwd_k<T: Elem>(
         gamma_t[ch] = T::from_f64(g);
     }
     let mut dy = vec![T::ZERO; y.len()];
-    for ((dr, gr), yr) in dy
-        .chunks_exact_mut(c)
-        .zip(gbar.chunks_exact(c))
-        .zip(y.chunks_exact(c))
-    {
+    let dense = |r: usize, dy: &mut [T]| {
+        let (dr, gr, yr) = (
+            &mut dy[r * c..(r + 1) * c],
+            &gbar[r * c..(r + 1) * c],
+            &y[r * c..(r + 1) * c],
+        );
         for (((((d, &g), &v), &mu), &a), (&b, &k)) in dr
             .iter_mut()
             .zip(gr)
@@ -402,15 +429,23 @@ fn vjp_bwd_k<T: Elem>(
         {
             *d = g * a + ((v - mu) * b + k);
         }
-    }
+    };
     let mut dgp = vec![T::ZERO; gp.len()];
-    bl.active(map, |p, ch, r| {
-        let i = r * c + ch;
-        dy[i] += ksparse[ch] * gp[p * c + ch];
-        let xh = bl.x_hat(y[i], ch);
-        let a_bar = s_t[ch] * gbar[i] - mh_t[ch] - xh * mhx_t[ch];
-        dgp[p * c + ch] = gamma_t[ch] * a_bar;
+    // Window by window, so the sparse terms land on rows still in cache.
+    d.windows(|p, rows| {
+        rows.iter().for_each(|&r| dense(r, &mut dy));
+        for (ch, &k) in map[p * c..(p + 1) * c].iter().enumerate() {
+            if k == INACTIVE {
+                continue;
+            }
+            let i = rows[k as usize] * c + ch;
+            dy[i] += ksparse[ch] * gp[p * c + ch];
+            let xh = bl.x_hat(y[i], ch);
+            let a_bar = s_t[ch] * gbar[i] - mh_t[ch] - xh * mhx_t[ch];
+            dgp[p * c + ch] = gamma_t[ch] * a_bar;
+        }
     });
+    d.uncovered(|r| dense(r, &mut dy));
     (dgp, dy, dgamma)
 }
 
@@ -633,20 +668,21 @@ impl CustomOp3 for BnReluPoolGrad {
     }
 }
 
-/// Per-channel mean and biased variance of `y (b, h, w, c)`, detached (for the running
-/// statistics), as `(c,)` tensors of `y`'s dtype.
-pub fn batch_moments(y: &Tensor) -> Result<(Tensor, Tensor)> {
-    let c = y.dim(3)?;
-    let y = y.contiguous()?;
-    let (mean, var) = match y.dtype() {
-        DType::F32 => with_slices::<f32, _>(&[&y], |s| moments(s[0], c))?,
-        DType::F64 => with_slices::<f64, _>(&[&y], |s| moments(s[0], c))?,
-        dt => candle_core::bail!("batch moments support f32 and f64, got {dt:?}"),
-    };
-    Ok((
-        Tensor::from_vec(mean, c, y.device())?.to_dtype(y.dtype())?,
-        Tensor::from_vec(var, c, y.device())?.to_dtype(y.dtype())?,
-    ))
+impl BnReluPoolGrad {
+    /// The per-channel batch mean and biased variance the pair's forward normalised with (for
+    /// the running statistics), as `(c,)` tensors of `like`'s dtype; `None` before the forward
+    /// has run.
+    pub fn batch_moments(&self, like: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        let (mean, var) = match self.0 .0.get() {
+            Some(Prepared::F32(p)) => (&p.block.mean, &p.block.var),
+            Some(Prepared::F64(p)) => (&p.block.mean, &p.block.var),
+            None => return Ok(None),
+        };
+        let t = |v: &Vec<f64>| {
+            Tensor::from_vec(v.clone(), v.len(), like.device())?.to_dtype(like.dtype())
+        };
+        Ok(Some((t(mean)?, t(var)?)))
+    }
 }
 
 #[cfg(test)]

@@ -280,28 +280,36 @@ fn with2<T: WithDType, R>(a: &Tensor, b: &Tensor, f: impl FnOnce(&[T], &[T]) -> 
     }
 }
 
-/// `(d first, d wmat)` of either op: the other op's kernel on the incoming gradient, and the
-/// weight gradient `gy^T @ im2col(x)` from the op's `(x, gy)` pair.
+/// `(d first, d wmat)` of either op: the other op's kernel on the incoming gradient (skipped
+/// when `first` is outside the graph, like a batch of images), and the weight gradient
+/// `gy^T @ im2col(x)` from the op's `(x, gy)` pair.
 fn backward<T: Elem + WithDType>(
     first: &Tensor,
     wmat: &Tensor,
     grad: &Tensor,
     g: &Geo,
     transposed: bool,
-) -> Result<(Tensor, Tensor)> {
+) -> Result<(Option<Tensor>, Tensor)> {
+    let wanted = first.track_op();
     let (d_first, dw) = if transposed {
         // first = gy, grad = d gx: d gy = conv(d gx), dW = gy^T im2col(d gx).
-        let d_gy = with2::<T, _>(grad, wmat, |gx, w| conv_k(gx, w, g))?;
+        let d_gy = wanted
+            .then(|| with2::<T, _>(grad, wmat, |gx, w| conv_k(gx, w, g)))
+            .transpose()?;
         let dw = with2::<T, _>(grad, first, |gx, gy| weight_grad_k(gx, gy, g))?;
         (d_gy, dw)
     } else {
         // first = x, grad = d y: d x = conv^T(d y), dW = dy^T im2col(x).
-        let dx = with2::<T, _>(grad, wmat, |gy, w| conv_t_k(gy, w, g))?;
+        let dx = wanted
+            .then(|| with2::<T, _>(grad, wmat, |gy, w| conv_t_k(gy, w, g)))
+            .transpose()?;
         let dw = with2::<T, _>(first, grad, |x, gy| weight_grad_k(x, gy, g))?;
         (dx, dw)
     };
     Ok((
-        Tensor::from_vec(d_first, first.shape(), first.device())?,
+        d_first
+            .map(|v| Tensor::from_vec(v, first.shape(), first.device()))
+            .transpose()?,
         Tensor::from_vec(dw, wmat.shape(), wmat.device())?,
     ))
 }
@@ -340,7 +348,7 @@ impl CustomOp2 for Conv {
             DType::F64 => backward::<f64>(x, wmat, &grad, &g, false)?,
             dt => candle_core::bail!("conv supports f32 and f64, got {dt:?}"),
         };
-        Ok((Some(dx), Some(dw)))
+        Ok((dx, Some(dw)))
     }
 }
 
@@ -378,7 +386,7 @@ impl CustomOp2 for ConvT {
             DType::F64 => backward::<f64>(gy, wmat, &grad, &g, true)?,
             dt => candle_core::bail!("conv transpose supports f32 and f64, got {dt:?}"),
         };
-        Ok((Some(dgy), Some(dw)))
+        Ok((dgy, Some(dw)))
     }
 }
 
