@@ -1688,6 +1688,47 @@ fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
 }
 
 #[test]
+fn cli_ood_keeps_the_model_it_trained_and_reuses_it() {
+    // `alkit ood` trains, saves the model to OUT/model before scoring, and the same command
+    // with `--checkpoint OUT/model` evaluates that model without training: same accuracy and
+    // the same metrics.
+    let out = tmp("ood-keep");
+    let run = |extra: &[&str], dir: &Path| {
+        let o = alkit_cmd()
+            .args([
+                "ood",
+                "--train-data",
+                "data",
+                "--ood-data",
+                "data",
+                "--steps",
+                "20",
+            ])
+            .args(["--scorer", "entropy", "--quiet"])
+            .args(extra)
+            .arg("--out")
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+            std::fs::read_to_string(dir.join("metrics.json")).unwrap(),
+        )
+    };
+    let first = run(&[], &out.join("a"));
+    assert!(out.join("a/model/config.json").exists());
+    let ck = out.join("a/model");
+    let second = run(&["--checkpoint", ck.to_str().unwrap()], &out.join("b"));
+    assert_eq!(first, second);
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
 fn cli_surface_writes_png_and_metrics() {
     let out = tmp("surface");
     let o = alkit_cmd()

@@ -182,7 +182,8 @@ struct SurfaceArgs {
 /// A model to evaluate: loaded from a checkpoint, or trained here on a training split.
 #[derive(clap::Args)]
 struct ModelSource {
-    /// Evaluate this checkpoint (from `alkit train`) instead of training a model.
+    /// Evaluate this checkpoint (from `alkit train`, or `OUT/model` of an earlier run) instead
+    /// of training a model; a model trained here is saved to `OUT/model`.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
     /// Architecture to train when no checkpoint is given.
@@ -1263,10 +1264,13 @@ struct Evaluated {
 
 /// Loads `source.checkpoint`, or trains `source.model` on `train[..limit]` (all of it when
 /// `limit` is `None`).
+/// The checkpoint's model, or one trained here; a trained model is saved as a checkpoint in
+/// `save_to` at once, so a long training is not lost if what follows fails or is stopped.
 fn model_from(
     source: &ModelSource,
     train_raw: &Dataset,
     limit: Option<usize>,
+    save_to: &Path,
     device: &Device,
     quiet: bool,
 ) -> Result<Evaluated> {
@@ -1314,6 +1318,16 @@ fn model_from(
         &mut bars,
     )?;
     bars.finish();
+    let classes = (0..train_ds.classes()).map(|c| c.to_string()).collect();
+    alkit::checkpoint::save(
+        save_to,
+        &arch,
+        &trained.params,
+        &norm,
+        train_ds.item_shape(),
+        classes,
+    )
+    .with_context(|| format!("writing the checkpoint {}", save_to.display()))?;
     Ok(Evaluated {
         model: trained.model,
         params: trained.params,
@@ -1371,7 +1385,14 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
             id.test.item_shape()
         );
     }
-    let ev = model_from(&a.source, &id.train, None, device, quiet)?;
+    let ev = model_from(
+        &a.source,
+        &id.train,
+        None,
+        &a.out.join("model"),
+        device,
+        quiet,
+    )?;
     let (id_test, ood_test) = (ev.norm.apply(&id.test)?, ev.norm.apply(&ood.test)?);
     let scoring = ev.scoring(device);
     let id_scores = score_all(&scoring, &id_test, &scorers, a.source.seed)?;
@@ -1531,6 +1552,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
         &a.source,
         &splits.train,
         Some(n_train - holdout),
+        &a.out.join("model"),
         device,
         quiet,
     )?;
