@@ -70,6 +70,15 @@ pub fn shuffle<T>(rng: &mut dyn RngCore, items: &mut [T]) {
     }
 }
 
+/// Standard normal `f64` CPU tensor of `shape` from seed `seed` (unit tests' inputs).
+#[cfg(test)]
+pub(crate) fn randn_f64(shape: &[usize], seed: u64) -> candle_core::Tensor {
+    let mut rng = <Rng as rand::SeedableRng>::seed_from_u64(seed);
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n).map(|_| normal(&mut rng)).collect();
+    candle_core::Tensor::from_vec(v, shape, &candle_core::Device::Cpu).expect("shape matches")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,16 +220,16 @@ impl Block {
         let (b, h, w, _) = x.dims4()?;
         let (out, _, k, _) = self.weight.dims4()?;
         let (oh, ow) = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
-        let fused = train && self.fused && super::fused::supported(x);
+        let cpu = self.fused && super::fused::supported(x);
         // (b, oh, ow, out), no bias yet. Reshapes of large tensors are kept off the fused path:
         // each autograd node costs a zero-filled gradient buffer and an add in the backward.
-        let y = if self.fused && super::fused::supported(x) {
+        let y = if cpu {
             x.contiguous()?
                 .apply_op2(&self.wmat()?, Conv { k, pad: self.pad })?
         } else {
             self.conv_composed(x)?.reshape((b, oh, ow, out))?
         };
-        if fused {
+        if cpu && train {
             // The bias cancels in the batch statistics: it only shifts the running mean.
             let params = Tensor::stack(&[&self.gamma, &self.beta, &self.bias], 0)?;
             let (op, grad_op) = super::fused::pair();

@@ -23,12 +23,12 @@
 //! zero (it still gets one, so weight decay treats it as PyTorch does); it matters only for the
 //! running mean.
 
-use crate::nn::kernels::Elem;
+use crate::nn::kernels::{storage_slice, with_cpu_slices, Elem};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
-    Storage, Tensor, WithDType,
+    Tensor, WithDType,
 };
 
 /// Batch-norm epsilon (PyTorch's default).
@@ -464,32 +464,11 @@ pub fn pair() -> (BnReluPool, BnReluPoolGrad) {
     (BnReluPool(shared.clone()), BnReluPoolGrad(shared))
 }
 
-fn slice<'a, T: WithDType>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [T]> {
-    let v = s.as_slice::<T>()?;
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&v[a..b]),
-        None => candle_core::bail!("{op} needs contiguous inputs"),
-    }
-}
-
 fn check_params(l: &Layout, c: usize, op: &str) -> Result<()> {
     if l.dims() != [3, c] {
         candle_core::bail!("{op}: params must be (3, {c}), got {:?}", l.dims());
     }
     Ok(())
-}
-
-/// Runs `f` on the contiguous CPU slices of `ts` (all of dtype `T`).
-fn with_slices<T: WithDType, R>(ts: &[&Tensor], f: impl FnOnce(&[&[T]]) -> R) -> Result<R> {
-    let guards: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
-    let mut slices = Vec::with_capacity(ts.len());
-    for (g, l) in &guards {
-        let Storage::Cpu(cs) = &**g else {
-            candle_core::bail!("the fused DUQ kernels run on the CPU only");
-        };
-        slices.push(slice::<T>(cs, l, "fused duq kernel")?);
-    }
-    Ok(f(&slices))
 }
 
 /// `(3, c)` parameter gradient from `dgamma` and `dbeta` (the bias row is zero).
@@ -533,14 +512,14 @@ impl CustomOp2 for BnReluPool {
         let out = match s1.dtype() {
             DType::F32 => CpuStorage::F32(run::<f32>(
                 &self.0,
-                slice(s1, l1, n)?,
-                slice(s2, l2, n)?,
+                storage_slice(s1, l1, n)?,
+                storage_slice(s2, l2, n)?,
                 d,
             )?),
             DType::F64 => CpuStorage::F64(run::<f64>(
                 &self.0,
-                slice(s1, l1, n)?,
-                slice(s2, l2, n)?,
+                storage_slice(s1, l1, n)?,
+                storage_slice(s2, l2, n)?,
                 d,
             )?),
             dt => candle_core::bail!("{n} supports f32 and f64, got {dt:?}"),
@@ -564,10 +543,11 @@ impl CustomOp2 for BnReluPool {
             params: &Tensor,
             d: Dims,
         ) -> Result<(Tensor, Tensor)> {
-            let (gy, dgamma, dbeta) = with_slices::<T, _>(&[grad, y, params], |s| {
-                sh.prep(s[1], s[2], d)
-                    .map(|(prep, _)| vjp_k(s[0], s[1], prep, d))
-            })??;
+            let (gy, dgamma, dbeta) =
+                with_cpu_slices::<T, _>(&[grad, y, params], "fused duq kernel", |s| {
+                    sh.prep(s[1], s[2], d)
+                        .map(|(prep, _)| vjp_k(s[0], s[1], prep, d))
+                })??;
             Ok((
                 Tensor::from_vec(gy, y.shape(), y.device())?,
                 param_grad::<T>(&dgamma, Some(&dbeta), params)?,
@@ -614,16 +594,16 @@ impl CustomOp3 for BnReluPoolGrad {
         let out = match s2.dtype() {
             DType::F32 => CpuStorage::F32(run::<f32>(
                 &self.0,
-                slice(s1, l1, n)?,
-                slice(s2, l2, n)?,
-                slice(s3, l3, n)?,
+                storage_slice(s1, l1, n)?,
+                storage_slice(s2, l2, n)?,
+                storage_slice(s3, l3, n)?,
                 d,
             )?),
             DType::F64 => CpuStorage::F64(run::<f64>(
                 &self.0,
-                slice(s1, l1, n)?,
-                slice(s2, l2, n)?,
-                slice(s3, l3, n)?,
+                storage_slice(s1, l1, n)?,
+                storage_slice(s2, l2, n)?,
+                storage_slice(s3, l3, n)?,
                 d,
             )?),
             dt => candle_core::bail!("{n} supports f32 and f64, got {dt:?}"),
@@ -649,10 +629,11 @@ impl CustomOp3 for BnReluPoolGrad {
             params: &Tensor,
             d: Dims,
         ) -> Result<(Tensor, Tensor, Tensor)> {
-            let (dgp, dy, dgamma) = with_slices::<T, _>(&[grad, gp, y, params], |s| {
-                sh.prep(s[2], s[3], d)
-                    .map(|(prep, _)| vjp_bwd_k(s[0], s[1], s[2], prep, d))
-            })??;
+            let (dgp, dy, dgamma) =
+                with_cpu_slices::<T, _>(&[grad, gp, y, params], "fused duq kernel", |s| {
+                    sh.prep(s[2], s[3], d)
+                        .map(|(prep, _)| vjp_bwd_k(s[0], s[1], s[2], prep, d))
+                })??;
             Ok((
                 Tensor::from_vec(dgp, gp.shape(), gp.device())?,
                 Tensor::from_vec(dy, y.shape(), y.device())?,
@@ -711,12 +692,7 @@ mod tests {
             .max(2)
     }
 
-    fn randn(shape: &[usize], seed: u64) -> Tensor {
-        let mut rng = <crate::rng::Rng as rand::SeedableRng>::seed_from_u64(seed);
-        let n: usize = shape.iter().product();
-        let v: Vec<f64> = (0..n).map(|_| crate::rng::normal(&mut rng)).collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    }
+    use crate::rng::randn_f64 as randn;
 
     /// Reference: candle's own autodiff of the composition above, at first order (the op's
     /// gradients) and at second order through an explicitly written input gradient (the VJP op's

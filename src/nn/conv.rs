@@ -15,10 +15,9 @@
 //! weight). Work is split over two halves of the batch on rayon; within a half, chunks of
 //! images are processed in turn.
 
-use super::kernels::{for_taps, gemm_nt, gemm_strided, Elem};
+use super::kernels::{for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem};
 use candle_core::{
-    backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor,
-    WithDType,
+    backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
 };
 use rayon::prelude::*;
 
@@ -259,27 +258,6 @@ fn geometry_t(gy_dims: &[usize], w_dims: &[usize], k: usize, pad: usize, op: &st
     )
 }
 
-fn slice<'a, T: WithDType>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [T]> {
-    let v = s.as_slice::<T>()?;
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&v[a..b]),
-        None => candle_core::bail!("{op} needs contiguous inputs"),
-    }
-}
-
-/// Runs `f` on the contiguous CPU slices of `a` and `b` (of dtype `T`).
-fn with2<T: WithDType, R>(a: &Tensor, b: &Tensor, f: impl FnOnce(&[T], &[T]) -> R) -> Result<R> {
-    let (ga, la) = a.storage_and_layout();
-    let (gb, lb) = b.storage_and_layout();
-    match (&*ga, &*gb) {
-        (Storage::Cpu(sa), Storage::Cpu(sb)) => Ok(f(
-            slice::<T>(sa, la, "conv backward")?,
-            slice::<T>(sb, lb, "conv backward")?,
-        )),
-        _ => candle_core::bail!("the convolution ops run on the CPU only"),
-    }
-}
-
 /// `(d first, d wmat)` of either op: the other op's kernel on the incoming gradient (skipped
 /// when `first` is outside the graph, like a batch of images), and the weight gradient
 /// `gy^T @ im2col(x)` from the op's `(x, gy)` pair.
@@ -294,16 +272,24 @@ fn backward<T: Elem + WithDType>(
     let (d_first, dw) = if transposed {
         // first = gy, grad = d gx: d gy = conv(d gx), dW = gy^T im2col(d gx).
         let d_gy = wanted
-            .then(|| with2::<T, _>(grad, wmat, |gx, w| conv_k(gx, w, g)))
+            .then(|| {
+                with_cpu_slices::<T, _>(&[grad, wmat], "conv backward", |s| conv_k(s[0], s[1], g))
+            })
             .transpose()?;
-        let dw = with2::<T, _>(grad, first, |gx, gy| weight_grad_k(gx, gy, g))?;
+        let dw = with_cpu_slices::<T, _>(&[grad, first], "conv backward", |s| {
+            weight_grad_k(s[0], s[1], g)
+        })?;
         (d_gy, dw)
     } else {
         // first = x, grad = d y: d x = conv^T(d y), dW = dy^T im2col(x).
         let dx = wanted
-            .then(|| with2::<T, _>(grad, wmat, |gy, w| conv_t_k(gy, w, g)))
+            .then(|| {
+                with_cpu_slices::<T, _>(&[grad, wmat], "conv backward", |s| conv_t_k(s[0], s[1], g))
+            })
             .transpose()?;
-        let dw = with2::<T, _>(first, grad, |x, gy| weight_grad_k(x, gy, g))?;
+        let dw = with_cpu_slices::<T, _>(&[first, grad], "conv backward", |s| {
+            weight_grad_k(s[0], s[1], g)
+        })?;
         (dx, dw)
     };
     Ok((
@@ -312,6 +298,70 @@ fn backward<T: Elem + WithDType>(
             .transpose()?,
         Tensor::from_vec(dw, wmat.shape(), wmat.device())?,
     ))
+}
+
+/// `cpu_fwd` of either op: [`Conv`] maps `x` to `y`, [`ConvT`] maps `gy` to `gx`.
+fn forward(
+    (k, pad, transposed): (usize, usize, bool),
+    (s1, l1): (&CpuStorage, &Layout),
+    (s2, l2): (&CpuStorage, &Layout),
+    op: &str,
+) -> Result<(CpuStorage, Shape)> {
+    let g = if transposed {
+        geometry_t(l1.dims(), l2.dims(), k, pad, op)?
+    } else {
+        geometry(l1.dims(), l2.dims(), k, pad, op)?
+    };
+    fn run<T: Elem + WithDType>(a: &[T], w: &[T], g: &Geo, transposed: bool) -> Vec<T> {
+        if transposed {
+            conv_t_k(a, w, g)
+        } else {
+            conv_k(a, w, g)
+        }
+    }
+    let out = match s1.dtype() {
+        DType::F32 => CpuStorage::F32(run(
+            storage_slice(s1, l1, op)?,
+            storage_slice(s2, l2, op)?,
+            &g,
+            transposed,
+        )),
+        DType::F64 => CpuStorage::F64(run(
+            storage_slice(s1, l1, op)?,
+            storage_slice(s2, l2, op)?,
+            &g,
+            transposed,
+        )),
+        dt => candle_core::bail!("{op} supports f32 and f64, got {dt:?}"),
+    };
+    let shape = if transposed {
+        Shape::from((g.b, g.h, g.w, g.cin))
+    } else {
+        Shape::from((g.b, g.oh, g.ow, g.cout))
+    };
+    Ok((out, shape))
+}
+
+/// `bwd` of either op, for its first input `first` (`x` or `gy`) and `wmat`.
+fn bwd_either(
+    (k, pad, transposed): (usize, usize, bool),
+    first: &Tensor,
+    wmat: &Tensor,
+    grad: &Tensor,
+    op: &str,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let g = if transposed {
+        geometry_t(first.dims(), wmat.dims(), k, pad, op)?
+    } else {
+        geometry(first.dims(), wmat.dims(), k, pad, op)?
+    };
+    let grad = grad.contiguous()?;
+    let (d_first, dw) = match first.dtype() {
+        DType::F32 => backward::<f32>(first, wmat, &grad, &g, transposed)?,
+        DType::F64 => backward::<f64>(first, wmat, &grad, &g, transposed)?,
+        dt => candle_core::bail!("{op} supports f32 and f64, got {dt:?}"),
+    };
+    Ok((d_first, Some(dw)))
 }
 
 impl CustomOp2 for Conv {
@@ -325,14 +375,7 @@ impl CustomOp2 for Conv {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let g = geometry(l1.dims(), l2.dims(), self.k, self.pad, self.name())?;
-        let n = self.name();
-        let out = match s1.dtype() {
-            DType::F32 => CpuStorage::F32(conv_k(slice(s1, l1, n)?, slice(s2, l2, n)?, &g)),
-            DType::F64 => CpuStorage::F64(conv_k(slice(s1, l1, n)?, slice(s2, l2, n)?, &g)),
-            dt => candle_core::bail!("{n} supports f32 and f64, got {dt:?}"),
-        };
-        Ok((out, Shape::from((g.b, g.oh, g.ow, g.cout))))
+        forward((self.k, self.pad, false), (s1, l1), (s2, l2), self.name())
     }
     fn bwd(
         &self,
@@ -341,14 +384,7 @@ impl CustomOp2 for Conv {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let g = geometry(x.dims(), wmat.dims(), self.k, self.pad, self.name())?;
-        let grad = grad.contiguous()?;
-        let (dx, dw) = match x.dtype() {
-            DType::F32 => backward::<f32>(x, wmat, &grad, &g, false)?,
-            DType::F64 => backward::<f64>(x, wmat, &grad, &g, false)?,
-            dt => candle_core::bail!("conv supports f32 and f64, got {dt:?}"),
-        };
-        Ok((dx, Some(dw)))
+        bwd_either((self.k, self.pad, false), x, wmat, grad, self.name())
     }
 }
 
@@ -363,14 +399,7 @@ impl CustomOp2 for ConvT {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let g = geometry_t(l1.dims(), l2.dims(), self.k, self.pad, self.name())?;
-        let n = self.name();
-        let out = match s1.dtype() {
-            DType::F32 => CpuStorage::F32(conv_t_k(slice(s1, l1, n)?, slice(s2, l2, n)?, &g)),
-            DType::F64 => CpuStorage::F64(conv_t_k(slice(s1, l1, n)?, slice(s2, l2, n)?, &g)),
-            dt => candle_core::bail!("{n} supports f32 and f64, got {dt:?}"),
-        };
-        Ok((out, Shape::from((g.b, g.h, g.w, g.cin))))
+        forward((self.k, self.pad, true), (s1, l1), (s2, l2), self.name())
     }
     fn bwd(
         &self,
@@ -379,28 +408,16 @@ impl CustomOp2 for ConvT {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let g = geometry_t(gy.dims(), wmat.dims(), self.k, self.pad, self.name())?;
-        let grad = grad.contiguous()?;
-        let (dgy, dw) = match gy.dtype() {
-            DType::F32 => backward::<f32>(gy, wmat, &grad, &g, true)?,
-            DType::F64 => backward::<f64>(gy, wmat, &grad, &g, true)?,
-            dt => candle_core::bail!("conv transpose supports f32 and f64, got {dt:?}"),
-        };
-        Ok((dgy, Some(dw)))
+        bwd_either((self.k, self.pad, true), gy, wmat, grad, self.name())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Var};
+    use candle_core::Var;
 
-    fn randn(shape: &[usize], seed: u64) -> Tensor {
-        let mut rng = <crate::rng::Rng as rand::SeedableRng>::seed_from_u64(seed);
-        let n: usize = shape.iter().product();
-        let v: Vec<f64> = (0..n).map(|_| crate::rng::normal(&mut rng)).collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    }
+    use crate::rng::randn_f64 as randn;
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
         (a - b)

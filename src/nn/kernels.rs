@@ -100,6 +100,33 @@ fn contiguous<'a, T>(s: &'a [T], l: &Layout, op: &str) -> Result<&'a [T]> {
     }
 }
 
+/// The contiguous `T` slice of a CPU storage under `l` (for custom ops' `cpu_fwd`).
+pub(crate) fn storage_slice<'a, T: candle_core::WithDType>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    op: &str,
+) -> Result<&'a [T]> {
+    contiguous(s.as_slice::<T>()?, l, op)
+}
+
+/// Runs `f` on the contiguous CPU slices of `ts`, all of dtype `T` (for custom ops' `bwd`,
+/// which receive tensors).
+pub(crate) fn with_cpu_slices<T: candle_core::WithDType, R>(
+    ts: &[&Tensor],
+    op: &str,
+    f: impl FnOnce(&[&[T]]) -> R,
+) -> Result<R> {
+    let guards: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
+    let mut slices = Vec::with_capacity(ts.len());
+    for (g, l) in &guards {
+        let candle_core::Storage::Cpu(cs) = &**g else {
+            candle_core::bail!("{op} runs on the CPU only");
+        };
+        slices.push(storage_slice::<T>(cs, l, op)?);
+    }
+    Ok(f(&slices))
+}
+
 fn dims4(l: &Layout, op: &str) -> Result<(usize, usize, usize, usize)> {
     match l.dims() {
         &[a, b, c, d] => Ok((a, b, c, d)),
