@@ -363,6 +363,15 @@ impl Block {
             .contiguous()?;
         let bias =
             (((self.bias.detach() - self.running_mean.detach())? * &a)? + self.beta.detach())?;
+        let (_, cin, k, _) = w.dims4()?;
+        if k == 3 && cin.min(out) >= crate::nn::conv::WINOGRAD_MIN_CHANNELS {
+            // Wide 3x3 layers: the Winograd convolution, then bias + ReLU + pool in one pass.
+            let wmat = w.permute((0, 2, 3, 1))?.reshape((out, k * k * cin))?;
+            return Ok(x
+                .contiguous()?
+                .apply_op2_no_bwd(&wmat, &Conv { k, pad: self.pad })?
+                .apply_op2_no_bwd(&bias, &crate::nn::kernels::BiasReluPool)?);
+        }
         let x = if self.pad > 0 {
             x.pad_with_zeros(1, self.pad, self.pad)?
                 .pad_with_zeros(2, self.pad, self.pad)?

@@ -24,6 +24,7 @@
 //! running mean.
 
 use crate::nn::kernels::{storage_slice, with_cpu_slices, Elem};
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use candle_core::{
@@ -63,10 +64,27 @@ impl Dims {
     fn pooled_shape(&self) -> (usize, usize, usize, usize) {
         (self.b, self.h / 2, self.w / 2, self.c)
     }
-    /// Every row outside all pooling windows (the last row / column of odd sides).
-    fn uncovered(&self, mut f: impl FnMut(usize)) {
+    /// The batch's two halves (image ranges) that the kernels work on in parallel: a fixed
+    /// split, so results do not depend on the number of threads.
+    fn halves(&self) -> [Range<usize>; 2] {
+        let mid = self.b.div_ceil(2);
+        [0..mid, mid..self.b]
+    }
+    /// Rows of one image.
+    fn image_rows(&self) -> usize {
+        self.h * self.w
+    }
+    /// Pooled pixels of one image.
+    fn image_pooled(&self) -> usize {
+        (self.h / 2) * (self.w / 2)
+    }
+
+    /// Every row of the images `imgs` outside all pooling windows (the last row / column of
+    /// odd sides).
+    #[inline(always)]
+    fn uncovered(&self, imgs: Range<usize>, mut f: impl FnMut(usize)) {
         let (h2, w2) = (2 * (self.h / 2), 2 * (self.w / 2));
-        for bi in 0..self.b {
+        for bi in imgs {
             for yy in 0..self.h {
                 for xx in 0..self.w {
                     if yy >= h2 || xx >= w2 {
@@ -77,12 +95,13 @@ impl Dims {
         }
     }
 
-    /// Every pooled pixel (flat index) with the row indices of its window, in the order
-    /// `(0,0), (0,1), (1,0), (1,1)` (the order in which the first maximum wins).
-    #[inline]
-    fn windows(&self, mut f: impl FnMut(usize, [usize; 4])) {
+    /// Every pooled pixel (flat index) of the images `imgs` with the row indices of its
+    /// window, in the order `(0,0), (0,1), (1,0), (1,1)` (the order in which the first maximum
+    /// wins).
+    #[inline(always)]
+    fn windows(&self, imgs: Range<usize>, mut f: impl FnMut(usize, [usize; 4])) {
         let (h2, w2) = (self.h / 2, self.w / 2);
-        for bi in 0..self.b {
+        for bi in imgs {
             for py in 0..h2 {
                 for px in 0..w2 {
                     let r0 = (bi * self.h + 2 * py) * self.w + 2 * px;
@@ -96,28 +115,176 @@ impl Dims {
     }
 }
 
+/// One kernel's work on a range of images: `run` is compiled once per SIMD level `S` (through
+/// `pulp`'s dispatch: AVX-512, AVX2 or the baseline), and the closures inside it are
+/// instantiated per level, so they inline there and their loops vectorise for the CPU at hand.
+trait Half: Sync {
+    /// Element types of the two outputs it writes (`()` for none).
+    type A: Send;
+    type B: Send;
+    /// What it returns (per-channel sums, or nothing).
+    type Out: Send;
+    /// The work on images `imgs`, writing this range's parts `a`, `b` of the outputs.
+    fn run<S: pulp::Simd>(
+        &self,
+        imgs: Range<usize>,
+        a: &mut [Self::A],
+        b: &mut [Self::B],
+    ) -> Self::Out;
+}
+
+/// [`Half::run`] inside the target-feature context of SIMD level `S`.
+struct Job<'a, H: Half> {
+    half: &'a H,
+    imgs: Range<usize>,
+    a: &'a mut [H::A],
+    b: &'a mut [H::B],
+}
+
+impl<H: Half> pulp::WithSimd for Job<'_, H> {
+    type Output = H::Out;
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> H::Out {
+        self.half.run::<S>(self.imgs, self.a, self.b)
+    }
+}
+
+/// `half` on the batch's two halves in parallel, each with its parts of the outputs
+/// (`a.1`, `b.1` elements per image).
+fn split_run<H: Half>(
+    d: &Dims,
+    half: &H,
+    a: (&mut [H::A], usize),
+    b: (&mut [H::B], usize),
+) -> [H::Out; 2] {
+    let [h0, h1] = d.halves();
+    let (a0, a1) = a.0.split_at_mut(h0.len() * a.1);
+    let (b0, b1) = b.0.split_at_mut(h0.len() * b.1);
+    let job = |imgs, a, b| pulp::Arch::new().dispatch(Job { half, imgs, a, b });
+    let (x, y) = rayon::join(|| job(h0, a0, b0), || job(h1, a1, b1));
+    [x, y]
+}
+
+/// The sum over the batch's two halves of `half`'s per-channel partial sums, computed in
+/// parallel and added in a fixed order (so results do not depend on the thread count).
+fn split_sum<const K: usize, H: Half<A = (), B = (), Out = [Vec<f64>; K]>>(
+    d: &Dims,
+    half: &H,
+) -> [Vec<f64>; K] {
+    let [mut a, b] = split_run(d, half, (&mut [], 0), (&mut [], 0));
+    for (x, y) in a.iter_mut().zip(&b) {
+        x.iter_mut().zip(y).for_each(|(u, v)| *u += v);
+    }
+    a
+}
+
+/// `K` per-channel sums accumulated in `T` over a few windows at a time and added into `f64`
+/// (vectorised, and accurate).
+struct Partials<T, const K: usize> {
+    part: [Vec<T>; K],
+    total: [Vec<f64>; K],
+    windows: usize,
+}
+
+impl<T: Elem, const K: usize> Partials<T, K> {
+    /// Windows summed in `T` before a flush into `f64`.
+    const FLUSH: usize = 16;
+    fn new(c: usize) -> Self {
+        Self {
+            part: std::array::from_fn(|_| vec![T::ZERO; c]),
+            total: std::array::from_fn(|_| vec![0.0; c]),
+            windows: 0,
+        }
+    }
+    /// The `T` partial sums, for the next window.
+    #[inline(always)]
+    fn next(&mut self) -> &mut [Vec<T>; K] {
+        self.windows += 1;
+        if self.windows > Self::FLUSH {
+            self.flush();
+            self.windows = 1;
+        }
+        &mut self.part
+    }
+    #[inline(always)]
+    fn flush(&mut self) {
+        for (t, p) in self.total.iter_mut().zip(self.part.iter_mut()) {
+            for (a, b) in t.iter_mut().zip(p.iter_mut()) {
+                *a += b.to_f64();
+                *b = T::ZERO;
+            }
+        }
+    }
+    fn finish(mut self) -> [Vec<f64>; K] {
+        self.flush();
+        self.total
+    }
+}
+
+/// Row `k` of a window's four (`0..4`; [`INACTIVE`] gives row 3), as a select the compiler
+/// vectorises.
+#[inline(always)]
+fn pick<T: Copy>(k: u8, rows: &[&[T]; 4], ch: usize) -> T {
+    let (a, b, c, d) = (rows[0][ch], rows[1][ch], rows[2][ch], rows[3][ch]);
+    if k == 0 {
+        a
+    } else if k == 1 {
+        b
+    } else if k == 2 {
+        c
+    } else {
+        d
+    }
+}
+
+/// Per-channel sums over rows of `y (N, c)`: of `y`, or of `(y - mean)^2` when `mean` is
+/// given.
+struct MomentSums<'a, T> {
+    y: &'a [T],
+    c: usize,
+    /// Elements per image.
+    per: usize,
+    mean: Option<&'a [T]>,
+}
+
+impl<T: Elem> Half for MomentSums<'_, T> {
+    type A = ();
+    type B = ();
+    type Out = [Vec<f64>; 1];
+    #[inline(always)]
+    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, _: &mut [()], _: &mut [()]) -> Self::Out {
+        let (c, y) = (self.c, &self.y[imgs.start * self.per..imgs.end * self.per]);
+        [match self.mean {
+            None => block_sums(y, c, |p, row| {
+                for (a, &v) in p.iter_mut().zip(row) {
+                    *a += v;
+                }
+            }),
+            Some(m) => block_sums(y, c, |p, row| {
+                for ((a, &v), &m) in p.iter_mut().zip(row).zip(m) {
+                    let d = v - m;
+                    *a += d * d;
+                }
+            }),
+        }]
+    }
+}
+
 /// Per-channel statistics of `y (N, c)` in `f64`: mean and biased variance.
-fn moments<T: Elem>(y: &[T], c: usize) -> (Vec<f64>, Vec<f64>) {
-    let n = (y.len() / c).max(1) as f64;
-    let mean: Vec<f64> = block_sums(y, c, |p, row| {
-        for (a, &v) in p.iter_mut().zip(row) {
-            *a += v;
-        }
-    })
-    .iter()
-    .map(|s| s / n)
-    .collect();
+fn moments<T: Elem>(y: &[T], d: &Dims) -> (Vec<f64>, Vec<f64>) {
+    let n = d.rows().max(1) as f64;
+    let mut sums = MomentSums {
+        y,
+        c: d.c,
+        per: d.image_rows() * d.c,
+        mean: None,
+    };
+    let [sum] = split_sum(d, &sums);
+    let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
     let mt: Vec<T> = mean.iter().map(|&m| T::from_f64(m)).collect();
-    let var = block_sums(y, c, |p, row| {
-        for ((a, &v), &m) in p.iter_mut().zip(row).zip(&mt) {
-            let d = v - m;
-            *a += d * d;
-        }
-    })
-    .iter()
-    .map(|s| s / n)
-    .collect();
-    (mean, var)
+    sums.mean = Some(&mt);
+    let [sq] = split_sum(d, &sums);
+    (mean, sq.iter().map(|s| s / n).collect())
 }
 
 /// Per-channel sums over the rows of `y (N, c)`: `add(partial, row)` accumulates one row into
@@ -146,32 +313,25 @@ struct Block<T> {
     gamma: Vec<f64>,
     mean: Vec<f64>,
     var: Vec<f64>,
-    /// Per channel, `T`: `mu`, `s`, `beta`.
+    /// Per channel, `T`: `mu`, `beta`.
     mu_t: Vec<T>,
-    s_t: Vec<T>,
     beta_t: Vec<T>,
 }
 
 impl<T: Elem> Block<T> {
     fn new(y: &[T], params: &[T], d: Dims) -> Self {
         let c = d.c;
-        let (mean, var) = moments(y, c);
+        let (mean, var) = moments(y, &d);
         let s: Vec<f64> = var.iter().map(|v| 1.0 / (v + EPS).sqrt()).collect();
         Self {
             d,
             gamma: params[..c].iter().map(|g| g.to_f64()).collect(),
             mu_t: mean.iter().map(|&m| T::from_f64(m)).collect(),
-            s_t: s.iter().map(|&v| T::from_f64(v)).collect(),
             beta_t: params[c..2 * c].to_vec(),
             s,
             mean,
             var,
         }
-    }
-
-    #[inline(always)]
-    fn x_hat(&self, y: T, ch: usize) -> T {
-        (y - self.mu_t[ch]) * self.s_t[ch]
     }
 
     /// Each window's active argmax per channel (`0..4`, or [`INACTIVE`]), and the pooled
@@ -181,14 +341,47 @@ impl<T: Elem> Block<T> {
         let (b, h2, w2, _) = self.d.pooled_shape();
         let mut map = vec![INACTIVE; b * h2 * w2 * c];
         let mut out = vec![T::ZERO; b * h2 * w2 * c];
+        let per = h2 * w2 * c;
         // u = (y - mu) (s gamma) + beta; slices of length c so the loop vectorises.
         let sg: Vec<T> = (0..c)
             .map(|ch| T::from_f64(self.s[ch] * self.gamma[ch]))
             .collect();
-        let (mu, sg, beta) = (&self.mu_t[..c], &sg[..c], &self.beta_t[..c]);
-        self.d.windows(|p, rows| {
-            let m = &mut map[p * c..(p + 1) * c];
-            let o = &mut out[p * c..(p + 1) * c];
+        let k = ArgmaxK {
+            d: self.d,
+            y,
+            mu: &self.mu_t,
+            sg: &sg,
+            beta: &self.beta_t,
+        };
+        split_run(&self.d, &k, (&mut map, per), (&mut out, per));
+        (map, out)
+    }
+}
+
+/// [`Block::argmax`]'s kernel: per pooled pixel and channel, the active argmax of
+/// `u = (y - mu) sg + beta` over the window and `max(u, 0)`.
+struct ArgmaxK<'a, T> {
+    d: Dims,
+    y: &'a [T],
+    mu: &'a [T],
+    sg: &'a [T],
+    beta: &'a [T],
+}
+
+impl<T: Elem> Half for ArgmaxK<'_, T> {
+    type A = u8;
+    type B = T;
+    type Out = ();
+    #[inline(always)]
+    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, map: &mut [u8], out: &mut [T]) {
+        let (c, y) = (self.d.c, self.y);
+        let (mu, sg, beta) = (&self.mu[..c], &self.sg[..c], &self.beta[..c]);
+        let at = imgs.start * self.d.image_pooled();
+        self.d.windows(imgs, |p, rows| {
+            let (m, o) = (
+                &mut map[(p - at) * c..(p - at + 1) * c],
+                &mut out[(p - at) * c..(p - at + 1) * c],
+            );
             let [r0, r1, r2, r3] = rows.map(|r| &y[r * c..(r + 1) * c]);
             for ch in 0..c {
                 let u = |v: T| (v - mu[ch]) * sg[ch] + beta[ch];
@@ -200,20 +393,6 @@ impl<T: Elem> Block<T> {
                 let on = bu > T::ZERO;
                 m[ch] = if on { bi } else { INACTIVE };
                 o[ch] = if on { bu } else { T::ZERO };
-            }
-        });
-        (map, out)
-    }
-
-    /// Visits every active `(pooled index, channel, row)`.
-    #[inline]
-    fn active(&self, map: &[u8], mut f: impl FnMut(usize, usize, usize)) {
-        let c = self.d.c;
-        self.d.windows(|p, rows| {
-            for (ch, &k) in map[p * c..(p + 1) * c].iter().enumerate() {
-                if k != INACTIVE {
-                    f(p, ch, rows[k as usize]);
-                }
             }
         });
     }
@@ -283,18 +462,117 @@ impl Shared {
     }
 }
 
+/// What the input-gradient kernels read: the pooled gradient, the convolution output and the
+/// block's preparation.
+#[derive(Clone, Copy)]
+struct VjpIn<'a, T> {
+    d: Dims,
+    gp: &'a [T],
+    y: &'a [T],
+    map: &'a [u8],
+    mu: &'a [T],
+}
+
+impl<'a, T: Elem> VjpIn<'a, T> {
+    /// Pooled pixel `p`'s argmax codes and pooled gradient.
+    #[inline(always)]
+    fn window(&self, p: usize) -> (&'a [u8], &'a [T]) {
+        let c = self.d.c;
+        (&self.map[p * c..(p + 1) * c], &self.gp[p * c..(p + 1) * c])
+    }
+    /// Row `r` of `v (N, c)`.
+    #[inline(always)]
+    fn row<'b>(&self, v: &'b [T], r: usize) -> &'b [T] {
+        &v[r * self.d.c..(r + 1) * self.d.c]
+    }
+}
+
+/// [`vjp_k`]'s sums: `Q1 = sum q`, `Q2 / s = sum q (y - mu)`.
+struct VjpSums<'a, T>(VjpIn<'a, T>);
+
+impl<T: Elem> Half for VjpSums<'_, T> {
+    type A = ();
+    type B = ();
+    type Out = [Vec<f64>; 2];
+    #[inline(always)]
+    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, _: &mut [()], _: &mut [()]) -> Self::Out {
+        let v = &self.0;
+        let (c, mu) = (v.d.c, &v.mu[..v.d.c]);
+        let mut sums = Partials::<T, 2>::new(c);
+        v.d.windows(imgs, |p, rows| {
+            let (m, g) = v.window(p);
+            let ys = rows.map(|r| v.row(v.y, r));
+            let [a1, a2] = sums.next();
+            let (a1, a2, m, g) = (&mut a1[..c], &mut a2[..c], &m[..c], &g[..c]);
+            for ch in 0..c {
+                let q = if m[ch] != INACTIVE { g[ch] } else { T::ZERO };
+                a1[ch] += q;
+                a2[ch] += q * (pick(m[ch], &ys, ch) - mu[ch]);
+            }
+        });
+        sums.finish()
+    }
+}
+
+/// [`vjp_k`]'s output: `gy = (y - mu) sk1 + k0 + sg q`.
+struct VjpWrite<'a, T> {
+    v: VjpIn<'a, T>,
+    sk1: &'a [T],
+    k0: &'a [T],
+    sg: &'a [T],
+}
+
+impl<T: Elem> Half for VjpWrite<'_, T> {
+    type A = T;
+    type B = ();
+    type Out = ();
+    #[inline(always)]
+    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, gy: &mut [T], _: &mut [()]) {
+        let v = &self.v;
+        let c = v.d.c;
+        let (mu, sk1, k0, sg) = (&v.mu[..c], &self.sk1[..c], &self.k0[..c], &self.sg[..c]);
+        let at = imgs.start * v.d.image_rows();
+        // Window by window, so the routed q lands on rows still in cache.
+        v.d.windows(imgs.clone(), |p, rows| {
+            let (m, g) = v.window(p);
+            let (m, g) = (&m[..c], &g[..c]);
+            for (j, &r) in rows.iter().enumerate() {
+                let (o, yr) = (&mut gy[(r - at) * c..(r - at + 1) * c], v.row(v.y, r));
+                for ch in 0..c {
+                    let routed = if m[ch] == j as u8 {
+                        sg[ch] * g[ch]
+                    } else {
+                        T::ZERO
+                    };
+                    o[ch] = (yr[ch] - mu[ch]) * sk1[ch] + k0[ch] + routed;
+                }
+            }
+        });
+        v.d.uncovered(imgs, |r| {
+            let (o, yr) = (&mut gy[(r - at) * c..(r - at + 1) * c], v.row(v.y, r));
+            for ch in 0..c {
+                o[ch] = (yr[ch] - mu[ch]) * sk1[ch] + k0[ch];
+            }
+        });
+    }
+}
+
 /// The op's vector-Jacobian product for a pooled gradient `gp`: `(gy (N, c), dgamma, dbeta)`.
 fn vjp_k<T: Elem>(gp: &[T], y: &[T], prep: &Prep<T>, d: Dims) -> (Vec<T>, Vec<f64>, Vec<f64>) {
     let c = d.c;
-    let (bl, map) = (&prep.block, &prep.map);
-    let (mut q1, mut q2) = (vec![0f64; c], vec![0f64; c]);
-    bl.active(map, |p, ch, r| {
-        let q = gp[p * c + ch].to_f64();
-        q1[ch] += q;
-        q2[ch] += q * bl.x_hat(y[r * c + ch], ch).to_f64();
-    });
+    let bl = &prep.block;
+    let v = VjpIn {
+        d,
+        gp,
+        y,
+        map: &prep.map,
+        mu: &bl.mu_t,
+    };
+    // Q1 = sum q, Q2 = sum q x_hat = s sum q (y - mu).
+    let [q1, mut q2] = split_sum(&d, &VjpSums(v));
+    q2.iter_mut().zip(&bl.s).for_each(|(v, s)| *v *= s);
     let n = d.rows().max(1) as f64;
-    // gy = s gamma (q - Q1/N - x_hat Q2/N): the dense part first, then the routed q.
+    // gy = s gamma (q - Q1/N - x_hat Q2/N): the dense part plus the routed q.
     let k0: Vec<T> = (0..c)
         .map(|ch| T::from_f64(-bl.s[ch] * bl.gamma[ch] * q1[ch] / n))
         .collect();
@@ -306,23 +584,130 @@ fn vjp_k<T: Elem>(gp: &[T], y: &[T], prep: &Prep<T>, d: Dims) -> (Vec<T>, Vec<f6
         .map(|ch| T::from_f64(bl.s[ch] * bl.gamma[ch]))
         .collect();
     let mut gy = vec![T::ZERO; y.len()];
-    let dense = |r: usize, gy: &mut [T]| {
-        let (go, yr) = (&mut gy[r * c..(r + 1) * c], &y[r * c..(r + 1) * c]);
-        for ((((o, &v), &mu), &a), &b) in go.iter_mut().zip(yr).zip(&bl.mu_t).zip(&sk1).zip(&k0) {
-            *o = (v - mu) * a + b;
-        }
+    let write = VjpWrite {
+        v,
+        sk1: &sk1,
+        k0: &k0,
+        sg: &sg,
     };
-    // Window by window, so the routed q lands on rows still in cache.
-    d.windows(|p, rows| {
-        rows.iter().for_each(|&r| dense(r, &mut gy));
-        for (ch, &k) in map[p * c..(p + 1) * c].iter().enumerate() {
-            if k != INACTIVE {
-                gy[rows[k as usize] * c + ch] += sg[ch] * gp[p * c + ch];
-            }
-        }
-    });
-    d.uncovered(|r| dense(r, &mut gy));
+    split_run(&d, &write, (&mut gy, d.image_rows() * c), (&mut [], 0));
     (gy, q2, q1)
+}
+
+/// [`vjp_bwd_k`]'s sums: sparse over the routed q, `Q1 = sum q`, `Q2 / s = sum q (y - mu)`,
+/// `SGq = sum gbar q`; dense, `R1 = sum gbar`, `R2 / s = sum gbar (y - mu)`, in one pass.
+struct BwdSums<'a, T> {
+    v: VjpIn<'a, T>,
+    gbar: &'a [T],
+}
+
+impl<T: Elem> Half for BwdSums<'_, T> {
+    type A = ();
+    type B = ();
+    type Out = [Vec<f64>; 5];
+    #[inline(always)]
+    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, _: &mut [()], _: &mut [()]) -> Self::Out {
+        let (v, gbar) = (&self.v, self.gbar);
+        let (c, mu) = (v.d.c, &v.mu[..v.d.c]);
+        // One pass: the window's four rows for the dense sums, its argmax for the sparse ones.
+        let mut sums = Partials::<T, 5>::new(c);
+        let dense = |a1: &mut [T], a2: &mut [T], gr: &[T], yr: &[T]| {
+            let (a1, a2, gr, yr) = (&mut a1[..c], &mut a2[..c], &gr[..c], &yr[..c]);
+            for ch in 0..c {
+                a1[ch] += gr[ch];
+                a2[ch] += gr[ch] * (yr[ch] - mu[ch]);
+            }
+        };
+        v.d.windows(imgs.clone(), |p, rows| {
+            let (m, g) = v.window(p);
+            let ys = rows.map(|r| v.row(v.y, r));
+            let gs = rows.map(|r| v.row(gbar, r));
+            let [a1, a2, a3, a4, a5] = sums.next();
+            for (&gr, &yr) in gs.iter().zip(&ys) {
+                dense(a4, a5, gr, yr);
+            }
+            let (a1, a2, a3, m, g) = (&mut a1[..c], &mut a2[..c], &mut a3[..c], &m[..c], &g[..c]);
+            for ch in 0..c {
+                let q = if m[ch] != INACTIVE { g[ch] } else { T::ZERO };
+                a1[ch] += q;
+                a2[ch] += q * (pick(m[ch], &ys, ch) - mu[ch]);
+                a3[ch] += q * pick(m[ch], &gs, ch);
+            }
+        });
+        v.d.uncovered(imgs, |r| {
+            let [.., a4, a5] = sums.next();
+            dense(a4, a5, v.row(gbar, r), v.row(v.y, r));
+        });
+        sums.finish()
+    }
+}
+
+/// [`vjp_bwd_k`]'s outputs: `d y` (dense `kg gbar + kx (y - mu) + k0`, plus `ksparse q` at the
+/// active argmaxes) and `d gp = gamma a_bar` at the active argmaxes.
+struct BwdWrite<'a, T> {
+    v: VjpIn<'a, T>,
+    gbar: &'a [T],
+    /// Per channel: `kg, kx, k0, ksparse, mean(h), mean(h x_hat), s, gamma`.
+    k: [&'a [T]; 8],
+}
+
+impl<T: Elem> Half for BwdWrite<'_, T> {
+    type A = T;
+    type B = T;
+    type Out = ();
+    #[inline(always)]
+    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, dy: &mut [T], dgp: &mut [T]) {
+        let (v, gbar) = (&self.v, self.gbar);
+        let c = v.d.c;
+        let mu = &v.mu[..c];
+        let [kg, kx, k0, ksparse, mh, mhx, s_t, gamma] = self.k.map(|k| &k[..c]);
+        let (at, pat) = (
+            imgs.start * v.d.image_rows(),
+            imgs.start * v.d.image_pooled(),
+        );
+        // Window by window, so the sparse terms land on rows still in cache.
+        v.d.windows(imgs.clone(), |p, rows| {
+            let (m, g) = v.window(p);
+            let (m, g) = (&m[..c], &g[..c]);
+            for (j, &r) in rows.iter().enumerate() {
+                let (o, gr, yr) = (
+                    &mut dy[(r - at) * c..(r - at + 1) * c],
+                    v.row(gbar, r),
+                    v.row(v.y, r),
+                );
+                for ch in 0..c {
+                    let sparse = if m[ch] == j as u8 {
+                        ksparse[ch] * g[ch]
+                    } else {
+                        T::ZERO
+                    };
+                    o[ch] = gr[ch] * kg[ch] + ((yr[ch] - mu[ch]) * kx[ch] + k0[ch]) + sparse;
+                }
+            }
+            let ys = rows.map(|r| v.row(v.y, r));
+            let gs = rows.map(|r| v.row(gbar, r));
+            let o = &mut dgp[(p - pat) * c..(p - pat + 1) * c];
+            for ch in 0..c {
+                let xh = (pick(m[ch], &ys, ch) - mu[ch]) * s_t[ch];
+                let a_bar = s_t[ch] * pick(m[ch], &gs, ch) - mh[ch] - xh * mhx[ch];
+                o[ch] = if m[ch] != INACTIVE {
+                    gamma[ch] * a_bar
+                } else {
+                    T::ZERO
+                };
+            }
+        });
+        v.d.uncovered(imgs, |r| {
+            let (o, gr, yr) = (
+                &mut dy[(r - at) * c..(r - at + 1) * c],
+                v.row(gbar, r),
+                v.row(v.y, r),
+            );
+            for ch in 0..c {
+                o[ch] = gr[ch] * kg[ch] + ((yr[ch] - mu[ch]) * kx[ch] + k0[ch]);
+            }
+        });
+    }
 }
 
 /// The backward of [`vjp_k`] for an adjoint `gbar (N, c)` of `gy`:
@@ -336,41 +721,19 @@ fn vjp_bwd_k<T: Elem>(
     d: Dims,
 ) -> (Vec<T>, Vec<T>, Vec<f64>) {
     let c = d.c;
-    let (bl, map) = (&prep.block, &prep.map);
+    let bl = &prep.block;
     let n = d.rows().max(1) as f64;
-    // Sparse sums over the routed q: Q1 = sum q, Q2 = sum q x_hat, SGq = sum gbar q.
-    let (mut q1, mut q2, mut sgq) = (vec![0f64; c], vec![0f64; c], vec![0f64; c]);
-    bl.active(map, |p, ch, r| {
-        let q = gp[p * c + ch].to_f64();
-        q1[ch] += q;
-        q2[ch] += q * bl.x_hat(y[r * c + ch], ch).to_f64();
-        sgq[ch] += q * gbar[r * c + ch].to_f64();
-    });
-    // Dense sums: R1 = sum gbar, R2 = sum gbar x_hat (in T blocks, then f64).
-    let (mut r1, mut r2) = (vec![0f64; c], vec![0f64; c]);
-    {
-        // R2 = s sum gbar (y - mu).
-        let (mut p1, mut p2) = (vec![T::ZERO; c], vec![T::ZERO; c]);
-        for (gb, yb) in gbar.chunks(64 * c).zip(y.chunks(64 * c)) {
-            p1.iter_mut().for_each(|v| *v = T::ZERO);
-            p2.iter_mut().for_each(|v| *v = T::ZERO);
-            for (gr, yr) in gb.chunks_exact(c).zip(yb.chunks_exact(c)) {
-                for ((((a1, a2), &g), &v), &mu) in p1
-                    .iter_mut()
-                    .zip(p2.iter_mut())
-                    .zip(gr)
-                    .zip(yr)
-                    .zip(&bl.mu_t)
-                {
-                    *a1 += g;
-                    *a2 += g * (v - mu);
-                }
-            }
-            for ch in 0..c {
-                r1[ch] += p1[ch].to_f64();
-                r2[ch] += p2[ch].to_f64() * bl.s[ch];
-            }
-        }
+    let v = VjpIn {
+        d,
+        gp,
+        y,
+        map: &prep.map,
+        mu: &bl.mu_t,
+    };
+    let [q1, mut q2, sgq, r1, mut r2] = split_sum(&d, &BwdSums { v, gbar });
+    for ((a, b), s) in q2.iter_mut().zip(r2.iter_mut()).zip(&bl.s) {
+        *a *= s;
+        *b *= s;
     }
     // Per channel (see the module notes; h = s gbar, a = gamma q):
     //   mean(h) = s R1 / N, mean(h x_hat) = s R2 / N, m2 = mean(a x_hat) = gamma Q2 / N,
@@ -379,18 +742,8 @@ fn vjp_bwd_k<T: Elem>(
     //   x_hat_bar = -h m2 - a mean(h x_hat),
     //   d y = s (x_hat_bar - mean(x_hat_bar) - x_hat mean(x_hat_bar x_hat)) - s_bar s^2 x_hat / N.
     let mut dgamma = vec![0f64; c];
-    let (mut kg, mut k0, mut kx, mut ksparse) = (
-        vec![T::ZERO; c],
-        vec![T::ZERO; c],
-        vec![T::ZERO; c],
-        vec![T::ZERO; c],
-    );
-    let (mut mh_t, mut mhx_t, mut s_t, mut gamma_t) = (
-        vec![T::ZERO; c],
-        vec![T::ZERO; c],
-        vec![T::ZERO; c],
-        vec![T::ZERO; c],
-    );
+    // kg, kx, k0, ksparse, mean(h), mean(h x_hat), s, gamma.
+    let mut k: [Vec<T>; 8] = std::array::from_fn(|_| vec![T::ZERO; c]);
     for ch in 0..c {
         let (s, g) = (bl.s[ch], bl.gamma[ch]);
         let (h1, h2) = (s * r1[ch], s * r2[ch]);
@@ -400,52 +753,35 @@ fn vjp_bwd_k<T: Elem>(
         dgamma[ch] = s * sgq[ch] - mh * q1[ch] - mhx * q2[ch];
         let mean_xb = (-m2 * h1 - g * mhx * q1[ch]) / n;
         let mean_xbx = (-m2 * h2 - g * mhx * q2[ch]) / n;
-        // Dense part of d y: kg gbar + k0 + kx x_hat.
-        kg[ch] = T::from_f64(-s * s * m2);
-        k0[ch] = T::from_f64(-s * mean_xb);
-        // Multiplies (y - mu) = x_hat / s.
-        kx[ch] = T::from_f64((-s * mean_xbx - s_bar * s * s / n) * s);
-        // Sparse part at active argmaxes: s (-gamma q mean(h x_hat)).
-        ksparse[ch] = T::from_f64(-s * g * mhx);
-        mh_t[ch] = T::from_f64(mh);
-        mhx_t[ch] = T::from_f64(mhx);
-        s_t[ch] = T::from_f64(s);
-        gamma_t[ch] = T::from_f64(g);
+        let vals = [
+            // Dense part of d y: kg gbar + k0 + kx (y - mu), (y - mu) = x_hat / s.
+            -s * s * m2,
+            (-s * mean_xbx - s_bar * s * s / n) * s,
+            -s * mean_xb,
+            // Sparse part at active argmaxes: s (-gamma q mean(h x_hat)).
+            -s * g * mhx,
+            mh,
+            mhx,
+            s,
+            g,
+        ];
+        for (kv, val) in k.iter_mut().zip(vals) {
+            kv[ch] = T::from_f64(val);
+        }
     }
     let mut dy = vec![T::ZERO; y.len()];
-    let dense = |r: usize, dy: &mut [T]| {
-        let (dr, gr, yr) = (
-            &mut dy[r * c..(r + 1) * c],
-            &gbar[r * c..(r + 1) * c],
-            &y[r * c..(r + 1) * c],
-        );
-        for (((((d, &g), &v), &mu), &a), (&b, &k)) in dr
-            .iter_mut()
-            .zip(gr)
-            .zip(yr)
-            .zip(&bl.mu_t)
-            .zip(&kg)
-            .zip(kx.iter().zip(&k0))
-        {
-            *d = g * a + ((v - mu) * b + k);
-        }
-    };
     let mut dgp = vec![T::ZERO; gp.len()];
-    // Window by window, so the sparse terms land on rows still in cache.
-    d.windows(|p, rows| {
-        rows.iter().for_each(|&r| dense(r, &mut dy));
-        for (ch, &k) in map[p * c..(p + 1) * c].iter().enumerate() {
-            if k == INACTIVE {
-                continue;
-            }
-            let i = rows[k as usize] * c + ch;
-            dy[i] += ksparse[ch] * gp[p * c + ch];
-            let xh = bl.x_hat(y[i], ch);
-            let a_bar = s_t[ch] * gbar[i] - mh_t[ch] - xh * mhx_t[ch];
-            dgp[p * c + ch] = gamma_t[ch] * a_bar;
-        }
-    });
-    d.uncovered(|r| dense(r, &mut dy));
+    let write = BwdWrite {
+        v,
+        gbar,
+        k: std::array::from_fn(|i| &k[i][..]),
+    };
+    split_run(
+        &d,
+        &write,
+        (&mut dy, d.image_rows() * c),
+        (&mut dgp, d.image_pooled() * c),
+    );
     (dgp, dy, dgamma)
 }
 
@@ -700,74 +1036,76 @@ mod tests {
     /// gammas (the argmax of `u` is then not the argmax of `y`).
     #[test]
     fn fused_block_and_its_input_gradient_match_candle_autodiff_in_f64() -> Result<()> {
-        let (b, h, w, c) = (3, 5, 7, 4);
-        let y = Var::from_tensor(&((randn(&[b, h, w, c], 1) * 2.0)? + 0.5)?)?;
-        let mut p = randn(&[3, c], 2).to_vec2::<f64>()?;
-        p[0][1] = -p[0][1].abs() - 0.5; // a negative gamma
-        let params = Var::from_tensor(&Tensor::new(p, &Device::Cpu)?)?;
-        let r = randn(&[b, h / 2, w / 2, c], 3);
+        // c = 19: full SIMD vectors and a remainder; the batch splits into unequal halves.
+        for (b, h, w, c) in [(3, 5, 7, 4), (3, 6, 5, 19)] {
+            let y = Var::from_tensor(&((randn(&[b, h, w, c], 1) * 2.0)? + 0.5)?)?;
+            let mut p = randn(&[3, c], 2).to_vec2::<f64>()?;
+            p[0][1] = -p[0][1].abs() - 0.5; // a negative gamma
+            let params = Var::from_tensor(&Tensor::new(p, &Device::Cpu)?)?;
+            let r = randn(&[b, h / 2, w / 2, c], 3);
 
-        // Forward value.
-        let (op, grad_op) = pair();
-        let fused = y.as_tensor().apply_op2(params.as_tensor(), op)?;
-        let reference = composed(y.as_tensor(), params.as_tensor())?;
-        let diff = (&fused - &reference)?
-            .abs()?
-            .max_all()?
-            .to_scalar::<f64>()?;
-        assert!(diff < 1e-12, "forward differs by {diff}");
+            // Forward value.
+            let (op, grad_op) = pair();
+            let fused = y.as_tensor().apply_op2(params.as_tensor(), op)?;
+            let reference = composed(y.as_tensor(), params.as_tensor())?;
+            let diff = (&fused - &reference)?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f64>()?;
+            assert!(diff < 1e-12, "forward differs by {diff}");
 
-        // First order: gradients of sum(pooled * r).
-        let gf = (&fused * &r)?.sum_all()?.backward()?;
-        let gr = (&reference * &r)?.sum_all()?.backward()?;
-        for (name, v) in [("y", y.as_tensor()), ("params", params.as_tensor())] {
-            let (a, e) = (gf.get(v).unwrap(), gr.get(v).unwrap());
-            let d = (a - e)?.abs()?.max_all()?.to_scalar::<f64>()?;
-            assert!(d < 1e-10, "first-order gradient of {name} differs by {d}");
-        }
+            // First order: gradients of sum(pooled * r).
+            let gf = (&fused * &r)?.sum_all()?.backward()?;
+            let gr = (&reference * &r)?.sum_all()?.backward()?;
+            for (name, v) in [("y", y.as_tensor()), ("params", params.as_tensor())] {
+                let (a, e) = (gf.get(v).unwrap(), gr.get(v).unwrap());
+                let d = (a - e)?.abs()?.max_all()?.to_scalar::<f64>()?;
+                assert!(d < 1e-10, "first-order gradient of {name} differs by {d}");
+            }
 
-        // The VJP op's value equals autodiff's gradient of sum(pooled * gp) with respect to y.
-        let gp = Var::from_tensor(&r)?;
-        let gy = gp
-            .as_tensor()
-            .apply_op3(y.as_tensor(), params.as_tensor(), grad_op)?;
-        let autodiff_gy = gr.get(y.as_tensor()).unwrap();
-        let d = (&gy - autodiff_gy)?.abs()?.max_all()?.to_scalar::<f64>()?;
-        assert!(d < 1e-10, "input gradient differs by {d}");
+            // The VJP op's value equals autodiff's gradient of sum(pooled * gp) with respect to y.
+            let gp = Var::from_tensor(&r)?;
+            let gy = gp
+                .as_tensor()
+                .apply_op3(y.as_tensor(), params.as_tensor(), grad_op)?;
+            let autodiff_gy = gr.get(y.as_tensor()).unwrap();
+            let d = (&gy - autodiff_gy)?.abs()?.max_all()?.to_scalar::<f64>()?;
+            assert!(d < 1e-10, "input gradient differs by {d}");
 
-        // Second order: gradients of sum(gy * r2)^2-ish function against central finite
-        // differences of the op's own forward (f64, step 1e-6).
-        let r2 = randn(&[b, h, w, c], 4);
-        let obj = |gp: &Tensor, y: &Tensor, params: &Tensor| -> Result<f64> {
-            let gy = gp.apply_op3(y, params, pair().1)?;
-            (gy * &r2)?.sum_all()?.sqr()?.to_scalar::<f64>()
-        };
-        let grads = obj_graph(&gp, &y, &params, &r2)?;
-        let eps = 1e-6;
-        for (which, var, g) in [
-            (0, gp.as_tensor(), grads.0),
-            (1, y.as_tensor(), grads.1),
-            (2, params.as_tensor(), grads.2),
-        ] {
-            let flat = var.flatten_all()?.to_vec1::<f64>()?;
-            let gv = g.flatten_all()?.to_vec1::<f64>()?;
-            // Every entry of the small tensors, a spread of the large one; the bias row of
-            // params and beta get exactly zero (piecewise-constant dependence).
-            let picks: Vec<usize> = (0..flat.len()).step_by(1 + flat.len() / 40).collect();
-            for i in picks {
-                let at = |delta: f64| -> Result<f64> {
-                    let mut v = flat.clone();
-                    v[i] += delta;
-                    let t = Tensor::from_vec(v, var.shape(), &Device::Cpu)?;
-                    match which {
-                        0 => obj(&t, y.as_tensor(), params.as_tensor()),
-                        1 => obj(gp.as_tensor(), &t, params.as_tensor()),
-                        _ => obj(gp.as_tensor(), y.as_tensor(), &t),
-                    }
-                };
-                let fd = (at(eps)? - at(-eps)?) / (2.0 * eps);
-                let err = (fd - gv[i]).abs() / (1.0 + fd.abs());
-                assert!(err < 1e-6, "input {which} entry {i}: fd {fd} vs {}", gv[i]);
+            // Second order: gradients of sum(gy * r2)^2-ish function against central finite
+            // differences of the op's own forward (f64, step 1e-6).
+            let r2 = randn(&[b, h, w, c], 4);
+            let obj = |gp: &Tensor, y: &Tensor, params: &Tensor| -> Result<f64> {
+                let gy = gp.apply_op3(y, params, pair().1)?;
+                (gy * &r2)?.sum_all()?.sqr()?.to_scalar::<f64>()
+            };
+            let grads = obj_graph(&gp, &y, &params, &r2)?;
+            let eps = 1e-6;
+            for (which, var, g) in [
+                (0, gp.as_tensor(), grads.0),
+                (1, y.as_tensor(), grads.1),
+                (2, params.as_tensor(), grads.2),
+            ] {
+                let flat = var.flatten_all()?.to_vec1::<f64>()?;
+                let gv = g.flatten_all()?.to_vec1::<f64>()?;
+                // Every entry of the small tensors, a spread of the large one; the bias row of
+                // params and beta get exactly zero (piecewise-constant dependence).
+                let picks: Vec<usize> = (0..flat.len()).step_by(1 + flat.len() / 40).collect();
+                for i in picks {
+                    let at = |delta: f64| -> Result<f64> {
+                        let mut v = flat.clone();
+                        v[i] += delta;
+                        let t = Tensor::from_vec(v, var.shape(), &Device::Cpu)?;
+                        match which {
+                            0 => obj(&t, y.as_tensor(), params.as_tensor()),
+                            1 => obj(gp.as_tensor(), &t, params.as_tensor()),
+                            _ => obj(gp.as_tensor(), y.as_tensor(), &t),
+                        }
+                    };
+                    let fd = (at(eps)? - at(-eps)?) / (2.0 * eps);
+                    let err = (fd - gv[i]).abs() / (1.0 + fd.abs());
+                    assert!(err < 1e-6, "input {which} entry {i}: fd {fd} vs {}", gv[i]);
+                }
             }
         }
         Ok(())

@@ -16,10 +16,28 @@
 //! images are processed in turn.
 
 use super::kernels::{for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem};
+use super::winograd::{self, Wino};
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
 };
 use rayon::prelude::*;
+
+/// Fewest input and output channels for which a 3x3 convolution runs as Winograd F(2x2, 3x3).
+pub const WINOGRAD_MIN_CHANNELS: usize = 8;
+
+#[cfg(test)]
+thread_local! {
+    static FORCE_IM2COL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+/// Tests compare the Winograd kernels with im2col on the same shapes.
+#[cfg(test)]
+fn force_im2col() -> bool {
+    FORCE_IM2COL.with(|f| f.get())
+}
+#[cfg(not(test))]
+fn force_im2col() -> bool {
+    false
+}
 
 /// Convolution `(x (b, h, w, cin), wmat (cout, k*k*cin))` -> `y (b, oh, ow, cout)`,
 /// `oh = h + 2 pad - k + 1`, zero padding, stride 1, no bias.
@@ -72,6 +90,20 @@ impl Geo {
     fn chunk(&self) -> usize {
         ((512 << 10) / (self.rows() * self.kc()).max(1)).clamp(1, self.b.max(1))
     }
+    /// The Winograd form of a 3x3 convolution between layers wide enough for its 16 gemms to
+    /// pay (at least [`WINOGRAD_MIN_CHANNELS`] channels in and out); `None` runs im2col.
+    fn winograd(&self) -> Option<Wino> {
+        (self.k == 3 && self.cin.min(self.cout) >= WINOGRAD_MIN_CHANNELS && !force_im2col())
+            .then_some(Wino {
+                h: self.h,
+                w: self.w,
+                cin: self.cin,
+                oh: self.oh,
+                ow: self.ow,
+                cout: self.cout,
+                pad: self.pad,
+            })
+    }
     /// Image ranges of the two halves of the batch.
     fn halves(&self) -> Vec<std::ops::Range<usize>> {
         let mid = self.b.div_ceil(2);
@@ -123,72 +155,152 @@ fn transpose<T: Elem>(wmat: &[T], cout: usize, kc: usize) -> Vec<T> {
     t
 }
 
-/// `y = conv(x)`: per chunk, im2col then `cols @ wmat^T`.
-fn conv_k<T: Elem>(x: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
-    let mut y = vec![T::ZERO; g.b * g.out_len()];
-    let chunk = g.chunk();
-    let mut parts: Vec<(std::ops::Range<usize>, &mut [T])> = Vec::new();
-    let mut rest = y.as_mut_slice();
+/// The batch's two halves of `buf` (`per` elements per image), with their image ranges.
+fn halves_of<'a, T>(
+    g: &Geo,
+    buf: &'a mut [T],
+    per: usize,
+) -> Vec<(std::ops::Range<usize>, &'a mut [T])> {
+    let mut parts = Vec::new();
+    let mut rest = buf;
     for r in g.halves() {
-        let (head, tail) = rest.split_at_mut(r.len() * g.out_len());
+        let (head, tail) = rest.split_at_mut(r.len() * per);
         parts.push((r, head));
         rest = tail;
     }
-    parts.into_par_iter().for_each(|(range, out)| {
-        let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
-        for at in range.clone().step_by(chunk) {
-            let n = chunk.min(range.end - at);
-            im2col_into(&x[at * g.in_len()..], n, g, &mut cols);
-            let o = (at - range.start) * g.out_len();
-            gemm_nt(
-                n * g.rows(),
-                g.cout,
-                g.kc(),
-                &cols,
-                wmat,
-                &mut out[o..o + n * g.out_len()],
-            );
-        }
-    });
+    parts
+}
+
+/// `y = conv(x)`: per chunk, Winograd or im2col then `cols @ wmat^T`.
+fn conv_k<T: Elem>(x: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
+    let mut y = vec![T::ZERO; g.b * g.out_len()];
+    if let Some(wg) = g.winograd() {
+        let u = winograd::weights(wmat, &wg);
+        let chunk = wg.chunk(g.b);
+        halves_of(g, &mut y, g.out_len())
+            .into_par_iter()
+            .for_each(|(range, out)| {
+                let mut bufs = winograd::Buffers::new(&wg, chunk);
+                for at in range.clone().step_by(chunk) {
+                    let n = chunk.min(range.end - at);
+                    let o = (at - range.start) * g.out_len();
+                    let kernel = winograd::Kernel::Conv {
+                        x: &x[at * g.in_len()..(at + n) * g.in_len()],
+                        u: &u,
+                        y: &mut out[o..o + n * g.out_len()],
+                    };
+                    winograd::run(kernel, n, &wg, &mut bufs);
+                }
+            });
+        return y;
+    }
+    let chunk = g.chunk();
+    halves_of(g, &mut y, g.out_len())
+        .into_par_iter()
+        .for_each(|(range, out)| {
+            let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
+            for at in range.clone().step_by(chunk) {
+                let n = chunk.min(range.end - at);
+                im2col_into(&x[at * g.in_len()..], n, g, &mut cols);
+                let o = (at - range.start) * g.out_len();
+                gemm_nt(
+                    n * g.rows(),
+                    g.cout,
+                    g.kc(),
+                    &cols,
+                    wmat,
+                    &mut out[o..o + n * g.out_len()],
+                );
+            }
+        });
     y
 }
 
-/// `gx = conv^T(gy)`: per chunk, `gy @ wmat` then col2im.
+/// `gx = conv^T(gy)`: per chunk, Winograd or `gy @ wmat` then col2im.
 fn conv_t_k<T: Elem>(gy: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
-    let wt = transpose(wmat, g.cout, g.kc());
     let mut gx = vec![T::ZERO; g.b * g.in_len()];
-    let chunk = g.chunk();
-    let mut parts: Vec<(std::ops::Range<usize>, &mut [T])> = Vec::new();
-    let mut rest = gx.as_mut_slice();
-    for r in g.halves() {
-        let (head, tail) = rest.split_at_mut(r.len() * g.in_len());
-        parts.push((r, head));
-        rest = tail;
+    if let Some(wg) = g.winograd() {
+        let u = winograd::weights(wmat, &wg);
+        let chunk = wg.chunk(g.b);
+        halves_of(g, &mut gx, g.in_len())
+            .into_par_iter()
+            .for_each(|(range, out)| {
+                let mut bufs = winograd::Buffers::new(&wg, chunk);
+                for at in range.clone().step_by(chunk) {
+                    let n = chunk.min(range.end - at);
+                    let o = (at - range.start) * g.in_len();
+                    let kernel = winograd::Kernel::ConvT {
+                        gy: &gy[at * g.out_len()..(at + n) * g.out_len()],
+                        u: &u,
+                        gx: &mut out[o..o + n * g.in_len()],
+                    };
+                    winograd::run(kernel, n, &wg, &mut bufs);
+                }
+            });
+        return gx;
     }
-    parts.into_par_iter().for_each(|(range, out)| {
-        let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
-        for at in range.clone().step_by(chunk) {
-            let n = chunk.min(range.end - at);
-            let rows = n * g.rows();
-            gemm_nt(
-                rows,
-                g.kc(),
-                g.cout,
-                &gy[at * g.out_len()..(at + n) * g.out_len()],
-                &wt,
-                &mut cols[..rows * g.kc()],
-            );
-            let o = (at - range.start) * g.in_len();
-            col2im_add(&cols, n, g, &mut out[o..o + n * g.in_len()]);
-        }
-    });
+    let wt = transpose(wmat, g.cout, g.kc());
+    let chunk = g.chunk();
+    halves_of(g, &mut gx, g.in_len())
+        .into_par_iter()
+        .for_each(|(range, out)| {
+            let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
+            for at in range.clone().step_by(chunk) {
+                let n = chunk.min(range.end - at);
+                let rows = n * g.rows();
+                gemm_nt(
+                    rows,
+                    g.kc(),
+                    g.cout,
+                    &gy[at * g.out_len()..(at + n) * g.out_len()],
+                    &wt,
+                    &mut cols[..rows * g.kc()],
+                );
+                let o = (at - range.start) * g.in_len();
+                col2im_add(&cols, n, g, &mut out[o..o + n * g.in_len()]);
+            }
+        });
     gx
 }
 
-/// `dW (cout, kc) = gy^T @ im2col(x)` summed over the batch.
+/// Sum of the two halves' partial results.
+fn sum_halves<T: Elem>(
+    g: &Geo,
+    len: usize,
+    partial: impl Fn(std::ops::Range<usize>) -> Vec<T> + Sync + Send,
+) -> Vec<T> {
+    g.halves()
+        .into_par_iter()
+        .map(partial)
+        .reduce_with(|mut a, b| {
+            a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
+            a
+        })
+        .unwrap_or_else(|| vec![T::ZERO; len])
+}
+
+/// `dW (cout, kc) = gy^T @ im2col(x)` summed over the batch (or its Winograd form).
 fn weight_grad_k<T: Elem>(x: &[T], gy: &[T], g: &Geo) -> Vec<T> {
+    if let Some(wg) = g.winograd() {
+        let chunk = wg.chunk(g.b);
+        let du = sum_halves(g, 16 * g.cin * g.cout, |range| {
+            let mut du = vec![T::ZERO; 16 * g.cin * g.cout];
+            let mut bufs = winograd::Buffers::new(&wg, chunk);
+            for at in range.clone().step_by(chunk) {
+                let n = chunk.min(range.end - at);
+                let kernel = winograd::Kernel::WeightGrad {
+                    x: &x[at * g.in_len()..(at + n) * g.in_len()],
+                    gy: &gy[at * g.out_len()..(at + n) * g.out_len()],
+                    du: &mut du,
+                };
+                winograd::run(kernel, n, &wg, &mut bufs);
+            }
+            du
+        });
+        return winograd::weights_adjoint(&du, &wg);
+    }
     let chunk = g.chunk();
-    let partial = |range: std::ops::Range<usize>| -> Vec<T> {
+    sum_halves(g, g.cout * g.kc(), |range| {
         let mut dw = vec![T::ZERO; g.cout * g.kc()];
         let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
         for at in range.clone().step_by(chunk) {
@@ -206,15 +318,7 @@ fn weight_grad_k<T: Elem>(x: &[T], gy: &[T], g: &Geo) -> Vec<T> {
             );
         }
         dw
-    };
-    g.halves()
-        .into_par_iter()
-        .map(partial)
-        .reduce_with(|mut a, b| {
-            a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
-            a
-        })
-        .unwrap_or_else(|| vec![T::ZERO; g.cout * g.kc()])
+    })
 }
 
 fn geometry(x_dims: &[usize], w_dims: &[usize], k: usize, pad: usize, op: &str) -> Result<Geo> {
@@ -436,9 +540,17 @@ mod tests {
     /// candle's gradients of the same scalar.
     #[test]
     fn conv_ops_match_candle_conv2d_and_its_gradients_in_f64() -> Result<()> {
-        for (b, h, w, cin, cout, pad) in
-            [(5, 6, 7, 3, 4, 1), (3, 5, 5, 2, 3, 0), (41, 9, 8, 4, 5, 1)]
-        {
+        // The first three run im2col, the rest Winograd F(2x2, 3x3) (odd output sides, pad 0
+        // and 1, several chunks, unequal halves).
+        for (b, h, w, cin, cout, pad) in [
+            (5, 6, 7, 3, 4, 1),
+            (3, 5, 5, 2, 3, 0),
+            (41, 9, 8, 4, 5, 1),
+            (5, 6, 7, 8, 9, 1),
+            (3, 7, 7, 9, 8, 0),
+            (13, 14, 14, 8, 16, 1),
+            (7, 5, 4, 12, 8, 0),
+        ] {
             let k = 3;
             let x = Var::from_tensor(&randn(&[b, h, w, cin], 1))?;
             let weight = Var::from_tensor(&randn(&[cout, cin, k, k], 2))?;

@@ -794,13 +794,29 @@ impl CustomOp3 for ConvReluPool {
 #[derive(Debug, Clone, Copy)]
 pub struct BiasReluPool;
 
-fn bias_relu_pool_k<T: Elem>(y: &[T], bias: &[T], d: (usize, usize, usize, usize)) -> Vec<T> {
-    let mut out = pool_k(y, d);
-    let c = d.3;
-    out.par_chunks_mut(c.max(1)).for_each(|row| {
-        for (v, &bv) in row.iter_mut().zip(bias) {
-            let s = *v + bv;
-            *v = if s > T::ZERO { s } else { T::ZERO };
+fn bias_relu_pool_k<T: Elem>(
+    y: &[T],
+    bias: &[T],
+    (b, h, w, c): (usize, usize, usize, usize),
+) -> Vec<T> {
+    let (h2, w2) = (h / 2, w / 2);
+    let per = h2 * w2 * c;
+    let mut out = vec![T::ZERO; b * per];
+    if per == 0 {
+        return out;
+    }
+    let bias = &bias[..c];
+    let max = |a: T, b: T| if b > a { b } else { a };
+    // One pass per image: each pooled pixel's four rows, as slices so the loop vectorises.
+    out.par_chunks_mut(per).enumerate().for_each(|(bi, ob)| {
+        let yb = &y[bi * h * w * c..(bi + 1) * h * w * c];
+        for (p, o) in ob.chunks_exact_mut(c).enumerate() {
+            let r0 = (2 * (p / w2) * w + 2 * (p % w2)) * c;
+            let [a, b2, c2, d2] = [r0, r0 + c, r0 + w * c, r0 + (w + 1) * c].map(|r| &yb[r..r + c]);
+            for ch in 0..c {
+                let m = max(max(a[ch], b2[ch]), max(c2[ch], d2[ch])) + bias[ch];
+                o[ch] = if m > T::ZERO { m } else { T::ZERO };
+            }
         }
     });
     out

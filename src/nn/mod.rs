@@ -10,6 +10,7 @@ pub mod gradnorm;
 pub mod init;
 pub mod kernels;
 pub mod layers;
+mod winograd;
 
 use crate::rng::Rng;
 use candle_core::{DType, Module, Result, Tensor};
