@@ -9,7 +9,9 @@
 //! Why: written as separate candle ops, the statistics, masks and broadcasts of one block are
 //! about thirty full passes (forward, input gradient and the backward of both) over
 //! `(b*h*w, c)` tensors of 12-26 MB per step, which dominated training time; each op here makes
-//! two to four passes.
+//! two to four passes. Each kernel works on the batch's two halves in parallel (a fixed split,
+//! so results do not depend on the thread count) and is compiled per SIMD level through
+//! `pulp` (the `Half` trait), so its loops vectorise for the CPU at hand.
 //!
 //! Notation, per channel over the `N = b*h*w` rows of the convolution output `y (b, h, w, c)`:
 //! mean `mu`, biased variance `v`, `s = 1/sqrt(v + eps)`, `x_hat = (y - mu) s`,

@@ -56,7 +56,7 @@ impl Wino {
     fn out_len(&self) -> usize {
         self.oh * self.ow * self.cout
     }
-    /// Tile `t` of image-relative index: `(image, tile row, tile column)`.
+    /// Tile `t` of a chunk as `(image within the chunk, tile row, tile column)`.
     fn tile(&self, t: usize) -> (usize, usize, usize) {
         let per = self.tiles();
         (t / per, (t % per) / self.tw(), t % self.tw())
