@@ -187,11 +187,7 @@ impl Block {
 
     /// `(out, 9 * in)` in im2col's `(ki, kj, c)` column order.
     fn wmat(&self) -> Result<Tensor> {
-        let (out, cin, k, _) = self.weight.dims4()?;
-        Ok(self
-            .weight
-            .permute((0, 2, 3, 1))?
-            .reshape((out, k * k * cin))?)
+        wmat_of(&self.weight)
     }
 
     /// The convolution without bias as candle ops (other devices): `(b*oh*ow, out)`.
@@ -366,7 +362,7 @@ impl Block {
         let (_, cin, k, _) = w.dims4()?;
         if k == 3 && cin.min(out) >= crate::nn::conv::WINOGRAD_MIN_CHANNELS {
             // Wide 3x3 layers: the Winograd convolution, then bias + ReLU + pool in one pass.
-            let wmat = w.permute((0, 2, 3, 1))?.reshape((out, k * k * cin))?;
+            let wmat = wmat_of(&w)?;
             return Ok(x
                 .contiguous()?
                 .apply_op2_no_bwd(&wmat, &Conv { k, pad: self.pad })?
@@ -390,6 +386,13 @@ impl Block {
             ((self.running_var.detach() * (1.0 - BN_MOMENTUM))? + (unbiased * BN_MOMENTUM)?)?;
         Ok(())
     }
+}
+
+/// A `(cout, cin, k, k)` weight as the conv ops' `wmat (cout, k*k*cin)`, columns in im2col's
+/// `(ki, kj, c)` order.
+fn wmat_of(weight: &Tensor) -> Result<Tensor> {
+    let (out, cin, k, _) = weight.dims4()?;
+    Ok(weight.permute((0, 2, 3, 1))?.reshape((out, k * k * cin))?)
 }
 
 /// DUQ on the Fashion-MNIST CNN (see the module docs).

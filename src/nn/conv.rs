@@ -22,7 +22,7 @@ use super::winograd::{self, Wino};
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
 };
-use rayon::prelude::*;
+use std::ops::Range;
 
 /// Fewest input and output channels for which a 3x3 convolution runs as Winograd F(2x2, 3x3).
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
@@ -107,9 +107,17 @@ impl Geo {
             })
     }
     /// Image ranges of the two halves of the batch.
-    fn halves(&self) -> Vec<std::ops::Range<usize>> {
+    fn halves(&self) -> [Range<usize>; 2] {
         let mid = self.b.div_ceil(2);
-        vec![0..mid, mid..self.b]
+        [0..mid, mid..self.b]
+    }
+    /// The images `imgs` of an input batch `x (b, h, w, cin)`.
+    fn inputs<'a, T>(&self, x: &'a [T], imgs: Range<usize>) -> &'a [T] {
+        &x[imgs.start * self.in_len()..imgs.end * self.in_len()]
+    }
+    /// The images `imgs` of an output batch `y (b, oh, ow, cout)`.
+    fn outputs<'a, T>(&self, y: &'a [T], imgs: Range<usize>) -> &'a [T] {
+        &y[imgs.start * self.out_len()..imgs.end * self.out_len()]
     }
 }
 
@@ -157,169 +165,136 @@ fn transpose<T: Elem>(wmat: &[T], cout: usize, kc: usize) -> Vec<T> {
     t
 }
 
-/// The batch's two halves of `buf` (`per` elements per image), with their image ranges.
-fn halves_of<'a, T>(
+/// Chunks of `chunk` images covering `imgs`.
+fn chunks(imgs: Range<usize>, chunk: usize) -> impl Iterator<Item = Range<usize>> {
+    let end = imgs.end;
+    imgs.step_by(chunk.max(1))
+        .map(move |at| at..(at + chunk).min(end))
+}
+
+/// `f(scratch, images, out)` for every chunk of `chunk` images, the batch's two halves in
+/// parallel, each half with its own `scratch` (from `init`); `out` is the chunk's part of
+/// `buf` (`per` elements per image).
+fn for_chunks<T: Send, S>(
     g: &Geo,
-    buf: &'a mut [T],
-    per: usize,
-) -> Vec<(std::ops::Range<usize>, &'a mut [T])> {
-    let mut parts = Vec::new();
-    let mut rest = buf;
-    for r in g.halves() {
-        let (head, tail) = rest.split_at_mut(r.len() * per);
-        parts.push((r, head));
-        rest = tail;
-    }
-    parts
+    (buf, per): (&mut [T], usize),
+    chunk: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, Range<usize>, &mut [T]) + Sync,
+) {
+    let [h0, h1] = g.halves();
+    let (b0, b1) = buf.split_at_mut(h0.len() * per);
+    let half = |imgs: Range<usize>, out: &mut [T]| {
+        let mut scratch = init();
+        for c in chunks(imgs.clone(), chunk) {
+            let o = (c.start - imgs.start) * per..(c.end - imgs.start) * per;
+            f(&mut scratch, c, &mut out[o]);
+        }
+    };
+    rayon::join(|| half(h0, b0), || half(h1, b1));
+}
+
+/// The sum over the batch of `f(scratch, images, acc)` accumulated into `acc (len,)` for every
+/// chunk of `chunk` images; the two halves in parallel, each with its own `scratch` and
+/// accumulator, added in a fixed order.
+fn sum_chunks<T: Elem, S>(
+    g: &Geo,
+    len: usize,
+    chunk: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, Range<usize>, &mut [T]) + Sync,
+) -> Vec<T> {
+    let half = |imgs: Range<usize>| {
+        let (mut scratch, mut acc) = (init(), vec![T::ZERO; len]);
+        for c in chunks(imgs, chunk) {
+            f(&mut scratch, c, &mut acc);
+        }
+        acc
+    };
+    let [h0, h1] = g.halves();
+    let (mut a, b) = rayon::join(|| half(h0), || half(h1));
+    a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
+    a
 }
 
 /// `y = conv(x)`: per chunk, Winograd or im2col then `cols @ wmat^T`.
 fn conv_k<T: Elem>(x: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
     let mut y = vec![T::ZERO; g.b * g.out_len()];
+    let out = (&mut y[..], g.out_len());
     if let Some(wg) = g.winograd() {
-        let u = winograd::weights(wmat, &wg);
-        let chunk = wg.chunk(g.b);
-        halves_of(g, &mut y, g.out_len())
-            .into_par_iter()
-            .for_each(|(range, out)| {
-                let mut bufs = winograd::Buffers::new(&wg, chunk);
-                for at in range.clone().step_by(chunk) {
-                    let n = chunk.min(range.end - at);
-                    let o = (at - range.start) * g.out_len();
-                    let kernel = winograd::Kernel::Conv {
-                        x: &x[at * g.in_len()..(at + n) * g.in_len()],
-                        u: &u,
-                        y: &mut out[o..o + n * g.out_len()],
-                    };
-                    winograd::run(kernel, n, &wg, &mut bufs);
-                }
-            });
-        return y;
-    }
-    let chunk = g.chunk();
-    halves_of(g, &mut y, g.out_len())
-        .into_par_iter()
-        .for_each(|(range, out)| {
-            let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
-            for at in range.clone().step_by(chunk) {
-                let n = chunk.min(range.end - at);
-                im2col_into(&x[at * g.in_len()..], n, g, &mut cols);
-                let o = (at - range.start) * g.out_len();
-                gemm_nt(
-                    n * g.rows(),
-                    g.cout,
-                    g.kc(),
-                    &cols,
-                    wmat,
-                    &mut out[o..o + n * g.out_len()],
-                );
-            }
+        let (u, chunk) = (winograd::weights(wmat, &wg), wg.chunk(g.b));
+        let init = || winograd::Buffers::new(&wg, chunk);
+        for_chunks(g, out, chunk, init, |bufs, imgs, y| {
+            let n = imgs.len();
+            let x = g.inputs(x, imgs);
+            winograd::run(winograd::Kernel::Conv { x, u: &u, y }, n, &wg, bufs);
         });
+    } else {
+        let chunk = g.chunk();
+        let init = || vec![T::ZERO; chunk * g.rows() * g.kc()];
+        for_chunks(g, out, chunk, init, |cols, imgs, y| {
+            let n = imgs.len();
+            im2col_into(g.inputs(x, imgs), n, g, cols);
+            gemm_nt(n * g.rows(), g.cout, g.kc(), cols, wmat, y);
+        });
+    }
     y
 }
 
 /// `gx = conv^T(gy)`: per chunk, Winograd or `gy @ wmat` then col2im.
 fn conv_t_k<T: Elem>(gy: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
     let mut gx = vec![T::ZERO; g.b * g.in_len()];
+    let out = (&mut gx[..], g.in_len());
     if let Some(wg) = g.winograd() {
-        let u = winograd::weights(wmat, &wg);
-        let chunk = wg.chunk(g.b);
-        halves_of(g, &mut gx, g.in_len())
-            .into_par_iter()
-            .for_each(|(range, out)| {
-                let mut bufs = winograd::Buffers::new(&wg, chunk);
-                for at in range.clone().step_by(chunk) {
-                    let n = chunk.min(range.end - at);
-                    let o = (at - range.start) * g.in_len();
-                    let kernel = winograd::Kernel::ConvT {
-                        gy: &gy[at * g.out_len()..(at + n) * g.out_len()],
-                        u: &u,
-                        gx: &mut out[o..o + n * g.in_len()],
-                    };
-                    winograd::run(kernel, n, &wg, &mut bufs);
-                }
-            });
-        return gx;
-    }
-    let wt = transpose(wmat, g.cout, g.kc());
-    let chunk = g.chunk();
-    halves_of(g, &mut gx, g.in_len())
-        .into_par_iter()
-        .for_each(|(range, out)| {
-            let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
-            for at in range.clone().step_by(chunk) {
-                let n = chunk.min(range.end - at);
-                let rows = n * g.rows();
-                gemm_nt(
-                    rows,
-                    g.kc(),
-                    g.cout,
-                    &gy[at * g.out_len()..(at + n) * g.out_len()],
-                    &wt,
-                    &mut cols[..rows * g.kc()],
-                );
-                let o = (at - range.start) * g.in_len();
-                col2im_add(&cols, n, g, &mut out[o..o + n * g.in_len()]);
-            }
+        let (u, chunk) = (winograd::weights(wmat, &wg), wg.chunk(g.b));
+        let init = || winograd::Buffers::new(&wg, chunk);
+        for_chunks(g, out, chunk, init, |bufs, imgs, gx| {
+            let n = imgs.len();
+            let gy = g.outputs(gy, imgs);
+            winograd::run(winograd::Kernel::ConvT { gy, u: &u, gx }, n, &wg, bufs);
         });
+    } else {
+        let wt = transpose(wmat, g.cout, g.kc());
+        let chunk = g.chunk();
+        let init = || vec![T::ZERO; chunk * g.rows() * g.kc()];
+        for_chunks(g, out, chunk, init, |cols, imgs, gx| {
+            let n = imgs.len();
+            let rows = n * g.rows();
+            let gy = g.outputs(gy, imgs);
+            gemm_nt(rows, g.kc(), g.cout, gy, &wt, &mut cols[..rows * g.kc()]);
+            col2im_add(cols, n, g, gx);
+        });
+    }
     gx
-}
-
-/// Sum of the two halves' partial results.
-fn sum_halves<T: Elem>(
-    g: &Geo,
-    len: usize,
-    partial: impl Fn(std::ops::Range<usize>) -> Vec<T> + Sync + Send,
-) -> Vec<T> {
-    g.halves()
-        .into_par_iter()
-        .map(partial)
-        .reduce_with(|mut a, b| {
-            a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
-            a
-        })
-        .unwrap_or_else(|| vec![T::ZERO; len])
 }
 
 /// `dW (cout, kc) = gy^T @ im2col(x)` summed over the batch (or its Winograd form).
 fn weight_grad_k<T: Elem>(x: &[T], gy: &[T], g: &Geo) -> Vec<T> {
     if let Some(wg) = g.winograd() {
         let chunk = wg.chunk(g.b);
-        let du = sum_halves(g, 16 * g.cin * g.cout, |range| {
-            let mut du = vec![T::ZERO; 16 * g.cin * g.cout];
-            let mut bufs = winograd::Buffers::new(&wg, chunk);
-            for at in range.clone().step_by(chunk) {
-                let n = chunk.min(range.end - at);
-                let kernel = winograd::Kernel::WeightGrad {
-                    x: &x[at * g.in_len()..(at + n) * g.in_len()],
-                    gy: &gy[at * g.out_len()..(at + n) * g.out_len()],
-                    du: &mut du,
-                };
-                winograd::run(kernel, n, &wg, &mut bufs);
-            }
-            du
+        let init = || winograd::Buffers::new(&wg, chunk);
+        let du = sum_chunks(g, 16 * g.cin * g.cout, chunk, init, |bufs, imgs, du| {
+            let n = imgs.len();
+            let (x, gy) = (g.inputs(x, imgs.clone()), g.outputs(gy, imgs));
+            winograd::run(winograd::Kernel::WeightGrad { x, gy, du }, n, &wg, bufs);
         });
         return winograd::weights_adjoint(&du, &wg);
     }
     let chunk = g.chunk();
-    sum_halves(g, g.cout * g.kc(), |range| {
-        let mut dw = vec![T::ZERO; g.cout * g.kc()];
-        let mut cols = vec![T::ZERO; chunk * g.rows() * g.kc()];
-        for at in range.clone().step_by(chunk) {
-            let n = chunk.min(range.end - at);
-            let rows = n * g.rows();
-            im2col_into(&x[at * g.in_len()..], n, g, &mut cols);
-            gemm_strided(
-                (g.cout, g.kc(), rows),
-                &gy[at * g.out_len()..(at + n) * g.out_len()],
-                (1, g.cout),
-                &cols,
-                (g.kc(), 1),
-                &mut dw,
-                true,
-            );
-        }
-        dw
+    let init = || vec![T::ZERO; chunk * g.rows() * g.kc()];
+    sum_chunks(g, g.cout * g.kc(), chunk, init, |cols, imgs, dw| {
+        let rows = imgs.len() * g.rows();
+        im2col_into(g.inputs(x, imgs.clone()), imgs.len(), g, cols);
+        let gy = g.outputs(gy, imgs);
+        gemm_strided(
+            (g.cout, g.kc(), rows),
+            gy,
+            (1, g.cout),
+            cols,
+            (g.kc(), 1),
+            dw,
+            true,
+        );
     })
 }
 

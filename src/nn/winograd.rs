@@ -249,28 +249,47 @@ fn sized<T: Elem>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
     &mut buf[..len]
 }
 
+/// The transformed tiles `(t, 16, c)` of `n` images `data (n, per)` with `c` channels: tile
+/// `t`'s `I x I` pixels (`pixel(ty, tx, r, q)`, zeros outside the image) through the 2-D form
+/// of `f`.
+#[inline(always)]
+fn transform_tiles<T: Elem, const I: usize>(
+    (data, per, c): (&[T], usize, usize),
+    n: usize,
+    g: &Wino,
+    pixel: impl Fn(usize, usize, usize, usize) -> Option<usize>,
+    (zeros, tmp): (&[T], &mut [T]),
+    out: &mut Vec<T>,
+    f: impl Fn([T; I]) -> [T; 4] + Copy,
+) {
+    for (t, block) in sized(out, n * g.tiles() * 16 * c)
+        .chunks_exact_mut(16 * c)
+        .enumerate()
+    {
+        let (i, ty, tx) = g.tile(t);
+        let img = &data[i * per..(i + 1) * per];
+        // At most 16 pixels (I = 4); the first I * I are the tile's.
+        let src: [&[T]; 16] = std::array::from_fn(|p| {
+            (p < I * I)
+                .then(|| pixel(ty, tx, p / I, p % I))
+                .flatten()
+                .map_or(&zeros[..c], |px| &img[px * c..(px + 1) * c])
+        });
+        tile_pass(&src[..I * I], tmp, block, c, f);
+    }
+}
+
 /// `V (t, 16, cin)` of the `n` images `x (n, h, w, cin)`.
 #[inline(always)]
 fn input_transform<T: Elem>(
     x: &[T],
     n: usize,
     g: &Wino,
-    (zeros, tmp): (&[T], &mut [T]),
+    scratch: (&[T], &mut [T]),
     v: &mut Vec<T>,
 ) {
-    let c = g.cin;
-    for (t, block) in sized(v, n * g.tiles() * 16 * c)
-        .chunks_exact_mut(16 * c)
-        .enumerate()
-    {
-        let (i, ty, tx) = g.tile(t);
-        let img = &x[i * g.in_len()..(i + 1) * g.in_len()];
-        let src: [&[T]; 16] = std::array::from_fn(|p| {
-            g.in_pixel(ty, tx, p / 4, p % 4)
-                .map_or(&zeros[..c], |px| &img[px * c..(px + 1) * c])
-        });
-        tile_pass(&src, tmp, block, c, bt);
-    }
+    let pixel = |ty, tx, r, q| g.in_pixel(ty, tx, r, q);
+    transform_tiles((x, g.in_len(), g.cin), n, g, pixel, scratch, v, bt);
 }
 
 /// `gM (t, 16, cout)` of the output gradients `gy (n, oh, ow, cout)`.
@@ -279,22 +298,11 @@ fn grad_output_transform<T: Elem>(
     gy: &[T],
     n: usize,
     g: &Wino,
-    (zeros, tmp): (&[T], &mut [T]),
+    scratch: (&[T], &mut [T]),
     gm: &mut Vec<T>,
 ) {
-    let c = g.cout;
-    for (t, block) in sized(gm, n * g.tiles() * 16 * c)
-        .chunks_exact_mut(16 * c)
-        .enumerate()
-    {
-        let (i, ty, tx) = g.tile(t);
-        let img = &gy[i * g.out_len()..(i + 1) * g.out_len()];
-        let src: [&[T]; 4] = std::array::from_fn(|p| {
-            g.out_pixel(ty, tx, p / 2, p % 2)
-                .map_or(&zeros[..c], |px| &img[px * c..(px + 1) * c])
-        });
-        tile_pass(&src, tmp, block, c, a);
-    }
+    let pixel = |ty, tx, r, s| g.out_pixel(ty, tx, r, s);
+    transform_tiles((gy, g.out_len(), g.cout), n, g, pixel, scratch, gm, a);
 }
 
 /// The 16 gemms `out[xi] (t, n) = lhs[:, xi, :] (t, k) @ rhs[xi] (k, n)`, `lhs (t, 16, k)`,
