@@ -141,7 +141,7 @@ impl Fitted {
     fn score(&self, x: &Tensor, score: SurfaceScore, rng: &mut Rng) -> Result<(Tensor, Vec<u32>)> {
         let probs = match self {
             Fitted::Duq(m) => {
-                let k = m.forward(x)?.kernel;
+                let k = m.forward(x, false)?.head.kernel;
                 let pred = k.argmax(D::Minus1)?.to_vec1::<u32>()?;
                 return Ok(((1.0 - k.max(D::Minus1)?)?, pred));
             }
@@ -216,6 +216,7 @@ fn fit(spec: &SurfaceSpec, train_ds: &Dataset, device: &Device) -> Result<Fitted
                 &tensor(train_ds, device)?,
                 &y,
                 &mut stream(seed, Purpose::Train, 0),
+                &mut crate::observe::Silent,
             )?;
             Fitted::Duq(m)
         }

@@ -1313,7 +1313,7 @@ fn ensemble_predicts_the_mean_of_its_members_probabilities() {
 
 // -------------------------------------------------------------------------------- DUQ
 
-use alkit::duq::{DuqConfig, DuqMlp, Penalty};
+use alkit::duq::{DuqConfig, DuqLoss, DuqMlp, DuqSettings, Penalty};
 
 #[test]
 fn duq_input_gradient_and_penalty_gradients_match_finite_differences_in_f64() {
@@ -1336,10 +1336,12 @@ fn duq_input_gradient_and_penalty_gradients_match_finite_differences_in_f64() {
     for penalty in [Penalty::TwoSided, Penalty::Squared, Penalty::OneSided] {
         let cfg = DuqConfig {
             hidden: vec![6, 5],
-            centroid_dims: 4,
-            sigma: 0.5,
-            penalty,
-            ..DuqConfig::default()
+            duq: DuqSettings {
+                centroid_dims: 4,
+                sigma: 0.5,
+                penalty,
+                ..DuqSettings::default()
+            },
         };
         let model = DuqMlp::new(
             2,
@@ -1352,14 +1354,15 @@ fn duq_input_gradient_and_penalty_gradients_match_finite_differences_in_f64() {
         .unwrap();
         // (1) grad_x sum_c K_c against central differences.
         let g: Vec<Vec<f64>> = model
-            .input_gradient(&model.forward(&x).unwrap())
+            .input_gradient(&model.forward(&x, true).unwrap())
             .unwrap()
             .to_vec2()
             .unwrap();
         let s = |xv: &Tensor| {
             model
-                .forward(xv)
+                .forward(xv, true)
                 .unwrap()
+                .head
                 .kernel
                 .sum(1)
                 .unwrap()
@@ -1383,7 +1386,7 @@ fn duq_input_gradient_and_penalty_gradients_match_finite_differences_in_f64() {
             }
         }
         // (2) parameter gradients of the full loss.
-        let loss = || model.loss(&x, &y).unwrap().0;
+        let loss = || model.loss(&x, &y).unwrap().0.total;
         let grads = loss().backward().unwrap();
         for v in model.vars() {
             let err = fd_check(
@@ -1459,7 +1462,7 @@ fn duq_cnn_with_batch_norm_gradients_match_finite_differences_in_f64() {
             g[k]
         );
     }
-    let loss = || model.loss(&x, &y).unwrap().0 .0;
+    let loss = || model.loss(&x, &y).unwrap().0.total;
     let grads = loss().backward().unwrap();
     let mut checked = 0;
     for (name, v) in model.params().named() {
@@ -1522,8 +1525,8 @@ fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
         let m = b.abs().unwrap().max_all().unwrap();
         d.to_scalar::<f64>().unwrap() / m.to_scalar::<f64>().unwrap().max(1e-12)
     };
-    let ((lf, _, _), of) = fused.loss(&x, &y).unwrap();
-    let ((lc, _, _), oc) = composed.loss(&x, &y).unwrap();
+    let (DuqLoss { total: lf, .. }, of) = fused.loss(&x, &y).unwrap();
+    let (DuqLoss { total: lc, .. }, oc) = composed.loss(&x, &y).unwrap();
     assert!(rel(&lf, &lc) < 1e-12, "loss");
     let gi = rel(
         &fused.input_gradient(&of).unwrap(),
@@ -1574,8 +1577,8 @@ fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
         let e = rel(a.as_tensor(), b.as_tensor());
         assert!(e < 1e-9, "{name} after a step: {e}");
     }
-    let kf = fused.kernel_values(&x, 4).unwrap();
-    let kc = composed.kernel_values(&x, 4).unwrap();
+    let kf = fused.kernel_values(&x).unwrap();
+    let kc = composed.kernel_values(&x).unwrap();
     for (a, b) in kf.iter().zip(&kc) {
         assert!(
             (a - b).abs() <= 1e-6 * b.abs().max(1e-3),
@@ -1790,10 +1793,7 @@ fn duq_learns_two_moons() {
     let mut rng = stream(0, Purpose::Tool, 0);
     let train = alkit::data::moons::moons(300, 0.1, &mut rng).unwrap();
     let test = alkit::data::moons::moons(200, 0.1, &mut rng).unwrap();
-    let cfg = DuqConfig {
-        epochs: 30,
-        ..DuqConfig::default()
-    };
+    let cfg = DuqConfig::default();
     let mut model = DuqMlp::new(
         2,
         2,
@@ -1806,7 +1806,7 @@ fn duq_learns_two_moons() {
     let x = Tensor::from_vec(train.features().to_vec(), (300, 2), &Device::Cpu).unwrap();
     let y = Tensor::from_vec(train.labels().to_vec(), 300, &Device::Cpu).unwrap();
     model
-        .fit(&x, &y, &mut stream(0, Purpose::Train, 0))
+        .fit(&x, &y, &mut stream(0, Purpose::Train, 0), &mut Silent)
         .unwrap();
     let xt = Tensor::from_vec(test.features().to_vec(), (200, 2), &Device::Cpu).unwrap();
     let k = model.kernel_values(&xt).unwrap();
@@ -1816,6 +1816,208 @@ fn duq_learns_two_moons() {
         .filter(|(r, &l)| (r[1] > r[0]) as u32 == l)
         .count();
     assert!(correct > 170, "{correct}/200");
+}
+
+/// A user's feature extractor for DUQ, written only against the public trait: two tanh layers
+/// `2 -> 12 -> 8`. `Bug` plants the two mistakes a hand-written input gradient can make.
+struct TanhNet {
+    l1: candle_nn::Linear,
+    l2: candle_nn::Linear,
+    params: alkit::nn::init::Params,
+    bug: Bug,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Bug {
+    None,
+    /// Drops the `1 - t^2` factor of the first layer: a wrong gradient.
+    MissingFactor,
+    /// Uses `W2.detach()`: the right values, but no second-order path to `W2`.
+    Detached,
+}
+
+impl TanhNet {
+    fn new(dtype: DType, seed: u64, bug: Bug) -> TanhNet {
+        let (vb, params) = seeded(stream(seed, Purpose::Init, 7), dtype, &Device::Cpu);
+        TanhNet {
+            l1: candle_nn::linear(2, 12, vb.pp("l1")).unwrap(),
+            l2: candle_nn::linear(12, 8, vb.pp("l2")).unwrap(),
+            params,
+            bug,
+        }
+    }
+}
+
+impl alkit::duq::Extractor for TanhNet {
+    /// `(t1, t2)`: both layers' outputs.
+    type Cache = (Tensor, Tensor);
+    fn features(&self) -> usize {
+        8
+    }
+    fn forward(&self, x: &Tensor, _train: bool) -> alkit::Result<(Tensor, Self::Cache)> {
+        use candle_core::Module;
+        let t1 = self.l1.forward(x)?.tanh()?;
+        let t2 = self.l2.forward(&t1)?.tanh()?;
+        Ok((t2.clone(), (t1, t2)))
+    }
+    fn input_gradient(&self, v: &Tensor, (t1, t2): &Self::Cache) -> alkit::Result<Tensor> {
+        let dtanh = |t: &Tensor| -> candle_core::Result<Tensor> { 1.0 - t.sqr()? };
+        let w2 = match self.bug {
+            Bug::Detached => self.l2.weight().detach(),
+            _ => self.l2.weight().clone(),
+        };
+        let g = (v * dtanh(t2)?)?.matmul(&w2)?;
+        let g = match self.bug {
+            Bug::MissingFactor => g,
+            _ => (g * dtanh(t1)?)?,
+        };
+        Ok(g.matmul(self.l1.weight())?)
+    }
+    fn vars(&self) -> Vec<Var> {
+        self.params.vars()
+    }
+}
+
+#[test]
+fn duq_trains_a_users_extractor_and_its_gradient_checks_catch_mistakes() {
+    use alkit::duq::{check_input_gradient, Duq, Extractor};
+    let mut rng = stream(5, Purpose::Tool, 0);
+    let data = alkit::data::moons::moons(16, 0.1, &mut rng).unwrap();
+    let x = Tensor::from_vec(data.features().to_vec(), (16, 2), &Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let y = Tensor::from_vec(data.labels().to_vec(), 16, &Device::Cpu).unwrap();
+    let v = randn64(&[16, 8], 11);
+    // (1) The input gradient against candle's first-order autodiff, in f64: ~1e-16 when
+    // right; dropping one tanh derivative is caught; a detached weight is not (same values).
+    let check =
+        |bug| check_input_gradient(&TanhNet::new(DType::F64, 1, bug), &x, &v, true).unwrap();
+    let (right, missing, detached) = (
+        check(Bug::None),
+        check(Bug::MissingFactor),
+        check(Bug::Detached),
+    );
+    assert!(right < 1e-12, "{right}");
+    assert!(missing > 1e-2, "{missing}");
+    assert!(detached < 1e-12, "{detached}");
+    // The check itself against an independent reference: central differences of
+    // sum(f(x) * v) in x for one coordinate.
+    let net = TanhNet::new(DType::F64, 1, Bug::None);
+    let (_, cache) = net.forward(&x, true).unwrap();
+    let g: Vec<Vec<f64>> = net.input_gradient(&v, &cache).unwrap().to_vec2().unwrap();
+    let s = |xv: &Tensor| {
+        (net.forward(xv, true).unwrap().0 * &v)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
+    };
+    let mut e = vec![0f64; 32];
+    e[2 * 3 + 1] = 1e-6;
+    let e = Tensor::from_vec(e, (16, 2), &Device::Cpu).unwrap();
+    let fd = (s(&(&x + &e).unwrap()) - s(&(&x - &e).unwrap())) / 2e-6;
+    assert!(
+        (fd - g[3][1]).abs() < 1e-7 * fd.abs().max(1.0),
+        "{fd} vs {}",
+        g[3][1]
+    );
+    // (2) The parameter gradients of BCE + penalty against central differences: the detached
+    // weight, invisible to (1), loses the penalty's second-order term and is caught here.
+    let settings = DuqSettings {
+        centroid_dims: 4,
+        sigma: 0.5,
+        lambda: 0.8,
+        ..DuqSettings::default()
+    };
+    let param_err = |bug| {
+        let model = Duq::from_extractor(
+            TanhNet::new(DType::F64, 2, bug),
+            2,
+            &settings,
+            (DType::F64, &Device::Cpu),
+            &mut stream(2, Purpose::Init, 0),
+        )
+        .unwrap();
+        model.check_parameter_gradients(&x, &y, 1e-6, 6).unwrap()
+    };
+    let (right, detached) = (param_err(Bug::None), param_err(Bug::Detached));
+    assert!(right < 1e-6, "{right}");
+    assert!(detached > 1e-2, "{detached}");
+    // Settings are validated once, naming the field.
+    let bad = DuqSettings {
+        gamma: 1.0,
+        ..DuqSettings::default()
+    };
+    let err = Duq::from_extractor(
+        TanhNet::new(DType::F32, 3, Bug::None),
+        2,
+        &bad,
+        (DType::F32, &Device::Cpu),
+        &mut stream(3, Purpose::Init, 0),
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("gamma"), "{err}");
+    // (3) It trains like the built-in models (300 moons, the paper's two-moons settings) and
+    // plugs into the scorers through `Classifier`: the `duq` evidence is its kernel values.
+    let train = alkit::data::moons::moons(300, 0.1, &mut rng).unwrap();
+    let test = alkit::data::moons::moons(200, 0.1, &mut rng).unwrap();
+    let mut model = Duq::from_extractor(
+        TanhNet::new(DType::F32, 4, Bug::None),
+        2,
+        &DuqSettings::default(),
+        (DType::F32, &Device::Cpu),
+        &mut stream(4, Purpose::Init, 0),
+    )
+    .unwrap();
+    let xt = Tensor::from_vec(train.features().to_vec(), (300, 2), &Device::Cpu).unwrap();
+    let yt = Tensor::from_vec(train.labels().to_vec(), 300, &Device::Cpu).unwrap();
+    let mut steps = 0;
+    let mut count = |e: &Event<'_>| {
+        if let Event::TrainStep {
+            step, steps: all, ..
+        } = e
+        {
+            assert_eq!(*all, 30 * 4);
+            steps = *step;
+        }
+        Control::Continue
+    };
+    struct Count<'a>(&'a mut dyn FnMut(&Event<'_>) -> Control);
+    impl Observer for Count<'_> {
+        fn on(&mut self, e: &Event<'_>) -> Control {
+            (self.0)(e)
+        }
+    }
+    model
+        .fit(
+            &xt,
+            &yt,
+            &mut stream(4, Purpose::Train, 0),
+            &mut Count(&mut count),
+        )
+        .unwrap();
+    assert_eq!(steps, 120);
+    let xs = Tensor::from_vec(test.features().to_vec(), (200, 2), &Device::Cpu).unwrap();
+    let k = model.kernel_values(&xs).unwrap();
+    let correct = k
+        .chunks(2)
+        .zip(test.labels())
+        .filter(|(r, &l)| (r[1] > r[0]) as u32 == l)
+        .count();
+    assert!(correct > 170, "{correct}/200");
+    let boxed: Box<dyn alkit::nn::Classifier> = Box::new(model);
+    let via_trait: Vec<f32> = boxed
+        .kernel_values(&xs)
+        .unwrap()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert_eq!(via_trait, k);
 }
 
 // ------------------------------------------------------------------ real use: sources, hub, sessions

@@ -1867,11 +1867,14 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
     let hidden = vec![25, 25, 25];
     let model = match a.model {
         SurfaceModelArg::Duq => SurfaceModel::Duq(alkit::duq::DuqConfig {
-            penalty: match a.penalty {
-                PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
-                PenaltyArg::Squared => alkit::duq::Penalty::Squared,
-                PenaltyArg::OneSided => alkit::duq::Penalty::OneSided,
-                PenaltyArg::None => alkit::duq::Penalty::None,
+            duq: alkit::duq::DuqSettings {
+                penalty: match a.penalty {
+                    PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
+                    PenaltyArg::Squared => alkit::duq::Penalty::Squared,
+                    PenaltyArg::OneSided => alkit::duq::Penalty::OneSided,
+                    PenaltyArg::None => alkit::duq::Penalty::None,
+                },
+                ..Default::default()
             },
             ..Default::default()
         }),

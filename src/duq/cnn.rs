@@ -1,6 +1,8 @@
 //! DUQ with the paper's Fashion-MNIST CNN: three 3x3 convolutions (1->64 pad 1, 64->128 pad
 //! 1, 128->128 no pad), each followed by batch norm, ReLU and 2x2 max-pool, then fc 512->256 +
-//! ReLU as the feature extractor, and the shared [`RbfHead`].
+//! ReLU as the feature extractor ([`CnnFeatures`], an [`Extractor`]), and the shared
+//! [`RbfHead`]: [`DuqCnn`] is [`Duq`] on it, so loss, penalty, training steps and scoring are the
+//! generic model's; this module adds the blocks, their fused CPU path and checkpoint names.
 //!
 //! Tensors are NHWC inside (images arrive NCHW `(b, 1, 28, 28)`); the flatten before `fc1`
 //! uses PyTorch's NCHW order, so parameter names and shapes match the reference code's
@@ -20,7 +22,7 @@
 //! `BCE + penalty` gives exact parameter gradients; tests check them against central finite
 //! differences in `f64`.
 
-use super::{bce, penalty, HeadOutput, Penalty, RbfHead, Sgd};
+use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead, Sgd};
 use crate::error::{Error, Result};
 use crate::nn::conv::{Conv, ConvT};
 use crate::nn::init::{seeded, Params};
@@ -395,20 +397,19 @@ fn wmat_of(weight: &Tensor) -> Result<Tensor> {
     Ok(weight.permute((0, 2, 3, 1))?.reshape((out, k * k * cin))?)
 }
 
-/// DUQ on the Fashion-MNIST CNN (see the module docs).
-pub struct DuqCnn {
+/// The Fashion-MNIST CNN as a DUQ [`Extractor`]: the three blocks, then fc + ReLU. On the CPU
+/// it trains through the fused ops of `duq::fused` and embeds (eval mode) with batch norm
+/// folded into the convolution; other devices compose candle ops.
+pub struct CnnFeatures {
     blocks: Vec<Block>,
     fc: candle_nn::Linear,
-    head: RbfHead,
-    classes: usize,
-    cfg: DuqCnnConfig,
+    /// Every variable the model's `VarBuilder` created, by name, the head's included (empty
+    /// for a model loaded from a checkpoint).
     params: Params,
 }
 
-/// A forward pass with what the input gradient needs.
-pub struct CnnOutput {
-    /// Kernel values and the head's intermediates.
-    pub head: HeadOutput,
+/// What the CNN's input gradient needs from a forward pass.
+pub struct CnnCache {
     caches: Vec<(BlockCache, (usize, usize))>,
     fc_pre: Tensor,
     last_shape: (usize, usize, usize, usize),
@@ -416,12 +417,134 @@ pub struct CnnOutput {
     count: Vec<usize>,
 }
 
-impl DuqCnn {
+impl Extractor for CnnFeatures {
+    type Cache = CnnCache;
+
+    fn features(&self) -> usize {
+        self.fc.weight().dims().first().copied().unwrap_or(0)
+    }
+
+    /// Images `x (b, c, h, w)` to features `(b, d)`; `train` selects batch statistics.
+    fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, CnnCache)> {
+        let mut a = nchw_to_nhwc(x)?;
+        let mut caches = Vec::with_capacity(3);
+        let mut stats = Vec::with_capacity(3);
+        let mut count = Vec::with_capacity(3);
+        for bl in &self.blocks {
+            let (_, h, w, _) = a.dims4()?;
+            let (p, cache, st) = bl.forward(&a, train)?;
+            count.push(cache.rows()?);
+            caches.push((cache, (h, w)));
+            stats.push(st);
+            a = p;
+        }
+        let last_shape = a.dims4()?;
+        let fc_pre = self.fc.forward(&flatten_nchw_order(&a)?)?;
+        let f = fc_pre.relu()?;
+        Ok((
+            f,
+            CnnCache {
+                caches,
+                fc_pre,
+                last_shape,
+                stats,
+                count,
+            },
+        ))
+    }
+
+    /// `v (b, d)` back through fc + ReLU and the blocks, to `(b, c, h, w)`.
+    fn input_gradient(&self, v: &Tensor, cache: &CnnCache) -> Result<Tensor> {
+        let mask = cache.fc_pre.gt(0.0)?.to_dtype(v.dtype())?;
+        let gflat = v.mul(&mask)?.matmul(self.fc.weight())?; // (b, c*h*w) in NCHW order
+        let (b, h, w, c) = cache.last_shape;
+        let mut g = gflat
+            .reshape((b, c, h, w))?
+            .permute((0, 2, 3, 1))?
+            .contiguous()?;
+        for (bl, (bc, hw)) in self.blocks.iter().zip(&cache.caches).rev() {
+            g = bl.input_gradient(&g, bc, *hw)?;
+        }
+        // NHWC to NCHW: a view (no copy) for one channel.
+        Ok(g.permute((0, 3, 1, 2))?)
+    }
+
+    /// Eval mode, detached; on the CPU through the fused inference kernels.
+    fn embed(&self, x: &Tensor) -> Result<Tensor> {
+        let mut a = nchw_to_nhwc(&x.detach())?;
+        let fused = self.blocks.iter().all(|b| b.fused) && super::fused::supported(&a);
+        for bl in &self.blocks {
+            a = if fused {
+                bl.eval_fused(&a)?
+            } else {
+                bl.forward(&a, false)?.0
+            };
+        }
+        Ok(self.fc.forward(&flatten_nchw_order(&a)?)?.relu()?.detach())
+    }
+
+    /// Everything but the head's variables (which belong to [`Duq`]).
+    fn vars(&self) -> Vec<Var> {
+        self.params
+            .named()
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with("head."))
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    /// The running statistics from the step's batch statistics (momentum 0.1, unbiased
+    /// variance).
+    fn after_step(&mut self, cache: &CnnCache) -> Result<()> {
+        for (bl, (st, n)) in self
+            .blocks
+            .iter_mut()
+            .zip(cache.stats.iter().zip(&cache.count))
+        {
+            if let Some((mean, var)) = st {
+                bl.update_running(mean, var, *n)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// DUQ on the Fashion-MNIST CNN (see the module docs).
+pub type DuqCnn = Duq<CnnFeatures>;
+
+impl DuqCnnConfig {
+    /// The head, loss, optimiser and schedule part.
+    pub fn settings(&self) -> DuqSettings {
+        DuqSettings {
+            centroid_dims: self.centroid_dims,
+            sigma: self.sigma,
+            gamma: self.gamma,
+            lambda: self.lambda,
+            penalty: self.penalty,
+            lr: self.lr,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay,
+            batch: self.batch,
+            epochs: self.epochs,
+            milestones: self.milestones.clone(),
+            lr_factor: self.lr_factor,
+            w_std: self.w_std,
+            n_init: self.n_init,
+        }
+    }
+}
+
+impl Duq<CnnFeatures> {
     /// The model `arch` describes, every tensor requested from `vb` (seeded for training,
     /// loaded for a checkpoint). Names: `b{1,2,3}.conv.{weight,bias}`,
     /// `b{1,2,3}.bn.{weight,bias,running_mean,running_var}`, `fc1.{weight,bias}`,
     /// `head.{weight,m,counts}`.
     pub fn new(arch: &DuqCnnArch, vb: candle_nn::VarBuilder) -> Result<Self> {
+        Self::build(arch, vb, Params::from_named(Vec::new()))
+    }
+
+    /// `new` with the variables `params` lists (those `vb` created, for training).
+    fn build(arch: &DuqCnnArch, vb: candle_nn::VarBuilder, params: Params) -> Result<Self> {
         let cfg = &arch.duq;
         let [c, h, w] = arch.item_shape;
         let side = |s: usize| ((s / 2) / 2).saturating_sub(2) / 2;
@@ -447,14 +570,8 @@ impl DuqCnn {
             (cfg.w_std, cfg.n_init),
             vb.pp("head"),
         )?;
-        Ok(Self {
-            blocks,
-            fc,
-            head,
-            classes: arch.classes,
-            cfg: cfg.clone(),
-            params: Params::from_named(Vec::new()),
-        })
+        let features = CnnFeatures { blocks, fc, params };
+        Duq::from_parts(features, head, arch.classes, &cfg.settings())
     }
 
     /// A fresh model for `(c, h, w)` images and `classes` classes, every parameter and the
@@ -479,16 +596,14 @@ impl DuqCnn {
             duq: cfg.clone(),
         };
         let (vb, params) = seeded(rng, dtype, device);
-        let mut model = Self::new(&arch, vb)?;
-        model.params = params;
-        Ok(model)
+        Self::build(&arch, vb, params)
     }
 
     /// Every tensor by name with its current value (trained weights, running statistics,
     /// centroid state): what a checkpoint saves.
     pub fn state(&self) -> Result<Params> {
         let mut named: Vec<(String, Tensor)> = Vec::new();
-        for (i, bl) in self.blocks.iter().enumerate() {
+        for (i, bl) in self.extractor().blocks.iter().enumerate() {
             let p = format!("b{}", i + 1);
             named.push((format!("{p}.conv.weight"), bl.weight.clone()));
             named.push((format!("{p}.conv.bias"), bl.bias.clone()));
@@ -497,12 +612,13 @@ impl DuqCnn {
             named.push((format!("{p}.bn.running_mean"), bl.running_mean.clone()));
             named.push((format!("{p}.bn.running_var"), bl.running_var.clone()));
         }
-        named.push(("fc1.weight".into(), self.fc.weight().clone()));
-        if let Some(b) = self.fc.bias() {
+        let fc = &self.extractor().fc;
+        named.push(("fc1.weight".into(), fc.weight().clone()));
+        if let Some(b) = fc.bias() {
             named.push(("fc1.bias".into(), b.clone()));
         }
-        let (m, counts) = self.head.buffers();
-        named.push(("head.weight".into(), self.head.weight().clone()));
+        let (m, counts) = self.head().buffers();
+        named.push(("head.weight".into(), self.head().weight().clone()));
         named.push(("head.m".into(), m.clone()));
         named.push(("head.counts".into(), counts.clone()));
         Ok(Params::from_named(
@@ -513,207 +629,19 @@ impl DuqCnn {
         ))
     }
 
-    /// Every variable of a seeded model (the running statistics and centroid state among
-    /// them receive no gradient, so the optimiser leaves them alone).
-    pub fn vars(&self) -> Vec<Var> {
-        self.params.vars()
-    }
-
-    /// Number of classes.
-    pub fn classes(&self) -> usize {
-        self.classes
-    }
-
-    /// Kernel values for images `x (b, c, h, w)`; `train` selects batch statistics.
-    pub fn forward(&self, x: &Tensor, train: bool) -> Result<CnnOutput> {
-        let mut a = nchw_to_nhwc(x)?;
-        let mut caches = Vec::with_capacity(3);
-        let mut stats = Vec::with_capacity(3);
-        let mut count = Vec::with_capacity(3);
-        for bl in &self.blocks {
-            let (_, h, w, _) = a.dims4()?;
-            let (p, cache, st) = bl.forward(&a, train)?;
-            count.push(cache.rows()?);
-            caches.push((cache, (h, w)));
-            stats.push(st);
-            a = p;
-        }
-        let last_shape = a.dims4()?;
-        let fc_pre = self.fc.forward(&flatten_nchw_order(&a)?)?;
-        let f = fc_pre.relu()?;
-        Ok(CnnOutput {
-            head: self.head.forward(&f)?,
-            caches,
-            fc_pre,
-            last_shape,
-            stats,
-            count,
-        })
-    }
-
-    /// `grad_x sum_c K_c` as `(b, h, w, c)` (NHWC), with differentiable ops.
-    pub fn input_gradient(&self, out: &CnnOutput) -> Result<Tensor> {
-        let gf = self.head.feature_gradient(&out.head)?;
-        let mask = out.fc_pre.gt(0.0)?.to_dtype(gf.dtype())?;
-        let gflat = gf.mul(&mask)?.matmul(self.fc.weight())?; // (b, c*h*w) in NCHW order
-        let (b, h, w, c) = out.last_shape;
-        let mut g = gflat
-            .reshape((b, c, h, w))?
-            .permute((0, 2, 3, 1))?
-            .contiguous()?;
-        for (bl, (cache, hw)) in self.blocks.iter().zip(&out.caches).rev() {
-            g = bl.input_gradient(&g, cache, *hw)?;
-        }
-        Ok(g)
-    }
-
-    /// BCE + penalty in training mode; returns `(total, bce, penalty)` and the forward (for the
-    /// running statistics).
-    pub fn loss(&self, x: &Tensor, y: &Tensor) -> Result<((Tensor, Tensor, Tensor), CnnOutput)> {
-        let out = self.forward(x, true)?;
-        let bce = bce(&out.head, y, self.classes)?;
-        let pen = match self.cfg.penalty {
-            Penalty::None => Tensor::zeros((), bce.dtype(), bce.device())?,
-            p => penalty(&self.input_gradient(&out)?, p, self.cfg.lambda)?,
-        };
-        Ok((((&bce + &pen)?, bce, pen), out))
-    }
-
-    /// One optimiser step on a batch: loss, SGD, running statistics, then the centroid EMA
-    /// from the batch re-embedded in eval mode with the updated weights. Returns the loss.
-    pub fn step(&mut self, sgd: &mut Sgd, x: &Tensor, y: &Tensor) -> Result<f64> {
-        let ((loss, _, _), out) = self.loss(x, y)?;
-        sgd.backward_step(&loss)?;
-        for (bl, (st, n)) in self.blocks.iter_mut().zip(out.stats.iter().zip(&out.count)) {
-            if let Some((mean, var)) = st {
-                bl.update_running(mean, var, *n)?;
-            }
-        }
-        let f = self.features(&x.detach())?;
-        self.head.update(&f, y)?;
-        Ok(loss.to_dtype(DType::F64)?.to_scalar::<f64>()?)
-    }
-
-    /// Features `(b, d)` in eval mode, detached (on the CPU through the fused inference
-    /// kernels).
-    fn features(&self, x: &Tensor) -> Result<Tensor> {
-        let mut a = nchw_to_nhwc(&x.detach())?;
-        let fused = self.blocks.iter().all(|b| b.fused) && super::fused::supported(&a);
-        for bl in &self.blocks {
-            a = if fused {
-                bl.eval_fused(&a)?
-            } else {
-                bl.forward(&a, false)?.0
-            };
-        }
-        Ok(self.fc.forward(&flatten_nchw_order(&a)?)?.relu()?.detach())
-    }
-
-    /// Trains on images `x (N, c, h, w)` and labels `y (N,)` with the configured schedule;
-    /// batch order from `rng`; reports [`Event::TrainStep`] (one step per batch). Returns the
-    /// mean loss of the last epoch.
-    pub fn fit(
-        &mut self,
-        x: &Tensor,
-        y: &Tensor,
-        rng: &mut Rng,
-        observer: &mut dyn Observer,
-    ) -> Result<f64> {
-        let mut sgd = Sgd::new(
-            self.vars(),
-            self.cfg.lr,
-            self.cfg.momentum,
-            self.cfg.weight_decay,
-        );
-        let n = x.dim(0)?;
-        let batch = self.cfg.batch.max(1);
-        let per_epoch = n.div_ceil(batch);
-        let steps = per_epoch * self.cfg.epochs;
-        let mut order: Vec<usize> = (0..n).collect();
-        let mut last = f64::NAN;
-        for epoch in 0..self.cfg.epochs {
-            let drops = self.cfg.milestones.iter().filter(|&&m| epoch >= m).count();
-            sgd.lr = self.cfg.lr * self.cfg.lr_factor.powi(drops as i32);
-            shuffle(rng, &mut order);
-            let mut sum = 0.0;
-            for (j, chunk) in order.chunks(batch).enumerate() {
-                let ids = Tensor::from_vec(
-                    chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(),
-                    chunk.len(),
-                    x.device(),
-                )?;
-                let l = self.step(
-                    &mut sgd,
-                    &x.index_select(&ids, 0)?,
-                    &y.index_select(&ids, 0)?,
-                )?;
-                sum += l;
-                let ev = Event::TrainStep {
-                    step: epoch * per_epoch + j + 1,
-                    steps,
-                    loss: Some(l as f32),
-                };
-                check(observer, &ev)?;
-            }
-            last = sum / per_epoch as f64;
-        }
-        Ok(last)
-    }
-
-    /// `K (b, c)` row-major `f32` in eval mode, in batches of `batch`.
-    pub fn kernel_values(&self, x: &Tensor, batch: usize) -> Result<Vec<f32>> {
-        let n = x.dim(0)?;
-        let mut out = Vec::with_capacity(n * self.classes);
-        let mut start = 0;
-        while start < n {
-            let len = batch.max(1).min(n - start);
-            let k = self
-                .head
-                .forward(&self.features(&x.narrow(0, start, len)?)?)?
-                .kernel;
-            out.extend(k.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
-            start += len;
-        }
-        Ok(out)
-    }
-
     /// Whether the CPU runs the fused kernels (`duq::fused` in training, batch norm
     /// folded into the convolution in eval mode; on by default) or the composition of candle
     /// ops that other devices use. The two agree up to rounding; tests compare them.
     pub fn set_fused(&mut self, on: bool) {
-        for b in &mut self.blocks {
+        for b in &mut self.extractor_mut().blocks {
             b.fused = on;
         }
     }
 
-    /// The parameters by name (PyTorch-style `b1.conv.weight`, `b1.bn.weight`, ...).
+    /// Every variable by name (PyTorch-style `b1.conv.weight`, `b1.bn.weight`, ...,
+    /// `head.weight`), running statistics and centroid state included.
     pub fn params(&self) -> &Params {
-        &self.params
-    }
-}
-
-impl crate::nn::Classifier for DuqCnn {
-    /// `ln K (b, c)` in eval mode: log-kernel values are the logits, so probability scorers
-    /// see `K / sum_c K` and the argmax is DUQ's prediction.
-    fn forward(&self, x: &Tensor, _mode: &mut crate::nn::Mode<'_>) -> candle_core::Result<Tensor> {
-        self.forward(x, false)
-            .map(|o| o.head.log_kernel)
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))
-    }
-    fn predict(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.features(x)
-            .and_then(|f| self.head.forward(&f))
-            .map(|o| o.log_kernel.detach())
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))
-    }
-    fn kernel_values(&self, x: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        self.features(x)
-            .and_then(|f| self.head.forward(&f))
-            .map(|o| Some(o.kernel.detach()))
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))
-    }
-    fn classes(&self) -> usize {
-        self.classes
+        &self.extractor().params
     }
 }
 

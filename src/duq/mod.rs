@@ -19,17 +19,23 @@
 //! `-K_c (z_c - e_c) / (n sigma^2)` then `@ W_c`); a normal first-order backward of
 //! `loss + penalty` is then exact. Tests check it against finite differences in `f64`.
 //!
-//! [`DuqMlp`] has a ReLU-MLP feature extractor (the two-moons setting); [`cnn::DuqCnn`] the
-//! paper's Fashion-MNIST CNN with batch norm. Both share the RBF head ([`RbfHead`]), the loss
-//! and the optimiser defined here.
+//! Any feature extractor implementing [`Extractor`] (its forward pass and its input gradient
+//! written that way) becomes a DUQ model [`Duq`], with checks of that gradient against
+//! autodiff and finite differences. [`DuqMlp`] is `Duq` on a ReLU MLP ([`ReluMlp`], the
+//! two-moons setting); [`cnn::DuqCnn`] the paper's Fashion-MNIST CNN with batch norm, which has
+//! its own fused CPU training path. All share the RBF head ([`RbfHead`]), the loss and the
+//! optimiser defined here.
 
 pub mod cnn;
+mod extractor;
 pub(crate) mod fused;
+
+pub use extractor::{check_input_gradient, Duq, DuqLoss, DuqOutput, Extractor};
 
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Params};
 use crate::nn::layers::linear;
-use crate::rng::{normal, shuffle, Rng};
+use crate::rng::{normal, Rng};
 use candle_core::{DType, Device, Module, Tensor, Var, D};
 use serde::{Deserialize, Serialize};
 
@@ -47,11 +53,10 @@ pub enum Penalty {
     None,
 }
 
-/// DUQ settings (defaults: the two-moons experiment of the paper).
+/// DUQ's settings apart from the feature extractor: head, loss, optimiser and schedule
+/// (defaults: the two-moons experiment of the paper).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DuqConfig {
-    /// Hidden widths of the ReLU MLP feature extractor (its last width is `d`).
-    pub hidden: Vec<usize>,
+pub struct DuqSettings {
     /// Centroid size `n`.
     pub centroid_dims: usize,
     /// RBF length scale `sigma`.
@@ -72,16 +77,25 @@ pub struct DuqConfig {
     pub batch: usize,
     /// Epochs.
     pub epochs: usize,
+    /// Epochs after which the learning rate is multiplied by `lr_factor` (none by default).
+    #[serde(default)]
+    pub milestones: Vec<usize>,
+    /// Learning-rate factor at each milestone.
+    #[serde(default = "default_lr_factor")]
+    pub lr_factor: f64,
     /// Standard deviation of the initial `W_c` entries.
     pub w_std: f64,
     /// Initial `N_c`.
     pub n_init: f64,
 }
 
-impl Default for DuqConfig {
+fn default_lr_factor() -> f64 {
+    0.2
+}
+
+impl Default for DuqSettings {
     fn default() -> Self {
         Self {
-            hidden: vec![20, 20, 20],
             centroid_dims: 10,
             sigma: 0.3,
             gamma: 0.99,
@@ -92,8 +106,70 @@ impl Default for DuqConfig {
             weight_decay: 1e-4,
             batch: 64,
             epochs: 30,
+            milestones: Vec::new(),
+            lr_factor: default_lr_factor(),
             w_std: 1.0,
             n_init: 20.0,
+        }
+    }
+}
+
+impl DuqSettings {
+    /// Checks the settings once, before any training: a positive centroid size, length
+    /// scale, batch, learning rate and `n_init`; `gamma` in `[0, 1)`; non-negative `lambda`,
+    /// momentum and weight decay.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &'static str, problem: String| Err(Error::config(field, problem));
+        if self.centroid_dims == 0 || self.batch == 0 {
+            return bad(
+                "duq",
+                format!(
+                    "centroid_dims ({}) and batch ({}) must be positive",
+                    self.centroid_dims, self.batch
+                ),
+            );
+        }
+        for (field, v) in [
+            ("sigma", self.sigma),
+            ("lr", self.lr),
+            ("n_init", self.n_init),
+            ("w_std", self.w_std),
+        ] {
+            if !(v > 0.0 && v.is_finite()) {
+                return bad(field, format!("must be positive and finite, got {v}"));
+            }
+        }
+        for (field, v) in [
+            ("lambda", self.lambda),
+            ("momentum", self.momentum),
+            ("weight_decay", self.weight_decay),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return bad(field, format!("must be non-negative and finite, got {v}"));
+            }
+        }
+        if !(0.0..1.0).contains(&self.gamma) {
+            return bad("gamma", format!("must be in [0, 1), got {}", self.gamma));
+        }
+        Ok(())
+    }
+}
+
+/// DUQ with the ReLU-MLP feature extractor (defaults: the two-moons experiment of the paper).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DuqConfig {
+    /// Hidden widths of the ReLU MLP feature extractor (its last width is `d`).
+    pub hidden: Vec<usize>,
+    /// Head, loss, optimiser and schedule.
+    #[serde(flatten)]
+    pub duq: DuqSettings,
+}
+
+impl Default for DuqConfig {
+    fn default() -> Self {
+        Self {
+            hidden: vec![20, 20, 20],
+            duq: DuqSettings::default(),
         }
     }
 }
@@ -332,89 +408,51 @@ impl Sgd {
     }
 }
 
-/// A DUQ model with a ReLU-MLP feature extractor.
-pub struct DuqMlp {
+/// The two-moons feature extractor: linear layers, each followed by ReLU; the features are
+/// the last hidden layer. Its cache holds the pre-activations `(b, width)` of each layer.
+pub struct ReluMlp {
     layers: Vec<candle_nn::Linear>,
-    head: RbfHead,
-    w: Var,
-    classes: usize,
-    cfg: DuqConfig,
     params: Params,
 }
 
-/// What a DUQ forward returns.
-pub struct DuqOutput {
-    /// `K (b, c)`.
-    pub kernel: Tensor,
-    /// `ln K (b, c)`, exact.
-    pub log_kernel: Tensor,
-    /// `z - e (b, c, n)`.
-    pub diff: Tensor,
-    /// Pre-activations of each hidden layer `(b, width)`.
-    pub pre: Vec<Tensor>,
-}
-
-impl DuqMlp {
-    /// A fresh model for `inputs`-dimensional points and `classes` classes, all parameters and
-    /// initial centroids from `rng`.
-    pub fn new(
+impl ReluMlp {
+    /// A fresh MLP `inputs -> hidden[0] -> ... -> hidden[last]`, parameters from `rng`
+    /// (PyTorch's `Linear` initialisation).
+    pub fn seeded(
         inputs: usize,
-        classes: usize,
-        cfg: &DuqConfig,
+        hidden: &[usize],
         dtype: DType,
         device: &Device,
-        mut rng: Rng,
+        rng: Rng,
     ) -> Result<Self> {
-        if cfg.hidden.is_empty() || cfg.centroid_dims == 0 || cfg.sigma <= 0.0 {
+        if hidden.is_empty() || hidden.contains(&0) {
             return Err(Error::config(
-                "duq",
-                "needs hidden layers, centroid_dims > 0 and sigma > 0",
+                "hidden",
+                format!("needs at least one hidden layer, all widths positive, got {hidden:?}"),
             ));
         }
-        let init = <Rng as rand::SeedableRng>::seed_from_u64(rand::RngCore::next_u64(&mut rng));
-        let (vb, params) = seeded(init, dtype, device);
+        let (vb, params) = seeded(rng, dtype, device);
         let mut widths = vec![inputs];
-        widths.extend(&cfg.hidden);
+        widths.extend(hidden);
         let layers = widths
             .windows(2)
             .enumerate()
             .map(|(i, w)| linear(w[0], w[1], vb.pp(format!("fc{}", i + 1))))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let d = *widths.last().expect("non-empty");
-        let (head, w) = RbfHead::new(
-            d,
-            classes,
-            cfg.centroid_dims,
-            (cfg.sigma, cfg.gamma),
-            (cfg.w_std, cfg.n_init),
-            dtype,
-            device,
-            &mut rng,
-        )?;
-        Ok(Self {
-            layers,
-            head,
-            w,
-            classes,
-            cfg: cfg.clone(),
-            params,
-        })
+        Ok(Self { layers, params })
+    }
+}
+
+impl Extractor for ReluMlp {
+    type Cache = Vec<Tensor>;
+
+    fn features(&self) -> usize {
+        self.layers
+            .last()
+            .map_or(0, |l| l.weight().dims().first().copied().unwrap_or(0))
     }
 
-    /// All trainable variables: the feature extractor's and `W`.
-    pub fn vars(&self) -> Vec<Var> {
-        let mut v = self.params.vars();
-        v.push(self.w.clone());
-        v
-    }
-
-    /// Number of classes.
-    pub fn classes(&self) -> usize {
-        self.classes
-    }
-
-    /// Features `f(x) (b, d)` and the hidden pre-activations.
-    fn features(&self, x: &Tensor) -> Result<(Tensor, Vec<Tensor>)> {
+    fn forward(&self, x: &Tensor, _train: bool) -> Result<(Tensor, Vec<Tensor>)> {
         let mut h = x.clone();
         let mut pre = Vec::with_capacity(self.layers.len());
         for l in &self.layers {
@@ -425,102 +463,37 @@ impl DuqMlp {
         Ok((h, pre))
     }
 
-    /// The centroids `e (c, n)`.
-    pub fn centroids(&self) -> Result<Tensor> {
-        self.head.centroids()
-    }
-
-    /// Kernel values and what the penalty needs, for points `x (b, inputs)`.
-    pub fn forward(&self, x: &Tensor) -> Result<DuqOutput> {
-        let (f, pre) = self.features(x)?;
-        let HeadOutput {
-            kernel,
-            log_kernel,
-            diff,
-        } = self.head.forward(&f)?;
-        Ok(DuqOutput {
-            kernel,
-            log_kernel,
-            diff,
-            pre,
-        })
-    }
-
-    /// `grad_x sum_c K_c (b, inputs)`, written with differentiable ops (no double backward).
-    pub fn input_gradient(&self, out: &DuqOutput) -> Result<Tensor> {
-        let head = HeadOutput {
-            kernel: out.kernel.clone(),
-            log_kernel: out.log_kernel.clone(),
-            diff: out.diff.clone(),
-        };
-        let mut g = self.head.feature_gradient(&head)?;
-        for (l, z) in self.layers.iter().zip(&out.pre).rev() {
+    /// ReLU as its `> 0` mask, each layer as `v @ W`, in reverse.
+    fn input_gradient(&self, v: &Tensor, pre: &Vec<Tensor>) -> Result<Tensor> {
+        let mut g = v.clone();
+        for (l, z) in self.layers.iter().zip(pre).rev() {
             let mask = z.gt(0.0)?.to_dtype(g.dtype())?;
             g = g.mul(&mask)?.matmul(l.weight())?;
         }
         Ok(g)
     }
 
-    /// BCE + penalty for a batch; returns `(total, bce, penalty)`.
-    pub fn loss(&self, x: &Tensor, y: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-        let out = self.forward(x)?;
-        let head = HeadOutput {
-            kernel: out.kernel.clone(),
-            log_kernel: out.log_kernel.clone(),
-            diff: out.diff.clone(),
-        };
-        let bce = bce(&head, y, self.classes)?;
-        let penalty = match self.cfg.penalty {
-            Penalty::None => Tensor::zeros((), bce.dtype(), bce.device())?,
-            p => penalty(&self.input_gradient(&out)?, p, self.cfg.lambda)?,
-        };
-        Ok(((&bce + &penalty)?, bce, penalty))
+    fn vars(&self) -> Vec<Var> {
+        self.params.vars()
     }
+}
 
-    /// The EMA centroid update for a batch, with the current (updated) weights, no gradient.
-    pub fn update_centroids(&mut self, x: &Tensor, y: &Tensor) -> Result<()> {
-        let (f, _) = self.features(&x.detach())?;
-        self.head.update(&f, y)
-    }
+/// DUQ with a ReLU-MLP feature extractor (the two-moons model).
+pub type DuqMlp = Duq<ReluMlp>;
 
-    /// Trains on `x (N, inputs)`, `y (N,)` for `cfg.epochs` epochs with batch order from `rng`.
-    pub fn fit(&mut self, x: &Tensor, y: &Tensor, rng: &mut Rng) -> Result<f64> {
-        let mut sgd = Sgd::new(
-            self.vars(),
-            self.cfg.lr,
-            self.cfg.momentum,
-            self.cfg.weight_decay,
-        );
-        let n = x.dim(0)?;
-        let mut order: Vec<usize> = (0..n).collect();
-        let mut last = f64::NAN;
-        for _ in 0..self.cfg.epochs {
-            shuffle(rng, &mut order);
-            // Full batches only (the reference's `drop_last=True`): a short last batch
-            // would take a full-size step from a few points.
-            for chunk in order.chunks_exact(self.cfg.batch.max(1).min(n)) {
-                let ids = Tensor::from_vec(
-                    chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(),
-                    chunk.len(),
-                    x.device(),
-                )?;
-                let (xb, yb) = (x.index_select(&ids, 0)?, y.index_select(&ids, 0)?);
-                let (loss, _, _) = self.loss(&xb, &yb)?;
-                sgd.backward_step(&loss)?;
-                self.update_centroids(&xb, &yb)?;
-                last = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-            }
-        }
-        Ok(last)
-    }
-
-    /// `K (b, c)` as row-major `f32`, inference only.
-    pub fn kernel_values(&self, x: &Tensor) -> Result<Vec<f32>> {
-        Ok(self
-            .forward(&x.detach())?
-            .kernel
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1()?)
+impl Duq<ReluMlp> {
+    /// A fresh model for `inputs`-dimensional points and `classes` classes, all parameters and
+    /// initial centroids from `rng`.
+    pub fn new(
+        inputs: usize,
+        classes: usize,
+        cfg: &DuqConfig,
+        dtype: DType,
+        device: &Device,
+        mut rng: Rng,
+    ) -> Result<Self> {
+        let init = <Rng as rand::SeedableRng>::seed_from_u64(rand::RngCore::next_u64(&mut rng));
+        let mlp = ReluMlp::seeded(inputs, &cfg.hidden, dtype, device, init)?;
+        Duq::from_extractor(mlp, classes, &cfg.duq, (dtype, device), &mut rng)
     }
 }
