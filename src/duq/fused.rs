@@ -163,7 +163,7 @@ fn split_run<H: Half>(
     let (a0, a1) = a.0.split_at_mut(h0.len() * a.1);
     let (b0, b1) = b.0.split_at_mut(h0.len() * b.1);
     let job = |imgs, a, b| pulp::Arch::new().dispatch(Job { half, imgs, a, b });
-    let (x, y) = rayon::join(|| job(h0, a0, b0), || job(h1, a1, b1));
+    let (x, y) = crate::nn::kernels::join(|| job(h0, a0, b0), || job(h1, a1, b1));
     [x, y]
 }
 

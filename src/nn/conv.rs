@@ -191,7 +191,7 @@ fn for_chunks<T: Send, S>(
             f(&mut scratch, c, &mut out[o]);
         }
     };
-    rayon::join(|| half(h0, b0), || half(h1, b1));
+    super::kernels::join(|| half(h0, b0), || half(h1, b1));
 }
 
 /// The sum over the batch of `f(scratch, images, acc)` accumulated into `acc (len,)` for every
@@ -212,7 +212,7 @@ fn sum_chunks<T: Elem, S>(
         acc
     };
     let [h0, h1] = g.halves();
-    let (mut a, b) = rayon::join(|| half(h0), || half(h1));
+    let (mut a, b) = super::kernels::join(|| half(h0), || half(h1));
     a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
     a
 }
