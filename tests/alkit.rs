@@ -1786,6 +1786,14 @@ fn cli_surface_writes_png_and_metrics() {
     let _ = std::fs::remove_dir_all(out);
 }
 
+/// How many rows of two-class kernel values `k (n, 2)` pick the label (ties count as class 0).
+fn two_class_correct(k: &[f32], labels: &[u32]) -> usize {
+    k.chunks(2)
+        .zip(labels)
+        .filter(|(r, &l)| u32::from(r[1] > r[0]) == l)
+        .count()
+}
+
 #[test]
 fn duq_learns_two_moons() {
     // Small version of the paper's setting (300 points, its 30 epochs of 4 full batches):
@@ -1810,11 +1818,7 @@ fn duq_learns_two_moons() {
         .unwrap();
     let xt = Tensor::from_vec(test.features().to_vec(), (200, 2), &Device::Cpu).unwrap();
     let k = model.kernel_values(&xt).unwrap();
-    let correct = k
-        .chunks(2)
-        .zip(test.labels())
-        .filter(|(r, &l)| (r[1] > r[0]) as u32 == l)
-        .count();
+    let correct = two_class_correct(&k, test.labels());
     assert!(correct > 170, "{correct}/200");
 }
 
@@ -2002,11 +2006,7 @@ fn duq_trains_a_users_extractor_and_its_gradient_checks_catch_mistakes() {
     assert_eq!(steps, 120);
     let xs = Tensor::from_vec(test.features().to_vec(), (200, 2), &Device::Cpu).unwrap();
     let k = model.kernel_values(&xs).unwrap();
-    let correct = k
-        .chunks(2)
-        .zip(test.labels())
-        .filter(|(r, &l)| (r[1] > r[0]) as u32 == l)
-        .count();
+    let correct = two_class_correct(&k, test.labels());
     assert!(correct > 170, "{correct}/200");
     let boxed: Box<dyn alkit::nn::Classifier> = Box::new(model);
     let via_trait: Vec<f32> = boxed

@@ -144,6 +144,15 @@ impl<E: Extractor> Duq<E> {
         cfg: &DuqSettings,
     ) -> Result<Self> {
         cfg.validate()?;
+        if (head.n, head.sigma, head.gamma) != (cfg.centroid_dims, cfg.sigma, cfg.gamma) {
+            return Err(Error::config(
+                "duq",
+                format!(
+                    "the head has centroid size {}, sigma {}, gamma {}; the settings {}, {}, {}",
+                    head.n, head.sigma, head.gamma, cfg.centroid_dims, cfg.sigma, cfg.gamma
+                ),
+            ));
+        }
         let (rows, d) = head.w.dims2()?;
         if head.classes != classes || rows != classes * head.n || d != extractor.features() {
             return Err(Error::config(
