@@ -63,9 +63,14 @@ pub fn bench_duq_training(
         x.device(),
         stream(0, Purpose::Init, 0),
     )?;
-    let mut sgd = Sgd::new(model.vars(), cfg.lr, cfg.momentum, cfg.weight_decay);
+    let mut sgd = Sgd::new(
+        model.vars(),
+        cfg.settings.lr,
+        cfg.settings.momentum,
+        cfg.settings.weight_decay,
+    );
     let n = x.dim(0)?;
-    let b = cfg.batch.min(n).max(1);
+    let b = cfg.settings.batch.min(n).max(1);
     let mut at = 0;
     let mut step = || -> Result<()> {
         if at + b > n {

@@ -1336,7 +1336,7 @@ fn duq_input_gradient_and_penalty_gradients_match_finite_differences_in_f64() {
     for penalty in [Penalty::TwoSided, Penalty::Squared, Penalty::OneSided] {
         let cfg = DuqConfig {
             hidden: vec![6, 5],
-            duq: DuqSettings {
+            settings: DuqSettings {
                 centroid_dims: 4,
                 sigma: 0.5,
                 penalty,
@@ -1412,10 +1412,12 @@ fn duq_cnn_with_batch_norm_gradients_match_finite_differences_in_f64() {
     let cfg = DuqCnnConfig {
         channels: [2, 3, 3],
         features: 5,
-        centroid_dims: 3,
-        sigma: 0.5,
-        lambda: 0.7,
-        ..DuqCnnConfig::default()
+        settings: DuqSettings {
+            centroid_dims: 3,
+            sigma: 0.5,
+            lambda: 0.7,
+            ..DuqCnnConfig::default().settings
+        },
     };
     let model = DuqCnn::seeded(
         &[1, 16, 16],
@@ -1499,10 +1501,12 @@ fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
     let cfg = DuqCnnConfig {
         channels: [16, 8, 8],
         features: 6,
-        centroid_dims: 4,
-        sigma: 0.5,
-        lambda: 0.7,
-        ..DuqCnnConfig::default()
+        settings: DuqSettings {
+            centroid_dims: 4,
+            sigma: 0.5,
+            lambda: 0.7,
+            ..DuqCnnConfig::default().settings
+        },
     };
     let make = |fused: bool| {
         let mut m = DuqCnn::seeded(
@@ -1633,8 +1637,10 @@ fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
         duq: alkit::duq::cnn::DuqCnnConfig {
             channels: [4, 8, 8],
             features: 16,
-            centroid_dims: 8,
-            ..Default::default()
+            settings: DuqSettings {
+                centroid_dims: 8,
+                ..alkit::duq::cnn::DuqCnnConfig::default().settings
+            },
         },
     };
     let trained = alkit::train::train(

@@ -1010,14 +1010,12 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<()> {
     let x = ds.batch(&ids, device)?;
     let y = ds.batch_labels(&ids, device)?;
     let lambda = a.scorer_flags.lambda.map_or(0.05, f64::from);
-    let cfg = alkit::duq::cnn::DuqCnnConfig {
-        lambda,
-        penalty: if lambda > 0.0 {
-            alkit::duq::Penalty::TwoSided
-        } else {
-            alkit::duq::Penalty::None
-        },
-        ..Default::default()
+    let mut cfg = alkit::duq::cnn::DuqCnnConfig::default();
+    cfg.settings.lambda = lambda;
+    cfg.settings.penalty = if lambda > 0.0 {
+        alkit::duq::Penalty::TwoSided
+    } else {
+        alkit::duq::Penalty::None
     };
     let rate = alkit::bench::bench_duq_training(&x, &y, &cfg, a.steps, a.repeats)?;
     let mut so = std::io::stdout().lock();
@@ -1031,7 +1029,7 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<()> {
         writeln!(
             so,
             "duq-fm training, batch {}, lambda {}, median of {} x {} steps, {} thread(s): {:.0} images/s",
-            cfg.batch,
+            cfg.settings.batch,
             lambda,
             a.repeats,
             a.steps,
@@ -1867,7 +1865,7 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
     let hidden = vec![25, 25, 25];
     let model = match a.model {
         SurfaceModelArg::Duq => SurfaceModel::Duq(alkit::duq::DuqConfig {
-            duq: alkit::duq::DuqSettings {
+            settings: alkit::duq::DuqSettings {
                 penalty: match a.penalty {
                     PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
                     PenaltyArg::Squared => alkit::duq::Penalty::Squared,

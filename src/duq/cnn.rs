@@ -41,34 +41,10 @@ pub struct DuqCnnConfig {
     pub channels: [usize; 3],
     /// Width `d` of the feature layer.
     pub features: usize,
-    /// Centroid size `n`.
-    pub centroid_dims: usize,
-    /// RBF length scale `sigma`.
-    pub sigma: f64,
-    /// Centroid EMA momentum `g`.
-    pub gamma: f64,
-    /// Penalty weight `lambda`.
-    pub lambda: f64,
-    /// Penalty form.
-    pub penalty: Penalty,
-    /// SGD learning rate.
-    pub lr: f64,
-    /// SGD momentum.
-    pub momentum: f64,
-    /// L2 weight decay (every parameter, batch norm included, as PyTorch's SGD).
-    pub weight_decay: f64,
-    /// Mini-batch size.
-    pub batch: usize,
-    /// Epochs.
-    pub epochs: usize,
-    /// Epochs after which the learning rate is multiplied by `lr_factor`.
-    pub milestones: Vec<usize>,
-    /// Learning-rate factor at each milestone.
-    pub lr_factor: f64,
-    /// Standard deviation of the initial `W_c` entries.
-    pub w_std: f64,
-    /// Initial `N_c`.
-    pub n_init: f64,
+    /// Head, loss, optimiser and schedule (weight decay applies to every parameter, batch norm
+    /// included, as PyTorch's SGD).
+    #[serde(flatten)]
+    pub settings: DuqSettings,
 }
 
 impl Default for DuqCnnConfig {
@@ -76,20 +52,22 @@ impl Default for DuqCnnConfig {
         Self {
             channels: [64, 128, 128],
             features: 256,
-            centroid_dims: 256,
-            sigma: 0.1,
-            gamma: 0.999,
-            lambda: 0.05,
-            penalty: Penalty::TwoSided,
-            lr: 0.05,
-            momentum: 0.9,
-            weight_decay: 1e-4,
-            batch: 128,
-            epochs: 30,
-            milestones: vec![10, 20],
-            lr_factor: 0.2,
-            w_std: 0.05,
-            n_init: 12.0,
+            settings: DuqSettings {
+                centroid_dims: 256,
+                sigma: 0.1,
+                gamma: 0.999,
+                lambda: 0.05,
+                penalty: Penalty::TwoSided,
+                lr: 0.05,
+                momentum: 0.9,
+                weight_decay: 1e-4,
+                batch: 128,
+                epochs: 30,
+                milestones: vec![10, 20],
+                lr_factor: 0.2,
+                w_std: 0.05,
+                n_init: 12.0,
+            },
         }
     }
 }
@@ -512,28 +490,6 @@ impl Extractor for CnnFeatures {
 /// DUQ on the Fashion-MNIST CNN (see the module docs).
 pub type DuqCnn = Duq<CnnFeatures>;
 
-impl DuqCnnConfig {
-    /// The head, loss, optimiser and schedule part.
-    pub fn settings(&self) -> DuqSettings {
-        DuqSettings {
-            centroid_dims: self.centroid_dims,
-            sigma: self.sigma,
-            gamma: self.gamma,
-            lambda: self.lambda,
-            penalty: self.penalty,
-            lr: self.lr,
-            momentum: self.momentum,
-            weight_decay: self.weight_decay,
-            batch: self.batch,
-            epochs: self.epochs,
-            milestones: self.milestones.clone(),
-            lr_factor: self.lr_factor,
-            w_std: self.w_std,
-            n_init: self.n_init,
-        }
-    }
-}
-
 impl Duq<CnnFeatures> {
     /// The model `arch` describes, every tensor requested from `vb` (seeded for training,
     /// loaded for a checkpoint). Names: `b{1,2,3}.conv.{weight,bias}`,
@@ -549,7 +505,12 @@ impl Duq<CnnFeatures> {
         let [c, h, w] = arch.item_shape;
         let side = |s: usize| ((s / 2) / 2).saturating_sub(2) / 2;
         let (fh, fw) = (side(h), side(w));
-        if fh == 0 || fw == 0 || cfg.centroid_dims == 0 || cfg.sigma <= 0.0 || arch.classes < 2 {
+        if fh == 0
+            || fw == 0
+            || cfg.settings.centroid_dims == 0
+            || cfg.settings.sigma <= 0.0
+            || arch.classes < 2
+        {
             return Err(Error::config(
                 "duq",
                 format!("images {h}x{w} are too small for three conv-pool blocks, or centroid_dims/sigma/classes invalid"),
@@ -565,13 +526,13 @@ impl Duq<CnnFeatures> {
         let head = RbfHead::from_vb(
             cfg.features,
             arch.classes,
-            cfg.centroid_dims,
-            (cfg.sigma, cfg.gamma),
-            (cfg.w_std, cfg.n_init),
+            cfg.settings.centroid_dims,
+            (cfg.settings.sigma, cfg.settings.gamma),
+            (cfg.settings.w_std, cfg.settings.n_init),
             vb.pp("head"),
         )?;
         let features = CnnFeatures { blocks, fc, params };
-        Duq::from_parts(features, head, arch.classes, &cfg.settings())
+        Duq::from_parts(features, head, arch.classes, &cfg.settings)
     }
 
     /// A fresh model for `(c, h, w)` images and `classes` classes, every parameter and the
@@ -673,7 +634,7 @@ pub fn train_duq(
         device,
         init,
     )?;
-    let cfg = arch.duq.clone();
+    let cfg = arch.duq.settings.clone();
     let mut sgd = Sgd::new(model.vars(), cfg.lr, cfg.momentum, cfg.weight_decay);
     let b = batch.min(indices.len()).max(1);
     let mut order = indices.to_vec();

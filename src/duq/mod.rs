@@ -162,14 +162,14 @@ pub struct DuqConfig {
     pub hidden: Vec<usize>,
     /// Head, loss, optimiser and schedule.
     #[serde(flatten)]
-    pub duq: DuqSettings,
+    pub settings: DuqSettings,
 }
 
 impl Default for DuqConfig {
     fn default() -> Self {
         Self {
             hidden: vec![20, 20, 20],
-            duq: DuqSettings::default(),
+            settings: DuqSettings::default(),
         }
     }
 }
@@ -494,6 +494,6 @@ impl Duq<ReluMlp> {
     ) -> Result<Self> {
         let init = <Rng as rand::SeedableRng>::seed_from_u64(rand::RngCore::next_u64(&mut rng));
         let mlp = ReluMlp::seeded(inputs, &cfg.hidden, dtype, device, init)?;
-        Duq::from_extractor(mlp, classes, &cfg.duq, (dtype, device), &mut rng)
+        Duq::from_extractor(mlp, classes, &cfg.settings, (dtype, device), &mut rng)
     }
 }
