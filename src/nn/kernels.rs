@@ -52,7 +52,7 @@ fn inline() -> bool {
 /// (among them the gradient additions of every backward) run on it, and its worker spins for a
 /// while after each op: with two pools, the second pool's threads and that spinning worker
 /// compete for the cores (on 2 cores, `alkit bench --train duq-fm` ran 8-10% faster with
-/// candle's pool switched off, and 13-18% faster with our kernels moved onto it). `a` and `b`
+/// candle's pool switched off, and 11-15% faster with our kernels moved onto it). `a` and `b`
 /// must not run candle tensor ops (a candle op inside would wait on the pool it runs on); the
 /// kernels work on slices.
 pub(crate) fn join<A: Send, B: Send>(
