@@ -52,7 +52,6 @@ pub fn bench_duq_training(
     repeats: usize,
 ) -> Result<f64> {
     use crate::duq::cnn::DuqCnn;
-    use crate::duq::Sgd;
     let classes = y.max(0)?.to_scalar::<u32>()? as usize + 1;
     let dims = x.dims();
     let mut model = DuqCnn::seeded(
@@ -63,12 +62,7 @@ pub fn bench_duq_training(
         x.device(),
         stream(0, Purpose::Init, 0),
     )?;
-    let mut sgd = Sgd::new(
-        model.vars(),
-        cfg.settings.lr,
-        cfg.settings.momentum,
-        cfg.settings.weight_decay,
-    );
+    let mut sgd = model.optimizer();
     let n = x.dim(0)?;
     let b = cfg.settings.batch.min(n).max(1);
     let mut at = 0;

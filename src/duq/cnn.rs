@@ -22,7 +22,7 @@
 //! `BCE + penalty` gives exact parameter gradients; tests check them against central finite
 //! differences in `f64`.
 
-use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead, Sgd};
+use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
 use crate::error::{Error, Result};
 use crate::nn::conv::{Conv, ConvT};
 use crate::nn::init::{seeded, Params};
@@ -502,18 +502,17 @@ impl Duq<CnnFeatures> {
     /// `new` with the variables `params` lists (those `vb` created, for training).
     fn build(arch: &DuqCnnArch, vb: candle_nn::VarBuilder, params: Params) -> Result<Self> {
         let cfg = &arch.duq;
+        cfg.settings.validate()?;
         let [c, h, w] = arch.item_shape;
         let side = |s: usize| ((s / 2) / 2).saturating_sub(2) / 2;
         let (fh, fw) = (side(h), side(w));
-        if fh == 0
-            || fw == 0
-            || cfg.settings.centroid_dims == 0
-            || cfg.settings.sigma <= 0.0
-            || arch.classes < 2
-        {
+        if fh == 0 || fw == 0 || arch.classes < 2 {
             return Err(Error::config(
                 "duq",
-                format!("images {h}x{w} are too small for three conv-pool blocks, or centroid_dims/sigma/classes invalid"),
+                format!(
+                    "images {h}x{w} are too small for three conv-pool blocks, or fewer than 2 classes ({})",
+                    arch.classes
+                ),
             ));
         }
         let [c1, c2, c3] = cfg.channels;
@@ -635,7 +634,7 @@ pub fn train_duq(
         init,
     )?;
     let cfg = arch.duq.settings.clone();
-    let mut sgd = Sgd::new(model.vars(), cfg.lr, cfg.momentum, cfg.weight_decay);
+    let mut sgd = model.optimizer();
     let b = batch.min(indices.len()).max(1);
     let mut order = indices.to_vec();
     let mut cursor = order.len();

@@ -196,6 +196,16 @@ impl<E: Extractor> Duq<E> {
         &self.cfg
     }
 
+    /// SGD over [`Duq::vars`] with the settings' learning rate, momentum and weight decay.
+    pub fn optimizer(&self) -> Sgd {
+        Sgd::new(
+            self.vars(),
+            self.cfg.lr,
+            self.cfg.momentum,
+            self.cfg.weight_decay,
+        )
+    }
+
     /// All trainable variables: the extractor's, then the head's `W`.
     pub fn vars(&self) -> Vec<Var> {
         let mut v = self.extractor.vars();
@@ -277,7 +287,7 @@ impl<E: Extractor> Duq<E> {
         observer: &mut dyn Observer,
     ) -> Result<f64> {
         let cfg = self.cfg.clone();
-        let mut sgd = Sgd::new(self.vars(), cfg.lr, cfg.momentum, cfg.weight_decay);
+        let mut sgd = self.optimizer();
         let n = x.dim(0)?;
         if n == 0 || y.dim(0)? != n {
             return Err(Error::config(

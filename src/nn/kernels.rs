@@ -62,6 +62,15 @@ pub(crate) fn join<A: Send, B: Send>(
     if inline() {
         return (a(), b());
     }
+    /// Runs the closure in `f` (once) inside the pool and stores its result in `r`.
+    fn run<R>(f: &Mutex<Option<impl FnOnce() -> R>>, r: &Mutex<Option<R>>) {
+        if let Some(f) = f.lock().ok().and_then(|mut f| f.take()) {
+            let v = in_pool(f);
+            if let Ok(mut r) = r.lock() {
+                *r = Some(v);
+            }
+        }
+    }
     let pool = candle_core::utils::barrier_pool();
     let n = pool.n_workers();
     let (a, b) = (Mutex::new(Some(a)), Mutex::new(Some(b)));
@@ -69,19 +78,9 @@ pub(crate) fn join<A: Send, B: Send>(
     pool.execute(|tid| {
         // The calling thread is `tid == n`; worker 0 is a root of the pool's wake-up tree.
         if tid == n {
-            if let Some(f) = b.lock().ok().and_then(|mut f| f.take()) {
-                let v = in_pool(f);
-                if let Ok(mut r) = rb.lock() {
-                    *r = Some(v);
-                }
-            }
+            run(&b, &rb);
         } else if tid == 0 {
-            if let Some(f) = a.lock().ok().and_then(|mut f| f.take()) {
-                let v = in_pool(f);
-                if let Ok(mut r) = ra.lock() {
-                    *r = Some(v);
-                }
-            }
+            run(&a, &ra);
         }
     });
     match (
