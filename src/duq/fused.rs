@@ -223,19 +223,73 @@ impl<T: Elem, const K: usize> Partials<T, K> {
     }
 }
 
-/// Row `k` of a window's four (`0..4`; [`INACTIVE`] gives row 3), as a select the compiler
-/// vectorises.
+/// Value `k` of a window's four (`0..4`; [`INACTIVE`] gives the last), as a select the
+/// compiler vectorises. Callers read the four values from local slices cut to the loop's
+/// length: through a reference to an array of slices the loop stayed scalar.
 #[inline(always)]
-fn pick<T: Copy>(k: u8, rows: &[&[T]; 4], ch: usize) -> T {
-    let (a, b, c, d) = (rows[0][ch], rows[1][ch], rows[2][ch], rows[3][ch]);
-    if k == 0 {
+fn pick<T: Elem>(k: u8, [a, b, c, d]: [T; 4]) -> T {
+    let (k, one) = (T::from_u8(k), T::ONE);
+    if k < one {
         a
-    } else if k == 1 {
+    } else if k < one + one {
         b
-    } else if k == 2 {
+    } else if k < one + one + one {
         c
     } else {
         d
+    }
+}
+
+/// The sparse term of one row of a window: `k g` in the channels whose argmax code `m` is this
+/// row's `j`.
+#[derive(Clone, Copy)]
+struct Routed<'a, T> {
+    m: &'a [u8],
+    j: u8,
+    k: &'a [T],
+    g: &'a [T],
+}
+
+/// One row of a dense output: `o = (y - mu) kx + k0 [+ gr kg] [+ routed]`, per channel. Every
+/// slice is cut to `o`'s length here, so the compiler can drop the bounds checks and vectorise
+/// the loop (indexing slices whose lengths it cannot relate to the loop bound kept these loops
+/// scalar).
+#[inline(always)]
+fn write_row<T: Elem>(
+    o: &mut [T],
+    yr: &[T],
+    [mu, kx, k0]: [&[T]; 3],
+    dense: Option<(&[T], &[T])>,
+    routed: Option<Routed<'_, T>>,
+) {
+    let n = o.len();
+    let (yr, mu, kx, k0) = (&yr[..n], &mu[..n], &kx[..n], &k0[..n]);
+    match (dense, routed) {
+        (Some((gr, kg)), Some(Routed { m, j, k: kr, g })) => {
+            let (gr, kg, m, kr, g) = (&gr[..n], &kg[..n], &m[..n], &kr[..n], &g[..n]);
+            for ch in 0..n {
+                let r = if m[ch] == j { kr[ch] * g[ch] } else { T::ZERO };
+                o[ch] = gr[ch] * kg[ch] + ((yr[ch] - mu[ch]) * kx[ch] + k0[ch]) + r;
+            }
+        }
+        (Some((gr, kg)), None) => {
+            let (gr, kg) = (&gr[..n], &kg[..n]);
+            for ch in 0..n {
+                o[ch] = gr[ch] * kg[ch] + ((yr[ch] - mu[ch]) * kx[ch] + k0[ch]);
+            }
+        }
+        (None, Some(Routed { m, j, k: kr, g })) => {
+            let (m, kr, g) = (&m[..n], &kr[..n], &g[..n]);
+            for ch in 0..n {
+                let r = if m[ch] == j { kr[ch] * g[ch] } else { T::ZERO };
+                o[ch] = (yr[ch] - mu[ch]) * kx[ch] + k0[ch] + r;
+            }
+        }
+        (None, None) => {
+            for ch in 0..n {
+                o[ch] = (yr[ch] - mu[ch]) * kx[ch] + k0[ch];
+            }
+        }
     }
 }
 
@@ -380,11 +434,8 @@ impl<T: Elem> Half for ArgmaxK<'_, T> {
         let (mu, sg, beta) = (&self.mu[..c], &self.sg[..c], &self.beta[..c]);
         let at = imgs.start * self.d.image_pooled();
         self.d.windows(imgs, |p, rows| {
-            let (m, o) = (
-                &mut map[(p - at) * c..(p - at + 1) * c],
-                &mut out[(p - at) * c..(p - at + 1) * c],
-            );
-            let [r0, r1, r2, r3] = rows.map(|r| &y[r * c..(r + 1) * c]);
+            let (m, o) = (&mut map[(p - at) * c..][..c], &mut out[(p - at) * c..][..c]);
+            let [r0, r1, r2, r3] = rows.map(|r| &y[r * c..][..c]);
             for ch in 0..c {
                 let u = |v: T| (v - mu[ch]) * sg[ch] + beta[ch];
                 let (u0, u1, u2, u3) = (u(r0[ch]), u(r1[ch]), u(r2[ch]), u(r3[ch]));
@@ -480,12 +531,12 @@ impl<'a, T: Elem> VjpIn<'a, T> {
     #[inline(always)]
     fn window(&self, p: usize) -> (&'a [u8], &'a [T]) {
         let c = self.d.c;
-        (&self.map[p * c..(p + 1) * c], &self.gp[p * c..(p + 1) * c])
+        (&self.map[p * c..][..c], &self.gp[p * c..][..c])
     }
     /// Row `r` of `v (N, c)`.
     #[inline(always)]
     fn row<'b>(&self, v: &'b [T], r: usize) -> &'b [T] {
-        &v[r * self.d.c..(r + 1) * self.d.c]
+        &v[r * self.d.c..][..self.d.c]
     }
 }
 
@@ -503,13 +554,14 @@ impl<T: Elem> Half for VjpSums<'_, T> {
         let mut sums = Partials::<T, 2>::new(c);
         v.d.windows(imgs, |p, rows| {
             let (m, g) = v.window(p);
-            let ys = rows.map(|r| v.row(v.y, r));
+            let ys = rows.map(|r| &v.row(v.y, r)[..c]);
             let [a1, a2] = sums.next();
             let (a1, a2, m, g) = (&mut a1[..c], &mut a2[..c], &m[..c], &g[..c]);
+            let [y0, y1, y2, y3] = ys;
             for ch in 0..c {
                 let q = if m[ch] != INACTIVE { g[ch] } else { T::ZERO };
                 a1[ch] += q;
-                a2[ch] += q * (pick(m[ch], &ys, ch) - mu[ch]);
+                a2[ch] += q * (pick(m[ch], [y0[ch], y1[ch], y2[ch], y3[ch]]) - mu[ch]);
             }
         });
         sums.finish()
@@ -539,22 +591,19 @@ impl<T: Elem> Half for VjpWrite<'_, T> {
             let (m, g) = v.window(p);
             let (m, g) = (&m[..c], &g[..c]);
             for (j, &r) in rows.iter().enumerate() {
-                let (o, yr) = (&mut gy[(r - at) * c..(r - at + 1) * c], v.row(v.y, r));
-                for ch in 0..c {
-                    let routed = if m[ch] == j as u8 {
-                        sg[ch] * g[ch]
-                    } else {
-                        T::ZERO
-                    };
-                    o[ch] = (yr[ch] - mu[ch]) * sk1[ch] + k0[ch] + routed;
-                }
+                let (o, yr) = (&mut gy[(r - at) * c..][..c], v.row(v.y, r));
+                let routed = Routed {
+                    m,
+                    j: j as u8,
+                    k: sg,
+                    g,
+                };
+                write_row(o, yr, [mu, sk1, k0], None, Some(routed));
             }
         });
         v.d.uncovered(imgs, |r| {
-            let (o, yr) = (&mut gy[(r - at) * c..(r - at + 1) * c], v.row(v.y, r));
-            for ch in 0..c {
-                o[ch] = (yr[ch] - mu[ch]) * sk1[ch] + k0[ch];
-            }
+            let (o, yr) = (&mut gy[(r - at) * c..][..c], v.row(v.y, r));
+            write_row(o, yr, [mu, sk1, k0], None, None);
         });
     }
 }
@@ -622,18 +671,19 @@ impl<T: Elem> Half for BwdSums<'_, T> {
         };
         v.d.windows(imgs.clone(), |p, rows| {
             let (m, g) = v.window(p);
-            let ys = rows.map(|r| v.row(v.y, r));
-            let gs = rows.map(|r| v.row(gbar, r));
+            let ys = rows.map(|r| &v.row(v.y, r)[..c]);
+            let gs = rows.map(|r| &v.row(gbar, r)[..c]);
             let [a1, a2, a3, a4, a5] = sums.next();
             for (&gr, &yr) in gs.iter().zip(&ys) {
                 dense(a4, a5, gr, yr);
             }
             let (a1, a2, a3, m, g) = (&mut a1[..c], &mut a2[..c], &mut a3[..c], &m[..c], &g[..c]);
+            let ([y0, y1, y2, y3], [g0, g1, g2, g3]) = (ys, gs);
             for ch in 0..c {
                 let q = if m[ch] != INACTIVE { g[ch] } else { T::ZERO };
                 a1[ch] += q;
-                a2[ch] += q * (pick(m[ch], &ys, ch) - mu[ch]);
-                a3[ch] += q * pick(m[ch], &gs, ch);
+                a2[ch] += q * (pick(m[ch], [y0[ch], y1[ch], y2[ch], y3[ch]]) - mu[ch]);
+                a3[ch] += q * pick(m[ch], [g0[ch], g1[ch], g2[ch], g3[ch]]);
             }
         });
         v.d.uncovered(imgs, |r| {
@@ -672,26 +722,38 @@ impl<T: Elem> Half for BwdWrite<'_, T> {
             let (m, g) = v.window(p);
             let (m, g) = (&m[..c], &g[..c]);
             for (j, &r) in rows.iter().enumerate() {
-                let (o, gr, yr) = (
-                    &mut dy[(r - at) * c..(r - at + 1) * c],
-                    v.row(gbar, r),
-                    v.row(v.y, r),
+                let (o, gr, yr) = (&mut dy[(r - at) * c..][..c], v.row(gbar, r), v.row(v.y, r));
+                write_row(
+                    o,
+                    yr,
+                    [mu, kx, k0],
+                    Some((gr, kg)),
+                    Some(Routed {
+                        m,
+                        j: j as u8,
+                        k: ksparse,
+                        g,
+                    }),
                 );
-                for ch in 0..c {
-                    let sparse = if m[ch] == j as u8 {
-                        ksparse[ch] * g[ch]
-                    } else {
-                        T::ZERO
-                    };
-                    o[ch] = gr[ch] * kg[ch] + ((yr[ch] - mu[ch]) * kx[ch] + k0[ch]) + sparse;
-                }
             }
             let ys = rows.map(|r| v.row(v.y, r));
             let gs = rows.map(|r| v.row(gbar, r));
-            let o = &mut dgp[(p - pat) * c..(p - pat + 1) * c];
-            for ch in 0..c {
-                let xh = (pick(m[ch], &ys, ch) - mu[ch]) * s_t[ch];
-                let a_bar = s_t[ch] * pick(m[ch], &gs, ch) - mh[ch] - xh * mhx[ch];
+            let o = &mut dgp[(p - pat) * c..][..c];
+            let n = o.len();
+            let (ys, gs) = (ys.map(|r| &r[..n]), gs.map(|r| &r[..n]));
+            let (m, mu, s_t, mh, mhx, gamma) = (
+                &m[..n],
+                &mu[..n],
+                &s_t[..n],
+                &mh[..n],
+                &mhx[..n],
+                &gamma[..n],
+            );
+            let ([y0, y1, y2, y3], [g0, g1, g2, g3]) = (ys, gs);
+            for ch in 0..n {
+                let xh = (pick(m[ch], [y0[ch], y1[ch], y2[ch], y3[ch]]) - mu[ch]) * s_t[ch];
+                let gb = pick(m[ch], [g0[ch], g1[ch], g2[ch], g3[ch]]);
+                let a_bar = s_t[ch] * gb - mh[ch] - xh * mhx[ch];
                 o[ch] = if m[ch] != INACTIVE {
                     gamma[ch] * a_bar
                 } else {
@@ -700,14 +762,8 @@ impl<T: Elem> Half for BwdWrite<'_, T> {
             }
         });
         v.d.uncovered(imgs, |r| {
-            let (o, gr, yr) = (
-                &mut dy[(r - at) * c..(r - at + 1) * c],
-                v.row(gbar, r),
-                v.row(v.y, r),
-            );
-            for ch in 0..c {
-                o[ch] = gr[ch] * kg[ch] + ((yr[ch] - mu[ch]) * kx[ch] + k0[ch]);
-            }
+            let (o, gr, yr) = (&mut dy[(r - at) * c..][..c], v.row(gbar, r), v.row(v.y, r));
+            write_row(o, yr, [mu, kx, k0], Some((gr, kg)), None);
         });
     }
 }

@@ -10,7 +10,9 @@
 //! columns of a few images at a time live in a per-thread buffer of about 2 MB, and the graph
 //! holds one node per convolution. 3x3 layers with at least [`WINOGRAD_MIN_CHANNELS`]
 //! channels in and out run all three products (convolution, transpose, weight gradient) in
-//! Winograd F(2x2, 3x3) form (`super::winograd`, 2.25x fewer multiplies); the rest use im2col.
+//! Winograd form (`super::winograd`: F(2x2), F(4x4) or F(5x5) tiles, whichever needs the
+//! fewest multiplies for the layer's size: 4.0x and 4.6x fewer than im2col on the
+//! Fashion-MNIST model's two wide layers); the rest use im2col.
 //!
 //! The weight enters as the matrix `wmat (cout, k*k*cin)` in im2col's `(ki, kj, c)` column
 //! order (`weight.permute((0, 2, 3, 1)).reshape(...)` of a PyTorch `(cout, cin, k, k)`
@@ -18,18 +20,19 @@
 //! images are processed in turn.
 
 use super::kernels::{for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem};
-use super::winograd::{self, Wino};
+use super::winograd::{self, Variant, Wino};
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
 };
 use std::ops::Range;
 
-/// Fewest input and output channels for which a 3x3 convolution runs as Winograd F(2x2, 3x3).
+/// Fewest input and output channels for which a 3x3 convolution runs in Winograd form.
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 
 #[cfg(test)]
 thread_local! {
     static FORCE_IM2COL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static FORCE_VARIANT: std::cell::Cell<Option<Variant>> = const { std::cell::Cell::new(None) };
 }
 /// Tests compare the Winograd kernels with im2col on the same shapes.
 #[cfg(test)]
@@ -39,6 +42,15 @@ fn force_im2col() -> bool {
 #[cfg(not(test))]
 fn force_im2col() -> bool {
     false
+}
+/// Tests run every Winograd variant on the same shapes.
+#[cfg(test)]
+fn force_variant() -> Option<Variant> {
+    FORCE_VARIANT.with(|f| f.get())
+}
+#[cfg(not(test))]
+fn force_variant() -> Option<Variant> {
+    None
 }
 
 /// Convolution `(x (b, h, w, cin), wmat (cout, k*k*cin))` -> `y (b, oh, ow, cout)`,
@@ -92,19 +104,16 @@ impl Geo {
     fn chunk(&self) -> usize {
         ((512 << 10) / (self.rows() * self.kc()).max(1)).clamp(1, self.b.max(1))
     }
-    /// The Winograd form of a 3x3 convolution between layers wide enough for its 16 gemms to
-    /// pay (at least [`WINOGRAD_MIN_CHANNELS`] channels in and out); `None` runs im2col.
+    /// The Winograd form of a 3x3 convolution between layers wide enough for its gemms (one
+    /// per transformed position) to pay (at least [`WINOGRAD_MIN_CHANNELS`] channels in and
+    /// out); `None` runs im2col.
     fn winograd(&self) -> Option<Wino> {
-        (self.k == 3 && self.cin.min(self.cout) >= WINOGRAD_MIN_CHANNELS && !force_im2col())
-            .then_some(Wino {
-                h: self.h,
-                w: self.w,
-                cin: self.cin,
-                oh: self.oh,
-                ow: self.ow,
-                cout: self.cout,
-                pad: self.pad,
-            })
+        (self.k == 3 && self.cin.min(self.cout) >= WINOGRAD_MIN_CHANNELS && !force_im2col()).then(
+            || {
+                let input = (self.h, self.w, self.cin);
+                Wino::new(input, self.cout, self.pad, force_variant())
+            },
+        )
     }
     /// Image ranges of the two halves of the batch.
     fn halves(&self) -> [Range<usize>; 2] {
@@ -273,7 +282,8 @@ fn weight_grad_k<T: Elem>(x: &[T], gy: &[T], g: &Geo) -> Vec<T> {
     if let Some(wg) = g.winograd() {
         let chunk = wg.chunk(g.b);
         let init = || winograd::Buffers::new(&wg, chunk);
-        let du = sum_chunks(g, 16 * g.cin * g.cout, chunk, init, |bufs, imgs, du| {
+        let len = wg.positions() * g.cin * g.cout;
+        let du = sum_chunks(g, len, chunk, init, |bufs, imgs, du| {
             let n = imgs.len();
             let (x, gy) = (g.inputs(x, imgs.clone()), g.outputs(gy, imgs));
             winograd::run(winograd::Kernel::WeightGrad { x, gy, du }, n, &wg, bufs);
@@ -514,9 +524,11 @@ mod tests {
     /// Rounding of the f32 Winograd kernels on the Fashion-MNIST model's second layer
     /// (64 -> 128 channels, 14x14, pad 1), against candle's `conv2d` in f64 as the exact value:
     /// the largest error of the convolution, its transpose and its weight gradient, relative
-    /// to the largest magnitude of each result, stays within a few times f32's epsilon
-    /// (1.2e-7), like im2col's. Measured: Winograd 3.7e-7 / 4.0e-7 / 4.1e-7, im2col 5.8e-7 /
-    /// 2.6e-7 / 6.2e-7.
+    /// to the largest magnitude of each result. im2col's is a few times f32's epsilon (1.2e-7);
+    /// larger tiles round worse, each variant is held below its bound. Measured (conv /
+    /// transpose / weight gradient): im2col 5.8e-7 / 2.6e-7 / 6.2e-7; F(2x2) 3.7e-7 / 4.0e-7 /
+    /// 4.1e-7; F(4x4) 6.7e-6 / 6.4e-6 /
+    /// 2.9e-6; F(5x5) 8.0e-6 / 6.8e-6 / 2.9e-6.
     #[test]
     fn winograd_f32_rounding_stays_near_im2col() -> Result<()> {
         let (b, h, w, cin, cout, k, pad) = (3, 14, 14, 64, 128, 3, 1);
@@ -548,8 +560,9 @@ mod tests {
                     .to_scalar::<f64>()
                     .unwrap()
         };
-        let errors = |im2col: bool| -> Result<[f64; 3]> {
+        let errors = |im2col: bool, variant: Option<Variant>| -> Result<[f64; 3]> {
             FORCE_IM2COL.with(|f| f.set(im2col));
+            FORCE_VARIANT.with(|f| f.set(variant));
             let f32s = |t: &Tensor| t.to_dtype(DType::F32);
             let wmat = f32s(&weight.permute((0, 2, 3, 1))?.reshape((cout, k * k * cin))?)?;
             let (xf, gyf) = (Var::from_tensor(&f32s(&x)?)?, f32s(&gy)?);
@@ -559,16 +572,41 @@ mod tests {
             let dw = (&y * &gyf)?.sum_all()?.backward()?;
             let dw = dw.get(wf.as_tensor()).unwrap().clone();
             FORCE_IM2COL.with(|f| f.set(false));
+            FORCE_VARIANT.with(|f| f.set(None));
             Ok([rel(&y, &y64), rel(&gx, &gx64), rel(&dw, &dw64)])
         };
-        let (wino, im2col) = (errors(false)?, errors(true)?);
-        for (w, i) in wino.iter().zip(&im2col) {
+        let im2col = errors(true, None)?;
+        assert!(im2col.iter().all(|&e| e < 1e-6), "im2col {im2col:?}");
+        for (variant, bound) in [
+            (Variant::F2, 1e-6),
+            (Variant::F4, 1e-5),
+            (Variant::F5, 2e-5),
+        ] {
+            let wino = errors(false, Some(variant))?;
             assert!(
-                *w < 1e-6 && *w < 4.0 * i,
-                "winograd {wino:?} vs im2col {im2col:?}"
+                wino.iter().all(|&e| e < bound),
+                "{variant:?} {wino:?} vs im2col {im2col:?}"
             );
         }
         Ok(())
+    }
+
+    /// The tile choice, worked by hand as output tiles x transformed positions per image and
+    /// channel pair (ties go to the smaller tile): a 14x14 output costs 7*7*16 = 784 (F2),
+    /// 4*4*36 = 576 (F4), 3*3*49 = 441 (F5); 5x5: 144, 144, 49; 6x7: 3*4*16 = 192,
+    /// 2*2*36 = 144, 2*2*49 = 196; 3x2: 2*1*16 = 32, 36, 49; 8x8: 256, 144, 196.
+    #[test]
+    fn winograd_picks_the_tile_with_fewest_products() {
+        let pick = |h: usize, w: usize, pad: usize| Wino::new((h, w, 64), 128, pad, None).variant;
+        assert_eq!(pick(14, 14, 1), Variant::F5);
+        assert_eq!(pick(7, 7, 0), Variant::F5);
+        assert_eq!(pick(6, 7, 1), Variant::F4);
+        assert_eq!(pick(5, 4, 0), Variant::F2);
+        assert_eq!(pick(8, 8, 1), Variant::F4);
+        assert_eq!(
+            Wino::new((14, 14, 64), 128, 1, Some(Variant::F2)).variant,
+            Variant::F2
+        );
     }
 
     /// Reference: candle's own `conv2d` (NCHW, PyTorch weight layout) and its autodiff, f64,
@@ -577,9 +615,9 @@ mod tests {
     /// candle's gradients of the same scalar.
     #[test]
     fn conv_ops_match_candle_conv2d_and_its_gradients_in_f64() -> Result<()> {
-        // The first three run im2col, the rest Winograd F(2x2, 3x3) (odd output sides, pad 0
-        // and 1, several chunks, unequal halves).
-        for (b, h, w, cin, cout, pad) in [
+        // The first three run im2col, the rest Winograd, each in all three variants (odd
+        // output sides, pad 0 and 1, partial tiles, several chunks, unequal halves).
+        let shapes = [
             (5, 6, 7, 3, 4, 1),
             (3, 5, 5, 2, 3, 0),
             (41, 9, 8, 4, 5, 1),
@@ -587,7 +625,17 @@ mod tests {
             (3, 7, 7, 9, 8, 0),
             (13, 14, 14, 8, 16, 1),
             (7, 5, 4, 12, 8, 0),
-        ] {
+        ];
+        let cases = shapes.into_iter().flat_map(|shape| {
+            let variants = if shape.3.min(shape.4) >= WINOGRAD_MIN_CHANNELS {
+                Variant::ALL.map(Some).to_vec()
+            } else {
+                vec![None]
+            };
+            variants.into_iter().map(move |v| (shape, v))
+        });
+        for ((b, h, w, cin, cout, pad), variant) in cases {
+            FORCE_VARIANT.with(|f| f.set(variant));
             let k = 3;
             let x = Var::from_tensor(&randn(&[b, h, w, cin], 1))?;
             let weight = Var::from_tensor(&randn(&[cout, cin, k, k], 2))?;
@@ -632,6 +680,7 @@ mod tests {
                 ) < 1e-10
             );
         }
+        FORCE_VARIANT.with(|f| f.set(None));
         Ok(())
     }
 }
