@@ -31,6 +31,7 @@
 //! is `conv`'s `wmat (cout, 9 cin)` in `(ki, kj, c)` column order.
 
 use super::kernels::{gemm_strided, Elem};
+use std::marker::PhantomData;
 
 /// Transformed positions times tiles per chunk: a chunk's transformed inputs stay near 1 MB
 /// (`f32`, 64 channels).
@@ -616,6 +617,32 @@ fn transform_tiles<T: Elem, const S: usize, const N: usize>(
     }
 }
 
+/// `V (t, N * N, cin)` of the `n` images `x (n, h, w, cin)`.
+#[inline(always)]
+fn input_transform<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
+    x: &[T],
+    n: usize,
+    g: &Wino,
+    scratch: (&[T], &mut [T]),
+    v: &mut Vec<T>,
+) {
+    let pixel = |ty, tx, r, q| g.in_pixel(ty, tx, r, q);
+    transform_tiles((x, g.in_len(), g.cin), n, g, pixel, scratch, v, X::bt);
+}
+
+/// `gM (t, N * N, cout)` of the output gradients `gy (n, oh, ow, cout)`.
+#[inline(always)]
+fn grad_output_transform<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
+    gy: &[T],
+    n: usize,
+    g: &Wino,
+    scratch: (&[T], &mut [T]),
+    gm: &mut Vec<T>,
+) {
+    let pixel = |ty, tx, r, s| g.out_pixel(ty, tx, r, s);
+    transform_tiles((gy, g.out_len(), g.cout), n, g, pixel, scratch, gm, X::a);
+}
+
 /// The `P = N * N` gemms `out[xi] (t, n) = lhs[:, xi, :] (t, k) @ rhs[xi] (k, n)`,
 /// `lhs (t, P, k)`, `rhs[xi]` at `xi * k * n` with strides `rhs_strides`.
 fn gemms<T: Elem>(
@@ -653,17 +680,7 @@ fn conv_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     y: &mut [T],
 ) {
     let (tiles, c) = (n * g.tiles(), g.cout);
-    let pixel = |ty, tx, r, q| g.in_pixel(ty, tx, r, q);
-    let scratch = (&bufs.zeros[..], &mut bufs.tmp[..]);
-    transform_tiles(
-        (x, g.in_len(), g.cin),
-        n,
-        g,
-        pixel,
-        scratch,
-        &mut bufs.v,
-        X::bt,
-    );
+    input_transform::<T, N, O, X>(x, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.v);
     gemms(
         (tiles, N * N),
         (g.cin, c),
@@ -699,17 +716,7 @@ fn conv_t_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     gx: &mut [T],
 ) {
     let (tiles, c) = (n * g.tiles(), g.cin);
-    let pixel = |ty, tx, r, s| g.out_pixel(ty, tx, r, s);
-    let scratch = (&bufs.zeros[..], &mut bufs.tmp[..]);
-    transform_tiles(
-        (gy, g.out_len(), g.cout),
-        n,
-        g,
-        pixel,
-        scratch,
-        &mut bufs.gm,
-        X::a,
-    );
+    grad_output_transform::<T, N, O, X>(gy, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.gm);
     // gV[xi] = gM[:, xi, :] @ U[xi]^T: U[xi] (cin, cout) read transposed.
     let p = N * N;
     gemms(
@@ -750,28 +757,8 @@ fn weight_grad_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
 ) {
     let (tiles, p) = (n * g.tiles(), N * N);
     let (cin, cout) = (g.cin, g.cout);
-    let in_pixel = |ty, tx, r, q| g.in_pixel(ty, tx, r, q);
-    let scratch = (&bufs.zeros[..], &mut bufs.tmp[..]);
-    transform_tiles(
-        (x, g.in_len(), cin),
-        n,
-        g,
-        in_pixel,
-        scratch,
-        &mut bufs.v,
-        X::bt,
-    );
-    let out_pixel = |ty, tx, r, s| g.out_pixel(ty, tx, r, s);
-    let scratch = (&bufs.zeros[..], &mut bufs.tmp[..]);
-    transform_tiles(
-        (gy, g.out_len(), cout),
-        n,
-        g,
-        out_pixel,
-        scratch,
-        &mut bufs.gm,
-        X::a,
-    );
+    input_transform::<T, N, O, X>(x, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.v);
+    grad_output_transform::<T, N, O, X>(gy, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.gm);
     for (xi, d) in du.chunks_exact_mut(cin * cout).enumerate() {
         gemm_strided(
             (cin, cout, tiles),
@@ -815,7 +802,7 @@ struct Job<'a, T, X, const N: usize, const O: usize> {
     n: usize,
     g: &'a Wino,
     bufs: &'a mut Buffers<T>,
-    tile: std::marker::PhantomData<X>,
+    tile: PhantomData<X>,
 }
 
 impl<T: Elem, X: Tile<N, O>, const N: usize, const O: usize> pulp::WithSimd
@@ -838,28 +825,27 @@ impl<T: Elem, X: Tile<N, O>, const N: usize, const O: usize> pulp::WithSimd
 /// Runs `kernel` on a chunk of `n` images.
 pub(crate) fn run<T: Elem>(kernel: Kernel<'_, T>, n: usize, g: &Wino, bufs: &mut Buffers<T>) {
     let arch = pulp::Arch::new();
-    let tile = std::marker::PhantomData;
     match g.variant {
         Variant::F2 => arch.dispatch(Job::<T, F2, 4, 2> {
             kernel,
             n,
             g,
             bufs,
-            tile,
+            tile: PhantomData,
         }),
         Variant::F4 => arch.dispatch(Job::<T, F4, 6, 4> {
             kernel,
             n,
             g,
             bufs,
-            tile: std::marker::PhantomData,
+            tile: PhantomData,
         }),
         Variant::F5 => arch.dispatch(Job::<T, F5, 7, 5> {
             kernel,
             n,
             g,
             bufs,
-            tile: std::marker::PhantomData,
+            tile: PhantomData,
         }),
     }
 }
