@@ -1592,6 +1592,98 @@ fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
 }
 
 #[test]
+fn duq_cnn_without_penalty_runs_the_blocks_as_one_op_with_the_same_gradients() {
+    // Without a penalty, `Duq::loss` asks the extractor for `forward_without_input_gradient`:
+    // on the CPU the three blocks (convolution, batch norm, ReLU, pool each) are then one op,
+    // their intermediates kept out of candle's graph. References, in f64: the same model's
+    // full training graph (`Duq::forward` + `bce`, the graph the penalty differentiates
+    // through), which runs the same kernels, so the loss and every parameter gradient must
+    // agree exactly; and the composition of candle ops (`set_fused(false)`, checked against
+    // finite differences above) to 1e-9, the parameters and running statistics after a step
+    // included. The cache of such a forward has no input gradient: asking for one is an error.
+    use alkit::duq::cnn::{DuqCnn, DuqCnnConfig};
+    use alkit::duq::{bce, Penalty, Sgd};
+    let cfg = DuqCnnConfig {
+        channels: [16, 8, 8],
+        features: 6,
+        settings: DuqSettings {
+            centroid_dims: 4,
+            sigma: 0.5,
+            lambda: 0.0,
+            penalty: Penalty::None,
+            ..DuqCnnConfig::default().settings
+        },
+    };
+    let make = |fused: bool| {
+        let mut m = DuqCnn::seeded(
+            &[1, 20, 20],
+            3,
+            &cfg,
+            DType::F64,
+            &Device::Cpu,
+            stream(9, Purpose::Init, 0),
+        )
+        .unwrap();
+        m.set_fused(fused);
+        m
+    };
+    let (mut fused, mut composed) = (make(true), make(false));
+    let x = randn64(&[6, 1, 20, 20], 22);
+    let y = Tensor::from_vec(vec![0u32, 2, 1, 2, 0, 1], 6, &Device::Cpu).unwrap();
+    let rel = |a: &Tensor, b: &Tensor| {
+        let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+        let m = b.abs().unwrap().max_all().unwrap();
+        d.to_scalar::<f64>().unwrap() / m.to_scalar::<f64>().unwrap().max(1e-12)
+    };
+    let (DuqLoss { total: lf, .. }, out) = fused.loss(&x, &y).unwrap();
+    assert!(fused.input_gradient(&out).is_err());
+    let full = bce(&fused.forward(&x, true).unwrap().head, &y, 3).unwrap();
+    let (DuqLoss { total: lc, .. }, _) = composed.loss(&x, &y).unwrap();
+    assert_eq!(
+        lf.to_scalar::<f64>().unwrap(),
+        full.to_scalar::<f64>().unwrap()
+    );
+    assert!(rel(&lf, &lc) < 1e-12, "loss");
+    let (gf, gfull, gc) = (
+        lf.backward().unwrap(),
+        full.backward().unwrap(),
+        lc.backward().unwrap(),
+    );
+    let mut checked = 0;
+    for ((name, vf), (_, vc)) in fused
+        .params()
+        .named()
+        .into_iter()
+        .zip(composed.params().named())
+    {
+        let (Some(a), Some(b), Some(c)) = (gf.get(&vf), gfull.get(&vf), gc.get(&vc)) else {
+            assert!(gf.get(&vf).is_none() && gc.get(&vc).is_none(), "{name}");
+            continue;
+        };
+        assert_eq!(
+            a.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+            b.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+            "{name}: one op per block vs the full graph"
+        );
+        if !name.ends_with("conv.bias") {
+            // (zero in training-mode batch norm, to rounding in the composition)
+            assert!(rel(a, c) < 1e-9, "{name}: {}", rel(a, c));
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 15);
+    let mut sf = Sgd::new(fused.vars(), 0.05, 0.9, 1e-4);
+    let mut sc = Sgd::new(composed.vars(), 0.05, 0.9, 1e-4);
+    fused.step(&mut sf, &x, &y).unwrap();
+    composed.step(&mut sc, &x, &y).unwrap();
+    let (sf_, sc_) = (fused.state().unwrap(), composed.state().unwrap());
+    for ((name, a), (_, b)) in sf_.named().into_iter().zip(sc_.named()) {
+        let e = rel(a.as_tensor(), b.as_tensor());
+        assert!(e < 1e-9, "{name} after a step: {e}");
+    }
+}
+
+#[test]
 fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
     // `alkit train --model duq` writes a checkpoint (weights, batch-norm running statistics
     // and centroid state); `alkit score --scorer duq` reads 1 - max K from it; the library's

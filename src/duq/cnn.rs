@@ -106,6 +106,15 @@ struct Block {
     fused: bool,
 }
 
+/// What a training forward keeps for later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// The graph the input gradient differentiates through (the penalty's path).
+    Full,
+    /// Only what the loss's backward and the running statistics need.
+    LossOnly,
+}
+
 /// A training batch's per-channel mean and biased variance, for the running statistics.
 type BatchStats = (Tensor, Tensor);
 
@@ -124,6 +133,10 @@ enum BlockCache {
         /// Training mode (batch statistics) or eval mode (running statistics).
         train: bool,
     },
+    /// The block inside one fused CPU training op of all blocks, for a loss without input
+    /// gradient: nothing for the input gradient, only the rows `b*h*w` of the batch
+    /// statistics.
+    LossOnly { rows: usize },
     /// The fused CPU training ops: the convolution output without its bias `y (b, h, w, c)`
     /// and the `(3, c)` parameters `[gamma; beta; bias]`.
     Fused {
@@ -139,6 +152,7 @@ impl BlockCache {
     fn rows(&self) -> Result<usize> {
         Ok(match self {
             Self::Ops { u, .. } => u.dim(0)?,
+            Self::LossOnly { rows } => *rows,
             Self::Fused { y, .. } => {
                 let (b, h, w, _) = y.dims4()?;
                 b * h * w
@@ -197,20 +211,17 @@ impl Block {
         let (out, _, k, _) = self.weight.dims4()?;
         let (oh, ow) = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
         let cpu = self.fused && super::fused::supported(x);
-        // (b, oh, ow, out), no bias yet. Reshapes of large tensors are kept off the fused path:
-        // each autograd node costs a zero-filled gradient buffer and an add in the backward.
-        let y = if cpu {
-            x.contiguous()?
-                .apply_op2(&self.wmat()?, Conv { k, pad: self.pad })?
-        } else {
-            self.conv_composed(x)?.reshape((b, oh, ow, out))?
-        };
+        let conv = Conv { k, pad: self.pad };
         if cpu && train {
             // The bias cancels in the batch statistics: it only shifts the running mean.
             let params = Tensor::stack(&[&self.gamma, &self.beta, &self.bias], 0)?;
             let (op, grad_op) = super::fused::pair();
+            // (b, oh, ow, out), no bias. Reshapes of large tensors are kept off the fused
+            // path: each autograd node costs a zero-filled gradient buffer and an add in the
+            // backward.
+            let y = x.contiguous()?.apply_op2(&self.wmat()?, conv)?;
             let pooled = y.apply_op2(&params, op)?;
-            let (mean, var) = grad_op.batch_moments(&y)?.ok_or_else(|| {
+            let (mean, var) = grad_op.batch_moments(&pooled)?.ok_or_else(|| {
                 Error::config("duq", "batch statistics missing after the forward")
             })?;
             let mean = (mean + self.bias.detach())?;
@@ -221,6 +232,12 @@ impl Block {
             };
             return Ok((pooled, cache, Some((mean, var))));
         }
+        // (b, oh, ow, out), no bias yet.
+        let y = if cpu {
+            x.contiguous()?.apply_op2(&self.wmat()?, conv)?
+        } else {
+            self.conv_composed(x)?.reshape((b, oh, ow, out))?
+        };
         let y = y.reshape((b * oh * ow, out))?.broadcast_add(&self.bias)?;
         let (x_hat, inv_std, stats) = if train {
             let mean = y.mean(0)?;
@@ -269,7 +286,15 @@ impl Block {
                     .ok()
                     .and_then(|mut o| o.take())
                     .unwrap_or_else(|| super::fused::pair().1);
-                g.contiguous()?.apply_op3(y, params, op)?
+                // Batch norm's vector-Jacobian product and the transposed convolution as one
+                // op, on the parameters and the weight matrix packed into one input.
+                let wmat = self.wmat()?;
+                let packed = Tensor::cat(&[params.flatten_all()?, wmat.flatten_all()?], 0)?;
+                let (k, pad) = (self.weight.dim(2)?, self.pad);
+                let op = super::fused::BlockInputGrad::new(ConvT { k, pad }, op, wmat.dims2()?);
+                let gx = g.contiguous()?.apply_op3(y, &packed, op)?;
+                debug_assert_eq!(gx.dims()[1..3], [in_hw.0, in_hw.1]);
+                return Ok(gx);
             }
             BlockCache::Ops {
                 x_hat,
@@ -295,6 +320,10 @@ impl Block {
                 };
                 gy.reshape((b, oh, ow, out))?
             }
+            BlockCache::LossOnly { .. } => return Err(Error::config(
+                "duq",
+                "input gradient of a forward pass that kept none (forward_without_input_gradient)",
+            )),
         };
         let (b, oh, ow, _) = gy.dims4()?;
         let (_, cin, k, _) = self.weight.dims4()?;
@@ -395,26 +424,64 @@ pub struct CnnCache {
     count: Vec<usize>,
 }
 
-impl Extractor for CnnFeatures {
-    type Cache = CnnCache;
-
-    fn features(&self) -> usize {
-        self.fc.weight().dims().first().copied().unwrap_or(0)
-    }
-
-    /// Images `x (b, c, h, w)` to features `(b, d)`; `train` selects batch statistics.
-    fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, CnnCache)> {
+impl CnnFeatures {
+    /// [`Extractor::forward`] keeping what `path` asks for.
+    fn forward_path(&self, x: &Tensor, train: bool, path: Path) -> Result<(Tensor, CnnCache)> {
         let mut a = nchw_to_nhwc(x)?;
         let mut caches = Vec::with_capacity(3);
         let mut stats = Vec::with_capacity(3);
         let mut count = Vec::with_capacity(3);
-        for bl in &self.blocks {
-            let (_, h, w, _) = a.dims4()?;
-            let (p, cache, st) = bl.forward(&a, train)?;
-            count.push(cache.rows()?);
-            caches.push((cache, (h, w)));
-            stats.push(st);
-            a = p;
+        let chain = train
+            && path == Path::LossOnly
+            && self.blocks.iter().all(|b| b.fused)
+            && super::fused::supported(&a);
+        if chain {
+            // All blocks as one op (`fused::BlockChain`), their parameters packed into its
+            // second input; each block's pair still yields its batch statistics.
+            let mut blocks = Vec::with_capacity(self.blocks.len());
+            let mut packed = Vec::with_capacity(2 * self.blocks.len());
+            let mut grad_ops = Vec::with_capacity(self.blocks.len());
+            let (mut h, mut w) = (a.dim(1)?, a.dim(2)?);
+            for bl in &self.blocks {
+                let (op, grad_op) = super::fused::pair();
+                let (k, wmat) = (bl.weight.dim(2)?, bl.wmat()?);
+                let params = Tensor::stack(&[&bl.gamma, &bl.beta, &bl.bias], 0)?;
+                blocks.push(super::fused::ChainBlock {
+                    conv: Conv { k, pad: bl.pad },
+                    bn: op,
+                    wmat_dims: wmat.dims2()?,
+                });
+                packed.extend([wmat.flatten_all()?, params.flatten_all()?]);
+                let (oh, ow) = (h + 2 * bl.pad + 1 - k, w + 2 * bl.pad + 1 - k);
+                caches.push((
+                    BlockCache::LossOnly {
+                        rows: a.dim(0)? * oh * ow,
+                    },
+                    (h, w),
+                ));
+                count.push(a.dim(0)? * oh * ow);
+                grad_ops.push(grad_op);
+                (h, w) = (oh / 2, ow / 2);
+            }
+            let packed = Tensor::cat(&packed, 0)?;
+            a = a
+                .contiguous()?
+                .apply_op2(&packed, super::fused::BlockChain::new(blocks))?;
+            for (bl, grad_op) in self.blocks.iter().zip(grad_ops) {
+                let (mean, var) = grad_op.batch_moments(&a)?.ok_or_else(|| {
+                    Error::config("duq", "batch statistics missing after the forward")
+                })?;
+                stats.push(Some(((mean + bl.bias.detach())?, var)));
+            }
+        } else {
+            for bl in &self.blocks {
+                let (_, h, w, _) = a.dims4()?;
+                let (p, cache, st) = bl.forward(&a, train)?;
+                count.push(cache.rows()?);
+                caches.push((cache, (h, w)));
+                stats.push(st);
+                a = p;
+            }
         }
         let last_shape = a.dims4()?;
         let fc_pre = self.fc.forward(&flatten_nchw_order(&a)?)?;
@@ -429,6 +496,25 @@ impl Extractor for CnnFeatures {
                 count,
             },
         ))
+    }
+}
+
+impl Extractor for CnnFeatures {
+    type Cache = CnnCache;
+
+    fn features(&self) -> usize {
+        self.fc.weight().dims().first().copied().unwrap_or(0)
+    }
+
+    /// Images `x (b, c, h, w)` to features `(b, d)`; `train` selects batch statistics.
+    fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, CnnCache)> {
+        self.forward_path(x, train, Path::Full)
+    }
+
+    /// Training mode, the blocks one fused op on the CPU (no convolution or block output in
+    /// candle's graph); the cache serves [`Extractor::after_step`] only.
+    fn forward_without_input_gradient(&self, x: &Tensor) -> Result<(Tensor, CnnCache)> {
+        self.forward_path(x, true, Path::LossOnly)
     }
 
     /// `v (b, d)` back through fc + ReLU and the blocks, to `(b, c, h, w)`.

@@ -41,6 +41,14 @@ pub trait Extractor {
     /// for batch norm); DUQ computes its loss and penalty in training mode.
     fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, Self::Cache)>;
 
+    /// [`Extractor::forward`] in training mode for a loss that takes no input gradient (DUQ
+    /// with [`Penalty::None`]): an extractor may build a cheaper graph here, whose cache then
+    /// serves [`Extractor::after_step`] but not [`Extractor::input_gradient`]. The default is
+    /// `forward(x, true)`.
+    fn forward_without_input_gradient(&self, x: &Tensor) -> Result<(Tensor, Self::Cache)> {
+        self.forward(x, true)
+    }
+
     /// For `v (b, d)`: the gradient of `sum(f(x) * v)` w.r.t. the inputs, in `x`'s shape,
     /// written with differentiable candle ops (see the module docs) from the `cache` of the
     /// forward pass that produced `f(x)`.
@@ -239,9 +247,17 @@ impl<E: Extractor> Duq<E> {
     }
 
     /// BCE + penalty for a batch `x (b, ...)`, labels `y (b,)` in training mode, and the
-    /// forward pass it was computed from.
+    /// forward pass it was computed from (without a penalty, from
+    /// [`Extractor::forward_without_input_gradient`]: its cache has no input gradient).
     pub fn loss(&self, x: &Tensor, y: &Tensor) -> Result<(DuqLoss, DuqOutput<E::Cache>)> {
-        let out = self.forward(x, true)?;
+        let (f, cache) = match self.cfg.penalty {
+            Penalty::None => self.extractor.forward_without_input_gradient(x)?,
+            _ => self.extractor.forward(x, true)?,
+        };
+        let out = DuqOutput {
+            head: self.head.forward(&f)?,
+            cache,
+        };
         let bce = bce(&out.head, y, self.classes)?;
         let penalty = match self.cfg.penalty {
             Penalty::None => Tensor::zeros((), bce.dtype(), bce.device())?,

@@ -25,7 +25,7 @@
 //! zero (it still gets one, so weight decay treats it as PyTorch does); it matters only for the
 //! running mean.
 
-use crate::nn::kernels::{storage_slice, with_cpu_slices, Elem};
+use crate::nn::kernels::{fill, storage_slice, with_cpu_slices, Elem, Part};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
@@ -165,6 +165,30 @@ fn split_run<H: Half>(
     let job = |imgs, a, b| pulp::Arch::new().dispatch(Job { half, imgs, a, b });
     let (x, y) = crate::nn::kernels::join(|| job(h0, a0, b0), || job(h1, a1, b1));
     [x, y]
+}
+
+/// [`split_run`] into two new outputs of `a_per` and `b_per` elements per image, each half's
+/// parts zero-filled in the thread that writes them (see [`crate::nn::kernels::fill`]).
+fn split_run_filled<T: Elem, H: Half<A = T, B = T>>(
+    d: &Dims,
+    half: &H,
+    a_per: usize,
+    b_per: usize,
+) -> (Vec<T>, Vec<T>, [H::Out; 2]) {
+    let [h0, h1] = d.halves();
+    let job = |imgs, a: Part<'_, T>, b: Part<'_, T>| {
+        let (a, b) = (a.zeroed(), b.zeroed());
+        pulp::Arch::new().dispatch(Job { half, imgs, a, b })
+    };
+    let (a, (b, out)) = fill(d.b * a_per, |pa| {
+        fill(d.b * b_per, |pb| {
+            let (a0, a1) = pa.split_at(h0.len() * a_per);
+            let (b0, b1) = pb.split_at(h0.len() * b_per);
+            let (x, y) = crate::nn::kernels::join(|| job(h0, a0, b0), || job(h1, a1, b1));
+            [x, y]
+        })
+    });
+    (a, b, out)
 }
 
 /// The sum over the batch's two halves of `half`'s per-channel partial sums, computed in
@@ -578,10 +602,10 @@ struct VjpWrite<'a, T> {
 
 impl<T: Elem> Half for VjpWrite<'_, T> {
     type A = T;
-    type B = ();
+    type B = T;
     type Out = ();
     #[inline(always)]
-    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, gy: &mut [T], _: &mut [()]) {
+    fn run<S: pulp::Simd>(&self, imgs: Range<usize>, gy: &mut [T], _: &mut [T]) {
         let v = &self.v;
         let c = v.d.c;
         let (mu, sk1, k0, sg) = (&v.mu[..c], &self.sk1[..c], &self.k0[..c], &self.sg[..c]);
@@ -634,14 +658,13 @@ fn vjp_k<T: Elem>(gp: &[T], y: &[T], prep: &Prep<T>, d: Dims) -> (Vec<T>, Vec<f6
     let sg: Vec<T> = (0..c)
         .map(|ch| T::from_f64(bl.s[ch] * bl.gamma[ch]))
         .collect();
-    let mut gy = vec![T::ZERO; y.len()];
     let write = VjpWrite {
         v,
         sk1: &sk1,
         k0: &k0,
         sg: &sg,
     };
-    split_run(&d, &write, (&mut gy, d.image_rows() * c), (&mut [], 0));
+    let (gy, _, _) = split_run_filled(&d, &write, d.image_rows() * c, 0);
     (gy, q2, q1)
 }
 
@@ -827,19 +850,13 @@ fn vjp_bwd_k<T: Elem>(
             kv[ch] = T::from_f64(val);
         }
     }
-    let mut dy = vec![T::ZERO; y.len()];
-    let mut dgp = vec![T::ZERO; gp.len()];
     let write = BwdWrite {
         v,
         gbar,
         k: std::array::from_fn(|i| &k[i][..]),
     };
-    split_run(
-        &d,
-        &write,
-        (&mut dy, d.image_rows() * c),
-        (&mut dgp, d.image_pooled() * c),
-    );
+    let per = (d.image_rows() * c, d.image_pooled() * c);
+    let (dy, dgp, _) = split_run_filled(&d, &write, per.0, per.1);
     (dgp, dy, dgamma)
 }
 
@@ -1040,6 +1057,273 @@ impl CustomOp3 for BnReluPoolGrad {
             dt => candle_core::bail!("{} supports f32 and f64, got {dt:?}", self.name()),
         };
         Ok((Some(dgp), Some(dy), Some(dparams)))
+    }
+}
+
+/// Consecutive training-mode blocks in one op, each the convolution then [`BnReluPool`]:
+/// `(x (b, h, w, cin), packed)` -> the last block's pooled output, `packed` being every
+/// block's `wmat (cout, k*k*cin)` and `params (3, cout)` flattened, block after block (an op
+/// has at most three inputs). For a loss that takes no input gradient (DUQ without a
+/// penalty): the convolution outputs and the pooled outputs between blocks stay inside the op
+/// rather than becoming nodes of candle's graph, whose backward zero-fills a buffer of each
+/// node's size and adds its gradient into it (26 MB for the first convolution output of the
+/// Fashion-MNIST model, 6 MB for its pooled output). The backward is the blocks' backwards in
+/// reverse. The input-gradient ops of the blocks' [`pair`]s cannot be used with it (there is no
+/// `y` in the graph to differentiate through); their `batch_moments` can.
+pub struct BlockChain {
+    blocks: Vec<ChainBlock>,
+    /// Per block, from the forward: its input (`None` for the first, the op's own input) and
+    /// its convolution output `y`.
+    saved: std::sync::Mutex<Vec<(Option<Tensor>, Tensor)>>,
+}
+
+/// One block of a [`BlockChain`].
+pub struct ChainBlock {
+    /// The convolution.
+    pub conv: crate::nn::conv::Conv,
+    /// The forward op of the block's [`pair`].
+    pub bn: BnReluPool,
+    /// `wmat`'s `(cout, k*k*cin)`.
+    pub wmat_dims: (usize, usize),
+}
+
+impl BlockChain {
+    /// The op over `blocks`, in order.
+    pub fn new(blocks: Vec<ChainBlock>) -> Self {
+        Self {
+            blocks,
+            saved: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Each block's `(wmat, params)` ranges in `packed` as `(offset, length)` pairs, and the
+    /// total length.
+    fn offsets(&self) -> (Vec<[(usize, usize); 2]>, usize) {
+        let mut at = 0;
+        let offs = self
+            .blocks
+            .iter()
+            .map(|b| {
+                let (cout, kc) = b.wmat_dims;
+                let o = [(at, cout * kc), (at + cout * kc, 3 * cout)];
+                at += cout * kc + 3 * cout;
+                o
+            })
+            .collect();
+        (offs, at)
+    }
+}
+
+/// Stores what an op's forward keeps for its backward.
+fn keep<T>(slot: &std::sync::Mutex<T>, value: T, op: &str) -> Result<()> {
+    *slot
+        .lock()
+        .map_err(|_| candle_core::Error::Msg(format!("{op}: poisoned lock")))? = value;
+    Ok(())
+}
+
+/// A storage and shape from one of the ops' `cpu_fwd` as a tensor outside the graph.
+fn detached(storage: CpuStorage, shape: Shape) -> Tensor {
+    Tensor::from_storage(
+        candle_core::Storage::Cpu(storage),
+        shape,
+        candle_core::op::BackpropOp::none(),
+        false,
+    )
+}
+
+impl CustomOp2 for BlockChain {
+    fn name(&self) -> &'static str {
+        "alkit-duq-block-chain"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (offs, len) = self.offsets();
+        if !l2.is_contiguous() || l2.dims() != [len] {
+            candle_core::bail!(
+                "{}: packed parameters must be a contiguous ({len},), got {:?}",
+                self.name(),
+                l2.dims()
+            );
+        }
+        let base = l2.start_offset();
+        let mut saved = Vec::with_capacity(self.blocks.len());
+        // The current block's input: the op's own first, then the previous block's output.
+        let mut cur: Option<(CpuStorage, Shape)> = None;
+        for (blk, [(w_at, _), (p_at, _)]) in self.blocks.iter().zip(offs) {
+            let lw = Layout::contiguous_with_offset(blk.wmat_dims, base + w_at);
+            let lp = Layout::contiguous_with_offset((3, blk.wmat_dims.0), base + p_at);
+            let (y, y_shape) = match &cur {
+                None => blk.conv.cpu_fwd(s1, l1, s2, &lw)?,
+                Some((x, shape)) => blk.conv.cpu_fwd(x, &Layout::contiguous(shape), s2, &lw)?,
+            };
+            let pooled = blk.bn.cpu_fwd(&y, &Layout::contiguous(&y_shape), s2, &lp)?;
+            let input = cur.take().map(|(x, shape)| detached(x, shape));
+            saved.push((input, detached(y, y_shape)));
+            cur = Some(pooled);
+        }
+        keep(&self.saved, saved, self.name())?;
+        cur.ok_or_else(|| candle_core::Error::Msg(format!("{}: no blocks", self.name())))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        packed: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let saved = self.saved.lock().map(|s| s.clone()).unwrap_or_default();
+        if saved.len() != self.blocks.len() {
+            candle_core::bail!("{}: backward before forward", self.name());
+        }
+        let (offs, _) = self.offsets();
+        let packed = packed.detach();
+        let mut g = grad.clone();
+        let mut parts = vec![None; self.blocks.len()];
+        let mut dx = None;
+        for (i, (blk, [(w_at, w_len), (p_at, p_len)])) in
+            self.blocks.iter().zip(offs).enumerate().rev()
+        {
+            let wmat = packed.narrow(0, w_at, w_len)?.reshape(blk.wmat_dims)?;
+            let params = packed
+                .narrow(0, p_at, p_len)?
+                .reshape((3, blk.wmat_dims.0))?;
+            let (input, y) = &saved[i];
+            // (`res` is not read by `BnReluPool`'s backward.)
+            let (dy, dparams) = blk.bn.bwd(y, &params, res, &g)?;
+            let missing = || candle_core::Error::Msg(format!("{}: no gradient", self.name()));
+            let dy = dy.ok_or_else(missing)?;
+            let dparams = dparams.ok_or_else(missing)?;
+            // An inner block's input is the previous block's output: its gradient is needed.
+            let x_i = input.as_ref().unwrap_or(x);
+            let (d_in, dw) = crate::nn::conv::conv_backward(&blk.conv, x_i, &wmat, &dy, i > 0)?;
+            parts[i] = Some((dw, dparams));
+            if i > 0 {
+                g = d_in.ok_or_else(missing)?;
+            } else {
+                dx = d_in;
+            }
+        }
+        let flat = parts
+            .into_iter()
+            .flatten()
+            .flat_map(|(dw, dp)| [dw.flatten_all(), dp.flatten_all()])
+            .collect::<Result<Vec<_>>>()?;
+        Ok((dx, Some(Tensor::cat(&flat, 0)?)))
+    }
+}
+
+/// A block's share of the input gradient in one op: [`BnReluPoolGrad`], then the transposed
+/// convolution: `(gp (b, oh/2, ow/2, cout), y (b, oh, ow, cout), packed)` -> `gx (b, h, w, cin)`,
+/// `packed` being `params (3, cout)` and `wmat (cout, k*k*cin)` flattened one after the other
+/// (an op has at most three inputs). The intermediate `gy (b, oh, ow, cout)` stays inside the
+/// op, as `y` does in [`ConvBnReluPool`]: as a node of candle's graph, its gradient cost a
+/// zero-filled buffer and an add of its size in every backward (26 MB for the first layer of
+/// the Fashion-MNIST model). The backward is the two ops' backwards in sequence.
+pub struct BlockInputGrad {
+    conv_t: crate::nn::conv::ConvT,
+    grad: BnReluPoolGrad,
+    /// `wmat`'s `(cout, k*k*cin)`.
+    wmat_dims: (usize, usize),
+    /// `gy`, kept from the forward for the backward.
+    gy: std::sync::Mutex<Option<Tensor>>,
+}
+
+impl BlockInputGrad {
+    /// The op around `conv_t` and the input-gradient op of a [`pair`], for a weight matrix of
+    /// `wmat_dims`.
+    pub fn new(
+        conv_t: crate::nn::conv::ConvT,
+        grad: BnReluPoolGrad,
+        wmat_dims: (usize, usize),
+    ) -> Self {
+        Self {
+            conv_t,
+            grad,
+            wmat_dims,
+            gy: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// `packed`'s rows of `params (3, c)` and `wmat`, as layouts into its storage.
+    fn layouts(&self, packed: &Layout, c: usize) -> Result<(Layout, Layout)> {
+        let (cout, kc) = self.wmat_dims;
+        if !packed.is_contiguous() || packed.dims() != [3 * c + cout * kc] {
+            candle_core::bail!(
+                "{}: packed parameters must be a contiguous ({},), got {:?}",
+                self.name(),
+                3 * c + cout * kc,
+                packed.dims()
+            );
+        }
+        let at = packed.start_offset();
+        Ok((
+            Layout::contiguous_with_offset((3, c), at),
+            Layout::contiguous_with_offset((cout, kc), at + 3 * c),
+        ))
+    }
+}
+
+impl CustomOp3 for BlockInputGrad {
+    fn name(&self) -> &'static str {
+        "alkit-duq-block-input-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let d = Dims::from_layout(l2, self.name())?;
+        let (lp, lw) = self.layouts(l3, d.c)?;
+        let (gy, shape) = self.grad.cpu_fwd(s1, l1, s2, l2, s3, &lp)?;
+        let out = self
+            .conv_t
+            .cpu_fwd(&gy, &Layout::contiguous(&shape), s3, &lw)?;
+        keep(&self.gy, Some(detached(gy, shape)), self.name())?;
+        Ok(out)
+    }
+
+    fn bwd(
+        &self,
+        gp: &Tensor,
+        y: &Tensor,
+        packed: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let missing =
+            || candle_core::Error::Msg(format!("{}: backward before forward", self.name()));
+        let gy = self
+            .gy
+            .lock()
+            .ok()
+            .and_then(|g| g.clone())
+            .ok_or_else(missing)?;
+        let (cout, kc) = self.wmat_dims;
+        let c = y.dim(3)?;
+        let packed = packed.detach();
+        let params = packed.narrow(0, 0, 3 * c)?.reshape((3, c))?;
+        let wmat = packed.narrow(0, 3 * c, cout * kc)?.reshape((cout, kc))?;
+        let (d_gy, d_wmat) = crate::nn::conv::conv_t_backward(&self.conv_t, &gy, &wmat, grad)?;
+        let (d_gp, d_y, d_params) = self.grad.bwd(gp, y, &params, &gy, &d_gy)?;
+        let d_params = match d_params {
+            Some(d) => d,
+            None => params.zeros_like()?,
+        };
+        let d_packed = Tensor::cat(&[d_params.flatten_all()?, d_wmat.flatten_all()?], 0)?;
+        Ok((d_gp, d_y, Some(d_packed)))
     }
 }
 

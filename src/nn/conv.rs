@@ -19,7 +19,9 @@
 //! weight). Work is split over two halves of the batch on rayon; within a half, chunks of
 //! images are processed in turn.
 
-use super::kernels::{for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem};
+use super::kernels::{
+    fill, for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem, Part,
+};
 use super::winograd::{self, Variant, Wino};
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
@@ -115,6 +117,18 @@ impl Geo {
             },
         )
     }
+    /// The geometry of [`super::direct`]'s kernels when they handle this convolution (one
+    /// input channel, 3x3).
+    fn direct(&self) -> Option<super::direct::Geometry> {
+        (super::direct::applies(self.cin, self.k, self.cout) && !force_im2col()).then_some(
+            super::direct::Geometry {
+                h: self.h,
+                w: self.w,
+                pad: self.pad,
+                cout: self.cout,
+            },
+        )
+    }
     /// Image ranges of the two halves of the batch.
     fn halves(&self) -> [Range<usize>; 2] {
         let mid = self.b.div_ceil(2);
@@ -181,26 +195,28 @@ fn chunks(imgs: Range<usize>, chunk: usize) -> impl Iterator<Item = Range<usize>
         .map(move |at| at..(at + chunk).min(end))
 }
 
-/// `f(scratch, images, out)` for every chunk of `chunk` images, the batch's two halves in
-/// parallel, each half with its own `scratch` (from `init`); `out` is the chunk's part of
-/// `buf` (`per` elements per image).
-fn for_chunks<T: Send, S>(
+/// The output `(b, per)` of `f(scratch, images, out)` run on every chunk of `chunk` images,
+/// the batch's two halves in parallel, each half with its own `scratch` (from `init`); `out`
+/// is the chunk's part of the output (`per` elements per image), zero-filled just before.
+fn for_chunks<T: Elem, S>(
     g: &Geo,
-    (buf, per): (&mut [T], usize),
+    per: usize,
     chunk: usize,
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, Range<usize>, &mut [T]) + Sync,
-) {
+) -> Vec<T> {
     let [h0, h1] = g.halves();
-    let (b0, b1) = buf.split_at_mut(h0.len() * per);
-    let half = |imgs: Range<usize>, out: &mut [T]| {
+    let half = |imgs: Range<usize>, part: Part<'_, T>| {
         let mut scratch = init();
-        for c in chunks(imgs.clone(), chunk) {
-            let o = (c.start - imgs.start) * per..(c.end - imgs.start) * per;
-            f(&mut scratch, c, &mut out[o]);
+        for (c, piece) in chunks(imgs, chunk).zip(part.chunks(chunk * per)) {
+            f(&mut scratch, c, piece.zeroed());
         }
     };
-    super::kernels::join(|| half(h0, b0), || half(h1, b1));
+    fill(g.b * per, |all| {
+        let (p0, p1) = all.split_at(h0.len() * per);
+        super::kernels::join(|| half(h0, p0), || half(h1, p1));
+    })
+    .0
 }
 
 /// The sum over the batch of `f(scratch, images, acc)` accumulated into `acc (len,)` for every
@@ -228,60 +244,82 @@ fn sum_chunks<T: Elem, S>(
 
 /// `y = conv(x)`: per chunk, Winograd or im2col then `cols @ wmat^T`.
 fn conv_k<T: Elem>(x: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
-    let mut y = vec![T::ZERO; g.b * g.out_len()];
-    let out = (&mut y[..], g.out_len());
+    let out = g.out_len();
+    if let Some(dg) = g.direct() {
+        // Two images per chunk: the chunk's output (400 KB on 28x28 with 64 channels) stays in
+        // cache between its zero fill and the kernel's writes.
+        let wt = transpose(wmat, g.cout, g.kc());
+        return for_chunks(
+            g,
+            out,
+            2,
+            || (),
+            |(), imgs, y| {
+                super::direct::conv(g.inputs(x, imgs), &wt, dg, y);
+            },
+        );
+    }
     if let Some(wg) = g.winograd() {
         let (u, chunk) = (winograd::weights(wmat, &wg), wg.chunk(g.b));
-        let init = || winograd::Buffers::new(&wg, chunk);
-        for_chunks(g, out, chunk, init, |bufs, imgs, y| {
+        let init = || winograd::Buffers::new(&wg);
+        return for_chunks(g, out, chunk, init, |bufs, imgs, y| {
             let n = imgs.len();
             let x = g.inputs(x, imgs);
             winograd::run(winograd::Kernel::Conv { x, u: &u, y }, n, &wg, bufs);
         });
-    } else {
-        let chunk = g.chunk();
-        let init = || vec![T::ZERO; chunk * g.rows() * g.kc()];
-        for_chunks(g, out, chunk, init, |cols, imgs, y| {
-            let n = imgs.len();
-            im2col_into(g.inputs(x, imgs), n, g, cols);
-            gemm_nt(n * g.rows(), g.cout, g.kc(), cols, wmat, y);
-        });
     }
-    y
+    let chunk = g.chunk();
+    let init = || vec![T::ZERO; chunk * g.rows() * g.kc()];
+    for_chunks(g, out, chunk, init, |cols, imgs, y| {
+        let n = imgs.len();
+        im2col_into(g.inputs(x, imgs), n, g, cols);
+        gemm_nt(n * g.rows(), g.cout, g.kc(), cols, wmat, y);
+    })
 }
 
 /// `gx = conv^T(gy)`: per chunk, Winograd or `gy @ wmat` then col2im.
 fn conv_t_k<T: Elem>(gy: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
-    let mut gx = vec![T::ZERO; g.b * g.in_len()];
-    let out = (&mut gx[..], g.in_len());
+    let out = g.in_len();
     if let Some(wg) = g.winograd() {
         let (u, chunk) = (winograd::weights(wmat, &wg), wg.chunk(g.b));
-        let init = || winograd::Buffers::new(&wg, chunk);
-        for_chunks(g, out, chunk, init, |bufs, imgs, gx| {
+        let init = || winograd::Buffers::new(&wg);
+        return for_chunks(g, out, chunk, init, |bufs, imgs, gx| {
             let n = imgs.len();
             let gy = g.outputs(gy, imgs);
             winograd::run(winograd::Kernel::ConvT { gy, u: &u, gx }, n, &wg, bufs);
         });
-    } else {
-        let wt = transpose(wmat, g.cout, g.kc());
-        let chunk = g.chunk();
-        let init = || vec![T::ZERO; chunk * g.rows() * g.kc()];
-        for_chunks(g, out, chunk, init, |cols, imgs, gx| {
-            let n = imgs.len();
-            let rows = n * g.rows();
-            let gy = g.outputs(gy, imgs);
-            gemm_nt(rows, g.kc(), g.cout, gy, &wt, &mut cols[..rows * g.kc()]);
-            col2im_add(cols, n, g, gx);
-        });
     }
-    gx
+    let wt = transpose(wmat, g.cout, g.kc());
+    let chunk = g.chunk();
+    let init = || vec![T::ZERO; chunk * g.rows() * g.kc()];
+    for_chunks(g, out, chunk, init, |cols, imgs, gx| {
+        let n = imgs.len();
+        let rows = n * g.rows();
+        let gy = g.outputs(gy, imgs);
+        gemm_nt(rows, g.kc(), g.cout, gy, &wt, &mut cols[..rows * g.kc()]);
+        col2im_add(cols, n, g, gx);
+    })
 }
 
 /// `dW (cout, kc) = gy^T @ im2col(x)` summed over the batch (or its Winograd form).
 fn weight_grad_k<T: Elem>(x: &[T], gy: &[T], g: &Geo) -> Vec<T> {
+    if let Some(dg) = g.direct() {
+        // Tap-major sums `(9, cout)`, transposed to wmat's `(cout, 9)`.
+        let dt = sum_chunks(
+            g,
+            g.kc() * g.cout,
+            2,
+            || (),
+            |(), imgs, acc| {
+                let (x, gy) = (g.inputs(x, imgs.clone()), g.outputs(gy, imgs));
+                super::direct::weight_grad(x, gy, dg, acc);
+            },
+        );
+        return transpose(&dt, g.kc(), g.cout);
+    }
     if let Some(wg) = g.winograd() {
         let chunk = wg.chunk(g.b);
-        let init = || winograd::Buffers::new(&wg, chunk);
+        let init = || winograd::Buffers::new(&wg);
         let len = wg.positions() * g.cin * g.cout;
         let du = sum_chunks(g, len, chunk, init, |bufs, imgs, du| {
             let n = imgs.len();
@@ -302,7 +340,7 @@ fn weight_grad_k<T: Elem>(x: &[T], gy: &[T], g: &Geo) -> Vec<T> {
             (1, g.cout),
             cols,
             (g.kc(), 1),
-            dw,
+            (dw, g.kc()),
             true,
         );
     })
@@ -357,9 +395,8 @@ fn backward<T: Elem + WithDType>(
     wmat: &Tensor,
     grad: &Tensor,
     g: &Geo,
-    transposed: bool,
+    (transposed, wanted): (bool, bool),
 ) -> Result<(Option<Tensor>, Tensor)> {
-    let wanted = first.track_op();
     let (d_first, dw) = if transposed {
         // first = gy, grad = d gx: d gy = conv(d gx), dW = gy^T im2col(d gx).
         let d_gy = wanted
@@ -433,26 +470,67 @@ fn forward(
     Ok((out, shape))
 }
 
-/// `bwd` of either op, for its first input `first` (`x` or `gy`) and `wmat`.
+/// `bwd` of either op, for its first input `first` (`x` or `gy`) and `wmat`; `first`'s
+/// gradient only when `first` is in the graph or `want_first`.
 fn bwd_either(
     (k, pad, transposed): (usize, usize, bool),
-    first: &Tensor,
+    (first, want_first): (&Tensor, bool),
     wmat: &Tensor,
     grad: &Tensor,
     op: &str,
-) -> Result<(Option<Tensor>, Option<Tensor>)> {
+) -> Result<(Option<Tensor>, Tensor)> {
     let g = if transposed {
         geometry_t(first.dims(), wmat.dims(), k, pad, op)?
     } else {
         geometry(first.dims(), wmat.dims(), k, pad, op)?
     };
     let grad = grad.contiguous()?;
-    let (d_first, dw) = match first.dtype() {
-        DType::F32 => backward::<f32>(first, wmat, &grad, &g, transposed)?,
-        DType::F64 => backward::<f64>(first, wmat, &grad, &g, transposed)?,
+    let how = (transposed, want_first || first.track_op());
+    match first.dtype() {
+        DType::F32 => backward::<f32>(first, wmat, &grad, &g, how),
+        DType::F64 => backward::<f64>(first, wmat, &grad, &g, how),
         dt => candle_core::bail!("{op} supports f32 and f64, got {dt:?}"),
-    };
-    Ok((d_first, Some(dw)))
+    }
+}
+
+/// The gradients of `y = conv(x, wmat)` for `dL/dy (b, oh, ow, cout)`: `dL/dx` (`None` when
+/// `x` is outside the graph, unless `want_x`: `x` may be an intermediate of the fused op that
+/// calls this) and `dL/dwmat` - [`Conv`]'s backward, for ops that run the convolution inside a
+/// larger fused op.
+pub(crate) fn conv_backward(
+    conv: &Conv,
+    x: &Tensor,
+    wmat: &Tensor,
+    dy: &Tensor,
+    want_x: bool,
+) -> Result<(Option<Tensor>, Tensor)> {
+    bwd_either(
+        (conv.k, conv.pad, false),
+        (x, want_x),
+        wmat,
+        dy,
+        conv.name(),
+    )
+}
+
+/// The gradients of `gx = conv^T(gy, wmat)` for `dL/dgx (b, h, w, cin)`: `dL/dgy` (always:
+/// `gy` may be an intermediate of the fused op that calls this) and `dL/dwmat`.
+pub(crate) fn conv_t_backward(
+    conv_t: &ConvT,
+    gy: &Tensor,
+    wmat: &Tensor,
+    dgx: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let (d_gy, dw) = bwd_either(
+        (conv_t.k, conv_t.pad, true),
+        (gy, true),
+        wmat,
+        dgx,
+        conv_t.name(),
+    )?;
+    let d_gy =
+        d_gy.ok_or_else(|| candle_core::Error::Msg("conv^T backward: no input gradient".into()))?;
+    Ok((d_gy, dw))
 }
 
 impl CustomOp2 for Conv {
@@ -475,7 +553,14 @@ impl CustomOp2 for Conv {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        bwd_either((self.k, self.pad, false), x, wmat, grad, self.name())
+        let (dx, dw) = bwd_either(
+            (self.k, self.pad, false),
+            (x, false),
+            wmat,
+            grad,
+            self.name(),
+        )?;
+        Ok((dx, Some(dw)))
     }
 }
 
@@ -499,7 +584,14 @@ impl CustomOp2 for ConvT {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        bwd_either((self.k, self.pad, true), gy, wmat, grad, self.name())
+        let (dgy, dw) = bwd_either(
+            (self.k, self.pad, true),
+            (gy, false),
+            wmat,
+            grad,
+            self.name(),
+        )?;
+        Ok((dgy, Some(dw)))
     }
 }
 
@@ -615,9 +707,12 @@ mod tests {
     /// candle's gradients of the same scalar.
     #[test]
     fn conv_ops_match_candle_conv2d_and_its_gradients_in_f64() -> Result<()> {
-        // The first three run im2col, the rest Winograd, each in all three variants (odd
-        // output sides, pad 0 and 1, partial tiles, several chunks, unequal halves).
+        // The first two run the one-channel direct kernels (their transpose im2col), the
+        // next three im2col, the rest Winograd, each in all three variants (odd output sides,
+        // pad 0 and 1, partial tiles, several chunks, unequal halves).
         let shapes = [
+            (5, 9, 8, 1, 16, 1),
+            (3, 7, 6, 1, 32, 0),
             (5, 6, 7, 3, 4, 1),
             (3, 5, 5, 2, 3, 0),
             (41, 9, 8, 4, 5, 1),

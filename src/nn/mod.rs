@@ -6,6 +6,7 @@
 //! parameters come from the run's seeded RNG; for checkpoints, a builder over loaded tensors.
 
 pub mod conv;
+mod direct;
 pub mod gradnorm;
 pub mod init;
 pub mod kernels;

@@ -27,17 +27,22 @@
 //! Layouts within a chunk of images (`t` a tile: image, tile row, tile column; `xi` one of the
 //! `N * N` transformed positions): transformed inputs `V (t, xi, cin)` and transformed output
 //! gradients `gM (t, xi, cout)`, one contiguous block per tile that the gemms read with a row
-//! stride; gemm results `(xi, t, c)`; transformed weights `U (xi, cin, cout)`. The weight matrix
-//! is `conv`'s `wmat (cout, 9 cin)` in `(ki, kj, c)` column order.
+//! stride; gemm results `(t, xi, c)`, written with a row stride so that the output transform
+//! reads each tile's block in one piece; transformed weights `U (cin, xi, cout)` (and the weight
+//! gradient `dU` alike), one block per input channel so that the weight transforms split over
+//! threads by input channel. The weight matrix is `conv`'s `wmat (cout, 9 cin)` in
+//! `(ki, kj, c)` column order.
+//!
+//! The 2-D transforms read and write tiles in place (input tiles from the chunk's images copied
+//! into a zero frame, output tiles straight into the result where they fit), through
+//! [`tile_pass`], whose 1-D passes go over blocks of channels in local arrays.
 
-use super::kernels::{gemm_strided, Elem};
+use super::kernels::{fill, gemm_strided, Elem, Part};
 use std::marker::PhantomData;
 
 /// Transformed positions times tiles per chunk: a chunk's transformed inputs stay near 1 MB
 /// (`f32`, 64 channels).
 const POSITIONS_PER_CHUNK: usize = 4096;
-/// The most transformed positions of any variant (F(5x5): 7 x 7).
-const MAX_POSITIONS: usize = 49;
 
 /// Which Winograd tile a convolution uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,12 +129,16 @@ impl Wino {
     pub fn positions(&self) -> usize {
         self.variant.positions()
     }
+    /// Tile rows and columns per image.
+    fn th(&self) -> usize {
+        self.oh.div_ceil(self.m())
+    }
     fn tw(&self) -> usize {
         self.ow.div_ceil(self.m())
     }
     /// Tiles per image.
     fn tiles(&self) -> usize {
-        self.oh.div_ceil(self.m()) * self.tw()
+        self.th() * self.tw()
     }
     /// Images per chunk of a batch of `b`.
     pub fn chunk(&self, b: usize) -> usize {
@@ -423,157 +432,274 @@ impl Tile<7, 5> for F5 {
     }
 }
 
-/// `O` consecutive vectors of length `c` at the start of `block`.
+/// Lanes of one block in [`pass`].
+const LANES: usize = 16;
+
+/// `O` vectors of length `c`, `stride` apart from the start of `buf`, as disjoint slices.
 #[inline(always)]
-fn split<T, const O: usize>(block: &mut [T], c: usize) -> [&mut [T]; O] {
-    let mut it = block.chunks_exact_mut(c);
-    std::array::from_fn(|_| it.next().expect("block holds O vectors"))
+fn strided_mut<T, const O: usize>(buf: &mut [T], stride: usize, c: usize) -> [&mut [T]; O] {
+    let mut rest = buf;
+    std::array::from_fn(|o| {
+        let (head, tail) =
+            std::mem::take(&mut rest).split_at_mut(if o + 1 < O { stride } else { c });
+        rest = tail;
+        &mut head[..c]
+    })
 }
 
-/// One 1-D transform over channel vectors: `dst[o][k] = f(src[..][k])[o]` for `k < c`, `dst`
-/// the `O` consecutive vectors at the start of `dst`. Every slice is cut to `c` first so the
-/// loop runs without bounds checks and vectorises.
+/// One 1-D transform over channel vectors: `dst[o * ds + k] = f(src[i * ss + k])[o]` for
+/// `k < c`. Channels go in blocks of [`LANES`] through local arrays (loads, then `f` lane by
+/// lane, then stores), so the compiler vectorises each block without having to prove that the
+/// vectors do not overlap (it could not for a loop over the slices themselves, and kept part of
+/// it scalar).
 #[inline(always)]
 fn pass<T: Elem, const I: usize, const O: usize>(
-    src: [&[T]; I],
-    dst: &mut [T],
+    (src, ss): (&[T], usize),
+    (dst, ds): (&mut [T], usize),
     c: usize,
     f: impl Fn([T; I]) -> [T; O],
 ) {
-    let src = src.map(|s| &s[..c]);
-    // Cut to `c` as well: without it the compiler could not tie the chunks' lengths to the
-    // loop bound, kept a bounds check per store and left some instances scalar.
-    let mut dst: [&mut [T]; O] = split(dst, c).map(|d| &mut d[..c]);
-    for k in 0..c {
-        let r = f(std::array::from_fn(|i| src[i][k]));
-        for (d, v) in dst.iter_mut().zip(r) {
+    let src: [&[T]; I] = std::array::from_fn(|i| &src[i * ss..][..c]);
+    let mut dst: [&mut [T]; O] = strided_mut(dst, ds, c);
+    let full = c - c % LANES;
+    let mut k = 0;
+    while k < full {
+        let mut a = [[T::ZERO; LANES]; I];
+        for (a, s) in a.iter_mut().zip(&src) {
+            a.copy_from_slice(&s[k..k + LANES]);
+        }
+        let mut r = [[T::ZERO; LANES]; O];
+        for l in 0..LANES {
+            let v = f(std::array::from_fn(|i| a[i][l]));
+            for o in 0..O {
+                r[o][l] = v[o];
+            }
+        }
+        for (d, r) in dst.iter_mut().zip(&r) {
+            d[k..k + LANES].copy_from_slice(r);
+        }
+        k += LANES;
+    }
+    for k in full..c {
+        for (d, v) in dst.iter_mut().zip(f(std::array::from_fn(|i| src[i][k]))) {
             d[k] = v;
         }
     }
 }
 
-/// The 2-D transform `F x F^T` of a tile of channel vectors: `src[r * I + q]` (row `r`, column
-/// `q`) to `dst (O * O, c)`, through `tmp (I * O, c)` (column-major intermediate).
+/// Where a tile's vectors of length `c` lie in a slice: vector `(r, q)` (row, column) at
+/// `r * row + q * col`.
+#[derive(Clone, Copy)]
+struct Grid {
+    row: usize,
+    col: usize,
+}
+
+impl Grid {
+    /// Vectors packed one after another, `n` per row.
+    fn packed(n: usize, c: usize) -> Self {
+        Self { row: n * c, col: c }
+    }
+}
+
+/// The 2-D transform `F x F^T` of a tile of `I x I` channel vectors in `src` to the `O x O`
+/// vectors in `dst`, through `tmp (I * O, c)` (column-major intermediate).
 #[inline(always)]
 fn tile_pass<T: Elem, const I: usize, const O: usize>(
-    src: &[&[T]],
+    (src, sg): (&[T], Grid),
     tmp: &mut [T],
-    dst: &mut [T],
+    (dst, dg): (&mut [T], Grid),
     c: usize,
     f: impl Fn([T; I]) -> [T; O] + Copy,
 ) {
     // Columns: tmp[q * O + o] = f(column q)[o].
     for q in 0..I {
         pass(
-            std::array::from_fn(|r| src[r * I + q]),
-            &mut tmp[q * O * c..(q + 1) * O * c],
+            (&src[q * sg.col..], sg.row),
+            (&mut tmp[q * O * c..], c),
             c,
             f,
         );
     }
-    // Rows: dst[o * O + p] = f(row o of tmp)[p].
+    // Rows: dst[o, p] = f(row o of tmp)[p].
     for o in 0..O {
-        let row: [&[T]; I] = std::array::from_fn(|q| &tmp[(q * O + o) * c..(q * O + o + 1) * c]);
-        pass(row, &mut dst[o * O * c..(o + 1) * O * c], c, f);
+        pass(
+            (&tmp[o * c..], O * c),
+            (&mut dst[o * dg.row..], dg.col),
+            c,
+            f,
+        );
     }
 }
 
-/// `U (N * N, cin, cout)` from `wmat (cout, 9 cin)`.
+/// `U (cin, N * N, cout)` from `wmat (cout, 9 cin)`: per input channel, its transformed
+/// positions' vectors over the output channels.
 pub(crate) fn weights<T: Elem>(wmat: &[T], g: &Wino) -> Vec<T> {
     match g.variant {
-        Variant::F2 => weights_with::<T, 4, 2, F2>(wmat, g),
-        Variant::F4 => weights_with::<T, 6, 4, F4>(wmat, g),
-        Variant::F5 => weights_with::<T, 7, 5, F5>(wmat, g),
+        Variant::F2 => weight_transform::<T, 4, 2, F2>(wmat, g, false),
+        Variant::F4 => weight_transform::<T, 6, 4, F4>(wmat, g, false),
+        Variant::F5 => weight_transform::<T, 7, 5, F5>(wmat, g, false),
     }
 }
 
-fn weights_with<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
-    wmat: &[T],
-    g: &Wino,
-) -> Vec<T> {
-    let (cin, cout, p) = (g.cin, g.cout, N * N);
-    // wmat (cout, 9, cin) -> (9, cin, cout), so the transform runs over contiguous vectors of
-    // the output channels.
-    let mut kt = vec![T::ZERO; 9 * cin * cout];
-    for (co, row) in wmat.chunks_exact(9 * cin).take(cout).enumerate() {
-        for (tc, &v) in row.iter().enumerate() {
-            kt[tc * cout + co] = v;
-        }
-    }
-    let mut u = vec![T::ZERO; p * cin * cout];
-    let (mut tmp, mut dst) = (vec![T::ZERO; 3 * N * cout], vec![T::ZERO; p * cout]);
-    for c in 0..cin {
-        let src: [&[T]; 9] = std::array::from_fn(|t| &kt[(t * cin + c) * cout..][..cout]);
-        tile_pass(&src, &mut tmp, &mut dst, cout, X::g);
-        for (xi, v) in dst.chunks_exact(cout).enumerate() {
-            u[(xi * cin + c) * cout..][..cout].copy_from_slice(v);
-        }
-    }
-    u
-}
-
-/// `dW (cout, 9 cin)` from the transformed-domain gradient `dU (N * N, cin, cout)`: the
+/// `dW (cout, 9 cin)` from the transformed-domain gradient `dU (cin, N * N, cout)`: the
 /// adjoint of [`weights`].
 pub(crate) fn weights_adjoint<T: Elem>(du: &[T], g: &Wino) -> Vec<T> {
-    match g.variant {
-        Variant::F2 => weights_adjoint_with::<T, 4, 2, F2>(du, g),
-        Variant::F4 => weights_adjoint_with::<T, 6, 4, F4>(du, g),
-        Variant::F5 => weights_adjoint_with::<T, 7, 5, F5>(du, g),
-    }
-}
-
-fn weights_adjoint_with<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
-    du: &[T],
-    g: &Wino,
-) -> Vec<T> {
-    let (cin, cout, p) = (g.cin, g.cout, N * N);
-    // Per input channel: the 2-D transform over vectors of the output channels into
-    // (9, cin, cout), then the transpose to wmat's (cout, 9, cin).
-    let mut kt = vec![T::ZERO; 9 * cin * cout];
-    let (mut tmp, mut dst) = (vec![T::ZERO; N * 3 * cout], vec![T::ZERO; 9 * cout]);
-    for c in 0..cin {
-        let src: [&[T]; MAX_POSITIONS] =
-            std::array::from_fn(|xi| &du[((xi % p) * cin + c) * cout..][..cout]);
-        tile_pass(&src[..p], &mut tmp, &mut dst, cout, X::gt);
-        for (t, v) in dst.chunks_exact(cout).enumerate() {
-            kt[(t * cin + c) * cout..][..cout].copy_from_slice(v);
-        }
-    }
+    let kt = match g.variant {
+        Variant::F2 => weight_transform::<T, 4, 2, F2>(du, g, true),
+        Variant::F4 => weight_transform::<T, 6, 4, F4>(du, g, true),
+        Variant::F5 => weight_transform::<T, 7, 5, F5>(du, g, true),
+    };
+    // (cin, 9, cout) -> wmat's (cout, 9, cin).
+    let (cin, cout) = (g.cin, g.cout);
     let mut dw = vec![T::ZERO; cout * 9 * cin];
-    for (tc, row) in kt.chunks_exact(cout).enumerate() {
+    for (ct, row) in kt.chunks_exact(cout).enumerate() {
+        let (c, t) = (ct / 9, ct % 9);
         for (co, &v) in row.iter().enumerate() {
-            dw[co * 9 * cin + tc] = v;
+            dw[(co * 9 + t) * cin + c] = v;
         }
     }
     dw
 }
 
-/// Per-thread buffers for one chunk.
-pub(crate) struct Buffers<T> {
+/// [`weights`] (`adjoint` false: `wmat (cout, 9 cin)` to `U (cin, N * N, cout)`) or the
+/// transform of [`weights_adjoint`] (`dU (cin, N * N, cout)` to `(cin, 9, cout)`), input
+/// channels in two halves on two threads, each inside `pulp`'s dispatch.
+fn weight_transform<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
+    src: &[T],
+    g: &Wino,
+    adjoint: bool,
+) -> Vec<T> {
+    let per = if adjoint { 9 } else { N * N } * g.cout;
+    let half = g.cin.div_ceil(2);
+    let run = |c0: usize, part: Part<'_, T>| {
+        let dst = part.zeroed();
+        let job = WeightJob::<T, X, N, O> {
+            src,
+            g,
+            c0,
+            dst,
+            adjoint,
+            tile: PhantomData,
+        };
+        pulp::Arch::new().dispatch(job);
+    };
+    fill(g.cin * per, |all| {
+        let (a, b) = all.split_at(half * per);
+        crate::nn::kernels::join(|| run(0, a), || run(half, b));
+    })
+    .0
+}
+
+/// Input channels `c0..` of a weight transform, their outputs in `dst`.
+struct WeightJob<'a, T: Elem, X, const N: usize, const O: usize> {
+    src: &'a [T],
+    g: &'a Wino,
+    c0: usize,
+    dst: &'a mut [T],
+    adjoint: bool,
+    tile: PhantomData<X>,
+}
+
+impl<T: Elem, X: Tile<N, O>, const N: usize, const O: usize> pulp::WithSimd
+    for WeightJob<'_, T, X, N, O>
+{
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let (cin, cout, p) = (self.g.cin, self.g.cout, N * N);
+        let mut tmp = vec![T::ZERO; 3 * N * cout];
+        if self.adjoint {
+            // dU[c] (N x N vectors) -> G^T dU[c] G (3 x 3).
+            for (i, d) in self.dst.chunks_exact_mut(9 * cout).enumerate() {
+                let src = (&self.src[(self.c0 + i) * p * cout..], Grid::packed(N, cout));
+                tile_pass(src, &mut tmp, (d, Grid::packed(3, cout)), cout, X::gt);
+            }
+            return;
+        }
+        // The channel's nine taps as vectors over the output channels, then G k G^T.
+        let mut k9 = vec![T::ZERO; 9 * cout];
+        for (i, d) in self.dst.chunks_exact_mut(p * cout).enumerate() {
+            let c = self.c0 + i;
+            for (co, row) in self.src.chunks_exact(9 * cin).take(cout).enumerate() {
+                for t in 0..9 {
+                    k9[t * cout + co] = row[t * cin + c];
+                }
+            }
+            let src = (&k9[..], Grid::packed(3, cout));
+            tile_pass(src, &mut tmp, (d, Grid::packed(N, cout)), cout, X::g);
+        }
+    }
+}
+
+/// Per-thread buffers for one chunk (reused between calls: see [`SPARE`]).
+pub(crate) struct Buffers<T: Elem> {
     /// `V (t, P, cin)`, `P` the variant's transformed positions.
     v: Vec<T>,
     /// `gM (t, P, cout)`.
     gm: Vec<T>,
-    /// A gemm result `(P, t, max(cin, cout))`.
+    /// A gemm result `(t, P, max(cin, cout))`.
     out: Vec<T>,
-    zeros: Vec<T>,
+    /// The chunk's images in a zero frame, for the input transforms.
+    frame: Vec<T>,
     /// Per-tile intermediates `(P, max(cin, cout))` each.
     tmp: Vec<T>,
     scratch: Vec<T>,
 }
 
+thread_local! {
+    /// Each thread's spare [`Buffers`] vectors, kept between calls: a buffer is zero-filled as
+    /// it grows, and a fresh set for every call cost ~50 MB of `memset` per training step of
+    /// the Fashion-MNIST model. Holds the largest chunk buffers a thread has used (a few MB).
+    static SPARE: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most spare buffer sets one thread keeps.
+const MAX_SPARE: usize = 2;
+
 impl<T: Elem> Buffers<T> {
-    /// Buffers for chunks of up to `n` images.
-    pub fn new(g: &Wino, n: usize) -> Self {
-        let (t, p, c) = (n * g.tiles(), g.positions(), g.cin.max(g.cout));
+    /// Buffers for one layer's chunks: a spare set of this thread's if there is one (the
+    /// chunk buffers grow on first use).
+    pub fn new(g: &Wino) -> Self {
+        let spare = SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            let i = s.iter().position(|b| b.is::<[Vec<T>; 6]>())?;
+            s.swap_remove(i).downcast::<[Vec<T>; 6]>().ok()
+        });
+        let [v, gm, out, frame, mut tmp, mut scratch] = spare.map_or_else(Default::default, |b| *b);
+        let len = g.positions() * g.cin.max(g.cout);
+        sized(&mut tmp, len);
+        sized(&mut scratch, len);
         Self {
-            v: Vec::with_capacity(t * p * g.cin),
-            gm: Vec::with_capacity(t * p * g.cout),
-            out: Vec::with_capacity(t * p * c),
-            zeros: vec![T::ZERO; c],
-            tmp: vec![T::ZERO; p * c],
-            scratch: vec![T::ZERO; p * c],
+            v,
+            gm,
+            out,
+            frame,
+            tmp,
+            scratch,
         }
+    }
+}
+
+impl<T: Elem> Drop for Buffers<T> {
+    fn drop(&mut self) {
+        use std::mem::take;
+        let kept = [
+            take(&mut self.v),
+            take(&mut self.gm),
+            take(&mut self.out),
+            take(&mut self.frame),
+            take(&mut self.tmp),
+            take(&mut self.scratch),
+        ];
+        // `try_with`: a thread being torn down frees the buffers instead.
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < MAX_SPARE {
+                s.push(Box::new(kept));
+            }
+        });
     }
 }
 
@@ -587,33 +713,40 @@ fn sized<T: Elem>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
     &mut buf[..len]
 }
 
-/// The transformed tiles `(t, N * N, c)` of `n` images `data (n, per)` with `c` channels:
-/// tile `t`'s `S x S` pixels (`pixel(ty, tx, r, q)`, zeros outside the image) through the 2-D
-/// form of `f`.
+/// The transformed tiles `(t, N * N, c)` of `n` images `data (n, ih, iw, c)`: tile
+/// `(ty, tx)`'s `S x S` window starts at row `m ty - off`, column `m tx - off` of its image,
+/// zeros outside the image, and goes through the 2-D form of `f`. The images are first copied
+/// into a zero frame wide enough for every window (`frame`), so that each transform reads its
+/// window in place, without a bounds check or a copy per pixel.
 #[inline(always)]
 fn transform_tiles<T: Elem, const S: usize, const N: usize>(
-    (data, per, c): (&[T], usize, usize),
-    n: usize,
+    (data, (ih, iw, c)): (&[T], (usize, usize, usize)),
+    (n, off): (usize, usize),
     g: &Wino,
-    pixel: impl Fn(usize, usize, usize, usize) -> Option<usize>,
-    (zeros, tmp): (&[T], &mut [T]),
+    (frame, tmp): (&mut Vec<T>, &mut [T]),
     out: &mut Vec<T>,
     f: impl Fn([T; S]) -> [T; N] + Copy,
 ) {
+    let m = g.m();
+    let (ph, pw) = ((g.th() - 1) * m + S, (g.tw() - 1) * m + S);
+    let frame = sized(frame, n * ph * pw * c);
+    frame.fill(T::ZERO);
+    for (i, img) in data.chunks_exact(ih * iw * c).take(n).enumerate() {
+        for (y, row) in img.chunks_exact(iw * c).enumerate() {
+            frame[((i * ph + off + y) * pw + off) * c..][..iw * c].copy_from_slice(row);
+        }
+    }
+    let grid = Grid {
+        row: pw * c,
+        col: c,
+    };
     for (t, block) in sized(out, n * g.tiles() * N * N * c)
         .chunks_exact_mut(N * N * c)
         .enumerate()
     {
         let (i, ty, tx) = g.tile(t);
-        let img = &data[i * per..(i + 1) * per];
-        // The first S * S are the tile's pixels.
-        let src: [&[T]; MAX_POSITIONS] = std::array::from_fn(|p| {
-            (p < S * S)
-                .then(|| pixel(ty, tx, p / S, p % S))
-                .flatten()
-                .map_or(&zeros[..c], |px| &img[px * c..(px + 1) * c])
-        });
-        tile_pass(&src[..S * S], tmp, block, c, f);
+        let src = &frame[((i * ph + m * ty) * pw + m * tx) * c..];
+        tile_pass((src, grid), tmp, (block, Grid::packed(N, c)), c, f);
     }
 }
 
@@ -623,11 +756,11 @@ fn input_transform<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     x: &[T],
     n: usize,
     g: &Wino,
-    scratch: (&[T], &mut [T]),
+    scratch: (&mut Vec<T>, &mut [T]),
     v: &mut Vec<T>,
 ) {
-    let pixel = |ty, tx, r, q| g.in_pixel(ty, tx, r, q);
-    transform_tiles((x, g.in_len(), g.cin), n, g, pixel, scratch, v, X::bt);
+    let data = (x, (g.h, g.w, g.cin));
+    transform_tiles(data, (n, g.pad), g, scratch, v, X::bt);
 }
 
 /// `gM (t, N * N, cout)` of the output gradients `gy (n, oh, ow, cout)`.
@@ -636,34 +769,32 @@ fn grad_output_transform<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>
     gy: &[T],
     n: usize,
     g: &Wino,
-    scratch: (&[T], &mut [T]),
+    scratch: (&mut Vec<T>, &mut [T]),
     gm: &mut Vec<T>,
 ) {
-    let pixel = |ty, tx, r, s| g.out_pixel(ty, tx, r, s);
-    transform_tiles((gy, g.out_len(), g.cout), n, g, pixel, scratch, gm, X::a);
+    let data = (gy, (g.oh, g.ow, g.cout));
+    transform_tiles(data, (n, 0), g, scratch, gm, X::a);
 }
 
-/// The `P = N * N` gemms `out[xi] (t, n) = lhs[:, xi, :] (t, k) @ rhs[xi] (k, n)`,
-/// `lhs (t, P, k)`, `rhs[xi]` at `xi * k * n` with strides `rhs_strides`.
+/// The `P = N * N` gemms `out[:, xi, :] (t, n) = lhs[:, xi, :] (t, k) @ rhs[xi] (k, n)`,
+/// `lhs (t, P, k)`, `out (t, P, n)` (a tile's transformed vectors consecutive, as the output
+/// transform reads them), `rhs[xi]` at `xi * step` with strides `rhs_strides`.
 fn gemms<T: Elem>(
     (tiles, p): (usize, usize),
     (k, n): (usize, usize),
     lhs: &[T],
-    rhs: &[T],
-    rhs_strides: (usize, usize),
+    (rhs, step, rhs_strides): (&[T], usize, (usize, usize)),
     out: &mut Vec<T>,
 ) {
-    for (xi, o) in sized(out, p * tiles * n)
-        .chunks_exact_mut(tiles * n)
-        .enumerate()
-    {
+    let out = sized(out, tiles * p * n);
+    for xi in 0..p {
         gemm_strided(
             (tiles, n, k),
             &lhs[xi * k..],
             (p * k, 1),
-            &rhs[xi * k * n..(xi + 1) * k * n],
+            &rhs[xi * step..],
             rhs_strides,
-            o,
+            (&mut out[xi * n..], p * n),
             false,
         );
     }
@@ -680,32 +811,39 @@ fn conv_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     y: &mut [T],
 ) {
     let (tiles, c) = (n * g.tiles(), g.cout);
-    input_transform::<T, N, O, X>(x, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.v);
-    gemms(
-        (tiles, N * N),
-        (g.cin, c),
-        &bufs.v,
-        u,
-        (c, 1),
-        &mut bufs.out,
-    );
+    input_transform::<T, N, O, X>(x, n, g, (&mut bufs.frame, &mut bufs.tmp), &mut bufs.v);
+    // U[xi] (cin, cout) at xi * cout, rows N * N * cout apart.
+    let rhs = (u, c, (N * N * c, 1));
+    gemms((tiles, N * N), (g.cin, c), &bufs.v, rhs, &mut bufs.out);
     let (m, tmp, scratch) = (&bufs.out, &mut bufs.tmp, &mut bufs.scratch);
     for t in 0..tiles {
         let (i, ty, tx) = g.tile(t);
         let img = &mut y[i * g.out_len()..(i + 1) * g.out_len()];
-        let src: [&[T]; MAX_POSITIONS] =
-            std::array::from_fn(|p| &m[((p % (N * N)) * tiles + t) * c..][..c]);
-        tile_pass(&src[..N * N], tmp, scratch, c, X::at);
-        for (p, val) in scratch.chunks_exact(c).take(O * O).enumerate() {
-            if let Some(px) = g.out_pixel(ty, tx, p / O, p % O) {
-                img[px * c..(px + 1) * c].copy_from_slice(val);
+        let src = (&m[t * N * N * c..], Grid::packed(N, c));
+        match (g.out_pixel(ty, tx, 0, 0), g.out_pixel(ty, tx, O - 1, O - 1)) {
+            // Inside the output: written in place.
+            (Some(first), Some(_)) => {
+                let dst = Grid {
+                    row: g.ow * c,
+                    col: c,
+                };
+                tile_pass(src, tmp, (&mut img[first * c..], dst), c, X::at);
+            }
+            // Over the border: through `scratch`, the pixels inside copied.
+            _ => {
+                tile_pass(src, tmp, (&mut scratch[..], Grid::packed(O, c)), c, X::at);
+                for (p, val) in scratch.chunks_exact(c).take(O * O).enumerate() {
+                    if let Some(px) = g.out_pixel(ty, tx, p / O, p % O) {
+                        img[px * c..(px + 1) * c].copy_from_slice(val);
+                    }
+                }
             }
         }
     }
 }
 
-/// `gx (n, h, w, cin) = conv^T(gy (n, oh, ow, cout))` with transformed weights `u`; `gx` is
-/// overwritten.
+/// `gx (n, h, w, cin) += conv^T(gy (n, oh, ow, cout))` with transformed weights `u` (the
+/// caller zero-fills `gx`).
 #[inline(always)]
 fn conv_t_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     gy: &[T],
@@ -716,25 +854,17 @@ fn conv_t_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     gx: &mut [T],
 ) {
     let (tiles, c) = (n * g.tiles(), g.cin);
-    grad_output_transform::<T, N, O, X>(gy, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.gm);
+    grad_output_transform::<T, N, O, X>(gy, n, g, (&mut bufs.frame, &mut bufs.tmp), &mut bufs.gm);
     // gV[xi] = gM[:, xi, :] @ U[xi]^T: U[xi] (cin, cout) read transposed.
     let p = N * N;
-    gemms(
-        (tiles, p),
-        (g.cout, c),
-        &bufs.gm,
-        u,
-        (1, g.cout),
-        &mut bufs.out,
-    );
-    gx[..n * g.in_len()].fill(T::ZERO);
+    let rhs = (u, g.cout, (1, p * g.cout));
+    gemms((tiles, p), (g.cout, c), &bufs.gm, rhs, &mut bufs.out);
     let (gv, tmp, scratch) = (&bufs.out, &mut bufs.tmp, &mut bufs.scratch);
     for t in 0..tiles {
         let (i, ty, tx) = g.tile(t);
         let img = &mut gx[i * g.in_len()..(i + 1) * g.in_len()];
-        let src: [&[T]; MAX_POSITIONS] =
-            std::array::from_fn(|q| &gv[((q % p) * tiles + t) * c..][..c]);
-        tile_pass(&src[..p], tmp, scratch, c, X::b);
+        let src = (&gv[t * p * c..], Grid::packed(N, c));
+        tile_pass(src, tmp, (&mut scratch[..], Grid::packed(N, c)), c, X::b);
         for (q, val) in scratch.chunks_exact(c).take(p).enumerate() {
             if let Some(px) = g.in_pixel(ty, tx, q / N, q % N) {
                 for (d, &v) in img[px * c..(px + 1) * c].iter_mut().zip(val) {
@@ -745,7 +875,7 @@ fn conv_t_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     }
 }
 
-/// `du (N * N, cin, cout) += sum_tiles V[:, xi]^T gM[:, xi]` for the images
+/// `du (cin, N * N, cout) += sum_tiles V[:, xi]^T gM[:, xi]` for the images
 /// `x (n, h, w, cin)` and their output gradients `gy (n, oh, ow, cout)`.
 #[inline(always)]
 fn weight_grad_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
@@ -757,16 +887,17 @@ fn weight_grad_chunk<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
 ) {
     let (tiles, p) = (n * g.tiles(), N * N);
     let (cin, cout) = (g.cin, g.cout);
-    input_transform::<T, N, O, X>(x, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.v);
-    grad_output_transform::<T, N, O, X>(gy, n, g, (&bufs.zeros, &mut bufs.tmp), &mut bufs.gm);
-    for (xi, d) in du.chunks_exact_mut(cin * cout).enumerate() {
+    input_transform::<T, N, O, X>(x, n, g, (&mut bufs.frame, &mut bufs.tmp), &mut bufs.v);
+    grad_output_transform::<T, N, O, X>(gy, n, g, (&mut bufs.frame, &mut bufs.tmp), &mut bufs.gm);
+    // dU (cin, P, cout): position xi's (cin, cout) at xi * cout, rows P * cout apart.
+    for xi in 0..p {
         gemm_strided(
             (cin, cout, tiles),
             &bufs.v[xi * cin..],
             (1, p * cin),
             &bufs.gm[xi * cout..],
             (p * cout, 1),
-            d,
+            (&mut du[xi * cout..], p * cout),
             true,
         );
     }
@@ -780,14 +911,14 @@ pub(crate) enum Kernel<'a, T> {
         u: &'a [T],
         y: &'a mut [T],
     },
-    /// `gx (n, h, w, cin) = conv^T(gy (n, oh, ow, cout))` with transformed weights `u`
-    /// (overwrites `gx`).
+    /// `gx (n, h, w, cin) += conv^T(gy (n, oh, ow, cout))` with transformed weights `u`
+    /// (zero-filled by the caller).
     ConvT {
         gy: &'a [T],
         u: &'a [T],
         gx: &'a mut [T],
     },
-    /// `du (N * N, cin, cout) +=` the transformed weight gradient of `x` and `gy`.
+    /// `du (cin, N * N, cout) +=` the transformed weight gradient of `x` and `gy`.
     WeightGrad {
         x: &'a [T],
         gy: &'a [T],
@@ -797,7 +928,7 @@ pub(crate) enum Kernel<'a, T> {
 
 /// A chunk's kernel inside `pulp`'s target-feature context: the transforms (all
 /// `#[inline(always)]`) are compiled and vectorised for the best SIMD level of the CPU at hand.
-struct Job<'a, T, X, const N: usize, const O: usize> {
+struct Job<'a, T: Elem, X, const N: usize, const O: usize> {
     kernel: Kernel<'a, T>,
     n: usize,
     g: &'a Wino,
