@@ -12,12 +12,14 @@
 //! channels in and out run all three products (convolution, transpose, weight gradient) in
 //! Winograd form (`super::winograd`: F(2x2), F(4x4) or F(5x5) tiles, whichever needs the
 //! fewest multiplies for the layer's size: 4.0x and 4.6x fewer than im2col on the
-//! Fashion-MNIST model's two wide layers); the rest use im2col.
+//! Fashion-MNIST model's two wide layers); 3x3 layers with one input channel run the
+//! convolution and weight gradient as `super::direct`'s kernels; the rest use im2col.
 //!
 //! The weight enters as the matrix `wmat (cout, k*k*cin)` in im2col's `(ki, kj, c)` column
 //! order (`weight.permute((0, 2, 3, 1)).reshape(...)` of a PyTorch `(cout, cin, k, k)`
-//! weight). Work is split over two halves of the batch on rayon; within a half, chunks of
-//! images are processed in turn.
+//! weight). Work is split over two halves of the batch on candle's CPU pool
+//! (`kernels::join`); within a half, chunks of images are processed in turn, each output chunk
+//! zero-filled just before (`kernels::fill`).
 
 use super::kernels::{
     fill, for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem, Part,
