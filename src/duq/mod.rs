@@ -421,8 +421,8 @@ impl Sgd {
 
 /// One parameter's SGD update on the CPU in one pass, `(theta', b')`: the same operations, in
 /// the same order and precision, as the candle ops of the other devices (`x * c` is candle's
-/// affine `x * c + 0`), so results are bit-identical; five array passes instead of about
-/// eighteen, and one op instead of six (~1.5 ms of a Fashion-MNIST DUQ step went to these).
+/// affine `x * c + 0`), so results are bit-identical; three passes where the candle ops make
+/// six (per-op timers: 1.55 -> 1.25 ms of a Fashion-MNIST DUQ step).
 fn sgd_cpu(
     theta: &Tensor,
     g: &Tensor,
@@ -567,5 +567,50 @@ impl Duq<ReluMlp> {
         let init = <Rng as rand::SeedableRng>::seed_from_u64(rand::RngCore::next_u64(&mut rng));
         let mlp = ReluMlp::seeded(inputs, &cfg.hidden, dtype, device, init)?;
         Duq::from_extractor(mlp, classes, &cfg.settings, (dtype, device), &mut rng)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sgd_on_the_cpu_matches_the_candle_ops_bit_for_bit() {
+        // Reference: the candle-op update of the other devices, written out here (PyTorch's
+        // SGD: b = m b + (g + wd theta), theta -= lr b), on f32 values of mixed magnitudes and
+        // signs, without and with a momentum buffer; hyperparameters large enough that every
+        // product's rounding shows in the sums (a fused multiply-add would not pass).
+        let dev = Device::Cpu;
+        let vals = |k: f32| -> Tensor {
+            let v: Vec<f32> = (0..1000)
+                .map(|i| ((i as f32) * k).sin() * 10f32.powi(i % 7 - 3))
+                .collect();
+            Tensor::from_vec(v, (10, 100), &dev).unwrap()
+        };
+        let (theta, g, b) = (vals(0.37), vals(1.91), vals(0.05));
+        let hyper = (0.7, 0.9, 0.3);
+        let reference = |b: Option<&Tensor>| {
+            let g = (&g + (&theta * hyper.2).unwrap()).unwrap();
+            let b = match b {
+                Some(b) => ((b * hyper.1).unwrap() + &g).unwrap(),
+                None => g,
+            };
+            ((&theta - (&b * hyper.0).unwrap()).unwrap(), b)
+        };
+        for old in [None, Some(&b)] {
+            let (t1, b1) = sgd_cpu(&theta, &g, old.cloned(), hyper).unwrap();
+            let (t2, b2) = reference(old);
+            for (x, y) in [(t1, t2), (b1, b2)] {
+                let (x, y) = (x.flatten_all().unwrap(), y.flatten_all().unwrap());
+                let bits = |t: Tensor| -> Vec<u32> {
+                    t.to_vec1::<f32>()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect()
+                };
+                assert_eq!(bits(x), bits(y));
+            }
+        }
     }
 }
