@@ -1224,7 +1224,7 @@ impl CustomOp2 for BlockChain {
 /// convolution: `(gp (b, oh/2, ow/2, cout), y (b, oh, ow, cout), packed)` -> `gx (b, h, w, cin)`,
 /// `packed` being `params (3, cout)` and `wmat (cout, k*k*cin)` flattened one after the other
 /// (an op has at most three inputs). The intermediate `gy (b, oh, ow, cout)` stays inside the
-/// op, as `y` does in [`ConvBnReluPool`]: as a node of candle's graph, its gradient cost a
+/// op, as `y` does in [`BlockChain`]: as a node of candle's graph, its gradient cost a
 /// zero-filled buffer and an add of its size in every backward (26 MB for the first layer of
 /// the Fashion-MNIST model). The backward is the two ops' backwards in sequence.
 pub struct BlockInputGrad {
