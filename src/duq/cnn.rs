@@ -184,6 +184,32 @@ impl Block {
         wmat_of(&self.weight)
     }
 
+    /// The convolution (kernel size and padding) and its output size for an `h x w` input.
+    fn conv(&self, (h, w): (usize, usize)) -> Result<(Conv, (usize, usize))> {
+        let k = self.weight.dim(2)?;
+        let out = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
+        Ok((Conv { k, pad: self.pad }, out))
+    }
+
+    /// The fused ops' `(3, out)` parameters `[gamma; beta; bias]`. The bias cancels in the
+    /// batch statistics: it only shifts the running mean.
+    fn params(&self) -> Result<Tensor> {
+        Ok(Tensor::stack(&[&self.gamma, &self.beta, &self.bias], 0)?)
+    }
+
+    /// The running statistics' batch mean and variance from the forward op of `grad_op`'s
+    /// pair.
+    fn batch_stats(
+        &self,
+        grad_op: &super::fused::BnReluPoolGrad,
+        like: &Tensor,
+    ) -> Result<BatchStats> {
+        let (mean, var) = grad_op
+            .batch_moments(like)?
+            .ok_or_else(|| Error::config("duq", "batch statistics missing after the forward"))?;
+        Ok(((mean + self.bias.detach())?, var))
+    }
+
     /// The convolution without bias as candle ops (other devices): `(b*oh*ow, out)`.
     fn conv_composed(&self, x: &Tensor) -> Result<Tensor> {
         let (b, h, w, c) = x.dims4()?;
@@ -208,29 +234,24 @@ impl Block {
     /// batch mean and biased variance for the running statistics.
     fn forward(&self, x: &Tensor, train: bool) -> Result<(Tensor, BlockCache, Option<BatchStats>)> {
         let (b, h, w, _) = x.dims4()?;
-        let (out, _, k, _) = self.weight.dims4()?;
-        let (oh, ow) = (h + 2 * self.pad + 1 - k, w + 2 * self.pad + 1 - k);
+        let out = self.weight.dim(0)?;
+        let (conv, (oh, ow)) = self.conv((h, w))?;
         let cpu = self.fused && super::fused::supported(x);
-        let conv = Conv { k, pad: self.pad };
         if cpu && train {
-            // The bias cancels in the batch statistics: it only shifts the running mean.
-            let params = Tensor::stack(&[&self.gamma, &self.beta, &self.bias], 0)?;
+            let params = self.params()?;
             let (op, grad_op) = super::fused::pair();
             // (b, oh, ow, out), no bias. Reshapes of large tensors are kept off the fused
             // path: each autograd node costs a zero-filled gradient buffer and an add in the
             // backward.
             let y = x.contiguous()?.apply_op2(&self.wmat()?, conv)?;
             let pooled = y.apply_op2(&params, op)?;
-            let (mean, var) = grad_op.batch_moments(&pooled)?.ok_or_else(|| {
-                Error::config("duq", "batch statistics missing after the forward")
-            })?;
-            let mean = (mean + self.bias.detach())?;
+            let stats = self.batch_stats(&grad_op, &pooled)?;
             let cache = BlockCache::Fused {
                 y,
                 params,
                 grad_op: std::sync::Mutex::new(Some(grad_op)),
             };
-            return Ok((pooled, cache, Some((mean, var))));
+            return Ok((pooled, cache, Some(stats)));
         }
         // (b, oh, ow, out), no bias yet.
         let y = if cpu {
@@ -289,7 +310,7 @@ impl Block {
                 // Batch norm's vector-Jacobian product and the transposed convolution as one
                 // op, on the parameters and the weight matrix packed into one input.
                 let wmat = self.wmat()?;
-                let packed = Tensor::cat(&[params.flatten_all()?, wmat.flatten_all()?], 0)?;
+                let packed = Tensor::cat(&packed_parts(&wmat, params)?, 0)?;
                 let (k, pad) = (self.weight.dim(2)?, self.pad);
                 let op = super::fused::BlockInputGrad::new(ConvT { k, pad }, op, wmat.dims2()?);
                 let gx = g.contiguous()?.apply_op3(y, &packed, op)?;
@@ -397,6 +418,12 @@ impl Block {
     }
 }
 
+/// A block's weight matrix and `(3, out)` parameters flattened, in the order of the fused ops'
+/// packed parameters (`fused::BlockChain`, `fused::BlockInputGrad`).
+fn packed_parts(wmat: &Tensor, params: &Tensor) -> Result<[Tensor; 2]> {
+    Ok([wmat.flatten_all()?, params.flatten_all()?])
+}
+
 /// A `(cout, cin, k, k)` weight as the conv ops' `wmat (cout, k*k*cin)`, columns in im2col's
 /// `(ki, kj, c)` order.
 fn wmat_of(weight: &Tensor) -> Result<Tensor> {
@@ -444,15 +471,13 @@ impl CnnFeatures {
             let (mut h, mut w) = (a.dim(1)?, a.dim(2)?);
             for bl in &self.blocks {
                 let (op, grad_op) = super::fused::pair();
-                let (k, wmat) = (bl.weight.dim(2)?, bl.wmat()?);
-                let params = Tensor::stack(&[&bl.gamma, &bl.beta, &bl.bias], 0)?;
+                let ((conv, (oh, ow)), wmat) = (bl.conv((h, w))?, bl.wmat()?);
                 blocks.push(super::fused::ChainBlock {
-                    conv: Conv { k, pad: bl.pad },
+                    conv,
                     bn: op,
                     wmat_dims: wmat.dims2()?,
                 });
-                packed.extend([wmat.flatten_all()?, params.flatten_all()?]);
-                let (oh, ow) = (h + 2 * bl.pad + 1 - k, w + 2 * bl.pad + 1 - k);
+                packed.extend(packed_parts(&wmat, &bl.params()?)?);
                 caches.push((
                     BlockCache::LossOnly {
                         rows: a.dim(0)? * oh * ow,
@@ -468,10 +493,7 @@ impl CnnFeatures {
                 .contiguous()?
                 .apply_op2(&packed, super::fused::BlockChain::new(blocks))?;
             for (bl, grad_op) in self.blocks.iter().zip(grad_ops) {
-                let (mean, var) = grad_op.batch_moments(&a)?.ok_or_else(|| {
-                    Error::config("duq", "batch statistics missing after the forward")
-                })?;
-                stats.push(Some(((mean + bl.bias.detach())?, var)));
+                stats.push(Some(bl.batch_stats(&grad_op, &a)?));
             }
         } else {
             for bl in &self.blocks {

@@ -1060,10 +1060,58 @@ impl CustomOp3 for BnReluPoolGrad {
     }
 }
 
+/// Where one block's parameters lie in a packed parameter vector: `wmat (cout, k*k*cin)`
+/// flattened, then `params (3, cout)`, from offset `at`. The fused ops below take their
+/// parameters packed (an op has at most three inputs).
+#[derive(Debug, Clone, Copy)]
+struct Packed {
+    at: usize,
+    /// `wmat`'s `(cout, k*k*cin)`.
+    wmat: (usize, usize),
+}
+
+impl Packed {
+    fn len(&self) -> usize {
+        let (cout, kc) = self.wmat;
+        cout * kc + 3 * cout
+    }
+
+    /// The layouts of `wmat` and `params` in a storage whose packed vector starts at `base`.
+    fn layouts(&self, base: usize) -> (Layout, Layout) {
+        let at = base + self.at;
+        (
+            Layout::contiguous_with_offset(self.wmat, at),
+            Layout::contiguous_with_offset((3, self.wmat.0), at + self.wmat.0 * self.wmat.1),
+        )
+    }
+
+    /// `wmat` and `params` as views of a packed tensor.
+    fn tensors(&self, packed: &Tensor) -> Result<(Tensor, Tensor)> {
+        let w_len = self.wmat.0 * self.wmat.1;
+        Ok((
+            packed.narrow(0, self.at, w_len)?.reshape(self.wmat)?,
+            packed
+                .narrow(0, self.at + w_len, 3 * self.wmat.0)?
+                .reshape((3, self.wmat.0))?,
+        ))
+    }
+}
+
+/// The start offset of a packed parameter vector of `len` elements with layout `l`, after
+/// checking its shape.
+fn packed_start(l: &Layout, len: usize, op: &str) -> Result<usize> {
+    if !l.is_contiguous() || l.dims() != [len] {
+        candle_core::bail!(
+            "{op}: packed parameters must be a contiguous ({len},), got {:?}",
+            l.dims()
+        );
+    }
+    Ok(l.start_offset())
+}
+
 /// Consecutive training-mode blocks in one op, each the convolution then [`BnReluPool`]:
 /// `(x (b, h, w, cin), packed)` -> the last block's pooled output, `packed` being every
-/// block's `wmat (cout, k*k*cin)` and `params (3, cout)` flattened, block after block (an op
-/// has at most three inputs). For a loss that takes no input gradient (DUQ without a
+/// block's `wmat (cout, k*k*cin)` and `params (3, cout)` flattened, block after block. For a loss that takes no input gradient (DUQ without a
 /// penalty): the convolution outputs and the pooled outputs between blocks stay inside the op
 /// rather than becoming nodes of candle's graph, whose backward zero-fills a buffer of each
 /// node's size and adds its gradient into it (26 MB for the first convolution output of the
@@ -1096,21 +1144,22 @@ impl BlockChain {
         }
     }
 
-    /// Each block's `(wmat, params)` ranges in `packed` as `(offset, length)` pairs, and the
-    /// total length.
-    fn offsets(&self) -> (Vec<[(usize, usize); 2]>, usize) {
+    /// Each block's place in the packed parameters, and their total length.
+    fn packed(&self) -> (Vec<Packed>, usize) {
         let mut at = 0;
-        let offs = self
+        let places = self
             .blocks
             .iter()
             .map(|b| {
-                let (cout, kc) = b.wmat_dims;
-                let o = [(at, cout * kc), (at + cout * kc, 3 * cout)];
-                at += cout * kc + 3 * cout;
-                o
+                let p = Packed {
+                    at,
+                    wmat: b.wmat_dims,
+                };
+                at += p.len();
+                p
             })
             .collect();
-        (offs, at)
+        (places, at)
     }
 }
 
@@ -1144,21 +1193,13 @@ impl CustomOp2 for BlockChain {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (offs, len) = self.offsets();
-        if !l2.is_contiguous() || l2.dims() != [len] {
-            candle_core::bail!(
-                "{}: packed parameters must be a contiguous ({len},), got {:?}",
-                self.name(),
-                l2.dims()
-            );
-        }
-        let base = l2.start_offset();
+        let (places, len) = self.packed();
+        let base = packed_start(l2, len, self.name())?;
         let mut saved = Vec::with_capacity(self.blocks.len());
         // The current block's input: the op's own first, then the previous block's output.
         let mut cur: Option<(CpuStorage, Shape)> = None;
-        for (blk, [(w_at, _), (p_at, _)]) in self.blocks.iter().zip(offs) {
-            let lw = Layout::contiguous_with_offset(blk.wmat_dims, base + w_at);
-            let lp = Layout::contiguous_with_offset((3, blk.wmat_dims.0), base + p_at);
+        for (blk, place) in self.blocks.iter().zip(places) {
+            let (lw, lp) = place.layouts(base);
             let (y, y_shape) = match &cur {
                 None => blk.conv.cpu_fwd(s1, l1, s2, &lw)?,
                 Some((x, shape)) => blk.conv.cpu_fwd(x, &Layout::contiguous(shape), s2, &lw)?,
@@ -1183,18 +1224,13 @@ impl CustomOp2 for BlockChain {
         if saved.len() != self.blocks.len() {
             candle_core::bail!("{}: backward before forward", self.name());
         }
-        let (offs, _) = self.offsets();
+        let (places, _) = self.packed();
         let packed = packed.detach();
         let mut g = grad.clone();
         let mut parts = vec![None; self.blocks.len()];
         let mut dx = None;
-        for (i, (blk, [(w_at, w_len), (p_at, p_len)])) in
-            self.blocks.iter().zip(offs).enumerate().rev()
-        {
-            let wmat = packed.narrow(0, w_at, w_len)?.reshape(blk.wmat_dims)?;
-            let params = packed
-                .narrow(0, p_at, p_len)?
-                .reshape((3, blk.wmat_dims.0))?;
+        for (i, (blk, place)) in self.blocks.iter().zip(places).enumerate().rev() {
+            let (wmat, params) = place.tensors(&packed)?;
             let (input, y) = &saved[i];
             // (`res` is not read by `BnReluPool`'s backward.)
             let (dy, dparams) = blk.bn.bwd(y, &params, res, &g)?;
@@ -1222,16 +1258,16 @@ impl CustomOp2 for BlockChain {
 
 /// A block's share of the input gradient in one op: [`BnReluPoolGrad`], then the transposed
 /// convolution: `(gp (b, oh/2, ow/2, cout), y (b, oh, ow, cout), packed)` -> `gx (b, h, w, cin)`,
-/// `packed` being `params (3, cout)` and `wmat (cout, k*k*cin)` flattened one after the other
-/// (an op has at most three inputs). The intermediate `gy (b, oh, ow, cout)` stays inside the
+/// `packed` being the block's `wmat (cout, k*k*cin)` and `params (3, cout)` flattened, as for
+/// [`BlockChain`]. The intermediate `gy (b, oh, ow, cout)` stays inside the
 /// op, as `y` does in [`BlockChain`]: as a node of candle's graph, its gradient cost a
 /// zero-filled buffer and an add of its size in every backward (26 MB for the first layer of
 /// the Fashion-MNIST model). The backward is the two ops' backwards in sequence.
 pub struct BlockInputGrad {
     conv_t: crate::nn::conv::ConvT,
     grad: BnReluPoolGrad,
-    /// `wmat`'s `(cout, k*k*cin)`.
-    wmat_dims: (usize, usize),
+    /// Where `packed` holds the parameters.
+    place: Packed,
     /// `gy`, kept from the forward for the backward.
     gy: std::sync::Mutex<Option<Tensor>>,
 }
@@ -1247,27 +1283,12 @@ impl BlockInputGrad {
         Self {
             conv_t,
             grad,
-            wmat_dims,
+            place: Packed {
+                at: 0,
+                wmat: wmat_dims,
+            },
             gy: std::sync::Mutex::new(None),
         }
-    }
-
-    /// `packed`'s rows of `params (3, c)` and `wmat`, as layouts into its storage.
-    fn layouts(&self, packed: &Layout, c: usize) -> Result<(Layout, Layout)> {
-        let (cout, kc) = self.wmat_dims;
-        if !packed.is_contiguous() || packed.dims() != [3 * c + cout * kc] {
-            candle_core::bail!(
-                "{}: packed parameters must be a contiguous ({},), got {:?}",
-                self.name(),
-                3 * c + cout * kc,
-                packed.dims()
-            );
-        }
-        let at = packed.start_offset();
-        Ok((
-            Layout::contiguous_with_offset((3, c), at),
-            Layout::contiguous_with_offset((cout, kc), at + 3 * c),
-        ))
     }
 }
 
@@ -1285,8 +1306,8 @@ impl CustomOp3 for BlockInputGrad {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let d = Dims::from_layout(l2, self.name())?;
-        let (lp, lw) = self.layouts(l3, d.c)?;
+        let base = packed_start(l3, self.place.len(), self.name())?;
+        let (lw, lp) = self.place.layouts(base);
         let (gy, shape) = self.grad.cpu_fwd(s1, l1, s2, l2, s3, &lp)?;
         let out = self
             .conv_t
@@ -1311,18 +1332,14 @@ impl CustomOp3 for BlockInputGrad {
             .ok()
             .and_then(|g| g.clone())
             .ok_or_else(missing)?;
-        let (cout, kc) = self.wmat_dims;
-        let c = y.dim(3)?;
-        let packed = packed.detach();
-        let params = packed.narrow(0, 0, 3 * c)?.reshape((3, c))?;
-        let wmat = packed.narrow(0, 3 * c, cout * kc)?.reshape((cout, kc))?;
+        let (wmat, params) = self.place.tensors(&packed.detach())?;
         let (d_gy, d_wmat) = crate::nn::conv::conv_t_backward(&self.conv_t, &gy, &wmat, grad)?;
         let (d_gp, d_y, d_params) = self.grad.bwd(gp, y, &params, &gy, &d_gy)?;
         let d_params = match d_params {
             Some(d) => d,
             None => params.zeros_like()?,
         };
-        let d_packed = Tensor::cat(&[d_params.flatten_all()?, d_wmat.flatten_all()?], 0)?;
+        let d_packed = Tensor::cat(&[d_wmat.flatten_all()?, d_params.flatten_all()?], 0)?;
         Ok((d_gp, d_y, Some(d_packed)))
     }
 }
