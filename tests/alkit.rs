@@ -1488,25 +1488,14 @@ fn duq_cnn_with_batch_norm_gradients_match_finite_differences_in_f64() {
     assert_eq!(checked, 15);
 }
 
-#[test]
-fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
-    // Reference: the same seeded model with `set_fused(false)`, i.e. the composition of candle
-    // ops that other devices run (itself checked against finite differences above). In f64,
-    // with the paper's channel counts scaled down and odd sizes after the second pool: the loss,
-    // every parameter gradient of BCE + penalty, the training-mode input gradient, the running
-    // statistics after a step, and eval-mode kernel values (batch norm folded into the
-    // convolution) agree to 1e-9 relative.
+/// The same seeded, scaled-down Fashion-MNIST DUQ model (channels 16/8/8, 6 features, input
+/// 20x20, 3 classes) in f64, on the fused CPU path and on the candle-op composition.
+fn small_duq_cnns(settings: DuqSettings) -> (alkit::duq::cnn::DuqCnn, alkit::duq::cnn::DuqCnn) {
     use alkit::duq::cnn::{DuqCnn, DuqCnnConfig};
-    use alkit::duq::Sgd;
     let cfg = DuqCnnConfig {
         channels: [16, 8, 8],
         features: 6,
-        settings: DuqSettings {
-            centroid_dims: 4,
-            sigma: 0.5,
-            lambda: 0.7,
-            ..DuqCnnConfig::default().settings
-        },
+        settings,
     };
     let make = |fused: bool| {
         let mut m = DuqCnn::seeded(
@@ -1521,14 +1510,52 @@ fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
         m.set_fused(fused);
         m
     };
-    let (mut fused, mut composed) = (make(true), make(false));
+    (make(true), make(false))
+}
+
+/// `max |a - b| / max |b|` (f64 tensors).
+fn rel_max(a: &Tensor, b: &Tensor) -> f64 {
+    let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+    let m = b.abs().unwrap().max_all().unwrap();
+    d.to_scalar::<f64>().unwrap() / m.to_scalar::<f64>().unwrap().max(1e-12)
+}
+
+/// One SGD step of both models on `(x, y)`; their parameters and state then agree to 1e-9.
+fn assert_same_state_after_a_step(
+    a: &mut alkit::duq::cnn::DuqCnn,
+    b: &mut alkit::duq::cnn::DuqCnn,
+    x: &Tensor,
+    y: &Tensor,
+) {
+    use alkit::duq::Sgd;
+    let mut sa = Sgd::new(a.vars(), 0.05, 0.9, 1e-4);
+    let mut sb = Sgd::new(b.vars(), 0.05, 0.9, 1e-4);
+    a.step(&mut sa, x, y).unwrap();
+    b.step(&mut sb, x, y).unwrap();
+    let (ta, tb) = (a.state().unwrap(), b.state().unwrap());
+    for ((name, u), (_, v)) in ta.named().into_iter().zip(tb.named()) {
+        let e = rel_max(u.as_tensor(), v.as_tensor());
+        assert!(e < 1e-9, "{name} after a step: {e}");
+    }
+}
+
+#[test]
+fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
+    // Reference: the same seeded model with `set_fused(false)`, i.e. the composition of candle
+    // ops that other devices run (itself checked against finite differences above). In f64,
+    // with the paper's channel counts scaled down and odd sizes after the second pool: the loss,
+    // every parameter gradient of BCE + penalty, the training-mode input gradient, the running
+    // statistics after a step, and eval-mode kernel values (batch norm folded into the
+    // convolution) agree to 1e-9 relative.
+    let (mut fused, mut composed) = small_duq_cnns(DuqSettings {
+        centroid_dims: 4,
+        sigma: 0.5,
+        lambda: 0.7,
+        ..alkit::duq::cnn::DuqCnnConfig::default().settings
+    });
     let x = randn64(&[6, 1, 20, 20], 21);
     let y = Tensor::from_vec(vec![0u32, 2, 1, 2, 0, 1], 6, &Device::Cpu).unwrap();
-    let rel = |a: &Tensor, b: &Tensor| {
-        let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-        let m = b.abs().unwrap().max_all().unwrap();
-        d.to_scalar::<f64>().unwrap() / m.to_scalar::<f64>().unwrap().max(1e-12)
-    };
+    let rel = rel_max;
     let (DuqLoss { total: lf, .. }, of) = fused.loss(&x, &y).unwrap();
     let (DuqLoss { total: lc, .. }, oc) = composed.loss(&x, &y).unwrap();
     assert!(rel(&lf, &lc) < 1e-12, "loss");
@@ -1572,15 +1599,7 @@ fn duq_cnn_fused_cpu_kernels_match_the_candle_op_composition_in_f64() {
         }
     }
     assert_eq!(checked, 15);
-    let mut sf = Sgd::new(fused.vars(), 0.05, 0.9, 1e-4);
-    let mut sc = Sgd::new(composed.vars(), 0.05, 0.9, 1e-4);
-    fused.step(&mut sf, &x, &y).unwrap();
-    composed.step(&mut sc, &x, &y).unwrap();
-    let (sf_, sc_) = (fused.state().unwrap(), composed.state().unwrap());
-    for ((name, a), (_, b)) in sf_.named().into_iter().zip(sc_.named()) {
-        let e = rel(a.as_tensor(), b.as_tensor());
-        assert!(e < 1e-9, "{name} after a step: {e}");
-    }
+    assert_same_state_after_a_step(&mut fused, &mut composed, &x, &y);
     let kf = fused.kernel_values(&x).unwrap();
     let kc = composed.kernel_values(&x).unwrap();
     for (a, b) in kf.iter().zip(&kc) {
@@ -1601,40 +1620,17 @@ fn duq_cnn_without_penalty_runs_the_blocks_as_one_op_with_the_same_gradients() {
     // agree exactly; and the composition of candle ops (`set_fused(false)`, checked against
     // finite differences above) to 1e-9, the parameters and running statistics after a step
     // included. The cache of such a forward has no input gradient: asking for one is an error.
-    use alkit::duq::cnn::{DuqCnn, DuqCnnConfig};
-    use alkit::duq::{bce, Penalty, Sgd};
-    let cfg = DuqCnnConfig {
-        channels: [16, 8, 8],
-        features: 6,
-        settings: DuqSettings {
-            centroid_dims: 4,
-            sigma: 0.5,
-            lambda: 0.0,
-            penalty: Penalty::None,
-            ..DuqCnnConfig::default().settings
-        },
-    };
-    let make = |fused: bool| {
-        let mut m = DuqCnn::seeded(
-            &[1, 20, 20],
-            3,
-            &cfg,
-            DType::F64,
-            &Device::Cpu,
-            stream(9, Purpose::Init, 0),
-        )
-        .unwrap();
-        m.set_fused(fused);
-        m
-    };
-    let (mut fused, mut composed) = (make(true), make(false));
+    use alkit::duq::bce;
+    let (mut fused, mut composed) = small_duq_cnns(DuqSettings {
+        centroid_dims: 4,
+        sigma: 0.5,
+        lambda: 0.0,
+        penalty: Penalty::None,
+        ..alkit::duq::cnn::DuqCnnConfig::default().settings
+    });
     let x = randn64(&[6, 1, 20, 20], 22);
     let y = Tensor::from_vec(vec![0u32, 2, 1, 2, 0, 1], 6, &Device::Cpu).unwrap();
-    let rel = |a: &Tensor, b: &Tensor| {
-        let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-        let m = b.abs().unwrap().max_all().unwrap();
-        d.to_scalar::<f64>().unwrap() / m.to_scalar::<f64>().unwrap().max(1e-12)
-    };
+    let rel = rel_max;
     let (DuqLoss { total: lf, .. }, out) = fused.loss(&x, &y).unwrap();
     assert!(fused.input_gradient(&out).is_err());
     let full = bce(&fused.forward(&x, true).unwrap().head, &y, 3).unwrap();
@@ -1672,15 +1668,7 @@ fn duq_cnn_without_penalty_runs_the_blocks_as_one_op_with_the_same_gradients() {
         checked += 1;
     }
     assert_eq!(checked, 15);
-    let mut sf = Sgd::new(fused.vars(), 0.05, 0.9, 1e-4);
-    let mut sc = Sgd::new(composed.vars(), 0.05, 0.9, 1e-4);
-    fused.step(&mut sf, &x, &y).unwrap();
-    composed.step(&mut sc, &x, &y).unwrap();
-    let (sf_, sc_) = (fused.state().unwrap(), composed.state().unwrap());
-    for ((name, a), (_, b)) in sf_.named().into_iter().zip(sc_.named()) {
-        let e = rel(a.as_tensor(), b.as_tensor());
-        assert!(e < 1e-9, "{name} after a step: {e}");
-    }
+    assert_same_state_after_a_step(&mut fused, &mut composed, &x, &y);
 }
 
 #[test]
