@@ -730,10 +730,21 @@ fn transform_tiles<T: Elem, const S: usize, const N: usize>(
     let m = g.m();
     let (ph, pw) = ((g.th() - 1) * m + S, (g.tw() - 1) * m + S);
     let frame = sized(frame, n * ph * pw * c);
-    frame.fill(T::ZERO);
-    for (i, img) in data.chunks_exact(ih * iw * c).take(n).enumerate() {
-        for (y, row) in img.chunks_exact(iw * c).enumerate() {
-            frame[((i * ph + off + y) * pw + off) * c..][..iw * c].copy_from_slice(row);
+    // Each frame row written once: the image's row between zeros, or zeros (the buffer is
+    // reused, so the border is rewritten every time).
+    let images = data.chunks_exact(ih * iw * c).take(n);
+    for (img, fimg) in images.zip(frame.chunks_exact_mut(ph * pw * c)) {
+        for (r, frow) in fimg.chunks_exact_mut(pw * c).enumerate() {
+            match r.checked_sub(off).filter(|&y| y < ih) {
+                Some(y) => {
+                    let (left, rest) = frow.split_at_mut(off * c);
+                    let (mid, right) = rest.split_at_mut(iw * c);
+                    left.fill(T::ZERO);
+                    mid.copy_from_slice(&img[y * iw * c..][..iw * c]);
+                    right.fill(T::ZERO);
+                }
+                None => frow.fill(T::ZERO),
+            }
         }
     }
     let grid = Grid {
