@@ -12,10 +12,11 @@
 
 use alkit::acquisition::{Builtin, ReGrad, Scorer};
 use alkit::data::{load_idx_dir, Normalizer};
-use alkit::nn::{init::seeded, Classifier, Mode, ModelBuilder};
+use alkit::nn::{init::seeded, Classifier, Mode};
 use alkit::observe::Silent;
 use alkit::predict::Scoring;
 use alkit::rng::{stream, Purpose};
+use alkit::train::ModelBuilder;
 use alkit::train::{train, TrainConfig, TrainRngs};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;

@@ -8,11 +8,13 @@
 //! cargo run --release --example custom_scorer
 //! ```
 
-use alkit::acquire::{run, LoopConfig, RunContext, RunState, Strategy};
+use alkit::acquire::{run, LoopConfig, RunContext, RunState};
 use alkit::acquisition::{Evidence, Needs, ScoreError, Scorer, Selection};
 use alkit::data::{load_idx_dir, Normalizer};
-use alkit::nn::{Arch, CnnConfig};
+use alkit::models::Arch;
+use alkit::nn::CnnConfig;
 use alkit::observe::Silent;
+use alkit::round::Strategy;
 use alkit::train::TrainConfig;
 use candle_core::Device;
 use std::sync::Arc;

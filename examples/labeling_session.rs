@@ -15,8 +15,10 @@ use alkit::data::image::write_image_folder;
 use alkit::data::source::load;
 use alkit::data::{load_idx_dir, Source};
 use alkit::hub::Hub;
+use alkit::models::Arch;
 use alkit::observe::Silent;
-use alkit::session::{default_arch, Learner, QueryRequest, SessionConfig};
+use alkit::round::Strategy;
+use alkit::session::{Learner, QueryRequest, SessionConfig};
 use alkit::train::TrainConfig;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -47,19 +49,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let classes: Vec<String> = (0..10).map(|c| c.to_string()).collect();
     let seeds = loaded.pool.given_labels();
     let config = SessionConfig {
-        arch: default_arch(&loaded.pool.item_shape, classes.len()),
+        arch: Arch::default_for(&loaded.pool.item_shape, classes.len()),
         train: TrainConfig {
             steps: 200,
             ..TrainConfig::default()
         },
         seed: 0,
         batch: 512,
+        ensemble: None,
     };
     let mut learner = Learner::new(&source.to_string(), loaded, classes, &seeds, config)?;
     let request = QueryRequest {
-        scorer: Arc::new(Builtin::Entropy),
+        strategy: Strategy::scored(Arc::new(Builtin::Entropy), Selection::TopK),
         n: 20,
-        selection: Selection::TopK,
         include_pending: false,
     };
     let state_dir = out.join("state");
@@ -78,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.labeled,
             100.0 * r.fit_acc.unwrap_or(0.0),
             batch.len(),
-            batch[0].score
+            batch[0].score.unwrap_or(f32::NAN)
         );
     }
     let st = learner.state();

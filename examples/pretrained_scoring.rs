@@ -20,7 +20,8 @@
 use alkit::acquisition::{Builtin, ReGrad, Scorer};
 use alkit::checkpoint;
 use alkit::data::{load_idx_dir, Normalizer};
-use alkit::nn::{Arch, CnnConfig};
+use alkit::models::Arch;
+use alkit::nn::CnnConfig;
 use alkit::observe::Silent;
 use alkit::predict::Scoring;
 use alkit::rng::{stream, Purpose};

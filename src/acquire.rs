@@ -10,16 +10,15 @@
 use crate::data::{Dataset, Pool};
 use crate::error::{Error, Result};
 use crate::fsutil::write_json;
-use crate::nn::ModelBuilder;
+pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
 use crate::predict::{evaluate, Scoring};
-use crate::rng::{stream, Purpose};
-use crate::train::{train, train_ensemble, TrainConfig, TrainParams, TrainRngs};
-use alkit_acquisition::{BatchSelector, Scorer, Selection};
+use crate::rng::Purpose;
+use crate::round::{fit, pick, pick_random, Strategy};
+use crate::train::{ModelBuilder, TrainConfig, TrainParams};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Loop settings (the MNIST protocol of Wang & Ji 2024 by default).
@@ -98,88 +97,6 @@ impl LoopParams {
     pub fn config(&self) -> &LoopConfig {
         &self.config
     }
-}
-
-/// How a strategy turns a model into the next batch.
-#[derive(Clone)]
-pub enum Pick {
-    /// Uniformly at random.
-    Random,
-    /// One score per candidate, then a selection mode over the scores.
-    Scored {
-        /// The scorer.
-        scorer: Arc<dyn Scorer>,
-        /// How the batch is drawn from the scores.
-        selection: Selection,
-    },
-    /// A joint batch criterion (BatchBALD).
-    Batch(Arc<dyn BatchSelector>),
-}
-
-/// How the next items are chosen, under a name.
-#[derive(Clone)]
-pub struct Strategy {
-    name: String,
-    pick: Pick,
-}
-
-impl Strategy {
-    /// Uniformly random acquisition (no scorer).
-    pub fn random() -> Self {
-        Self {
-            name: "random".into(),
-            pick: Pick::Random,
-        }
-    }
-
-    /// Top-k (or another selection mode) over `scorer`'s scores; named after the scorer.
-    pub fn scored(scorer: Arc<dyn Scorer>, selection: Selection) -> Self {
-        Self {
-            name: scorer.name().to_string(),
-            pick: Pick::Scored { scorer, selection },
-        }
-    }
-
-    /// A joint batch criterion; named after it.
-    pub fn batch(selector: Arc<dyn BatchSelector>) -> Self {
-        Self {
-            name: selector.name().to_string(),
-            pick: Pick::Batch(selector),
-        }
-    }
-
-    /// How it picks.
-    pub fn pick(&self) -> &Pick {
-        &self.pick
-    }
-
-    /// Renames the strategy (names key CSV rows and state files).
-    pub fn named(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    /// The strategy's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-/// One row of an acquisition curve.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CycleRecord {
-    /// Cycle (0 = trained on the seed set).
-    pub cycle: usize,
-    /// Labeled items the cycle's model was trained on.
-    pub labeled: usize,
-    /// Test accuracy.
-    pub acc: f64,
-    /// Test NLL (nats).
-    pub nll: f64,
-    /// Seconds spent training.
-    pub train_s: f64,
-    /// Seconds spent scoring and selecting the items this cycle added (0 for cycle 0).
-    pub score_s: f64,
 }
 
 /// Everything needed to continue a run exactly where it stopped.
@@ -312,9 +229,8 @@ pub fn run(
     let mut pool = Pool::from_labeled(ctx.train.len(), &state.labeled)?;
     if state.labeled.is_empty() {
         let all = pool.candidates();
-        let mut rng = stream(seed, Purpose::SeedSet, 0);
-        let picks = Selection::Random.select(&vec![0.0; all.len()], cfg.initial, &mut rng)?;
-        pool.acquire(&all, &picks, 0)?;
+        let picks = pick_random(all.indices(), cfg.initial, (seed, Purpose::SeedSet, 0))?;
+        pool.acquire(&picks, 0)?;
         state.labeled = pool.labeled().to_vec();
     }
     let start = state.records.len();
@@ -333,27 +249,16 @@ pub fn run(
         };
         check(observer, &ev)?;
         let t0 = Instant::now();
-        let trained = match cfg.ensemble {
-            None => train(
-                ctx.model,
-                ctx.train,
-                &labeled,
-                &ctx.params.train,
-                TrainRngs::for_cycle(seed, cycle as u64),
-                ctx.device,
-                observer,
-            )?,
-            Some(k) => train_ensemble(
-                ctx.model,
-                k,
-                ctx.train,
-                &labeled,
-                &ctx.params.train,
-                (seed, cycle as u64),
-                ctx.device,
-                observer,
-            )?,
-        };
+        let trained = fit(
+            ctx.model,
+            cfg.ensemble,
+            ctx.train,
+            &labeled,
+            &ctx.params.train,
+            (seed, cycle as u64),
+            ctx.device,
+            observer,
+        )?;
         let train_s = t0.elapsed().as_secs_f64();
         let m = evaluate(
             trained.model.as_ref(),
@@ -387,41 +292,17 @@ pub fn run(
                 batch: cfg.batch,
                 device: ctx.device,
             };
-            let mut noise = stream(seed, Purpose::Perturb, cycle as u64 + 1);
-            let mut rng = stream(seed, Purpose::Select, cycle as u64 + 1);
-            let picks = match &strategy.pick {
-                Pick::Scored { scorer, selection } => {
-                    let ev = scoring.evidence(
-                        ctx.train,
-                        cand.indices(),
-                        scorer.needs(),
-                        &mut noise,
-                        observer,
-                    )?;
-                    let scores = scorer.score(&ev)?;
-                    let ev = Event::Scored {
-                        cycle,
-                        indices: cand.indices(),
-                        scores: &scores,
-                    };
-                    check(observer, &ev)?;
-                    selection.select(&scores, cfg.query, &mut rng)?
-                }
-                Pick::Batch(b) => {
-                    let ev = scoring.evidence(
-                        ctx.train,
-                        cand.indices(),
-                        b.needs(),
-                        &mut noise,
-                        observer,
-                    )?;
-                    b.select(&ev, cfg.query, &mut rng)?
-                }
-                Pick::Random => {
-                    Selection::Random.select(&vec![0.0; cand.len()], cfg.query, &mut rng)?
-                }
-            };
-            pool.acquire(&cand, &picks, cycle + 1)?;
+            let picked = pick(
+                strategy,
+                &scoring,
+                ctx.train,
+                cand.indices(),
+                cfg.query,
+                (seed, cycle as u64 + 1),
+                cycle,
+                observer,
+            )?;
+            pool.acquire(&picked.indices, cycle + 1)?;
             pending = t1.elapsed().as_secs_f64();
         }
         state.records.push(record);

@@ -126,3 +126,140 @@ pub fn bench_scoring(
         passes_s,
     })
 }
+
+/// What `alkit bench` times for scoring.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoringBench {
+    /// Scored items per pass (the first `items` of the split, cycled).
+    pub items: usize,
+    /// Inference batch size.
+    pub batch: usize,
+    /// Timed passes (the median is reported).
+    pub repeats: usize,
+    /// Adam steps of the brief training on the first 1,000 items before timing.
+    pub train_steps: usize,
+    /// Score with a deep ensemble of this many briefly trained CNNs.
+    pub ensemble: Option<usize>,
+}
+
+/// Trains the standard CNN (or an ensemble of them) briefly on the first 1,000 items of `ds`
+/// (normalised, per-channel std `input_std`) and times each strategy's scoring of
+/// `cfg.items` items: per-item scorers first, then joint batch criteria selecting 20 items.
+/// Random picks have nothing to time and are refused.
+pub fn bench_strategies(
+    ds: &Dataset,
+    input_std: &[f32],
+    kinds: &[crate::strategies::StrategyKind],
+    settings: &crate::strategies::ScorerSettings,
+    cfg: &ScoringBench,
+    device: &candle_core::Device,
+) -> Result<Vec<BenchResult>> {
+    use crate::models::{Arch, ModelKind};
+    use crate::strategies::Built;
+    if cfg.items == 0 || cfg.batch == 0 || cfg.repeats == 0 || ds.is_empty() {
+        return Err(crate::Error::config(
+            "bench",
+            "items, batch and repeats must be at least 1, the data not empty",
+        ));
+    }
+    let built: Vec<(String, Built)> = kinds
+        .iter()
+        .map(|k| (k.name().to_string(), k.build(settings)))
+        .collect();
+    if let Some((name, _)) = built.iter().find(|(_, b)| matches!(b, Built::Random)) {
+        return Err(crate::Error::config(
+            "scorer",
+            format!("`{name}` picks at random: there is no scoring to time"),
+        ));
+    }
+    let arch = Arch::for_data(ModelKind::Cnn, ds);
+    let params = crate::train::TrainConfig {
+        steps: cfg.train_steps.max(1),
+        ..Default::default()
+    }
+    .validate()?;
+    let seed_set: Vec<usize> = (0..ds.len().min(1000)).collect();
+    let trained = crate::round::fit(
+        &arch,
+        cfg.ensemble,
+        ds,
+        &seed_set,
+        &params,
+        (0, 0),
+        device,
+        &mut Silent,
+    )?;
+    let items: Vec<usize> = (0..cfg.items).map(|i| i % ds.len()).collect();
+    let scoring = Scoring {
+        model: trained.model.as_ref(),
+        params: Some(&trained.params),
+        builder: cfg
+            .ensemble
+            .is_none()
+            .then_some(&arch as &dyn crate::train::ModelBuilder),
+        input_std,
+        batch: cfg.batch,
+        device,
+    };
+    let mut results = Vec::new();
+    for (_, b) in &built {
+        if let Built::Scorer(s) = b {
+            results.push(bench_scoring(
+                &scoring,
+                ds,
+                &items,
+                s.as_ref(),
+                cfg.repeats,
+            )?);
+        }
+    }
+    for (_, b) in &built {
+        if let Built::Batch(sel) = b {
+            results.push(bench_batch_selection(
+                &scoring,
+                ds,
+                &items,
+                sel.as_ref(),
+                20,
+                cfg.repeats,
+            )?);
+        }
+    }
+    Ok(results)
+}
+
+/// [`bench_duq_training`] of the paper's Fashion-MNIST DUQ CNN on the first 2,048 items of
+/// `ds` (normalised) with penalty weight `lambda` (0 skips the input gradient); returns the
+/// images/s and the configuration timed.
+pub fn bench_duq_fm(
+    ds: &Dataset,
+    lambda: f64,
+    steps: usize,
+    repeats: usize,
+    device: &candle_core::Device,
+) -> Result<(f64, crate::duq::cnn::DuqCnnConfig)> {
+    if !(lambda.is_finite() && lambda >= 0.0) {
+        return Err(crate::Error::config(
+            "lambda",
+            format!("{lambda} is not a number >= 0"),
+        ));
+    }
+    if steps == 0 || repeats == 0 || ds.is_empty() {
+        return Err(crate::Error::config(
+            "bench",
+            "steps and repeats must be at least 1, the data not empty",
+        ));
+    }
+    let ids: Vec<usize> = (0..ds.len().min(2048)).collect();
+    let x = ds.batch(&ids, device)?;
+    let y = ds.batch_labels(&ids, device)?;
+    let mut cfg = crate::duq::cnn::DuqCnnConfig::default();
+    cfg.settings.lambda = lambda;
+    cfg.settings.penalty = if lambda > 0.0 {
+        crate::duq::Penalty::TwoSided
+    } else {
+        crate::duq::Penalty::None
+    };
+    let rate = bench_duq_training(&x, &y, &cfg, steps, repeats)?;
+    Ok((rate, cfg))
+}

@@ -5,13 +5,18 @@
 //! in it is executed. Tensor names follow PyTorch's `state_dict` names for the same layers (see
 //! [`crate::nn::Cnn`] and [`crate::nn::Mlp`]), so weights trained elsewhere can be converted by
 //! renaming at most. Loading checks that the file holds exactly the expected tensors with the
-//! expected shapes.
+//! expected shapes. [`open`] also takes `hf:OWNER/NAME` model repositories, and
+//! [`open_ensemble`] several checkpoints as one deep ensemble.
 
 use crate::data::Normalizer;
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
+use crate::hub::{Hub, HubRepo, RepoKind};
+use crate::models::Arch;
 use crate::nn::init::Params;
-use crate::nn::{Arch, Classifier, ModelBuilder};
+use crate::nn::{Classifier, Ensemble};
+use crate::observe::Observer;
+use crate::train::ModelBuilder;
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -57,7 +62,8 @@ pub struct Checkpoint {
 
 const FORMAT: u32 = 1;
 
-/// Writes `dir/model.safetensors` and `dir/config.json` (each atomically).
+/// Writes `dir/model.safetensors` and `dir/config.json` (each atomically); returns the config
+/// written.
 pub fn save(
     dir: &Path,
     arch: &Arch,
@@ -65,7 +71,7 @@ pub fn save(
     normalizer: &Normalizer,
     item_shape: &[usize],
     classes: Vec<String>,
-) -> Result<()> {
+) -> Result<CheckpointConfig> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let named = params.named();
     let tensors: HashMap<String, Tensor> = named
@@ -91,7 +97,8 @@ pub fn save(
             })
             .collect(),
     };
-    write_json(&dir.join("config.json"), &config)
+    write_json(&dir.join("config.json"), &config)?;
+    Ok(config)
 }
 
 /// Converts bare weights (a safetensors file of named tensors, e.g. a PyTorch `state_dict`
@@ -162,6 +169,7 @@ pub fn import(
         item_shape,
         classes,
     )
+    .map(|_| ())
 }
 
 /// Loads a checkpoint folder onto `device`.
@@ -229,6 +237,74 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     Ok(Checkpoint {
         config,
         model,
+        params: Params::from_named(named),
+    })
+}
+
+/// Opens a checkpoint by name: a folder, or `hf:OWNER/NAME[@REV]` for a model repository on
+/// the Hub (its `config.json` and `model.safetensors` fetched through `hub`'s cache first).
+pub fn open(
+    name: &str,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    let Some(repo) = name.strip_prefix("hf:") else {
+        return load(Path::new(name), device);
+    };
+    let repo = HubRepo::parse(repo)?;
+    let mut dir = None;
+    for file in ["config.json", "model.safetensors"] {
+        let p = hub.get(&repo, RepoKind::Model, file, observer)?;
+        dir = p.parent().map(Path::to_path_buf);
+    }
+    let dir = dir.ok_or_else(|| Error::config("checkpoint", format!("{name}: no folder")))?;
+    load(&dir, device)
+}
+
+/// Opens one checkpoint, or several of the same architecture and normalisation as one deep
+/// [`Ensemble`] (parameters renamed `m{k}.{name}`; the first checkpoint's config).
+pub fn open_ensemble(
+    names: &[String],
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    match names {
+        [] => return Err(Error::config("checkpoint", "no checkpoint given")),
+        [one] => return open(one, hub, device, observer),
+        _ => {}
+    }
+    let mut members = Vec::new();
+    let mut named = Vec::new();
+    let mut config: Option<CheckpointConfig> = None;
+    for (k, name) in names.iter().enumerate() {
+        let c = open(name, hub, device, observer)?;
+        if let Some(first) = &config {
+            if first.arch != c.config.arch || first.normalizer != c.config.normalizer {
+                return Err(Error::state(
+                    name,
+                    format!(
+                        "an ensemble's checkpoints must share the architecture and \
+                         normalisation of {}",
+                        names[0]
+                    ),
+                ));
+            }
+        }
+        named.extend(
+            c.params
+                .named()
+                .into_iter()
+                .map(|(n, v)| (format!("m{k}.{n}"), v)),
+        );
+        members.push(c.model);
+        config.get_or_insert(c.config);
+    }
+    let config = config.ok_or_else(|| Error::config("checkpoint", "no checkpoint given"))?;
+    Ok(Checkpoint {
+        config,
+        model: Box::new(Ensemble::new(members)?),
         params: Params::from_named(named),
     })
 }

@@ -9,337 +9,17 @@
 //!   cycles `1..=cycles` (the paper's Table 3 convention);
 //! - `curve.svg`, `curve.png`: mean ± std of ACC and NLL against the labeled count.
 
-use crate::acquire::{run, LoopConfig, RunContext, RunState, Strategy};
+use crate::acquire::{run, LoopConfig, RunContext, RunState};
 use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_atomic, write_json};
-use crate::nn::Arch;
+use crate::models::Arch;
 use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
-use alkit_acquisition::{
-    BatchBald, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl,
-    ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
-};
+use crate::strategies::{ScorerSettings, StrategyKind};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::sync::Arc;
-
-/// The strategies the CLI knows by name: a closed set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StrategyKind {
-    /// Predictive entropy, top-k.
-    Entropy,
-    /// Margin, top-k.
-    Margin,
-    /// Least confidence, top-k.
-    LeastConfidence,
-    /// Uniformly random.
-    Random,
-    /// REGrad* (layer selection + perturbation), top-k.
-    RegradStar,
-    /// REGrad (layer selection), top-k.
-    Regrad,
-    /// ExGrad, top-k.
-    Exgrad,
-    /// NEGrad, top-k.
-    Negrad,
-    /// UNGrad, top-k.
-    Ungrad,
-    /// GradNorm, top-k.
-    Gradnorm,
-    /// ExGrad's V-term, top-k.
-    ExgradV,
-    /// Expected KL under input noise, top-k.
-    PerturbX,
-    /// Expected KL under weight noise, top-k.
-    PerturbTheta,
-    /// BALD (mutual information) over MC-dropout samples.
-    Bald,
-    /// DUQ's `1 - max_c K_c` (needs a DUQ model).
-    Duq,
-    /// BatchBALD (Kirsch et al. 2019): the batch that maximises the joint mutual information
-    /// over MC-dropout samples, chosen greedily.
-    BatchBald,
-    /// Entropy of the MC-dropout mean.
-    McEntropy,
-    /// Class variance over MC-dropout samples.
-    ClassVariance,
-    /// Variation ratio over MC-dropout samples.
-    VariationRatio,
-    /// One minus the mean max-probability over MC-dropout samples.
-    McMaxProb,
-}
-
-/// How a curve's scored strategies select (applied to every strategy but `random`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SelectKind {
-    /// The `query` highest scores.
-    #[default]
-    TopK,
-    /// Sampling with weights `score^beta`.
-    Power,
-    /// Sampling with weights `exp(beta score)`.
-    Softmax,
-    /// Sampling with weights `rank^-beta`.
-    Softrank,
-    /// BatchBALD's joint selection (Kirsch et al. 2019). It needs the draws, not a score
-    /// vector, so it applies to `bald` only (which then runs as `batchbald`).
-    #[serde(rename = "batchbald")]
-    BatchBald,
-}
-
-impl SelectKind {
-    /// The CLI name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SelectKind::TopK => "top-k",
-            SelectKind::Power => "power",
-            SelectKind::Softmax => "softmax",
-            SelectKind::Softrank => "softrank",
-            SelectKind::BatchBald => "batchbald",
-        }
-    }
-
-    /// The selection over scores with inverse temperature `beta`; `None` for
-    /// [`SelectKind::BatchBald`], which does not select from scores.
-    pub fn selection(self, beta: f32) -> Option<Selection> {
-        Some(match self {
-            SelectKind::TopK => Selection::TopK,
-            SelectKind::Power => Selection::Power { beta },
-            SelectKind::Softmax => Selection::Softmax { beta },
-            SelectKind::Softrank => Selection::SoftRank { beta },
-            SelectKind::BatchBald => return None,
-        })
-    }
-}
-
-impl FromStr for SelectKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        [
-            SelectKind::TopK,
-            SelectKind::Power,
-            SelectKind::Softmax,
-            SelectKind::Softrank,
-            SelectKind::BatchBald,
-        ]
-        .into_iter()
-        .find(|k| k.name() == s)
-        .ok_or_else(|| {
-            format!(
-                "unknown selection `{s}`; expected one of: top-k, power, softmax, softrank, batchbald"
-            )
-        })
-    }
-}
-
-/// Settings of the parameterised scorers (REGrad's `lambda`, REGrad*'s noise).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ScorerSettings {
-    /// REGrad layer-selection strength `lambda`.
-    pub lambda: f32,
-    /// REGrad* input-noise standard deviation on the `[0, 1]` scale.
-    pub sigma: f32,
-    /// REGrad*'s number of perturbed copies `N`.
-    pub perturbations: usize,
-    /// Perturb-x input-noise standard deviation on the `[0, 1]` scale.
-    pub perturb_x_sigma: f32,
-    /// Perturb-theta weight-noise standard deviation.
-    pub perturb_theta_sigma: f32,
-    /// Draws of Perturb-x and Perturb-theta.
-    pub perturb_samples: usize,
-    /// MC-dropout forward passes of the sample scorers (BALD, ...).
-    pub mc_samples: usize,
-    /// Selection mode of every scored strategy.
-    pub select: SelectKind,
-    /// Inverse temperature of the stochastic selection modes.
-    pub beta: f32,
-    /// Sample scorers and BatchBALD read the members of an ensemble model instead of
-    /// MC-dropout passes (set when the loop trains ensembles).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub members: bool,
-}
-
-impl Default for ScorerSettings {
-    fn default() -> Self {
-        Self {
-            lambda: 0.3,
-            sigma: 0.02,
-            perturbations: 8,
-            perturb_x_sigma: 0.05,
-            perturb_theta_sigma: 0.01,
-            perturb_samples: 8,
-            mc_samples: 20,
-            select: SelectKind::TopK,
-            beta: 1.0,
-            members: false,
-        }
-    }
-}
-
-impl StrategyKind {
-    /// Every strategy, in CLI order.
-    pub const ALL: [StrategyKind; 20] = [
-        StrategyKind::Entropy,
-        StrategyKind::Margin,
-        StrategyKind::LeastConfidence,
-        StrategyKind::Random,
-        StrategyKind::RegradStar,
-        StrategyKind::Regrad,
-        StrategyKind::Exgrad,
-        StrategyKind::Negrad,
-        StrategyKind::Ungrad,
-        StrategyKind::Gradnorm,
-        StrategyKind::ExgradV,
-        StrategyKind::PerturbX,
-        StrategyKind::PerturbTheta,
-        StrategyKind::Bald,
-        StrategyKind::BatchBald,
-        StrategyKind::McEntropy,
-        StrategyKind::ClassVariance,
-        StrategyKind::VariationRatio,
-        StrategyKind::McMaxProb,
-        StrategyKind::Duq,
-    ];
-
-    /// The strategies `alkit curve` runs when none is named.
-    pub const DEFAULT: [StrategyKind; 4] = [
-        StrategyKind::Entropy,
-        StrategyKind::Margin,
-        StrategyKind::LeastConfidence,
-        StrategyKind::Random,
-    ];
-
-    /// The CLI/CSV name.
-    pub fn name(self) -> &'static str {
-        match self {
-            StrategyKind::Entropy => "entropy",
-            StrategyKind::Margin => "margin",
-            StrategyKind::LeastConfidence => "least-confidence",
-            StrategyKind::Random => "random",
-            StrategyKind::RegradStar => "regrad-star",
-            StrategyKind::Regrad => "regrad",
-            StrategyKind::Exgrad => "exgrad",
-            StrategyKind::Negrad => "negrad",
-            StrategyKind::Ungrad => "ungrad",
-            StrategyKind::Gradnorm => "gradnorm",
-            StrategyKind::ExgradV => "exgrad-v",
-            StrategyKind::PerturbX => "perturb-x",
-            StrategyKind::PerturbTheta => "perturb-theta",
-            StrategyKind::Bald => "bald",
-            StrategyKind::BatchBald => "batchbald",
-            StrategyKind::McEntropy => "mc-entropy",
-            StrategyKind::ClassVariance => "class-variance",
-            StrategyKind::VariationRatio => "variation-ratio",
-            StrategyKind::McMaxProb => "mc-max-prob",
-            StrategyKind::Duq => "duq",
-        }
-    }
-
-    /// The scorer, if the strategy scores one candidate at a time (all but `random` and
-    /// `batchbald`).
-    pub fn scorer(self, s: &ScorerSettings) -> Option<Arc<dyn Scorer>> {
-        let regrad = |perturbations| ReGrad {
-            lambda: s.lambda,
-            request: GradRequest {
-                perturbations,
-                sigma: s.sigma,
-                expected: false,
-            },
-        };
-        let sample = |score| {
-            if s.members {
-                SampleScorer::members(score)
-            } else {
-                SampleScorer::mc_dropout(score, s.mc_samples)
-            }
-        };
-        Some(match self {
-            StrategyKind::Entropy => Arc::new(Builtin::Entropy),
-            StrategyKind::Margin => Arc::new(Builtin::Margin),
-            StrategyKind::LeastConfidence => Arc::new(Builtin::LeastConfidence),
-            StrategyKind::Random | StrategyKind::BatchBald => return None,
-            StrategyKind::RegradStar => Arc::new(regrad(s.perturbations.max(1))),
-            StrategyKind::Regrad => Arc::new(regrad(0)),
-            StrategyKind::Exgrad => Arc::new(ExGrad),
-            StrategyKind::Negrad => Arc::new(NeGrad),
-            StrategyKind::Ungrad => Arc::new(UnGrad),
-            StrategyKind::Gradnorm => Arc::new(GradNorm),
-            StrategyKind::ExgradV => Arc::new(ExGradV),
-            StrategyKind::PerturbX => Arc::new(PerturbKl {
-                request: SampleRequest::InputNoise {
-                    sigma: s.perturb_x_sigma,
-                    samples: s.perturb_samples,
-                },
-            }),
-            StrategyKind::PerturbTheta => Arc::new(PerturbKl {
-                request: SampleRequest::WeightNoise {
-                    sigma: s.perturb_theta_sigma,
-                    samples: s.perturb_samples,
-                },
-            }),
-            StrategyKind::Bald => Arc::new(sample(SampleScore::Bald)),
-            StrategyKind::McEntropy => Arc::new(sample(SampleScore::MeanEntropy)),
-            StrategyKind::ClassVariance => Arc::new(sample(SampleScore::ClassVariance)),
-            StrategyKind::VariationRatio => Arc::new(sample(SampleScore::VariationRatio)),
-            StrategyKind::McMaxProb => Arc::new(sample(SampleScore::MaxProb)),
-            StrategyKind::Duq => Arc::new(DuqCertainty),
-        })
-    }
-
-    /// The runnable strategy: the scorer with `s.select` (named `<select>-<scorer>` unless
-    /// top-k), BatchBALD (its own joint selection; `s.select` does not apply), or random.
-    pub fn strategy(self, s: &ScorerSettings) -> Strategy {
-        if self == StrategyKind::BatchBald
-            || (self == StrategyKind::Bald && s.select == SelectKind::BatchBald)
-        {
-            return Strategy::batch(Arc::new(if s.members {
-                BatchBald::members()
-            } else {
-                BatchBald::mc_dropout(s.mc_samples)
-            }));
-        }
-        match self.scorer(s) {
-            Some(sc) => {
-                let name = match s.select {
-                    SelectKind::TopK => self.name().to_string(),
-                    other => format!("{}-{}", other.name(), self.name()),
-                };
-                // Other scorers never meet `batchbald` here: `run_curve` refuses the pair.
-                let selection = s.select.selection(s.beta).unwrap_or(Selection::TopK);
-                Strategy::scored(sc, selection).named(name)
-            }
-            None => Strategy::random(),
-        }
-    }
-}
-
-impl FromStr for StrategyKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        StrategyKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = StrategyKind::ALL.iter().map(|k| k.name()).collect();
-                format!(
-                    "unknown scorer `{s}`; expected one of: {}",
-                    names.join(", ")
-                )
-            })
-    }
-}
-
-impl std::fmt::Display for StrategyKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Everything that defines a curve experiment; saved as `run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -401,22 +81,14 @@ pub fn run_curve(
 ) -> Result<Vec<RunState>> {
     // Validate everything before touching the output folder.
     let params = spec.config.validate(train.len())?;
-    if spec.scorers.select == SelectKind::BatchBald {
-        if let Some(k) = spec.strategies.iter().find(|k| {
-            !matches!(
-                k,
-                StrategyKind::Bald | StrategyKind::BatchBald | StrategyKind::Random
-            )
-        }) {
-            return Err(Error::config(
-                "select",
-                format!(
-                    "batchbald selects jointly from MC-dropout or ensemble draws; it applies to \
-                     bald, not to `{k}`"
-                ),
-            ));
-        }
-    }
+    spec.scorers.validate()?;
+    // Every strategy is built once up front: a settings error (a scorer under
+    // `--select batchbald`) is reported before the output folder is touched.
+    let strategies = spec
+        .strategies
+        .iter()
+        .map(|k| k.strategy(&spec.scorers))
+        .collect::<Result<Vec<_>>>()?;
     if spec.scorers.members != spec.config.ensemble.is_some() {
         return Err(Error::config(
             "ensemble",
@@ -452,11 +124,10 @@ pub fn run_curve(
     };
     let mut states = Vec::new();
     for &seed in &spec.seeds {
-        for &kind in &spec.strategies {
-            let strategy = kind.strategy(&spec.scorers);
+        for strategy in &strategies {
             let path = state_path(out, strategy.name(), seed);
             let fresh = RunState::new(
-                &strategy,
+                strategy,
                 seed,
                 &spec.config,
                 model_desc.clone(),
@@ -471,7 +142,7 @@ pub fn run_curve(
                 fresh
             };
             if !state.is_complete() {
-                run(&ctx, &strategy, &mut state, Some(&path), observer)?;
+                run(&ctx, strategy, &mut state, Some(&path), observer)?;
             }
             states.push(state);
             write_atomic(&out.join("curve.csv"), curve_csv(&states).as_bytes())?;
@@ -524,7 +195,7 @@ pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
         .into_iter()
         .map(|name| {
             let runs: Vec<&RunState> = states.iter().filter(|s| s.strategy == name).collect();
-            let avg = |st: &RunState, f: fn(&crate::acquire::CycleRecord) -> f64| {
+            let avg = |st: &RunState, f: fn(&crate::observe::CycleRecord) -> f64| {
                 let rs: Vec<f64> = st.records.iter().filter(|r| r.cycle >= 1).map(f).collect();
                 if rs.is_empty() {
                     st.records.first().map_or(f64::NAN, f)
@@ -588,7 +259,7 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
         for (panel, f) in [
             (
                 &mut acc,
-                (|r: &crate::acquire::CycleRecord| r.acc) as fn(&_) -> f64,
+                (|r: &crate::observe::CycleRecord| r.acc) as fn(&_) -> f64,
             ),
             (&mut nll, |r| r.nll),
         ] {
@@ -612,5 +283,86 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
         panels: vec![acc, nll],
         panel_width: 480,
         height: 360,
+    }
+}
+
+/// The files a curve run writes into its folder (besides `runs/`): what `--force` removes
+/// before starting over. Nothing else in the folder is touched.
+pub const OUTPUTS: [&str; 5] = [
+    "run.json",
+    "curve.csv",
+    "summary.csv",
+    "curve.svg",
+    "curve.png",
+];
+
+/// Removes a previous run's outputs from `out` ([`OUTPUTS`] and `runs/`), so that a run can
+/// start over in the same folder. Missing files are fine; any other failure is an error.
+pub fn remove_outputs(out: &Path) -> Result<()> {
+    for p in OUTPUTS {
+        let path = out.join(p);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(path, e)),
+            _ => {}
+        }
+    }
+    let runs = out.join("runs");
+    match std::fs::remove_dir_all(&runs) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(runs, e)),
+        _ => Ok(()),
+    }
+}
+
+/// An observer that writes every pool scoring of a curve run to
+/// `dir/<strategy>/seed<S>/cycle<C>.csv` (`index,score`, the candidates' dataset indices and
+/// scores) and passes every event on to `inner`. A failed write stops the run; the error is
+/// kept in [`SaveScores::error`].
+pub struct SaveScores<'a> {
+    dir: PathBuf,
+    run: (String, u64),
+    inner: &'a mut dyn Observer,
+    /// The first write that failed.
+    pub error: Option<Error>,
+}
+
+impl<'a> SaveScores<'a> {
+    /// Saves under `dir`, forwarding to `inner`.
+    pub fn new(dir: PathBuf, inner: &'a mut dyn Observer) -> Self {
+        Self {
+            dir,
+            run: (String::new(), 0),
+            inner,
+            error: None,
+        }
+    }
+}
+
+impl Observer for SaveScores<'_> {
+    fn on(&mut self, event: &crate::observe::Event<'_>) -> crate::observe::Control {
+        use crate::observe::{Control, Event};
+        match event {
+            Event::RunStarted { strategy, seed, .. } => self.run = (strategy.to_string(), *seed),
+            Event::Scored {
+                cycle,
+                indices,
+                scores,
+            } => {
+                let path = self
+                    .dir
+                    .join(&self.run.0)
+                    .join(format!("seed{}", self.run.1))
+                    .join(format!("cycle{cycle}.csv"));
+                let mut s = String::from("index,score\n");
+                for (i, v) in indices.iter().zip(scores.iter()) {
+                    s.push_str(&format!("{i},{v}\n"));
+                }
+                if let Err(e) = write_atomic(&path, s.as_bytes()) {
+                    self.error = Some(e);
+                    return Control::Stop;
+                }
+            }
+            _ => {}
+        }
+        self.inner.on(event)
     }
 }

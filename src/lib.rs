@@ -23,15 +23,20 @@ pub mod curve;
 pub mod data;
 pub mod duq;
 pub mod error;
+pub mod eval;
 pub mod fsutil;
 pub mod hub;
+mod kernels;
 pub mod metrics;
+pub mod models;
 pub mod nn;
 pub mod observe;
 pub mod plot;
 pub mod predict;
 pub mod rng;
+pub mod round;
 pub mod session;
+pub mod strategies;
 pub mod surface;
 pub mod train;
 
@@ -44,12 +49,5 @@ pub use error::{Error, Result};
 /// binary, the examples and the tests do. It changes process-wide allocator thresholds, so a
 /// library never calls it on its own.
 pub fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)]
-    // SAFETY: mallopt only changes two allocator thresholds and takes no pointers; glibc
-    // serialises it with the allocator's own lock.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-    }
+    kernels::sys::raise_mmap_threshold();
 }

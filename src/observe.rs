@@ -4,7 +4,7 @@
 //! interrupt a run at an exact point. Returning [`Control::Stop`] ends the run cleanly with
 //! [`crate::Error::Interrupted`]; every cycle completed before it is already saved.
 
-use crate::acquire::CycleRecord;
+use serde::{Deserialize, Serialize};
 
 /// Something the library is doing or has done.
 #[derive(Debug, Clone)]
@@ -100,3 +100,21 @@ pub fn check(observer: &mut dyn Observer, event: &Event<'_>) -> crate::Result<()
 pub struct Silent;
 
 impl Observer for Silent {}
+
+/// One row of an acquisition curve: what a finished cycle reports (it lives here, with the
+/// events that carry it, so that reporting sits below the loop that produces it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CycleRecord {
+    /// Cycle (0 = trained on the seed set).
+    pub cycle: usize,
+    /// Labeled items the cycle's model was trained on.
+    pub labeled: usize,
+    /// Test accuracy.
+    pub acc: f64,
+    /// Test NLL (nats).
+    pub nll: f64,
+    /// Seconds spent training.
+    pub train_s: f64,
+    /// Seconds spent scoring and selecting the items this cycle added (0 for cycle 0).
+    pub score_s: f64,
+}

@@ -6,9 +6,10 @@ use crate::error::{Error, Result};
 use crate::nn::gradnorm::autograd_grad_norms;
 use crate::nn::init::Params;
 use crate::nn::layers::log_probs;
-use crate::nn::{Classifier, ModelBuilder};
+use crate::nn::{grad_norms, kernel_values, mc_dropout_logits, member_logits, Classifier};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
+use crate::train::ModelBuilder;
 use alkit_acquisition::{
     Evidence, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
 };
@@ -97,12 +98,9 @@ impl Scoring<'_> {
             let c = self.model.classes();
             let mut k = Vec::with_capacity(indices.len() * c);
             for chunk in indices.chunks(self.batch.max(1)) {
-                let kv = self
-                    .model
-                    .kernel_values(&data.batch(chunk, self.device)?)?
-                    .ok_or_else(|| {
-                        Error::config("scorer", "`duq` needs a DUQ model (`--model duq`)")
-                    })?;
+                let kv = kernel_values(self.model, &data.batch(chunk, self.device)?)?.ok_or_else(
+                    || Error::config("scorer", "`duq` needs a DUQ model (`--model duq`)"),
+                )?;
                 k.extend(kv.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
                 scored(observer, k.len() / c, indices.len())?;
             }
@@ -230,7 +228,8 @@ impl Scoring<'_> {
             }
             SampleRequest::McDropout { samples } => {
                 draws = self.draw_chunks(indices, observer, |chunk| {
-                    Ok(self.model.mc_dropout_logits(
+                    Ok(mc_dropout_logits(
+                        self.model,
                         &data.batch(chunk, self.device)?,
                         samples.max(1),
                         rng,
@@ -239,14 +238,12 @@ impl Scoring<'_> {
             }
             SampleRequest::Members => {
                 draws = self.draw_chunks(indices, observer, |chunk| {
-                    self.model
-                        .member_logits(&data.batch(chunk, self.device)?)?
-                        .ok_or_else(|| {
-                            Error::config(
-                                "ensemble",
-                                "member samples need an ensemble model (e.g. `--ensemble 5`)",
-                            )
-                        })
+                    member_logits(self.model, &data.batch(chunk, self.device)?)?.ok_or_else(|| {
+                        Error::config(
+                            "ensemble",
+                            "member samples need an ensemble model (e.g. `--ensemble 5`)",
+                        )
+                    })
                 })?;
             }
             other => {
@@ -289,7 +286,7 @@ impl Scoring<'_> {
         let mut done = 0;
         for chunk in indices.chunks(self.batch.clamp(1, 256)) {
             let x = self.noisy_batch(data, chunk, req.sigma, copies, true, rng)?;
-            let out = match self.model.grad_norms(&x, copies, req.expected)? {
+            let out = match grad_norms(self.model, &x, copies, req.expected)? {
                 Some(o) => o,
                 None => match &fallback {
                     Some(p) => autograd_grad_norms(self.model, p, &x, copies, req.expected)?,

@@ -17,35 +17,21 @@ use crate::data::source::{read_csv, Items, Loaded};
 use crate::data::{Dataset, Normalizer};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
-use crate::nn::{Arch, CnnConfig, MlpConfig};
+use crate::models::Arch;
+use crate::nn::init::Params;
 use crate::observe::Observer;
 use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs, Scoring};
-use crate::rng::{stream, Purpose};
-use crate::train::{train, TrainConfig, TrainRngs, Trained};
-use alkit_acquisition::{Scorer, Selection};
+use crate::rng::Purpose;
+use crate::round::{fit, pick, pick_random, Picked, Strategy};
+use crate::train::{TrainConfig, Trained};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 const FORMAT: u32 = 1;
 /// Name of the state file inside a session folder.
 pub const STATE_FILE: &str = "session.json";
-
-/// The architecture a session uses by default: the REGrad CNN for images at least 10x10,
-/// an MLP 256-128 for everything else.
-pub fn default_arch(item_shape: &[usize], classes: usize) -> Arch {
-    match item_shape {
-        [_, h, w] if *h >= 10 && *w >= 10 => Arch::Cnn(CnnConfig::standard(item_shape, classes)),
-        _ => Arch::Mlp(MlpConfig {
-            inputs: item_shape.iter().product(),
-            hidden: vec![256, 128],
-            classes,
-            dropout: 0.0,
-        }),
-    }
-}
 
 /// A labeled item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,8 +51,8 @@ pub struct Pending {
     pub id: String,
     /// The query round that asked for it (from 1).
     pub round: usize,
-    /// Its score then.
-    pub score: f32,
+    /// Its score then (`null` for random picks and joint batch criteria).
+    pub score: Option<f32>,
 }
 
 /// One query round.
@@ -99,6 +85,10 @@ pub struct SessionConfig {
     pub seed: u64,
     /// Inference batch size.
     pub batch: usize,
+    /// Train a deep ensemble of this many members every round (sample scorers and BatchBALD
+    /// then read the members' draws); `None`: one model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ensemble: Option<usize>,
 }
 
 /// Everything a session is: written to `session.json`.
@@ -140,12 +130,11 @@ impl SessionState {
 /// What one query asks for.
 #[derive(Clone)]
 pub struct QueryRequest {
-    /// Ranks the candidates (higher = label first).
-    pub scorer: Arc<dyn Scorer>,
+    /// How the batch is chosen: any strategy of the loop (see [`crate::strategies`]),
+    /// BatchBALD and ensemble draws included.
+    pub strategy: Strategy,
     /// How many items to return.
     pub n: usize,
-    /// How the batch is drawn from the scores.
-    pub selection: Selection,
     /// Also offer items queried earlier and not yet answered.
     pub include_pending: bool,
 }
@@ -157,8 +146,9 @@ pub struct Query {
     pub id: String,
     /// Its position in the pool source.
     pub index: usize,
-    /// Its score.
-    pub score: f32,
+    /// Its score (`None` for random picks and joint batch criteria, which score no single
+    /// item).
+    pub score: Option<f32>,
 }
 
 /// A labeling session over a pool (see the module docs).
@@ -172,20 +162,16 @@ pub struct Learner {
 }
 
 fn fingerprint(items: &Items) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let mut eat = |b: &[u8]| {
-        for &x in b {
-            h = (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
-        }
-    };
+    use std::hash::Hasher;
+    let mut h = crate::data::Fnv1a::default();
     for id in &items.ids {
-        eat(id.as_bytes());
-        eat(&[0]);
+        h.write(id.as_bytes());
+        h.write(&[0]);
     }
     for v in &items.x {
-        eat(&v.to_bits().to_le_bytes());
+        h.write(&v.to_bits().to_le_bytes());
     }
-    h
+    h.finish()
 }
 
 impl Learner {
@@ -329,17 +315,41 @@ impl Learner {
         Learner::resume(state, loaded, &path)
     }
 
-    /// Writes `dir/session.json` atomically, and the last query's model to `dir/model/`.
+    /// Writes `dir/session.json` atomically, and the last query's model to `dir/model/` (an
+    /// ensemble's members to `dir/model/m0/`, `dir/model/m1/`, ...: score them together with
+    /// `--checkpoint DIR/model/m0,DIR/model/m1,...`).
     pub fn save(&self, dir: &Path) -> Result<()> {
         if let Some(t) = &self.last_model {
-            checkpoint::save(
-                &dir.join("model"),
-                &self.state.config.arch,
-                &t.params,
-                &self.state.normalizer,
-                &self.items.item_shape,
-                self.state.classes.clone(),
-            )?;
+            let members: Vec<(PathBuf, Params)> = match self.state.config.ensemble {
+                None => vec![(dir.join("model"), t.params.clone())],
+                Some(k) => (0..k)
+                    .map(|m| {
+                        let prefix = format!("m{m}.");
+                        let named = t
+                            .params
+                            .named()
+                            .into_iter()
+                            .filter_map(|(n, v)| {
+                                n.strip_prefix(&prefix).map(|n| (n.to_string(), v))
+                            })
+                            .collect();
+                        (
+                            dir.join("model").join(format!("m{m}")),
+                            Params::from_named(named),
+                        )
+                    })
+                    .collect(),
+            };
+            for (at, params) in &members {
+                checkpoint::save(
+                    at,
+                    &self.state.config.arch,
+                    params,
+                    &self.state.normalizer,
+                    &self.items.item_shape,
+                    self.state.classes.clone(),
+                )?;
+            }
         }
         write_json(&dir.join(STATE_FILE), &self.state)
     }
@@ -391,22 +401,29 @@ impl Learner {
         }
         let cfg = self.state.config.clone();
         let seed = cfg.seed;
+        let key = round as u64;
         let lab = self.labeled_indices();
-        let (scores, scorer, record) = if lab.is_empty() {
+        let (picked, scorer, record) = if lab.is_empty() {
             self.last_model = None;
+            let picks = pick_random(&cand, request.n, (seed, Purpose::Select, key))?;
+            let none = (None, None, None);
             (
-                vec![0.0f32; cand.len()],
+                Picked {
+                    indices: picks,
+                    scores: None,
+                },
                 "random".to_string(),
-                (None, None, None),
+                none,
             )
         } else {
             let params = cfg.train.validate()?;
-            let trained = train(
+            let trained = fit(
                 &cfg.arch,
+                cfg.ensemble,
                 &self.data,
                 &lab,
                 &params,
-                TrainRngs::for_cycle(seed, round as u64),
+                (seed, key),
                 device,
                 observer,
             )?;
@@ -419,7 +436,7 @@ impl Learner {
                 observer,
             )?;
             let ylab: Vec<u32> = lab.iter().map(|&i| self.data.labels()[i]).collect();
-            let fit = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
+            let fit_metrics = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
             let test = match &self.test {
                 Some(t) => Some(evaluate(
                     trained.model.as_ref(),
@@ -433,40 +450,41 @@ impl Learner {
             let scoring = Scoring {
                 model: trained.model.as_ref(),
                 params: Some(&trained.params),
-                builder: Some(&cfg.arch),
+                // An ensemble's members cannot be rebuilt from one builder (weight noise).
+                builder: cfg.ensemble.is_none().then_some(&cfg.arch),
                 input_std: &self.state.normalizer.std,
                 batch: cfg.batch,
                 device,
             };
-            let mut rng = stream(seed, Purpose::Perturb, round as u64);
-            let ev = scoring.evidence(
+            let picked = pick(
+                &request.strategy,
+                &scoring,
                 &self.data,
                 &cand,
-                request.scorer.needs(),
-                &mut rng,
+                request.n,
+                (seed, key),
+                round,
                 observer,
             )?;
-            let scores = request.scorer.score(&ev)?;
             self.last_model = Some(trained);
             (
-                scores,
-                request.scorer.name().to_string(),
-                (Some(fit.acc), test.map(|m| m.acc), test.map(|m| m.nll)),
+                picked,
+                request.strategy.name().to_string(),
+                (
+                    Some(fit_metrics.acc),
+                    test.map(|m| m.acc),
+                    test.map(|m| m.nll),
+                ),
             )
         };
-        let selection = if lab.is_empty() {
-            Selection::Random
-        } else {
-            request.selection
-        };
-        let mut rng = stream(seed, Purpose::Select, round as u64);
-        let picks = selection.select(&scores, request.n, &mut rng)?;
-        let out: Vec<Query> = picks
+        let out: Vec<Query> = picked
+            .indices
             .iter()
-            .map(|&p| Query {
-                id: self.items.ids[cand[p]].clone(),
-                index: cand[p],
-                score: scores[p],
+            .enumerate()
+            .map(|(k, &i)| Query {
+                id: self.items.ids[i].clone(),
+                index: i,
+                score: picked.scores.as_ref().map(|s| s[k]),
             })
             .collect();
         let chosen: HashSet<&str> = out.iter().map(|q| q.id.as_str()).collect();
@@ -488,6 +506,33 @@ impl Learner {
             test_nll: record.2,
         });
         Ok(out)
+    }
+
+    /// Writes a query's batch to `out` atomically as CSV: `id,index,path,score` (the image's
+    /// path for image-folder pools, else empty; the score empty for random picks and joint
+    /// criteria), best first, quoted as RFC 4180 requires so that `teach` reads every id back.
+    pub fn write_batch(&self, out: &Path, batch: &[Query]) -> Result<()> {
+        let folder = match crate::data::source::Source::parse(&self.state.source) {
+            Ok(crate::data::source::Source::Images(dir)) => Some(dir),
+            _ => None,
+        };
+        let csv_err = |e: csv::Error| Error::io(out, std::io::Error::other(e));
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(["id", "index", "path", "score"])
+            .map_err(csv_err)?;
+        for q in batch {
+            let path = folder
+                .as_ref()
+                .map(|d| d.join(&q.id).to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let score = q.score.map(|v| v.to_string()).unwrap_or_default();
+            w.write_record([q.id.as_str(), &q.index.to_string(), &path, &score])
+                .map_err(csv_err)?;
+        }
+        let bytes = w
+            .into_inner()
+            .map_err(|e| Error::io(out, std::io::Error::other(e.to_string())))?;
+        crate::fsutil::write_atomic(out, &bytes)
     }
 
     /// Teaches `(id, class name)` answers; all are checked before any is applied.

@@ -14,8 +14,9 @@ use crate::data::Dataset;
 use crate::duq::{DuqConfig, DuqMlp};
 use crate::error::Result;
 use crate::metrics::ood_metrics;
+use crate::models::Arch;
 use crate::nn::layers::log_probs;
-use crate::nn::{Arch, Classifier, MlpConfig, Mode};
+use crate::nn::{Classifier, MlpConfig, Mode};
 use crate::observe::Silent;
 use crate::rng::{stream, Purpose, Rng};
 use crate::train::{train, TrainConfig, TrainRngs};
@@ -366,5 +367,101 @@ mod tests {
                 assert!((x - y).abs() < 1e-5, "{ours:?}: {x} vs {y}");
             }
         }
+    }
+}
+
+/// Writes one surface into `out`: `surface.png` (the score over the plane with the training
+/// points), `gradient.png` (the score's gradient magnitude) and `metrics.json`.
+pub fn write(s: &Surface, out: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| crate::Error::io(out, e))?;
+    let title = format!("{}: uncertainty, auroc_far {:.3}", s.scorer, s.auroc_far);
+    let png = crate::plot::heatmap_png(&s.grid, s.n, s.n, s.extent, &s.train_points, &title);
+    crate::fsutil::write_atomic(&out.join("surface.png"), &png)?;
+    let png = crate::plot::heatmap_png(
+        &s.gradient,
+        s.n,
+        s.n,
+        s.extent,
+        &s.train_points,
+        &format!("{}: |d score / dx|", s.scorer),
+    );
+    crate::fsutil::write_atomic(&out.join("gradient.png"), &png)?;
+    crate::fsutil::write_json(&out.join("metrics.json"), s)
+}
+
+/// Median, minimum and maximum of a metric over seeds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// Median (the mean of the two middle values for an even count).
+    pub median: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `v`; `None` when it is empty.
+    pub fn of(v: &[f64]) -> Option<Spread> {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = match v.len() {
+            0 => return None,
+            n if n % 2 == 0 => (v[mid - 1] + v[mid]) / 2.0,
+            _ => v[mid],
+        };
+        Some(Spread {
+            median,
+            min: v[0],
+            max: v[v.len() - 1],
+        })
+    }
+}
+
+/// What [`run_seeds`] measured over its seeds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeedsSummary {
+    /// Test accuracy.
+    pub accuracy: Spread,
+    /// AUROC of in-distribution against far points.
+    pub auroc_far: Spread,
+}
+
+/// Runs `spec` with seeds `first..first + seeds`, writing each surface to `out/seed<S>/` and
+/// the table `out/seeds.csv` (`seed,accuracy,auroc_far`, rewritten after every seed so that a
+/// stopped run keeps what it finished), and hands each finished surface to `done` (progress);
+/// returns the spread of both metrics.
+pub fn run_seeds(
+    spec: &SurfaceSpec,
+    first: u64,
+    seeds: u64,
+    out: &std::path::Path,
+    device: &Device,
+    done: &mut dyn FnMut(u64, &Surface),
+) -> Result<SeedsSummary> {
+    if seeds == 0 {
+        return Err(crate::Error::config("seeds", "must be at least 1"));
+    }
+    std::fs::create_dir_all(out).map_err(|e| crate::Error::io(out, e))?;
+    let mut spec = spec.clone();
+    let mut csv = String::from("seed,accuracy,auroc_far\n");
+    let (mut acc, mut far) = (Vec::new(), Vec::new());
+    for seed in first..first.saturating_add(seeds) {
+        spec.seed = seed;
+        let s = moons_surface(&spec, device)?;
+        write(&s, &out.join(format!("seed{seed}")))?;
+        done(seed, &s);
+        csv.push_str(&format!("{seed},{},{}\n", s.accuracy, s.auroc_far));
+        crate::fsutil::write_atomic(&out.join("seeds.csv"), csv.as_bytes())?;
+        acc.push(s.accuracy);
+        far.push(s.auroc_far);
+    }
+    match (Spread::of(&acc), Spread::of(&far)) {
+        (Some(accuracy), Some(auroc_far)) => Ok(SeedsSummary {
+            accuracy,
+            auroc_far,
+        }),
+        _ => Err(crate::Error::config("seeds", "no seed ran")),
     }
 }

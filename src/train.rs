@@ -1,6 +1,8 @@
-//! Training a classifier from scratch on a labeled subset.
+//! The one training entry: [`train`] makes a fresh model from a [`ModelBuilder`] and fits it
+//! on a labeled subset with the model's own loss and optimiser ([`ModelBuilder::fit`]);
+//! [`train_ensemble`] does it once per member.
 //!
-//! Adam, fixed number of optimiser steps whatever the labeled-set size (so a 20-item seed set
+//! The default recipe ([`fit_softmax`]): softmax cross-entropy and Adam, fixed number of optimiser steps whatever the labeled-set size (so a 20-item seed set
 //! is trained as much as a 220-item one), mini-batches drawn epoch by epoch from a seeded
 //! shuffle, dropout masks from the same seeded stream. [`TrainConfig`] is validated once into
 //! [`TrainParams`].
@@ -9,11 +11,11 @@ use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Params};
 use crate::nn::layers::log_probs;
-use crate::nn::{Arch, Classifier, Ensemble, Mode, ModelBuilder};
+use crate::nn::{Classifier, Ensemble, Mode};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, stream, Purpose, Rng};
 use candle_core::{DType, Device, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 /// Training settings, as written in configs and run states.
@@ -159,9 +161,56 @@ pub fn train_ensemble(
     })
 }
 
-/// Trains a fresh model from `builder` on `data[indices]` (features already normalised).
+/// Makes a fresh classifier from a `VarBuilder` (seeded for training, loaded for checkpoints)
+/// and says how to train it. The one trait a model brings to the loop besides
+/// [`Classifier`].
+pub trait ModelBuilder: Send + Sync {
+    /// Builds the model, requesting its parameters from `vb`.
+    fn build(&self, vb: VarBuilder) -> candle_core::Result<Box<dyn Classifier>>;
+
+    /// Trains a fresh model on `data[indices]` (features already normalised) with the model's
+    /// loss and optimiser. The default is [`fit_softmax`] (softmax cross-entropy, Adam); a
+    /// model with its own objective (DUQ's BCE + gradient penalty with SGD) overrides it.
+    fn fit(
+        &self,
+        data: &Dataset,
+        indices: &[usize],
+        params: &TrainParams,
+        rngs: TrainRngs,
+        device: &Device,
+        observer: &mut dyn Observer,
+    ) -> Result<Trained> {
+        fit_softmax(
+            &|vb| self.build(vb),
+            data,
+            indices,
+            params,
+            rngs,
+            device,
+            observer,
+        )
+    }
+}
+
+/// Trains a fresh model from `builder` on `data[indices]` (features already normalised): the
+/// one training entry, through [`ModelBuilder::fit`].
 pub fn train(
     builder: &dyn ModelBuilder,
+    data: &Dataset,
+    indices: &[usize],
+    params: &TrainParams,
+    rngs: TrainRngs,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Trained> {
+    builder.fit(data, indices, params, rngs, device, observer)
+}
+
+/// Builds a model with `build` from the seeded initialisation stream and trains it with
+/// softmax cross-entropy and Adam for `params.steps` mini-batches (plus the anchor term when
+/// set), dropout masks from the batch stream.
+pub fn fit_softmax(
+    build: &dyn Fn(VarBuilder) -> candle_core::Result<Box<dyn Classifier>>,
     data: &Dataset,
     indices: &[usize],
     params: &TrainParams,
@@ -174,25 +223,6 @@ pub fn train(
         batches: mut train_rng,
     } = rngs;
     let cfg = params.config();
-    if let Some(Arch::Duq(arch)) = builder.arch() {
-        // DUQ trains with its own loss and optimiser (see `duq::cnn`); the step count and
-        // batch size come from the training settings.
-        let (model, params) = crate::duq::cnn::train_duq(
-            &arch,
-            data,
-            indices,
-            cfg.steps,
-            cfg.batch_size,
-            (init_rng, train_rng),
-            device,
-            observer,
-        )?;
-        return Ok(Trained {
-            model: Box::new(model),
-            params,
-            final_loss: f32::NAN,
-        });
-    }
     if indices.is_empty() {
         return Err(Error::config(
             "labeled",
@@ -200,7 +230,7 @@ pub fn train(
         ));
     }
     let (vb, vars) = seeded(init_rng, DType::F32, device);
-    let model = builder.build(vb)?;
+    let model = build(vb)?;
     // A deep copy: `detach` would share storage with the Vars the optimiser updates in place.
     let anchors: Vec<Tensor> = vars
         .vars()

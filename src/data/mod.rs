@@ -11,6 +11,6 @@ pub mod moons;
 pub mod pool;
 pub mod source;
 
-pub use dataset::{load_idx_dir, Dataset, Normalizer, Splits};
+pub use dataset::{load_idx_dir, Dataset, Fnv1a, Normalizer, Splits};
 pub use pool::{Candidates, Pool};
 pub use source::{Items, Loaded, Source};

@@ -107,29 +107,16 @@ impl Pool {
         }
     }
 
-    /// Labels the candidates at `positions` (positions in `candidates`) in `cycle`; returns the
-    /// dataset indices. Errors on an out-of-range or repeated position, or a stale candidate
-    /// list (an item already labeled).
-    pub fn acquire(
-        &mut self,
-        candidates: &Candidates,
-        positions: &[usize],
-        cycle: usize,
-    ) -> Result<Vec<usize>> {
-        let mut indices = Vec::with_capacity(positions.len());
-        for &p in positions {
-            let &i = candidates.indices.get(p).ok_or_else(|| {
-                Error::config(
-                    "selection",
-                    format!(
-                        "position {p} is outside the {} candidates",
-                        candidates.len()
-                    ),
-                )
-            })?;
-            indices.push(i);
+    /// Labels the items `indices` (dataset indices) in `cycle`. Errors, changing nothing, on
+    /// an index outside the pool, a repeated index, or one already labeled.
+    pub fn acquire(&mut self, indices: &[usize], cycle: usize) -> Result<()> {
+        if let Some(&i) = indices.iter().find(|&&i| i >= self.n) {
+            return Err(Error::config(
+                "selection",
+                format!("index {i} is outside the pool of {}", self.n),
+            ));
         }
-        let mut check = indices.clone();
+        let mut check = indices.to_vec();
         check.sort_unstable();
         if check.windows(2).any(|w| w[0] == w[1]) {
             return Err(Error::config(
@@ -140,13 +127,13 @@ impl Pool {
         if let Some(&i) = indices.iter().find(|&&i| self.cycle_of[i].is_some()) {
             return Err(Error::config(
                 "selection",
-                format!("index {i} is already labeled (stale candidate list)"),
+                format!("index {i} is already labeled"),
             ));
         }
-        for &i in &indices {
+        for &i in indices {
             self.mark(i, cycle)?;
         }
-        Ok(indices)
+        Ok(())
     }
 }
 
@@ -155,18 +142,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn positions_map_to_indices_and_never_repeat() {
+    fn acquired_items_leave_the_candidates_and_never_repeat() {
         let mut pool = Pool::from_labeled(6, &[(1, 0), (4, 0)]).unwrap();
-        let cand = pool.candidates();
-        assert_eq!(cand.indices(), &[0, 2, 3, 5]);
-        let got = pool.acquire(&cand, &[3, 1], 1).unwrap();
-        assert_eq!(got, vec![5, 2]);
+        assert_eq!(pool.candidates().indices(), &[0, 2, 3, 5]);
+        pool.acquire(&[5, 2], 1).unwrap();
         assert_eq!(pool.cycle_of(5), Some(1));
         assert_eq!(pool.candidates().indices(), &[0, 3]);
-        // A stale candidate list (index 2 is now labeled) is refused and changes nothing.
-        assert!(pool.acquire(&cand, &[1], 2).is_err());
-        assert!(pool.acquire(&pool.candidates(), &[0, 0], 2).is_err());
-        assert!(pool.acquire(&pool.candidates(), &[9], 2).is_err());
+        // Already labeled, repeated or outside the pool: refused, nothing changes.
+        assert!(pool.acquire(&[0, 2], 2).is_err());
+        assert!(pool.acquire(&[0, 0], 2).is_err());
+        assert!(pool.acquire(&[9], 2).is_err());
         assert_eq!(pool.labeled_count(), 4);
+        assert_eq!(pool.candidates().indices(), &[0, 3]);
     }
 }

@@ -469,53 +469,107 @@ pub fn load_safetensors(path: &Path) -> Result<Items> {
     })
 }
 
-/// Splits one CSV line (RFC 4180 quotes allowed).
-pub(crate) fn csv_fields(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                cur.push('"');
-                chars.next();
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => out.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out.into_iter().map(|f| f.trim().to_string()).collect()
-}
-
 /// A CSV data row: its 1-based line number and its fields.
 pub(crate) type CsvRow = (usize, Vec<String>);
 
-/// A header and data rows, blank lines skipped.
+/// A header and data rows through the `csv` crate: RFC 4180 quoting (a quoted comma or line
+/// break stays in its field), a UTF-8 byte-order mark skipped, fields trimmed, blank lines
+/// skipped; a row whose field count differs from the header's is an error naming its line.
 pub(crate) fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<CsvRow>)> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
-        .filter(|(_, l)| !l.trim().is_empty());
-    let header = lines
-        .next()
-        .map(|(_, l)| csv_fields(l))
-        .ok_or_else(|| Error::data(path, DataProblem::Other("is empty (no header)".into())))?;
-    let rows: Vec<CsvRow> = lines.map(|(n, l)| (n, csv_fields(l))).collect();
-    for (n, r) in &rows {
-        if r.len() != header.len() {
-            return Err(Error::Row {
-                path: path.to_path_buf(),
-                row: *n,
-                problem: format!("{} fields, the header has {}", r.len(), header.len()),
-            });
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_csv_from(path, &bytes)
+}
+
+/// [`read_csv`] over bytes in memory (`path` names them in errors).
+pub(crate) fn read_csv_from(path: &Path, bytes: &[u8]) -> Result<(Vec<String>, Vec<CsvRow>)> {
+    let mut rd = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(bytes);
+    let bad = |line: u64, problem: String| Error::Row {
+        path: path.to_path_buf(),
+        row: line as usize,
+        problem,
+    };
+    // The crate positions a record where the previous one ended, before any blank lines it
+    // skipped: step over those line breaks so that errors name the record's own line.
+    let line_of = |pos: &csv::Position| -> u64 {
+        let start = usize::try_from(pos.byte()).unwrap_or(usize::MAX);
+        let skipped = bytes
+            .get(start..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .filter(|&&b| b == b'\n')
+            .count();
+        pos.line() + skipped as u64
+    };
+    let mut header: Option<Vec<String>> = None;
+    let mut rows = Vec::new();
+    for rec in rd.records() {
+        let rec = rec.map_err(|e| {
+            let line = e.position().map_or(0, line_of);
+            bad(line, format!("unreadable CSV: {e}"))
+        })?;
+        if rec.iter().all(str::is_empty) {
+            continue;
+        }
+        let line = rec.position().map_or(0, line_of);
+        let fields: Vec<String> = rec.iter().map(str::to_string).collect();
+        match &header {
+            None => header = Some(fields),
+            Some(h) if h.len() != fields.len() => {
+                return Err(bad(
+                    line,
+                    format!("{} fields, the header has {}", fields.len(), h.len()),
+                ))
+            }
+            Some(_) => rows.push((line as usize, fields)),
         }
     }
+    let header = header
+        .ok_or_else(|| Error::data(path, DataProblem::Other("is empty (no header)".into())))?;
     Ok((header, rows))
+}
+
+/// Item indices into a split of `n` items: one per line, or the `index` column of a CSV with
+/// a header (what `alkit score` and `query` write). Errors name the line.
+pub fn read_indices(path: &Path, n: usize) -> Result<Vec<usize>> {
+    let (header, rows) = read_csv(path)?;
+    let headerless = header.len() == 1 && header[0].parse::<usize>().is_ok();
+    let col = if headerless {
+        0
+    } else {
+        header.iter().position(|h| h == "index").ok_or_else(|| {
+            Error::data(
+                path,
+                DataProblem::Other("the header has no `index` column".into()),
+            )
+        })?
+    };
+    let first = headerless.then(|| (1, header.clone()));
+    let mut out = Vec::with_capacity(rows.len() + 1);
+    for (line, fields) in first.into_iter().chain(rows) {
+        let f = fields.get(col).map_or("", String::as_str);
+        let i: usize = f.parse().map_err(|_| Error::Row {
+            path: path.to_path_buf(),
+            row: line,
+            problem: format!("`{f}` is not an item index"),
+        })?;
+        if i >= n {
+            return Err(Error::Row {
+                path: path.to_path_buf(),
+                row: line,
+                problem: format!("index {i} is outside the split of {n} items"),
+            });
+        }
+        out.push(i);
+    }
+    if out.is_empty() {
+        return Err(Error::data(path, DataProblem::Other("no indices".into())));
+    }
+    Ok(out)
 }
 
 /// Tabular items: optional `id` and `label` columns, every other column a number.
@@ -790,12 +844,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn csv_fields_handle_quotes() {
+    fn csv_reads_quotes_a_bom_and_blank_lines_and_names_bad_lines() {
+        let p = Path::new("t.csv");
+        // A BOM, a quoted comma, an escaped quote, a quoted line break, a blank line.
+        let text = "\u{feff}id,label\n\"a,b\",1\n\n\"say \"\"hi\"\"\",2\n\"two\nlines\",3\n";
+        let (h, rows) = read_csv_from(p, text.as_bytes()).unwrap();
+        assert_eq!(h, vec!["id", "label"]);
+        let got: Vec<(usize, Vec<&str>)> = rows
+            .iter()
+            .map(|(n, f)| (*n, f.iter().map(String::as_str).collect()))
+            .collect();
         assert_eq!(
-            csv_fields(r#"a, "b,c" ,"d""e""#),
-            vec!["a", "b,c", r#"d"e"#]
+            got,
+            vec![
+                (2, vec!["a,b", "1"]),
+                (4, vec!["say \"hi\"", "2"]),
+                (5, vec!["two\nlines", "3"]),
+            ]
         );
-        assert_eq!(csv_fields(""), vec![""]);
+        let e = read_csv_from(p, "id,label\nx,1\ny,2,3\n".as_bytes()).unwrap_err();
+        assert!(matches!(e, Error::Row { row: 3, .. }), "{e}");
+        let e = read_csv_from(p, "id,label\n\r\n\nx,1,0\n".as_bytes()).unwrap_err();
+        assert!(matches!(e, Error::Row { row: 4, .. }), "{e}");
+        assert!(read_csv_from(p, "".as_bytes()).is_err());
     }
 
     #[test]

@@ -17,16 +17,16 @@
 //! `dL/dy = (1/s) (g - mean(g) - x_hat mean(g x_hat))`, `g = gamma dL/du`.
 //!
 //! **Input gradient.** Written with differentiable ops, layer by layer in reverse (fc as
-//! `g @ W`, ReLU as its mask, max-pool by [`MaxPoolRoute`] to each window's argmax, batch
+//! `g @ W`, ReLU as its mask, max-pool by `MaxPoolRoute` to each window's argmax, batch
 //! norm as above, a convolution as `col2im(g @ W_mat)`), so one first-order backward of
 //! `BCE + penalty` gives exact parameter gradients; tests check them against central finite
 //! differences in `f64`.
 
 use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
 use crate::error::{Error, Result};
-use crate::nn::conv::{Conv, ConvT};
+use crate::kernels::conv::{Conv, ConvT};
+use crate::kernels::{Col2im, MaxPoolRoute};
 use crate::nn::init::{seeded, Params};
-use crate::nn::kernels::{Col2im, MaxPoolRoute};
 use crate::nn::layers::{flatten_nchw_order, im2col, linear, max_pool2x2, nchw_to_nhwc};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, Rng};
@@ -143,7 +143,7 @@ enum BlockCache {
         y: Tensor,
         params: Tensor,
         /// The input-gradient op sharing the forward op's statistics (used once).
-        grad_op: std::sync::Mutex<Option<super::fused::BnReluPoolGrad>>,
+        grad_op: std::sync::Mutex<Option<crate::kernels::duq::BnReluPoolGrad>>,
     },
 }
 
@@ -201,7 +201,7 @@ impl Block {
     /// pair.
     fn batch_stats(
         &self,
-        grad_op: &super::fused::BnReluPoolGrad,
+        grad_op: &crate::kernels::duq::BnReluPoolGrad,
         like: &Tensor,
     ) -> Result<BatchStats> {
         let (mean, var) = grad_op
@@ -236,10 +236,10 @@ impl Block {
         let (b, h, w, _) = x.dims4()?;
         let out = self.weight.dim(0)?;
         let (conv, (oh, ow)) = self.conv((h, w))?;
-        let cpu = self.fused && super::fused::supported(x);
+        let cpu = self.fused && crate::kernels::duq::supported(x);
         if cpu && train {
             let params = self.params()?;
-            let (op, grad_op) = super::fused::pair();
+            let (op, grad_op) = crate::kernels::duq::pair();
             // (b, oh, ow, out), no bias. Reshapes of large tensors are kept off the fused
             // path: each autograd node costs a zero-filled gradient buffer and an add in the
             // backward.
@@ -306,13 +306,14 @@ impl Block {
                     .lock()
                     .ok()
                     .and_then(|mut o| o.take())
-                    .unwrap_or_else(|| super::fused::pair().1);
+                    .unwrap_or_else(|| crate::kernels::duq::pair().1);
                 // Batch norm's vector-Jacobian product and the transposed convolution as one
                 // op, on the parameters and the weight matrix packed into one input.
                 let wmat = self.wmat()?;
                 let packed = Tensor::cat(&packed_parts(&wmat, params)?, 0)?;
                 let (k, pad) = (self.weight.dim(2)?, self.pad);
-                let op = super::fused::BlockInputGrad::new(ConvT { k, pad }, op, wmat.dims2()?);
+                let op =
+                    crate::kernels::duq::BlockInputGrad::new(ConvT { k, pad }, op, wmat.dims2()?);
                 let gx = g.contiguous()?.apply_op3(y, &packed, op)?;
                 debug_assert_eq!(gx.dims()[1..3], [in_hw.0, in_hw.1]);
                 return Ok(gx);
@@ -349,7 +350,7 @@ impl Block {
         let (b, oh, ow, _) = gy.dims4()?;
         let (_, cin, k, _) = self.weight.dims4()?;
         let wmat = self.wmat()?;
-        if self.fused && super::fused::supported(&gy) {
+        if self.fused && crate::kernels::duq::supported(&gy) {
             let gx = gy
                 .contiguous()?
                 .apply_op2(&wmat, ConvT { k, pad: self.pad })?;
@@ -390,13 +391,13 @@ impl Block {
         let bias =
             (((self.bias.detach() - self.running_mean.detach())? * &a)? + self.beta.detach())?;
         let (_, cin, k, _) = w.dims4()?;
-        if k == 3 && cin.min(out) >= crate::nn::conv::WINOGRAD_MIN_CHANNELS {
+        if k == 3 && cin.min(out) >= crate::kernels::conv::WINOGRAD_MIN_CHANNELS {
             // Wide 3x3 layers: the Winograd convolution, then bias + ReLU + pool in one pass.
             let wmat = wmat_of(&w)?;
             return Ok(x
                 .contiguous()?
                 .apply_op2_no_bwd(&wmat, &Conv { k, pad: self.pad })?
-                .apply_op2_no_bwd(&bias, &crate::nn::kernels::BiasReluPool)?);
+                .apply_op2_no_bwd(&bias, &crate::kernels::BiasReluPool)?);
         }
         let x = if self.pad > 0 {
             x.pad_with_zeros(1, self.pad, self.pad)?
@@ -405,7 +406,7 @@ impl Block {
             x.clone()
         };
         Ok(x.contiguous()?
-            .apply_op3_no_bwd(&w, &bias, &crate::nn::kernels::ConvReluPool)?)
+            .apply_op3_no_bwd(&w, &bias, &crate::kernels::ConvReluPool)?)
     }
 
     fn update_running(&mut self, mean: &Tensor, var: &Tensor, count: usize) -> Result<()> {
@@ -461,7 +462,7 @@ impl CnnFeatures {
         let chain = train
             && path == Path::LossOnly
             && self.blocks.iter().all(|b| b.fused)
-            && super::fused::supported(&a);
+            && crate::kernels::duq::supported(&a);
         if chain {
             // All blocks as one op (`fused::BlockChain`), their parameters packed into its
             // second input; each block's pair still yields its batch statistics.
@@ -470,9 +471,9 @@ impl CnnFeatures {
             let mut grad_ops = Vec::with_capacity(self.blocks.len());
             let (mut h, mut w) = (a.dim(1)?, a.dim(2)?);
             for bl in &self.blocks {
-                let (op, grad_op) = super::fused::pair();
+                let (op, grad_op) = crate::kernels::duq::pair();
                 let ((conv, (oh, ow)), wmat) = (bl.conv((h, w))?, bl.wmat()?);
-                blocks.push(super::fused::ChainBlock {
+                blocks.push(crate::kernels::duq::ChainBlock {
                     conv,
                     bn: op,
                     wmat_dims: wmat.dims2()?,
@@ -491,7 +492,7 @@ impl CnnFeatures {
             let packed = Tensor::cat(&packed, 0)?;
             a = a
                 .contiguous()?
-                .apply_op2(&packed, super::fused::BlockChain::new(blocks))?;
+                .apply_op2(&packed, crate::kernels::duq::BlockChain::new(blocks))?;
             for (bl, grad_op) in self.blocks.iter().zip(grad_ops) {
                 stats.push(Some(bl.batch_stats(&grad_op, &a)?));
             }
@@ -558,7 +559,7 @@ impl Extractor for CnnFeatures {
     /// Eval mode, detached; on the CPU through the fused inference kernels.
     fn embed(&self, x: &Tensor) -> Result<Tensor> {
         let mut a = nchw_to_nhwc(&x.detach())?;
-        let fused = self.blocks.iter().all(|b| b.fused) && super::fused::supported(&a);
+        let fused = self.blocks.iter().all(|b| b.fused) && crate::kernels::duq::supported(&a);
         for bl in &self.blocks {
             a = if fused {
                 bl.eval_fused(&a)?

@@ -20,6 +20,7 @@
 
 use super::{bce, penalty, DuqSettings, HeadOutput, Penalty, RbfHead, Sgd};
 use crate::error::{Error, Result};
+use crate::nn::{Ask, Offer};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, Rng};
 use candle_core::{DType, Device, Tensor, Var};
@@ -486,10 +487,14 @@ impl<E: Extractor + Send + Sync> crate::nn::Classifier for Duq<E> {
             .map(|o| o.log_kernel.detach())
             .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
-    fn kernel_values(&self, x: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        self.kernel_tensor(x)
-            .map(Some)
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+    fn offer(&self, ask: Ask<'_>) -> candle_core::Result<Option<Offer>> {
+        match ask {
+            Ask::KernelValues { x } => self
+                .kernel_tensor(x)
+                .map(|k| Some(Offer::KernelValues(k)))
+                .map_err(|e| candle_core::Error::Msg(e.to_string())),
+            _ => Ok(None),
+        }
     }
     fn classes(&self) -> usize {
         self.classes

@@ -28,7 +28,6 @@
 
 pub mod cnn;
 mod extractor;
-pub(crate) mod fused;
 
 pub use extractor::{check_input_gradient, Duq, DuqLoss, DuqOutput, Extractor};
 
@@ -402,7 +401,7 @@ impl Sgd {
             // Detached throughout: ops on a variable's tensor are recorded, and a momentum
             // buffer that remembered its history would keep every past gradient alive.
             let theta = v.as_tensor().detach();
-            let (theta, b) = if crate::nn::kernels::supported(&theta) {
+            let (theta, b) = if crate::kernels::supported(&theta) {
                 sgd_cpu(&theta, &g.detach().contiguous()?, buf.take(), hyper)?
             } else {
                 let g = (g.detach() + (&theta * self.weight_decay)?)?;
@@ -429,17 +428,17 @@ fn sgd_cpu(
     b: Option<Tensor>,
     (lr, momentum, wd): (f64, f64, f64),
 ) -> Result<(Tensor, Tensor)> {
-    fn run<T: crate::nn::kernels::Elem + candle_core::WithDType>(
+    fn run<T: crate::kernels::Elem + candle_core::WithDType>(
         theta: &Tensor,
         g: &Tensor,
         b: Option<&Tensor>,
         (lr, momentum, wd): (f64, f64, f64),
     ) -> Result<(Tensor, Tensor)> {
-        let c = |v: f64| <T as crate::nn::kernels::Elem>::from_f64(v);
+        let c = |v: f64| <T as crate::kernels::Elem>::from_f64(v);
         let (lr, momentum, wd, zero) = (c(lr), c(momentum), c(wd), T::ZERO);
         let mut ts = vec![theta, g];
         ts.extend(b);
-        let (new_theta, new_b) = crate::nn::kernels::with_cpu_slices::<T, _>(&ts, "sgd", |s| {
+        let (new_theta, new_b) = crate::kernels::with_cpu_slices::<T, _>(&ts, "sgd", |s| {
             let (th, g) = (s[0], s[1]);
             let g: Vec<T> = th
                 .iter()

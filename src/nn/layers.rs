@@ -1,17 +1,19 @@
-//! Layers built with candle ops, with the workarounds from the candle 0.11 notes baked in.
+//! Layers built with candle ops, with the workarounds for candle's CPU pitfalls (measured on
+//! 0.11.1, see the project notes) baked in.
 //!
 //! - [`Conv2d`] runs on NHWC activations as im2col + one matmul, so its backward is candle's
 //!   fast matmul backward plus col2im, and second-order gradients are exact.
-//! - [`max_pool2x2`] replaces `Tensor::max_pool2d`, whose backward is wrong in candle 0.11.
+//! - [`max_pool2x2`] replaces `Tensor::max_pool2d`, whose backward was measured wrong (candle
+//!   0.11.1); this one is exact whatever the version.
 //! - On CPU (`f32`/`f64`) im2col and max-pool run as the custom kernels of
-//!   [`super::kernels`]; elsewhere as generic compositions (shifted `narrow` slices + `cat`;
+//!   the crate's `kernels`; elsewhere as generic compositions (shifted `narrow` slices + `cat`;
 //!   `reshape` + two `max`), so every device gives the same results up to float rounding.
 //! - [`dropout`] draws its mask from alkit's seeded RNG, not candle's unseeded one.
 //!
 //! Weights keep PyTorch's layouts (`conv: (out, in, kh, kw)`, `linear: (out, in)`) and
 //! PyTorch's default initialisation, so PyTorch state dicts map one to one.
 
-use super::kernels;
+use crate::kernels;
 use crate::rng::{uniform, Rng};
 use candle_core::{DType, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};

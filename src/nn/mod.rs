@@ -1,17 +1,17 @@
-//! Models: the [`Classifier`] trait every model implements, the built-in CNN and MLP, and the
-//! [`ModelBuilder`] that makes a fresh model for each training cycle.
+//! Models: the [`Classifier`] trait every model implements, the deep [`Ensemble`], and the
+//! built-in softmax networks ([`Cnn`], [`Mlp`]) with their layers and seeded initialisation.
 //!
 //! Models follow candle's pattern: plain structs of layers built by `new(&cfg, vb)` from a
 //! [`candle_nn::VarBuilder`]. For training, [`init::seeded`] supplies a builder whose
 //! parameters come from the run's seeded RNG; for checkpoints, a builder over loaded tensors.
+//! How a model is trained lives a layer up (`train::ModelBuilder`), and the closed set of
+//! built-in architectures, DUQ included, in `models`.
 
-pub mod conv;
-mod direct;
 pub mod gradnorm;
 pub mod init;
-pub mod kernels;
 pub mod layers;
-mod winograd;
+
+use crate::kernels;
 
 use crate::rng::Rng;
 use candle_core::{DType, Module, Result, Tensor};
@@ -39,41 +39,148 @@ pub trait Classifier: Send + Sync {
     fn predict(&self, x: &Tensor) -> Result<Tensor> {
         Ok(self.forward(x, &mut Mode::Eval)?.detach())
     }
-    /// A fast path for per-candidate gradient norms (see [`gradnorm`]): `x` is
-    /// `(n * copies, *item_shape)` with each candidate's copies adjacent (copy 0 unperturbed);
-    /// class gradients are averaged over copies before taking norms. `None` (the default) means
-    /// no fast path: callers fall back to [`gradnorm::autograd_grad_norms`].
-    fn grad_norms(
-        &self,
-        x: &Tensor,
-        copies: usize,
-        expected: bool,
-    ) -> Result<Option<gradnorm::GradOut>> {
-        let _ = (x, copies, expected);
-        Ok(None)
-    }
-    /// `samples` MC-dropout logits, each `(b, c)`, detached: dropout on with masks from `rng`,
-    /// everything else in eval mode. The default runs `forward` in training mode `samples`
-    /// times; models can skip recomputing what dropout does not touch.
-    fn mc_dropout_logits(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
-        (0..samples)
-            .map(|_| Ok(self.forward(x, &mut Mode::Train(rng))?.detach()))
-            .collect()
-    }
-    /// RBF kernel values `K (b, c)` in `[0, 1]` for DUQ models (the `duq` scorer reads them);
-    /// `None` (the default) for softmax models.
-    fn kernel_values(&self, x: &Tensor) -> Result<Option<Tensor>> {
-        let _ = x;
-        Ok(None)
-    }
-    /// One inference-only logits tensor `(b, c)` per member, for ensemble models; `None`
-    /// (the default) for a single model.
-    fn member_logits(&self, x: &Tensor) -> Result<Option<Vec<Tensor>>> {
-        let _ = x;
+    /// Evidence beyond logits that this model can give (see [`Ask`]): `None` (the default)
+    /// when it has no such capability or no fast path for it. Callers go through the typed
+    /// helpers ([`grad_norms`], [`mc_dropout_logits`], [`member_logits`], [`kernel_values`]),
+    /// which supply the generic fallbacks; a model answers only what it does better or only
+    /// it can do.
+    fn offer(&self, ask: Ask<'_>) -> Result<Option<Offer>> {
+        let _ = ask;
         Ok(None)
     }
     /// Number of classes `c`.
     fn classes(&self) -> usize;
+}
+
+/// Evidence a scorer may ask a model for beyond its logits: the one capability mechanism of
+/// the [`Classifier`] boundary (the trait itself carries nothing model-specific).
+#[non_exhaustive]
+pub enum Ask<'a> {
+    /// Per-candidate gradient norms (see [`gradnorm`]): `x` is `(n * copies, *item_shape)`
+    /// with each candidate's copies adjacent (copy 0 unperturbed); class gradients are
+    /// averaged over copies before taking norms; `expected` adds the expected-gradient row.
+    GradNorms {
+        /// Inputs `(n * copies, *item_shape)`.
+        x: &'a Tensor,
+        /// Copies per candidate.
+        copies: usize,
+        /// Whether to add the expected-gradient row.
+        expected: bool,
+    },
+    /// `samples` MC-dropout logits, each `(b, c)`, detached: dropout on with masks from
+    /// `rng`, everything else in eval mode.
+    McDropout {
+        /// Inputs `(b, *item_shape)`.
+        x: &'a Tensor,
+        /// Forward passes.
+        samples: usize,
+        /// Source of the dropout masks.
+        rng: &'a mut Rng,
+    },
+    /// One inference-only logits tensor `(b, c)` per ensemble member.
+    Members {
+        /// Inputs `(b, *item_shape)`.
+        x: &'a Tensor,
+    },
+    /// RBF kernel values `K (b, c)` in `[0, 1]` (DUQ models; the `duq` scorer reads them).
+    KernelValues {
+        /// Inputs `(b, *item_shape)`.
+        x: &'a Tensor,
+    },
+}
+
+impl Ask<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Ask::GradNorms { .. } => "gradient norms",
+            Ask::McDropout { .. } => "MC-dropout draws",
+            Ask::Members { .. } => "member draws",
+            Ask::KernelValues { .. } => "kernel values",
+        }
+    }
+}
+
+/// A model's answer to an [`Ask`], of the matching kind.
+pub enum Offer {
+    /// Answers [`Ask::GradNorms`].
+    GradNorms(gradnorm::GradOut),
+    /// Answers [`Ask::McDropout`] and [`Ask::Members`]: one logits tensor `(b, c)` per draw.
+    Draws(Vec<Tensor>),
+    /// Answers [`Ask::KernelValues`]: `K (b, c)`.
+    KernelValues(Tensor),
+}
+
+fn mismatch(asked: &str) -> candle_core::Error {
+    candle_core::Error::Msg(format!(
+        "the model answered a request for {asked} with another kind"
+    ))
+}
+
+/// The model's fast per-candidate gradient norms ([`Ask::GradNorms`]), or `None` when it has
+/// none (callers then use [`gradnorm::autograd_grad_norms`]).
+pub fn grad_norms(
+    model: &dyn Classifier,
+    x: &Tensor,
+    copies: usize,
+    expected: bool,
+) -> Result<Option<gradnorm::GradOut>> {
+    let ask = Ask::GradNorms {
+        x,
+        copies,
+        expected,
+    };
+    let name = ask.name();
+    match model.offer(ask)? {
+        None => Ok(None),
+        Some(Offer::GradNorms(g)) => Ok(Some(g)),
+        Some(_) => Err(mismatch(name)),
+    }
+}
+
+/// `samples` MC-dropout logits `(b, c)`, detached ([`Ask::McDropout`]); models without a
+/// faster way run `forward` in training mode `samples` times.
+pub fn mc_dropout_logits(
+    model: &dyn Classifier,
+    x: &Tensor,
+    samples: usize,
+    rng: &mut Rng,
+) -> Result<Vec<Tensor>> {
+    let ask = Ask::McDropout {
+        x,
+        samples,
+        rng: &mut *rng,
+    };
+    let name = ask.name();
+    match model.offer(ask)? {
+        Some(Offer::Draws(d)) => Ok(d),
+        Some(_) => Err(mismatch(name)),
+        None => (0..samples)
+            .map(|_| Ok(model.forward(x, &mut Mode::Train(rng))?.detach()))
+            .collect(),
+    }
+}
+
+/// One logits tensor `(b, c)` per ensemble member ([`Ask::Members`]), `None` for a single
+/// model.
+pub fn member_logits(model: &dyn Classifier, x: &Tensor) -> Result<Option<Vec<Tensor>>> {
+    let ask = Ask::Members { x };
+    let name = ask.name();
+    match model.offer(ask)? {
+        None => Ok(None),
+        Some(Offer::Draws(d)) => Ok(Some(d)),
+        Some(_) => Err(mismatch(name)),
+    }
+}
+
+/// RBF kernel values `K (b, c)` ([`Ask::KernelValues`]), `None` for models without them.
+pub fn kernel_values(model: &dyn Classifier, x: &Tensor) -> Result<Option<Tensor>> {
+    let ask = Ask::KernelValues { x };
+    let name = ask.name();
+    match model.offer(ask)? {
+        None => Ok(None),
+        Some(Offer::KernelValues(k)) => Ok(Some(k)),
+        Some(_) => Err(mismatch(name)),
+    }
 }
 
 /// A deep ensemble (Lakshminarayanan et al. 2017): members trained independently (different
@@ -81,7 +188,7 @@ pub trait Classifier: Send + Sync {
 ///
 /// Its logits are `log mean_k softmax(member_k(x))` (log-probabilities are valid logits), so
 /// every probability scorer sees the ensemble's predictive distribution, and
-/// [`Classifier::member_logits`] gives sample scorers (BALD, class variance, ...) and
+/// [`member_logits`] (its answer to [`Ask::Members`]) gives sample scorers (BALD, class variance, ...) and
 /// BatchBALD one draw per member.
 pub struct Ensemble {
     members: Vec<Box<dyn Classifier>>,
@@ -144,65 +251,19 @@ impl Classifier for Ensemble {
             .collect::<Result<_>>()?;
         Self::mix(&logits)
     }
-    fn member_logits(&self, x: &Tensor) -> Result<Option<Vec<Tensor>>> {
-        self.members
-            .iter()
-            .map(|m| m.predict(x))
-            .collect::<Result<_>>()
-            .map(Some)
+    fn offer(&self, ask: Ask<'_>) -> Result<Option<Offer>> {
+        match ask {
+            Ask::Members { x } => self
+                .members
+                .iter()
+                .map(|m| m.predict(x))
+                .collect::<Result<_>>()
+                .map(|d| Some(Offer::Draws(d))),
+            _ => Ok(None),
+        }
     }
     fn classes(&self) -> usize {
         self.members[0].classes()
-    }
-}
-
-/// Makes a fresh classifier from a `VarBuilder` (seeded for training, loaded for checkpoints).
-pub trait ModelBuilder: Send + Sync {
-    /// Builds the model, requesting its parameters from `vb`.
-    fn build(&self, vb: VarBuilder) -> Result<Box<dyn Classifier>>;
-    /// The architecture, when it is one of the built-ins (recorded in checkpoints).
-    fn arch(&self) -> Option<Arch> {
-        None
-    }
-}
-
-/// The built-in architectures: a closed set, serialised into checkpoints' `config.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Arch {
-    /// [`Cnn`].
-    Cnn(CnnConfig),
-    /// [`Mlp`].
-    Mlp(MlpConfig),
-    /// DUQ on the Fashion-MNIST CNN ([`crate::duq::cnn::DuqCnn`]): trained with its own
-    /// loss (BCE + gradient penalty) and SGD; the `duq` scorer reads its kernel values.
-    Duq(crate::duq::cnn::DuqCnnArch),
-}
-
-impl Arch {
-    /// Number of classes (outputs).
-    pub fn classes(&self) -> usize {
-        match self {
-            Arch::Cnn(c) => c.classes,
-            Arch::Mlp(c) => c.classes,
-            Arch::Duq(a) => a.classes,
-        }
-    }
-}
-
-impl ModelBuilder for Arch {
-    fn build(&self, vb: VarBuilder) -> Result<Box<dyn Classifier>> {
-        Ok(match self {
-            Arch::Cnn(c) => Box::new(Cnn::new(c, vb)?),
-            Arch::Mlp(c) => Box::new(Mlp::new(c, vb)?),
-            Arch::Duq(a) => Box::new(
-                crate::duq::cnn::DuqCnn::new(a, vb)
-                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
-            ),
-        })
-    }
-    fn arch(&self) -> Option<Arch> {
-        Some(self.clone())
     }
 }
 
@@ -289,10 +350,10 @@ impl Cnn {
 }
 
 impl Cnn {
-    /// The weights as the gradient kernel wants them (see `gradnorm::CnnWeights`).
+    /// The weights as the gradient kernel wants them (see `crate::kernels::gradnorm::CnnWeights`).
     fn weights<T: kernels::Elem + candle_core::WithDType>(
         &self,
-    ) -> Result<gradnorm::CnnWeights<T>> {
+    ) -> Result<crate::kernels::gradnorm::CnnWeights<T>> {
         let v =
             |t: &Tensor| -> Result<Vec<T>> { t.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>() };
         let conv =
@@ -307,7 +368,7 @@ impl Cnn {
                 None => Ok(vec![T::ZERO; l.weight().dim(0)?]),
             }
         };
-        Ok(gradnorm::CnnWeights {
+        Ok(crate::kernels::gradnorm::CnnWeights {
             w1: conv(&self.conv1)?,
             b1: v(self.conv1.bias())?,
             w2: conv(&self.conv2)?,
@@ -341,6 +402,34 @@ impl Classifier for Cnn {
         self.fc2.forward(&x)
     }
 
+    fn offer(&self, ask: Ask<'_>) -> Result<Option<Offer>> {
+        match ask {
+            Ask::GradNorms {
+                x,
+                copies,
+                expected,
+            } => Ok(self.grad_norms(x, copies, expected)?.map(Offer::GradNorms)),
+            Ask::McDropout { x, samples, rng } => {
+                Ok(Some(Offer::Draws(self.mc_dropout(x, samples, rng)?)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn predict(&self, x: &Tensor) -> Result<Tensor> {
+        if !kernels::supported(x) {
+            return Ok(self.forward(x, &mut Mode::Eval)?.detach());
+        }
+        Ok(self.fc2.forward(&self.features(x)?)?.detach())
+    }
+
+    fn classes(&self) -> usize {
+        self.classes
+    }
+}
+
+impl Cnn {
+    /// The sparse CPU gradient kernel's norms, `None` off the CPU.
     fn grad_norms(
         &self,
         x: &Tensor,
@@ -352,7 +441,7 @@ impl Classifier for Cnn {
         }
         let x = nchw_to_nhwc(x)?.contiguous()?;
         Ok(Some(match x.dtype() {
-            DType::F64 => gradnorm::cnn_grad_norms(
+            DType::F64 => crate::kernels::gradnorm::cnn_grad_norms(
                 &self.weights::<f64>()?,
                 &x.flatten_all()?.to_vec1()?,
                 copies,
@@ -360,7 +449,7 @@ impl Classifier for Cnn {
             ),
             _ => {
                 let x = x.to_dtype(DType::F32)?;
-                gradnorm::cnn_grad_norms(
+                crate::kernels::gradnorm::cnn_grad_norms(
                     &self.weights::<f32>()?,
                     &x.flatten_all()?.to_vec1()?,
                     copies,
@@ -370,14 +459,7 @@ impl Classifier for Cnn {
         }))
     }
 
-    fn predict(&self, x: &Tensor) -> Result<Tensor> {
-        if !kernels::supported(x) {
-            return Ok(self.forward(x, &mut Mode::Eval)?.detach());
-        }
-        Ok(self.fc2.forward(&self.features(x)?)?.detach())
-    }
-
-    fn mc_dropout_logits(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
+    fn mc_dropout(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
         // Dropout sits after fc1 only: compute the features once, redraw only the head.
         let h = if kernels::supported(x) {
             self.features(x)?
@@ -393,12 +475,6 @@ impl Classifier for Cnn {
             .collect()
     }
 
-    fn classes(&self) -> usize {
-        self.classes
-    }
-}
-
-impl Cnn {
     /// Inference-only fc1 features `(b, 128)` after ReLU, through the fused CPU kernels
     /// (same arithmetic as `forward` in eval mode up to summation order).
     fn features(&self, x: &Tensor) -> Result<Tensor> {

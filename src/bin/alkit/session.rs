@@ -3,14 +3,11 @@
 //! Each command loads `DIR/session.json`, reloads the pool from the source recorded there,
 //! does one thing through [`alkit::session::Learner`] and saves the state atomically.
 
-use super::{csv_field, load_source, ModelArg, ScorerFlags};
-use alkit::curve::StrategyKind;
-use alkit::data::Source;
-use alkit::nn::{Arch, CnnConfig, MlpConfig};
+use super::{load_source, ModelArg, ScorerFlags};
+use alkit::models::Arch;
 use alkit::observe::Observer;
-use alkit::session::{
-    default_arch, read_answer_csv, Learner, QueryRequest, SessionConfig, STATE_FILE,
-};
+use alkit::session::{read_answer_csv, Learner, QueryRequest, SessionConfig, STATE_FILE};
+use alkit::strategies::{ScorerSettings, StrategyKind};
 use alkit::train::TrainConfig;
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
@@ -40,12 +37,15 @@ pub struct InitArgs {
     /// Mini-batch size.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
-    /// Adam learning rate.
-    #[arg(long, default_value_t = 1e-3)]
-    lr: f64,
+    /// Adam learning rate (softmax models; DUQ trains with SGD at its own schedule). [default: 0.001]
+    #[arg(long)]
+    lr: Option<f64>,
     /// Seed of every random choice in the session.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Train a deep ensemble of K members every round; sample scorers (bald, ...) and batchbald then read the members' draws.
+    #[arg(long, value_name = "K")]
+    ensemble: Option<usize>,
     /// Replace an existing session in --state.
     #[arg(long)]
     force: bool,
@@ -56,7 +56,7 @@ pub struct QueryArgs {
     /// Session folder.
     #[arg(long)]
     state: PathBuf,
-    /// Scorer ranking the pool: entropy, margin, least-confidence, regrad-star, regrad, exgrad, bald, ...
+    /// Strategy choosing the batch: any of `alkit scorers` (entropy, regrad-star, bald, batchbald, random, ...).
     #[arg(long, default_value = "entropy")]
     scorer: StrategyKind,
     #[command(flatten)]
@@ -148,26 +148,26 @@ pub fn init(a: InitArgs) -> Result<()> {
     }
     let shape = loaded.pool.item_shape.clone();
     let arch = match a.model {
-        None => default_arch(&shape, classes.len()),
-        Some(ModelArg::Cnn) => Arch::Cnn(CnnConfig::standard(&shape, classes.len())),
-        Some(ModelArg::Mlp) => Arch::Mlp(MlpConfig {
-            inputs: shape.iter().product(),
-            hidden: vec![256, 128],
-            classes: classes.len(),
-            dropout: 0.0,
-        }),
-        Some(ModelArg::Duq) => super::duq_arch(&shape, classes.len()),
+        None => Arch::default_for(&shape, classes.len()),
+        Some(m) => Arch::for_shape(m.kind(), &shape, classes.len()),
     };
+    let lr = super::lr_for(arch.kind(), a.lr)?;
     let config = SessionConfig {
         arch,
         train: TrainConfig {
             steps: a.steps,
             batch_size: a.batch_size,
-            lr: a.lr,
+            lr,
             anchor: None,
         },
         seed: a.seed,
         batch: 512,
+        ensemble: match a.ensemble {
+            Some(0) => {
+                return Err(alkit::Error::config("ensemble", "needs at least one member").into())
+            }
+            k => k,
+        },
     };
     let n = loaded.pool.len();
     let learner = Learner::new(&source, loaded, classes, &seeds, config)
@@ -186,43 +186,18 @@ pub fn init(a: InitArgs) -> Result<()> {
 
 pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Result<()> {
     let mut learner = open(&a.state)?;
-    let settings = a.scorer_flags.settings()?;
-    let scorer = a
-        .scorer
-        .scorer(&settings)
-        .ok_or_else(|| alkit::Error::config("scorer", format!("`{}` is not a scorer", a.scorer)))?;
+    let settings = ScorerSettings {
+        members: learner.state().config.ensemble.is_some(),
+        ..a.scorer_flags.settings()?
+    };
     let request = QueryRequest {
-        scorer,
+        strategy: a.scorer.strategy(&settings)?,
         n: a.n,
-        selection: settings.select.selection(settings.beta).ok_or_else(|| {
-            alkit::Error::config(
-                "select",
-                "batchbald is available in `alkit curve` only; use top-k, power, softmax or softrank",
-            )
-        })?,
         include_pending: a.include_pending,
     };
     let batch = learner.query(&request, device, observer)?;
-    let folder = match Source::parse(&learner.state().source) {
-        Ok(Source::Images(dir)) => Some(dir),
-        _ => None,
-    };
-    let mut s = String::from("id,index,path,score\n");
-    for q in &batch {
-        let path = folder
-            .as_ref()
-            .map(|d| d.join(&q.id).to_string_lossy().into_owned())
-            .unwrap_or_default();
-        s.push_str(&format!(
-            "{},{},{},{}\n",
-            csv_field(&q.id),
-            q.index,
-            csv_field(&path),
-            q.score
-        ));
-    }
     // The batch file first: if saving the state fails, the same query gives the same batch.
-    alkit::fsutil::write_atomic(&a.out, s.as_bytes())?;
+    learner.write_batch(&a.out, &batch)?;
     learner.save(&a.state)?;
     let r = learner.state().rounds.last().expect("just queried");
     let mut so = std::io::stdout().lock();

@@ -17,14 +17,12 @@
 //!
 //! The weight enters as the matrix `wmat (cout, k*k*cin)` in im2col's `(ki, kj, c)` column
 //! order (`weight.permute((0, 2, 3, 1)).reshape(...)` of a PyTorch `(cout, cin, k, k)`
-//! weight). Work is split over two halves of the batch on candle's CPU pool
+//! weight). Work is split over two halves of the batch on rayon's pool
 //! (`kernels::join`); within a half, chunks of images are processed in turn, each output chunk
 //! zero-filled just before (`kernels::fill`).
 
-use super::kernels::{
-    fill, for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem, Part,
-};
 use super::winograd::{self, Variant, Wino};
+use super::{fill, for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem, Part};
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
 };
@@ -216,7 +214,7 @@ fn for_chunks<T: Elem, S>(
     };
     fill(g.b * per, |all| {
         let (p0, p1) = all.split_at(h0.len() * per);
-        super::kernels::join(|| half(h0, p0), || half(h1, p1));
+        super::join(|| half(h0, p0), || half(h1, p1));
     })
     .0
 }
@@ -239,7 +237,7 @@ fn sum_chunks<T: Elem, S>(
         acc
     };
     let [h0, h1] = g.halves();
-    let (mut a, b) = super::kernels::join(|| half(h0), || half(h1));
+    let (mut a, b) = super::join(|| half(h0), || half(h1));
     a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
     a
 }

@@ -1,6 +1,17 @@
-//! CPU kernels for the hot layers, wrapped as candle custom ops with exact backward passes.
+//! Every hand-written CPU kernel of the crate, and its only `unsafe`: private to the crate,
+//! reached by models through small safe functions and candle custom ops with exact backward
+//! passes. Models never see a slice of a tensor's storage; kernels never build a model.
 //!
-//! Candle 0.11's CPU `conv2d` is slow, `Tensor::cat` along the last axis returns a strided
+//! - this file: the shared pieces (SIMD element trait, slice access, gemm, the thread split)
+//!   and the layer ops below;
+//! - [`conv`], [`winograd`], [`direct`]: stride-1 convolutions for training (im2col, Winograd
+//!   tiles, one-channel direct kernels), forward, transpose and weight gradient;
+//! - [`gradnorm`]: the standard CNN's sparse per-candidate gradient norms (REGrad and kin);
+//! - [`duq`]: the fused training-mode blocks of the DUQ CNN (batch norm, ReLU, pool and their
+//!   input-gradient passes);
+//! - [`sys`]: process-wide allocator tuning (`mallopt`).
+//!
+//! Candle's CPU `conv2d` is slow, `Tensor::cat` along the last axis returns a strided
 //! tensor (so im2col by `cat` costs a second copy), and `max_pool2d` has a wrong backward.
 //! These kernels work on contiguous NHWC `f32`/`f64` tensors, parallel over the batch:
 //!
@@ -13,106 +24,38 @@
 //!   max-pool over small chunks of images, so intermediates stay in cache) and
 //!   [`BiasReluPool`].
 //!
-//! Other devices use the generic compositions in `layers`, so CUDA/Metal builds stay correct.
+//! Other devices use the generic compositions in `nn::layers`, so CUDA/Metal builds stay correct.
+
+pub(crate) mod conv;
+mod direct;
+pub(crate) mod duq;
+pub(crate) mod gradnorm;
+pub(crate) mod sys;
+mod winograd;
 
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape,
     Tensor,
 };
-use std::sync::Mutex;
 
-thread_local! {
-    /// Whether this thread is running a part of [`join`] or [`par_chunks`].
-    static IN_POOL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `f` marked as inside the pool (nested [`join`] / [`par_chunks`] calls run inline, as
-/// the pool cannot wait on itself), restoring the mark even if `f` panics.
-fn in_pool<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            IN_POOL.with(|c| c.set(self.0));
-        }
-    }
-    let _reset = Reset(IN_POOL.with(|c| c.replace(true)));
-    f()
-}
-
-/// Whether [`join`] and [`par_chunks`] must run inline: no pool worker
-/// (`CANDLE_NUM_THREADS=1`), or called from inside one of them.
-fn inline() -> bool {
-    candle_core::utils::barrier_pool().n_workers() == 0 || IN_POOL.with(|c| c.get())
-}
-
-/// `(a(), b())` on two threads of candle's CPU barrier pool: the calling thread runs `b`, one
-/// pool worker `a` (inline when there is no worker or when nested).
-///
-/// Our kernels run on this pool rather than on rayon's because candle's own element-wise ops
-/// (among them the gradient additions of every backward) run on it, and its worker spins for a
-/// while after each op: with two pools, the second pool's threads and that spinning worker
-/// compete for the cores (on 2 cores, `alkit bench --train duq-fm` ran 8-10% faster with
-/// candle's pool switched off, and 11-15% faster with our kernels moved onto it). `a` and `b`
-/// must not run candle tensor ops (a candle op inside would wait on the pool it runs on); the
-/// kernels work on slices.
+/// `(a(), b())`, potentially on two threads of rayon's pool (nested calls are fine: rayon
+/// steals work instead of blocking). Kernels split a batch into two fixed halves through this,
+/// so their results never depend on the thread count.
 pub(crate) fn join<A: Send, B: Send>(
     a: impl FnOnce() -> A + Send,
     b: impl FnOnce() -> B + Send,
 ) -> (A, B) {
-    if inline() {
-        return (a(), b());
-    }
-    /// Runs the closure in `f` (once) inside the pool and stores its result in `r`.
-    fn run<R>(f: &Mutex<Option<impl FnOnce() -> R>>, r: &Mutex<Option<R>>) {
-        if let Some(f) = f.lock().ok().and_then(|mut f| f.take()) {
-            let v = in_pool(f);
-            if let Ok(mut r) = r.lock() {
-                *r = Some(v);
-            }
-        }
-    }
-    let pool = candle_core::utils::barrier_pool();
-    let n = pool.n_workers();
-    let (a, b) = (Mutex::new(Some(a)), Mutex::new(Some(b)));
-    let (ra, rb) = (Mutex::new(None), Mutex::new(None));
-    pool.execute(|tid| {
-        // The calling thread is `tid == n`; worker 0 is a root of the pool's wake-up tree.
-        if tid == n {
-            run(&b, &rb);
-        } else if tid == 0 {
-            run(&a, &ra);
-        }
-    });
-    match (
-        ra.into_inner().ok().flatten(),
-        rb.into_inner().ok().flatten(),
-    ) {
-        (Some(x), Some(y)) => (x, y),
-        // Unreachable: `execute` returns only after every thread ran, and re-raises panics.
-        _ => unreachable!("barrier pool returned before both halves ran"),
-    }
+    rayon::join(a, b)
 }
 
 /// `f(i, chunk)` for the `i`-th `len`-element chunk of `out` (the last may be shorter), in
-/// parallel on candle's barrier pool (threads take chunks from a shared cursor; inline when
-/// nested). See [`join`] for why this pool and what `f` must not do.
+/// parallel on rayon's pool. Each chunk is written by one call, so the result does not depend
+/// on the scheduling.
 pub(crate) fn par_chunks<T: Send>(out: &mut [T], len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
-    if inline() {
-        out.chunks_mut(len.max(1))
-            .enumerate()
-            .for_each(|(i, part)| f(i, part));
-        return;
-    }
-    let parts: Vec<Mutex<&mut [T]>> = out.chunks_mut(len.max(1)).map(Mutex::new).collect();
-    candle_core::utils::barrier_pool().execute_chunked(parts.len(), |range| {
-        in_pool(|| {
-            for i in range {
-                if let Ok(mut part) = parts[i].lock() {
-                    f(i, &mut part);
-                }
-            }
-        })
-    });
+    use rayon::prelude::*;
+    out.par_chunks_mut(len.max(1))
+        .enumerate()
+        .for_each(|(i, part)| f(i, part));
 }
 
 /// Element types the kernels support.
@@ -1076,8 +1019,8 @@ mod tests {
     #[test]
     fn pool_helpers_nest_and_match_a_sequential_loop() {
         // Reference: the same sums computed in one plain loop. Nested use (par_chunks inside
-        // join inside par_chunks) must run inline instead of waiting on the pool it runs on;
-        // from several threads at once the calls take turns.
+        // join inside par_chunks), from several threads at once, must neither deadlock nor
+        // mix up chunks.
         let fill = |out: &mut [u64], base: u64| {
             par_chunks(out, 7, |i, part| {
                 let (x, y) = join(|| i as u64 * 1000, || base);

@@ -1,4 +1,4 @@
-//! Fused CPU kernels for the training-mode blocks of [`super::cnn::DuqCnn`]: batch norm with
+//! Fused CPU kernels for the training-mode blocks of [`crate::duq::cnn::DuqCnn`]: batch norm with
 //! the batch's statistics, the affine `gamma x_hat + beta`, ReLU and 2x2 max-pool as one candle
 //! custom op ([`BnReluPool`]), and that op's vector-Jacobian product - the block's share of
 //! the input gradient `grad_x sum_c K_c` - as a second ([`BnReluPoolGrad`]). Both have exact
@@ -25,7 +25,7 @@
 //! zero (it still gets one, so weight decay treats it as PyTorch does); it matters only for the
 //! running mean.
 
-use crate::nn::kernels::{fill, storage_slice, with_cpu_slices, Elem, Part};
+use crate::kernels::{fill, storage_slice, with_cpu_slices, Elem, Part};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
@@ -41,7 +41,7 @@ const INACTIVE: u8 = u8::MAX;
 
 /// True when the fused ops can run on `x` (CPU, `f32` or `f64`).
 pub fn supported(x: &Tensor) -> bool {
-    crate::nn::kernels::supported(x)
+    crate::kernels::supported(x)
 }
 
 /// An NHWC activation's shape.
@@ -163,12 +163,12 @@ fn split_run<H: Half>(
     let (a0, a1) = a.0.split_at_mut(h0.len() * a.1);
     let (b0, b1) = b.0.split_at_mut(h0.len() * b.1);
     let job = |imgs, a, b| pulp::Arch::new().dispatch(Job { half, imgs, a, b });
-    let (x, y) = crate::nn::kernels::join(|| job(h0, a0, b0), || job(h1, a1, b1));
+    let (x, y) = crate::kernels::join(|| job(h0, a0, b0), || job(h1, a1, b1));
     [x, y]
 }
 
 /// [`split_run`] into two new outputs of `a_per` and `b_per` elements per image, each half's
-/// parts zero-filled in the thread that writes them (see [`crate::nn::kernels::fill`]).
+/// parts zero-filled in the thread that writes them (see [`crate::kernels::fill`]).
 fn split_run_filled<T: Elem, H: Half<A = T, B = T>>(
     d: &Dims,
     half: &H,
@@ -184,7 +184,7 @@ fn split_run_filled<T: Elem, H: Half<A = T, B = T>>(
         fill(d.b * b_per, |pb| {
             let (a0, a1) = pa.split_at(h0.len() * a_per);
             let (b0, b1) = pb.split_at(h0.len() * b_per);
-            let (x, y) = crate::nn::kernels::join(|| job(h0, a0, b0), || job(h1, a1, b1));
+            let (x, y) = crate::kernels::join(|| job(h0, a0, b0), || job(h1, a1, b1));
             [x, y]
         })
     });
@@ -1128,7 +1128,7 @@ pub struct BlockChain {
 /// One block of a [`BlockChain`].
 pub struct ChainBlock {
     /// The convolution.
-    pub conv: crate::nn::conv::Conv,
+    pub conv: crate::kernels::conv::Conv,
     /// The forward op of the block's [`pair`].
     pub bn: BnReluPool,
     /// `wmat`'s `(cout, k*k*cin)`.
@@ -1239,7 +1239,8 @@ impl CustomOp2 for BlockChain {
             let dparams = dparams.ok_or_else(missing)?;
             // An inner block's input is the previous block's output: its gradient is needed.
             let x_i = input.as_ref().unwrap_or(x);
-            let (d_in, dw) = crate::nn::conv::conv_backward(&blk.conv, x_i, &wmat, &dy, i > 0)?;
+            let (d_in, dw) =
+                crate::kernels::conv::conv_backward(&blk.conv, x_i, &wmat, &dy, i > 0)?;
             parts[i] = Some((dw, dparams));
             if i > 0 {
                 g = d_in.ok_or_else(missing)?;
@@ -1264,7 +1265,7 @@ impl CustomOp2 for BlockChain {
 /// zero-filled buffer and an add of its size in every backward (26 MB for the first layer of
 /// the Fashion-MNIST model). The backward is the two ops' backwards in sequence.
 pub struct BlockInputGrad {
-    conv_t: crate::nn::conv::ConvT,
+    conv_t: crate::kernels::conv::ConvT,
     grad: BnReluPoolGrad,
     /// Where `packed` holds the parameters.
     place: Packed,
@@ -1276,7 +1277,7 @@ impl BlockInputGrad {
     /// The op around `conv_t` and the input-gradient op of a [`pair`], for a weight matrix of
     /// `wmat_dims`.
     pub fn new(
-        conv_t: crate::nn::conv::ConvT,
+        conv_t: crate::kernels::conv::ConvT,
         grad: BnReluPoolGrad,
         wmat_dims: (usize, usize),
     ) -> Self {
@@ -1333,7 +1334,7 @@ impl CustomOp3 for BlockInputGrad {
             .and_then(|g| g.clone())
             .ok_or_else(missing)?;
         let (wmat, params) = self.place.tensors(&packed.detach())?;
-        let (d_gy, d_wmat) = crate::nn::conv::conv_t_backward(&self.conv_t, &gy, &wmat, grad)?;
+        let (d_gy, d_wmat) = crate::kernels::conv::conv_t_backward(&self.conv_t, &gy, &wmat, grad)?;
         let (d_gp, d_y, d_params) = self.grad.bwd(gp, y, &params, &gy, &d_gy)?;
         let d_params = match d_params {
             Some(d) => d,

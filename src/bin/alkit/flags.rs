@@ -1,0 +1,498 @@
+//! The command line's flags: every subcommand's arguments as clap derives, and their mapping
+//! to the library's names. Nothing here computes; `main` turns these into library calls.
+
+use crate::session;
+use alkit::models::ModelKind;
+use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "alkit",
+    version,
+    about = "Active learning and uncertainty: pick which points to label next, and say when a model does not know.",
+    long_about = None
+)]
+pub(crate) struct Cli {
+    /// Where tensors live: cpu, cuda, metal, or auto (the first accelerator compiled in and present, else cpu).
+    #[arg(long, global = true, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub(crate) device: DeviceArg,
+    /// No progress bars.
+    #[arg(long, short, global = true)]
+    pub(crate) quiet: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum DeviceArg {
+    Cpu,
+    Cuda,
+    Metal,
+    Auto,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum ModelArg {
+    /// The REGrad paper's small CNN (image inputs).
+    Cnn,
+    /// A ReLU MLP 256-128 (any input, flattened).
+    Mlp,
+    /// DUQ (van Amersfoort et al. 2020) on the paper's Fashion-MNIST CNN with batch norm: RBF head, BCE + gradient penalty (lambda 0.05), SGD lr 0.05 momentum 0.9, dropping x0.2 at 1/3 and 2/3 of the steps; score it with `duq`.
+    Duq,
+}
+
+impl ModelArg {
+    pub(crate) fn kind(self) -> ModelKind {
+        match self {
+            ModelArg::Cnn => ModelKind::Cnn,
+            ModelArg::Mlp => ModelKind::Mlp,
+            ModelArg::Duq => ModelKind::Duq,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum SplitArg {
+    Train,
+    Test,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Acquisition curves: ACC/NLL per labeling cycle for each scorer and seed, as CSV, a table and plots.
+    Curve(CurveArgs),
+    /// Train a model on a whole training split and save a checkpoint.
+    Train(TrainArgs),
+    /// Score every item of any data source with a checkpoint (local, hf:, or several as an ensemble); one CSV row per item.
+    Score(ScoreArgs),
+    /// Pool-scoring throughput (samples/s) per scorer with the standard CNN (or an ensemble); `--train duq-fm`: DUQ training images/s.
+    Bench(BenchArgs),
+    /// OOD detection: score an in-distribution and an OOD test split; AUROC, AUPR-in/out, FPR@95.
+    Ood(OodArgs),
+    /// Calibration of a model and its uncertainty scores: rAULC, ECE, NLL, Brier, misclassification AUROC.
+    Calibrate(CalibrateArgs),
+    /// All metrics from externally computed scores in a CSV file.
+    Metrics(MetricsArgs),
+    /// Uncertainty over the plane on two moons (DUQ vs a softmax MLP): surface.png + metrics.json.
+    Surface(SurfaceArgs),
+    /// Start a labeling session on a pool (optionally with seed labels) in a state folder.
+    Init(session::InitArgs),
+    /// Train on the session's labels, score the pool and write the next batch to label.
+    Query(session::QueryArgs),
+    /// Add a person's answers (id,label CSV) to the session; one bad row changes nothing.
+    Teach(session::TeachArgs),
+    /// Labeled items per class, rounds, pending items and the last round's metrics.
+    Status(session::StatusArgs),
+    /// Every strategy `--scorer` accepts, with what it is (the registry).
+    Scorers,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum SurfaceModelArg {
+    /// DUQ with a 2-20-20-20 ReLU MLP feature extractor (score 1 - max K).
+    Duq,
+    /// One softmax ReLU MLP (hidden 25-25-25).
+    Mlp,
+    /// MC dropout: ReLU MLP 25-25-25-25 with dropout 0.205, --mc-samples passes.
+    McDropout,
+    /// Deep ensemble of --members MLPs (25-25-25) from different seeds and batch orders.
+    Ensemble,
+    /// Anchored ensemble (Pearce et al. 2020): members regularised towards their own random initialisation, strength --anchor.
+    AnchoredEnsemble,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PenaltyArg {
+    TwoSided,
+    Squared,
+    OneSided,
+    None,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum SurfaceScorerArg {
+    /// 1 - max of the mean probability.
+    MaxProb,
+    /// Entropy of the mean probability.
+    Entropy,
+    /// Mean over classes of the variance across samples.
+    ClassVariance,
+    /// Mutual information across samples.
+    Bald,
+    /// DUQ's 1 - max K (only with --model duq).
+    Duq,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct SurfaceArgs {
+    /// The dataset (two moons: 1,000 training points, noise 0.1).
+    #[arg(long, default_value = "moons")]
+    pub(crate) dataset: String,
+    /// The model.
+    #[arg(long, value_enum, default_value_t = SurfaceModelArg::Duq)]
+    pub(crate) model: SurfaceModelArg,
+    /// DUQ's gradient-penalty form (lambda 1.0).
+    #[arg(long, value_enum, default_value_t = PenaltyArg::TwoSided)]
+    pub(crate) penalty: PenaltyArg,
+    /// The uncertainty score: duq for --model duq; max-prob, entropy, class-variance or bald otherwise. [default: duq for DUQ, entropy otherwise]
+    #[arg(long, value_enum)]
+    pub(crate) scorer: Option<SurfaceScorerArg>,
+    /// Training points (DUQ's setting: 1000; Ulmer & Cina's: 500).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) points: usize,
+    /// Moon noise (DUQ's setting: 0.1; Ulmer & Cina's: 0.125).
+    #[arg(long, default_value_t = 0.1)]
+    pub(crate) noise: f64,
+    /// MC-dropout passes.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) mc_samples: usize,
+    /// Ensemble members.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) members: usize,
+    /// Anchoring strength tau of anchored ensembles.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) anchor: f64,
+    /// Adam steps (batch 64, lr 1e-3) of the softmax models.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) steps: usize,
+    /// Seed of the data, initialisation and batch order.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Repeat with seeds seed, seed+1, ...: one folder per seed (`seedS/`), `seeds.csv`, and
+    /// the median and range of the metrics (how robust a method is matters here as much as
+    /// one run's picture).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seeds: u64,
+    /// Output folder: surface.png, gradient.png, metrics.json (with --seeds: per seed).
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+/// A model to evaluate: loaded from a checkpoint, or trained here on a training split.
+#[derive(clap::Args)]
+pub(crate) struct ModelSource {
+    /// Evaluate this checkpoint (from `alkit train`, or `OUT/model` of an earlier run) instead
+    /// of training a model; a model trained here is saved to `OUT/model`.
+    #[arg(long)]
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// Architecture to train when no checkpoint is given.
+    #[arg(long, value_enum, default_value_t = ModelArg::Cnn)]
+    pub(crate) model: ModelArg,
+    /// Optimiser steps when training here (Adam; SGD for duq).
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) steps: usize,
+    /// Mini-batch size when training here [default: 32; 128 for duq].
+    #[arg(long)]
+    pub(crate) batch_size: Option<usize>,
+    /// Seed of training and of the scorers' noise.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct OodArgs {
+    /// In-distribution data (four IDX files): the model trains on its train split, its test split is scored.
+    #[arg(long)]
+    pub(crate) train_data: PathBuf,
+    /// OOD data (four IDX files): its test split is scored, normalised with the in-distribution statistics.
+    #[arg(long)]
+    pub(crate) ood_data: PathBuf,
+    #[command(flatten)]
+    pub(crate) source: ModelSource,
+    /// Comma-separated scorers.
+    #[arg(long, value_delimiter = ',', default_value = "entropy")]
+    pub(crate) scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    pub(crate) scorer_flags: ScorerFlags,
+    /// Output folder: ood.csv, metrics.json, scores.csv, roc.svg/png, hist.svg/png.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct CalibrateArgs {
+    /// Data (four IDX files): the model trains on the train split, the test split is evaluated.
+    #[arg(long, default_value = "data")]
+    pub(crate) data: PathBuf,
+    #[command(flatten)]
+    pub(crate) source: ModelSource,
+    /// Comma-separated scorers whose ranking of mistakes is evaluated (rAULC, misclassification AUROC).
+    #[arg(long, value_delimiter = ',', default_value = "entropy")]
+    pub(crate) scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    pub(crate) scorer_flags: ScorerFlags,
+    /// Temperature-scale the probabilities first, fitting T by NLL on the last 10% of the train split (held out from training when alkit trains the model).
+    #[arg(long)]
+    pub(crate) temperature: bool,
+    /// Output folder: metrics.json, reliability.svg/png, rejection.svg/png.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct MetricsArgs {
+    /// CSV with a header: `score` (higher = more uncertain) plus `is_ood` (0/1) for OOD metrics and/or `correct` (0/1) for calibration metrics; optional `confidence` (max probability) for ECE/MCE.
+    #[arg(long)]
+    pub(crate) scores: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Settings of the parameterised scorers.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct ScorerFlags {
+    /// REGrad layer-selection strength lambda (a_l = exp(lambda * l)). [default: 0.3]
+    #[arg(long)]
+    pub(crate) lambda: Option<f32>,
+    /// REGrad* input-noise standard deviation on the [0, 1] pixel scale. [default: 0.02]
+    #[arg(long)]
+    pub(crate) sigma: Option<f32>,
+    /// REGrad*'s number of perturbed copies N. [default: 8]
+    #[arg(long)]
+    pub(crate) perturbations: Option<usize>,
+    /// Perturb-x input-noise standard deviation on the [0, 1] pixel scale. [default: 0.05]
+    #[arg(long)]
+    pub(crate) perturb_x_sigma: Option<f32>,
+    /// Perturb-theta weight-noise standard deviation (absolute, every parameter). [default: 0.01]
+    #[arg(long)]
+    pub(crate) perturb_theta_sigma: Option<f32>,
+    /// Draws of Perturb-x and Perturb-theta. [default: 8]
+    #[arg(long)]
+    pub(crate) perturb_samples: Option<usize>,
+    /// MC-dropout forward passes of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob. [default: 20]
+    #[arg(long)]
+    pub(crate) mc_samples: Option<usize>,
+    /// Selection of every scored strategy: top-k, power, softmax, softrank (Kirsch et al. 2023), or batchbald (Kirsch et al. 2019; bald only, which then runs as batchbald). [default: top-k]
+    #[arg(long)]
+    pub(crate) select: Option<SelectKind>,
+    /// Inverse temperature of the stochastic selection modes. [default: 1]
+    #[arg(long)]
+    pub(crate) beta: Option<f32>,
+}
+
+impl ScorerFlags {
+    pub(crate) fn given(&self) -> Option<&'static str> {
+        [
+            ("--lambda", self.lambda.is_some()),
+            ("--sigma", self.sigma.is_some()),
+            ("--perturbations", self.perturbations.is_some()),
+        ]
+        .into_iter()
+        .find(|g| g.1)
+        .map(|g| g.0)
+    }
+
+    pub(crate) fn settings(&self) -> Result<ScorerSettings> {
+        let d = ScorerSettings::default();
+        let s = ScorerSettings {
+            lambda: self.lambda.unwrap_or(d.lambda),
+            sigma: self.sigma.unwrap_or(d.sigma),
+            perturbations: self.perturbations.unwrap_or(d.perturbations),
+            perturb_x_sigma: self.perturb_x_sigma.unwrap_or(d.perturb_x_sigma),
+            perturb_theta_sigma: self.perturb_theta_sigma.unwrap_or(d.perturb_theta_sigma),
+            perturb_samples: self.perturb_samples.unwrap_or(d.perturb_samples),
+            mc_samples: self.mc_samples.unwrap_or(d.mc_samples),
+            select: self.select.unwrap_or(d.select),
+            beta: self.beta.unwrap_or(d.beta),
+            members: false,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+#[derive(clap::Args)]
+pub(crate) struct CurveArgs {
+    /// Folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz). [default: data]
+    #[arg(long)]
+    pub(crate) data: Option<PathBuf>,
+    /// Comma-separated strategies (`alkit scorers` lists them). [default: entropy,margin,least-confidence,random]
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) scorer: Option<Vec<StrategyKind>>,
+    #[command(flatten)]
+    pub(crate) scorer_flags: ScorerFlags,
+    /// Number of seeds; runs use seeds SEED, SEED+1, ... [default: 1]
+    #[arg(long)]
+    pub(crate) seeds: Option<u64>,
+    /// First seed. [default: 0]
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Random seed labels before cycle 0 (m1). [default: 20]
+    #[arg(long)]
+    pub(crate) initial: Option<usize>,
+    /// Items labeled per cycle (m2). [default: 20]
+    #[arg(long)]
+    pub(crate) query: Option<usize>,
+    /// Acquisition cycles after cycle 0. [default: 10]
+    #[arg(long)]
+    pub(crate) cycles: Option<usize>,
+    /// Adam steps per training (each cycle trains from scratch). [default: 500]
+    #[arg(long)]
+    pub(crate) steps: Option<usize>,
+    /// Mini-batch size. [default: 32]
+    #[arg(long)]
+    pub(crate) batch_size: Option<usize>,
+    /// Adam learning rate. [default: 0.001]
+    #[arg(long)]
+    pub(crate) lr: Option<f64>,
+    /// Model trained each cycle. [default: cnn]
+    #[arg(long, value_enum)]
+    pub(crate) model: Option<ModelArg>,
+    /// Train a deep ensemble of K members each cycle (different initialisations and batch orders); bald, batchbald, class-variance, ... then read one draw per member instead of MC dropout, and ACC/NLL are the ensemble's.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
+    pub(crate) ensemble: Option<u64>,
+    /// Anchored training (Pearce et al. 2020): add tau/n ||theta - theta_0||^2, theta_0 each model's own initialisation (with --ensemble: anchored ensembles).
+    #[arg(long, value_name = "TAU")]
+    pub(crate) anchor: Option<f64>,
+    /// Output folder. [default: out/curve]
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Continue the interrupted run in this folder (settings come from its run.json).
+    #[arg(long, conflicts_with = "out")]
+    pub(crate) resume: Option<PathBuf>,
+    /// Replace an existing run in --out instead of refusing.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Also write every pool scoring to OUT/scores/STRATEGY/seedS/cycleC.csv (index,score): the scores cycle C's model gave the candidates it picked cycle C+1's labels from.
+    #[arg(long)]
+    pub(crate) save_scores: bool,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct TrainArgs {
+    /// Folder with the four IDX files.
+    #[arg(long, default_value = "data")]
+    pub(crate) data: PathBuf,
+    /// Architecture.
+    #[arg(long, value_enum, default_value_t = ModelArg::Cnn)]
+    pub(crate) model: ModelArg,
+    /// Adam steps.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) steps: usize,
+    /// Mini-batch size.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) batch_size: usize,
+    /// Adam learning rate (softmax models; DUQ trains with SGD at its own schedule). [default: 0.001]
+    #[arg(long)]
+    pub(crate) lr: Option<f64>,
+    /// Seed for initialisation, batch order and dropout.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Train only on these items of the train split: a file with one index per line, or a CSV whose header has an `index` column (e.g. a curve run's seed set). Initialisation and batch order then match a curve's cycle 0 with the same seed.
+    #[arg(long)]
+    pub(crate) indices: Option<PathBuf>,
+    /// Checkpoint folder to write (model.safetensors + config.json).
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ScoreArgs {
+    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), or hf:OWNER/NAME for a model repository on the Hub. Several, comma-separated, form a deep ensemble: its mean prediction is scored, and bald, class-variance, ... read one draw per member.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) checkpoint: Vec<PathBuf>,
+    /// Items to score: an IDX folder, a folder of PNG/JPEG images, FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
+    #[arg(long, default_value = "data")]
+    pub(crate) data: PathBuf,
+    /// Which split to score (test: only sources with a test split).
+    #[arg(long, value_enum, default_value_t = SplitArg::Train)]
+    pub(crate) split: SplitArg,
+    /// Inference batch size.
+    #[arg(long, default_value_t = 512)]
+    pub(crate) batch: usize,
+    /// Comma-separated scorers (`alkit scorers` lists them; random and batchbald pick whole batches and give no per-item score).
+    #[arg(long, value_delimiter = ',', default_value = "entropy")]
+    pub(crate) scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    pub(crate) scorer_flags: ScorerFlags,
+    /// Seed of REGrad*'s input noise.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Write only the K highest-scoring items by the first scorer (all items when absent).
+    #[arg(long)]
+    pub(crate) top: Option<usize>,
+    /// CSV file to write: `index`, `id` and one column per scorer.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct BenchArgs {
+    /// Folder with the four IDX files (the pool is the train split).
+    #[arg(long, default_value = "data")]
+    pub(crate) data: PathBuf,
+    /// Comma-separated strategies (`alkit scorers` lists them; batchbald: the evidence plus the greedy choice of 20, in candidates/s).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "entropy,margin,least-confidence"
+    )]
+    pub(crate) scorer: Vec<StrategyKind>,
+    #[command(flatten)]
+    pub(crate) scorer_flags: ScorerFlags,
+    /// Items scored per pass (the first N of the train split, cycled if fewer).
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) n: usize,
+    /// Inference batch size (at least 256).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(256..))]
+    pub(crate) batch: u64,
+    /// Timed passes; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) repeats: usize,
+    /// Adam steps of the brief training before timing.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) train_steps: usize,
+    /// Print one JSON object {"scorer": samples_per_s, ...} on stdout instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Time training instead of scoring: duq-fm = the Fashion-MNIST DUQ CNN (batch 128, SGD), images/s of whole optimiser steps on --data's train split.
+    #[arg(long, value_enum)]
+    pub(crate) train: Option<TrainBench>,
+    /// DUQ's gradient-penalty weight for --train duq-fm (0 skips the input gradient). [default: 0.05]
+    #[arg(long, requires = "train")]
+    pub(crate) penalty_weight: Option<f64>,
+    /// Timed optimiser steps per repeat for --train.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) steps: usize,
+    /// Score with a deep ensemble of K briefly trained CNNs (sample scorers read one draw per member).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
+    pub(crate) ensemble: Option<u64>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum TrainBench {
+    /// DUQ on the Fashion-MNIST CNN with batch norm.
+    DuqFm,
+}
+
+impl ModelSource {
+    pub(crate) fn to_lib(&self) -> alkit::eval::ModelSource {
+        alkit::eval::ModelSource {
+            checkpoint: self
+                .checkpoint
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            model: self.model.kind(),
+            steps: self.steps,
+            batch_size: self.batch_size,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Refuses `--lr` for DUQ, which trains with SGD at its own schedule (`lr` 0.05, dropping at
+/// its milestones): a flag that does not apply to the chosen model is an error, not ignored.
+pub(crate) fn lr_for(kind: ModelKind, lr: Option<f64>) -> Result<f64> {
+    match (kind, lr) {
+        (ModelKind::Duq, Some(_)) => Err(alkit::Error::config(
+            "lr",
+            "--lr sets Adam's rate of the softmax models; DUQ trains with SGD at its own schedule",
+        )
+        .into()),
+        (_, lr) => Ok(lr.unwrap_or(alkit::train::TrainConfig::default().lr)),
+    }
+}

@@ -1,0 +1,201 @@
+//! Calibration: how well the model's probabilities and each scorer's ranking match its
+//! mistakes on a test split: ECE/MCE (15 bins), NLL and Brier of the (optionally
+//! temperature-scaled) probabilities, and per scorer the rAULC and the misclassification AUROC,
+//! with reliability and rejection curves.
+//!
+//! Files written to the output folder: `metrics.json`, `reliability.svg/png`,
+//! `rejection.svg/png`.
+
+use super::{create_out, scoring, write_figure};
+use crate::checkpoint::Checkpoint;
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+use crate::fsutil::write_json;
+use crate::metrics::{
+    auroc, ece_mce, fit_temperature, nll_brier, raulc, rejection_curve, reliability,
+    temperature_scale, Bin, CalibrationMetrics,
+};
+use crate::observe::Silent;
+use crate::plot::{Figure, Panel, Series};
+use crate::predict::{log_probs_of, probs_from_log};
+use crate::rng::{stream, Purpose};
+use alkit_acquisition::{Evidence, Scorer};
+use candle_core::Device;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Temperature scaling: the held-out items `data[val]` (normalised) the temperature is
+/// fitted on by NLL.
+pub struct Holdout<'a> {
+    /// Normalised data holding the held-out items.
+    pub data: &'a Dataset,
+    /// Their indices (never trained on).
+    pub val: &'a [usize],
+}
+
+/// What [`run`] measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibrationReport {
+    /// Test accuracy.
+    pub accuracy: f64,
+    /// The fitted temperature (`None` without temperature scaling).
+    pub temperature: Option<f64>,
+    /// Expected calibration error (15 bins).
+    pub ece: f64,
+    /// Maximum calibration error.
+    pub mce: f64,
+    /// Mean negative log-likelihood (nats).
+    pub nll: f64,
+    /// Brier score.
+    pub brier: f64,
+    /// One row per scorer, in the order given.
+    pub rows: Vec<(String, CalibrationMetrics)>,
+}
+
+/// Evaluates `model` on `test` (normalised with its statistics), temperature-scaled on
+/// `holdout` when given, writes the files of the module docs into `out` and returns the
+/// metrics. Probability scorers then score the scaled probabilities; scorers with other
+/// evidence (gradients, samples) score the model itself. `seed` keys the scorers' noise.
+pub fn run(
+    model: &Checkpoint,
+    test: &Dataset,
+    holdout: Option<Holdout<'_>>,
+    scorers: &[Arc<dyn Scorer>],
+    seed: u64,
+    out: &Path,
+    device: &Device,
+) -> Result<CalibrationReport> {
+    let m = model.model.as_ref();
+    let all: Vec<usize> = (0..test.len()).collect();
+    let c = m.classes();
+    let mut lp = log_probs_of(m, test, &all, 512, device, &mut Silent)?;
+    let temperature = match &holdout {
+        Some(h) => {
+            let vlp = log_probs_of(m, h.data, h.val, 512, device, &mut Silent)?;
+            let labels: Vec<u32> = h.val.iter().map(|&i| h.data.labels()[i]).collect();
+            let t = fit_temperature(&vlp, c, &labels)?;
+            temperature_scale(&mut lp, c, t)?;
+            Some(t)
+        }
+        None => None,
+    };
+    let probs = probs_from_log(&lp, c)?;
+    let labels = test.labels();
+    let correct: Vec<bool> = probs
+        .rows()
+        .zip(labels)
+        .map(|(r, &y)| {
+            r.iter()
+                .enumerate()
+                .fold(0, |b, (i, &v)| if v > r[b] { i } else { b })
+                == y as usize
+        })
+        .collect();
+    let confidence: Vec<f32> = probs
+        .rows()
+        .map(|r| r.iter().cloned().fold(0.0, f32::max))
+        .collect();
+    let (ece, mce) = ece_mce(&confidence, &correct)?;
+    let (nll, brier) = nll_brier(probs.as_slice(), c, labels)?;
+    let accuracy = correct.iter().filter(|&&k| k).count() as f64 / correct.len().max(1) as f64;
+    let scoring = scoring(model, device);
+    let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
+    let mut rows = Vec::with_capacity(scorers.len());
+    let mut rejection = Panel {
+        title: "Rejection-classification".into(),
+        x_label: "fraction rejected".into(),
+        y_label: "accuracy on retained".into(),
+        series: Vec::new(),
+    };
+    let mut oracle = Vec::new();
+    for s in scorers {
+        let probs_only = s.needs().grads.is_none() && s.needs().samples.is_none();
+        let scores = if probs_only && temperature.is_some() {
+            s.score(&Evidence::from_probs(probs.clone()))?
+        } else {
+            let mut rng = stream(seed, Purpose::Perturb, 0);
+            s.score(&scoring.evidence(test, &all, s.needs(), &mut rng, &mut Silent)?)?
+        };
+        let row = CalibrationMetrics {
+            raulc: raulc(&scores, &correct)?,
+            ece,
+            mce,
+            nll,
+            brier,
+            misclassification_auroc: auroc(&scores, &wrong)?,
+        };
+        rows.push((s.name().to_string(), row));
+        let curve = rejection_curve(&scores, &correct)?;
+        rejection.series.push(Series {
+            name: s.name().into(),
+            points: curve.iter().map(|p| (p.0, p.1)).collect(),
+            band: Vec::new(),
+        });
+        oracle = curve.iter().map(|p| (p.0, p.2)).collect();
+    }
+    rejection.series.push(Series {
+        name: "theoretical max".into(),
+        points: oracle,
+        band: Vec::new(),
+    });
+    let bins = reliability(&confidence, &correct, 15)?;
+    let used: Vec<&Bin> = bins.iter().filter(|b| b.count > 0).collect();
+    let rel = Panel {
+        title: "Reliability (15 bins)".into(),
+        x_label: "confidence".into(),
+        y_label: "accuracy".into(),
+        series: vec![
+            Series {
+                name: "model".into(),
+                points: used.iter().map(|b| (b.confidence, b.accuracy)).collect(),
+                band: Vec::new(),
+            },
+            Series {
+                name: "perfect".into(),
+                points: vec![(0.0, 0.0), (1.0, 1.0)],
+                band: Vec::new(),
+            },
+        ],
+    };
+    create_out(out)?;
+    let json_err = |e: serde_json::Error| Error::config("metrics", e.to_string());
+    let mut json = serde_json::Map::new();
+    for (name, row) in &rows {
+        json.insert(name.clone(), serde_json::to_value(row).map_err(json_err)?);
+    }
+    json.insert(
+        "reliability".into(),
+        serde_json::to_value(&bins).map_err(json_err)?,
+    );
+    if let Some(t) = temperature {
+        json.insert("temperature".into(), serde_json::json!(t));
+    }
+    write_json(&out.join("metrics.json"), &serde_json::Value::Object(json))?;
+    write_figure(
+        out,
+        "reliability",
+        &Figure {
+            panels: vec![rel],
+            panel_width: 420,
+            height: 400,
+        },
+    )?;
+    write_figure(
+        out,
+        "rejection",
+        &Figure {
+            panels: vec![rejection],
+            panel_width: 520,
+            height: 400,
+        },
+    )?;
+    Ok(CalibrationReport {
+        accuracy,
+        temperature,
+        ece,
+        mce,
+        nll,
+        brier,
+        rows,
+    })
+}

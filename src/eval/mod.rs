@@ -1,0 +1,237 @@
+//! The scorers evaluated standalone: out-of-distribution detection ([`ood`]) and calibration
+//! ([`calibrate`]), each a library experiment like `curve`: it takes a model and data, writes
+//! its tables and plots into a folder and returns what it measured, and the binary only prints.
+//!
+//! This module holds what both share: where the model comes from ([`ModelSource`]: a
+//! checkpoint, or one trained here and saved at once, so a long training is never lost),
+//! scoring a whole split with several scorers, and writing a figure as SVG and PNG.
+
+pub mod calibrate;
+pub mod ood;
+pub mod scores_file;
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::data::{Dataset, Normalizer};
+use crate::error::{Error, Result};
+use crate::fsutil::write_atomic;
+use crate::hub::Hub;
+use crate::models::{Arch, ModelKind};
+use crate::observe::{Observer, Silent};
+use crate::plot::Figure;
+use crate::predict::Scoring;
+use crate::rng::{stream, Purpose};
+use crate::train::{train, TrainConfig, TrainRngs};
+use alkit_acquisition::Scorer;
+use candle_core::Device;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Where an experiment's model comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSource {
+    /// A checkpoint folder or `hf:OWNER/NAME[@REV]`; `None`: train `model` here.
+    pub checkpoint: Option<String>,
+    /// The built-in model to train when no checkpoint is given.
+    pub model: ModelKind,
+    /// Optimiser steps when training here.
+    pub steps: usize,
+    /// Mini-batch size when training here (`None`: 32, or DUQ's own 128).
+    pub batch_size: Option<usize>,
+    /// Seed of the training and of the scorers' noise.
+    pub seed: u64,
+}
+
+/// The checkpoint of `source`, or `source.model` trained here on `train_raw[..limit]` (all of
+/// it when `limit` is `None`, normalised with statistics of the whole split) and saved as a
+/// checkpoint in `save_to` before anything else happens. A checkpoint must take items of
+/// `train_raw`'s shape.
+pub fn prepare(
+    source: &ModelSource,
+    train_raw: &Dataset,
+    limit: Option<usize>,
+    save_to: &Path,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    if let Some(name) = &source.checkpoint {
+        let c = checkpoint::open(name, hub, device, observer)?;
+        if c.config.item_shape != train_raw.item_shape() {
+            return Err(Error::config(
+                "checkpoint",
+                format!(
+                    "{name} expects items {:?}, the data has {:?}",
+                    c.config.item_shape,
+                    train_raw.item_shape()
+                ),
+            ));
+        }
+        return Ok(c);
+    }
+    let norm = Normalizer::fit(train_raw);
+    let train_ds = norm.apply(train_raw)?;
+    let arch = Arch::for_data(source.model, &train_ds);
+    let params = TrainConfig {
+        steps: source.steps,
+        batch_size: source.batch_size.unwrap_or(match source.model {
+            ModelKind::Duq => 128,
+            _ => 32,
+        }),
+        ..TrainConfig::default()
+    }
+    .validate()?;
+    let ids: Vec<usize> = (0..limit.unwrap_or(train_ds.len()).min(train_ds.len())).collect();
+    let trained = train(
+        &arch,
+        &train_ds,
+        &ids,
+        &params,
+        TrainRngs::for_cycle(source.seed, 0),
+        device,
+        observer,
+    )?;
+    let classes: Vec<String> = (0..train_ds.classes()).map(|c| c.to_string()).collect();
+    let config = checkpoint::save(
+        save_to,
+        &arch,
+        &trained.params,
+        &norm,
+        train_ds.item_shape(),
+        classes,
+    )?;
+    Ok(Checkpoint {
+        config,
+        model: trained.model,
+        params: trained.params,
+    })
+}
+
+/// The scoring context of a checkpoint's model: gradients through its parameters,
+/// perturbation scorers through its architecture (inference batch 512).
+pub fn scoring<'a>(ck: &'a Checkpoint, device: &'a Device) -> Scoring<'a> {
+    Scoring {
+        model: ck.model.as_ref(),
+        params: Some(&ck.params),
+        builder: Some(&ck.config.arch),
+        input_std: &ck.config.normalizer.std,
+        batch: 512,
+        device,
+    }
+}
+
+/// Every item of `ds` scored by each scorer: `(scorer, item)`. Each scorer draws its noise
+/// from the same stream `(seed, Perturb, 0)`, so a scorer's scores do not depend on which
+/// others run beside it.
+pub fn score_all(
+    scoring: &Scoring<'_>,
+    ds: &Dataset,
+    scorers: &[Arc<dyn Scorer>],
+    seed: u64,
+) -> Result<Vec<Vec<f32>>> {
+    let all: Vec<usize> = (0..ds.len()).collect();
+    scorers
+        .iter()
+        .map(|s| {
+            let mut rng = stream(seed, Purpose::Perturb, 0);
+            let ev = scoring.evidence(ds, &all, s.needs(), &mut rng, &mut Silent)?;
+            Ok(s.score(&ev)?)
+        })
+        .collect()
+}
+
+/// Writes `out/STEM.svg` and `out/STEM.png`, each atomically.
+pub fn write_figure(out: &Path, stem: &str, fig: &Figure) -> Result<()> {
+    write_atomic(&out.join(format!("{stem}.svg")), fig.to_svg().as_bytes())?;
+    write_atomic(&out.join(format!("{stem}.png")), &fig.to_png())
+}
+
+/// Creates the output folder `out`.
+fn create_out(out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))
+}
+
+/// Writes a score table to `out` atomically: header `index,id,<name>...`, one row per item
+/// (`cols[k][i]` is scorer `k`'s score of item `i`), in item order, or with `top = Some(k)` the
+/// `k` highest-scoring items by the first scorer (ties by index). Fields are quoted as RFC
+/// 4180 requires, so an id with a comma reads back.
+pub fn write_scores(
+    out: &Path,
+    ids: &[String],
+    names: &[&str],
+    cols: &[Vec<f32>],
+    top: Option<usize>,
+) -> Result<()> {
+    if cols.len() != names.len() || cols.iter().any(|c| c.len() != ids.len()) {
+        return Err(Error::config(
+            "scores",
+            "one column of one score per item per scorer",
+        ));
+    }
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    if let (Some(k), Some(first)) = (top, cols.first()) {
+        order.sort_by(|&x, &y| first[y].total_cmp(&first[x]).then(x.cmp(&y)));
+        order.truncate(k);
+    }
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let csv_err = |e: csv::Error| Error::io(out, std::io::Error::other(e));
+    let mut header = vec!["index", "id"];
+    header.extend(names);
+    w.write_record(&header).map_err(csv_err)?;
+    for i in order {
+        let mut row = vec![i.to_string(), ids[i].clone()];
+        row.extend(cols.iter().map(|c| c[i].to_string()));
+        w.write_record(&row).map_err(csv_err)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| Error::io(out, std::io::Error::other(e.to_string())))?;
+    write_atomic(out, &bytes)
+}
+
+/// `alkit train`: fits `kind` on `splits.train[ids]` (all of it when `ids` is `None`;
+/// normalised with the whole train split's statistics) from the streams of `(seed, 0)`,
+/// evaluates it on the test split and saves it as a checkpoint in `out` (class names `0..c`).
+#[allow(clippy::too_many_arguments)]
+pub fn train_checkpoint(
+    kind: ModelKind,
+    splits: &crate::data::Splits,
+    ids: Option<&[usize]>,
+    params: &crate::train::TrainParams,
+    seed: u64,
+    out: &Path,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<crate::predict::TestMetrics> {
+    let norm = Normalizer::fit(&splits.train);
+    let train_ds = norm.apply(&splits.train)?;
+    let test = norm.apply(&splits.test)?;
+    let arch = Arch::for_data(kind, &train_ds);
+    let all: Vec<usize>;
+    let ids = match ids {
+        Some(ids) => ids,
+        None => {
+            all = (0..train_ds.len()).collect();
+            &all
+        }
+    };
+    let trained = train(
+        &arch,
+        &train_ds,
+        ids,
+        params,
+        TrainRngs::for_cycle(seed, 0),
+        device,
+        observer,
+    )?;
+    let m = crate::predict::evaluate(trained.model.as_ref(), &test, 512, device, &mut Silent)?;
+    let classes = (0..train_ds.classes()).map(|c| c.to_string()).collect();
+    checkpoint::save(
+        out,
+        &arch,
+        &trained.params,
+        &norm,
+        train_ds.item_shape(),
+        classes,
+    )?;
+    Ok(m)
+}

@@ -1,0 +1,179 @@
+//! Out-of-distribution detection: score an in-distribution test split and an OOD test split
+//! with each scorer (OOD = positive, higher score = more OOD) and report AUROC, AUPR (in and
+//! out) and FPR at 95% TPR.
+//!
+//! Files written to the output folder: `ood.csv` (one row per scorer), `metrics.json`,
+//! `scores.csv` (`split,index,<scorer>...`), `roc.svg/png` and `hist.svg/png`.
+
+use super::{create_out, score_all, scoring, write_figure};
+use crate::checkpoint::Checkpoint;
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+use crate::fsutil::{write_atomic, write_json};
+use crate::metrics::{ood_metrics, roc_curve, OodMetrics};
+use crate::observe::Silent;
+use crate::plot::{Figure, Panel, Series};
+use crate::predict::evaluate;
+use alkit_acquisition::Scorer;
+use candle_core::Device;
+use std::path::Path;
+use std::sync::Arc;
+
+/// What [`run`] measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OodReport {
+    /// Accuracy on the in-distribution test split.
+    pub id_accuracy: f64,
+    /// In-distribution items scored.
+    pub id_items: usize,
+    /// OOD items scored.
+    pub ood_items: usize,
+    /// One row per scorer, in the order given.
+    pub rows: Vec<(String, OodMetrics)>,
+}
+
+/// Scores `id_test` and `ood_test` (both normalised with the model's statistics) with each
+/// scorer through `model`, writes the files of the module docs into `out` and returns the
+/// metrics. `seed` keys the scorers' noise.
+pub fn run(
+    model: &Checkpoint,
+    id_test: &Dataset,
+    ood_test: &Dataset,
+    scorers: &[Arc<dyn Scorer>],
+    seed: u64,
+    out: &Path,
+    device: &Device,
+) -> Result<OodReport> {
+    if ood_test.item_shape() != id_test.item_shape() {
+        return Err(Error::config(
+            "ood_data",
+            format!(
+                "OOD items are {:?}, in-distribution items {:?}",
+                ood_test.item_shape(),
+                id_test.item_shape()
+            ),
+        ));
+    }
+    let scoring = scoring(model, device);
+    let id_scores = score_all(&scoring, id_test, scorers, seed)?;
+    let ood_scores = score_all(&scoring, ood_test, scorers, seed)?;
+    let id_accuracy = evaluate(model.model.as_ref(), id_test, 512, device, &mut Silent)?.acc;
+    let mut rows = Vec::with_capacity(scorers.len());
+    let mut roc = Panel {
+        title: "ROC (OOD positive)".into(),
+        x_label: "false positive rate".into(),
+        y_label: "true positive rate".into(),
+        series: Vec::new(),
+    };
+    let mut hists = Vec::new();
+    for (i, s) in scorers.iter().enumerate() {
+        let m = ood_metrics(&id_scores[i], &ood_scores[i])?;
+        rows.push((s.name().to_string(), m));
+        let all: Vec<f32> = id_scores[i].iter().chain(&ood_scores[i]).copied().collect();
+        let is_ood: Vec<bool> = (0..all.len()).map(|k| k >= id_scores[i].len()).collect();
+        roc.series.push(Series {
+            name: s.name().into(),
+            points: roc_curve(&all, &is_ood)?,
+            band: Vec::new(),
+        });
+        hists.push(histogram_panel(s.name(), &id_scores[i], &ood_scores[i]));
+    }
+    create_out(out)?;
+    let mut csv = String::from("scorer,auroc,aupr_in,aupr_out,fpr95\n");
+    let mut json = serde_json::Map::new();
+    for (name, m) in &rows {
+        csv.push_str(&format!(
+            "{name},{:.6},{:.6},{:.6},{:.6}\n",
+            m.auroc, m.aupr_in, m.aupr_out, m.fpr95
+        ));
+        json.insert(
+            name.clone(),
+            serde_json::to_value(m).map_err(|e| Error::config("metrics", e.to_string()))?,
+        );
+    }
+    write_atomic(&out.join("ood.csv"), csv.as_bytes())?;
+    write_json(&out.join("metrics.json"), &serde_json::Value::Object(json))?;
+    let mut scores_csv = String::from("split,index");
+    for s in scorers {
+        scores_csv.push_str(&format!(",{}", s.name()));
+    }
+    scores_csv.push('\n');
+    for (split, cols) in [("id", &id_scores), ("ood", &ood_scores)] {
+        for k in 0..cols.first().map_or(0, Vec::len) {
+            scores_csv.push_str(&format!("{split},{k}"));
+            for c in cols.iter() {
+                scores_csv.push_str(&format!(",{}", c[k]));
+            }
+            scores_csv.push('\n');
+        }
+    }
+    write_atomic(&out.join("scores.csv"), scores_csv.as_bytes())?;
+    write_figure(
+        out,
+        "roc",
+        &Figure {
+            panels: vec![roc],
+            panel_width: 520,
+            height: 420,
+        },
+    )?;
+    write_figure(
+        out,
+        "hist",
+        &Figure {
+            panels: hists,
+            panel_width: 360,
+            height: 300,
+        },
+    )?;
+    Ok(OodReport {
+        id_accuracy,
+        id_items: id_test.len(),
+        ood_items: ood_test.len(),
+        rows,
+    })
+}
+
+/// Score histograms (fraction of items per bin, 30 bins over the joint range) of
+/// in-distribution vs OOD, drawn as steps.
+fn histogram_panel(name: &str, id: &[f32], ood: &[f32]) -> Panel {
+    let lo = id.iter().chain(ood).copied().fold(f32::INFINITY, f32::min);
+    let hi = id
+        .iter()
+        .chain(ood)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
+    let bins = 30;
+    let width = f64::from((hi - lo).max(1e-12)) / bins as f64;
+    let steps = |v: &[f32]| {
+        let mut counts = vec![0usize; bins];
+        for &x in v {
+            let b = ((f64::from(x - lo) / width) as usize).min(bins - 1);
+            counts[b] += 1;
+        }
+        let mut pts = Vec::new();
+        for (b, &c) in counts.iter().enumerate() {
+            let y = c as f64 / v.len() as f64;
+            pts.push((f64::from(lo) + b as f64 * width, y));
+            pts.push((f64::from(lo) + (b + 1) as f64 * width, y));
+        }
+        pts
+    };
+    Panel {
+        title: name.into(),
+        x_label: "score".into(),
+        y_label: "fraction of items".into(),
+        series: vec![
+            Series {
+                name: "in-dist.".into(),
+                points: steps(id),
+                band: Vec::new(),
+            },
+            Series {
+                name: "OOD".into(),
+                points: steps(ood),
+                band: Vec::new(),
+            },
+        ],
+    }
+}

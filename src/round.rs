@@ -1,0 +1,194 @@
+//! One acquisition round, the only one in the crate: fit the round's model on the labeled
+//! items ([`fit`]), gather the evidence the strategy needs for the candidates, score them and
+//! select a batch ([`pick`]). The simulated loop (`acquire`) and labeling sessions (`session`)
+//! both run their rounds through these two functions, so every strategy, ensembles and
+//! BatchBALD included, works the same in both.
+//!
+//! [`pick`] is also the only place where a selection's positions (into the candidate list)
+//! become dataset indices: callers get indices back, never positions.
+//!
+//! Randomness: a round draws from the streams of `(seed, key)` (see [`crate::rng::stream`]):
+//! training from [`TrainRngs::for_cycle`] (or per member), evidence noise from
+//! `Purpose::Perturb` and the selection from `Purpose::Select`. Callers choose the keys, which
+//! is how the loop and sessions keep their documented stream layouts.
+
+use crate::data::Dataset;
+use crate::error::Result;
+use crate::observe::{check, Event, Observer};
+use crate::predict::Scoring;
+use crate::rng::{stream, Purpose};
+use crate::train::{train, train_ensemble, ModelBuilder, TrainParams, TrainRngs, Trained};
+use alkit_acquisition::{BatchSelector, Scorer, Selection};
+use candle_core::Device;
+use std::sync::Arc;
+
+/// How a strategy turns a model into the next batch.
+#[derive(Clone)]
+pub enum Pick {
+    /// Uniformly at random.
+    Random,
+    /// One score per candidate, then a selection mode over the scores.
+    Scored {
+        /// The scorer.
+        scorer: Arc<dyn Scorer>,
+        /// How the batch is drawn from the scores.
+        selection: Selection,
+    },
+    /// A joint batch criterion (BatchBALD).
+    Batch(Arc<dyn BatchSelector>),
+}
+
+/// How the next items are chosen, under a name.
+#[derive(Clone)]
+pub struct Strategy {
+    name: String,
+    pick: Pick,
+}
+
+impl Strategy {
+    /// Uniformly random acquisition (no scorer).
+    pub fn random() -> Self {
+        Self {
+            name: "random".into(),
+            pick: Pick::Random,
+        }
+    }
+
+    /// Top-k (or another selection mode) over `scorer`'s scores; named after the scorer.
+    pub fn scored(scorer: Arc<dyn Scorer>, selection: Selection) -> Self {
+        Self {
+            name: scorer.name().to_string(),
+            pick: Pick::Scored { scorer, selection },
+        }
+    }
+
+    /// A joint batch criterion; named after it.
+    pub fn batch(selector: Arc<dyn BatchSelector>) -> Self {
+        Self {
+            name: selector.name().to_string(),
+            pick: Pick::Batch(selector),
+        }
+    }
+
+    /// How it picks.
+    pub fn pick(&self) -> &Pick {
+        &self.pick
+    }
+
+    /// Renames the strategy (names key CSV rows and state files).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The strategy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Trains the round's model on `data[labeled]`: one model from the streams of
+/// `(seed, key)`, or, with `ensemble = Some(k)`, `k` members from their own streams.
+#[allow(clippy::too_many_arguments)]
+pub fn fit(
+    model: &dyn ModelBuilder,
+    ensemble: Option<usize>,
+    data: &Dataset,
+    labeled: &[usize],
+    params: &TrainParams,
+    (seed, key): (u64, u64),
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Trained> {
+    match ensemble {
+        None => train(
+            model,
+            data,
+            labeled,
+            params,
+            TrainRngs::for_cycle(seed, key),
+            device,
+            observer,
+        ),
+        Some(k) => train_ensemble(
+            model,
+            k,
+            data,
+            labeled,
+            params,
+            (seed, key),
+            device,
+            observer,
+        ),
+    }
+}
+
+/// What a round picked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Picked {
+    /// Dataset indices of the picks, in selection order (best first for top-k).
+    pub indices: Vec<usize>,
+    /// The picks' scores, aligned with `indices`, when the strategy scores items one at a
+    /// time (`None` for random picks and joint batch criteria, which rank no single item).
+    pub scores: Option<Vec<f32>>,
+}
+
+/// Scores the `candidates` (dataset indices into `data`) for `strategy` with the model in
+/// `scoring` and selects `n` of them: evidence noise from `(seed, Perturb, key)`, the selection
+/// from `(seed, Select, key)`. Reports [`Event::Scored`] (as `cycle`) before selecting.
+#[allow(clippy::too_many_arguments)]
+pub fn pick(
+    strategy: &Strategy,
+    scoring: &Scoring<'_>,
+    data: &Dataset,
+    candidates: &[usize],
+    n: usize,
+    (seed, key): (u64, u64),
+    cycle: usize,
+    observer: &mut dyn Observer,
+) -> Result<Picked> {
+    let mut noise = stream(seed, Purpose::Perturb, key);
+    let mut rng = stream(seed, Purpose::Select, key);
+    let (positions, scores) = match &strategy.pick {
+        Pick::Scored { scorer, selection } => {
+            let ev = scoring.evidence(data, candidates, scorer.needs(), &mut noise, observer)?;
+            let scores = scorer.score(&ev)?;
+            let ev = Event::Scored {
+                cycle,
+                indices: candidates,
+                scores: &scores,
+            };
+            check(observer, &ev)?;
+            let picks = selection.select(&scores, n, &mut rng)?;
+            let picked = picks.iter().map(|&p| scores[p]).collect();
+            (picks, Some(picked))
+        }
+        Pick::Batch(b) => {
+            let ev = scoring.evidence(data, candidates, b.needs(), &mut noise, observer)?;
+            (b.select(&ev, n, &mut rng)?, None)
+        }
+        Pick::Random => (random_positions(candidates.len(), n, &mut rng)?, None),
+    };
+    Ok(Picked {
+        indices: positions.iter().map(|&p| candidates[p]).collect(),
+        scores,
+    })
+}
+
+/// `n` of the `candidates` uniformly at random from `(seed, purpose, key)`: the seed set of a
+/// run and the first round of a session without labels.
+pub fn pick_random(
+    candidates: &[usize],
+    n: usize,
+    (seed, purpose, key): (u64, Purpose, u64),
+) -> Result<Vec<usize>> {
+    let mut rng = stream(seed, purpose, key);
+    Ok(random_positions(candidates.len(), n, &mut rng)?
+        .into_iter()
+        .map(|p| candidates[p])
+        .collect())
+}
+
+fn random_positions(m: usize, n: usize, rng: &mut crate::rng::Rng) -> Result<Vec<usize>> {
+    Ok(Selection::Random.select(&vec![0.0; m], n, rng)?)
+}

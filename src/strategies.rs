@@ -1,0 +1,369 @@
+//! The one registry of acquisition strategies: every name a command, a curve spec or a
+//! session accepts (`--scorer entropy,bald,...`), with what it builds from the shared
+//! [`ScorerSettings`]. `score`, `curve`, `bench`, `ood`, `calibrate` and sessions all look
+//! strategies up here.
+//!
+//! Adding a scorer to every command is one [`Scorer`] impl (in `alkit-acquisition` or your own
+//! crate) plus one line in [`REGISTRY`]; the CLI's help and `alkit scorers` list the entries.
+
+use crate::error::{Error, Result};
+use crate::round::Strategy;
+use alkit_acquisition::{
+    BatchBald, BatchSelector, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest,
+    NeGrad, PerturbKl, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
+};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// What a registry entry builds.
+pub enum Built {
+    /// A scorer: one score per candidate, then the settings' selection mode.
+    Scorer(Arc<dyn Scorer>),
+    /// A joint batch criterion with its own selection (BatchBALD).
+    Batch(Arc<dyn BatchSelector>),
+    /// Uniformly random picks.
+    Random,
+}
+
+/// One named strategy.
+pub struct Entry {
+    /// The name users type and CSV rows and state files carry.
+    pub name: &'static str,
+    /// One line for help texts.
+    pub about: &'static str,
+    /// Builds it from the settings.
+    pub build: fn(&ScorerSettings) -> Built,
+}
+
+fn scorer(s: impl Scorer + 'static) -> Built {
+    Built::Scorer(Arc::new(s))
+}
+
+fn regrad(s: &ScorerSettings, perturbations: usize) -> Built {
+    scorer(ReGrad {
+        lambda: s.lambda,
+        request: GradRequest {
+            perturbations,
+            sigma: s.sigma,
+            expected: false,
+        },
+    })
+}
+
+/// A sample scorer over MC-dropout passes, or over an ensemble's members when the loop
+/// trains one.
+fn sample(s: &ScorerSettings, score: SampleScore) -> Built {
+    scorer(if s.members {
+        SampleScorer::members(score)
+    } else {
+        SampleScorer::mc_dropout(score, s.mc_samples)
+    })
+}
+
+fn batchbald(s: &ScorerSettings) -> Built {
+    Built::Batch(Arc::new(if s.members {
+        BatchBald::members()
+    } else {
+        BatchBald::mc_dropout(s.mc_samples)
+    }))
+}
+
+/// Every strategy, in the order commands list them: one line each.
+#[rustfmt::skip]
+pub static REGISTRY: &[Entry] = &[
+    Entry { name: "entropy", about: "predictive entropy", build: |_| scorer(Builtin::Entropy) },
+    Entry { name: "margin", about: "one minus the gap between the two most likely classes", build: |_| scorer(Builtin::Margin) },
+    Entry { name: "least-confidence", about: "one minus the largest probability", build: |_| scorer(Builtin::LeastConfidence) },
+    Entry { name: "random", about: "uniformly random picks", build: |_| Built::Random },
+    Entry { name: "regrad-star", about: "REGrad* (Wang & Ji 2024): layer-weighted gradient norms averaged over perturbed copies", build: |s| regrad(s, s.perturbations.max(1)) },
+    Entry { name: "regrad", about: "REGrad: layer-weighted per-class gradient norms", build: |s| regrad(s, 0) },
+    Entry { name: "exgrad", about: "ExGrad: expected gradient norm", build: |_| scorer(ExGrad) },
+    Entry { name: "negrad", about: "NEGrad: gradient norm of the predicted class", build: |_| scorer(NeGrad) },
+    Entry { name: "ungrad", about: "UNGrad: unweighted sum of class gradient norms", build: |_| scorer(UnGrad) },
+    Entry { name: "gradnorm", about: "GradNorm: L1 norm of the KL-to-uniform gradient of the last layer", build: |_| scorer(GradNorm) },
+    Entry { name: "exgrad-v", about: "ExGrad's V-term", build: |_| scorer(ExGradV) },
+    Entry { name: "perturb-x", about: "expected KL under input noise", build: |s| scorer(PerturbKl { request: SampleRequest::InputNoise { sigma: s.perturb_x_sigma, samples: s.perturb_samples } }) },
+    Entry { name: "perturb-theta", about: "expected KL under weight noise", build: |s| scorer(PerturbKl { request: SampleRequest::WeightNoise { sigma: s.perturb_theta_sigma, samples: s.perturb_samples } }) },
+    Entry { name: "bald", about: "BALD: mutual information over MC-dropout or ensemble draws (joint with --select batchbald)", build: |s| if s.select == SelectKind::BatchBald { batchbald(s) } else { sample(s, SampleScore::Bald) } },
+    Entry { name: "batchbald", about: "BatchBALD (Kirsch et al. 2019): greedy joint mutual information of the batch", build: batchbald },
+    Entry { name: "mc-entropy", about: "entropy of the MC-dropout or ensemble mean", build: |s| sample(s, SampleScore::MeanEntropy) },
+    Entry { name: "class-variance", about: "class variance over draws", build: |s| sample(s, SampleScore::ClassVariance) },
+    Entry { name: "variation-ratio", about: "variation ratio over draws", build: |s| sample(s, SampleScore::VariationRatio) },
+    Entry { name: "mc-max-prob", about: "one minus the mean largest probability over draws", build: |s| sample(s, SampleScore::MaxProb) },
+    Entry { name: "duq", about: "DUQ: one minus the largest RBF kernel value (needs a DUQ model)", build: |_| scorer(DuqCertainty) },
+];
+
+/// A strategy of the [`REGISTRY`], by name (serialised as its name).
+#[derive(Clone, Copy)]
+pub struct StrategyKind(&'static Entry);
+
+impl PartialEq for StrategyKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for StrategyKind {}
+
+impl std::hash::Hash for StrategyKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.name.hash(state)
+    }
+}
+
+impl std::fmt::Debug for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StrategyKind({})", self.0.name)
+    }
+}
+
+impl StrategyKind {
+    /// The strategies `alkit curve` runs when none is named.
+    pub const DEFAULT: [&'static str; 4] = ["entropy", "margin", "least-confidence", "random"];
+
+    /// Every registered strategy, in registry order.
+    pub fn all() -> impl Iterator<Item = StrategyKind> {
+        REGISTRY.iter().map(StrategyKind)
+    }
+
+    /// The strategy registered as `name`, if any.
+    pub fn named(name: &str) -> Option<StrategyKind> {
+        REGISTRY.iter().find(|e| e.name == name).map(StrategyKind)
+    }
+
+    /// The default strategies of `alkit curve`.
+    pub fn defaults() -> Vec<StrategyKind> {
+        Self::DEFAULT
+            .iter()
+            .filter_map(|n| Self::named(n))
+            .collect()
+    }
+
+    /// The CLI/CSV name.
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// One line for help texts.
+    pub fn about(self) -> &'static str {
+        self.0.about
+    }
+
+    /// What the entry builds with `s`.
+    pub fn build(self, s: &ScorerSettings) -> Built {
+        (self.0.build)(s)
+    }
+
+    /// The scorer, if the strategy scores one candidate at a time with `s` (all but random
+    /// and the joint batch criteria).
+    pub fn scorer(self, s: &ScorerSettings) -> Option<Arc<dyn Scorer>> {
+        match self.build(s) {
+            Built::Scorer(sc) => Some(sc),
+            Built::Batch(_) | Built::Random => None,
+        }
+    }
+
+    /// The runnable strategy: the scorer with `s.select` (named `<select>-<name>` unless
+    /// top-k), a joint batch criterion (its own selection; `s.select` does not apply), or
+    /// random. A scorer with `--select batchbald` is a settings error.
+    pub fn strategy(self, s: &ScorerSettings) -> Result<Strategy> {
+        Ok(match self.build(s) {
+            Built::Scorer(sc) => {
+                let name = match s.select {
+                    SelectKind::TopK => self.name().to_string(),
+                    other => format!("{}-{}", other.name(), self.name()),
+                };
+                let selection = s.select.selection(s.beta).ok_or_else(|| {
+                    Error::config(
+                        "select",
+                        format!(
+                            "batchbald selects jointly from MC-dropout or ensemble draws; it \
+                             applies to bald, not to `{}`",
+                            self.name()
+                        ),
+                    )
+                })?;
+                Strategy::scored(sc, selection).named(name)
+            }
+            Built::Batch(b) => Strategy::batch(b),
+            Built::Random => Strategy::random(),
+        })
+    }
+}
+
+impl FromStr for StrategyKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        StrategyKind::named(s).ok_or_else(|| {
+            let names: Vec<_> = REGISTRY.iter().map(|e| e.name).collect();
+            format!(
+                "unknown scorer `{s}`; expected one of: {}",
+                names.join(", ")
+            )
+        })
+    }
+}
+
+impl std::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for StrategyKind {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for StrategyKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// How a curve's scored strategies select (applied to every strategy but `random`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelectKind {
+    /// The `query` highest scores.
+    #[default]
+    TopK,
+    /// Sampling with weights `score^beta`.
+    Power,
+    /// Sampling with weights `exp(beta score)`.
+    Softmax,
+    /// Sampling with weights `rank^-beta`.
+    Softrank,
+    /// BatchBALD's joint selection (Kirsch et al. 2019). It needs the draws, not a score
+    /// vector, so it applies to `bald` only (which then runs as `batchbald`).
+    #[serde(rename = "batchbald")]
+    BatchBald,
+}
+
+impl SelectKind {
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectKind::TopK => "top-k",
+            SelectKind::Power => "power",
+            SelectKind::Softmax => "softmax",
+            SelectKind::Softrank => "softrank",
+            SelectKind::BatchBald => "batchbald",
+        }
+    }
+
+    /// The selection over scores with inverse temperature `beta`; `None` for
+    /// [`SelectKind::BatchBald`], which does not select from scores.
+    pub fn selection(self, beta: f32) -> Option<Selection> {
+        Some(match self {
+            SelectKind::TopK => Selection::TopK,
+            SelectKind::Power => Selection::Power { beta },
+            SelectKind::Softmax => Selection::Softmax { beta },
+            SelectKind::Softrank => Selection::SoftRank { beta },
+            SelectKind::BatchBald => return None,
+        })
+    }
+}
+
+impl FromStr for SelectKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [
+            SelectKind::TopK,
+            SelectKind::Power,
+            SelectKind::Softmax,
+            SelectKind::Softrank,
+            SelectKind::BatchBald,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+        .ok_or_else(|| {
+            format!(
+                "unknown selection `{s}`; expected one of: top-k, power, softmax, softrank, batchbald"
+            )
+        })
+    }
+}
+
+/// Settings of the parameterised scorers (REGrad's `lambda`, REGrad*'s noise).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScorerSettings {
+    /// REGrad layer-selection strength `lambda`.
+    pub lambda: f32,
+    /// REGrad* input-noise standard deviation on the `[0, 1]` scale.
+    pub sigma: f32,
+    /// REGrad*'s number of perturbed copies `N`.
+    pub perturbations: usize,
+    /// Perturb-x input-noise standard deviation on the `[0, 1]` scale.
+    pub perturb_x_sigma: f32,
+    /// Perturb-theta weight-noise standard deviation.
+    pub perturb_theta_sigma: f32,
+    /// Draws of Perturb-x and Perturb-theta.
+    pub perturb_samples: usize,
+    /// MC-dropout forward passes of the sample scorers (BALD, ...).
+    pub mc_samples: usize,
+    /// Selection mode of every scored strategy.
+    pub select: SelectKind,
+    /// Inverse temperature of the stochastic selection modes.
+    pub beta: f32,
+    /// Sample scorers and BatchBALD read the members of an ensemble model instead of
+    /// MC-dropout passes (set when the loop trains ensembles).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub members: bool,
+}
+
+impl ScorerSettings {
+    /// Checks ranges once: sample and copy counts at least 1, `lambda` and `beta` finite,
+    /// noise levels finite and `>= 0`.
+    pub fn validate(&self) -> Result<()> {
+        if self.mc_samples == 0 || self.perturb_samples == 0 {
+            return Err(Error::config(
+                "mc_samples",
+                "sample counts must be at least 1",
+            ));
+        }
+        if self.perturbations == 0 {
+            return Err(Error::config(
+                "perturbations",
+                "REGrad* needs at least one perturbed copy (regrad is the unperturbed score)",
+            ));
+        }
+        if !self.lambda.is_finite() {
+            return Err(Error::config("lambda", "must be a finite number"));
+        }
+        if !self.beta.is_finite() {
+            return Err(Error::config("beta", "must be a finite number"));
+        }
+        for (name, v) in [
+            ("sigma", self.sigma),
+            ("perturb_x_sigma", self.perturb_x_sigma),
+            ("perturb_theta_sigma", self.perturb_theta_sigma),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::config(name, "must be a finite number >= 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for ScorerSettings {
+    fn default() -> Self {
+        Self {
+            lambda: 0.3,
+            sigma: 0.02,
+            perturbations: 8,
+            perturb_x_sigma: 0.05,
+            perturb_theta_sigma: 0.01,
+            perturb_samples: 8,
+            mc_samples: 20,
+            select: SelectKind::TopK,
+            beta: 1.0,
+            members: false,
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The simulated loop: same seed same curve, kill and resume, the protocol counts; checkpoints round-trip.
+
+use super::*;
+
+#[test]
+fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
+    let (train, test) = normalised();
+    let spec = small_spec(vec![kind("entropy"), kind("random")]);
+    let a = tmp("curve-a");
+    let b = tmp("curve-b");
+    let c = tmp("curve-c");
+    run_small(&spec, &train, &test, &a).unwrap();
+    run_small(&spec, &train, &test, &b).unwrap();
+    let csv_a = std::fs::read_to_string(a.join("curve.csv")).unwrap();
+    let csv_b = std::fs::read_to_string(b.join("curve.csv")).unwrap();
+    assert_eq!(strip_timings(&csv_a), strip_timings(&csv_b));
+    assert_eq!(csv_a.lines().count(), 1 + 2 * 4);
+    // Learning happens: 50 labels beat 20 on average over strategies.
+    let rows: Vec<Vec<String>> = csv_a
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect();
+    let acc = |cycle: &str| {
+        rows.iter()
+            .filter(|r| r[2] == cycle)
+            .map(|r| r[4].parse::<f64>().unwrap())
+            .sum::<f64>()
+    };
+    assert!(acc("3") > acc("0"), "{csv_a}");
+
+    // Kill during cycle 2's training of the second strategy, then resume.
+    let mut kill = KillAt {
+        cycle: 2,
+        step: 10,
+        current: 0,
+    };
+    let mut killed_spec = spec.clone();
+    killed_spec.strategies = vec![kind("random")];
+    let err = run_curve(
+        &killed_spec,
+        &train,
+        &test,
+        &std_of(),
+        &c,
+        false,
+        &Device::Cpu,
+        &mut kill,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Interrupted), "{err}");
+    let saved: RunState = alkit::fsutil::read_json(&state_path(&c, "random", 5)).unwrap();
+    assert_eq!(saved.records.len(), 2, "cycles 0 and 1 saved, cycle 2 not");
+    run_curve(
+        &killed_spec,
+        &train,
+        &test,
+        &std_of(),
+        &c,
+        true,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    let csv_c = std::fs::read_to_string(c.join("curve.csv")).unwrap();
+    let random_rows = |csv: &str| -> Vec<String> {
+        strip_timings(csv)
+            .lines()
+            .filter(|l| l.starts_with("random"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(random_rows(&csv_a), random_rows(&csv_c));
+    assert_eq!(random_rows(&csv_c).len(), 4);
+
+    // A fresh run refuses a folder that holds one; resuming a different experiment is refused.
+    let e = run_small(&spec, &train, &test, &a).unwrap_err();
+    assert!(e.to_string().contains("--resume"), "{e}");
+    let mut other = spec.clone();
+    other.config.query = 11;
+    assert!(run_curve(
+        &other,
+        &train,
+        &test,
+        &std_of(),
+        &a,
+        true,
+        &Device::Cpu,
+        &mut Silent
+    )
+    .is_err());
+    for d in [a, b, c] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn labels_are_never_acquired_twice_and_counts_follow_the_protocol() {
+    let (train, test) = normalised();
+    let spec = small_spec(vec![kind("margin")]);
+    let params = spec.config.validate(train.len()).unwrap();
+    let std = std_of();
+    let ctx = RunContext {
+        train: &train,
+        test: &test,
+        model: &spec.model,
+        params: &params,
+        input_std: &std,
+        device: &Device::Cpu,
+    };
+    let strategy = kind("margin").strategy(&Default::default()).unwrap();
+    let mut st = RunState::new(&strategy, 1, &spec.config, "cnn".into(), &train, &test);
+    run(&ctx, &strategy, &mut st, None, &mut Silent).unwrap();
+    let mut idx: Vec<usize> = st.labeled.iter().map(|p| p.0).collect();
+    assert_eq!(idx.len(), 20 + 3 * 10);
+    idx.sort();
+    idx.dedup();
+    assert_eq!(idx.len(), 50);
+    let labeled: Vec<usize> = st.records.iter().map(|r| r.labeled).collect();
+    assert_eq!(labeled, vec![20, 30, 40, 50]);
+    for c in 1..=3 {
+        assert_eq!(st.labeled.iter().filter(|p| p.1 == c).count(), 10);
+    }
+    // A pool too small for the protocol is a clear settings error.
+    let mut big = spec.config.clone();
+    big.cycles = 1000;
+    assert!(matches!(
+        big.validate(train.len()),
+        Err(Error::Config {
+            field: "cycles",
+            ..
+        })
+    ));
+    let _ = Strategy::random();
+}
+
+// ------------------------------------------------------------------------- checkpoints
+
+#[test]
+fn checkpoint_round_trip_and_tensor_names_are_stable() {
+    let (train, test) = normalised();
+    let arch = Arch::Cnn(CnnConfig::standard(train.item_shape(), 10));
+    let (vb, params) = seeded(stream(2, Purpose::Init, 0), DType::F32, &Device::Cpu);
+    let model = arch.build(vb).unwrap();
+    // Golden names and shapes: the documented PyTorch-compatible layout.
+    let names: Vec<(String, Vec<usize>)> = params
+        .named()
+        .iter()
+        .map(|(n, v)| (n.clone(), v.dims().to_vec()))
+        .collect();
+    let want: Vec<(String, Vec<usize>)> = [
+        ("conv1.weight", vec![32, 1, 3, 3]),
+        ("conv1.bias", vec![32]),
+        ("conv2.weight", vec![64, 32, 3, 3]),
+        ("conv2.bias", vec![64]),
+        ("fc1.weight", vec![128, 1600]),
+        ("fc1.bias", vec![128]),
+        ("fc2.weight", vec![10, 128]),
+        ("fc2.bias", vec![10]),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_string(), s))
+    .collect();
+    assert_eq!(names, want);
+    let dir = tmp("ckpt");
+    let norm = Normalizer::fit(&train);
+    alkit::checkpoint::save(
+        &dir,
+        &arch,
+        &params,
+        &norm,
+        train.item_shape(),
+        (0..10).map(|c| c.to_string()).collect(),
+    )
+    .unwrap();
+    let ck = alkit::checkpoint::load(&dir, &Device::Cpu).unwrap();
+    let idx: Vec<usize> = (0..32).collect();
+    let x = test.batch(&idx, &Device::Cpu).unwrap();
+    let a: Vec<f32> = model
+        .predict(&x)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let b: Vec<f32> = ck
+        .model
+        .predict(&x)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert_eq!(a, b);
+    assert_eq!(ck.config.normalizer, norm);
+    // A checkpoint missing a tensor is refused with its name.
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    cfg["tensors"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "fc3.weight", "shape": [1]}));
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let e = alkit::checkpoint::load(&dir, &Device::Cpu).err().unwrap();
+    assert!(e.to_string().contains("fc3.weight"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

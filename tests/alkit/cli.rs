@@ -1,0 +1,201 @@
+//! The binary end to end: exit codes, errors naming the culprit, train then score.
+
+use super::*;
+
+#[test]
+fn cli_runs_a_tiny_curve_and_reports_errors_with_exit_codes() {
+    let out = tmp("cli");
+    let o = alkit_cmd()
+        .args([
+            "-q",
+            "curve",
+            "--scorer",
+            "least-confidence",
+            "--cycles",
+            "1",
+            "--steps",
+            "5",
+            "--query",
+            "5",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("least-confidence"), "{stdout}");
+    for f in [
+        "run.json",
+        "curve.csv",
+        "summary.csv",
+        "curve.svg",
+        "curve.png",
+        "runs/least-confidence-seed0.json",
+    ] {
+        assert!(out.join(f).is_file(), "missing {f}");
+    }
+    // Without --scorer, the four default strategies run (and nothing else).
+    let d = out.join("defaults");
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--cycles", "0", "--steps", "1", "--out"])
+        .arg(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut runs: Vec<String> = std::fs::read_dir(d.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    runs.sort();
+    assert_eq!(
+        runs,
+        [
+            "entropy-seed0.json",
+            "least-confidence-seed0.json",
+            "margin-seed0.json",
+            "random-seed0.json"
+        ]
+    );
+    // Rerunning into the same folder is refused (exit 1) and names --resume.
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--cycles", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--resume"));
+    // --resume with a setting flag is refused.
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--steps", "3", "--resume"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("drop --steps"));
+    // Resuming a finished run is a no-op that succeeds.
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--resume"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Bad flag values: clap's usage error, exit 2, naming the valid scorers.
+    let o = alkit_cmd()
+        .args(["curve", "--scorer", "bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("least-confidence"));
+    // Settings the library rejects: exit 2 too.
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--cycles", "100000", "--out"])
+        .arg(out.join("x"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Missing data folder: exit 1, the message names the file.
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--data", "/nonexistent", "--out"])
+        .arg(out.join("y"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent"));
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn cli_train_then_score_writes_one_row_per_item() {
+    let dir = tmp("cli-score");
+    let ck = dir.join("ckpt");
+    let o = alkit_cmd()
+        .args(["-q", "train", "--steps", "30", "--out"])
+        .arg(&ck)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let csv = dir.join("scores.csv");
+    let o = alkit_cmd()
+        .args([
+            "score",
+            "--split",
+            "test",
+            "--scorer",
+            "entropy,margin",
+            "--checkpoint",
+        ])
+        .arg(&ck)
+        .arg("--out")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("index,id,entropy,margin"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 500);
+    for r in &rows {
+        let v: Vec<f64> = r.split(',').skip(2).map(|x| x.parse().unwrap()).collect();
+        assert!(
+            v[0] >= 0.0 && v[0] <= 10f64.ln() + 1e-6 && (0.0..=1.0 + 1e-6).contains(&v[1]),
+            "{r}"
+        );
+    }
+    // Two checkpoints (another seed) form an ensemble: BALD over its members lies in
+    // [0, ln 10] and is not identically zero (the members disagree somewhere).
+    let ck2 = dir.join("ckpt2");
+    let o = alkit_cmd()
+        .args(["-q", "train", "--steps", "30", "--seed", "1", "--out"])
+        .arg(&ck2)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let both = format!("{},{}", ck.display(), ck2.display());
+    let o = alkit_cmd()
+        .args([
+            "score",
+            "--split",
+            "test",
+            "--scorer",
+            "bald",
+            "--checkpoint",
+            &both,
+            "--out",
+        ])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bald: Vec<f64> = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(bald.len(), 500);
+    assert!(bald
+        .iter()
+        .all(|&b| (-1e-6..=10f64.ln() + 1e-6).contains(&b)));
+    assert!(bald.iter().any(|&b| b > 1e-3));
+    // `random` is not a scorer: a settings error.
+    let o = alkit_cmd()
+        .args([
+            "score",
+            "--scorer",
+            "random",
+            "--out",
+            "/tmp/x.csv",
+            "--checkpoint",
+        ])
+        .arg(&ck)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,297 @@
+//! The layer order of ARCHITECTURE.md, kept true: every `crate::` path in the library's
+//! sources (comments and strings aside) may name only modules of its own layer or a lower one,
+//! and the top-level modules form no cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Layers from the bottom up; each top-level module of `src/` belongs to exactly one.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "core",
+        &["error", "rng", "fsutil", "observe", "metrics", "plot"],
+    ),
+    ("kernels", &["kernels"]),
+    ("data", &["data", "hub"]),
+    ("model", &["nn"]),
+    ("duq", &["duq"]),
+    ("fit", &["train"]),
+    ("registry", &["models", "checkpoint"]),
+    ("evidence", &["predict"]),
+    ("round", &["round", "strategies"]),
+    ("loops", &["acquire", "session"]),
+    ("experiments", &["curve", "surface", "bench", "eval"]),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, ms)| ms.contains(&module))
+}
+
+/// The source with `//` comments, string and char literals blanked (doc links may point
+/// anywhere; only code imports).
+fn code_only(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let b: Vec<char> = src.chars().collect();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            '/' if b.get(i + 1) == Some(&'/') => {
+                while i < b.len() && b[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '"' => {
+                i += 1;
+                while i < b.len() && b[i] != '"' {
+                    if b[i] == '\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+                out.push_str("\"\"");
+            }
+            '\'' if b.get(i + 2) == Some(&'\'') || (b.get(i + 1) == Some(&'\\')) => {
+                // A char literal ('x' or '\n'); lifetimes ('a) fall through.
+                i += 1;
+                while i < b.len() && b[i] != '\'' {
+                    if b[i] == '\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The top-level modules a source names through `crate::` paths, `use crate::{a, b::c}`
+/// groups included.
+fn crate_refs(code: &str) -> BTreeSet<String> {
+    let mut refs = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // e.g. `alkit_crate::`
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level items of the group: split at depth-0 commas.
+            let mut depth = 0;
+            let mut item = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        refs.insert(first_ident(&item));
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+            refs.insert(first_ident(&item));
+        } else {
+            refs.insert(first_ident(rest));
+        }
+    }
+    refs.retain(|r| !r.is_empty());
+    refs
+}
+
+fn first_ident(s: &str) -> String {
+    s.trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `(importer module, file) -> modules it names`, for every library file (the binary, the
+/// top layer, may import anything).
+fn imports(src: &Path) -> BTreeMap<(String, PathBuf), BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        if first == "bin" || first == "lib.rs" {
+            continue;
+        }
+        let module = first.trim_end_matches(".rs").to_string();
+        let code = code_only(&std::fs::read_to_string(&f).unwrap());
+        out.insert((module, rel.to_path_buf()), crate_refs(&code));
+    }
+    out
+}
+
+/// The violations of the layer order under `src`: `file: module (layer) imports module
+/// (layer)`, plus modules no layer names.
+fn violations(src: &Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    for ((module, file), refs) in imports(src) {
+        let Some(mine) = layer_of(&module) else {
+            bad.push(format!(
+                "{}: module `{module}` is in no layer",
+                file.display()
+            ));
+            continue;
+        };
+        for r in refs {
+            if matches!(r.as_str(), "Error" | "Result") {
+                continue; // the crate root's re-exports of `error`
+            }
+            match layer_of(&r) {
+                Some(theirs) if theirs <= mine => {}
+                Some(theirs) => bad.push(format!(
+                    "{}: `{module}` ({}) imports `{r}` ({}), a layer above it",
+                    file.display(),
+                    LAYERS[mine].0,
+                    LAYERS[theirs].0
+                )),
+                None => bad.push(format!(
+                    "{}: `{module}` imports `crate::{r}`, which no layer names",
+                    file.display()
+                )),
+            }
+        }
+    }
+    bad
+}
+
+/// A cycle among the top-level modules, if any (as a path `a -> b -> ... -> a`).
+fn cycle(src: &Path) -> Option<String> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for ((module, _), refs) in imports(src) {
+        let e = graph.entry(module.clone()).or_default();
+        e.extend(
+            refs.into_iter()
+                .filter(|r| *r != module && layer_of(r).is_some()),
+        );
+    }
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(at) = stack.iter().position(|s| s == n) {
+            let mut path = stack[at..].to_vec();
+            path.push(n.to_string());
+            return Some(path.join(" -> "));
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, &graph, &mut Vec::new(), &mut done))
+}
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn no_module_imports_a_layer_above_it() {
+    let bad = violations(&src_dir());
+    assert!(bad.is_empty(), "layer violations:\n{}", bad.join("\n"));
+    assert_eq!(cycle(&src_dir()), None);
+}
+
+#[test]
+fn every_top_level_module_is_in_exactly_one_layer() {
+    let mut seen = BTreeSet::new();
+    for (_, ms) in LAYERS {
+        for m in *ms {
+            assert!(seen.insert(*m), "`{m}` is in two layers");
+        }
+    }
+    let lib = std::fs::read_to_string(src_dir().join("lib.rs")).unwrap();
+    for line in code_only(&lib).lines() {
+        let line = line.trim();
+        let decl = ["pub mod ", "mod ", "pub(crate) mod "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p));
+        if let Some(m) = decl {
+            let m = m.trim_end_matches(';');
+            assert!(
+                layer_of(m).is_some(),
+                "lib.rs declares `{m}`, which no layer names"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_layer_check_catches_a_planted_upward_import() {
+    // A copy of the sources with one import against the order (the model layer reaching up
+    // into the acquisition round) and one cycle must fail both checks.
+    let dir = std::env::temp_dir().join(format!("alkit-layers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_dir(&src_dir(), &dir);
+    let layers = dir.join("nn").join("layers.rs");
+    let mut text = std::fs::read_to_string(&layers).unwrap();
+    text.push_str("\n#[allow(unused_imports)]\nuse crate::{acquire::RunState, rng::Rng};\n");
+    std::fs::write(&layers, text).unwrap();
+    let bad = violations(&dir);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].contains("`nn` (model) imports `acquire` (loops)"),
+        "{bad:?}"
+    );
+    assert!(cycle(&dir).is_some_and(|c| c.contains("nn") && c.contains("acquire")));
+    // Strings and comments are not imports.
+    assert!(crate_refs(&code_only("// crate::acquire\nlet s = \"crate::curve\";")).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
