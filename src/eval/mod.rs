@@ -68,9 +68,6 @@ pub fn prepare(
         }
         return Ok(c);
     }
-    let norm = Normalizer::fit(train_raw);
-    let train_ds = norm.apply(train_raw)?;
-    let arch = Arch::for_data(source.model, &train_ds);
     let params = TrainConfig {
         steps: source.steps,
         batch_size: source.batch_size.unwrap_or(match source.model {
@@ -80,19 +77,49 @@ pub fn prepare(
         ..TrainConfig::default()
     }
     .validate()?;
-    let ids: Vec<usize> = (0..limit.unwrap_or(train_ds.len()).min(train_ds.len())).collect();
+    let n = limit.unwrap_or(train_raw.len()).min(train_raw.len());
+    let ids: Vec<usize> = (0..n).collect();
+    fit_and_save(
+        source.model,
+        train_raw,
+        &ids,
+        &params,
+        source.seed,
+        save_to,
+        device,
+        observer,
+    )
+}
+
+/// Fits `kind` on `train_raw[ids]` (normalised with statistics of the whole split) from the
+/// streams of `(seed, 0)` and saves it as a checkpoint in `out` (class names `0..c`) before
+/// returning it, so that a long training is never lost to what follows.
+#[allow(clippy::too_many_arguments)]
+fn fit_and_save(
+    kind: ModelKind,
+    train_raw: &Dataset,
+    ids: &[usize],
+    params: &crate::train::TrainParams,
+    seed: u64,
+    out: &Path,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    let norm = Normalizer::fit(train_raw);
+    let train_ds = norm.apply(train_raw)?;
+    let arch = Arch::for_data(kind, &train_ds);
     let trained = train(
         &arch,
         &train_ds,
-        &ids,
-        &params,
-        TrainRngs::for_cycle(source.seed, 0),
+        ids,
+        params,
+        TrainRngs::for_cycle(seed, 0),
         device,
         observer,
     )?;
     let classes: Vec<String> = (0..train_ds.classes()).map(|c| c.to_string()).collect();
     let config = checkpoint::save(
-        save_to,
+        out,
         &arch,
         &trained.params,
         &norm,
@@ -202,36 +229,25 @@ pub fn train_checkpoint(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<crate::predict::TestMetrics> {
-    let norm = Normalizer::fit(&splits.train);
-    let train_ds = norm.apply(&splits.train)?;
-    let test = norm.apply(&splits.test)?;
-    let arch = Arch::for_data(kind, &train_ds);
     let all: Vec<usize>;
     let ids = match ids {
         Some(ids) => ids,
         None => {
-            all = (0..train_ds.len()).collect();
+            all = (0..splits.train.len()).collect();
             &all
         }
     };
-    let trained = train(
-        &arch,
-        &train_ds,
+    let ck = fit_and_save(
+        kind,
+        &splits.train,
         ids,
         params,
-        TrainRngs::for_cycle(seed, 0),
+        seed,
+        out,
         device,
         observer,
     )?;
-    let m = crate::predict::evaluate(trained.model.as_ref(), &test, 512, device, &mut Silent)?;
-    let classes = (0..train_ds.classes()).map(|c| c.to_string()).collect();
-    checkpoint::save(
-        out,
-        &arch,
-        &trained.params,
-        &norm,
-        train_ds.item_shape(),
-        classes,
-    )?;
+    let test = ck.config.normalizer.apply(&splits.test)?;
+    let m = crate::predict::evaluate(ck.model.as_ref(), &test, 512, device, &mut Silent)?;
     Ok(m)
 }
