@@ -58,6 +58,10 @@ pub struct SummaryRow {
     pub final_acc: f64,
 }
 
+/// The most seeds one curve takes: far more runs than any machine finishes, few enough that
+/// the seed list itself is never a memory problem.
+pub const MAX_SEEDS: u64 = 100_000;
+
 /// Paths inside an output folder.
 pub fn state_path(out: &Path, strategy: &str, seed: u64) -> PathBuf {
     out.join("runs").join(format!("{strategy}-seed{seed}.json"))
@@ -82,6 +86,22 @@ pub fn run_curve(
     // Validate everything before touching the output folder.
     let params = spec.config.validate(train.len())?;
     spec.scorers.validate()?;
+    if spec.seeds.is_empty() || spec.strategies.is_empty() {
+        return Err(Error::config(
+            "seeds",
+            "a curve needs at least one seed and one strategy",
+        ));
+    }
+    if spec.seeds.len() as u64 > MAX_SEEDS {
+        return Err(Error::config(
+            "seeds",
+            format!("{} seeds; at most {MAX_SEEDS}", spec.seeds.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(s) = spec.seeds.iter().find(|s| !seen.insert(**s)) {
+        return Err(Error::config("seeds", format!("seed {s} is given twice")));
+    }
     // Every strategy is built once up front: a settings error (a scorer under
     // `--select batchbald`) is reported before the output folder is touched.
     let strategies = spec
@@ -89,6 +109,19 @@ pub fn run_curve(
         .iter()
         .map(|k| k.strategy(&spec.scorers))
         .collect::<Result<Vec<_>>>()?;
+    let mut names = std::collections::HashSet::new();
+    if let Some(dup) = strategies
+        .iter()
+        .find(|s| !names.insert(s.name().to_string()))
+    {
+        return Err(Error::config(
+            "scorer",
+            format!(
+                "`{}` is given twice (each strategy runs once per seed)",
+                dup.name()
+            ),
+        ));
+    }
     if spec.scorers.members != spec.config.ensemble.is_some() {
         return Err(Error::config(
             "ensemble",

@@ -173,8 +173,22 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         let splits = load(&data)?;
         let seed = a.seed.unwrap_or(0);
         let seeds = a.seeds.unwrap_or(1);
-        if seeds == 0 {
-            return Err(alkit::Error::config("seeds", "must be at least 1").into());
+        if seeds == 0 || seeds > alkit::curve::MAX_SEEDS {
+            return Err(alkit::Error::config(
+                "seeds",
+                format!("{seeds} is not in 1..={}", alkit::curve::MAX_SEEDS),
+            )
+            .into());
+        }
+        if seed.checked_add(seeds - 1).is_none() {
+            return Err(alkit::Error::config(
+                "seed",
+                format!(
+                    "seeds {seed}, {seed}+1, ... would pass the largest seed, {}",
+                    u64::MAX
+                ),
+            )
+            .into());
         }
         let defaults = LoopConfig::default();
         let model = Arch::for_data(a.model.unwrap_or(ModelArg::Cnn).kind(), &splits.train);
@@ -190,7 +204,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             data,
             model,
             strategies: a.scorer.clone().unwrap_or_else(StrategyKind::defaults),
-            seeds: (seed..seed + seeds).collect(),
+            seeds: (0..seeds).map(|k| seed + k).collect(),
             config: LoopConfig {
                 initial: a.initial.unwrap_or(defaults.initial),
                 query: a.query.unwrap_or(defaults.query),

@@ -199,3 +199,50 @@ fn cli_train_then_score_writes_one_row_per_item() {
     assert_eq!(o.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn curve_refuses_seed_counts_and_strategy_lists_it_cannot_honour() {
+    // Each is a settings error (exit 2) naming the flag, and writes nothing: a seed count
+    // that would not fit in memory, seeds past the largest u64, a strategy given twice, and
+    // --lr for DUQ (which trains with its own SGD schedule).
+    let out = tmp("cli-refusals");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--seeds", "0"], "seeds"),
+        (&["--seeds", "4294967296"], "seeds"),
+        (&["--seed", "18446744073709551615", "--seeds", "2"], "seed"),
+        (
+            &["--scorer", "entropy", "--scorer", "entropy,margin"],
+            "entropy",
+        ),
+        (&["--model", "duq", "--lr", "0.01"], "lr"),
+    ];
+    for (k, (args, culprit)) in cases.iter().enumerate() {
+        let dir = out.join(format!("case{k}"));
+        let o = alkit_cmd()
+            .args(["-q", "curve", "--cycles", "0", "--steps", "1"])
+            .args(*args)
+            .arg("--out")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(culprit), "{args:?}: {err}");
+        assert!(!dir.exists(), "{args:?} wrote {}", dir.display());
+    }
+    // The largest seed itself is a valid seed: one run, named after it.
+    let dir = out.join("max-seed");
+    let o = alkit_cmd()
+        .args([
+            "-q", "curve", "--cycles", "0", "--steps", "1", "--scorer", "random",
+        ])
+        .args(["--seed", "18446744073709551615", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir
+        .join("runs/random-seed18446744073709551615.json")
+        .is_file());
+    let _ = std::fs::remove_dir_all(out);
+}
