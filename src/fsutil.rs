@@ -44,3 +44,67 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let s = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     serde_json::from_str(&s).map_err(|e| Error::state(path, format!("invalid JSON: {e}")))
 }
+
+/// The path as the file system resolves it, for comparing paths: canonical when it exists,
+/// else its canonical parent joined with its name (an output that does not exist yet).
+fn resolved(path: &Path) -> std::path::PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match (parent.canonicalize(), path.file_name()) {
+        (Ok(p), Some(name)) => p.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Whether `path` is a file alkit keeps state in: a run's `run.json` or `runs/*.json`, a
+/// session's `session.json`, or a checkpoint's `config.json` / `model.safetensors`.
+fn is_state_file(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let dir = path.parent().unwrap_or(Path::new("."));
+    match name {
+        "run.json" | "session.json" => true,
+        "config.json" | "model.safetensors" => {
+            dir.join("config.json").is_file() && dir.join("model.safetensors").is_file()
+        }
+        n if n.ends_with(".json") => {
+            dir.file_name().is_some_and(|d| d == "runs")
+                && dir.parent().is_some_and(|r| r.join("run.json").is_file())
+        }
+        _ => false,
+    }
+}
+
+/// Refuses, before any work, an output path (given with `flag`) that is one of the command's
+/// `inputs` (files, or folders whose files it reads) or one of alkit's state files, so that no
+/// command can overwrite what it reads or lose a run, a session or a checkpoint.
+pub fn check_output(flag: &'static str, out: &Path, inputs: &[&Path]) -> Result<()> {
+    let o = resolved(out);
+    for input in inputs {
+        let i = resolved(input);
+        if o == i || (i.is_dir() && o.starts_with(&i) && o.exists()) {
+            return Err(Error::config(
+                flag,
+                format!(
+                    "{} is an input of this command ({}); write elsewhere",
+                    out.display(),
+                    input.display()
+                ),
+            ));
+        }
+    }
+    if is_state_file(&o) {
+        return Err(Error::config(
+            flag,
+            format!(
+                "{} is alkit state (a run, a session or a checkpoint); write elsewhere",
+                out.display()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -235,6 +235,18 @@ impl Scoring<'_> {
                         rng,
                     )?)
                 })?;
+                // Identical draws mean no dropout is active (a model without dropout, or at
+                // p = 0): the sample scores would be 0 or rounding noise, and a selection on
+                // them arbitrary.
+                if samples > 1 && draws.windows(2).all(|w| w[0] == w[1]) {
+                    return Err(Error::config(
+                        "scorer",
+                        "MC-dropout draws are all identical: this model has no active dropout; \
+                         bald, batchbald, mc-entropy, class-variance, variation-ratio and \
+                         mc-max-prob need a model with dropout (the standard CNN) or an \
+                         ensemble (--ensemble K)",
+                    ));
+                }
             }
             SampleRequest::Members => {
                 draws = self.draw_chunks(indices, observer, |chunk| {

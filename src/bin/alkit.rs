@@ -288,6 +288,9 @@ fn print_summary(rows: &[SummaryRow]) {
 }
 
 fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
+    let mut inputs = vec![a.data.as_path()];
+    inputs.extend(a.indices.as_deref());
+    alkit::fsutil::check_output("out", &a.out, &inputs)?;
     let splits = load(&a.data)?;
     let params = TrainConfig {
         steps: a.steps,
@@ -347,6 +350,9 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     if a.batch == 0 {
         return Err(alkit::Error::config("batch", "must be at least 1").into());
     }
+    let mut inputs: Vec<&Path> = a.checkpoint.iter().map(PathBuf::as_path).collect();
+    inputs.push(&a.data);
+    alkit::fsutil::check_output("out", &a.out, &inputs)?;
     let ck = open_checkpoints(&a.checkpoint, device)?;
     let name = a.data.to_string_lossy();
     let (_, loaded) = load_source(&name)?;

@@ -246,3 +246,100 @@ fn curve_refuses_seed_counts_and_strategy_lists_it_cannot_honour() {
         .is_file());
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[test]
+fn outputs_never_overwrite_inputs_or_state() {
+    // `--out` naming a checkpoint's own files, a run's state, a session's state, or an input
+    // data file is a settings error (exit 2) and every file stays byte for byte as it was.
+    let dir = tmp("cli-aliases");
+    let ck = dir.join("ckpt");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o = alkit_cmd().arg("-q").args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let (code, err) = run(&[
+        &os("train"),
+        &os("--steps"),
+        &os("2"),
+        &os("--out"),
+        ck.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let curve = dir.join("run");
+    let (code, err) = run(&[
+        &os("curve"),
+        &os("--cycles"),
+        &os("0"),
+        &os("--steps"),
+        &os("1"),
+        &os("--scorer"),
+        &os("random"),
+        &os("--out"),
+        curve.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let data_file = data_dir().join("t10k-labels-idx1-ubyte.gz");
+    let protected = [
+        ck.join("config.json"),
+        ck.join("model.safetensors"),
+        curve.join("run.json"),
+        curve.join("runs").join("random-seed0.json"),
+        data_file.clone(),
+    ];
+    let before: Vec<Vec<u8>> = protected
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    for target in &protected {
+        let (code, err) = run(&[
+            &os("score"),
+            &os("--checkpoint"),
+            ck.as_os_str(),
+            &os("--out"),
+            target.as_os_str(),
+        ]);
+        assert_eq!(code, Some(2), "{}: {err}", target.display());
+        assert!(err.contains("--out") || err.contains("`out`"), "{err}");
+    }
+    let (code, err) = run(&[
+        &os("train"),
+        &os("--steps"),
+        &os("2"),
+        &os("--out"),
+        data_dir().as_os_str(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    for (p, b) in protected.iter().zip(&before) {
+        assert_eq!(&std::fs::read(p).unwrap(), b, "{} changed", p.display());
+    }
+    // A session's state: `query --out STATE/session.json` is refused, the state unchanged.
+    let state = dir.join("sess");
+    let (code, err) = run(&[
+        &os("init"),
+        &os("--pool"),
+        data_dir().as_os_str(),
+        &os("--state"),
+        state.as_os_str(),
+        &os("--steps"),
+        &os("2"),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let session = state.join("session.json");
+    let before = std::fs::read(&session).unwrap();
+    let (code, err) = run(&[
+        &os("query"),
+        &os("--state"),
+        state.as_os_str(),
+        &os("--n"),
+        &os("5"),
+        &os("--out"),
+        session.as_os_str(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(std::fs::read(&session).unwrap(), before);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -348,3 +348,65 @@ fn ensemble_predicts_the_mean_of_its_members_probabilities() {
     assert_eq!(draws.len(), 3);
     let _ = train;
 }
+
+#[test]
+fn mc_dropout_scorers_refuse_a_model_without_dropout() {
+    // The MLP at dropout 0 gives identical MC-dropout draws: BALD would be 0 or rounding
+    // noise, so every sample scorer and BatchBALD refuse it with a settings error, while the
+    // CNN (dropout 0.5) is scored.
+    let (train, _) = normalised();
+    let norm = Normalizer::fit(&load_idx_dir(&data_dir()).unwrap().train);
+    let idx: Vec<usize> = (0..32).collect();
+    let settings = alkit::strategies::ScorerSettings {
+        mc_samples: 4,
+        ..Default::default()
+    };
+    for (arch, refused) in [
+        (
+            Arch::Mlp(MlpConfig {
+                inputs: train.item_len(),
+                hidden: vec![32],
+                classes: 10,
+                dropout: 0.0,
+            }),
+            true,
+        ),
+        (
+            Arch::Cnn(CnnConfig::standard(train.item_shape(), 10)),
+            false,
+        ),
+    ] {
+        let (vb, params) = seeded(stream(2, Purpose::Init, 0), DType::F32, &Device::Cpu);
+        let model = arch.build(vb).unwrap();
+        let scoring = Scoring {
+            model: model.as_ref(),
+            params: Some(&params),
+            builder: Some(&arch),
+            input_std: &norm.std,
+            batch: 16,
+            device: &Device::Cpu,
+        };
+        for name in ["bald", "mc-entropy", "batchbald"] {
+            let needs = match kind(name).build(&settings) {
+                alkit::strategies::Built::Scorer(s) => s.needs(),
+                alkit::strategies::Built::Batch(b) => b.needs(),
+                alkit::strategies::Built::Random => unreachable!(),
+            };
+            let mut rng = stream(0, Purpose::Perturb, 0);
+            let got = scoring.evidence(&train, &idx, needs, &mut rng, &mut Silent);
+            match (got, refused) {
+                (
+                    Err(Error::Config {
+                        field: "scorer",
+                        problem,
+                    }),
+                    true,
+                ) => {
+                    assert!(problem.contains("no active dropout"), "{problem}")
+                }
+                (Ok(_), false) => {}
+                (other, _) => panic!("{name} on {}: {:?}", arch.kind().name(), other.err()),
+            }
+        }
+    }
+}

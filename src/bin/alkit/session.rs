@@ -185,6 +185,8 @@ pub fn init(a: InitArgs) -> Result<()> {
 }
 
 pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Result<()> {
+    let (state_file, model) = (a.state.join(STATE_FILE), a.state.join("model"));
+    alkit::fsutil::check_output("out", &a.out, &[&state_file, &model])?;
     let mut learner = open(&a.state)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
