@@ -172,6 +172,60 @@ pub fn import(
     .map(|_| ())
 }
 
+/// Checks what `config.json` promises before any tensor is read: one finite mean and one
+/// finite positive standard deviation per input channel, and one distinct, non-empty class
+/// name per model output.
+fn validate_config(config: &CheckpointConfig, path: &Path) -> Result<()> {
+    let channels = config.item_shape.first().copied().unwrap_or(0);
+    let norm = &config.normalizer;
+    if norm.mean.len() != channels || norm.std.len() != channels {
+        return Err(Error::state(
+            path,
+            format!(
+                "the normaliser has {} means and {} standard deviations for {channels} channels \
+                 (items {:?})",
+                norm.mean.len(),
+                norm.std.len(),
+                config.item_shape
+            ),
+        ));
+    }
+    if let Some(s) = norm.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+        return Err(Error::state(
+            path,
+            format!("normaliser standard deviation {s} is not a positive number"),
+        ));
+    }
+    if let Some(m) = norm.mean.iter().find(|m| !m.is_finite()) {
+        return Err(Error::state(
+            path,
+            format!("normaliser mean {m} is not finite"),
+        ));
+    }
+    if config.classes.len() != config.arch.classes() {
+        return Err(Error::state(
+            path,
+            format!(
+                "{} class names for a model with {} outputs",
+                config.classes.len(),
+                config.arch.classes()
+            ),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(c) = config
+        .classes
+        .iter()
+        .find(|c| c.trim().is_empty() || !seen.insert(c.as_str()))
+    {
+        return Err(Error::state(
+            path,
+            format!("class name `{c}` is empty or given twice"),
+        ));
+    }
+    Ok(())
+}
+
 /// Loads a checkpoint folder onto `device`.
 pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     let cfg_path = dir.join("config.json");
@@ -185,6 +239,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
             ),
         ));
     }
+    validate_config(&config, &cfg_path)?;
     let path = dir.join("model.safetensors");
     if !path.is_file() {
         return Err(Error::io(
@@ -225,7 +280,23 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     let mut named = Vec::with_capacity(config.tensors.len());
     let mut as_tensors = HashMap::new();
     for t in &config.tensors {
-        let var = candle_core::Var::from_tensor(&tensors[&t.name].to_dtype(DType::F32)?)?;
+        let values = tensors[&t.name].to_dtype(DType::F32)?;
+        let bad = values
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .iter()
+            .filter(|v| !v.is_finite())
+            .count();
+        if bad > 0 {
+            return Err(Error::state(
+                &path,
+                format!(
+                    "tensor `{}` holds {bad} values that are NaN or infinite",
+                    t.name
+                ),
+            ));
+        }
+        let var = candle_core::Var::from_tensor(&values)?;
         as_tensors.insert(t.name.clone(), var.as_tensor().clone());
         named.push((t.name.clone(), var));
     }

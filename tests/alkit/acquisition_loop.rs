@@ -205,3 +205,78 @@ fn checkpoint_round_trip_and_tensor_names_are_stable() {
     assert!(e.to_string().contains("fc3.weight"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn garbage_checkpoints_are_refused_naming_the_file() {
+    // A normaliser std of 0 or below, class names that do not match the outputs (or repeat),
+    // and NaN weights would all score silently; each is an error naming the file.
+    let dir = tmp("garbage-ckpt");
+    let ck = dir.join("ok");
+    let o = alkit_cmd()
+        .args(["-q", "train", "--steps", "2", "--out"])
+        .arg(&ck)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    alkit::checkpoint::load(&ck, &Device::Cpu).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ck.join("config.json")).unwrap()).unwrap();
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit, &str); 4] = [
+        (
+            "std0",
+            |c| c["normalizer"]["std"][0] = 0.0.into(),
+            "standard deviation",
+        ),
+        (
+            "stdneg",
+            |c| c["normalizer"]["std"][0] = (-1.0).into(),
+            "standard deviation",
+        ),
+        (
+            "classes",
+            |c| {
+                c["classes"].as_array_mut().unwrap().pop();
+            },
+            "class names",
+        ),
+        ("dup", |c| c["classes"][1] = "0".into(), "given twice"),
+    ];
+    for (name, edit, want) in edits {
+        let bad = dir.join(name);
+        std::fs::create_dir_all(&bad).unwrap();
+        std::fs::copy(ck.join("model.safetensors"), bad.join("model.safetensors")).unwrap();
+        let mut c = config.clone();
+        edit(&mut c);
+        std::fs::write(bad.join("config.json"), c.to_string()).unwrap();
+        let e = alkit::checkpoint::load(&bad, &Device::Cpu)
+            .err()
+            .expect(name)
+            .to_string();
+        assert!(e.contains("config.json") && e.contains(want), "{name}: {e}");
+    }
+    // One NaN in a weight tensor.
+    let bad = dir.join("nan");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::copy(ck.join("config.json"), bad.join("config.json")).unwrap();
+    let mut tensors =
+        candle_core::safetensors::load(ck.join("model.safetensors"), &Device::Cpu).unwrap();
+    let w = tensors["fc2.bias"].to_vec1::<f32>().unwrap();
+    let mut w2 = w.clone();
+    w2[3] = f32::NAN;
+    let n = w2.len();
+    tensors.insert(
+        "fc2.bias".into(),
+        Tensor::from_vec(w2, n, &Device::Cpu).unwrap(),
+    );
+    candle_core::safetensors::save(&tensors, bad.join("model.safetensors")).unwrap();
+    let e = alkit::checkpoint::load(&bad, &Device::Cpu)
+        .err()
+        .expect("nan")
+        .to_string();
+    assert!(
+        e.contains("model.safetensors") && e.contains("fc2.bias") && e.contains("NaN"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
