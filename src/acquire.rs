@@ -191,6 +191,61 @@ impl RunState {
                 format!("{:?}", expected.data),
             );
         }
+        self.check_consistent(path)
+    }
+
+    /// Checks that the saved progress is one the loop could have written: records for cycles
+    /// `0, 1, ...` in order, each with `initial + cycle * query` labels, and the labeled items
+    /// distinct, `initial` of them tagged cycle 0 and `query` tagged each later cycle up to the
+    /// next one to train. An edited or truncated file is an error naming it.
+    pub fn check_consistent(&self, path: &Path) -> Result<()> {
+        let bad = |problem: String| Err(Error::state(path, problem));
+        let cfg = &self.config;
+        if self.records.len() > cfg.cycles + 1 {
+            return bad(format!(
+                "{} cycle records for a run of {} cycles",
+                self.records.len(),
+                cfg.cycles
+            ));
+        }
+        for (k, r) in self.records.iter().enumerate() {
+            let want = cfg.initial + k * cfg.query;
+            if r.cycle != k || r.labeled != want {
+                return bad(format!(
+                    "record {k} says cycle {} with {} labels; the loop writes cycle {k} with {want}",
+                    r.cycle, r.labeled
+                ));
+            }
+        }
+        if self.labeled.is_empty() && self.records.is_empty() {
+            return Ok(());
+        }
+        let last = self.records.len().min(cfg.cycles);
+        let mut per_cycle = vec![0usize; last + 1];
+        let mut seen = std::collections::HashSet::new();
+        for &(index, cycle) in &self.labeled {
+            if !seen.insert(index) {
+                return bad(format!("item {index} is labeled twice"));
+            }
+            match per_cycle.get_mut(cycle) {
+                Some(n) => *n += 1,
+                None => {
+                    return bad(format!(
+                        "item {index} is tagged cycle {cycle}; after {} records the loop has \
+                         labeled up to cycle {last}",
+                        self.records.len()
+                    ))
+                }
+            }
+        }
+        for (cycle, &n) in per_cycle.iter().enumerate() {
+            let want = if cycle == 0 { cfg.initial } else { cfg.query };
+            if n != want {
+                return bad(format!(
+                    "{n} items are tagged cycle {cycle}; the loop labels {want}"
+                ));
+            }
+        }
         Ok(())
     }
 

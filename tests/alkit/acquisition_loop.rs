@@ -280,3 +280,52 @@ fn garbage_checkpoints_are_refused_naming_the_file() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn resume_refuses_edited_run_state_naming_the_file() {
+    // A finished run's state with its labeled list cut, a label moved to a later cycle, a
+    // repeated item or a record with the wrong label count: resuming is an error naming the
+    // file, and the file is left as it was.
+    let (train, test) = normalised();
+    let spec = small_spec(vec![kind("random")]);
+    let out = tmp("edited-state");
+    run_small(&spec, &train, &test, &out).unwrap();
+    let path = state_path(&out, "random", spec.seeds[0]);
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 4] = [
+        ("cut", |s| {
+            s["labeled"].as_array_mut().unwrap().truncate(10);
+        }),
+        ("moved", |s| s["labeled"][0][1] = 99.into()),
+        ("repeated", |s| {
+            let first = s["labeled"][0][0].clone();
+            s["labeled"][1][0] = first;
+        }),
+        ("record", |s| s["records"][1]["labeled"] = 7.into()),
+    ];
+    for (name, edit) in edits {
+        let mut s = good.clone();
+        edit(&mut s);
+        let text = s.to_string();
+        std::fs::write(&path, &text).unwrap();
+        let e = run_curve(
+            &spec,
+            &train,
+            &test,
+            &std_of(),
+            &out,
+            true,
+            &Device::Cpu,
+            &mut Silent,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::State { path: p, .. } if p == &path),
+            "{name}: {e}"
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
