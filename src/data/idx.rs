@@ -28,23 +28,70 @@ pub struct IdxImages {
     pub w: usize,
 }
 
-/// Reads a file fully, un-gzipping it when it starts with the gzip magic.
-fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
+/// Reads a file fully, un-gzipping it when it starts with the gzip magic. A gzip stream is
+/// inflated no further than its IDX header (`rank` dimensions) promises plus one byte, so a
+/// small file that inflates to gigabytes is refused by `parse_header` (trailing bytes) without
+/// ever holding them; a promise no gzip stream of this size can keep (deflate expands at most
+/// ~1032x) is refused before anything is allocated.
+fn read_maybe_gz(path: &Path, magic: u32, rank: usize) -> Result<Vec<u8>> {
     let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::with_capacity(raw.len() * 4);
-        GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| {
-                Error::data(
-                    path,
-                    DataProblem::Other(format!("corrupt or truncated gzip stream: {e}")),
-                )
-            })?;
-        Ok(out)
-    } else {
-        Ok(raw)
+    if !raw.starts_with(&[0x1f, 0x8b]) {
+        return Ok(raw);
     }
+    let corrupt = |e: std::io::Error| {
+        Error::data(
+            path,
+            DataProblem::Other(format!("corrupt or truncated gzip stream: {e}")),
+        )
+    };
+    let mut gz = GzDecoder::new(&raw[..]);
+    let header_len = 4 * (1 + rank);
+    let mut header = Vec::with_capacity(header_len);
+    (&mut gz)
+        .take(header_len as u64)
+        .read_to_end(&mut header)
+        .map_err(corrupt)?;
+    // The data size the header promises (magic and dimensions are checked by `parse_header`).
+    let data_len = (header.len() == header_len && header[..4] == magic.to_be_bytes())
+        .then(|| {
+            (1..=rank).try_fold(1usize, |acc, i| {
+                let d = u32::from_be_bytes([
+                    header[4 * i],
+                    header[4 * i + 1],
+                    header[4 * i + 2],
+                    header[4 * i + 3],
+                ]) as usize;
+                acc.checked_mul(d)
+            })
+        })
+        .flatten();
+    let limit = match data_len.and_then(|d| d.checked_add(header_len)) {
+        Some(total) => {
+            if total / 1100 > raw.len() {
+                return Err(Error::data(
+                    path,
+                    DataProblem::Other(format!(
+                        "the header promises {total} bytes, more than a {}-byte gzip stream \
+                         can hold",
+                        raw.len()
+                    )),
+                ));
+            }
+            total
+        }
+        // A short, foreign or overflowing header: `parse_header` reports it from what was read.
+        None => header_len,
+    };
+    let mut out = header;
+    out.reserve(
+        limit
+            .saturating_sub(out.len())
+            .min(raw.len().saturating_mul(8)),
+    );
+    gz.take((limit - out.len()) as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(corrupt)?;
+    Ok(out)
 }
 
 /// Parses the header: checks the magic and returns the dimensions and the data offset.
@@ -120,7 +167,7 @@ fn parse_header(
 
 /// Reads an idx3 `u8` image file (plain or gzip).
 pub fn read_images(path: &Path) -> Result<IdxImages> {
-    let bytes = read_maybe_gz(path)?;
+    let bytes = read_maybe_gz(path, IMAGES_MAGIC, 3)?;
     let dims = parse_header(path, &bytes, IMAGES_MAGIC, 3, "images")?;
     Ok(IdxImages {
         pixels: bytes[16..].to_vec(),
@@ -132,7 +179,7 @@ pub fn read_images(path: &Path) -> Result<IdxImages> {
 
 /// Reads an idx1 `u8` label file (plain or gzip).
 pub fn read_labels(path: &Path) -> Result<Vec<u8>> {
-    let bytes = read_maybe_gz(path)?;
+    let bytes = read_maybe_gz(path, LABELS_MAGIC, 1)?;
     parse_header(path, &bytes, LABELS_MAGIC, 1, "labels")?;
     Ok(bytes[8..].to_vec())
 }
@@ -166,4 +213,57 @@ pub fn write_gz(path: &Path, bytes: &[u8]) -> Result<()> {
     enc.write_all(bytes)
         .and_then(|_| enc.finish().map(|_| ()))
         .map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_inflation_stops_at_what_the_header_promises() {
+        let dir = std::env::temp_dir().join(format!("alkit-idx-bomb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // One 28x28 image promised, 64 MiB of zeros after it: the read stops one byte past the
+        // promise and reports trailing data.
+        let mut bytes = encode_images(&[7u8; 784], 1, 28, 28);
+        bytes.resize(bytes.len() + (64 << 20), 0);
+        let bomb = dir.join("bomb-images.gz");
+        std::fs::write(&bomb, gz(&bytes)).unwrap();
+        let e = read_images(&bomb).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::Data {
+                    problem: DataProblem::Trailing { extra: 1 },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A header promising more than any gzip stream of this size can hold: refused before
+        // inflating.
+        let mut header = encode_images(&[], 0, 0, 0)[..4].to_vec();
+        for d in [60_000u32, 10_000, 10_000] {
+            header.extend(d.to_be_bytes());
+        }
+        let liar = dir.join("liar-images.gz");
+        std::fs::write(&liar, gz(&header)).unwrap();
+        let e = read_images(&liar).unwrap_err().to_string();
+        assert!(
+            e.contains("liar-images.gz") && e.contains("promises"),
+            "{e}"
+        );
+        // An honest file still reads.
+        let ok = dir.join("ok-images.gz");
+        std::fs::write(&ok, gz(&encode_images(&[3u8; 2 * 784], 2, 28, 28))).unwrap();
+        assert_eq!(read_images(&ok).unwrap().n, 2);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -42,6 +42,22 @@ impl Image {
     }
 }
 
+/// The most pixels (height x width) an image may declare: 64 Mi, far beyond any pool item a
+/// classifier here trains on, and small enough that decoding one never takes more than a few
+/// hundred MB. Checked from the header, before anything is decoded.
+pub const MAX_PIXELS: u64 = 1 << 26;
+
+/// Refuses a header's `width x height` above [`MAX_PIXELS`] (or zero), naming the file.
+fn check_size(path: &Path, width: u64, height: u64) -> Result<()> {
+    if width == 0 || height == 0 || width.saturating_mul(height) > MAX_PIXELS {
+        return Err(bad(
+            path,
+            format!("declares {width}x{height} pixels; at most {MAX_PIXELS} are read"),
+        ));
+    }
+    Ok(())
+}
+
 fn bad(path: &Path, what: impl Into<String>) -> Error {
     Error::data(path, DataProblem::Other(what.into()))
 }
@@ -76,6 +92,8 @@ fn decode_png(bytes: &[u8], path: &Path) -> Result<Image> {
     let mut reader = decoder
         .read_info()
         .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
+    let header = reader.info();
+    check_size(path, u64::from(header.width), u64::from(header.height))?;
     let size = reader
         .output_buffer_size()
         .ok_or_else(|| bad(path, "PNG too large"))?;
@@ -102,6 +120,13 @@ fn decode_png(bytes: &[u8], path: &Path) -> Result<Image> {
 
 fn decode_jpeg(bytes: &[u8], path: &Path) -> Result<Image> {
     let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
+    decoder
+        .read_info()
+        .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
+    let header = decoder
+        .info()
+        .ok_or_else(|| bad(path, "JPEG without a header"))?;
+    check_size(path, u64::from(header.width), u64::from(header.height))?;
     let data = decoder
         .decode()
         .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
@@ -236,5 +261,40 @@ mod tests {
         let e = decode(b"\x89PNG\r\n\x1a\nbroken", p).unwrap_err();
         assert!(e.to_string().contains("pool/x.png"), "{e}");
         assert!(decode(b"GIF89a", p).is_err());
+    }
+
+    /// A PNG chunk: length, type, data, CRC-32 of type and data.
+    fn chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+        let mut crc = flate2::Crc::new();
+        crc.update(kind);
+        crc.update(data);
+        let mut out = (data.len() as u32).to_be_bytes().to_vec();
+        out.extend(kind);
+        out.extend(data);
+        out.extend(crc.sum().to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_huge_declared_size_is_refused_before_decoding() {
+        // 40000 x 40000 grey pixels declared by a file of a few dozen bytes: refused from the
+        // header, naming the file, without allocating 1.6 GB.
+        let mut ihdr = Vec::new();
+        ihdr.extend(40_000u32.to_be_bytes());
+        ihdr.extend(40_000u32.to_be_bytes());
+        ihdr.extend([8, 0, 0, 0, 0]); // 8-bit greyscale, deflate, no filter set, no interlace
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.extend(chunk(b"IHDR", &ihdr));
+        png.extend(chunk(
+            b"IDAT",
+            &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+        ));
+        png.extend(chunk(b"IEND", &[]));
+        let p = Path::new("pool/huge.png");
+        let e = decode(&png, p).unwrap_err().to_string();
+        assert!(
+            e.contains("pool/huge.png") && e.contains("40000x40000"),
+            "{e}"
+        );
     }
 }
