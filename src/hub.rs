@@ -32,16 +32,31 @@ impl HubRepo {
             Some((id, rev)) => (id, rev),
             None => (s, "main"),
         };
+        // Names and revisions become folders and files of the cache (`refs/REVISION`,
+        // `snapshots/...`): one safe component each, never `.` or `..`, so no name can point
+        // outside the cache. Revisions may hold `/` (branch names), each part checked alike.
         let valid = |p: &str| {
             !p.is_empty()
+                && p != "."
+                && p != ".."
+                && p.len() <= 96
                 && p.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         };
         let parts: Vec<&str> = id.split('/').collect();
-        if parts.len() > 2 || !parts.iter().all(|p| valid(p)) || revision.is_empty() {
+        if parts.len() > 2 || !parts.iter().all(|p| valid(p)) {
             return Err(Error::config(
                 "data",
                 format!("`hf:{s}` is not a Hub repository (expected hf:OWNER/NAME[@REVISION])"),
+            ));
+        }
+        if revision.len() > 256 || !revision.split('/').all(valid) {
+            return Err(Error::config(
+                "data",
+                format!(
+                    "`hf:{s}`: `{revision}` is not a revision (a branch, tag or commit: letters, \
+                     digits, `-`, `_`, `.` and `/` between them, no `..`)"
+                ),
             ));
         }
         Ok(HubRepo {
@@ -296,7 +311,25 @@ mod tests {
         let r = HubRepo::parse("zalando-datasets/fashion_mnist@v1.0").unwrap();
         assert_eq!(r.revision, "v1.0");
         assert_eq!(r.to_string(), "hf:zalando-datasets/fashion_mnist@v1.0");
-        for bad in ["", "a/b/c", "a//b", "a/b@", "a b/c"] {
+        assert_eq!(
+            HubRepo::parse("o/n@refs/pr/1").unwrap().revision,
+            "refs/pr/1"
+        );
+        for bad in [
+            "",
+            "a/b/c",
+            "a//b",
+            "a/b@",
+            "a b/c",
+            "../b",
+            "a/..",
+            "a/b@../../../evil/ref",
+            "a/b@..",
+            "a/b@/etc/passwd",
+            "a/b@main/",
+            "a/b@x\\..\\y",
+            "a/b@ma in",
+        ] {
             assert!(HubRepo::parse(bad).is_err(), "{bad}");
         }
     }
