@@ -477,9 +477,10 @@ impl ModelSource {
         device: &Device,
         quiet: bool,
     ) -> Result<alkit::checkpoint::Checkpoint> {
+        let source = self.to_lib()?;
         let mut bars = Bars::new(quiet, 1);
         let ck = alkit::eval::prepare(
-            &self.to_lib(),
+            &source,
             train,
             limit,
             save_to,
@@ -620,6 +621,15 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         )
         .into());
     }
+    for (field, v) in [
+        ("mc_samples", a.mc_samples as u64),
+        ("members", a.members as u64),
+        ("seeds", a.seeds),
+    ] {
+        if v == 0 {
+            return Err(alkit::Error::config(field, "must be at least 1").into());
+        }
+    }
     let is_duq = matches!(a.model, SurfaceModelArg::Duq);
     let score = match (a.scorer, is_duq) {
         (None | Some(SurfaceScorerArg::Duq), true) => SurfaceScore::MaxProb,
@@ -652,16 +662,16 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         SurfaceModelArg::McDropout => SurfaceModel::McDropout {
             hidden: vec![25, 25, 25, 25],
             p: 0.205,
-            samples: a.mc_samples.max(1),
+            samples: a.mc_samples,
         },
         SurfaceModelArg::Ensemble => SurfaceModel::Ensemble {
             hidden,
-            members: a.members.max(1),
+            members: a.members,
             anchor: None,
         },
         SurfaceModelArg::AnchoredEnsemble => SurfaceModel::Ensemble {
             hidden,
-            members: a.members.max(1),
+            members: a.members,
             anchor: Some(a.anchor),
         },
     };
@@ -683,7 +693,7 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
             dir.display()
         );
     };
-    if a.seeds <= 1 {
+    if a.seeds == 1 {
         let s = moons_surface(&spec, device)?;
         alkit::surface::write(&s, &a.out)?;
         line(&s, &a.out);

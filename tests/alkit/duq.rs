@@ -424,15 +424,7 @@ fn cli_ood_keeps_the_model_it_trained_and_reuses_it() {
     let out = tmp("ood-keep");
     let run = |extra: &[&str], dir: &Path| {
         let o = alkit_cmd()
-            .args([
-                "ood",
-                "--train-data",
-                "data",
-                "--ood-data",
-                "data",
-                "--steps",
-                "20",
-            ])
+            .args(["ood", "--train-data", "data", "--ood-data", "data"])
             .args(["--scorer", "entropy", "--quiet"])
             .args(extra)
             .arg("--out")
@@ -449,11 +441,28 @@ fn cli_ood_keeps_the_model_it_trained_and_reuses_it() {
             std::fs::read_to_string(dir.join("metrics.json")).unwrap(),
         )
     };
-    let first = run(&[], &out.join("a"));
+    let first = run(&["--steps", "20"], &out.join("a"));
     assert!(out.join("a/model/config.json").exists());
     let ck = out.join("a/model");
     let second = run(&["--checkpoint", ck.to_str().unwrap()], &out.join("b"));
     assert_eq!(first, second);
+    // Training flags beside --checkpoint would be ignored: refused (exit 2), nothing written.
+    let o = alkit_cmd()
+        .args(["-q", "ood", "--train-data", "data", "--ood-data", "data"])
+        .args([
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--steps",
+            "20",
+            "--out",
+        ])
+        .arg(out.join("c"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--steps"), "{err}");
+    assert!(!out.join("c").exists());
     let _ = std::fs::remove_dir_all(out);
 }
 

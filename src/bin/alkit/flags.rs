@@ -178,12 +178,12 @@ pub(crate) struct ModelSource {
     /// of training a model; a model trained here is saved to `OUT/model`.
     #[arg(long)]
     pub(crate) checkpoint: Option<PathBuf>,
-    /// Architecture to train when no checkpoint is given.
-    #[arg(long, value_enum, default_value_t = ModelArg::Cnn)]
-    pub(crate) model: ModelArg,
-    /// Optimiser steps when training here (Adam; SGD for duq).
-    #[arg(long, default_value_t = 2000)]
-    pub(crate) steps: usize,
+    /// Architecture to train when no checkpoint is given. [default: cnn]
+    #[arg(long, value_enum)]
+    pub(crate) model: Option<ModelArg>,
+    /// Optimiser steps when training here (Adam; SGD for duq). [default: 2000]
+    #[arg(long)]
+    pub(crate) steps: Option<usize>,
     /// Mini-batch size when training here [default: 32; 128 for duq].
     #[arg(long)]
     pub(crate) batch_size: Option<usize>,
@@ -470,17 +470,35 @@ pub(crate) enum TrainBench {
 }
 
 impl ModelSource {
-    pub(crate) fn to_lib(&self) -> alkit::eval::ModelSource {
-        alkit::eval::ModelSource {
+    /// The library's model source; training flags beside `--checkpoint` are refused (they
+    /// would be ignored).
+    pub(crate) fn to_lib(&self) -> Result<alkit::eval::ModelSource> {
+        if self.checkpoint.is_some() {
+            let given = [
+                ("--model", self.model.is_some()),
+                ("--steps", self.steps.is_some()),
+                ("--batch-size", self.batch_size.is_some()),
+            ];
+            if let Some((flag, _)) = given.iter().find(|g| g.1) {
+                return Err(alkit::Error::config(
+                    "checkpoint",
+                    format!(
+                        "{flag} sets how a model is trained here; --checkpoint loads one instead"
+                    ),
+                )
+                .into());
+            }
+        }
+        Ok(alkit::eval::ModelSource {
             checkpoint: self
                 .checkpoint
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned()),
-            model: self.model.kind(),
-            steps: self.steps,
+            model: self.model.unwrap_or(ModelArg::Cnn).kind(),
+            steps: self.steps.unwrap_or(2000),
             batch_size: self.batch_size,
             seed: self.seed,
-        }
+        })
     }
 }
 
