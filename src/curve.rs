@@ -183,9 +183,7 @@ pub fn run_curve(
     }
     let rows = summarize(&states);
     write_atomic(&out.join("summary.csv"), summary_csv(&rows).as_bytes())?;
-    let fig = curve_figure(&states);
-    write_atomic(&out.join("curve.svg"), fig.to_svg().as_bytes())?;
-    write_atomic(&out.join("curve.png"), &fig.to_png())?;
+    curve_figure(&states).save(out, "curve")?;
     Ok(states)
 }
 

@@ -45,6 +45,26 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     serde_json::from_str(&s).map_err(|e| Error::state(path, format!("invalid JSON: {e}")))
 }
 
+/// Writes a CSV file atomically (see [`write_atomic`]): `header`, then one record per row,
+/// fields quoted as RFC 4180 requires (a comma, quote or line break inside a field reads back
+/// intact).
+pub fn write_csv<R, F>(path: &Path, header: &[&str], rows: R) -> Result<()>
+where
+    R: IntoIterator<Item = Vec<F>>,
+    F: AsRef<[u8]>,
+{
+    let err = |e: csv::Error| Error::io(path, std::io::Error::other(e));
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(header).map_err(err)?;
+    for row in rows {
+        w.write_record(&row).map_err(err)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| Error::io(path, std::io::Error::other(e.to_string())))?;
+    write_atomic(path, &bytes)
+}
+
 /// The path as the file system resolves it, for comparing paths: canonical when it exists,
 /// else its canonical parent joined with its name (an output that does not exist yet).
 fn resolved(path: &Path) -> std::path::PathBuf {

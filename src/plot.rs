@@ -346,6 +346,12 @@ impl Figure {
         s
     }
 
+    /// Writes `dir/STEM.svg` and `dir/STEM.png`, each atomically.
+    pub fn save(&self, dir: &std::path::Path, stem: &str) -> crate::Result<()> {
+        crate::fsutil::write_atomic(&dir.join(format!("{stem}.svg")), self.to_svg().as_bytes())?;
+        crate::fsutil::write_atomic(&dir.join(format!("{stem}.png")), &self.to_png())
+    }
+
     /// The figure as a PNG file's bytes.
     pub fn to_png(&self) -> Vec<u8> {
         let mut c = Canvas::new(self.width() as usize, self.height as usize);

@@ -516,23 +516,15 @@ impl Learner {
             Ok(crate::data::source::Source::Images(dir)) => Some(dir),
             _ => None,
         };
-        let csv_err = |e: csv::Error| Error::io(out, std::io::Error::other(e));
-        let mut w = csv::Writer::from_writer(Vec::new());
-        w.write_record(["id", "index", "path", "score"])
-            .map_err(csv_err)?;
-        for q in batch {
+        let rows = batch.iter().map(|q| {
             let path = folder
                 .as_ref()
                 .map(|d| d.join(&q.id).to_string_lossy().into_owned())
                 .unwrap_or_default();
             let score = q.score.map(|v| v.to_string()).unwrap_or_default();
-            w.write_record([q.id.as_str(), &q.index.to_string(), &path, &score])
-                .map_err(csv_err)?;
-        }
-        let bytes = w
-            .into_inner()
-            .map_err(|e| Error::io(out, std::io::Error::other(e.to_string())))?;
-        crate::fsutil::write_atomic(out, &bytes)
+            vec![q.id.clone(), q.index.to_string(), path, score]
+        });
+        crate::fsutil::write_csv(out, &["id", "index", "path", "score"], rows)
     }
 
     /// Teaches `(id, class name)` answers; all are checked before any is applied.

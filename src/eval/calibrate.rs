@@ -6,7 +6,7 @@
 //! Files written to the output folder: `metrics.json`, `reliability.svg/png`,
 //! `rejection.svg/png`.
 
-use super::{create_out, scoring, write_figure};
+use super::{create_out, scoring};
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
 use crate::error::{Error, Result};
@@ -171,24 +171,18 @@ pub fn run(
         json.insert("temperature".into(), serde_json::json!(t));
     }
     write_json(&out.join("metrics.json"), &serde_json::Value::Object(json))?;
-    write_figure(
-        out,
-        "reliability",
-        &Figure {
-            panels: vec![rel],
-            panel_width: 420,
-            height: 400,
-        },
-    )?;
-    write_figure(
-        out,
-        "rejection",
-        &Figure {
-            panels: vec![rejection],
-            panel_width: 520,
-            height: 400,
-        },
-    )?;
+    Figure {
+        panels: vec![rel],
+        panel_width: 420,
+        height: 400,
+    }
+    .save(out, "reliability")?;
+    Figure {
+        panels: vec![rejection],
+        panel_width: 520,
+        height: 400,
+    }
+    .save(out, "rejection")?;
     Ok(CalibrationReport {
         accuracy,
         temperature,

@@ -4,7 +4,7 @@
 //!
 //! This module holds what both share: where the model comes from ([`ModelSource`]: a
 //! checkpoint, or one trained here and saved at once, so a long training is never lost),
-//! scoring a whole split with several scorers, and writing a figure as SVG and PNG.
+//! and scoring a whole split with several scorers.
 
 pub mod calibrate;
 pub mod ood;
@@ -13,11 +13,10 @@ pub mod scores_file;
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::{Dataset, Normalizer};
 use crate::error::{Error, Result};
-use crate::fsutil::write_atomic;
+use crate::fsutil::write_csv;
 use crate::hub::Hub;
 use crate::models::{Arch, ModelKind};
 use crate::observe::{Observer, Silent};
-use crate::plot::Figure;
 use crate::predict::Scoring;
 use crate::rng::{stream, Purpose};
 use crate::train::{train, TrainConfig, TrainRngs};
@@ -166,12 +165,6 @@ pub fn score_all(
         .collect()
 }
 
-/// Writes `out/STEM.svg` and `out/STEM.png`, each atomically.
-pub fn write_figure(out: &Path, stem: &str, fig: &Figure) -> Result<()> {
-    write_atomic(&out.join(format!("{stem}.svg")), fig.to_svg().as_bytes())?;
-    write_atomic(&out.join(format!("{stem}.png")), &fig.to_png())
-}
-
 /// Creates the output folder `out`.
 fn create_out(out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))
@@ -199,20 +192,14 @@ pub fn write_scores(
         order.sort_by(|&x, &y| first[y].total_cmp(&first[x]).then(x.cmp(&y)));
         order.truncate(k);
     }
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let csv_err = |e: csv::Error| Error::io(out, std::io::Error::other(e));
     let mut header = vec!["index", "id"];
     header.extend(names);
-    w.write_record(&header).map_err(csv_err)?;
-    for i in order {
+    let rows = order.into_iter().map(|i| {
         let mut row = vec![i.to_string(), ids[i].clone()];
         row.extend(cols.iter().map(|c| c[i].to_string()));
-        w.write_record(&row).map_err(csv_err)?;
-    }
-    let bytes = w
-        .into_inner()
-        .map_err(|e| Error::io(out, std::io::Error::other(e.to_string())))?;
-    write_atomic(out, &bytes)
+        row
+    });
+    write_csv(out, &header, rows)
 }
 
 /// `alkit train`: fits `kind` on `splits.train[ids]` (all of it when `ids` is `None`;

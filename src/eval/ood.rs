@@ -5,7 +5,7 @@
 //! Files written to the output folder: `ood.csv` (one row per scorer), `metrics.json`,
 //! `scores.csv` (`split,index,<scorer>...`), `roc.svg/png` and `hist.svg/png`.
 
-use super::{create_out, score_all, scoring, write_figure};
+use super::{create_out, score_all, scoring};
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
 use crate::error::{Error, Result};
@@ -108,24 +108,18 @@ pub fn run(
         }
     }
     write_atomic(&out.join("scores.csv"), scores_csv.as_bytes())?;
-    write_figure(
-        out,
-        "roc",
-        &Figure {
-            panels: vec![roc],
-            panel_width: 520,
-            height: 420,
-        },
-    )?;
-    write_figure(
-        out,
-        "hist",
-        &Figure {
-            panels: hists,
-            panel_width: 360,
-            height: 300,
-        },
-    )?;
+    Figure {
+        panels: vec![roc],
+        panel_width: 520,
+        height: 420,
+    }
+    .save(out, "roc")?;
+    Figure {
+        panels: hists,
+        panel_width: 360,
+        height: 300,
+    }
+    .save(out, "hist")?;
     Ok(OodReport {
         id_accuracy,
         id_items: id_test.len(),
