@@ -347,9 +347,9 @@ pub fn open_ensemble(
         _ => {}
     }
     let mut members = Vec::new();
-    let mut named = Vec::new();
+    let mut member_params = Vec::new();
     let mut config: Option<CheckpointConfig> = None;
-    for (k, name) in names.iter().enumerate() {
+    for name in names {
         let c = open(name, hub, device, observer)?;
         if let Some(first) = &config {
             if first.arch != c.config.arch || first.normalizer != c.config.normalizer {
@@ -363,12 +363,7 @@ pub fn open_ensemble(
                 ));
             }
         }
-        named.extend(
-            c.params
-                .named()
-                .into_iter()
-                .map(|(n, v)| (format!("m{k}.{n}"), v)),
-        );
+        member_params.push(c.params);
         members.push(c.model);
         config.get_or_insert(c.config);
     }
@@ -376,6 +371,6 @@ pub fn open_ensemble(
     Ok(Checkpoint {
         config,
         model: Box::new(Ensemble::new(members)?),
-        params: Params::from_named(named),
+        params: Params::of_members(&member_params),
     })
 }

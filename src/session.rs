@@ -324,19 +324,8 @@ impl Learner {
                 None => vec![(dir.join("model"), t.params.clone())],
                 Some(k) => (0..k)
                     .map(|m| {
-                        let prefix = format!("m{m}.");
-                        let named = t
-                            .params
-                            .named()
-                            .into_iter()
-                            .filter_map(|(n, v)| {
-                                n.strip_prefix(&prefix).map(|n| (n.to_string(), v))
-                            })
-                            .collect();
-                        (
-                            dir.join("model").join(format!("m{m}")),
-                            Params::from_named(named),
-                        )
+                        let at = dir.join("model").join(format!("m{m}"));
+                        (at, t.params.member(m))
                     })
                     .collect(),
             };

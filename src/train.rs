@@ -140,23 +140,18 @@ pub fn train_ensemble(
         return Err(Error::config("ensemble", "needs at least one member"));
     }
     let mut models = Vec::with_capacity(members);
-    let mut named = Vec::new();
+    let mut member_params = Vec::with_capacity(members);
     let mut final_loss = 0f32;
     for k in 0..members {
         let rngs = TrainRngs::for_member(seed, cycle, k as u64);
         let t = train(builder, data, indices, params, rngs, device, observer)?;
-        named.extend(
-            t.params
-                .named()
-                .into_iter()
-                .map(|(n, v)| (format!("m{k}.{n}"), v)),
-        );
         final_loss += t.final_loss / members as f32;
+        member_params.push(t.params);
         models.push(t.model);
     }
     Ok(Trained {
         model: Box::new(Ensemble::new(models)?),
-        params: Params::from_named(named),
+        params: Params::of_members(&member_params),
         final_loss,
     })
 }

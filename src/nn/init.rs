@@ -46,6 +46,34 @@ impl Params {
         self.lock().vars.iter().map(|(_, v)| v.clone()).collect()
     }
 
+    /// One ensemble's parameters from its members': member `k`'s `name` becomes `m{k}.name`,
+    /// the one naming of ensemble parameters (inverse: [`Params::member`]).
+    pub fn of_members<'a>(members: impl IntoIterator<Item = &'a Params>) -> Params {
+        Params::from_named(
+            members
+                .into_iter()
+                .enumerate()
+                .flat_map(|(k, p)| {
+                    p.named()
+                        .into_iter()
+                        .map(move |(n, v)| (format!("m{k}.{n}"), v))
+                })
+                .collect(),
+        )
+    }
+
+    /// Member `k`'s parameters of an ensemble's (see [`Params::of_members`]), names without
+    /// the `m{k}.` prefix.
+    pub fn member(&self, k: usize) -> Params {
+        let prefix = format!("m{k}.");
+        Params::from_named(
+            self.named()
+                .into_iter()
+                .filter_map(|(n, v)| n.strip_prefix(&prefix).map(|n| (n.to_string(), v)))
+                .collect(),
+        )
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A poisoned lock only means another thread panicked mid-init; the data is still a
         // valid list of vars.
