@@ -110,10 +110,30 @@ pub enum Offer {
     KernelValues(Tensor),
 }
 
-fn mismatch(asked: &str) -> candle_core::Error {
-    candle_core::Error::Msg(format!(
-        "the model answered a request for {asked} with another kind"
-    ))
+/// Asks `model`, and checks that an answer is of the kind `unpack` accepts.
+fn ask<T>(
+    model: &dyn Classifier,
+    ask: Ask<'_>,
+    unpack: fn(Offer) -> Option<T>,
+) -> Result<Option<T>> {
+    let asked = ask.name();
+    model
+        .offer(ask)?
+        .map(|offer| {
+            unpack(offer).ok_or_else(|| {
+                candle_core::Error::Msg(format!(
+                    "the model answered a request for {asked} with another kind"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn draws(offer: Offer) -> Option<Vec<Tensor>> {
+    match offer {
+        Offer::Draws(d) => Some(d),
+        _ => None,
+    }
 }
 
 /// The model's fast per-candidate gradient norms ([`Ask::GradNorms`]), or `None` when it has
@@ -124,17 +144,15 @@ pub fn grad_norms(
     copies: usize,
     expected: bool,
 ) -> Result<Option<gradnorm::GradOut>> {
-    let ask = Ask::GradNorms {
+    let request = Ask::GradNorms {
         x,
         copies,
         expected,
     };
-    let name = ask.name();
-    match model.offer(ask)? {
-        None => Ok(None),
-        Some(Offer::GradNorms(g)) => Ok(Some(g)),
-        Some(_) => Err(mismatch(name)),
-    }
+    ask(model, request, |offer| match offer {
+        Offer::GradNorms(g) => Some(g),
+        _ => None,
+    })
 }
 
 /// `samples` MC-dropout logits `(b, c)`, detached ([`Ask::McDropout`]); models without a
@@ -145,15 +163,13 @@ pub fn mc_dropout_logits(
     samples: usize,
     rng: &mut Rng,
 ) -> Result<Vec<Tensor>> {
-    let ask = Ask::McDropout {
+    let request = Ask::McDropout {
         x,
         samples,
         rng: &mut *rng,
     };
-    let name = ask.name();
-    match model.offer(ask)? {
-        Some(Offer::Draws(d)) => Ok(d),
-        Some(_) => Err(mismatch(name)),
+    match ask(model, request, draws)? {
+        Some(d) => Ok(d),
         None => (0..samples)
             .map(|_| Ok(model.forward(x, &mut Mode::Train(rng))?.detach()))
             .collect(),
@@ -163,24 +179,15 @@ pub fn mc_dropout_logits(
 /// One logits tensor `(b, c)` per ensemble member ([`Ask::Members`]), `None` for a single
 /// model.
 pub fn member_logits(model: &dyn Classifier, x: &Tensor) -> Result<Option<Vec<Tensor>>> {
-    let ask = Ask::Members { x };
-    let name = ask.name();
-    match model.offer(ask)? {
-        None => Ok(None),
-        Some(Offer::Draws(d)) => Ok(Some(d)),
-        Some(_) => Err(mismatch(name)),
-    }
+    ask(model, Ask::Members { x }, draws)
 }
 
 /// RBF kernel values `K (b, c)` ([`Ask::KernelValues`]), `None` for models without them.
 pub fn kernel_values(model: &dyn Classifier, x: &Tensor) -> Result<Option<Tensor>> {
-    let ask = Ask::KernelValues { x };
-    let name = ask.name();
-    match model.offer(ask)? {
-        None => Ok(None),
-        Some(Offer::KernelValues(k)) => Ok(Some(k)),
-        Some(_) => Err(mismatch(name)),
-    }
+    ask(model, Ask::KernelValues { x }, |offer| match offer {
+        Offer::KernelValues(k) => Some(k),
+        _ => None,
+    })
 }
 
 /// A deep ensemble (Lakshminarayanan et al. 2017): members trained independently (different
