@@ -52,20 +52,10 @@ fn read_maybe_gz(path: &Path, magic: u32, rank: usize) -> Result<Vec<u8>> {
         .read_to_end(&mut header)
         .map_err(corrupt)?;
     // The data size the header promises (magic and dimensions are checked by `parse_header`).
-    let data_len = (header.len() == header_len && header[..4] == magic.to_be_bytes())
-        .then(|| {
-            (1..=rank).try_fold(1usize, |acc, i| {
-                let d = u32::from_be_bytes([
-                    header[4 * i],
-                    header[4 * i + 1],
-                    header[4 * i + 2],
-                    header[4 * i + 3],
-                ]) as usize;
-                acc.checked_mul(d)
-            })
-        })
+    let promised = (header.len() == header_len && word(&header, 0) == magic)
+        .then(|| data_len(&dims(&header, rank)))
         .flatten();
-    let limit = match data_len.and_then(|d| d.checked_add(header_len)) {
+    let limit = match promised.and_then(|d| d.checked_add(header_len)) {
         Some(total) => {
             if total / 1100 > raw.len() {
                 return Err(Error::data(
@@ -94,6 +84,26 @@ fn read_maybe_gz(path: &Path, magic: u32, rank: usize) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The big-endian word `i` of an IDX header (`bytes` holds at least `4 (i + 1)` bytes).
+fn word(bytes: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes([
+        bytes[4 * i],
+        bytes[4 * i + 1],
+        bytes[4 * i + 2],
+        bytes[4 * i + 3],
+    ])
+}
+
+/// The `rank` dimensions of a complete header.
+fn dims(bytes: &[u8], rank: usize) -> Vec<usize> {
+    (1..=rank).map(|i| word(bytes, i) as usize).collect()
+}
+
+/// The data bytes `dims` promise (one byte per value); `None` when the product overflows.
+fn data_len(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
 /// Parses the header: checks the magic and returns the dimensions and the data offset.
 fn parse_header(
     path: &Path,
@@ -112,15 +122,7 @@ fn parse_header(
             },
         ));
     }
-    let word = |i: usize| {
-        u32::from_be_bytes([
-            bytes[4 * i],
-            bytes[4 * i + 1],
-            bytes[4 * i + 2],
-            bytes[4 * i + 3],
-        ])
-    };
-    let found = word(0);
+    let found = word(bytes, 0);
     if found != magic {
         return Err(Error::data(
             path,
@@ -140,16 +142,13 @@ fn parse_header(
             },
         ));
     }
-    let dims: Vec<usize> = (1..=rank).map(|i| word(i) as usize).collect();
-    let expected = dims
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| {
-            Error::data(
-                path,
-                DataProblem::Other(format!("dimensions {dims:?} overflow")),
-            )
-        })?;
+    let dims = dims(bytes, rank);
+    let expected = data_len(&dims).ok_or_else(|| {
+        Error::data(
+            path,
+            DataProblem::Other(format!("dimensions {dims:?} overflow")),
+        )
+    })?;
     let got = bytes.len() - header;
     if got < expected {
         return Err(Error::data(path, DataProblem::Truncated { expected, got }));
