@@ -338,15 +338,14 @@ pub fn run(
         if cycle < cfg.cycles {
             let t1 = Instant::now();
             let cand = pool.candidates();
-            let scoring = Scoring {
-                model: trained.model.as_ref(),
-                params: Some(&trained.params),
-                // An ensemble's members cannot be rebuilt from one builder (weight noise).
-                builder: cfg.ensemble.is_none().then_some(ctx.model),
-                input_std: ctx.input_std,
-                batch: cfg.batch,
-                device: ctx.device,
-            };
+            let scoring = Scoring::of_trained(
+                &trained,
+                ctx.model,
+                cfg.ensemble,
+                ctx.input_std,
+                cfg.batch,
+                ctx.device,
+            );
             let picked = pick(
                 strategy,
                 &scoring,

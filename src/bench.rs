@@ -190,17 +190,7 @@ pub fn bench_strategies(
         &mut Silent,
     )?;
     let items: Vec<usize> = (0..cfg.items).map(|i| i % ds.len()).collect();
-    let scoring = Scoring {
-        model: trained.model.as_ref(),
-        params: Some(&trained.params),
-        builder: cfg
-            .ensemble
-            .is_none()
-            .then_some(&arch as &dyn crate::train::ModelBuilder),
-        input_std,
-        batch: cfg.batch,
-        device,
-    };
+    let scoring = Scoring::of_trained(&trained, &arch, cfg.ensemble, input_std, cfg.batch, device);
     let mut results = Vec::new();
     for (_, b) in &built {
         if let Built::Scorer(s) = b {

@@ -9,7 +9,7 @@ use crate::nn::layers::log_probs;
 use crate::nn::{grad_norms, kernel_values, mc_dropout_logits, member_logits, Classifier};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
-use crate::train::ModelBuilder;
+use crate::train::{ModelBuilder, Trained};
 use alkit_acquisition::{
     Evidence, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
 };
@@ -70,6 +70,29 @@ pub struct Scoring<'a> {
     pub batch: usize,
     /// Where tensors live.
     pub device: &'a Device,
+}
+
+impl<'a> Scoring<'a> {
+    /// Scoring through a model `round::fit` (or `train`) just trained from `builder`: its
+    /// gradients through its parameters, perturbation scorers rebuilding it from `builder`,
+    /// except for an ensemble (`ensemble = Some(_)`), whose members one builder cannot rebuild.
+    pub fn of_trained(
+        trained: &'a Trained,
+        builder: &'a dyn ModelBuilder,
+        ensemble: Option<usize>,
+        input_std: &'a [f32],
+        batch: usize,
+        device: &'a Device,
+    ) -> Self {
+        Scoring {
+            model: trained.model.as_ref(),
+            params: Some(&trained.params),
+            builder: ensemble.is_none().then_some(builder),
+            input_std,
+            batch,
+            device,
+        }
+    }
 }
 
 impl Scoring<'_> {

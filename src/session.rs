@@ -436,15 +436,14 @@ impl Learner {
                 )?),
                 None => None,
             };
-            let scoring = Scoring {
-                model: trained.model.as_ref(),
-                params: Some(&trained.params),
-                // An ensemble's members cannot be rebuilt from one builder (weight noise).
-                builder: cfg.ensemble.is_none().then_some(&cfg.arch),
-                input_std: &self.state.normalizer.std,
-                batch: cfg.batch,
+            let scoring = Scoring::of_trained(
+                &trained,
+                &cfg.arch,
+                cfg.ensemble,
+                &self.state.normalizer.std,
+                cfg.batch,
                 device,
-            };
+            );
             let picked = pick(
                 &request.strategy,
                 &scoring,
