@@ -10,14 +10,14 @@
 
 use crate::data::Normalizer;
 use crate::error::{Error, Result};
-use crate::fsutil::{read_json, write_json};
+use crate::fsutil::{read_json, write_atomic, write_json};
 use crate::hub::{Hub, HubRepo, RepoKind};
 use crate::models::Arch;
 use crate::nn::init::Params;
 use crate::nn::{Classifier, Ensemble};
 use crate::observe::Observer;
 use crate::train::ModelBuilder;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -74,14 +74,33 @@ pub fn save(
 ) -> Result<CheckpointConfig> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let named = params.named();
-    let tensors: HashMap<String, Tensor> = named
+    // Little-endian f32 bytes per tensor, serialised in memory and written through the one
+    // atomic writer (synced, folder synced, ordinary permissions).
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = named
         .iter()
-        .map(|(n, v)| Ok((n.clone(), v.as_tensor().to_dtype(DType::F32)?)))
+        .map(|(n, v)| {
+            let t = v.as_tensor().to_dtype(DType::F32)?;
+            let data: Vec<u8> = t
+                .flatten_all()?
+                .to_vec1::<f32>()?
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            Ok((n.clone(), t.dims().to_vec(), data))
+        })
         .collect::<Result<_>>()?;
     let path = dir.join("model.safetensors");
-    let tmp = dir.join(".model.safetensors.tmp");
-    candle_core::safetensors::save(&tensors, &tmp)?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    let views = bytes
+        .iter()
+        .map(|(n, shape, data)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                .map(|v| (n.clone(), v))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::state(&path, format!("cannot serialise: {e}")))?;
+    let file = safetensors::serialize(views, None)
+        .map_err(|e| Error::state(&path, format!("cannot serialise: {e}")))?;
+    write_atomic(&path, &file)?;
     let config = CheckpointConfig {
         format: FORMAT,
         alkit_version: env!("CARGO_PKG_VERSION").into(),
@@ -177,31 +196,14 @@ pub fn import(
 /// name per model output.
 fn validate_config(config: &CheckpointConfig, path: &Path) -> Result<()> {
     let channels = config.item_shape.first().copied().unwrap_or(0);
-    let norm = &config.normalizer;
-    if norm.mean.len() != channels || norm.std.len() != channels {
-        return Err(Error::state(
-            path,
-            format!(
-                "the normaliser has {} means and {} standard deviations for {channels} channels \
-                 (items {:?})",
-                norm.mean.len(),
-                norm.std.len(),
-                config.item_shape
-            ),
-        ));
-    }
-    if let Some(s) = norm.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
-        return Err(Error::state(
-            path,
-            format!("normaliser standard deviation {s} is not a positive number"),
-        ));
-    }
-    if let Some(m) = norm.mean.iter().find(|m| !m.is_finite()) {
-        return Err(Error::state(
-            path,
-            format!("normaliser mean {m} is not finite"),
-        ));
-    }
+    config
+        .normalizer
+        .check(channels)
+        .map_err(|m| Error::state(path, format!("{m} (items {:?})", config.item_shape)))?;
+    config
+        .arch
+        .check_input(&config.item_shape)
+        .map_err(|e| Error::state(path, e.to_string()))?;
     if config.classes.len() != config.arch.classes() {
         return Err(Error::state(
             path,
@@ -265,6 +267,19 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
                         t.name,
                         x.dims(),
                         t.shape
+                    ),
+                ))
+            }
+            // `save` writes f32 only: another dtype in the header means a file that was not
+            // written by alkit for this config (its bytes would be read as something else).
+            Some(x) if x.dtype() != DType::F32 => {
+                return Err(Error::state(
+                    &path,
+                    format!(
+                        "tensor `{}` is {:?}; a checkpoint holds F32 tensors (`checkpoint::import` converts \
+                         foreign weights)",
+                        t.name,
+                        x.dtype()
                     ),
                 ))
             }

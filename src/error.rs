@@ -14,13 +14,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
+    // The cause is part of the message and deliberately not chained as `source()`: printers
+    // that walk the chain (anyhow's `{:#}`) would say it twice.
+    #[error("{}: {cause}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A data file is malformed (bad magic, truncated, inconsistent dimensions, ...).
     #[error("{}: {problem}", path.display())]
@@ -122,7 +123,7 @@ pub enum DataProblem {
         labels: usize,
     },
     /// A label is not below the class count.
-    #[error("label {label} at item {item} is not below the class count {classes}")]
+    #[error("label {label} at item {item} is not one of the {classes} declared classes (0 to {max})", max = classes.saturating_sub(1))]
     LabelOutOfRange {
         /// The item.
         item: usize,
@@ -141,7 +142,7 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            cause: source,
         }
     }
 

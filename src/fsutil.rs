@@ -6,8 +6,9 @@ use std::io::Write;
 use std::path::Path;
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed and
-/// synced, then renamed over `path`. A crash leaves either the old or the new file, never a
-/// torn one.
+/// synced, renamed over `path`, then the folder synced so that the rename itself survives a
+/// power cut. A crash leaves either the old or the new file, never a torn one. The file gets
+/// the ordinary permissions of a new file (`0666` less the umask), whatever `path` had.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path
         .parent()
@@ -23,12 +24,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
     })();
     result.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         Error::io(path, e)
     })
+}
+
+/// Syncs a folder's entries (a rename into it) to disk. Only Unix can open a folder for this;
+/// elsewhere the rename is as durable as the platform makes it.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::fs::File::open(dir)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
 }
 
 /// Serialises `value` as pretty JSON and writes it atomically.
@@ -127,4 +143,80 @@ pub fn check_output(flag: &'static str, out: &Path, inputs: &[&Path]) -> Result<
         ));
     }
     Ok(())
+}
+
+/// Refuses, before any work, an output folder (given with `flag`) that would put the
+/// command's files over what it reads or over alkit state: the folder is an input, lies inside
+/// an input folder, or holds an input; or it holds a session (`session.json`), a checkpoint
+/// (`config.json` + `model.safetensors`) or, unless `run_ok` (curve's own folder, which it
+/// resumes), a curve run (`run.json`).
+pub fn check_output_dir(
+    flag: &'static str,
+    out: &Path,
+    inputs: &[&Path],
+    run_ok: bool,
+) -> Result<()> {
+    let o = resolved(out);
+    let refuse = |what: String| {
+        Err(Error::config(
+            flag,
+            format!("{}: {what}; write elsewhere", out.display()),
+        ))
+    };
+    for input in inputs {
+        let i = resolved(input);
+        if o == i || o.starts_with(&i) && i.is_dir() {
+            return refuse(format!(
+                "it is or lies inside an input of this command ({})",
+                input.display()
+            ));
+        }
+        if i.starts_with(&o) {
+            return refuse(format!(
+                "it holds an input of this command ({})",
+                input.display()
+            ));
+        }
+    }
+    if o.join("session.json").is_file() {
+        return refuse("it holds a labeling session".into());
+    }
+    if o.join("config.json").is_file() && o.join("model.safetensors").is_file() {
+        return refuse("it is a checkpoint".into());
+    }
+    if !run_ok && o.join("run.json").is_file() {
+        return refuse("it holds a curve run".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn atomic_writes_replace_content_and_take_a_new_files_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("alkit-fsutil-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // What the umask gives a new file, measured rather than assumed.
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        let ordinary = std::fs::metadata(&plain).unwrap().permissions().mode() & 0o777;
+        let state = dir.join("state.json");
+        std::fs::write(&state, b"old").unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&state, b"new").unwrap();
+        assert_eq!(std::fs::read(&state).unwrap(), b"new");
+        let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, ordinary, "{mode:o} vs {ordinary:o}");
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

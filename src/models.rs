@@ -32,7 +32,98 @@ pub enum Arch {
     Duq(DuqCnnArch),
 }
 
+/// The most weights [`Arch::check_input`] lets a model have (2^28, 1 GiB of f32): far above
+/// every built-in model, and a bound on what a settings file can make alkit allocate.
+pub const MAX_WEIGHTS: u128 = 1 << 28;
+
 impl Arch {
+    /// An upper bound on the number of weights, from the settings alone (nothing is
+    /// allocated); `None` when it overflows.
+    pub fn weights_bound(&self) -> Option<u128> {
+        let m = |a: usize, b: usize| (a as u128).checked_mul(b as u128);
+        let add = |acc: Option<u128>, x: Option<u128>| acc?.checked_add(x?);
+        match self {
+            Arch::Mlp(c) => {
+                let mut widths = vec![c.inputs];
+                widths.extend(&c.hidden);
+                widths.push(c.classes);
+                widths
+                    .windows(2)
+                    .map(|w| m(w[0], w[1]).and_then(|x| x.checked_add(w[1] as u128)))
+                    .fold(Some(0), add)
+            }
+            Arch::Cnn(c) => [
+                m(32 * 9, c.in_channels),
+                m(64 * 32, 9),
+                m(c.height, c.width).and_then(|x| x.checked_mul(64 * 128)),
+                m(c.classes, 129),
+            ]
+            .into_iter()
+            .fold(Some(0), add),
+            Arch::Duq(a) => {
+                let [c1, c2, c3] = a.duq.channels;
+                let [c0, h, w] = a.item_shape;
+                let f = a.duq.features;
+                let d = a.duq.settings.centroid_dims;
+                [
+                    m(c0, c1).and_then(|x| x.checked_mul(9)),
+                    m(c1, c2).and_then(|x| x.checked_mul(9)),
+                    m(c2, c3).and_then(|x| x.checked_mul(9)),
+                    m(h, w).and_then(|x| x.checked_mul(c3 as u128)?.checked_mul(f as u128)),
+                    m(d, a.classes).and_then(|x| x.checked_mul(f as u128 + 1)),
+                ]
+                .into_iter()
+                .fold(Some(0), add)
+            }
+        }
+    }
+
+    /// Checks that this architecture takes items of `item_shape`, by building it (seeded, on
+    /// the CPU) and running one zero item through it: a CNN given tabular rows, or an MLP
+    /// sized for other items, is refused when a session or run starts, not at its first query.
+    pub fn check_input(&self, item_shape: &[usize]) -> Result<()> {
+        let refuse = |e: String| {
+            crate::Error::config(
+                "model",
+                format!(
+                    "a {} cannot take items of shape {item_shape:?}: {e}",
+                    self.kind().name()
+                ),
+            )
+        };
+        let n: usize = item_shape.iter().product();
+        if item_shape.is_empty() || n == 0 || n > 1 << 26 {
+            return Err(refuse("the shape is empty or too large".into()));
+        }
+        match self.weights_bound() {
+            Some(w) if w <= MAX_WEIGHTS => {}
+            w => {
+                return Err(refuse(format!(
+                    "its settings ask for {} weights; alkit builds at most {MAX_WEIGHTS}",
+                    w.map_or("more than 2^128".into(), |w| w.to_string())
+                )))
+            }
+        }
+        let (vb, _) = crate::nn::init::seeded(
+            crate::rng::stream(0, crate::rng::Purpose::Tool, 0),
+            candle_core::DType::F32,
+            &Device::Cpu,
+        );
+        let model = self.build(vb).map_err(|e| refuse(e.to_string()))?;
+        let mut dims = vec![1];
+        dims.extend_from_slice(item_shape);
+        let x = candle_core::Tensor::zeros(dims, candle_core::DType::F32, &Device::Cpu)?;
+        let logits = model.predict(&x).map_err(|e| refuse(e.to_string()))?;
+        if logits.dims() != [1, self.classes()] {
+            return Err(refuse(format!(
+                "it gives logits of shape {:?}, expected [1, {}]",
+                logits.dims(),
+                self.classes()
+            )));
+        }
+        Ok(())
+    }
+
     /// Number of classes (outputs).
     pub fn classes(&self) -> usize {
         match self {

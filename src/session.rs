@@ -13,6 +13,7 @@
 //! the model of the last query is saved beside it as a checkpoint.
 
 use crate::checkpoint;
+use crate::data::dataset::MAX_CLASSES;
 use crate::data::source::{read_csv, Items, Loaded};
 use crate::data::{Dataset, Normalizer};
 use crate::error::{Error, Result};
@@ -23,7 +24,7 @@ use crate::observe::Observer;
 use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs, Scoring};
 use crate::rng::Purpose;
 use crate::round::{fit, pick, pick_random, Picked, Strategy};
-use crate::train::{TrainConfig, Trained};
+use crate::train::{TrainConfig, Trained, MAX_MEMBERS};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -117,6 +118,105 @@ pub struct SessionState {
 }
 
 impl SessionState {
+    /// Checks that the state is one alkit could have written, before any of it is used: at
+    /// least two distinct, non-empty class names (at most [`MAX_CLASSES`]) matching the
+    /// model's outputs, valid training settings, a sound normaliser for `channels`, labeled
+    /// and pending ids distinct and disjoint with tags up to the last round, rounds numbered
+    /// `1, 2, ...` with non-decreasing label counts, scores finite. `origin` names the file.
+    pub fn check_consistent(&self, channels: usize, origin: &Path) -> Result<()> {
+        let bad = |m: String| Err(Error::state(origin, m));
+        if self.classes.len() < 2 || self.classes.len() > MAX_CLASSES {
+            return bad(format!(
+                "{} classes; a session has 2 to {MAX_CLASSES}",
+                self.classes.len()
+            ));
+        }
+        let mut names = HashSet::new();
+        if let Some(c) = self
+            .classes
+            .iter()
+            .find(|c| c.trim().is_empty() || !names.insert(c.as_str()))
+        {
+            return bad(format!("class name `{c}` is empty or given twice"));
+        }
+        if self.config.arch.classes() != self.classes.len() {
+            return bad(format!(
+                "the model has {} outputs for {} classes",
+                self.config.arch.classes(),
+                self.classes.len()
+            ));
+        }
+        self.config
+            .train
+            .validate()
+            .map_err(|e| Error::state(origin, format!("training settings: {e}")))?;
+        if self.config.batch == 0 {
+            return bad("inference batch size 0".into());
+        }
+        if let Some(k) = self.config.ensemble {
+            if !(1..=MAX_MEMBERS).contains(&k) {
+                return bad(format!("an ensemble of {k} members (1 to {MAX_MEMBERS})"));
+            }
+        }
+        self.normalizer
+            .check(channels)
+            .map_err(|m| Error::state(origin, m))?;
+        let rounds = self.rounds.len();
+        for (k, r) in self.rounds.iter().enumerate() {
+            if r.round != k + 1 {
+                return bad(format!("round record {} says round {}", k + 1, r.round));
+            }
+            if k > 0 && r.labeled < self.rounds[k - 1].labeled {
+                return bad(format!(
+                    "round {} trained on {} labels, fewer than round {}'s {}",
+                    r.round,
+                    r.labeled,
+                    k,
+                    self.rounds[k - 1].labeled
+                ));
+            }
+            if r.labeled > self.labeled.len() {
+                return bad(format!(
+                    "round {} trained on {} labels; the session holds {}",
+                    r.round,
+                    r.labeled,
+                    self.labeled.len()
+                ));
+            }
+        }
+        let mut ids = HashSet::new();
+        for l in &self.labeled {
+            if !ids.insert(l.id.as_str()) {
+                return bad(format!("item `{}` is labeled twice", l.id));
+            }
+            if l.round > rounds {
+                return bad(format!(
+                    "`{}` is tagged round {} of {rounds}",
+                    l.id, l.round
+                ));
+            }
+        }
+        let mut pending = HashSet::new();
+        for p in &self.pending {
+            if ids.contains(p.id.as_str()) || !pending.insert(p.id.as_str()) {
+                return bad(format!(
+                    "item `{}` is pending twice or pending and labeled",
+                    p.id
+                ));
+            }
+            if p.round == 0 || p.round > rounds {
+                return bad(format!(
+                    "pending `{}` is tagged round {} of {rounds}",
+                    p.id, p.round
+                ));
+            }
+            if p.score.is_some_and(|v| !v.is_finite()) {
+                return bad(format!("pending `{}` has a non-finite score", p.id));
+            }
+        }
+        Ok(())
+    }
+
     /// Labeled items per class name.
     pub fn per_class(&self) -> BTreeMap<&str, usize> {
         let mut m: BTreeMap<&str, usize> = self.classes.iter().map(|c| (c.as_str(), 0)).collect();
@@ -186,10 +286,23 @@ impl Learner {
         config: SessionConfig,
     ) -> Result<Learner> {
         config.train.validate()?;
-        if classes.len() < 2 {
+        if classes.len() < 2 || classes.len() > MAX_CLASSES {
             return Err(Error::config(
                 "classes",
-                "a session needs at least two classes",
+                format!(
+                    "{} classes; a session needs 2 to {MAX_CLASSES}",
+                    classes.len()
+                ),
+            ));
+        }
+        let mut names = HashSet::new();
+        if let Some(c) = classes
+            .iter()
+            .find(|c| c.trim().is_empty() || !names.insert(c.as_str()))
+        {
+            return Err(Error::config(
+                "classes",
+                format!("class name `{c}` is empty or given twice"),
             ));
         }
         if config.arch.classes() != classes.len() {
@@ -237,6 +350,9 @@ impl Learner {
                 ),
             ));
         }
+        let channels = loaded.pool.item_shape.first().copied().unwrap_or(0);
+        state.check_consistent(channels, origin)?;
+        state.config.arch.check_input(&loaded.pool.item_shape)?;
         if loaded.pool.len() != state.pool_size
             || fingerprint(&loaded.pool) != state.pool_fingerprint
         {

@@ -122,6 +122,10 @@ pub fn member_seed(seed: u64, member: u64) -> u64 {
     seed.wrapping_add(member.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
+/// The most members an ensemble may have (deep ensembles in the literature use 5 to 10; a
+/// larger count read from a file or flag is a mistake, not a plan).
+pub const MAX_MEMBERS: usize = 256;
+
 /// Trains `members` models from `builder` on `data[indices]`, member `k` from the streams of
 /// [`TrainRngs::for_member`]`(seed, cycle, k)` (its own initialisation, batch order and dropout
 /// masks), into an [`Ensemble`]. Parameters are named `m{k}.{name}`.
@@ -136,8 +140,11 @@ pub fn train_ensemble(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Trained> {
-    if members == 0 {
-        return Err(Error::config("ensemble", "needs at least one member"));
+    if !(1..=MAX_MEMBERS).contains(&members) {
+        return Err(Error::config(
+            "ensemble",
+            format!("{members} members; expected 1 to {MAX_MEMBERS}"),
+        ));
     }
     let mut models = Vec::with_capacity(members);
     let mut member_params = Vec::with_capacity(members);

@@ -170,6 +170,8 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         (spec, dir.clone(), true)
     } else {
         let data = a.data.clone().unwrap_or_else(|| PathBuf::from("data"));
+        let out = a.out.clone().unwrap_or_else(|| PathBuf::from("out/curve"));
+        alkit::fsutil::check_output_dir("out", &out, &[&data], true)?;
         let splits = load(&data)?;
         let seed = a.seed.unwrap_or(0);
         let seeds = a.seeds.unwrap_or(1);
@@ -223,7 +225,6 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                 ..a.scorer_flags.settings()?
             },
         };
-        let out = a.out.clone().unwrap_or_else(|| PathBuf::from("out/curve"));
         if a.force && out.join("run.json").exists() {
             alkit::curve::remove_outputs(&out)
                 .with_context(|| format!("--force: clearing {}", out.display()))?;
@@ -498,6 +499,9 @@ impl ModelSource {
 
 fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = scorers_of(&a.scorer, &a.scorer_flags.settings()?)?;
+    let mut inputs = vec![a.train_data.as_path(), a.ood_data.as_path()];
+    inputs.extend(a.source.checkpoint.as_deref());
+    alkit::fsutil::check_output_dir("out", &a.out, &inputs, false)?;
     let id = load(&a.train_data)?;
     let ood = load(&a.ood_data)?;
     let ck = a
@@ -545,6 +549,9 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
 
 fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = scorers_of(&a.scorer, &a.scorer_flags.settings()?)?;
+    let mut inputs = vec![a.data.as_path()];
+    inputs.extend(a.source.checkpoint.as_deref());
+    alkit::fsutil::check_output_dir("out", &a.out, &inputs, false)?;
     let splits = load(&a.data)?;
     let n_train = splits.train.len();
     let holdout = if a.temperature { n_train / 10 } else { 0 };
@@ -614,6 +621,7 @@ fn metrics_cmd(a: MetricsArgs) -> Result<()> {
 
 fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
     use alkit::surface::{moons_surface, SurfaceModel, SurfaceScore, SurfaceSpec};
+    alkit::fsutil::check_output_dir("out", &a.out, &[], false)?;
     if a.dataset != "moons" {
         return Err(alkit::Error::config(
             "dataset",

@@ -7,6 +7,61 @@ use serde::{Deserialize, Serialize};
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
+/// The most classes a source may declare: far above any real label set (ImageNet-21k has
+/// 21,841) and small enough that per-class tables and class lists stay small. A larger count
+/// is refused rather than allocated.
+pub const MAX_CLASSES: usize = 1 << 16;
+
+/// Where labels without a class list break the rule that they are `0, 1, ..., k-1` with none
+/// skipped: `item` holds `label`, the smallest label above the first class `gap` that no item
+/// has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Skipped {
+    pub item: usize,
+    pub label: u32,
+    pub gap: u32,
+}
+
+/// The class count that labels declare when a source has no class list: one more than the
+/// largest label, provided no class below it is skipped (so one stray label of 255 or 2^31 is
+/// an error, not a 256-class or 2-billion-class model). Never allocates more than the
+/// distinct labels.
+pub(crate) fn classes_from_labels(
+    labels: impl Iterator<Item = Option<u32>> + Clone,
+) -> std::result::Result<usize, Skipped> {
+    let used: std::collections::BTreeSet<u32> = labels.clone().flatten().collect();
+    let Some(&max) = used.last() else {
+        return Ok(0);
+    };
+    if used.len() as u64 == u64::from(max) + 1 {
+        return Ok(max as usize + 1);
+    }
+    let gap = (0..)
+        .zip(&used)
+        .find(|(k, &l)| *k != l)
+        .map_or(0, |(k, _)| k);
+    let (item, label) = labels
+        .enumerate()
+        .filter_map(|(i, l)| l.filter(|&l| l > gap).map(|l| (i, l)))
+        .min_by_key(|&(i, l)| (l, i))
+        .expect("a label above the gap exists");
+    Err(Skipped { item, label, gap })
+}
+
+impl Skipped {
+    /// The error for `path`, which holds the items.
+    pub(crate) fn error(self, path: &Path) -> Error {
+        Error::data(
+            path,
+            DataProblem::Other(format!(
+                "label {} at item {} skips class {}, which no item has: without a class list \
+                 the labels must be 0, 1, ..., k-1 with none skipped",
+                self.label, self.item, self.gap
+            )),
+        )
+    }
+}
+
 /// A labeled dataset held in memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
@@ -22,6 +77,12 @@ impl Dataset {
     /// Builds a dataset from features `(n, *item_shape)` and labels `(n,)`, validating sizes and
     /// label range.
     pub fn new(x: Vec<f32>, y: Vec<u32>, item_shape: Vec<usize>, classes: usize) -> Result<Self> {
+        if classes == 0 || classes > MAX_CLASSES {
+            return Err(Error::config(
+                "classes",
+                format!("{classes} classes; expected 1 to {MAX_CLASSES}"),
+            ));
+        }
         let item: usize = item_shape.iter().product();
         if item == 0 || item_shape.is_empty() {
             return Err(Error::config(
@@ -54,7 +115,8 @@ impl Dataset {
     }
 
     /// Reads an idx3 image file and an idx1 label file of the same length. Images become
-    /// `(1, h, w)` items scaled to `[0, 1]`. `classes` defaults to `max label + 1`.
+    /// `(1, h, w)` items scaled to `[0, 1]`. `classes` defaults to what the labels declare
+    /// (`max label + 1`, none skipped).
     pub fn from_idx(images: &Path, labels: &Path, classes: Option<usize>) -> Result<Self> {
         let im = idx::read_images(images)?;
         let lb = idx::read_labels(labels)?;
@@ -73,8 +135,11 @@ impl Dataset {
                 DataProblem::Other("holds no images".into()),
             ));
         }
-        let classes =
-            classes.unwrap_or_else(|| lb.iter().map(|&l| l as usize + 1).max().unwrap_or(1));
+        let classes = match classes {
+            Some(c) => c,
+            None => classes_from_labels(lb.iter().map(|&l| Some(u32::from(l))))
+                .map_err(|s| s.error(labels))?,
+        };
         if let Some((item, &l)) = lb.iter().enumerate().find(|(_, &l)| l as usize >= classes) {
             return Err(Error::data(
                 labels,
@@ -214,6 +279,27 @@ pub struct Normalizer {
 }
 
 impl Normalizer {
+    /// Checks statistics read from a file against items of `channels` channels: one mean and
+    /// one standard deviation per channel, means finite, deviations positive and finite.
+    pub fn check(&self, channels: usize) -> std::result::Result<(), String> {
+        if self.mean.len() != channels || self.std.len() != channels {
+            return Err(format!(
+                "the normaliser has {} means and {} standard deviations for {channels} channels",
+                self.mean.len(),
+                self.std.len(),
+            ));
+        }
+        if let Some(s) = self.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(format!(
+                "normaliser standard deviation {s} is not a positive number"
+            ));
+        }
+        if let Some(m) = self.mean.iter().find(|m| !m.is_finite()) {
+            return Err(format!("normaliser mean {m} is not finite"));
+        }
+        Ok(())
+    }
+
     /// Fits mean and standard deviation per channel over every item of `ds` (use the training
     /// split only).
     pub fn fit(ds: &Dataset) -> Normalizer {
@@ -245,12 +331,7 @@ impl Normalizer {
     /// A normalised copy of `ds`. Errors when the channel count differs from the fitted one.
     pub fn apply(&self, ds: &Dataset) -> Result<Dataset> {
         let ch = ds.item_shape[0];
-        if ch != self.mean.len() {
-            return Err(Error::config(
-                "normalizer",
-                format!("fitted on {} channels, data has {ch}", self.mean.len()),
-            ));
-        }
+        self.check(ch).map_err(|m| Error::config("normalizer", m))?;
         let per = ds.item_len() / ch;
         let mut x = ds.x.clone();
         for item in x.chunks_exact_mut(ds.item_len()) {
@@ -295,20 +376,32 @@ fn find(dir: &Path, stem: &str) -> Result<PathBuf> {
 
 /// Loads the four canonical IDX files (`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
 /// `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`, each plain or `.gz`) from `dir`.
-/// The class count is `max train label + 1`; test labels must be below it and test images must
-/// have the training images' size.
+/// IDX files carry no class list, so the labels of both splits together declare the classes:
+/// `0..k` with none skipped, a gap being an error naming the file and item that holds the
+/// label above it (one corrupt label of 255 would otherwise train a 256-class model). Test
+/// images must have the training images' size.
 pub fn load_idx_dir(dir: &Path) -> Result<Splits> {
-    let train = Dataset::from_idx(
-        &find(dir, "train-images-idx3-ubyte")?,
-        &find(dir, "train-labels-idx1-ubyte")?,
-        None,
-    )?;
+    let train_images = find(dir, "train-images-idx3-ubyte")?;
+    let train_labels = find(dir, "train-labels-idx1-ubyte")?;
     let test_images = find(dir, "t10k-images-idx3-ubyte")?;
-    let test = Dataset::from_idx(
-        &test_images,
-        &find(dir, "t10k-labels-idx1-ubyte")?,
-        Some(train.classes()),
-    )?;
+    let test_labels = find(dir, "t10k-labels-idx1-ubyte")?;
+    // u8 labels: 256 bounds them; the real count is set below.
+    let mut train = Dataset::from_idx(&train_images, &train_labels, Some(256))?;
+    let mut test = Dataset::from_idx(&test_images, &test_labels, Some(256))?;
+    let both = train.y.iter().chain(&test.y).map(|&l| Some(l));
+    let classes = classes_from_labels(both).map_err(|s| {
+        if s.item < train.len() {
+            s.error(&train_labels)
+        } else {
+            Skipped {
+                item: s.item - train.len(),
+                ..s
+            }
+            .error(&test_labels)
+        }
+    })?;
+    train.classes = classes;
+    test.classes = classes;
     if test.item_shape() != train.item_shape() {
         let (a, b) = (train.item_shape(), test.item_shape());
         return Err(Error::data(

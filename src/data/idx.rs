@@ -203,15 +203,17 @@ pub fn encode_labels(labels: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Writes bytes gzip-compressed (best compression, no timestamp, so output is reproducible).
+/// Writes bytes gzip-compressed (best compression, no timestamp, so output is reproducible),
+/// atomically.
 pub fn write_gz(path: &Path, bytes: &[u8]) -> Result<()> {
-    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let mut enc = flate2::GzBuilder::new()
         .mtime(0)
-        .write(file, flate2::Compression::best());
-    enc.write_all(bytes)
-        .and_then(|_| enc.finish().map(|_| ()))
-        .map_err(|e| Error::io(path, e))
+        .write(Vec::new(), flate2::Compression::best());
+    let gz = enc
+        .write_all(bytes)
+        .and_then(|_| enc.finish())
+        .map_err(|e| Error::io(path, e))?;
+    crate::fsutil::write_atomic(path, &gz)
 }
 
 #[cfg(test)]

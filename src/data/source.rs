@@ -15,7 +15,7 @@
 //! fixed order, a relative path, or the CSV's own `id`. Image folders are read in sorted path
 //! order. Images are scaled to `[0, 1]` and shaped `(c, h, w)`; all items of a source must agree.
 
-use super::dataset::{load_idx_dir, Dataset, Splits};
+use super::dataset::{classes_from_labels, load_idx_dir, Dataset, Splits, MAX_CLASSES};
 use super::image::{decode, Image};
 use crate::error::{DataProblem, Error, Result};
 use crate::hub::{Hub, HubRepo, RepoKind};
@@ -40,7 +40,13 @@ pub enum Source {
     Hub(HubRepo),
 }
 
-const IDX_TRAIN: &str = "train-images-idx3-ubyte";
+/// The four files of an IDX folder (each plain or `.gz`).
+const IDX_FILES: [&str; 4] = [
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+];
 
 impl Source {
     /// Parses `hf:OWNER/NAME[@REV]` or a path (its kind from the file extension, or for a
@@ -51,9 +57,11 @@ impl Source {
         }
         let p = PathBuf::from(s);
         if p.is_dir() {
-            let idx = [IDX_TRAIN.to_string(), format!("{IDX_TRAIN}.gz")]
+            // Any one of the four files makes it an IDX folder, so that a missing one is
+            // reported by name instead of the folder being read as images.
+            let idx = IDX_FILES
                 .iter()
-                .any(|n| p.join(n).is_file());
+                .any(|n| p.join(n).is_file() || p.join(format!("{n}.gz")).is_file());
             return Ok(if idx {
                 Source::Idx(p)
             } else {
@@ -209,14 +217,66 @@ impl Loaded {
     }
 }
 
-/// One more than the largest label (0 without labels).
-fn label_count(labels: &[Option<u32>]) -> usize {
-    labels
-        .iter()
-        .flatten()
-        .map(|&l| l as usize + 1)
-        .max()
-        .unwrap_or(0)
+/// The class names of labels whose source may declare them (`declared`: safetensors
+/// metadata, a dataset card). Without a declaration the labels declare the classes, `0..k`
+/// with none skipped ([`classes_from_labels`]); with one, every label must be below its length.
+/// Either way at most [`MAX_CLASSES`]. `path` (with `item` positions) names the culprit.
+fn declared_classes(
+    labels: &[Option<u32>],
+    declared: Option<Vec<String>>,
+    declared_by: &str,
+    path: &Path,
+) -> Result<Vec<String>> {
+    let classes = match declared {
+        None => {
+            let k = classes_from_labels(labels.iter().copied()).map_err(|s| s.error(path))?;
+            (0..k).map(|c| c.to_string()).collect()
+        }
+        Some(names) => {
+            if let Some((item, &label)) = labels.iter().enumerate().find_map(|(i, l)| {
+                l.as_ref()
+                    .filter(|&&l| l as usize >= names.len())
+                    .map(|l| (i, l))
+            }) {
+                return Err(Error::data(
+                    path,
+                    DataProblem::Other(format!(
+                        "label {label} at item {item} is not one of the {} classes {declared_by} \
+                         names",
+                        names.len()
+                    )),
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            if let Some(c) = names
+                .iter()
+                .find(|c| c.is_empty() || !seen.insert(c.as_str()))
+            {
+                return Err(Error::data(
+                    path,
+                    DataProblem::Other(format!(
+                        "class name `{c}` in {declared_by} is empty or given twice"
+                    )),
+                ));
+            }
+            names
+        }
+    };
+    check_class_count(classes.len(), path)?;
+    Ok(classes)
+}
+
+/// Refuses more than [`MAX_CLASSES`] classes.
+fn check_class_count(n: usize, path: &Path) -> Result<()> {
+    if n > MAX_CLASSES {
+        return Err(Error::data(
+            path,
+            DataProblem::Other(format!(
+                "declares {n} classes; alkit supports at most {MAX_CLASSES}"
+            )),
+        ));
+    }
+    Ok(())
 }
 
 fn digits(n: usize) -> Vec<String> {
@@ -294,6 +354,7 @@ pub fn load_image_folder(dir: &Path) -> Result<Items> {
         .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .filter(|n| !n.starts_with('.'))
         .collect();
+    check_class_count(classes.len(), dir)?;
     let mut files: Vec<(String, Option<u32>, PathBuf)> = Vec::new();
     for p in entries.iter().filter(|p| p.is_file() && is_image(p)) {
         let name = p
@@ -360,13 +421,6 @@ fn stack_images(images: Vec<Image>, names: &[PathBuf]) -> Result<(Vec<f32>, Vec<
         x.extend(img.pixels.iter().map(|&p| f32::from(p) / 255.0));
     }
     Ok((x, vec![channels, h, w]))
-}
-
-fn classes_from_metadata(meta: Option<&String>, n_labels: usize) -> Vec<String> {
-    match meta {
-        Some(s) if !s.trim().is_empty() => s.split(',').map(|c| c.trim().to_string()).collect(),
-        _ => digits(n_labels),
-    }
 }
 
 /// Reads `x` (f32 or u8, `(n, ...)`) and optional `y` (any integer type, `(n,)`).
@@ -448,18 +502,13 @@ pub fn load_safetensors(path: &Path) -> Result<Items> {
             vals.into_iter().map(|v| Some(v as u32)).collect()
         }
     };
-    let n_labels = label_count(&labels);
-    let classes = classes_from_metadata(
-        meta.metadata().as_ref().and_then(|m| m.get("classes")),
-        n_labels,
-    );
-    if n_labels > classes.len() {
-        return Err(bad(format!(
-            "labels go up to {} but metadata names {} classes",
-            n_labels - 1,
-            classes.len()
-        )));
-    }
+    let listed = meta
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get("classes"))
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.split(',').map(|c| c.trim().to_string()).collect());
+    let classes = declared_classes(&labels, listed, "the metadata `classes`", path)?;
     Ok(Items {
         ids: (0..n).map(|i| i.to_string()).collect(),
         x,
@@ -596,6 +645,7 @@ pub fn load_csv(path: &Path) -> Result<Items> {
                 .collect()
         })
         .unwrap_or_default();
+    check_class_count(classes.len(), path)?;
     let mut x = Vec::with_capacity(rows.len() * features.len());
     let mut ids = Vec::with_capacity(rows.len());
     let mut labels = Vec::with_capacity(rows.len());
@@ -709,33 +759,24 @@ fn table_items(
     classes: Option<&[String]>,
     name: &Path,
 ) -> Result<Items> {
+    // Labels first: a bad class declaration is refused before any image is decoded.
+    let labels: Vec<Option<u32>> = tables.iter().flat_map(|(_, t)| t.labels.clone()).collect();
+    let classes = declared_classes(
+        &labels,
+        classes.map(<[String]>::to_vec),
+        "the dataset card",
+        name,
+    )?;
     let mut images = Vec::new();
     let mut names = Vec::new();
-    let mut labels = Vec::new();
     for (path, t) in tables {
         for (r, bytes) in t.images.iter().enumerate() {
             let at = PathBuf::from(format!("{}#row{r}", path.display()));
             images.push(decode(bytes, &at)?);
             names.push(at);
         }
-        labels.extend(t.labels);
     }
     let (x, item_shape) = stack_images(images, &names)?;
-    let n_labels = label_count(&labels);
-    let classes = match classes {
-        Some(c) if c.len() >= n_labels => c.to_vec(),
-        Some(c) => {
-            return Err(Error::data(
-                name,
-                DataProblem::Other(format!(
-                    "labels go up to {} but the dataset card names {} classes",
-                    n_labels - 1,
-                    c.len()
-                )),
-            ))
-        }
-        None => digits(n_labels),
-    };
     Ok(Items {
         ids: (0..labels.len()).map(|i| i.to_string()).collect(),
         x,
@@ -814,14 +855,8 @@ fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Lo
         let test = read(&test)?;
         return Ok(Loaded { pool, test });
     }
-    let idx_names = [
-        "train-images-idx3-ubyte",
-        "train-labels-idx1-ubyte",
-        "t10k-images-idx3-ubyte",
-        "t10k-labels-idx1-ubyte",
-    ];
     let mut dir: Option<PathBuf> = None;
-    for stem in idx_names {
+    for stem in IDX_FILES {
         let f = files
             .iter()
             .find(|f| {

@@ -34,17 +34,23 @@ fn idx_plain_and_gzip_read_alike_and_errors_name_the_file() {
         }
     );
 
-    // Test label not below the class count (3 classes seen in train).
+    // The two splits together declare the classes: a test label of 3 beside train's 0..=2 is
+    // a fourth class; a stray 5 skips 3 and 4 and is named, in whichever file holds it.
     write_idx_dir(&dir, (3, 4, 5), &[0, 1, 2], (2, 4, 5), &[0, 3]);
+    assert_eq!(load_idx_dir(&dir).unwrap().test.classes(), 4);
+    write_idx_dir(&dir, (3, 4, 5), &[0, 1, 2], (2, 4, 5), &[0, 5]);
     let (path, p) = data_problem(load_idx_dir(&dir).unwrap_err());
-    assert!(path.ends_with("t10k-labels-idx1-ubyte"));
-    assert_eq!(
-        p,
-        DataProblem::LabelOutOfRange {
-            item: 1,
-            label: 3,
-            classes: 3
-        }
+    assert!(path.ends_with("t10k-labels-idx1-ubyte"), "{path:?}");
+    assert!(
+        matches!(&p, DataProblem::Other(m) if m.contains("label 5 at item 1 skips class 3")),
+        "{p:?}"
+    );
+    write_idx_dir(&dir, (3, 4, 5), &[0, 255, 1], (2, 4, 5), &[0, 1]);
+    let (path, p) = data_problem(load_idx_dir(&dir).unwrap_err());
+    assert!(path.ends_with("train-labels-idx1-ubyte.gz"), "{path:?}");
+    assert!(
+        matches!(&p, DataProblem::Other(m) if m.contains("label 255 at item 1 skips class 2")),
+        "{p:?}"
     );
 
     // Test images of another size.

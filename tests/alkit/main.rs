@@ -6,6 +6,7 @@ mod cli;
 mod data;
 mod duq;
 mod gradients;
+mod hostile;
 mod layers;
 mod scorers;
 mod sessions;

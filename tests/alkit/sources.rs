@@ -518,3 +518,191 @@ fn bare_weights_import_checks_every_name_and_shape() {
     assert!(!bad.exists());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A one-thread HTTP server on loopback answering every request with `answer(path)` (status
+/// line and headers, then body), one request per connection. Returns its base URL.
+fn serve(answer: fn(&str) -> (String, Vec<u8>)) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+            // Drain the request headers.
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                    break;
+                }
+            }
+            let (head, body) = answer(&path);
+            let _ = conn.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes());
+            let _ = conn.write_all(&body);
+        }
+    });
+    base
+}
+
+/// Everything under `root`, as sorted relative paths.
+fn tree(root: &Path) -> Vec<String> {
+    fn go(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(root).unwrap().display().to_string());
+            if p.is_dir() {
+                go(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(root, root, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn a_hostile_hub_endpoint_cannot_write_outside_the_cache_or_crash() {
+    use alkit::hub::{Hub, HubRepo, RepoKind};
+    const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+    // Each repository name selects one misbehaviour of the server.
+    fn answer(path: &str) -> (String, Vec<u8>) {
+        let ok = |headers: &str, body: &[u8]| {
+            (
+                format!(
+                    "HTTP/1.1 200 OK\r\n{headers}Content-Length: {}\r\n",
+                    body.len()
+                ),
+                body.to_vec(),
+            )
+        };
+        let file = |commit: &str, etag: &str| {
+            ok(
+                &format!("x-repo-commit: {commit}\r\nETag: \"{etag}\"\r\n"),
+                b"{\"x\":1}",
+            )
+        };
+        match path {
+            p if p.starts_with("/api/models/o/listing/") => ok(
+                "",
+                br#"{"siblings":[{"rfilename":"config.json"},{"rfilename":"../../../evil.json"}]}"#,
+            ),
+            p if p.starts_with("/o/good/") => file(COMMIT, "abc123"),
+            p if p.starts_with("/o/commit/") => file("../../../../escaped", "abc123"),
+            p if p.starts_with("/o/etag/") => file(COMMIT, "../../../escaped"),
+            p if p.starts_with("/o/noloc/") => ("HTTP/1.1 302 Found\r\n".into(), Vec::new()),
+            p if p.starts_with("/o/loop/") => (
+                "HTTP/1.1 302 Found\r\nLocation: /o/loop/again\r\n".into(),
+                Vec::new(),
+            ),
+            p if p.starts_with("/o/short/") => (
+                format!(
+                    "HTTP/1.1 200 OK\r\nx-repo-commit: {COMMIT}\r\nETag: \"feed\"\r\n\
+                     Content-Length: 100\r\n"
+                ),
+                b"only eleven".to_vec(),
+            ),
+            _ => (
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n".into(),
+                Vec::new(),
+            ),
+        }
+    }
+    let base = serve(answer);
+    let root = tmp("hostile-hub");
+    let cache = root.join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let hub = Hub::new(&cache, false).with_endpoint(&base);
+    let get = |name: &str| {
+        hub.get(
+            &HubRepo::parse(name).unwrap(),
+            RepoKind::Model,
+            "config.json",
+            &mut Silent,
+        )
+    };
+    for (name, says) in [
+        ("o/commit", "is not a hash"),
+        ("o/etag", "cannot name a cache file"),
+        ("o/noloc", "without a Location"),
+        ("o/loop", "redirects"),
+        ("o/short", "before all bytes were read"),
+        ("o/missing", "404"),
+    ] {
+        let e = get(name).unwrap_err().to_string();
+        assert!(
+            e.contains(says) && e.contains(&format!("hf:{name}")),
+            "{name}: {e}"
+        );
+    }
+    let e = hub
+        .files(&HubRepo::parse("o/listing").unwrap(), RepoKind::Model)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("evil.json") && e.contains("not a safe"), "{e}");
+    // Nothing was created outside the cache, and no file of a failed download was kept
+    // inside it (empty folders only).
+    assert!(
+        tree(&root).iter().all(|p| p.starts_with("cache")),
+        "{:?}",
+        tree(&root)
+    );
+    for p in tree(&cache) {
+        assert!(cache.join(&p).is_dir(), "{p} was kept");
+    }
+
+    // An honest answer lands in the hub's layout and is then found offline.
+    let p = get("o/good").unwrap();
+    assert!(p.starts_with(&cache), "{}", p.display());
+    assert_eq!(std::fs::read(&p).unwrap(), b"{\"x\":1}");
+    let dir = cache.join("models--o--good");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("refs/main")).unwrap(),
+        COMMIT
+    );
+    assert!(dir.join("blobs/abc123").is_file());
+    let offline = Hub::new(&cache, true);
+    assert_eq!(
+        offline
+            .get(
+                &HubRepo::parse("o/good").unwrap(),
+                RepoKind::Model,
+                "config.json",
+                &mut Silent
+            )
+            .unwrap(),
+        p
+    );
+    // An edited ref is an error naming it, not a path followed.
+    std::fs::write(dir.join("refs/main"), "../../../../etc").unwrap();
+    let e = offline
+        .get(
+            &HubRepo::parse("o/good").unwrap(),
+            RepoKind::Model,
+            "config.json",
+            &mut Silent,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("refs/main") && e.contains("not a commit hash"),
+        "{e}"
+    );
+    // A file name from anywhere (the listing of a cache, a caller) stays inside the snapshot.
+    let e = hub
+        .get(
+            &HubRepo::parse("o/good").unwrap(),
+            RepoKind::Model,
+            "../../x",
+            &mut Silent,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a safe file name"), "{e}");
+    let _ = std::fs::remove_dir_all(root);
+}

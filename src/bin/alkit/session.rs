@@ -163,8 +163,12 @@ pub fn init(a: InitArgs) -> Result<()> {
         seed: a.seed,
         batch: 512,
         ensemble: match a.ensemble {
-            Some(0) => {
-                return Err(alkit::Error::config("ensemble", "needs at least one member").into())
+            Some(k) if !(1..=alkit::train::MAX_MEMBERS).contains(&k) => {
+                return Err(alkit::Error::config(
+                    "ensemble",
+                    format!("{k} members; expected 1 to {}", alkit::train::MAX_MEMBERS),
+                )
+                .into())
             }
             k => k,
         },

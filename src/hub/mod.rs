@@ -1,18 +1,21 @@
-//! The Hugging Face Hub: `hf:OWNER/NAME[@REVISION]` datasets and checkpoints, through the
-//! `hf-hub` crate and its cache.
+//! The Hugging Face Hub: `hf:OWNER/NAME[@REVISION]` datasets and checkpoints in the hub's
+//! cache.
 //!
 //! Files live in the hub's standard cache layout (shared with Python's `huggingface_hub`):
 //! `CACHE/{datasets,models}--OWNER--NAME/refs/REVISION` holds a commit hash and
 //! `.../snapshots/COMMIT/PATH` the files. The cache folder is `HF_HUB_CACHE`, else
 //! `HF_HOME/hub`, else `~/.cache/huggingface/hub`. A file already in the cache is used without
-//! any network access; otherwise it is downloaded with `hf-hub`'s blocking client (endpoint
-//! `HF_ENDPOINT`, token from the cache's token file), reporting bytes through the
-//! [`Observer`] as [`Event::Download`]. With `HF_HUB_OFFLINE=1` the network is never used: a
-//! file missing from the cache is an error naming the cache folder.
+//! any network access; otherwise it is downloaded (endpoint `HF_ENDPOINT`, token from the
+//! cache's token file, see [`fetch`]), reporting bytes through the [`Observer`] as
+//! [`crate::observe::Event::Download`]. With `HF_HUB_OFFLINE=1` the network is never used: a
+//! file missing from the cache is an error naming the cache folder. Names, revisions, refs
+//! read from the cache and everything a server answers are checked so that no path alkit reads
+//! or writes leaves the cache.
+
+pub mod fetch;
 
 use crate::error::{Error, Result};
-use crate::observe::{Event, Observer};
-use hf_hub::api::sync::ApiBuilder;
+use crate::observe::Observer;
 use hf_hub::{Cache, Repo, RepoType};
 use std::path::{Path, PathBuf};
 
@@ -138,6 +141,14 @@ impl Hub {
         }
     }
 
+    /// The same hub talking to `endpoint` (what `HF_ENDPOINT` sets), e.g. a mirror.
+    pub fn with_endpoint(self, endpoint: impl Into<String>) -> Hub {
+        Hub {
+            endpoint: Some(endpoint.into()),
+            ..self
+        }
+    }
+
     /// The cache folder.
     pub fn cache_dir(&self) -> &Path {
         &self.cache
@@ -160,16 +171,43 @@ impl Hub {
         }
     }
 
-    /// The cached snapshot folder of `repo` at its revision, if the cache has one.
-    fn snapshot(&self, repo: &HubRepo, kind: RepoKind) -> Option<PathBuf> {
-        let base = self.cache.join(self.repo(repo, kind).folder_name());
-        let commit = match std::fs::read_to_string(base.join("refs").join(&repo.revision)) {
-            Ok(c) => c.trim().to_string(),
+    /// The repository's folder of the cache.
+    fn repo_dir(&self, repo: &HubRepo, kind: RepoKind) -> PathBuf {
+        self.cache.join(self.repo(repo, kind).folder_name())
+    }
+
+    /// The cached snapshot folder of `repo` at its revision, if the cache has one. A ref
+    /// whose content is not a commit hash (an edited cache) is an error naming it, never a
+    /// path followed.
+    fn snapshot(&self, repo: &HubRepo, kind: RepoKind) -> Result<Option<PathBuf>> {
+        let base = self.repo_dir(repo, kind);
+        let ref_path = base.join("refs").join(&repo.revision);
+        let commit = match std::fs::read(&ref_path) {
+            Ok(c) => {
+                let c = String::from_utf8_lossy(&c[..c.len().min(256)])
+                    .trim()
+                    .to_string();
+                if !fetch::safe_token(&c) {
+                    return Err(Error::state(
+                        &ref_path,
+                        format!("`{}` is not a commit hash", c.escape_debug()),
+                    ));
+                }
+                c
+            }
             // A commit hash given as the revision needs no ref.
-            Err(_) => repo.revision.clone(),
+            Err(_) if fetch::safe_token(&repo.revision) => repo.revision.clone(),
+            Err(_) => return Ok(None),
         };
         let dir = base.join("snapshots").join(commit);
-        dir.is_dir().then_some(dir)
+        Ok(dir.is_dir().then_some(dir))
+    }
+
+    fn client(&self) -> fetch::Client {
+        fetch::Client::new(
+            self.endpoint.as_deref(),
+            Cache::new(self.cache.clone()).token(),
+        )
     }
 
     /// Every file of `repo` (paths inside the repository, sorted): from the Hub's API when
@@ -178,21 +216,12 @@ impl Hub {
         let online_err = if self.offline {
             None
         } else {
-            match self.api().and_then(|api| {
-                api.repo(self.repo(repo, kind))
-                    .info()
-                    .map_err(|e| e.to_string())
-            }) {
-                Ok(info) => {
-                    let mut files: Vec<String> =
-                        info.siblings.into_iter().map(|s| s.rfilename).collect();
-                    files.sort();
-                    return Ok(files);
-                }
+            match self.client().list(&self.repo(repo, kind)) {
+                Ok(files) => return Ok(files),
                 Err(e) => Some(e),
             }
         };
-        let Some(dir) = self.snapshot(repo, kind) else {
+        let Some(dir) = self.snapshot(repo, kind)? else {
             return Err(self.error(
                 repo,
                 match online_err {
@@ -202,21 +231,14 @@ impl Hub {
             ));
         };
         let mut files = Vec::new();
-        walk(&dir, &dir, &mut files).map_err(|e| Error::io(&dir, e))?;
+        walk(&dir, &dir, 0, &mut files).map_err(|e| Error::io(&dir, e))?;
         files.sort();
         Ok(files)
     }
 
-    fn api(&self) -> std::result::Result<hf_hub::api::sync::Api, String> {
-        let mut b = ApiBuilder::from_cache(Cache::new(self.cache.clone())).with_progress(false);
-        if let Some(e) = &self.endpoint {
-            b = b.with_endpoint(e.clone());
-        }
-        b.build().map_err(|e| e.to_string())
-    }
-
     /// The local path of `file` in `repo`: from the cache when present, else downloaded
-    /// into it (never when offline).
+    /// into it (never when offline). `file` must be a safe relative path
+    /// ([`fetch::safe_file_name`]).
     pub fn get(
         &self,
         repo: &HubRepo,
@@ -224,7 +246,13 @@ impl Hub {
         file: &str,
         observer: &mut dyn Observer,
     ) -> Result<PathBuf> {
-        if let Some(dir) = self.snapshot(repo, kind) {
+        if !fetch::safe_file_name(file) {
+            return Err(self.error(
+                repo,
+                format!("`{}` is not a safe file name", file.escape_debug()),
+            ));
+        }
+        if let Some(dir) = self.snapshot(repo, kind)? {
             let p = dir.join(file);
             if p.is_file() {
                 return Ok(p);
@@ -236,64 +264,34 @@ impl Hub {
                 format!("`{file}` is not in the local cache (HF_HUB_OFFLINE is set)"),
             ));
         }
-        let api = self.api().map_err(|e| self.error(repo, e))?;
-        let progress = DownloadProgress {
-            observer,
-            file: file.to_string(),
-            done: 0,
-            total: 0,
-        };
-        api.repo(self.repo(repo, kind))
-            .download_with_progress(file, progress)
+        self.client()
+            .download(
+                &self.repo(repo, kind),
+                &self.repo_dir(repo, kind),
+                file,
+                observer,
+            )
             .map_err(|e| self.error(repo, format!("downloading `{file}`: {e}")))
     }
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+/// Folders deeper than this under a snapshot are not listed (a symbolic-link loop in an
+/// edited cache would otherwise recurse without end).
+const MAX_DEPTH: usize = 16;
+
+fn walk(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) -> std::io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Ok(());
+    }
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.is_dir() {
-            walk(root, &path, out)?;
+            walk(root, &path, depth + 1, out)?;
         } else if let Ok(rel) = path.strip_prefix(root) {
             out.push(rel.to_string_lossy().replace('\\', "/"));
         }
     }
     Ok(())
-}
-
-/// Forwards `hf-hub`'s byte counts to an observer.
-struct DownloadProgress<'a> {
-    observer: &'a mut dyn Observer,
-    file: String,
-    done: u64,
-    total: u64,
-}
-
-impl hf_hub::api::Progress for DownloadProgress<'_> {
-    fn init(&mut self, size: usize, _filename: &str) {
-        self.total = size as u64;
-        self.report();
-    }
-    fn update(&mut self, size: usize) {
-        self.done += size as u64;
-        self.report();
-    }
-    fn finish(&mut self) {
-        self.done = self.total;
-        self.report();
-    }
-}
-
-impl DownloadProgress<'_> {
-    fn report(&mut self) {
-        // A download cannot be interrupted half-way through hf-hub's API; a stop request is
-        // honoured by the caller's next check.
-        let _ = self.observer.on(&Event::Download {
-            file: &self.file,
-            done: self.done,
-            total: self.total,
-        });
-    }
 }
 
 #[cfg(test)]

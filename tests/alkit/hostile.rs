@@ -1,0 +1,1605 @@
+//! The bad-input table: every source kind, checkpoints, sessions, runs, metrics files and
+//! flags, each case a hostile or broken input run through the real binary. Each asserts the
+//! exit code, that stderr names the culprit (file, line, item, tensor or flag), and that no
+//! file was written or changed anywhere under the case's folder or the shared fixtures. The
+//! fuzzers' finds (fuzz/README.md) become rows here.
+
+use super::*;
+use std::collections::BTreeMap;
+
+/// Shared inputs, built once: a copy of the shipped data, a 2-step MLP checkpoint, a labeling
+/// session on a six-item CSV pool, and a finished one-cycle curve run.
+struct Fx {
+    root: PathBuf,
+}
+
+impl Fx {
+    fn data(&self) -> PathBuf {
+        self.root.join("data")
+    }
+    fn ck(&self) -> PathBuf {
+        self.root.join("ck")
+    }
+    fn sess(&self) -> PathBuf {
+        self.root.join("sess")
+    }
+    fn pool(&self) -> PathBuf {
+        self.root.join("pool.csv")
+    }
+    fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
+}
+
+const POOL: &str = "id,label,a,b\np0,cat,0.1,0.2\np1,dog,0.3,0.1\np2,,0.5,0.5\np3,,0.9,0.1\np4,,0.2,0.8\np5,,0.4,0.4\n";
+
+fn ok(args: &[&str]) {
+    let o = alkit_cmd().arg("-q").args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dst = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dst);
+        } else {
+            std::fs::copy(&p, &dst).unwrap();
+        }
+    }
+}
+
+/// Every file under `root` with its bytes.
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn go(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.insert(p.clone(), b"<folder>".to_vec());
+                go(&p, out);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    let mut m = BTreeMap::new();
+    go(root, &mut m);
+    m
+}
+
+fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+/// A safetensors file: `(name, dtype, shape, bytes)` per tensor, optional metadata.
+fn st(tensors: &[(&str, &str, &[usize], Vec<u8>)], meta: Option<(&str, &str)>) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in tensors {
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": dtype, "shape": shape,
+                "data_offsets": [data.len(), data.len() + bytes.len()]}),
+        );
+        data.extend_from_slice(bytes);
+    }
+    if let Some((k, v)) = meta {
+        header.insert("__metadata__".into(), serde_json::json!({ k: v }));
+    }
+    let mut h = serde_json::to_vec(&header).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend(h);
+    out.extend(data);
+    out
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i64s(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A two-item pool `x (2, 4)` with labels `y`.
+fn st_pool(y: &[i64]) -> Vec<u8> {
+    st(
+        &[
+            ("x", "F32", &[y.len(), 4], f32s(&vec![0.5; 4 * y.len()])),
+            ("y", "I64", &[y.len()], i64s(y)),
+        ],
+        None,
+    )
+}
+
+/// A PNG whose header declares `w x h` 8-bit gray, followed by a tiny (wrong) image stream.
+fn png_declaring(w: u32, h: u32) -> Vec<u8> {
+    let chunk = |kind: &[u8], data: &[u8]| {
+        let mut c = (data.len() as u32).to_be_bytes().to_vec();
+        let mut body = kind.to_vec();
+        body.extend_from_slice(data);
+        let mut crc = flate2::Crc::new();
+        crc.update(&body);
+        c.extend(body);
+        c.extend(crc.sum().to_be_bytes());
+        c
+    };
+    let mut ihdr = w.to_be_bytes().to_vec();
+    ihdr.extend(h.to_be_bytes());
+    ihdr.extend([8, 0, 0, 0, 0]);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(
+        b"IDAT",
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    ));
+    png.extend(chunk(b"IEND", &[]));
+    png
+}
+
+/// A small gray PNG of `w x h` written by alkit's own writer.
+fn png_of(path: &Path, w: usize, h: usize) {
+    alkit::data::image::save_png(path, &vec![0.5; w * h], &[1, h, w]).unwrap();
+}
+
+/// The case folder's copy of the shipped IDX data, for editing.
+fn idx_copy(d: &Path, fx: &Fx) -> PathBuf {
+    let dir = d.join("idx");
+    copy_dir(&fx.data(), &dir);
+    dir
+}
+
+fn gunzip(p: &Path) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(p).unwrap())
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// Replaces `STEM.gz` in `dir` by a plain `STEM` holding `f(bytes)`.
+fn edit_idx(dir: &Path, stem: &str, f: impl FnOnce(&mut Vec<u8>)) {
+    let gz = dir.join(format!("{stem}.gz"));
+    let mut bytes = gunzip(&gz);
+    f(&mut bytes);
+    std::fs::remove_file(&gz).unwrap();
+    std::fs::write(dir.join(stem), bytes).unwrap();
+}
+
+fn ck_copy(d: &Path, fx: &Fx) -> PathBuf {
+    let dir = d.join("ck");
+    copy_dir(&fx.ck(), &dir);
+    dir
+}
+
+fn sess_copy(d: &Path, fx: &Fx) -> PathBuf {
+    let dir = d.join("sess");
+    copy_dir(&fx.sess(), &dir);
+    dir
+}
+
+/// Rewrites the safetensors file of a checkpoint copy with `f` applied to its tensors
+/// `(name, dtype, shape, bytes)`.
+fn edit_weights(ck: &Path, f: impl FnOnce(&mut Vec<(String, String, Vec<usize>, Vec<u8>)>)) {
+    let p = ck.join("model.safetensors");
+    let bytes = std::fs::read(&p).unwrap();
+    let t = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut v: Vec<(String, String, Vec<usize>, Vec<u8>)> = t
+        .tensors()
+        .into_iter()
+        .map(|(n, view)| {
+            (
+                n,
+                format!("{:?}", view.dtype()),
+                view.shape().to_vec(),
+                view.data().to_vec(),
+            )
+        })
+        .collect();
+    v.sort();
+    f(&mut v);
+    let refs: Vec<(&str, &str, &[usize], Vec<u8>)> = v
+        .iter()
+        .map(|(n, d, s, b)| (n.as_str(), d.as_str(), s.as_slice(), b.clone()))
+        .collect();
+    std::fs::write(&p, st(&refs, None)).unwrap();
+}
+
+fn run_copy(d: &Path, fx: &Fx) -> PathBuf {
+    let dir = d.join("run");
+    copy_dir(&fx.run(), &dir);
+    // The run reads its data from the path it recorded: keep it pointing at the fixture's.
+    dir
+}
+
+type Setup = fn(&Path, &Fx);
+
+/// One row: a name, what to put in the case folder, the arguments (`{d}` the case folder,
+/// `{data}` `{ck}` `{sess}` `{pool}` `{run}` the fixtures), the exit code, and what stderr
+/// must name.
+struct Case {
+    name: &'static str,
+    setup: Setup,
+    args: &'static [&'static str],
+    code: i32,
+    says: &'static [&'static str],
+}
+
+fn none(_: &Path, _: &Fx) {}
+
+macro_rules! case {
+    ($name:literal, $setup:expr, [$($a:literal),* $(,)?], $code:literal, [$($s:literal),* $(,)?]) => {
+        Case { name: $name, setup: $setup, args: &[$($a),*], code: $code, says: &[$($s),*] }
+    };
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // ------------------------------------------------------------------ IDX folders
+        case!(
+            "idx-train-label-255",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                edit_idx(&i, "train-labels-idx1-ubyte", |b| b[8 + 17] = 255);
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            [
+                "train-labels-idx1-ubyte",
+                "label 255 at item 17",
+                "skips class 10"
+            ]
+        ),
+        case!(
+            "idx-test-label-200",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                edit_idx(&i, "t10k-labels-idx1-ubyte", |b| b[8 + 3] = 200);
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["t10k-labels-idx1-ubyte", "label 200 at item 3"]
+        ),
+        case!(
+            "idx-only-test-files",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                std::fs::remove_file(i.join("train-images-idx3-ubyte.gz")).unwrap();
+                std::fs::remove_file(i.join("train-labels-idx1-ubyte.gz")).unwrap();
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["train-images-idx3-ubyte", "neither"]
+        ),
+        case!(
+            "idx-bad-magic",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                edit_idx(&i, "train-images-idx3-ubyte", |b| b[3] = 0x01);
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["train-images-idx3-ubyte", "magic"]
+        ),
+        case!(
+            "idx-truncated",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                edit_idx(&i, "t10k-images-idx3-ubyte", |b| b.truncate(b.len() - 7));
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["t10k-images-idx3-ubyte", "truncated"]
+        ),
+        case!(
+            "idx-trailing",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                edit_idx(&i, "t10k-labels-idx1-ubyte", |b| b.extend([1, 2, 3]));
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["t10k-labels-idx1-ubyte", "3"]
+        ),
+        case!(
+            "idx-count-mismatch",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                edit_idx(&i, "train-labels-idx1-ubyte", |b| {
+                    b.truncate(b.len() - 1);
+                    b[7] -= 1;
+                });
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["train-labels-idx1-ubyte", "2000", "1999"]
+        ),
+        case!(
+            "idx-gzip-bomb",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                let mut b = gunzip(&i.join("t10k-labels-idx1-ubyte.gz"));
+                b.resize(b.len() + (256 << 20), 0);
+                alkit::data::idx::write_gz(&i.join("t10k-labels-idx1-ubyte.gz"), &b).unwrap();
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["t10k-labels-idx1-ubyte.gz", "trailing"]
+        ),
+        case!(
+            "idx-gzip-liar",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                let mut h = 0x0803u32.to_be_bytes().to_vec();
+                for x in [60_000u32, 10_000, 10_000] {
+                    h.extend(x.to_be_bytes());
+                }
+                alkit::data::idx::write_gz(&i.join("train-images-idx3-ubyte.gz"), &h).unwrap();
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["train-images-idx3-ubyte.gz", "promises"]
+        ),
+        case!(
+            "idx-corrupt-gzip",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                let p = i.join("t10k-images-idx3-ubyte.gz");
+                let mut b = std::fs::read(&p).unwrap();
+                let n = b.len();
+                b[n / 2..n / 2 + 64].fill(0xAB);
+                std::fs::write(&p, b).unwrap();
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["t10k-images-idx3-ubyte.gz", "gzip"]
+        ),
+        case!(
+            "idx-test-images-other-size",
+            |d, fx| {
+                let i = idx_copy(d, fx);
+                let px = vec![3u8; 500 * 27 * 28];
+                std::fs::remove_file(i.join("t10k-images-idx3-ubyte.gz")).unwrap();
+                std::fs::write(
+                    i.join("t10k-images-idx3-ubyte"),
+                    alkit::data::idx::encode_images(&px, 500, 27, 28),
+                )
+                .unwrap();
+            },
+            ["train", "--data", "{d}/idx", "--steps", "1", "--out", "{d}/o"],
+            1,
+            ["t10k-images-idx3-ubyte", "27"]
+        ),
+        // ----------------------------------------------------------- safetensors pools
+        case!(
+            "st-label-2^31+5",
+            |d, _| {
+                std::fs::write(d.join("p.safetensors"), st_pool(&[0, 1, (1 << 31) + 5])).unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            [
+                "p.safetensors",
+                "label 2147483653 at item 2",
+                "skips class 2"
+            ]
+        ),
+        case!(
+            "st-label-10M",
+            |d, _| {
+                std::fs::write(d.join("p.safetensors"), st_pool(&[10_000_000, 0])).unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "label 10000000 at item 0"]
+        ),
+        case!(
+            "st-negative-label",
+            |d, _| {
+                std::fs::write(d.join("p.safetensors"), st_pool(&[0, -1])).unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "-1", "item 1"]
+        ),
+        case!(
+            "st-x-f64",
+            |d, _| {
+                std::fs::write(
+                    d.join("p.safetensors"),
+                    st(&[("x", "F64", &[2, 2], vec![0; 32])], None),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "F64"]
+        ),
+        case!(
+            "st-x-nan",
+            |d, _| {
+                std::fs::write(
+                    d.join("p.safetensors"),
+                    st(
+                        &[("x", "F32", &[2, 2], f32s(&[0.0, f32::NAN, 1.0, 2.0]))],
+                        None,
+                    ),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "non-finite", "position 1"]
+        ),
+        case!(
+            "st-y-shape",
+            |d, _| {
+                std::fs::write(
+                    d.join("p.safetensors"),
+                    st(
+                        &[
+                            ("x", "F32", &[2, 2], f32s(&[0.0; 4])),
+                            ("y", "I64", &[3], i64s(&[0, 1, 1])),
+                        ],
+                        None,
+                    ),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "tensor `y` has shape"]
+        ),
+        case!(
+            "st-metadata-too-few-classes",
+            |d, _| {
+                std::fs::write(
+                    d.join("p.safetensors"),
+                    st(
+                        &[
+                            ("x", "F32", &[2, 2], f32s(&[0.0; 4])),
+                            ("y", "I64", &[2], i64s(&[0, 2])),
+                        ],
+                        Some(("classes", "cat,dog")),
+                    ),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "label 2 at item 1", "2 classes"]
+        ),
+        case!(
+            "st-metadata-duplicate-class",
+            |d, _| {
+                std::fs::write(
+                    d.join("p.safetensors"),
+                    st(
+                        &[
+                            ("x", "F32", &[2, 2], f32s(&[0.0; 4])),
+                            ("y", "I64", &[2], i64s(&[0, 1])),
+                        ],
+                        Some(("classes", "cat,cat")),
+                    ),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "`cat`", "twice"]
+        ),
+        case!(
+            "st-garbage",
+            |d, _| {
+                std::fs::write(d.join("p.safetensors"), b"definitely not safetensors").unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "not a safetensors file"]
+        ),
+        case!(
+            "st-huge-header-length",
+            |d, _| {
+                let mut b = (1u64 << 60).to_le_bytes().to_vec();
+                b.extend(b"{}");
+                std::fs::write(d.join("p.safetensors"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "not a safetensors file"]
+        ),
+        case!(
+            "st-no-x",
+            |d, _| {
+                std::fs::write(
+                    d.join("p.safetensors"),
+                    st(&[("images", "F32", &[2, 2], f32s(&[0.0; 4]))], None),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "no tensor `x`"]
+        ),
+        case!(
+            "st-offsets-lie",
+            |d, _| {
+                // The header's shape needs 16 bytes, its offsets give 8.
+                let mut b = st(&[("x", "F32", &[2, 2], f32s(&[0.0; 2]))], None);
+                b.extend([0u8; 8]);
+                std::fs::write(d.join("p.safetensors"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "not a safetensors file"]
+        ),
+        // ------------------------------------------------------------------ CSV pools
+        case!(
+            "csv-not-a-number",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "id,a,b\nx,1,2\ny,3,seven\n").unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            ["p.csv:3", "column `b`", "seven"]
+        ),
+        case!(
+            "csv-nan",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "a,b\n1,2\nNaN,3\n").unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            ["p.csv:3", "not a finite number"]
+        ),
+        case!(
+            "csv-duplicate-id",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "id,a\nx,1\ny,2\nx,3\n").unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            ["p.csv:4", "already used on line 2"]
+        ),
+        case!(
+            "csv-ragged",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "id,a\nx,1\ny,2,3\n").unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            ["p.csv:3", "3 fields, the header has 2"]
+        ),
+        case!(
+            "csv-empty",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "").unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            ["p.csv", "empty"]
+        ),
+        case!(
+            "csv-cnn-on-tabular",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), POOL).unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--model",
+                "cnn"
+            ],
+            2,
+            ["model", "cannot take items of shape [2]"]
+        ),
+        case!(
+            "csv-classes-empty-name",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "a,b\n1,2\n3,4\n").unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "cat,,dog"
+            ],
+            2,
+            ["classes", "empty or given twice"]
+        ),
+        case!(
+            "csv-classes-duplicate",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "a,b\n1,2\n3,4\n").unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "cat,dog,cat"
+            ],
+            2,
+            ["classes", "`cat`"]
+        ),
+        // -------------------------------------------------------------- image folders
+        case!(
+            "png-declares-40000x40000",
+            |d, _| {
+                let dir = d.join("imgs/cat");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join("big.png"), png_declaring(40_000, 40_000)).unwrap();
+                png_of(&d.join("imgs/small.png"), 4, 4);
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["big.png", "40000"]
+        ),
+        case!(
+            "png-garbage",
+            |d, _| {
+                let dir = d.join("imgs/cat");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                png_of(&dir.join("a.png"), 4, 4);
+                std::fs::write(dir.join("b.png"), b"\x89PNG\r\n\x1a\nnot really").unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["b.png"]
+        ),
+        case!(
+            "jpg-garbage",
+            |d, _| {
+                let dir = d.join("imgs/cat");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                png_of(&dir.join("a.png"), 4, 4);
+                std::fs::write(dir.join("c.jpg"), b"\xff\xd8\xff\xe0 truncated").unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["c.jpg"]
+        ),
+        case!(
+            "images-differ-in-size",
+            |d, _| {
+                let dir = d.join("imgs/cat");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                png_of(&dir.join("a.png"), 4, 4);
+                png_of(&dir.join("b.png"), 5, 4);
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["b.png"]
+        ),
+        case!(
+            "images-none",
+            |d, _| {
+                std::fs::create_dir_all(d.join("imgs/cat")).unwrap();
+                std::fs::write(d.join("imgs/notes.txt"), "x").unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["imgs", "no .png"]
+        ),
+        // -------------------------------------------------------------------- Parquet
+        case!(
+            "parquet-garbage",
+            |d, _| {
+                std::fs::write(d.join("p.parquet"), b"PAR1 nonsense PAR1").unwrap();
+            },
+            ["init", "--pool", "{d}/p.parquet", "--state", "{d}/s"],
+            1,
+            ["p.parquet", "Parquet"]
+        ),
+        case!(
+            "parquet-truncated",
+            |d, _| {
+                let b = std::fs::read(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/hub-mnist/test-00000-of-00001.parquet"),
+                )
+                .unwrap();
+                std::fs::write(d.join("p.parquet"), &b[..b.len() / 2]).unwrap();
+            },
+            ["init", "--pool", "{d}/p.parquet", "--state", "{d}/s"],
+            1,
+            ["p.parquet"]
+        ),
+        // ---------------------------------------------------------------- checkpoints
+        case!(
+            "ck-std-zero",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| {
+                    v["normalizer"]["std"][0] = 0.0.into()
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "standard deviation 0"]
+        ),
+        case!(
+            "ck-std-negative",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| {
+                    v["normalizer"]["std"][0] = (-1.0).into()
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "-1"]
+        ),
+        case!(
+            "ck-std-missing",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| {
+                    v["normalizer"]["std"] = serde_json::json!([])
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "0 standard deviations"]
+        ),
+        case!(
+            "ck-class-count",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| {
+                    v["classes"].as_array_mut().unwrap().pop();
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            [
+                "ck/config.json",
+                "9 class names for a model with 10 outputs"
+            ]
+        ),
+        case!(
+            "ck-class-duplicate",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| v["classes"][1] = "0".into());
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "`0`", "twice"]
+        ),
+        case!(
+            "ck-nan-weights",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_weights(&c, |v| {
+                    v[0].3[0..4].copy_from_slice(&f32::NAN.to_le_bytes())
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/model.safetensors", "NaN"]
+        ),
+        case!(
+            "ck-wrong-dtype",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                // Same bytes, declared as I32: read as F32 they would be garbage.
+                edit_weights(&c, |v| v[0].1 = "I32".into());
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/model.safetensors", "is I32", "F32"]
+        ),
+        case!(
+            "ck-missing-tensor",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_weights(&c, |v| {
+                    v.remove(0);
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/model.safetensors", "is missing"]
+        ),
+        case!(
+            "ck-extra-tensor",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_weights(&c, |v| {
+                    v.push(("evil".into(), "F32".into(), vec![1], f32s(&[1.0])))
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/model.safetensors", "unexpected tensor `evil`"]
+        ),
+        case!(
+            "ck-wrong-shape",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_weights(&c, |v| {
+                    let t = v.iter_mut().find(|t| t.2.len() == 2).unwrap();
+                    t.2.reverse();
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/model.safetensors", "has shape"]
+        ),
+        case!(
+            "ck-invalid-json",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                std::fs::write(c.join("config.json"), "{\"format\": 1,").unwrap();
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "invalid JSON"]
+        ),
+        case!(
+            "ck-format",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| v["format"] = 99.into());
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "format 99"]
+        ),
+        case!(
+            "ck-no-weights",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                std::fs::remove_file(c.join("model.safetensors")).unwrap();
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/model.safetensors"]
+        ),
+        case!(
+            "ck-billion-weights",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| {
+                    v["arch"]["hidden"][0] = 1_000_000_000u64.into();
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "weights"]
+        ),
+        case!(
+            "ck-cnn-for-rows",
+            |d, fx| {
+                let c = ck_copy(d, fx);
+                edit_json(&c.join("config.json"), |v| {
+                    v["item_shape"] = serde_json::json!([1, 4]);
+                    v["normalizer"]["mean"] = serde_json::json!([0.5]);
+                });
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/config.json", "cannot take items of shape [1, 4]"]
+        ),
+        case!(
+            "ck-hf-revision-escape",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "hf:a/b@../../../evil/ref",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["../../../evil/ref", "revision"]
+        ),
+        case!(
+            "ck-mc-dropout-without-dropout",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--scorer",
+                "bald",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["bald", "dropout"]
+        ),
+        // ------------------------------------------------------------------- sessions
+        case!(
+            "sess-labeled-twice",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    let first = v["labeled"][0].clone();
+                    v["labeled"].as_array_mut().unwrap().push(first);
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "labeled twice"]
+        ),
+        case!(
+            "sess-pending-and-labeled",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    let id = v["labeled"][0]["id"].clone();
+                    v["rounds"] = serde_json::json!([{"round": 1, "scorer": "entropy", "labeled": 2,
+                    "queried": 1, "fit_acc": null, "test_acc": null, "test_nll": null}]);
+                    v["pending"] = serde_json::json!([{"id": id, "round": 1, "score": 0.5}]);
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "pending"]
+        ),
+        case!(
+            "sess-class-count",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["classes"].as_array_mut().unwrap().push("bird".into());
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "2 outputs for 3 classes"]
+        ),
+        case!(
+            "sess-rounds-misnumbered",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["rounds"] = serde_json::json!([{"round": 2, "scorer": "entropy", "labeled": 2,
+                    "queried": 1, "fit_acc": null, "test_acc": null, "test_nll": null}]);
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "round record 1 says round 2"]
+        ),
+        case!(
+            "sess-normaliser",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["normalizer"]["std"] = serde_json::json!([]);
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "0 standard deviations"]
+        ),
+        case!(
+            "sess-invalid-json",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                std::fs::write(s.join("session.json"), "{\"format\":").unwrap();
+            },
+            ["status", "--state", "{d}/sess"],
+            1,
+            ["sess/session.json", "invalid JSON"]
+        ),
+        case!(
+            "sess-ensemble-huge",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["config"]["ensemble"] = 100_000_000u64.into();
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "100000000 members"]
+        ),
+        case!(
+            "sess-pool-changed",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                let pool = d.join("pool.csv");
+                std::fs::write(&pool, POOL.replace("0.9", "0.8")).unwrap();
+                edit_json(&s.join("session.json"), |v| {
+                    v["source"] = pool.display().to_string().into();
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "changed since the session started"]
+        ),
+        case!(
+            "sess-query-out-is-state",
+            none,
+            [
+                "query",
+                "--state",
+                "{sess}",
+                "--n",
+                "1",
+                "--out",
+                "{sess}/session.json"
+            ],
+            2,
+            ["session.json", "out"]
+        ),
+        case!(
+            "teach-unknown-class",
+            |d, fx| {
+                sess_copy(d, fx);
+                std::fs::write(d.join("a.csv"), "id,label\np2,cat\np3,bird\n").unwrap();
+            },
+            ["teach", "--state", "{d}/sess", "--labels", "{d}/a.csv"],
+            1,
+            ["a.csv:3", "bird"]
+        ),
+        case!(
+            "teach-unknown-id",
+            |d, fx| {
+                sess_copy(d, fx);
+                std::fs::write(d.join("a.csv"), "\u{feff}id,label\n\"p2\",cat\nnope,dog\n")
+                    .unwrap();
+            },
+            ["teach", "--state", "{d}/sess", "--labels", "{d}/a.csv"],
+            1,
+            ["a.csv:3", "nope"]
+        ),
+        case!(
+            "teach-no-label-column",
+            |d, fx| {
+                sess_copy(d, fx);
+                std::fs::write(d.join("a.csv"), "id,class\np2,cat\n").unwrap();
+            },
+            ["teach", "--state", "{d}/sess", "--labels", "{d}/a.csv"],
+            1,
+            ["a.csv", "label"]
+        ),
+        // ------------------------------------------------------------------- curve runs
+        case!(
+            "run-labeled-cut",
+            |d, fx| {
+                let r = run_copy(d, fx);
+                edit_json(&r.join("runs/random-seed0.json"), |v| {
+                    v["labeled"].as_array_mut().unwrap().truncate(3);
+                });
+            },
+            ["curve", "--resume", "{d}/run"],
+            1,
+            ["random-seed0.json", "tagged cycle 0"]
+        ),
+        case!(
+            "run-record-edited",
+            |d, fx| {
+                let r = run_copy(d, fx);
+                edit_json(&r.join("runs/random-seed0.json"), |v| {
+                    v["records"][1]["labeled"] = 11.into()
+                });
+            },
+            ["curve", "--resume", "{d}/run"],
+            1,
+            ["random-seed0.json", "record 1 says cycle 1 with 11 labels"]
+        ),
+        case!(
+            "run-spec-invalid",
+            |d, fx| {
+                let r = run_copy(d, fx);
+                std::fs::write(r.join("run.json"), "[1,2").unwrap();
+            },
+            ["curve", "--resume", "{d}/run"],
+            1,
+            ["run.json", "invalid JSON"]
+        ),
+        case!(
+            "run-out-is-checkpoint",
+            none,
+            ["curve", "--cycles", "0", "--steps", "1", "--out", "{ck}"],
+            2,
+            ["out", "checkpoint"]
+        ),
+        // --------------------------------------------------------------- metrics files
+        case!(
+            "metrics-confidence-above-1",
+            |d, _| {
+                std::fs::write(
+                    d.join("m.csv"),
+                    "score,correct,confidence\n0.1,1,0.9\n0.2,0,1.5\n",
+                )
+                .unwrap();
+            },
+            ["metrics", "--scores", "{d}/m.csv"],
+            1,
+            ["m.csv:3", "confidence"]
+        ),
+        case!(
+            "metrics-extra-field",
+            |d, _| {
+                std::fs::write(d.join("m.csv"), "score,is_ood\n0.1,1\n0.2,0,7\n").unwrap();
+            },
+            ["metrics", "--scores", "{d}/m.csv"],
+            1,
+            ["m.csv:3"]
+        ),
+        case!(
+            "metrics-no-score",
+            |d, _| {
+                std::fs::write(d.join("m.csv"), "value,is_ood\n0.1,1\n").unwrap();
+            },
+            ["metrics", "--scores", "{d}/m.csv"],
+            1,
+            ["m.csv", "score"]
+        ),
+        case!(
+            "metrics-flag-2",
+            |d, _| {
+                std::fs::write(d.join("m.csv"), "score,is_ood\n0.1,1\n0.3,0\n0.2,2\n").unwrap();
+            },
+            ["metrics", "--scores", "{d}/m.csv"],
+            1,
+            ["m.csv:4", "is_ood"]
+        ),
+        case!(
+            "metrics-nan-score",
+            |d, _| {
+                std::fs::write(d.join("m.csv"), "score,is_ood\n0.1,1\nnan,0\n").unwrap();
+            },
+            ["metrics", "--scores", "{d}/m.csv"],
+            1,
+            ["m.csv:3", "score"]
+        ),
+        // ----------------------------------------------------------------------- flags
+        case!(
+            "flag-seeds-2^32",
+            none,
+            ["curve", "--seeds", "4294967296", "--out", "{d}/o"],
+            2,
+            ["seeds"]
+        ),
+        case!(
+            "flag-seed-past-u64",
+            none,
+            [
+                "curve",
+                "--seed",
+                "18446744073709551615",
+                "--seeds",
+                "2",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["seed"]
+        ),
+        case!(
+            "flag-scorer-repeated",
+            none,
+            [
+                "curve",
+                "--scorer",
+                "entropy",
+                "--scorer",
+                "entropy,entropy",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["entropy"]
+        ),
+        case!(
+            "flag-beta-nan",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--select",
+                "power",
+                "--beta",
+                "NaN",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["beta"]
+        ),
+        case!(
+            "flag-perturbations-0",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--scorer",
+                "exgrad",
+                "--perturbations",
+                "0",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["perturbations"]
+        ),
+        case!(
+            "flag-surface-mc-samples-0",
+            none,
+            ["surface", "--mc-samples", "0", "--out", "{d}/o"],
+            2,
+            ["mc_samples"]
+        ),
+        case!(
+            "flag-surface-seeds-0",
+            none,
+            ["surface", "--seeds", "0", "--out", "{d}/o"],
+            2,
+            ["seeds"]
+        ),
+        case!("flag-bench-n-0", none, ["bench", "--n", "0"], 2, ["n"]),
+        case!(
+            "flag-bench-repeats-0",
+            none,
+            ["bench", "--repeats", "0"],
+            2,
+            ["repeats"]
+        ),
+        case!(
+            "flag-ood-checkpoint-with-model",
+            none,
+            [
+                "ood",
+                "--checkpoint",
+                "{ck}",
+                "--model",
+                "cnn",
+                "--train-data",
+                "{data}",
+                "--ood-data",
+                "{data}",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["--model"]
+        ),
+        case!(
+            "flag-calibrate-checkpoint-with-steps",
+            none,
+            [
+                "calibrate",
+                "--checkpoint",
+                "{ck}",
+                "--steps",
+                "5",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["--steps"]
+        ),
+        case!(
+            "flag-ood-out-is-input",
+            none,
+            [
+                "ood",
+                "--checkpoint",
+                "{ck}",
+                "--train-data",
+                "{data}",
+                "--ood-data",
+                "{data}",
+                "--out",
+                "{data}"
+            ],
+            2,
+            ["out", "input"]
+        ),
+        case!(
+            "flag-calibrate-out-is-session",
+            none,
+            ["calibrate", "--checkpoint", "{ck}", "--out", "{sess}"],
+            2,
+            ["out", "session"]
+        ),
+        case!(
+            "flag-surface-out-is-run",
+            none,
+            ["surface", "--out", "{run}"],
+            2,
+            ["out", "curve run"]
+        ),
+        case!(
+            "flag-score-out-is-checkpoint",
+            none,
+            ["score", "--checkpoint", "{ck}", "--out", "{ck}/config.json"],
+            2,
+            ["out"]
+        ),
+        case!(
+            "flag-train-out-is-data",
+            none,
+            ["train", "--steps", "1", "--data", "{data}", "--out", "{data}"],
+            2,
+            ["out"]
+        ),
+        case!(
+            "flag-ensemble-huge",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), POOL).unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--ensemble",
+                "1000000"
+            ],
+            2,
+            ["ensemble", "1000000"]
+        ),
+    ]
+}
+
+#[test]
+fn every_bad_input_is_refused_naming_the_culprit_and_changes_nothing() {
+    let root = tmp("hostile");
+    let fx = Fx {
+        root: root.join("fx"),
+    };
+    copy_dir(&data_dir(), &fx.data());
+    std::fs::write(fx.pool(), POOL).unwrap();
+    let s = |p: PathBuf| p.display().to_string();
+    ok(&[
+        "train",
+        "--model",
+        "mlp",
+        "--steps",
+        "2",
+        "--data",
+        &s(fx.data()),
+        "--out",
+        &s(fx.ck()),
+    ]);
+    ok(&[
+        "init",
+        "--pool",
+        &s(fx.pool()),
+        "--state",
+        &s(fx.sess()),
+        "--steps",
+        "2",
+    ]);
+    ok(&[
+        "curve",
+        "--data",
+        &s(fx.data()),
+        "--model",
+        "mlp",
+        "--scorer",
+        "random",
+        "--cycles",
+        "1",
+        "--steps",
+        "1",
+        "--initial",
+        "10",
+        "--query",
+        "5",
+        "--out",
+        &s(fx.run()),
+    ]);
+    let fixtures = snapshot(&fx.root);
+    let cases = cases();
+    assert!(cases.len() >= 60, "{} cases", cases.len());
+    let mut names = std::collections::HashSet::new();
+    assert!(
+        cases.iter().all(|c| names.insert(c.name)),
+        "case names repeat"
+    );
+    // Two workers: CI has two cores.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::<String>::new());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(c) = cases.get(k) else { break };
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_case(c, &root, &fx)
+                }))
+                .unwrap_or_else(|_| Err("the case's set-up panicked".into()));
+                if let Err(e) = r {
+                    failures.lock().unwrap().push(format!("{}: {e}", c.name));
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    assert!(
+        snapshot(&fx.root) == fixtures,
+        "a case changed the shared fixtures"
+    );
+    let _ = std::fs::remove_dir_all(root);
+}
+
+fn run_case(c: &Case, root: &Path, fx: &Fx) -> std::result::Result<(), String> {
+    let d = root.join("cases").join(c.name);
+    std::fs::create_dir_all(&d).unwrap();
+    (c.setup)(&d, fx);
+    let before = snapshot(&d);
+    let s = |p: PathBuf| p.display().to_string();
+    let args: Vec<String> = c
+        .args
+        .iter()
+        .map(|a| {
+            a.replace("{d}", &s(d.clone()))
+                .replace("{data}", &s(fx.data()))
+                .replace("{ck}", &s(fx.ck()))
+                .replace("{sess}", &s(fx.sess()))
+                .replace("{pool}", &s(fx.pool()))
+                .replace("{run}", &s(fx.run()))
+        })
+        .collect();
+    let o = alkit_cmd()
+        .arg("-q")
+        .args(&args)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HUB_CACHE", d.join("hub-cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if o.status.code() != Some(c.code) {
+        return Err(format!(
+            "exit {:?}, expected {}: {err}",
+            o.status.code(),
+            c.code
+        ));
+    }
+    if err.contains("panicked") {
+        return Err(format!("panicked: {err}"));
+    }
+    if let Some(m) = c.says.iter().find(|m| !err.contains(**m)) {
+        return Err(format!("stderr does not name `{m}`: {err}"));
+    }
+    let after = snapshot(&d);
+    if after != before {
+        let changed: Vec<_> = after
+            .keys()
+            .chain(before.keys())
+            .filter(|k| after.get(*k) != before.get(*k))
+            .map(|k| k.display().to_string())
+            .collect();
+        return Err(format!("wrote or changed {changed:?}"));
+    }
+    Ok(())
+}
