@@ -1270,6 +1270,106 @@ fn cases() -> Vec<Case> {
             1,
             ["m.csv:3", "score"]
         ),
+        // -------------------------------------------------- a hostile Hub endpoint
+        case!(
+            "hub-commit-escapes",
+            none,
+            ["score", "--checkpoint", "hf:o/commit", "--out", "{d}/s.csv"],
+            1,
+            ["hf:o/commit", "config.json", "is not a hash"]
+        ),
+        case!(
+            "hub-etag-escapes",
+            none,
+            ["score", "--checkpoint", "hf:o/etag", "--out", "{d}/s.csv"],
+            1,
+            ["hf:o/etag", "cannot name a cache file"]
+        ),
+        case!(
+            "hub-redirect-without-location",
+            none,
+            ["score", "--checkpoint", "hf:o/noloc", "--out", "{d}/s.csv"],
+            1,
+            ["hf:o/noloc", "without a Location"]
+        ),
+        case!(
+            "hub-listing-escapes",
+            none,
+            ["init", "--pool", "hf:o/listing", "--state", "{d}/s"],
+            1,
+            ["hf:o/listing", "../../../evil.parquet", "not a safe"]
+        ),
+        // -------------------------------------------------------- more sessions
+        case!(
+            "sess-query-bald-without-dropout",
+            |d, fx| {
+                sess_copy(d, fx);
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--scorer",
+                "bald",
+                "--out",
+                "{d}/q.csv"
+            ],
+            2,
+            ["bald", "dropout"]
+        ),
+        case!(
+            "init-labels-unknown-class",
+            |d, _| {
+                std::fs::write(
+                    d.join("p.csv"),
+                    "id,a
+x,1
+y,2
+z,3
+",
+                )
+                .unwrap();
+                std::fs::write(
+                    d.join("l.csv"),
+                    "\u{feff}id,label
+x,cat
+y,bird
+",
+                )
+                .unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "cat,dog",
+                "--labels",
+                "{d}/l.csv"
+            ],
+            1,
+            ["bird"]
+        ),
+        case!(
+            "init-over-a-session",
+            |d, fx| {
+                sess_copy(d, fx);
+            },
+            ["init", "--pool", "{pool}", "--state", "{d}/sess"],
+            1,
+            ["already holds a session", "--force"]
+        ),
+        case!(
+            "flag-score-out-is-run-state",
+            none,
+            ["score", "--checkpoint", "{ck}", "--out", "{run}/run.json"],
+            2,
+            ["out"]
+        ),
         // ----------------------------------------------------------------------- flags
         case!(
             "flag-seeds-2^32",
@@ -1463,6 +1563,37 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// A Hub endpoint whose answers try to escape the cache or break the client; the repository
+/// name picks the misbehaviour.
+fn hostile_hub(path: &str) -> (String, Vec<u8>) {
+    let file = |commit: &str, etag: &str| {
+        (
+            format!(
+                "HTTP/1.1 200 OK\r\nx-repo-commit: {commit}\r\nETag: \"{etag}\"\r\n\
+                 Content-Length: 2\r\n"
+            ),
+            b"{}".to_vec(),
+        )
+    };
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    match path {
+        p if p.starts_with("/api/datasets/o/listing/") => {
+            let body = br#"{"siblings":[{"rfilename":"../../../evil.parquet"}]}"#;
+            (
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n", body.len()),
+                body.to_vec(),
+            )
+        }
+        p if p.starts_with("/o/commit/") => file("../../../../escaped", "abc"),
+        p if p.starts_with("/o/etag/") => file(commit, "../../../escaped"),
+        p if p.starts_with("/o/noloc/") => ("HTTP/1.1 302 Found\r\n".into(), Vec::new()),
+        _ => (
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n".into(),
+            Vec::new(),
+        ),
+    }
+}
+
 #[test]
 fn every_bad_input_is_refused_naming_the_culprit_and_changes_nothing() {
     let root = tmp("hostile");
@@ -1511,6 +1642,7 @@ fn every_bad_input_is_refused_naming_the_culprit_and_changes_nothing() {
         "--out",
         &s(fx.run()),
     ]);
+    let hub = serve(hostile_hub);
     let fixtures = snapshot(&fx.root);
     let cases = cases();
     assert!(cases.len() >= 60, "{} cases", cases.len());
@@ -1528,7 +1660,7 @@ fn every_bad_input_is_refused_naming_the_culprit_and_changes_nothing() {
                 let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let Some(c) = cases.get(k) else { break };
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_case(c, &root, &fx)
+                    run_case(c, &root, &fx, &hub)
                 }))
                 .unwrap_or_else(|_| Err("the case's set-up panicked".into()));
                 if let Err(e) = r {
@@ -1552,7 +1684,7 @@ fn every_bad_input_is_refused_naming_the_culprit_and_changes_nothing() {
     let _ = std::fs::remove_dir_all(root);
 }
 
-fn run_case(c: &Case, root: &Path, fx: &Fx) -> std::result::Result<(), String> {
+fn run_case(c: &Case, root: &Path, fx: &Fx, hub: &str) -> std::result::Result<(), String> {
     let d = root.join("cases").join(c.name);
     std::fs::create_dir_all(&d).unwrap();
     (c.setup)(&d, fx);
@@ -1570,10 +1702,13 @@ fn run_case(c: &Case, root: &Path, fx: &Fx) -> std::result::Result<(), String> {
                 .replace("{run}", &s(fx.run()))
         })
         .collect();
+    // Cases named hub-* talk to the hostile endpoint; every other case is offline.
+    let online = c.name.starts_with("hub-");
     let o = alkit_cmd()
         .arg("-q")
         .args(&args)
-        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HUB_OFFLINE", if online { "0" } else { "1" })
+        .env("HF_ENDPOINT", hub)
         .env("HF_HUB_CACHE", d.join("hub-cache"))
         .output()
         .unwrap();

@@ -211,6 +211,36 @@ impl Observer for KillAt {
 
 // -------------------------------------------------------------------------------- CLI
 
+/// A one-thread HTTP server on loopback answering every request with `answer(path)` (status
+/// line and headers, then body), one request per connection. Returns its base URL.
+fn serve(answer: fn(&str) -> (String, Vec<u8>)) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+            // Drain the request headers.
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                    break;
+                }
+            }
+            let (head, body) = answer(&path);
+            let _ = conn.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes());
+            let _ = conn.write_all(&body);
+        }
+    });
+    base
+}
+
 fn alkit_cmd() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_alkit"));
     c.current_dir(env!("CARGO_MANIFEST_DIR"));
