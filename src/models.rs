@@ -124,6 +124,18 @@ impl Arch {
         Ok(())
     }
 
+    /// This architecture trained at `batch` items per step: DUQ's settings record it (the
+    /// one batch size its training reads); the softmax models carry none.
+    pub fn with_batch(self, batch: usize) -> Arch {
+        match self {
+            Arch::Duq(mut a) => {
+                a.duq.settings.batch = batch;
+                Arch::Duq(a)
+            }
+            other => other,
+        }
+    }
+
     /// Number of classes (outputs).
     pub fn classes(&self) -> usize {
         match self {
@@ -216,6 +228,19 @@ impl ModelBuilder for Arch {
             ),
             Arch::Duq(arch) => {
                 let cfg = params.config();
+                // One batch size: the architecture records the one it trains with (so that a
+                // checkpoint's config says how it was trained); a training asking for another
+                // is a caller's mistake, not something to pick between silently.
+                if cfg.batch_size != arch.duq.settings.batch {
+                    return Err(crate::Error::config(
+                        "batch_size",
+                        format!(
+                            "{} for a DUQ model whose settings say {}; build it with \
+                             Arch::with_batch",
+                            cfg.batch_size, arch.duq.settings.batch
+                        ),
+                    ));
+                }
                 let (model, params) = train_duq(
                     arch,
                     data,
@@ -250,6 +275,15 @@ pub enum ModelKind {
 impl ModelKind {
     /// Every built-in model, in the order commands list them.
     pub const ALL: [ModelKind; 3] = [ModelKind::Cnn, ModelKind::Mlp, ModelKind::Duq];
+
+    /// The training batch size when none is given: DUQ's paper setting (128, from
+    /// [`DuqCnnConfig`]'s defaults), else [`TrainConfig`]'s (32).
+    pub fn default_batch_size(self) -> usize {
+        match self {
+            ModelKind::Duq => crate::duq::cnn::DuqCnnConfig::default().settings.batch,
+            _ => crate::train::TrainConfig::default().batch_size,
+        }
+    }
 
     /// The name users type.
     pub fn name(self) -> &'static str {

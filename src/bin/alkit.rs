@@ -202,9 +202,10 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             .into());
         }
         let lr = lr_for(model.kind(), a.lr)?;
+        let batch_size = a.batch_size.unwrap_or(model.kind().default_batch_size());
         let spec = CurveSpec {
             data,
-            model,
+            model: model.with_batch(batch_size),
             strategies: a.scorer.clone().unwrap_or_else(StrategyKind::defaults),
             seeds: (0..seeds).map(|k| seed + k).collect(),
             config: LoopConfig {
@@ -213,7 +214,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                 cycles: a.cycles.unwrap_or(defaults.cycles),
                 train: TrainConfig {
                     steps: a.steps.unwrap_or(defaults.train.steps),
-                    batch_size: a.batch_size.unwrap_or(defaults.train.batch_size),
+                    batch_size,
                     lr,
                     anchor: a.anchor,
                 },
@@ -295,7 +296,7 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
     let splits = load(&a.data)?;
     let params = TrainConfig {
         steps: a.steps,
-        batch_size: a.batch_size,
+        batch_size: a.batch_size.unwrap_or(a.model.kind().default_batch_size()),
         lr: lr_for(a.model.kind(), a.lr)?,
         anchor: None,
     }

@@ -69,10 +69,9 @@ pub fn prepare(
     }
     let params = TrainConfig {
         steps: source.steps,
-        batch_size: source.batch_size.unwrap_or(match source.model {
-            ModelKind::Duq => 128,
-            _ => 32,
-        }),
+        batch_size: source
+            .batch_size
+            .unwrap_or(source.model.default_batch_size()),
         ..TrainConfig::default()
     }
     .validate()?;
@@ -106,7 +105,7 @@ fn fit_and_save(
 ) -> Result<Checkpoint> {
     let norm = Normalizer::fit(train_raw);
     let train_ds = norm.apply(train_raw)?;
-    let arch = Arch::for_data(kind, &train_ds);
+    let arch = Arch::for_data(kind, &train_ds).with_batch(params.config().batch_size);
     let trained = train(
         &arch,
         &train_ds,

@@ -355,10 +355,32 @@ fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
             features: 16,
             settings: DuqSettings {
                 centroid_dims: 8,
+                batch: 32,
                 ..alkit::duq::cnn::DuqCnnConfig::default().settings
             },
         },
     };
+    // One batch size: a training that asks for another than the model's settings record is
+    // refused, not resolved silently.
+    let e = alkit::train::train(
+        &Arch::Duq(arch.clone()),
+        &train,
+        &(0..64).collect::<Vec<_>>(),
+        &TrainConfig {
+            steps: 1,
+            batch_size: 16,
+            ..TrainConfig::default()
+        }
+        .validate()
+        .unwrap(),
+        alkit::train::TrainRngs::for_cycle(0, 0),
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .err()
+    .expect("a mismatched batch size is refused")
+    .to_string();
+    assert!(e.contains("batch_size") && e.contains("16"), "{e}");
     let trained = alkit::train::train(
         &Arch::Duq(arch.clone()),
         &train,

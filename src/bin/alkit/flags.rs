@@ -333,7 +333,7 @@ pub(crate) struct CurveArgs {
     /// Adam steps per training (each cycle trains from scratch). [default: 500]
     #[arg(long)]
     pub(crate) steps: Option<usize>,
-    /// Mini-batch size. [default: 32]
+    /// Mini-batch size. [default: 32; 128 for duq]
     #[arg(long)]
     pub(crate) batch_size: Option<usize>,
     /// Adam learning rate. [default: 0.001]
@@ -373,9 +373,9 @@ pub(crate) struct TrainArgs {
     /// Adam steps.
     #[arg(long, default_value_t = 2000)]
     pub(crate) steps: usize,
-    /// Mini-batch size.
-    #[arg(long, default_value_t = 32)]
-    pub(crate) batch_size: usize,
+    /// Mini-batch size. [default: 32; 128 for duq]
+    #[arg(long)]
+    pub(crate) batch_size: Option<usize>,
     /// Adam learning rate (softmax models; DUQ trains with SGD at its own schedule). [default: 0.001]
     #[arg(long)]
     pub(crate) lr: Option<f64>,

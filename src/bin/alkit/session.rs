@@ -34,9 +34,9 @@ pub struct InitArgs {
     /// Adam steps per training (from scratch each round).
     #[arg(long, default_value_t = 500)]
     steps: usize,
-    /// Mini-batch size.
-    #[arg(long, default_value_t = 32)]
-    batch_size: usize,
+    /// Mini-batch size. [default: 32; 128 for duq]
+    #[arg(long)]
+    batch_size: Option<usize>,
     /// Adam learning rate (softmax models; DUQ trains with SGD at its own schedule). [default: 0.001]
     #[arg(long)]
     lr: Option<f64>,
@@ -152,11 +152,12 @@ pub fn init(a: InitArgs) -> Result<()> {
         Some(m) => Arch::for_shape(m.kind(), &shape, classes.len()),
     };
     let lr = super::lr_for(arch.kind(), a.lr)?;
+    let batch_size = a.batch_size.unwrap_or(arch.kind().default_batch_size());
     let config = SessionConfig {
-        arch,
+        arch: arch.with_batch(batch_size),
         train: TrainConfig {
             steps: a.steps,
-            batch_size: a.batch_size,
+            batch_size,
             lr,
             anchor: None,
         },
