@@ -27,6 +27,7 @@ pub mod eval;
 pub mod fsutil;
 pub mod hub;
 mod kernels;
+pub mod label_studio;
 pub mod metrics;
 pub mod models;
 pub mod nn;

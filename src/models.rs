@@ -277,7 +277,7 @@ impl ModelKind {
     pub const ALL: [ModelKind; 3] = [ModelKind::Cnn, ModelKind::Mlp, ModelKind::Duq];
 
     /// The training batch size when none is given: DUQ's paper setting (128, from
-    /// [`DuqCnnConfig`]'s defaults), else [`TrainConfig`]'s (32).
+    /// [`crate::duq::cnn::DuqCnnConfig`]'s defaults), else [`crate::train::TrainConfig`]'s (32).
     pub fn default_batch_size(self) -> usize {
         match self {
             ModelKind::Duq => crate::duq::cnn::DuqCnnConfig::default().settings.batch,

@@ -612,6 +612,56 @@ impl Learner {
         Ok(out)
     }
 
+    /// The last query's model's prediction for pool items `indices`: `(class, probability)`
+    /// of the most probable class each, or `None` when the last query trained no model (a
+    /// random first round, or a session just loaded).
+    pub fn predicted(
+        &self,
+        indices: &[usize],
+        device: &Device,
+    ) -> Result<Option<Vec<(usize, f32)>>> {
+        let Some(t) = &self.last_model else {
+            return Ok(None);
+        };
+        let c = t.model.classes();
+        let lp = log_probs_of(
+            t.model.as_ref(),
+            &self.data,
+            indices,
+            self.state.config.batch,
+            device,
+            &mut crate::observe::Silent,
+        )?;
+        Ok(Some(
+            lp.chunks_exact(c)
+                .map(|row| {
+                    // First maximum wins, as everywhere else.
+                    let (k, v) =
+                        row.iter()
+                            .enumerate()
+                            .fold(
+                                (0, f32::NEG_INFINITY),
+                                |b, (k, &v)| {
+                                    if v > b.1 {
+                                        (k, v)
+                                    } else {
+                                        b
+                                    }
+                                },
+                            );
+                    (k, v.exp())
+                })
+                .collect(),
+        ))
+    }
+
+    /// Teaches `(row, id, class name)` answers read from `origin` (a file; `row` its line or
+    /// task number in errors); all are checked before any is applied.
+    pub fn teach_from(&mut self, rows: &[(usize, String, String)], origin: &Path) -> Result<usize> {
+        let round = self.state.rounds.len();
+        self.teach_rows(rows, origin, round)
+    }
+
     /// Writes a query's batch to `out` atomically as CSV: `id,index,path,score` (the image's
     /// path for image-folder pools, else empty; the score empty for random picks and joint
     /// criteria), best first, quoted as RFC 4180 requires so that `teach` reads every id back.

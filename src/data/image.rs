@@ -66,12 +66,48 @@ fn bad(path: &Path, what: impl Into<String>) -> Error {
 /// errors (a file, or `file.parquet#row` for embedded bytes).
 pub fn decode(bytes: &[u8], path: &Path) -> Result<Image> {
     if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
-        decode_png(bytes, path)
+        check_png_chunks(bytes, path)?;
+        contained(path, || decode_png(bytes, path))
     } else if bytes.starts_with(&[0xff, 0xd8]) {
-        decode_jpeg(bytes, path)
+        contained(path, || decode_jpeg(bytes, path))
     } else {
         Err(bad(path, "neither a PNG nor a JPEG image"))
     }
+}
+
+/// Runs a third-party decoder so that a panic inside it (a malformed file it does not expect)
+/// becomes an error naming the image instead of ending the program. The checks before
+/// decoding are meant to make this unreachable; fuzzing (fuzz/README.md) looks for what
+/// reaches it, since libFuzzer's panic hook aborts before any unwinding.
+fn contained(path: &Path, f: impl FnOnce() -> Result<Image>) -> Result<Image> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(bad(
+            path,
+            "the image decoder failed on this file (malformed)",
+        ))
+    })
+}
+
+/// Walks a PNG's chunks (as far as the bytes go) and refuses what the `png` crate does not
+/// check itself: a `PLTE` chunk whose length is not 3 to 768 bytes in whole RGB entries
+/// (png 0.18.1 indexes past the end of such a palette and panics; found by fuzzing).
+fn check_png_chunks(bytes: &[u8], path: &Path) -> Result<()> {
+    let mut at = 8;
+    while at + 8 <= bytes.len() {
+        let len = u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let kind = &bytes[at + 4..at + 8];
+        if kind == b"PLTE" && (len == 0 || len % 3 != 0 || len > 768) {
+            return Err(bad(
+                path,
+                format!("invalid PNG: a palette (PLTE) of {len} bytes, not 1 to 256 RGB entries"),
+            ));
+        }
+        if kind == b"IDAT" || kind == b"IEND" {
+            break;
+        }
+        at = at.saturating_add(12).saturating_add(len as usize);
+    }
+    Ok(())
 }
 
 /// Interleaved `(h, w, c_in)` to channel-major `(c_out, h, w)`, keeping the first `c_out`
@@ -164,6 +200,17 @@ fn decode_jpeg(bytes: &[u8], path: &Path) -> Result<Image> {
 /// Writes an item `(c, h, w)` with values in `[0, 1]` as an 8-bit PNG (grayscale for one
 /// channel, RGB for three), atomically.
 pub fn save_png(path: &Path, item: &[f32], shape: &[usize]) -> Result<()> {
+    let bytes = encode_png(item, shape).map_err(|e| match e {
+        Error::Data { problem, .. } => Error::data(path, problem),
+        e => e,
+    })?;
+    crate::fsutil::write_atomic(path, &bytes)
+}
+
+/// An item `(c, h, w)` with values in `[0, 1]` as the bytes of an 8-bit PNG (grayscale for
+/// one channel, RGB for three).
+pub fn encode_png(item: &[f32], shape: &[usize]) -> Result<Vec<u8>> {
+    let path = Path::new("PNG");
     let (c, h, w) = match shape {
         [c, h, w] if *c == 1 || *c == 3 => (*c, *h, *w),
         [h, w] => (1, *h, *w),
@@ -203,7 +250,7 @@ pub fn save_png(path: &Path, item: &[f32], shape: &[usize]) -> Result<()> {
             .write_image_data(&interleaved)
             .map_err(|e| bad(path, format!("cannot encode PNG: {e}")))?;
     }
-    crate::fsutil::write_atomic(path, &bytes)
+    Ok(bytes)
 }
 
 /// Writes items of `ds` as a pool folder: item `i` becomes `dir/CLASS/NNNNN.png` when its

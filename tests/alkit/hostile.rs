@@ -723,6 +723,24 @@ fn cases() -> Vec<Case> {
             ["c.jpg"]
         ),
         case!(
+            // Found by fuzzing (fuzz/README.md): a palette of 47 bytes made png 0.18.1 panic.
+            "png-palette-of-47-bytes",
+            |d, _| {
+                let dir = d.join("imgs/cat");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                std::fs::copy(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/fuzz/png-plte-47-bytes.png"),
+                    dir.join("p.png"),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["p.png", "PLTE", "47 bytes"]
+        ),
+        case!(
             "images-differ-in-size",
             |d, _| {
                 let dir = d.join("imgs/cat");
@@ -1177,6 +1195,36 @@ fn cases() -> Vec<Case> {
             ["teach", "--state", "{d}/sess", "--labels", "{d}/a.csv"],
             1,
             ["a.csv", "label"]
+        ),
+        case!(
+            "teach-label-studio-tie",
+            |d, fx| {
+                sess_copy(d, fx);
+                let v = |c: &str| {
+                    serde_json::json!({"was_cancelled": false, "result": [
+                    {"type": "choices", "from_name": "label", "to_name": "text",
+                     "value": {"choices": [c]}}]})
+                };
+                let e = serde_json::json!([{"data": {"alkit_id": "p4"},
+                    "annotations": [v("cat"), v("dog")]}]);
+                std::fs::write(d.join("e.json"), e.to_string()).unwrap();
+            },
+            ["teach", "--state", "{d}/sess", "--labels", "{d}/e.json"],
+            1,
+            ["e.json:1", "no majority"]
+        ),
+        case!(
+            "teach-label-studio-unknown-class",
+            |d, fx| {
+                sess_copy(d, fx);
+                let e = serde_json::json!([{"data": {"alkit_id": "p4"}, "annotations": [
+                    {"was_cancelled": false, "result": [{"type": "choices", "from_name": "label",
+                     "to_name": "text", "value": {"choices": ["bird"]}}]}]}]);
+                std::fs::write(d.join("e.json"), e.to_string()).unwrap();
+            },
+            ["teach", "--state", "{d}/sess", "--labels", "{d}/e.json"],
+            1,
+            ["e.json:1", "bird"]
         ),
         // ------------------------------------------------------------------- curve runs
         case!(

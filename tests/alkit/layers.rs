@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("registry", &["models", "checkpoint"]),
     ("evidence", &["predict"]),
     ("round", &["round", "strategies"]),
-    ("loops", &["acquire", "session"]),
+    ("loops", &["acquire", "session", "label_studio"]),
     ("experiments", &["curve", "surface", "bench", "eval"]),
 ];
 

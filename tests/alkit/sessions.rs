@@ -229,3 +229,195 @@ fn ids_that_need_quoting_survive_query_then_teach() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn label_studio_exports_resolve_annotators_by_majority_and_name_bad_tasks() {
+    // The fixture follows Label Studio's documented export: p2 one annotator, p3 three that
+    // disagree 2:1, p4 only a cancelled (skipped) annotation, p5 a cancelled one plus one
+    // whose result also holds a non-choice region.
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/label-studio/export.json");
+    let e = alkit::label_studio::read_export(&fixture).unwrap();
+    let rows: Vec<(usize, &str, &str)> = e
+        .rows
+        .iter()
+        .map(|(t, id, c)| (*t, id.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![(1, "p2", "dog"), (2, "p3", "cat"), (4, "p5", "dog")]
+    );
+    assert_eq!(e.unanswered, 1);
+    let dir = tmp("label-studio-export");
+    let bad = |name: &str, json: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, json).unwrap();
+        alkit::label_studio::read_export(&p)
+            .unwrap_err()
+            .to_string()
+    };
+    let vote = |c: &str| {
+        format!(
+            r#"{{"was_cancelled":false,"result":[{{"type":"choices","from_name":"label","to_name":"image","value":{{"choices":["{c}"]}}}}]}}"#
+        )
+    };
+    let tie = format!(
+        r#"[{{"data":{{"alkit_id":"a"}},"annotations":[]}},{{"data":{{"alkit_id":"b"}},"annotations":[{},{}]}}]"#,
+        vote("cat"),
+        vote("dog")
+    );
+    let m = bad("tie.json", &tie);
+    assert!(m.contains("tie.json:2") && m.contains("no majority"), "{m}");
+    let m = bad(
+        "foreign.json",
+        r#"[{"data":{"image":"x.png"},"annotations":[]}]"#,
+    );
+    assert!(
+        m.contains("foreign.json:1") && m.contains("alkit_id"),
+        "{m}"
+    );
+    let m = bad("object.json", r#"{"tasks":[]}"#);
+    assert!(
+        m.contains("object.json") && m.contains("list of tasks"),
+        "{m}"
+    );
+    let m = bad(
+        "two.json",
+        &format!(
+            r#"[{{"data":{{"alkit_id":"a"}},"annotations":[{}]}}]"#,
+            vote("cat").replace(r#"["cat"]"#, r#"["cat","dog"]"#)
+        ),
+    );
+    assert!(
+        m.contains("two.json:1") && m.contains("one class per item"),
+        "{m}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
+    // query --format label-studio -> (a person answers in Label Studio) -> export -> teach
+    // leaves the session exactly as `teach` of the same answers as CSV.
+    let (train, _) = shipped();
+    let dir = tmp("label-studio-round-trip");
+    let items: Vec<(usize, Option<String>)> = (0..120)
+        .map(|i| (i, (i < 20).then(|| train.labels()[i].to_string())))
+        .collect();
+    let pool = dir.join("pool");
+    write_image_folder(&pool, &train, &items).unwrap();
+    let alkit = |args: &[&str]| {
+        let o = super::alkit_cmd().arg("-q").args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let s = |p: std::path::PathBuf| p.display().to_string();
+    let (state, batch) = (dir.join("s"), dir.join("batch.json"));
+    let classes = "0,1,2,3,4,5,6,7,8,9";
+    alkit(&[
+        "init",
+        "--pool",
+        &s(pool.clone()),
+        "--state",
+        &s(state.clone()),
+        "--classes",
+        classes,
+        "--steps",
+        "30",
+    ]);
+    alkit(&[
+        "query",
+        "--state",
+        &s(state.clone()),
+        "--n",
+        "8",
+        "--format",
+        "label-studio",
+        "--out",
+        &s(batch.clone()),
+    ]);
+    let config = std::fs::read_to_string(dir.join("batch.xml")).unwrap();
+    assert!(
+        config.contains(r#"<Choices name="label" toName="image""#),
+        "{config}"
+    );
+    assert_eq!(config.matches("<Choice value=").count(), 10);
+    let tasks: serde_json::Value = serde_json::from_slice(&std::fs::read(&batch).unwrap()).unwrap();
+    let tasks = tasks.as_array().unwrap();
+    assert_eq!(tasks.len(), 8);
+    let loaded = load_source(
+        &Source::Images(pool.clone()),
+        &Hub::new(dir.join("nohub"), true),
+        &mut Silent,
+    )
+    .unwrap();
+    let mut export = Vec::new();
+    let mut csv = String::from("id,label\n");
+    for (rank, t) in tasks.iter().enumerate() {
+        let id = t["data"]["alkit_id"].as_str().unwrap();
+        let index = t["data"]["alkit_index"].as_u64().unwrap() as usize;
+        assert_eq!(loaded.pool.ids[index], id);
+        // The image is the item's own pixels, as a PNG data URI.
+        let uri = t["data"]["image"].as_str().unwrap();
+        let b64 = uri.strip_prefix("data:image/png;base64,").unwrap();
+        use base64::Engine;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let img = alkit::data::image::decode(&png, std::path::Path::new("task.png")).unwrap();
+        let own = &loaded.pool.x[index * 784..(index + 1) * 784];
+        let back: Vec<f32> = img.pixels.iter().map(|&p| f32::from(p) / 255.0).collect();
+        assert_eq!(back, own);
+        // Label Studio shows the lowest prediction score first: alkit's rank.
+        let p = &t["predictions"][0];
+        assert_eq!(p["score"].as_f64().unwrap(), rank as f64 / 8.0);
+        let predicted = p["result"][0]["value"]["choices"][0].as_str().unwrap();
+        assert!(classes.split(',').any(|c| c == predicted));
+        // The person's answer: the true digit.
+        let truth =
+            train.labels()[id.trim_end_matches(".png").parse::<usize>().unwrap()].to_string();
+        let mut done = t.clone();
+        done["id"] = serde_json::json!(500 + rank);
+        done["annotations"] = serde_json::json!([{
+            "id": 900 + rank, "completed_by": 1, "was_cancelled": false, "ground_truth": false,
+            "result": [{"from_name": "label", "to_name": "image", "type": "choices",
+                        "value": {"choices": [truth]}}],
+        }]);
+        export.push(done);
+        csv.push_str(&format!("{id},{truth}\n"));
+    }
+    let twin = dir.join("s-csv");
+    std::fs::create_dir_all(&twin).unwrap();
+    std::fs::copy(state.join("session.json"), twin.join("session.json")).unwrap();
+    std::fs::write(
+        dir.join("export.json"),
+        serde_json::to_vec(&export).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("answers.csv"), csv).unwrap();
+    alkit(&[
+        "teach",
+        "--state",
+        &s(state.clone()),
+        "--labels",
+        &s(dir.join("export.json")),
+    ]);
+    alkit(&[
+        "teach",
+        "--state",
+        &s(twin.clone()),
+        "--labels",
+        &s(dir.join("answers.csv")),
+    ]);
+    assert_eq!(
+        std::fs::read(state.join("session.json")).unwrap(),
+        std::fs::read(twin.join("session.json")).unwrap()
+    );
+    let st: alkit::session::SessionState =
+        alkit::fsutil::read_json(&state.join("session.json")).unwrap();
+    assert_eq!((st.labeled.len(), st.pending.len()), (28, 0));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -67,9 +67,23 @@ pub struct QueryArgs {
     /// Also offer items queried before and not answered yet.
     #[arg(long)]
     include_pending: bool,
-    /// CSV to write: id, index, path (image folders), score; best first.
+    /// File to write, best first: CSV `id,index,path,score`, or with `--format label-studio`
+    /// Label Studio tasks (JSON) plus the matching labeling configuration as OUT.xml.
     #[arg(long)]
     out: PathBuf,
+    /// What to write: `csv`, or `label-studio` (a task file to import, with the model's
+    /// predictions as pre-annotations; answer there, export JSON, and `teach` it).
+    #[arg(long, value_enum, default_value_t = BatchFormat::Csv)]
+    format: BatchFormat,
+}
+
+/// The format of a query's batch file.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BatchFormat {
+    /// `id,index,path,score` rows.
+    Csv,
+    /// Label Studio's task JSON.
+    LabelStudio,
 }
 
 #[derive(clap::Args)]
@@ -77,7 +91,7 @@ pub struct TeachArgs {
     /// Session folder.
     #[arg(long)]
     state: PathBuf,
-    /// Answers: a CSV with columns id,label (label = class name). Checked whole; one bad row changes nothing.
+    /// Answers: a CSV with columns id,label (label = class name), or Label Studio's JSON export (`.json`) of tasks `query --format label-studio` wrote. Checked whole; one bad row changes nothing.
     #[arg(long)]
     labels: PathBuf,
 }
@@ -192,6 +206,9 @@ pub fn init(a: InitArgs) -> Result<()> {
 pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Result<()> {
     let (state_file, model) = (a.state.join(STATE_FILE), a.state.join("model"));
     alkit::fsutil::check_output("out", &a.out, &[&state_file, &model])?;
+    if a.format == BatchFormat::LabelStudio {
+        alkit::fsutil::check_output("out", &a.out.with_extension("xml"), &[&state_file, &model])?;
+    }
     let mut learner = open(&a.state)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
@@ -204,7 +221,14 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     };
     let batch = learner.query(&request, device, observer)?;
     // The batch file first: if saving the state fails, the same query gives the same batch.
-    learner.write_batch(&a.out, &batch)?;
+    match a.format {
+        BatchFormat::Csv => learner.write_batch(&a.out, &batch)?,
+        BatchFormat::LabelStudio => {
+            let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
+            let predicted = learner.predicted(&indices, device)?;
+            alkit::label_studio::write_tasks(&learner, &batch, predicted.as_deref(), &a.out)?
+        }
+    }
     learner.save(&a.state)?;
     let r = learner.state().rounds.last().expect("just queried");
     let mut so = std::io::stdout().lock();
@@ -222,15 +246,32 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
 
 pub fn teach(a: TeachArgs) -> Result<()> {
     let mut learner = open(&a.state)?;
-    let n = learner.teach_csv(&a.labels)?;
+    let is_json = a
+        .labels
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let (n, unanswered) = if is_json {
+        let export = alkit::label_studio::read_export(&a.labels)?;
+        (
+            learner.teach_from(&export.rows, &a.labels)?,
+            export.unanswered,
+        )
+    } else {
+        (learner.teach_csv(&a.labels)?, 0)
+    };
     learner.save(&a.state)?;
     let st = learner.state();
-    writeln!(
-        std::io::stdout().lock(),
+    let mut so = std::io::stdout().lock();
+    write!(
+        so,
         "taught {n} labels: {} labeled, {} pending",
         st.labeled.len(),
         st.pending.len()
     )?;
+    if unanswered > 0 {
+        write!(so, " ({unanswered} tasks of the export had no answer)")?;
+    }
+    writeln!(so)?;
     Ok(())
 }
 
