@@ -82,6 +82,54 @@ pub struct SurfaceSpec {
     pub seed: u64,
 }
 
+impl SurfaceSpec {
+    /// Checks the settings before any work: at least 20 training points (the held-out split
+    /// and the far-away points need some) and at most 10,000,000, a finite non-negative noise,
+    /// at least one training step, and for the MC-dropout and ensemble models at least one
+    /// pass or member (ensembles at most [`crate::train::MAX_MEMBERS`]) and a dropout
+    /// probability in `[0, 1)`.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &'static str, m: String| Err(crate::Error::config(field, m));
+        if !(20..=10_000_000).contains(&self.points) {
+            return bad("points", format!("{} is not in 20..=10000000", self.points));
+        }
+        if !(self.noise.is_finite() && self.noise >= 0.0) {
+            return bad(
+                "noise",
+                format!("{} is not a finite number >= 0", self.noise),
+            );
+        }
+        if self.steps == 0 {
+            return bad("steps", "must be at least 1".into());
+        }
+        match &self.model {
+            SurfaceModel::McDropout { samples, p, .. } => {
+                if *samples == 0 {
+                    return bad("mc_samples", "must be at least 1".into());
+                }
+                if !(0.0..1.0).contains(p) {
+                    return bad("dropout", format!("{p} is not in [0, 1)"));
+                }
+            }
+            SurfaceModel::Ensemble {
+                members, anchor, ..
+            } => {
+                if !(1..=crate::train::MAX_MEMBERS).contains(members) {
+                    return bad(
+                        "members",
+                        format!("{members} is not in 1..={}", crate::train::MAX_MEMBERS),
+                    );
+                }
+                if anchor.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+                    return bad("anchor", format!("{anchor:?} is not a number >= 0"));
+                }
+            }
+            SurfaceModel::Duq(_) | SurfaceModel::Mlp(_) => {}
+        }
+        Ok(())
+    }
+}
+
 /// A computed surface and its metrics.
 #[derive(Debug, Clone, Serialize)]
 pub struct Surface {
@@ -244,6 +292,7 @@ fn fit(spec: &SurfaceSpec, train_ds: &Dataset, device: &Device) -> Result<Fitted
 
 /// Trains the model of `spec` on two moons and computes its surfaces and metrics.
 pub fn moons_surface(spec: &SurfaceSpec, device: &Device) -> Result<Surface> {
+    spec.validate()?;
     let mut rng = stream(spec.seed, Purpose::Tool, 0);
     let train_ds = moons(spec.points, spec.noise, &mut rng)?;
     let test = moons(1000, spec.noise, &mut rng)?;
@@ -443,6 +492,7 @@ pub fn run_seeds(
     if seeds == 0 {
         return Err(crate::Error::config("seeds", "must be at least 1"));
     }
+    spec.validate()?;
     std::fs::create_dir_all(out).map_err(|e| crate::Error::io(out, e))?;
     let mut spec = spec.clone();
     let mut csv = String::from("seed,accuracy,auroc_far\n");

@@ -692,6 +692,7 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         steps: a.steps,
         seed: a.seed,
     };
+    spec.validate()?;
     let line = |s: &alkit::surface::Surface, dir: &Path| {
         let _ = writeln!(
             std::io::stdout().lock(),

@@ -1504,6 +1504,42 @@ y,bird
             2,
             ["seeds"]
         ),
+        case!(
+            "flag-surface-points-0",
+            none,
+            ["surface", "--points", "0", "--out", "{d}/o"],
+            2,
+            ["points", "20"]
+        ),
+        case!(
+            "flag-surface-noise-nan",
+            none,
+            ["surface", "--noise", "NaN", "--out", "{d}/o"],
+            2,
+            ["noise", "NaN"]
+        ),
+        case!(
+            "flag-surface-steps-0",
+            none,
+            ["surface", "--steps", "0", "--out", "{d}/o"],
+            2,
+            ["steps"]
+        ),
+        case!(
+            "flag-surface-members-huge",
+            none,
+            [
+                "surface",
+                "--model",
+                "ensemble",
+                "--members",
+                "100000",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["members", "100000"]
+        ),
         case!("flag-bench-n-0", none, ["bench", "--n", "0"], 2, ["n"]),
         case!(
             "flag-bench-repeats-0",
