@@ -1320,6 +1320,13 @@ fn cases() -> Vec<Case> {
         ),
         // -------------------------------------------------- a hostile Hub endpoint
         case!(
+            "hub-revision-escapes-online",
+            none,
+            ["score", "--checkpoint", "hf:a/b@../../../evil/ref", "--out", "{d}/s.csv"],
+            2,
+            ["../../../evil/ref", "revision"]
+        ),
+        case!(
             "hub-commit-escapes",
             none,
             ["score", "--checkpoint", "hf:o/commit", "--out", "{d}/s.csv"],
