@@ -63,6 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         strategy: Strategy::scored(Arc::new(Builtin::Entropy), Selection::TopK),
         n: 20,
         include_pending: false,
+        subsample: None,
     };
     let state_dir = out.join("state");
     for _ in 0..3 {

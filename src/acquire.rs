@@ -14,7 +14,7 @@ pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
 use crate::predict::{evaluate, Scoring};
 use crate::rng::Purpose;
-use crate::round::{fit, pick, pick_random, Strategy};
+use crate::round::{fit, pick, pick_random, subsample, Strategy};
 use crate::train::{ModelBuilder, TrainConfig, TrainParams};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,10 @@ pub struct LoopConfig {
     /// prediction is evaluated; sample scorers read one draw per member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ensemble: Option<usize>,
+    /// Score a seeded random subset of this many unlabeled items each cycle instead of all
+    /// of them (see [`crate::round::subsample`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subsample: Option<usize>,
 }
 
 impl Default for LoopConfig {
@@ -49,6 +53,7 @@ impl Default for LoopConfig {
             train: TrainConfig::default(),
             batch: 512,
             ensemble: None,
+            subsample: None,
         }
     }
 }
@@ -74,6 +79,14 @@ impl LoopConfig {
         }
         if self.ensemble.is_some_and(|k| k < 2) {
             return Err(Error::config("ensemble", "needs at least 2 members"));
+        }
+        if let Some(m) = self.subsample {
+            if m < self.query {
+                return Err(Error::config(
+                    "subsample",
+                    format!("{m} items cannot yield a batch of {}", self.query),
+                ));
+            }
         }
         let needed = self.initial + self.cycles * self.query;
         if needed > pool {
@@ -346,11 +359,12 @@ pub fn run(
                 cfg.batch,
                 ctx.device,
             );
+            let scored = subsample(cand.indices(), cfg.subsample, (seed, cycle as u64 + 1));
             let picked = pick(
                 strategy,
                 &scoring,
                 ctx.train,
-                cand.indices(),
+                &scored,
                 cfg.query,
                 (seed, cycle as u64 + 1),
                 cycle,

@@ -28,6 +28,8 @@ pub enum Purpose {
     Tool = 5,
     /// Input perturbations of scorers (REGrad*, perturb-x) and weight perturbations.
     Perturb = 6,
+    /// The random subset of the pool a round scores (`--subsample`).
+    Subsample = 7,
 }
 
 /// The stream for `(seed, purpose, cycle)`.

@@ -123,6 +123,21 @@ pub fn fit(
     }
 }
 
+/// The candidates a round scores: all of them, or with `m = Some(M)` (baal's `max_sample`)
+/// a seeded random `M` of them, from the stream of `(seed, Subsample, key)`, kept in pool
+/// order. Scoring cost then follows `M`, not the pool; the batch is chosen among the `M`.
+pub fn subsample(candidates: &[usize], m: Option<usize>, (seed, key): (u64, u64)) -> Vec<usize> {
+    match m {
+        Some(m) if m < candidates.len() => {
+            let mut rng = stream(seed, Purpose::Subsample, key);
+            let mut picked = rand::seq::index::sample(&mut rng, candidates.len(), m).into_vec();
+            picked.sort_unstable();
+            picked.into_iter().map(|p| candidates[p]).collect()
+        }
+        _ => candidates.to_vec(),
+    }
+}
+
 /// What a round picked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Picked {

@@ -23,7 +23,7 @@ use crate::nn::init::Params;
 use crate::observe::Observer;
 use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs, Scoring};
 use crate::rng::Purpose;
-use crate::round::{fit, pick, pick_random, Picked, Strategy};
+use crate::round::{fit, pick, pick_random, subsample, Picked, Strategy};
 use crate::train::{TrainConfig, Trained, MAX_MEMBERS};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -237,6 +237,9 @@ pub struct QueryRequest {
     pub n: usize,
     /// Also offer items queried earlier and not yet answered.
     pub include_pending: bool,
+    /// Score a seeded random subset of this many candidates instead of all of them (see
+    /// [`crate::round::subsample`]); `None`: all.
+    pub subsample: Option<usize>,
 }
 
 /// One item of a query's batch.
@@ -504,6 +507,16 @@ impl Learner {
                 ),
             ));
         }
+        if request.subsample.is_some_and(|m| m < request.n) {
+            return Err(Error::config(
+                "subsample",
+                format!(
+                    "{} items cannot yield a batch of {}",
+                    request.subsample.unwrap_or(0),
+                    request.n
+                ),
+            ));
+        }
         let cfg = self.state.config.clone();
         let seed = cfg.seed;
         let key = round as u64;
@@ -560,11 +573,12 @@ impl Learner {
                 cfg.batch,
                 device,
             );
+            let scored = subsample(&cand, request.subsample, (seed, key));
             let picked = pick(
                 &request.strategy,
                 &scoring,
                 &self.data,
-                &cand,
+                &scored,
                 request.n,
                 (seed, key),
                 round,

@@ -153,6 +153,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             ("--model", a.model.is_some()),
             ("--ensemble", a.ensemble.is_some()),
             ("--anchor", a.anchor.is_some()),
+            ("--subsample", a.subsample.is_some()),
         ];
         if let Some(flag) = given
             .iter()
@@ -220,6 +221,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                 },
                 batch: defaults.batch,
                 ensemble: a.ensemble.map(|k| k as usize),
+                subsample: a.subsample,
             },
             scorers: ScorerSettings {
                 members: a.ensemble.is_some(),

@@ -1322,7 +1322,13 @@ fn cases() -> Vec<Case> {
         case!(
             "hub-revision-escapes-online",
             none,
-            ["score", "--checkpoint", "hf:a/b@../../../evil/ref", "--out", "{d}/s.csv"],
+            [
+                "score",
+                "--checkpoint",
+                "hf:a/b@../../../evil/ref",
+                "--out",
+                "{d}/s.csv"
+            ],
             2,
             ["../../../evil/ref", "revision"]
         ),
@@ -1546,6 +1552,40 @@ y,bird
             ],
             2,
             ["members", "100000"]
+        ),
+        case!(
+            "flag-curve-subsample-below-batch",
+            none,
+            [
+                "curve",
+                "--subsample",
+                "5",
+                "--query",
+                "10",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["subsample", "5"]
+        ),
+        case!(
+            "flag-query-subsample-below-batch",
+            |d, fx| {
+                sess_copy(d, fx);
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "2",
+                "--subsample",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            2,
+            ["subsample"]
         ),
         case!("flag-bench-n-0", none, ["bench", "--n", "0"], 2, ["n"]),
         case!(

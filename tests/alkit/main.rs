@@ -5,6 +5,7 @@ mod acquisition_loop;
 mod cli;
 mod data;
 mod duq;
+mod fuzz_corpora;
 mod gradients;
 mod hostile;
 mod layers;
@@ -148,6 +149,7 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
             },
             batch: 256,
             ensemble: None,
+            subsample: None,
         },
         scorers: Default::default(),
     }

@@ -55,6 +55,7 @@ fn sessions_run_every_strategy_of_the_registry() {
             strategy: kind.strategy(&settings).unwrap(),
             n: 5,
             include_pending: true,
+            subsample: None,
         };
         let got = learner.query(&request, &Device::Cpu, &mut Silent);
         if kind.name() == "duq" {
@@ -118,6 +119,7 @@ fn an_ensemble_session_scores_with_member_draws_and_saves_every_member() {
                 .unwrap(),
             n: 4,
             include_pending: false,
+            subsample: None,
         };
         let batch = learner.query(&request, &Device::Cpu, &mut Silent).unwrap();
         assert_eq!(batch.len(), 4);
@@ -139,6 +141,7 @@ fn an_ensemble_session_scores_with_member_draws_and_saves_every_member() {
             .unwrap(),
         n: 4,
         include_pending: false,
+        subsample: None,
     };
     let e = single
         .query(&request, &Device::Cpu, &mut Silent)
@@ -199,6 +202,7 @@ fn ids_that_need_quoting_survive_query_then_teach() {
             .unwrap(),
         n: 4,
         include_pending: false,
+        subsample: None,
     };
     let batch = learner.query(&request, &Device::Cpu, &mut Silent).unwrap();
     let out = dir.join("batch.csv");

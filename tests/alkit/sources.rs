@@ -368,6 +368,7 @@ fn scripted_png_session_matches_the_library_session_and_bad_rows_change_nothing(
         strategy: kind("entropy").strategy(&Default::default()).unwrap(),
         n: 20,
         include_pending: false,
+        subsample: None,
     };
     for _ in 0..3 {
         let batch = lib.query(&request, &Device::Cpu, &mut Silent).unwrap();

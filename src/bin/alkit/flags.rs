@@ -345,6 +345,9 @@ pub(crate) struct CurveArgs {
     /// Train a deep ensemble of K members each cycle (different initialisations and batch orders); bald, batchbald, class-variance, ... then read one draw per member instead of MC dropout, and ACC/NLL are the ensemble's.
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
     pub(crate) ensemble: Option<u64>,
+    /// Score a seeded random M of the unlabeled items each cycle instead of all of them (baal's max_sample); the batch is chosen among those M.
+    #[arg(long, value_name = "M")]
+    pub(crate) subsample: Option<usize>,
     /// Anchored training (Pearce et al. 2020): add tau/n ||theta - theta_0||^2, theta_0 each model's own initialisation (with --ensemble: anchored ensembles).
     #[arg(long, value_name = "TAU")]
     pub(crate) anchor: Option<f64>,

@@ -67,6 +67,9 @@ pub struct QueryArgs {
     /// Also offer items queried before and not answered yet.
     #[arg(long)]
     include_pending: bool,
+    /// Score a seeded random M of the candidates instead of all of them (baal's max_sample); the batch is chosen among those M.
+    #[arg(long, value_name = "M")]
+    subsample: Option<usize>,
     /// File to write, best first: CSV `id,index,path,score`, or with `--format label-studio`
     /// Label Studio tasks (JSON) plus the matching labeling configuration as OUT.xml.
     #[arg(long)]
@@ -218,6 +221,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
         strategy: a.scorer.strategy(&settings)?,
         n: a.n,
         include_pending: a.include_pending,
+        subsample: a.subsample,
     };
     let batch = learner.query(&request, device, observer)?;
     // The batch file first: if saving the state fails, the same query gives the same batch.
