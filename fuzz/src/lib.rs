@@ -1,6 +1,11 @@
-//! Shared set-up of the fuzz targets: a private scratch folder per process (the loaders read
-//! files, so each input is written where they expect it) and a tiny checkpoint to load.
+//! The fuzz targets' bodies, one function per target, and their set-up: a private scratch
+//! folder per process (the loaders read files, so each input is written where they expect it)
+//! and a tiny checkpoint to load. The test suite includes this file too
+//! (`tests/alkit/fuzz_corpora.rs`) and replays every corpus input through the same functions,
+//! so what the fuzzers reached stays checked in CI. Each function must return normally on any
+//! input: an `Err` from alkit is the expected answer to garbage, a panic is the bug.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A per-process folder under `/dev/shm` (memory-backed) or the temp dir, created once.
@@ -61,4 +66,174 @@ pub fn tiny_checkpoint(dir: &Path) -> alkit::checkpoint::CheckpointConfig {
         vec!["a".into(), "b".into(), "c".into()],
     )
     .expect("tiny checkpoint saves")
+}
+
+/// A target's body: takes any bytes, must return normally.
+pub type Target = fn(&[u8]);
+
+/// Every target by name, as `fuzz/fuzz_targets/NAME.rs` runs it.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("idx", idx),
+    ("image", image),
+    ("safetensors_pool", safetensors_pool),
+    ("csv_pool", csv_pool),
+    ("labels", labels),
+    ("metrics", metrics),
+    ("parquet", parquet),
+    ("checkpoint_config", checkpoint_config),
+    ("checkpoint_weights", checkpoint_weights),
+    ("session_json", session_json),
+    ("run_json", run_json),
+    ("hf_name", hf_name),
+];
+
+/// IDX image and label files, plain and gzip. The first byte picks the reader and whether the
+/// rest is gzip-compressed first (so the fuzzer reaches the inflation bound without having to
+/// discover deflate); any other first byte reads the bytes as they are.
+pub fn idx(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let bytes = if mode & 2 != 0 {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(rest).expect("in memory");
+        e.finish().expect("in memory")
+    } else {
+        rest.to_vec()
+    };
+    let p = put("data", &bytes);
+    if mode & 1 == 0 {
+        let _ = alkit::data::idx::read_images(&p);
+    } else {
+        let _ = alkit::data::idx::read_labels(&p);
+    }
+}
+
+/// PNG and JPEG decoding, with the size limits checked before decoding.
+pub fn image(data: &[u8]) {
+    let _ = alkit::data::image::decode(data, std::path::Path::new("fuzz.png"));
+}
+
+/// A safetensors pool (`x`, optional `y`, optional `classes` metadata).
+pub fn safetensors_pool(data: &[u8]) {
+    let p = put("pool.safetensors", data);
+    let _ = alkit::data::source::load_safetensors(&p);
+}
+
+/// A CSV pool (`id`, `label` and feature columns).
+pub fn csv_pool(data: &[u8]) {
+    let p = put("pool.csv", data);
+    let _ = alkit::data::source::load_csv(&p);
+}
+
+/// Files of answers and indices: `teach`'s and `init --labels`' `id,label` CSV, and the index
+/// lists of `score --indices`.
+pub fn labels(data: &[u8]) {
+    let p = put("labels.csv", data);
+    let _ = alkit::session::read_answer_csv(&p);
+    let _ = alkit::data::source::read_indices(&p, 1000);
+}
+
+/// A scores file given to `alkit metrics`: read, then every metric its columns allow.
+pub fn metrics(data: &[u8]) {
+    let p = put("scores.csv", data);
+    if let Ok(f) = alkit::eval::scores_file::ScoresFile::read(&p) {
+        let _ = f.metrics();
+    }
+}
+
+/// A Parquet pool (image bytes and labels): the Parquet reader, then PNG/JPEG decoding of
+/// every row.
+pub fn parquet(data: &[u8]) {
+    let p = put("pool.parquet", data);
+    let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
+    let source = alkit::data::Source::Parquet(p);
+    let _ = alkit::data::source::load(&source, &hub, &mut alkit::observe::Silent);
+}
+
+/// A checkpoint's `config.json` beside valid weights (a tiny MLP): loaded, and when it loads,
+/// run on one item of the shape it declares (bounded, so that a declared shape cannot make the
+/// target itself allocate).
+pub fn checkpoint_config(data: &[u8]) {
+    let dir = scratch().join("ckpt-c");
+    if !dir.join("model.safetensors").is_file() {
+        tiny_checkpoint(&dir);
+    }
+    std::fs::write(dir.join("config.json"), data).expect("scratch write");
+    if let Ok(ck) = alkit::checkpoint::load(&dir, &candle_core::Device::Cpu) {
+        let shape = ck.config.item_shape.clone();
+        let n: usize = shape.iter().product();
+        if n > 0 && n <= 1 << 16 {
+            let mut dims = vec![1];
+            dims.extend(shape);
+            let x = candle_core::Tensor::zeros(
+                dims,
+                candle_core::DType::F32,
+                &candle_core::Device::Cpu,
+            )
+            .expect("zeros");
+            let _ = ck.model.predict(&x);
+        }
+    }
+}
+
+/// A checkpoint's `model.safetensors` beside a valid `config.json` (a tiny MLP): loaded, and
+/// when it loads, run on one item.
+pub fn checkpoint_weights(data: &[u8]) {
+    let dir = scratch().join("ckpt-w");
+    if !dir.join("config.json").is_file() {
+        tiny_checkpoint(&dir);
+    }
+    std::fs::write(dir.join("model.safetensors"), data).expect("scratch write");
+    if let Ok(ck) = alkit::checkpoint::load(&dir, &candle_core::Device::Cpu) {
+        let x =
+            candle_core::Tensor::zeros((1, 4), candle_core::DType::F32, &candle_core::Device::Cpu)
+                .expect("zeros");
+        let _ = ck.model.predict(&x);
+    }
+}
+
+/// A session's `session.json`, resumed over a fixed 6-item CSV pool.
+pub fn session_json(data: &[u8]) {
+    let dir = scratch().join("session");
+    let pool = put(
+        "session-pool.csv",
+        b"id,label,a,b\np0,cat,0.1,0.2\np1,dog,0.3,0.1\np2,,0.5,0.5\np3,,0.9,0.1\np4,,0.2,0.8\np5,,0.4,0.4\n",
+    );
+    let items = alkit::data::source::load_csv(&pool).expect("fixed pool");
+    std::fs::create_dir_all(&dir).expect("scratch");
+    std::fs::write(dir.join(alkit::session::STATE_FILE), data).expect("scratch write");
+    let loaded = alkit::data::Loaded {
+        pool: items,
+        test: None,
+    };
+    let _ = alkit::session::Learner::load(&dir, loaded);
+}
+
+/// A curve run's `runs/*.json` state: parsed, then checked for consistency as on resume.
+pub fn run_json(data: &[u8]) {
+    let p = put("run-state.json", data);
+    if let Ok(state) = alkit::fsutil::read_json::<alkit::acquire::RunState>(&p) {
+        let _ = state.check_consistent(&p);
+    }
+    let _ = alkit::fsutil::read_json::<alkit::curve::CurveSpec>(&p);
+}
+
+/// The `hf:OWNER/NAME[@REV]` parser and the offline cache lookup it feeds: whatever the name,
+/// a path the cache returns lies inside the cache.
+pub fn hf_name(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = alkit::data::Source::parse(&format!("hf:{s}"));
+    if let Ok(repo) = alkit::hub::HubRepo::parse(s) {
+        let cache = scratch().join("hub-cache");
+        let hub = alkit::hub::Hub::new(&cache, true);
+        for kind in [alkit::hub::RepoKind::Model, alkit::hub::RepoKind::Dataset] {
+            if let Ok(p) = hub.get(&repo, kind, "config.json", &mut alkit::observe::Silent) {
+                assert!(p.starts_with(&cache), "{} escapes the cache", p.display());
+            }
+            let _ = hub.files(&repo, kind);
+        }
+    }
 }
