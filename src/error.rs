@@ -4,7 +4,7 @@
 //! cycle it is about, so the binary can add context and pick an exit code without parsing
 //! strings. Library code never panics on bad input; it returns one of these.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Result alias for alkit's library code.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -169,4 +169,49 @@ impl Error {
             problem: problem.into(),
         }
     }
+}
+
+thread_local! {
+    /// How deep this thread is inside [`contain`].
+    static CONTAINING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f`, a call into a third-party decoder (PNG, JPEG, Parquet's record reader), so that a
+/// panic inside it on a malformed file becomes an error naming `path` instead of ending the
+/// program. alkit's own checks run first and are meant to make this unreachable; the Parquet
+/// record reader, though, panics by design on some corrupt pages (`Cannot extract value`), and
+/// no check short of decoding can foresee it.
+pub fn contain<T>(path: &Path, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    CONTAINING.with(|c| c.set(c.get() + 1));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CONTAINING.with(|c| c.set(c.get().saturating_sub(1)));
+    r.unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Error::data(
+            path,
+            DataProblem::Other(format!("{what} failed on malformed data ({msg})")),
+        ))
+    })
+}
+
+/// True while this thread runs inside [`contain`]: a panic then becomes an error, so a panic
+/// hook can stay silent (the `alkit` binary's does; see [`quiet_contained_panics`]).
+pub fn is_contained() -> bool {
+    CONTAINING.with(|c| c.get() > 0)
+}
+
+/// Wraps the current panic hook so that it stays silent for panics [`contain`] turns into
+/// errors and runs as before for every other panic. The `alkit` binary installs it at start;
+/// a program embedding the library may do the same.
+pub fn quiet_contained_panics() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_contained() {
+            previous(info)
+        }
+    }));
 }

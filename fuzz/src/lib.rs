@@ -8,6 +8,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Once per process: panics that alkit turns into errors (`alkit::error::contain`, around
+/// third-party decoders) are handled behaviour, so the panic hook in place (libFuzzer's, which
+/// aborts) only sees the others.
+fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(alkit::error::quiet_contained_panics);
+}
+
 /// A per-process folder under `/dev/shm` (memory-backed) or the temp dir, created once.
 pub fn scratch() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -91,6 +99,7 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// rest is gzip-compressed first (so the fuzzer reaches the inflation bound without having to
 /// discover deflate); any other first byte reads the bytes as they are.
 pub fn idx(data: &[u8]) {
+    init();
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
@@ -111,17 +120,20 @@ pub fn idx(data: &[u8]) {
 
 /// PNG and JPEG decoding, with the size limits checked before decoding.
 pub fn image(data: &[u8]) {
+    init();
     let _ = alkit::data::image::decode(data, std::path::Path::new("fuzz.png"));
 }
 
 /// A safetensors pool (`x`, optional `y`, optional `classes` metadata).
 pub fn safetensors_pool(data: &[u8]) {
+    init();
     let p = put("pool.safetensors", data);
     let _ = alkit::data::source::load_safetensors(&p);
 }
 
 /// A CSV pool (`id`, `label` and feature columns).
 pub fn csv_pool(data: &[u8]) {
+    init();
     let p = put("pool.csv", data);
     let _ = alkit::data::source::load_csv(&p);
 }
@@ -129,6 +141,7 @@ pub fn csv_pool(data: &[u8]) {
 /// Files of answers and indices: `teach`'s and `init --labels`' `id,label` CSV, and the index
 /// lists of `score --indices`.
 pub fn labels(data: &[u8]) {
+    init();
     let p = put("labels.csv", data);
     let _ = alkit::session::read_answer_csv(&p);
     let _ = alkit::data::source::read_indices(&p, 1000);
@@ -136,6 +149,7 @@ pub fn labels(data: &[u8]) {
 
 /// A scores file given to `alkit metrics`: read, then every metric its columns allow.
 pub fn metrics(data: &[u8]) {
+    init();
     let p = put("scores.csv", data);
     if let Ok(f) = alkit::eval::scores_file::ScoresFile::read(&p) {
         let _ = f.metrics();
@@ -145,6 +159,7 @@ pub fn metrics(data: &[u8]) {
 /// A Parquet pool (image bytes and labels): the Parquet reader, then PNG/JPEG decoding of
 /// every row.
 pub fn parquet(data: &[u8]) {
+    init();
     let p = put("pool.parquet", data);
     let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
     let source = alkit::data::Source::Parquet(p);
@@ -155,6 +170,7 @@ pub fn parquet(data: &[u8]) {
 /// run on one item of the shape it declares (bounded, so that a declared shape cannot make the
 /// target itself allocate).
 pub fn checkpoint_config(data: &[u8]) {
+    init();
     let dir = scratch().join("ckpt-c");
     if !dir.join("model.safetensors").is_file() {
         tiny_checkpoint(&dir);
@@ -180,6 +196,7 @@ pub fn checkpoint_config(data: &[u8]) {
 /// A checkpoint's `model.safetensors` beside a valid `config.json` (a tiny MLP): loaded, and
 /// when it loads, run on one item.
 pub fn checkpoint_weights(data: &[u8]) {
+    init();
     let dir = scratch().join("ckpt-w");
     if !dir.join("config.json").is_file() {
         tiny_checkpoint(&dir);
@@ -195,6 +212,7 @@ pub fn checkpoint_weights(data: &[u8]) {
 
 /// A session's `session.json`, resumed over a fixed 6-item CSV pool.
 pub fn session_json(data: &[u8]) {
+    init();
     let dir = scratch().join("session");
     let pool = put(
         "session-pool.csv",
@@ -212,6 +230,7 @@ pub fn session_json(data: &[u8]) {
 
 /// A curve run's `runs/*.json` state: parsed, then checked for consistency as on resume.
 pub fn run_json(data: &[u8]) {
+    init();
     let p = put("run-state.json", data);
     if let Ok(state) = alkit::fsutil::read_json::<alkit::acquire::RunState>(&p) {
         let _ = state.check_consistent(&p);
@@ -222,6 +241,7 @@ pub fn run_json(data: &[u8]) {
 /// The `hf:OWNER/NAME[@REV]` parser and the offline cache lookup it feeds: whatever the name,
 /// a path the cache returns lies inside the cache.
 pub fn hf_name(data: &[u8]) {
+    init();
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };

@@ -32,6 +32,9 @@ use ui::{Bars, DownloadBar};
 
 fn main() {
     alkit::tune_allocator();
+    // A third-party decoder's panic on a malformed file is turned into an error naming the
+    // file (alkit::error::contain); only other panics print.
+    alkit::error::quiet_contained_panics();
     let cli = Cli::parse();
     let code = match dispatch(cli) {
         Ok(()) => 0,

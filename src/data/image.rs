@@ -6,7 +6,7 @@
 //! (alpha is dropped). Errors name the file and say what is wrong; nothing panics on a corrupt
 //! file.
 
-use crate::error::{DataProblem, Error, Result};
+use crate::error::{contain, DataProblem, Error, Result};
 use std::io::Cursor;
 use std::path::Path;
 
@@ -67,25 +67,12 @@ fn bad(path: &Path, what: impl Into<String>) -> Error {
 pub fn decode(bytes: &[u8], path: &Path) -> Result<Image> {
     if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
         check_png_chunks(bytes, path)?;
-        contained(path, || decode_png(bytes, path))
+        contain(path, "the PNG decoder", || decode_png(bytes, path))
     } else if bytes.starts_with(&[0xff, 0xd8]) {
-        contained(path, || decode_jpeg(bytes, path))
+        contain(path, "the JPEG decoder", || decode_jpeg(bytes, path))
     } else {
         Err(bad(path, "neither a PNG nor a JPEG image"))
     }
-}
-
-/// Runs a third-party decoder so that a panic inside it (a malformed file it does not expect)
-/// becomes an error naming the image instead of ending the program. The checks before
-/// decoding are meant to make this unreachable; fuzzing (fuzz/README.md) looks for what
-/// reaches it, since libFuzzer's panic hook aborts before any unwinding.
-fn contained(path: &Path, f: impl FnOnce() -> Result<Image>) -> Result<Image> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err(bad(
-            path,
-            "the image decoder failed on this file (malformed)",
-        ))
-    })
 }
 
 /// Walks a PNG's chunks (as far as the bytes go) and refuses what the `png` crate does not

@@ -17,7 +17,7 @@
 
 use super::dataset::{classes_from_labels, load_idx_dir, Dataset, Splits, MAX_CLASSES};
 use super::image::{decode, Image};
-use crate::error::{DataProblem, Error, Result};
+use crate::error::{contain, DataProblem, Error, Result};
 use crate::hub::{Hub, HubRepo, RepoKind};
 use crate::observe::Observer;
 use std::collections::{BTreeSet, HashMap};
@@ -705,6 +705,12 @@ struct Table {
 /// the first struct with a `bytes` field (what `datasets` writes for `Image()` features) or
 /// the first binary column; the label column is the first integer column.
 fn read_parquet(path: &Path) -> Result<Table> {
+    // The record reader panics on some corrupt pages (found by fuzzing: a definition level of
+    // 43 where the schema allows 2): contained, it is an error naming the file.
+    contain(path, "the Parquet reader", || read_parquet_rows(path))
+}
+
+fn read_parquet_rows(path: &Path) -> Result<Table> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::Field;
     let bad = |m: String| Error::data(path, DataProblem::Other(m));

@@ -787,6 +787,21 @@ fn cases() -> Vec<Case> {
             1,
             ["p.parquet"]
         ),
+        case!(
+            // Found by fuzzing: parquet 57's record reader panics on a definition level of 43.
+            "parquet-corrupt-definition-levels",
+            |d, _| {
+                std::fs::copy(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/fuzz/parquet-definition-level-43.parquet"),
+                    d.join("p.parquet"),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.parquet", "--state", "{d}/s"],
+            1,
+            ["p.parquet", "the Parquet reader failed on malformed data"]
+        ),
         // ---------------------------------------------------------------- checkpoints
         case!(
             "ck-std-zero",
