@@ -714,6 +714,7 @@ fn read_parquet_rows(path: &Path) -> Result<Table> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::Field;
     let bad = |m: String| Error::data(path, DataProblem::Other(m));
+    check_parquet_footer(path)?;
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let reader = SerializedFileReader::new(file).map_err(|e| bad(format!("not Parquet: {e}")))?;
     let rows = reader
@@ -757,6 +758,155 @@ fn read_parquet_rows(path: &Path) -> Result<Table> {
         return Err(bad("holds no rows".into()));
     }
     Ok(t)
+}
+
+/// Checks a Parquet file's footer before the `parquet` crate reads it: the metadata length
+/// fits the file, and the Thrift compact-protocol metadata is well formed with every list,
+/// set, map and binary no longer than the bytes left to hold it (each element takes at least
+/// one byte) and nesting at most 64 deep. The crate allocates a list's declared length up
+/// front, so a 4-byte count of 2^31 in a small file aborted the program (found by fuzzing:
+/// `memory allocation of 51913936800 bytes failed`), which no `catch_unwind` can contain.
+fn check_parquet_footer(path: &Path) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let bad = |m: String| Error::data(path, DataProblem::Other(format!("not Parquet: {m}")));
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len < 12 {
+        return Err(bad(format!("{len} bytes, too short for a Parquet file")));
+    }
+    let mut tail = [0u8; 8];
+    f.seek(SeekFrom::End(-8))
+        .and_then(|_| f.read_exact(&mut tail))
+        .map_err(|e| Error::io(path, e))?;
+    if &tail[4..] != b"PAR1" {
+        return Err(bad("no PAR1 magic at the end".into()));
+    }
+    let meta_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if meta_len + 12 > len {
+        return Err(bad(format!(
+            "a footer of {meta_len} bytes in a file of {len}"
+        )));
+    }
+    let mut meta = vec![0u8; meta_len as usize];
+    f.seek(SeekFrom::End(-8 - meta_len as i64))
+        .and_then(|_| f.read_exact(&mut meta))
+        .map_err(|e| Error::io(path, e))?;
+    let mut walk = ThriftWalk {
+        bytes: &meta,
+        at: 0,
+    };
+    walk.value(12, 0)
+        .map_err(|m| bad(format!("malformed footer metadata ({m})")))
+}
+
+/// A walk over Thrift compact-protocol bytes that checks sizes without building anything.
+struct ThriftWalk<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl ThriftWalk<'_> {
+    fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn byte(&mut self) -> std::result::Result<u8, String> {
+        let b = *self.bytes.get(self.at).ok_or("truncated")?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> std::result::Result<u64, String> {
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift.min(63);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("a varint longer than 10 bytes".into())
+    }
+
+    fn skip(&mut self, n: u64) -> std::result::Result<(), String> {
+        if n > self.left() as u64 {
+            return Err(format!("{n} bytes declared, {} left", self.left()));
+        }
+        self.at += n as usize;
+        Ok(())
+    }
+
+    /// A container of `n` elements of at least `min` bytes each must fit what is left.
+    fn fits(&self, n: u64, min: u64) -> std::result::Result<(), String> {
+        if n.saturating_mul(min) > self.left() as u64 {
+            return Err(format!("{n} elements declared, {} bytes left", self.left()));
+        }
+        Ok(())
+    }
+
+    /// Skips one value of compact type `t` (field types 1 and 2 are booleans with no payload;
+    /// inside containers a boolean is one byte).
+    fn value(&mut self, t: u8, depth: usize) -> std::result::Result<(), String> {
+        if depth > 64 {
+            return Err("nested more than 64 deep".into());
+        }
+        match t {
+            1 | 2 => Ok(()),
+            3 => self.skip(1),
+            4..=6 => self.varint().map(|_| ()),
+            7 => self.skip(8),
+            8 => {
+                let n = self.varint()?;
+                self.skip(n)
+            }
+            9 | 10 => {
+                let h = self.byte()?;
+                let n = match h >> 4 {
+                    15 => self.varint()?,
+                    n => u64::from(n),
+                };
+                let et = h & 0x0f;
+                self.fits(n, 1)?;
+                for _ in 0..n {
+                    if et == 1 || et == 2 {
+                        self.skip(1)?;
+                    } else {
+                        self.value(et, depth + 1)?;
+                    }
+                }
+                Ok(())
+            }
+            11 => {
+                let n = self.varint()?;
+                if n == 0 {
+                    return Ok(());
+                }
+                let kv = self.byte()?;
+                self.fits(n, 2)?;
+                for _ in 0..n {
+                    for et in [kv >> 4, kv & 0x0f] {
+                        if et == 1 || et == 2 {
+                            self.skip(1)?;
+                        } else {
+                            self.value(et, depth + 1)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            12 => loop {
+                let h = self.byte()?;
+                if h == 0 {
+                    return Ok(());
+                }
+                if h >> 4 == 0 {
+                    self.varint()?;
+                }
+                self.value(h & 0x0f, depth + 1)?;
+            },
+            t => Err(format!("unknown type {t}")),
+        }
+    }
 }
 
 /// Decodes the tables' images in order; ids are positions across the tables.

@@ -788,6 +788,22 @@ fn cases() -> Vec<Case> {
             ["p.parquet"]
         ),
         case!(
+            // Found by fuzzing: a list count of ~2^31 in the footer made parquet 57 allocate
+            // 52 GB up front and abort.
+            "parquet-footer-list-of-2e31",
+            |d, _| {
+                std::fs::copy(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/fuzz/parquet-schema-list-of-2e31.parquet"),
+                    d.join("p.parquet"),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.parquet", "--state", "{d}/s"],
+            1,
+            ["p.parquet", "malformed footer metadata"]
+        ),
+        case!(
             // Found by fuzzing: parquet 57's record reader panics on a definition level of 43.
             "parquet-corrupt-definition-levels",
             |d, _| {
