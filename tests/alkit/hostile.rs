@@ -788,6 +788,22 @@ fn cases() -> Vec<Case> {
             ["p.parquet"]
         ),
         case!(
+            // Found by fuzzing: a page header declaring a 2^31-element list made parquet 57
+            // spin on end-of-file reads for minutes.
+            "parquet-page-header-spin",
+            |d, _| {
+                std::fs::copy(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/fuzz/parquet-page-header-spin.parquet"),
+                    d.join("p.parquet"),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.parquet", "--state", "{d}/s"],
+            1,
+            ["p.parquet", "malformed page header"]
+        ),
+        case!(
             // Found by fuzzing: a list count of ~2^31 in the footer made parquet 57 allocate
             // 52 GB up front and abort.
             "parquet-footer-list-of-2e31",
