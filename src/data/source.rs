@@ -796,7 +796,7 @@ fn check_parquet_footer(path: &Path) -> Result<()> {
         bytes: &meta,
         at: 0,
     };
-    walk.value(12, 0)
+    walk.typed(PQ_FILE_META, 0, &mut |_, _| {})
         .map_err(|m| bad(format!("malformed footer metadata ({m})")))
 }
 
@@ -845,6 +845,185 @@ fn check_parquet_pages(path: &Path, meta: &parquet::file::metadata::ParquetMetaD
     Ok(())
 }
 
+/// The compact-protocol type a field of a Parquet Thrift struct must have, as the `parquet`
+/// crate reads it: the crate reads each field it knows by its id as the type it expects,
+/// whatever wire type the bytes declare, so a walk that follows wire types could see other
+/// structure than the crate does. [`ThriftWalk::typed`] refuses any known field whose wire type
+/// differs, and then both read the same bytes the same way.
+#[derive(Clone, Copy)]
+enum Ty {
+    Bool,
+    Byte,
+    I16,
+    I32,
+    I64,
+    Double,
+    Bin,
+    /// A struct the crate reads with `skip_empty_struct`: nothing but its stop byte.
+    Empty,
+    Struct(&'static [(i16, Ty)]),
+    List(&'static Ty),
+}
+
+impl Ty {
+    /// The compact-protocol wire types that carry this type.
+    fn wire(self) -> &'static [u8] {
+        match self {
+            Ty::Bool => &[1, 2],
+            Ty::Byte => &[3],
+            Ty::I16 => &[4],
+            Ty::I32 => &[5],
+            Ty::I64 => &[6],
+            Ty::Double => &[7],
+            Ty::Bin => &[8],
+            Ty::List(_) => &[9],
+            Ty::Empty | Ty::Struct(_) => &[12],
+        }
+    }
+}
+
+// The footer and page structs of parquet.thrift as parquet 57 reads them (fields it skips are
+// left out: they are skipped by wire type, as the crate does).
+const PQ_DECIMAL: &[(i16, Ty)] = &[(1, Ty::I32), (2, Ty::I32)];
+const PQ_TIME_UNIT: &[(i16, Ty)] = &[(1, Ty::Empty), (2, Ty::Empty), (3, Ty::Empty)];
+const PQ_TIME: &[(i16, Ty)] = &[(1, Ty::Bool), (2, Ty::Struct(PQ_TIME_UNIT))];
+const PQ_INT: &[(i16, Ty)] = &[(1, Ty::Byte), (2, Ty::Bool)];
+const PQ_VARIANT: &[(i16, Ty)] = &[(1, Ty::Byte)];
+const PQ_GEOMETRY: &[(i16, Ty)] = &[(1, Ty::Bin)];
+const PQ_GEOGRAPHY: &[(i16, Ty)] = &[(1, Ty::Bin), (2, Ty::I32)];
+const PQ_LOGICAL: &[(i16, Ty)] = &[
+    (1, Ty::Empty),
+    (2, Ty::Empty),
+    (3, Ty::Empty),
+    (4, Ty::Empty),
+    (5, Ty::Struct(PQ_DECIMAL)),
+    (6, Ty::Empty),
+    (7, Ty::Struct(PQ_TIME)),
+    (8, Ty::Struct(PQ_TIME)),
+    (10, Ty::Struct(PQ_INT)),
+    (11, Ty::Empty),
+    (12, Ty::Empty),
+    (13, Ty::Empty),
+    (14, Ty::Empty),
+    (15, Ty::Empty),
+    (16, Ty::Struct(PQ_VARIANT)),
+    (17, Ty::Struct(PQ_GEOMETRY)),
+    (18, Ty::Struct(PQ_GEOGRAPHY)),
+];
+const PQ_SCHEMA_ELEMENT: &[(i16, Ty)] = &[
+    (1, Ty::I32),
+    (2, Ty::I32),
+    (3, Ty::I32),
+    (4, Ty::Bin),
+    (5, Ty::I32),
+    (6, Ty::I32),
+    (7, Ty::I32),
+    (8, Ty::I32),
+    (9, Ty::I32),
+    (10, Ty::Struct(PQ_LOGICAL)),
+];
+const PQ_STATISTICS: &[(i16, Ty)] = &[
+    (1, Ty::Bin),
+    (2, Ty::Bin),
+    (3, Ty::I64),
+    (4, Ty::I64),
+    (5, Ty::Bin),
+    (6, Ty::Bin),
+    (7, Ty::Bool),
+    (8, Ty::Bool),
+];
+const PQ_PAGE_ENCODING_STATS: &[(i16, Ty)] = &[(1, Ty::I32), (2, Ty::I32), (3, Ty::I32)];
+const PQ_SIZE_STATS: &[(i16, Ty)] = &[
+    (1, Ty::I64),
+    (2, Ty::List(&Ty::I64)),
+    (3, Ty::List(&Ty::I64)),
+];
+const PQ_BBOX: &[(i16, Ty)] = &[
+    (1, Ty::Double),
+    (2, Ty::Double),
+    (3, Ty::Double),
+    (4, Ty::Double),
+    (5, Ty::Double),
+    (6, Ty::Double),
+    (7, Ty::Double),
+    (8, Ty::Double),
+];
+const PQ_GEO_STATS: &[(i16, Ty)] = &[(1, Ty::Struct(PQ_BBOX)), (2, Ty::List(&Ty::I32))];
+const PQ_COLUMN_META: &[(i16, Ty)] = &[
+    (1, Ty::I32),
+    (2, Ty::List(&Ty::I32)),
+    (4, Ty::I32),
+    (5, Ty::I64),
+    (6, Ty::I64),
+    (7, Ty::I64),
+    (9, Ty::I64),
+    (10, Ty::I64),
+    (11, Ty::I64),
+    (12, Ty::Struct(PQ_STATISTICS)),
+    (13, Ty::List(&Ty::Struct(PQ_PAGE_ENCODING_STATS))),
+    (14, Ty::I64),
+    (15, Ty::I32),
+    (16, Ty::Struct(PQ_SIZE_STATS)),
+    (17, Ty::Struct(PQ_GEO_STATS)),
+];
+const PQ_COLUMN_CHUNK: &[(i16, Ty)] = &[
+    (1, Ty::Bin),
+    (2, Ty::I64),
+    (3, Ty::Struct(PQ_COLUMN_META)),
+    (4, Ty::I64),
+    (5, Ty::I32),
+    (6, Ty::I64),
+    (7, Ty::I32),
+];
+const PQ_SORTING_COLUMN: &[(i16, Ty)] = &[(1, Ty::I32), (2, Ty::Bool), (3, Ty::Bool)];
+const PQ_ROW_GROUP: &[(i16, Ty)] = &[
+    (1, Ty::List(&Ty::Struct(PQ_COLUMN_CHUNK))),
+    (2, Ty::I64),
+    (3, Ty::I64),
+    (4, Ty::List(&Ty::Struct(PQ_SORTING_COLUMN))),
+    (5, Ty::I64),
+    (7, Ty::I16),
+];
+const PQ_KEY_VALUE: &[(i16, Ty)] = &[(1, Ty::Bin), (2, Ty::Bin)];
+const PQ_COLUMN_ORDER: &[(i16, Ty)] = &[(1, Ty::Empty)];
+const PQ_FILE_META: &[(i16, Ty)] = &[
+    (1, Ty::I32),
+    (2, Ty::List(&Ty::Struct(PQ_SCHEMA_ELEMENT))),
+    (3, Ty::I64),
+    (4, Ty::List(&Ty::Struct(PQ_ROW_GROUP))),
+    (5, Ty::List(&Ty::Struct(PQ_KEY_VALUE))),
+    (6, Ty::Bin),
+    (7, Ty::List(&Ty::Struct(PQ_COLUMN_ORDER))),
+];
+const PQ_DATA_PAGE: &[(i16, Ty)] = &[
+    (1, Ty::I32),
+    (2, Ty::I32),
+    (3, Ty::I32),
+    (4, Ty::I32),
+    (5, Ty::Struct(PQ_STATISTICS)),
+];
+const PQ_DICT_PAGE: &[(i16, Ty)] = &[(1, Ty::I32), (2, Ty::I32), (3, Ty::Bool)];
+const PQ_DATA_PAGE_V2: &[(i16, Ty)] = &[
+    (1, Ty::I32),
+    (2, Ty::I32),
+    (3, Ty::I32),
+    (4, Ty::I32),
+    (5, Ty::I32),
+    (6, Ty::I32),
+    (7, Ty::Bool),
+    (8, Ty::Struct(PQ_STATISTICS)),
+];
+const PQ_PAGE_HEADER: &[(i16, Ty)] = &[
+    (1, Ty::I32),
+    (2, Ty::I32),
+    (3, Ty::I32),
+    (4, Ty::I32),
+    (5, Ty::Struct(PQ_DATA_PAGE)),
+    (6, Ty::Struct(&[])),
+    (7, Ty::Struct(PQ_DICT_PAGE)),
+    (8, Ty::Struct(PQ_DATA_PAGE_V2)),
+];
+
 /// A walk over Thrift compact-protocol bytes that checks sizes without building anything.
 struct ThriftWalk<'a> {
     bytes: &'a [u8],
@@ -852,33 +1031,107 @@ struct ThriftWalk<'a> {
 }
 
 impl ThriftWalk<'_> {
-    /// Walks a `PageHeader` struct and returns its `compressed_page_size` (field 3, i32),
-    /// the length of the page body that follows.
+    /// Walks a `PageHeader` (typed, see [`Ty`]) and returns its `compressed_page_size`
+    /// (field 3), the length of the page body that follows.
     fn page_header(&mut self) -> std::result::Result<usize, String> {
-        let mut id: i64 = 0;
         let mut size = None;
+        self.typed(PQ_PAGE_HEADER, 0, &mut |id, v| {
+            if id == 3 {
+                size = Some(v)
+            }
+        })?;
+        let v = size.ok_or("no compressed_page_size")?;
+        usize::try_from(v).map_err(|_| format!("page size {v}"))
+    }
+
+    /// Walks a struct of `fields` the way the `parquet` crate reads it (see [`Ty`]): a known
+    /// field must carry its type's wire type and is walked as that type, an unknown one is
+    /// skipped by its wire type. `top` sees the top-level integer fields `(id, value)`.
+    fn typed(
+        &mut self,
+        fields: &[(i16, Ty)],
+        depth: usize,
+        top: &mut dyn FnMut(i16, i64),
+    ) -> std::result::Result<(), String> {
+        if depth > 64 {
+            return Err("nested more than 64 deep".into());
+        }
+        let mut id: i16 = 0;
         loop {
             let h = self.byte()?;
             if h == 0 {
-                break;
+                return Ok(());
             }
             id = match h >> 4 {
                 0 => {
                     let z = self.varint()?;
-                    ((z >> 1) as i64) ^ -((z & 1) as i64)
+                    let v = ((z >> 1) as i64) ^ -((z & 1) as i64);
+                    i16::try_from(v).map_err(|_| format!("field id {v}"))?
                 }
-                d => id + i64::from(d),
+                d => id.checked_add(i16::from(d)).ok_or("field id overflow")?,
             };
-            let t = h & 0x0f;
-            if id == 3 && t == 5 {
-                let z = self.varint()?;
-                let v = ((z >> 1) as i64) ^ -((z & 1) as i64);
-                size = Some(usize::try_from(v).map_err(|_| format!("page size {v}"))?);
-            } else {
-                self.value(t, 1)?;
+            let wire = h & 0x0f;
+            match fields.iter().find(|f| f.0 == id) {
+                None => self.value(wire, depth + 1)?,
+                Some(&(_, ty)) => {
+                    if !ty.wire().contains(&wire) {
+                        return Err(format!(
+                            "field {id} has wire type {wire}, the format says {:?}",
+                            ty.wire()
+                        ));
+                    }
+                    if let Ty::I16 | Ty::I32 | Ty::I64 = ty {
+                        let z = self.varint()?;
+                        top(id, ((z >> 1) as i64) ^ -((z & 1) as i64));
+                    } else {
+                        self.typed_value(ty, depth + 1)?;
+                    }
+                }
             }
         }
-        size.ok_or_else(|| "no compressed_page_size".to_string())
+    }
+
+    /// A value of type `ty` whose wire type was checked (booleans as struct fields carry no
+    /// payload).
+    fn typed_value(&mut self, ty: Ty, depth: usize) -> std::result::Result<(), String> {
+        match ty {
+            Ty::Bool => Ok(()),
+            Ty::Byte => self.skip(1),
+            Ty::I16 | Ty::I32 | Ty::I64 => self.varint().map(|_| ()),
+            Ty::Double => self.skip(8),
+            Ty::Bin => {
+                let n = self.varint()?;
+                self.skip(n)
+            }
+            Ty::Empty => match self.byte()? {
+                0 => Ok(()),
+                _ => Err("an empty struct has fields".into()),
+            },
+            Ty::Struct(fields) => self.typed(fields, depth, &mut |_, _| {}),
+            Ty::List(elem) => {
+                let h = self.byte()?;
+                let n = match h >> 4 {
+                    15 => self.varint()?,
+                    n => u64::from(n),
+                };
+                // The crate reads an empty list's header byte 0 without an element type.
+                if h != 0 && !elem.wire().contains(&(h & 0x0f)) {
+                    return Err(format!(
+                        "a list of wire type {}, the format says {:?}",
+                        h & 0x0f,
+                        elem.wire()
+                    ));
+                }
+                self.fits(n, 1)?;
+                for _ in 0..n {
+                    match elem {
+                        Ty::Bool => self.skip(1)?,
+                        _ => self.typed_value(*elem, depth + 1)?,
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     fn left(&self) -> usize {

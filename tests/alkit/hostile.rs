@@ -804,6 +804,22 @@ fn cases() -> Vec<Case> {
             ["p.parquet", "malformed page header"]
         ),
         case!(
+            // Found by fuzzing: parquet 57 reads footer fields by id whatever their wire type;
+            // field 1 declared a string, read as an i32, shifted the crate onto a list of ~2^31.
+            "parquet-footer-field-type-mismatch",
+            |d, _| {
+                std::fs::copy(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/fuzz/parquet-footer-field-type-mismatch.parquet"),
+                    d.join("p.parquet"),
+                )
+                .unwrap();
+            },
+            ["init", "--pool", "{d}/p.parquet", "--state", "{d}/s"],
+            1,
+            ["p.parquet", "field 1 has wire type 8"]
+        ),
+        case!(
             // Found by fuzzing: a list count of ~2^31 in the footer made parquet 57 allocate
             // 52 GB up front and abort.
             "parquet-footer-list-of-2e31",
