@@ -762,9 +762,9 @@ fn read_parquet_rows(path: &Path) -> Result<Table> {
 }
 
 /// Checks a Parquet file's footer before the `parquet` crate reads it: the metadata length
-/// fits the file, and the Thrift compact-protocol metadata is well formed with every list,
-/// set, map and binary no longer than the bytes left to hold it (each element takes at least
-/// one byte) and nesting at most 64 deep. The crate allocates a list's declared length up
+/// fits the file, and the Thrift compact-protocol metadata, walked as the crate reads it (see
+/// [`Ty`]), is well formed with every list and binary no longer than the bytes left to hold it
+/// (each element takes at least one byte) and nesting at most 64 deep. The crate allocates a list's declared length up
 /// front, so a 4-byte count of 2^31 in a small file aborted the program (found by fuzzing:
 /// `memory allocation of 51913936800 bytes failed`), which no `catch_unwind` can contain.
 fn check_parquet_footer(path: &Path) -> Result<()> {
