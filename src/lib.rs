@@ -8,6 +8,8 @@
 //! - [`train`] and [`predict`]: fitting from scratch, batched inference and test metrics;
 //! - [`acquire`]: the acquisition loop with resumable run state;
 //! - [`curve`]: many strategies x seeds into CSV tables and plots;
+//! - [`session`], [`label_studio`] and [`serve`]: labeling sessions with a person as the
+//!   oracle, from the command line, Label Studio files or a page in the browser;
 //! - [`observe`]: progress reporting (the library never prints);
 //! - scorers, evidence and selection live in the `alkit-acquisition` crate, re-exported as
 //!   [`acquisition`].
@@ -36,6 +38,7 @@ pub mod plot;
 pub mod predict;
 pub mod rng;
 pub mod round;
+pub mod serve;
 pub mod session;
 pub mod strategies;
 pub mod surface;

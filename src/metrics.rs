@@ -350,7 +350,7 @@ pub struct CalibrationMetrics {
 /// Temperature scaling in place: each row of log-probabilities (or logits) `(n, classes)`
 /// becomes `log softmax(row / t)`, with the log-sum-exp taken in `f64`.
 pub fn temperature_scale(log_probs: &mut [f32], classes: usize, t: f64) -> Result<()> {
-    if classes == 0 || log_probs.len() % classes != 0 {
+    if classes == 0 || !log_probs.len().is_multiple_of(classes) {
         return Err(Error::config(
             "logits",
             "shape does not match the class count",

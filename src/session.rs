@@ -29,10 +29,44 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const FORMAT: u32 = 1;
 /// Name of the state file inside a session folder.
 pub const STATE_FILE: &str = "session.json";
+
+/// Name of the lock file inside a session folder (see [`lock`]).
+pub const LOCK_FILE: &str = "session.lock";
+
+/// An exclusive hold on a session folder: while it lives, no other process can [`lock`] the
+/// same folder. The operating system releases it when the process ends, however it ends, so
+/// a killed server leaves nothing to clean up.
+#[derive(Debug)]
+pub struct SessionLock {
+    _file: std::fs::File,
+}
+
+/// Takes the session folder `dir` for this process, so that a labeling page and a `teach`
+/// in a shell (or two pages) cannot both change `session.json`; an error names the folder
+/// when another process holds it.
+pub fn lock(dir: &Path) -> Result<SessionLock> {
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(SessionLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::state(
+            &path,
+            "another alkit process (`alkit label`, `query` or `teach`) is using this session; \
+             let it finish or stop it first",
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
+    }
+}
 
 /// A labeled item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +77,47 @@ pub struct Labeled {
     pub label: String,
     /// The round its label was taught after (0 = given at init).
     pub round: usize,
+    /// The person's note on the item, if they left one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One answer to teach: an item's id, its class name and an optional note; `row` is its
+/// line (CSV), task (Label Studio) or answer number in errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Where the answer came from, for errors: a 1-based line, task or answer number.
+    pub row: usize,
+    /// The item's id.
+    pub id: String,
+    /// Its class name.
+    pub label: String,
+    /// An optional note (at most [`MAX_NOTE`] characters, no control characters).
+    pub note: Option<String>,
+}
+
+impl Answer {
+    /// An answer without a note.
+    pub fn new(row: usize, id: impl Into<String>, label: impl Into<String>) -> Answer {
+        Answer {
+            row,
+            id: id.into(),
+            label: label.into(),
+            note: None,
+        }
+    }
+}
+
+/// The longest note kept with an answer, in characters.
+pub const MAX_NOTE: usize = 2000;
+
+/// What [`Learner::undo`] needs to take one answer of [`Learner::teach_one`] back: the item
+/// and the pending entry (with its place in the pending list) that the answer removed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Undo {
+    /// The answered item's id.
+    pub id: String,
+    removed: Vec<(usize, Pending)>,
 }
 
 /// An item queried and not yet answered.
@@ -256,7 +331,7 @@ pub struct Query {
 
 /// A labeling session over a pool (see the module docs).
 pub struct Learner {
-    items: Items,
+    items: Arc<Items>,
     data: Dataset,
     test: Option<Dataset>,
     index: HashMap<String, usize>,
@@ -333,10 +408,10 @@ impl Learner {
             rounds: Vec::new(),
         };
         let mut l = Learner::resume(state, loaded, Path::new(STATE_FILE))?;
-        let rows: Vec<(usize, String, String)> = seeds
+        let rows: Vec<Answer> = seeds
             .iter()
             .enumerate()
-            .map(|(i, (id, c))| (i + 1, id.clone(), c.clone()))
+            .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
             .collect();
         l.teach_rows(&rows, Path::new("seed labels"), 0)?;
         Ok(l)
@@ -418,7 +493,7 @@ impl Learner {
             _ => None,
         };
         Ok(Learner {
-            items: loaded.pool,
+            items: Arc::new(loaded.pool),
             data,
             test,
             index,
@@ -470,6 +545,18 @@ impl Learner {
     /// The pool.
     pub fn items(&self) -> &Items {
         &self.items
+    }
+
+    /// The pool, shared: for readers that outlive a borrow of the learner (a server renders
+    /// items while another thread trains).
+    pub fn shared_items(&self) -> Arc<Items> {
+        Arc::clone(&self.items)
+    }
+
+    /// Writes `dir/session.json` atomically, and nothing else: after an answer, the model
+    /// of the last query is unchanged on disk.
+    pub fn save_state(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join(STATE_FILE), &self.state)
     }
 
     fn labeled_indices(&self) -> Vec<usize> {
@@ -672,8 +759,63 @@ impl Learner {
     /// Teaches `(row, id, class name)` answers read from `origin` (a file; `row` its line or
     /// task number in errors); all are checked before any is applied.
     pub fn teach_from(&mut self, rows: &[(usize, String, String)], origin: &Path) -> Result<usize> {
+        let rows: Vec<Answer> = rows
+            .iter()
+            .map(|(r, id, c)| Answer::new(*r, id.clone(), c.clone()))
+            .collect();
+        self.teach_answers(&rows, origin)
+    }
+
+    /// Teaches `answers` read from `origin` (a file, or what a page sent); all are checked
+    /// before any is applied.
+    pub fn teach_answers(&mut self, answers: &[Answer], origin: &Path) -> Result<usize> {
         let round = self.state.rounds.len();
-        self.teach_rows(rows, origin, round)
+        self.teach_rows(answers, origin, round)
+    }
+
+    /// Teaches one answer, checked as [`Learner::teach_answers`] checks a file's rows, and
+    /// returns what [`Learner::undo`] needs to take it back.
+    pub fn teach_one(&mut self, answer: &Answer, origin: &Path) -> Result<Undo> {
+        let removed: Vec<(usize, Pending)> = self
+            .state
+            .pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.id == answer.id)
+            .map(|(k, p)| (k, p.clone()))
+            .collect();
+        self.teach_answers(std::slice::from_ref(answer), origin)?;
+        Ok(Undo {
+            id: answer.id.clone(),
+            removed,
+        })
+    }
+
+    /// Takes back the answer `undo` came from: it must be the last label taught, in the
+    /// current round. The item is unlabeled again and its pending entry is back in its place.
+    pub fn undo(&mut self, undo: Undo) -> Result<()> {
+        let round = self.state.rounds.len();
+        match self.state.labeled.last() {
+            Some(l) if l.id == undo.id && l.round == round && round > 0 => {}
+            _ => {
+                return Err(Error::config(
+                    "undo",
+                    format!(
+                        "`{}` is not the last label taught in round {round}; only that one \
+                         can be taken back",
+                        undo.id
+                    ),
+                ))
+            }
+        }
+        self.state.labeled.pop();
+        let i = self.index[&undo.id];
+        self.data.set_labels(&[(i, 0)])?;
+        for (k, p) in undo.removed {
+            let at = k.min(self.state.pending.len());
+            self.state.pending.insert(at, p);
+        }
+        Ok(())
     }
 
     /// Writes a query's batch to `out` atomically as CSV: `id,index,path,score` (the image's
@@ -697,29 +839,25 @@ impl Learner {
 
     /// Teaches `(id, class name)` answers; all are checked before any is applied.
     pub fn teach(&mut self, answers: &[(String, String)]) -> Result<usize> {
-        let rows: Vec<(usize, String, String)> = answers
+        let rows: Vec<Answer> = answers
             .iter()
             .enumerate()
-            .map(|(i, (id, c))| (i + 1, id.clone(), c.clone()))
+            .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
             .collect();
         let round = self.state.rounds.len();
         self.teach_rows(&rows, Path::new("answers"), round)
     }
 
-    /// Teaches the answers in a CSV file with columns `id,label` (label = class name); every
-    /// row is checked before any is applied, and an error names the file and line.
+    /// Teaches the answers in a CSV file with columns `id,label` and an optional `note`
+    /// (label = class name); every row is checked before any is applied, and an error names
+    /// the file and line.
     pub fn teach_csv(&mut self, path: &Path) -> Result<usize> {
-        let rows = read_answer_csv(path)?;
+        let rows = read_answers(path)?;
         let round = self.state.rounds.len();
         self.teach_rows(&rows, path, round)
     }
 
-    fn teach_rows(
-        &mut self,
-        rows: &[(usize, String, String)],
-        origin: &Path,
-        round: usize,
-    ) -> Result<usize> {
+    fn teach_rows(&mut self, rows: &[Answer], origin: &Path, round: usize) -> Result<usize> {
         let row_err = |row: usize, problem: String| Error::Row {
             path: origin.to_path_buf(),
             row,
@@ -733,7 +871,24 @@ impl Learner {
             .collect();
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut labels = Vec::with_capacity(rows.len());
-        for (row, id, class) in rows {
+        for Answer {
+            row,
+            id,
+            label: class,
+            note,
+        } in rows
+        {
+            if let Some(n) = note {
+                if n.chars().count() > MAX_NOTE || n.chars().any(char::is_control) {
+                    return Err(row_err(
+                        *row,
+                        format!(
+                            "the note on `{id}` is longer than {MAX_NOTE} characters or holds \
+                             control characters"
+                        ),
+                    ));
+                }
+            }
             let Some(&i) = self.index.get(id.as_str()) else {
                 return Err(row_err(*row, format!("unknown id `{id}`")));
             };
@@ -763,33 +918,32 @@ impl Learner {
             };
             labels.push((i, c as u32));
         }
-        let mut y = self.data.labels().to_vec();
-        for &(i, c) in &labels {
-            y[i] = c;
-        }
-        self.data = Dataset::new(
-            self.data.features().to_vec(),
-            y,
-            self.data.item_shape().to_vec(),
-            self.state.classes.len(),
-        )?;
-        let taught: HashSet<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+        self.data.set_labels(&labels)?;
+        let taught: HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
         self.state
             .pending
             .retain(|p| !taught.contains(p.id.as_str()));
-        self.state
-            .labeled
-            .extend(rows.iter().map(|(_, id, class)| Labeled {
-                id: id.clone(),
-                label: class.clone(),
-                round,
-            }));
+        self.state.labeled.extend(rows.iter().map(|a| Labeled {
+            id: a.id.clone(),
+            label: a.label.clone(),
+            round,
+            note: a.note.clone(),
+        }));
         Ok(rows.len())
     }
 }
 
 /// Reads `id,label` rows (header required, extra columns ignored) with their line numbers.
 pub fn read_answer_csv(path: &Path) -> Result<Vec<(usize, String, String)>> {
+    Ok(read_answers(path)?
+        .into_iter()
+        .map(|a| (a.row, a.id, a.label))
+        .collect())
+}
+
+/// Reads `id,label` rows and the optional `note` column (header required, other columns
+/// ignored; an empty note is none) with their line numbers.
+pub fn read_answers(path: &Path) -> Result<Vec<Answer>> {
     let (header, rows) = read_csv(path)?;
     let col = |name: &str| {
         header
@@ -802,6 +956,7 @@ pub fn read_answer_csv(path: &Path) -> Result<Vec<(usize, String, String)>> {
             })
     };
     let (ic, lc) = (col("id")?, col("label")?);
+    let nc = header.iter().position(|h| h == "note");
     rows.into_iter()
         .map(|(n, r)| {
             if r[lc].is_empty() {
@@ -811,7 +966,13 @@ pub fn read_answer_csv(path: &Path) -> Result<Vec<(usize, String, String)>> {
                     problem: format!("id `{}` has an empty label", r[ic]),
                 });
             }
-            Ok((n, r[ic].clone(), r[lc].clone()))
+            let note = nc.map(|c| r[c].clone()).filter(|s| !s.is_empty());
+            Ok(Answer {
+                row: n,
+                id: r[ic].clone(),
+                label: r[lc].clone(),
+                note,
+            })
         })
         .collect()
 }

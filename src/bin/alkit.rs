@@ -74,6 +74,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             r
         }
         Command::Teach(a) => session::teach(a),
+        Command::Label(a) => session::label(a, &device),
         Command::Status(a) => session::status(a),
         Command::Scorers => {
             let mut so = std::io::stdout().lock();

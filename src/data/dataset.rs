@@ -195,6 +195,28 @@ impl Dataset {
         &self.x
     }
 
+    /// Sets the labels of items `(index, class)` in place (a session teaching one answer
+    /// does not copy the features); all are checked before any is set.
+    pub fn set_labels(&mut self, labels: &[(usize, u32)]) -> Result<()> {
+        if let Some(&(i, c)) = labels
+            .iter()
+            .find(|&&(i, c)| i >= self.y.len() || c as usize >= self.classes)
+        {
+            return Err(Error::config(
+                "labels",
+                format!(
+                    "item {i} class {c}: the dataset has {} items and {} classes",
+                    self.y.len(),
+                    self.classes
+                ),
+            ));
+        }
+        for &(i, c) in labels {
+            self.y[i] = c;
+        }
+        Ok(())
+    }
+
     /// Item `i`'s features.
     pub fn item(&self, i: usize) -> &[f32] {
         let d = self.item_len();

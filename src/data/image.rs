@@ -83,7 +83,7 @@ fn check_png_chunks(bytes: &[u8], path: &Path) -> Result<()> {
     while at + 8 <= bytes.len() {
         let len = u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
         let kind = &bytes[at + 4..at + 8];
-        if kind == b"PLTE" && (len == 0 || len % 3 != 0 || len > 768) {
+        if kind == b"PLTE" && (len == 0 || !len.is_multiple_of(3) || len > 768) {
             return Err(bad(
                 path,
                 format!("invalid PNG: a palette (PLTE) of {len} bytes, not 1 to 256 RGB entries"),

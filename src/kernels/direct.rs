@@ -18,7 +18,7 @@ pub(crate) const LANES: usize = 16;
 
 /// Whether the direct kernels handle a `k x k` convolution from `cin` to `cout` channels.
 pub(crate) fn applies(cin: usize, k: usize, cout: usize) -> bool {
-    cin == 1 && k == 3 && cout % LANES == 0
+    cin == 1 && k == 3 && cout.is_multiple_of(LANES)
 }
 
 /// Image geometry: input `h x w`, zero padding `pad`, output `oh x ow` (`h + 2 pad - 2`), and

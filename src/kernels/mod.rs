@@ -864,7 +864,7 @@ fn conv_relu_pool_k<T: Elem>(
     if per == 0 {
         return out;
     }
-    if kc <= DIRECT_MAX_K && cout % LANES == 0 {
+    if kc <= DIRECT_MAX_K && cout.is_multiple_of(LANES) {
         direct_conv_relu_pool(x, &wm, bias, (h, w, cin), k, cout, per, &mut out);
         return out;
     }

@@ -55,11 +55,15 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Every file under `root` with its bytes.
+/// Every file under `root` with its bytes, but for session lock files: an empty file a
+/// session command may create to hold the folder (`alkit::session::lock`).
 fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     fn go(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let p = e.path();
+            if p.file_name() == Some(std::ffi::OsStr::new(alkit::session::LOCK_FILE)) {
+                continue;
+            }
             if p.is_dir() {
                 out.insert(p.clone(), b"<folder>".to_vec());
                 go(&p, out);
@@ -95,7 +99,7 @@ fn st(tensors: &[(&str, &str, &[usize], Vec<u8>)], meta: Option<(&str, &str)>) -
         header.insert("__metadata__".into(), serde_json::json!({ k: v }));
     }
     let mut h = serde_json::to_vec(&header).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
@@ -1288,6 +1292,38 @@ fn cases() -> Vec<Case> {
             ["teach", "--state", "{d}/sess", "--labels", "{d}/e.json"],
             1,
             ["e.json:1", "bird"]
+        ),
+        case!(
+            "label-remote-host-without-flag",
+            |d, fx| {
+                sess_copy(d, fx);
+            },
+            ["label", "--state", "{d}/sess", "--host", "0.0.0.0"],
+            1,
+            ["--host 0.0.0.0", "--allow-remote"]
+        ),
+        case!(
+            "label-host-not-an-address",
+            none,
+            ["label", "--state", "{d}/sess", "--host", "localhost:80"],
+            2,
+            ["--host"]
+        ),
+        case!(
+            "label-empty-batch",
+            |d, fx| {
+                sess_copy(d, fx);
+            },
+            ["label", "--state", "{d}/sess", "--n", "0"],
+            2,
+            ["--n 0"]
+        ),
+        case!(
+            "label-not-a-session",
+            none,
+            ["label", "--state", "{d}/nothing"],
+            1,
+            ["nothing", "not a session folder"]
         ),
         // ------------------------------------------------------------------- curve runs
         case!(

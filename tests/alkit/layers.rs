@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("round", &["round", "strategies"]),
     ("loops", &["acquire", "session", "label_studio"]),
     ("experiments", &["curve", "surface", "bench", "eval"]),
+    ("serve", &["serve"]),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -8,6 +8,7 @@ mod duq;
 mod fuzz_corpora;
 mod gradients;
 mod hostile;
+mod label_page;
 mod layers;
 mod scorers;
 mod sessions;

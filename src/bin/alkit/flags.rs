@@ -84,6 +84,8 @@ pub(crate) enum Command {
     Query(session::QueryArgs),
     /// Add a person's answers (id,label CSV) to the session; one bad row changes nothing.
     Teach(session::TeachArgs),
+    /// Label in the browser: a local page shows the pending batch, one key per class; answers are saved at once, and the model retrains and asks for the next batch in the background.
+    Label(session::LabelArgs),
     /// Labeled items per class, rounds, pending items and the last round's metrics.
     Status(session::StatusArgs),
     /// Every strategy `--scorer` accepts, with what it is (the registry).

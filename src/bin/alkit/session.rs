@@ -1,18 +1,24 @@
-//! `alkit init / query / teach / status`: a labeling session kept in a state folder.
+//! `alkit init / query / teach / label / status`: a labeling session kept in a state folder.
 //!
-//! Each command loads `DIR/session.json`, reloads the pool from the source recorded there,
-//! does one thing through [`alkit::session::Learner`] and saves the state atomically.
+//! Each command locks the folder, loads `DIR/session.json`, reloads the pool from the source
+//! recorded there, does one thing through [`alkit::session::Learner`] and saves the state
+//! atomically; `label` serves the page of [`alkit::serve`] until it is stopped.
 
 use super::{load_source, ModelArg, ScorerFlags};
 use alkit::models::Arch;
 use alkit::observe::Observer;
-use alkit::session::{read_answer_csv, Learner, QueryRequest, SessionConfig, STATE_FILE};
+use alkit::serve::{LabelServer, ServeEvent, ServeSettings};
+use alkit::session::{
+    lock, read_answer_csv, Learner, QueryRequest, SessionConfig, SessionLock, STATE_FILE,
+};
 use alkit::strategies::{ScorerSettings, StrategyKind};
 use alkit::train::TrainConfig;
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use std::io::Write;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct InitArgs {
@@ -100,6 +106,33 @@ pub struct TeachArgs {
 }
 
 #[derive(clap::Args)]
+pub struct LabelArgs {
+    /// Session folder (from `alkit init`).
+    #[arg(long)]
+    state: PathBuf,
+    /// Strategy choosing each next batch: any of `alkit scorers`.
+    #[arg(long, default_value = "entropy")]
+    scorer: StrategyKind,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
+    /// Items per batch: the model retrains after each batch.
+    #[arg(long, default_value_t = 20)]
+    n: usize,
+    /// Score a seeded random M of the candidates each round instead of all of them.
+    #[arg(long, value_name = "M")]
+    subsample: Option<usize>,
+    /// Address to listen on. Another than the loopback address needs --allow-remote: anyone who can reach it and has the printed URL can label.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port [default: a free one].
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Allow --host to be an address other machines can reach.
+    #[arg(long)]
+    allow_remote: bool,
+}
+
+#[derive(clap::Args)]
 pub struct StatusArgs {
     /// Session folder.
     #[arg(long)]
@@ -109,7 +142,15 @@ pub struct StatusArgs {
     json: bool,
 }
 
-fn open(dir: &Path) -> Result<Learner> {
+/// Locks the session folder `dir` and loads its session.
+fn open(dir: &Path) -> Result<(SessionLock, Learner)> {
+    if !dir.join(STATE_FILE).is_file() {
+        bail!(
+            "--state {}: not a session folder (no {STATE_FILE}; run `alkit init`)",
+            dir.display()
+        );
+    }
+    let held = lock(dir).with_context(|| format!("--state {}", dir.display()))?;
     let path = dir.join(STATE_FILE);
     let state: alkit::session::SessionState =
         alkit::fsutil::read_json(&path).with_context(|| {
@@ -119,7 +160,7 @@ fn open(dir: &Path) -> Result<Learner> {
             )
         })?;
     let (_, loaded) = load_source(&state.source)?;
-    Ok(Learner::resume(state, loaded, &path)?)
+    Ok((held, Learner::resume(state, loaded, &path)?))
 }
 
 pub fn init(a: InitArgs) -> Result<()> {
@@ -194,6 +235,16 @@ pub fn init(a: InitArgs) -> Result<()> {
     let n = loaded.pool.len();
     let learner = Learner::new(&source, loaded, classes, &seeds, config)
         .with_context(|| format!("starting a session on {source}"))?;
+    // Nothing is written before the pool and the settings are known to be good; then the
+    // folder is held while the session is written (a page may already serve an old one).
+    std::fs::create_dir_all(&a.state).with_context(|| format!("--state {}", a.state.display()))?;
+    let _held = lock(&a.state).with_context(|| format!("--state {}", a.state.display()))?;
+    if state_file.exists() && !a.force {
+        bail!(
+            "{} already holds a session; pass --force to replace it",
+            a.state.display()
+        );
+    }
     learner.save(&a.state)?;
     let st = learner.state();
     writeln!(
@@ -212,7 +263,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     if a.format == BatchFormat::LabelStudio {
         alkit::fsutil::check_output("out", &a.out.with_extension("xml"), &[&state_file, &model])?;
     }
-    let mut learner = open(&a.state)?;
+    let (_held, mut learner) = open(&a.state)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
         ..a.scorer_flags.settings()?
@@ -249,7 +300,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
 }
 
 pub fn teach(a: TeachArgs) -> Result<()> {
-    let mut learner = open(&a.state)?;
+    let (_held, mut learner) = open(&a.state)?;
     let is_json = a
         .labels
         .extension()
@@ -276,6 +327,78 @@ pub fn teach(a: TeachArgs) -> Result<()> {
         write!(so, " ({unanswered} tasks of the export had no answer)")?;
     }
     writeln!(so)?;
+    Ok(())
+}
+
+pub fn label(a: LabelArgs, device: &Device) -> Result<()> {
+    if !a.host.is_loopback() && !a.allow_remote {
+        bail!(
+            "--host {}: other machines could reach the page; pass --allow-remote to mean it",
+            a.host
+        );
+    }
+    let (held, learner) = open(&a.state)?;
+    let settings = ScorerSettings {
+        members: learner.state().config.ensemble.is_some(),
+        ..a.scorer_flags.settings()?
+    };
+    let strategy = a.scorer.strategy(&settings)?;
+    if a.n == 0 || a.subsample.is_some_and(|m| m < a.n) {
+        return Err(alkit::Error::config(
+            "n",
+            format!(
+                "--n {} (--subsample {:?}): a batch needs at least one item, and at most the subsample",
+                a.n, a.subsample
+            ),
+        )
+        .into());
+    }
+    let request = QueryRequest {
+        strategy,
+        n: a.n,
+        include_pending: false,
+        subsample: a.subsample,
+    };
+    let settings = ServeSettings {
+        host: a.host,
+        port: a.port,
+        request,
+        device: device.clone(),
+    };
+    let events: alkit::serve::Events = Arc::new(|e: &ServeEvent<'_>| {
+        let mut se = std::io::stderr().lock();
+        let _ = match e {
+            ServeEvent::Answered { id, label, labeled } => {
+                writeln!(se, "answered {id} = {label} ({labeled} labeled)")
+            }
+            ServeEvent::Undone { id } => writeln!(se, "took back the answer on {id}"),
+            ServeEvent::RoundStarted { round, labeled } => {
+                writeln!(se, "round {round}: training on {labeled} labels")
+            }
+            ServeEvent::RoundFinished {
+                round,
+                queried,
+                test_acc,
+            } => match test_acc {
+                Some(acc) => writeln!(
+                    se,
+                    "round {round}: {queried} items to label (test accuracy {:.2}%)",
+                    100.0 * acc
+                ),
+                None => writeln!(se, "round {round}: {queried} items to label"),
+            },
+            ServeEvent::Exhausted => writeln!(se, "every item is labeled or pending"),
+            ServeEvent::Failed { problem } => writeln!(se, "error: {problem}"),
+        };
+    });
+    let server = LabelServer::bind(&a.state, held, learner, settings, events)?;
+    writeln!(
+        std::io::stdout().lock(),
+        "labeling page for {}: {}\n(answers are saved as you go; stop with Ctrl-C)",
+        a.state.display(),
+        server.url()
+    )?;
+    server.run()?;
     Ok(())
 }
 

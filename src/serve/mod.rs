@@ -1,0 +1,772 @@
+//! `alkit label`: a labeling page in the browser over a session folder.
+//!
+//! [`LabelServer`] serves one page and a small JSON API on a local port. The page shows the
+//! session's pending batch item by item and takes one key per class; every answer goes
+//! through [`Learner::teach_one`] (the checks of `alkit teach`) and is in `session.json`
+//! (written atomically) before the page hears back, so closing the tab or killing the server
+//! loses nothing. When the batch is answered (or on the page's button) a background thread
+//! retrains and queries the next batch through [`Learner::query`], the same round as
+//! `alkit query`, while the page shows its progress.
+//!
+//! It lives here, above the loops, because it drives a session; the HTTP details (token,
+//! host, bodies) are in [`http`]. The server is `tiny_http`: synchronous, a handful of small
+//! dependencies and no async runtime, which a page with one person behind it does not need.
+//! One thread handles requests in order, so two tabs are serialised; the session folder is
+//! [`lock`](crate::session::lock)ed for the server's life against other processes.
+
+pub mod http;
+
+use crate::data::source::{Items, Source};
+use crate::error::{Error, Result};
+use crate::observe::{Control, Event, Observer};
+use crate::session::{Answer, Learner, QueryRequest, SessionLock, SessionState, Undo};
+use candle_core::Device;
+use http::{Reply, COOKIE, TOKEN_HEADER};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+use tiny_http::Method;
+
+/// The page, with `__ALKIT_TOKEN__` standing for the session's token.
+const PAGE: &str = include_str!("page.html");
+
+/// The largest image file served as is from an image-folder pool (larger ones are shown as
+/// the model sees them).
+const MAX_ORIGINAL: u64 = 64 << 20;
+
+/// How a labeling server listens and what it asks for.
+#[derive(Clone)]
+pub struct ServeSettings {
+    /// Address to bind (`127.0.0.1` unless the person asks for another).
+    pub host: IpAddr,
+    /// Port; 0 picks a free one.
+    pub port: u16,
+    /// How each next batch is chosen (strategy, size, subsample).
+    pub request: QueryRequest,
+    /// Where training and scoring run.
+    pub device: Device,
+}
+
+/// What the server reports as it goes (the binary prints these).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServeEvent<'a> {
+    /// An answer was saved.
+    Answered {
+        /// The item.
+        id: &'a str,
+        /// Its class.
+        label: &'a str,
+        /// Labeled items now.
+        labeled: usize,
+    },
+    /// The last answer was taken back.
+    Undone {
+        /// The item.
+        id: &'a str,
+    },
+    /// Retraining for the next batch began.
+    RoundStarted {
+        /// The round being queried.
+        round: usize,
+        /// Labels it trains on.
+        labeled: usize,
+    },
+    /// The next batch is ready and saved.
+    RoundFinished {
+        /// The round.
+        round: usize,
+        /// Items in the batch.
+        queried: usize,
+        /// Test accuracy of its model, when the pool has a test split.
+        test_acc: Option<f64>,
+    },
+    /// Every item is labeled or pending: there is nothing left to ask for.
+    Exhausted,
+    /// A background round or a save failed; the page shows it too.
+    Failed {
+        /// What went wrong.
+        problem: &'a str,
+    },
+}
+
+/// Receives [`ServeEvent`]s, from the request thread or the training thread.
+pub type Events = Arc<dyn Fn(&ServeEvent<'_>) + Send + Sync>;
+
+/// A labeling page bound to its port (see the module docs).
+pub struct LabelServer {
+    server: tiny_http::Server,
+    app: Arc<App>,
+    url: String,
+    addr: SocketAddr,
+}
+
+enum Action {
+    Answer(Undo, String),
+    Skip(String),
+}
+
+struct Inner {
+    /// `None` while the training thread holds it.
+    learner: Option<Learner>,
+    /// The state as last saved.
+    state: SessionState,
+    skipped: HashSet<String>,
+    undo: Vec<Action>,
+    /// The last round's model's `(class, probability)` for its batch.
+    predicted: HashMap<String, (usize, f32)>,
+    /// `(rank from 1, batch size)` of each pending item in its round.
+    ranks: HashMap<String, (usize, usize)>,
+    error: Option<String>,
+    exhausted: bool,
+}
+
+#[derive(Clone)]
+struct Progress {
+    round: usize,
+    labeled: usize,
+    phase: &'static str,
+    done: usize,
+    total: usize,
+    started: Instant,
+}
+
+struct App {
+    dir: PathBuf,
+    items: Arc<Items>,
+    index: HashMap<String, usize>,
+    folder: Option<PathBuf>,
+    classes: Vec<String>,
+    token: String,
+    /// `Host` header values accepted; `None`: any (the person bound a non-loopback address).
+    hosts: Option<Vec<String>>,
+    request: QueryRequest,
+    device: Device,
+    events: Events,
+    inner: Mutex<Inner>,
+    progress: Mutex<Option<Progress>>,
+    _lock: SessionLock,
+}
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind, never a half-written file.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn ranks(state: &SessionState) -> HashMap<String, (usize, usize)> {
+    let mut per_round: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    for p in &state.pending {
+        per_round.entry(p.round).or_default().push(&p.id);
+    }
+    per_round
+        .values()
+        .flat_map(|ids| {
+            let n = ids.len();
+            ids.iter()
+                .enumerate()
+                .map(move |(k, id)| (id.to_string(), (k + 1, n)))
+        })
+        .collect()
+}
+
+/// The keyboard key of each class: the name itself when every name is one distinct letter
+/// or digit (digits `0`-`9` press their own key), else `1`-`9`, then `a`-`z`, and none past
+/// 35 classes (buttons only).
+pub fn class_keys(classes: &[String]) -> Vec<Option<char>> {
+    let single: Vec<Option<char>> = classes
+        .iter()
+        .map(|c| {
+            let mut it = c.chars();
+            match (it.next(), it.next()) {
+                (Some(ch), None) if ch.is_ascii_alphanumeric() => Some(ch.to_ascii_lowercase()),
+                _ => None,
+            }
+        })
+        .collect();
+    let distinct: HashSet<char> = single.iter().flatten().copied().collect();
+    if single.iter().all(Option::is_some) && distinct.len() == classes.len() {
+        return single;
+    }
+    (0..classes.len())
+        .map(|k| match k {
+            0..=8 => char::from_digit(k as u32 + 1, 10),
+            9..=34 => Some((b'a' + (k - 9) as u8) as char),
+            _ => None,
+        })
+        .collect()
+}
+
+impl LabelServer {
+    /// Binds the page for the session in `dir` (held by `lock`, loaded as `learner`). The
+    /// URL to open, with a fresh random token, is [`LabelServer::url`].
+    pub fn bind(
+        dir: &Path,
+        lock: SessionLock,
+        learner: Learner,
+        settings: ServeSettings,
+        events: Events,
+    ) -> Result<LabelServer> {
+        let token = http::new_token()?;
+        let server = tiny_http::Server::http(SocketAddr::new(settings.host, settings.port))
+            .map_err(|e| {
+                Error::config(
+                    "port",
+                    format!("cannot listen on {}:{}: {e}", settings.host, settings.port),
+                )
+            })?;
+        let addr = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| Error::config("host", "the server is not listening on an IP address"))?;
+        let port = addr.port();
+        let hosts = settings.host.is_loopback().then(|| {
+            vec![
+                format!("127.0.0.1:{port}"),
+                format!("localhost:{port}"),
+                format!("[::1]:{port}"),
+            ]
+        });
+        let shown = if settings.host.is_unspecified() || settings.host.is_loopback() {
+            "127.0.0.1".to_string()
+        } else {
+            match settings.host {
+                IpAddr::V6(a) => format!("[{a}]"),
+                a => a.to_string(),
+            }
+        };
+        let url = format!("http://{shown}:{port}/?token={token}");
+        let items = learner.shared_items();
+        let index = items
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
+        let state = learner.state().clone();
+        let folder = match Source::parse(&state.source) {
+            Ok(Source::Images(d)) => Some(d),
+            _ => None,
+        };
+        let app = App {
+            dir: dir.to_path_buf(),
+            items,
+            index,
+            folder,
+            classes: state.classes.clone(),
+            token,
+            hosts,
+            request: settings.request,
+            device: settings.device,
+            events,
+            inner: Mutex::new(Inner {
+                learner: Some(learner),
+                ranks: ranks(&state),
+                state,
+                skipped: HashSet::new(),
+                undo: Vec::new(),
+                predicted: HashMap::new(),
+                error: None,
+                exhausted: false,
+            }),
+            progress: Mutex::new(None),
+            _lock: lock,
+        };
+        Ok(LabelServer {
+            server,
+            app: Arc::new(app),
+            url,
+            addr,
+        })
+    }
+
+    /// The page's address with its token: open this.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until the listener fails (in practice, until the process is stopped). With
+    /// nothing pending, the first batch is queried at once in the background.
+    pub fn run(self) -> Result<()> {
+        {
+            let mut inner = guard(&self.app.inner);
+            if inner.state.pending.is_empty() {
+                self.app.start_round(&mut inner);
+            }
+        }
+        loop {
+            let mut request = self.server.recv().map_err(|e| Error::Io {
+                path: PathBuf::from(format!("http://{}", self.addr)),
+                cause: e,
+            })?;
+            let reply = self.app.route(&mut request);
+            reply.send(request);
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    id: String,
+    label: String,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdBody {
+    id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+impl App {
+    fn route(self: &Arc<Self>, req: &mut tiny_http::Request) -> Reply {
+        if let Some(hosts) = &self.hosts {
+            let host = http::header(req, "Host").unwrap_or("");
+            if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+                return Reply::error(421, format!("unexpected Host `{host}`"));
+            }
+        }
+        let url = req.url().to_string();
+        let (path, query) = http::split_url(&url);
+        let get = *req.method() == Method::Get || *req.method() == Method::Head;
+        let post = *req.method() == Method::Post;
+        match path {
+            "/" | "/api/state" | "/api/item" if get => {
+                let given = http::query_param(query, "token").or_else(|| http::cookie(req, COOKIE));
+                if !given.is_some_and(|t| http::same_token(&t, &self.token)) {
+                    return Reply::error(
+                        403,
+                        "wrong or missing token: open the URL `alkit label` printed",
+                    );
+                }
+                match path {
+                    "/" => self.page(),
+                    "/api/state" => Reply::json(200, &self.state_json(&guard(&self.inner))),
+                    _ => match http::query_param(query, "id") {
+                        Some(id) => self.item(&id),
+                        None => Reply::error(400, "which item? (`?id=`)"),
+                    },
+                }
+            }
+            "/api/answer" | "/api/skip" | "/api/undo" | "/api/retrain" if post => {
+                let ok = http::header(req, TOKEN_HEADER)
+                    .is_some_and(|t| http::same_token(t, &self.token));
+                if !ok {
+                    return Reply::error(403, format!("wrong or missing {TOKEN_HEADER} header"));
+                }
+                let r = match path {
+                    "/api/answer" => http::json_body(req).and_then(|b| self.answer(b)),
+                    "/api/skip" => http::json_body(req).and_then(|b| self.skip(b)),
+                    "/api/undo" => http::json_body::<Empty>(req).and_then(|_| self.undo()),
+                    _ => http::json_body::<Empty>(req).and_then(|_| self.retrain()),
+                };
+                r.unwrap_or_else(|e| e)
+            }
+            "/" | "/api/state" | "/api/item" | "/api/answer" | "/api/skip" | "/api/undo"
+            | "/api/retrain" => Reply::error(405, "method not allowed"),
+            _ => Reply::error(404, "no such page"),
+        }
+    }
+
+    fn page(&self) -> Reply {
+        let mut r = Reply::bytes(
+            "text/html; charset=utf-8",
+            PAGE.replace("__ALKIT_TOKEN__", &self.token).into_bytes(),
+        );
+        r.headers.push((
+            "Set-Cookie",
+            format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", self.token),
+        ));
+        r
+    }
+
+    fn item(&self, id: &str) -> Reply {
+        let Some(&i) = self.index.get(id) else {
+            return Reply::error(404, "no item with that id in the pool");
+        };
+        let shape = &self.items.item_shape;
+        let len: usize = shape.iter().product();
+        let x = &self.items.x[i * len..(i + 1) * len];
+        if shape.len() != 3 {
+            return Reply::json(200, &json!({ "values": x }));
+        }
+        if let Some(bytes) = self.original(id) {
+            return bytes;
+        }
+        let (c, h, w) = (shape[0], shape[1], shape[2]);
+        let png = if c == 1 || c == 3 {
+            crate::data::image::encode_png(x, shape)
+        } else {
+            crate::data::image::encode_png(&x[..h * w], &[1, h, w])
+        };
+        match png {
+            Ok(b) => Reply::bytes("image/png", b),
+            Err(e) => Reply::error(500, e.to_string()),
+        }
+    }
+
+    /// The file of an image-folder item as the person saved it (the id is the pool's own
+    /// relative path, found in the pool's index, never a path from the request).
+    fn original(&self, id: &str) -> Option<Reply> {
+        let path = self.folder.as_ref()?.join(id);
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        let ct = match ext.as_str() {
+            "png" => "image/png",
+            "jpg" | "jpeg" => "image/jpeg",
+            _ => return None,
+        };
+        let meta = std::fs::metadata(&path).ok()?;
+        if !meta.is_file() || meta.len() > MAX_ORIGINAL {
+            return None;
+        }
+        std::fs::read(&path).ok().map(|b| Reply::bytes(ct, b))
+    }
+
+    fn state_json(&self, inner: &Inner) -> Value {
+        let st = &inner.state;
+        let batch: Vec<Value> = st
+            .pending
+            .iter()
+            .filter(|p| !inner.skipped.contains(&p.id))
+            .map(|p| {
+                let (rank, of) = inner.ranks.get(&p.id).copied().unwrap_or((0, 0));
+                let predicted = inner
+                    .predicted
+                    .get(&p.id)
+                    .map(|&(c, prob)| json!({ "class": self.classes[c], "p": prob }));
+                json!({
+                    "id": p.id,
+                    "index": self.index.get(&p.id),
+                    "round": p.round,
+                    "score": p.score,
+                    "rank": rank,
+                    "of": of,
+                    "predicted": predicted,
+                })
+            })
+            .collect();
+        let classes: Vec<Value> = self
+            .classes
+            .iter()
+            .zip(class_keys(&self.classes))
+            .map(|(c, key)| json!({ "name": c, "key": key.map(String::from) }))
+            .collect();
+        let progress = guard(&self.progress).clone().map(|p| {
+            json!({
+                "round": p.round,
+                "labeled": p.labeled,
+                "phase": p.phase,
+                "done": p.done,
+                "total": p.total,
+                "seconds": p.started.elapsed().as_secs_f64(),
+            })
+        });
+        let last = inner.undo.last().map(|a| match a {
+            Action::Answer(u, label) => json!({ "kind": "answer", "id": u.id, "label": label }),
+            Action::Skip(id) => json!({ "kind": "skip", "id": id }),
+        });
+        json!({
+            "source": st.source,
+            "kind": if self.items.item_shape.len() == 3 { "image" } else { "table" },
+            "item_shape": self.items.item_shape,
+            "classes": classes,
+            "pool": st.pool_size,
+            "labeled": st.labeled.len(),
+            "pending": st.pending.len(),
+            "skipped": inner.skipped.len(),
+            "per_class": st.per_class(),
+            "rounds": st.rounds,
+            "batch": batch,
+            "busy": inner.learner.is_none(),
+            "progress": progress,
+            "error": inner.error,
+            "exhausted": inner.exhausted,
+            "last": last,
+        })
+    }
+
+    fn busy() -> Reply {
+        Reply::error(
+            409,
+            "the model is retraining; answers resume when the next batch is ready",
+        )
+    }
+
+    fn answer(self: &Arc<Self>, b: AnswerBody) -> std::result::Result<Reply, Reply> {
+        let mut inner = guard(&self.inner);
+        let inner = &mut *inner;
+        if !self.index.contains_key(&b.id) {
+            return Err(Reply::error(404, "no item with that id in the pool"));
+        }
+        if !self.classes.contains(&b.label) {
+            return Err(Reply::error(
+                400,
+                format!("`{}` is not one of the classes {:?}", b.label, self.classes),
+            ));
+        }
+        if let Some(l) = inner.state.labeled.iter().find(|l| l.id == b.id) {
+            return Err(Reply::error(
+                409,
+                format!("`{}` is already labeled `{}`", b.id, l.label),
+            ));
+        }
+        let Some(learner) = inner.learner.as_mut() else {
+            return Err(Self::busy());
+        };
+        let answer = Answer {
+            row: inner.state.labeled.len() + 1,
+            id: b.id.clone(),
+            label: b.label.clone(),
+            note: b.note.filter(|n| !n.trim().is_empty()),
+        };
+        let undo = learner
+            .teach_one(&answer, Path::new("the labeling page"))
+            .map_err(|e| Reply::error(400, e.to_string()))?;
+        if let Err(e) = learner.save_state(&self.dir) {
+            // Not saved, so not taken: the page shows the error and the item again.
+            let _ = learner.undo(undo);
+            return Err(Reply::error(500, format!("the answer was not saved: {e}")));
+        }
+        inner.state = learner.state().clone();
+        inner.skipped.remove(&b.id);
+        inner.undo.push(Action::Answer(undo, b.label.clone()));
+        (self.events)(&ServeEvent::Answered {
+            id: &b.id,
+            label: &b.label,
+            labeled: inner.state.labeled.len(),
+        });
+        self.after_change(inner);
+        Ok(Reply::json(200, &self.state_json(inner)))
+    }
+
+    fn skip(self: &Arc<Self>, b: IdBody) -> std::result::Result<Reply, Reply> {
+        let mut inner = guard(&self.inner);
+        let inner = &mut *inner;
+        if inner.learner.is_none() {
+            return Err(Self::busy());
+        }
+        if !inner.state.pending.iter().any(|p| p.id == b.id) || inner.skipped.contains(&b.id) {
+            return Err(Reply::error(
+                409,
+                format!("`{}` is not waiting for an answer", b.id),
+            ));
+        }
+        inner.skipped.insert(b.id.clone());
+        inner.undo.push(Action::Skip(b.id));
+        self.after_change(inner);
+        Ok(Reply::json(200, &self.state_json(inner)))
+    }
+
+    fn undo(self: &Arc<Self>) -> std::result::Result<Reply, Reply> {
+        let mut inner = guard(&self.inner);
+        let inner = &mut *inner;
+        let Some(learner) = inner.learner.as_mut() else {
+            return Err(Self::busy());
+        };
+        match inner.undo.pop() {
+            None => return Err(Reply::error(409, "nothing to undo in this batch")),
+            Some(Action::Skip(id)) => {
+                inner.skipped.remove(&id);
+            }
+            Some(Action::Answer(undo, label)) => {
+                let id = undo.id.clone();
+                let kept = learner.state().labeled.last().cloned();
+                learner
+                    .undo(undo)
+                    .map_err(|e| Reply::error(409, e.to_string()))?;
+                if let Err(e) = learner.save_state(&self.dir) {
+                    // Put the answer back as it was on disk.
+                    let answer = Answer {
+                        row: 1,
+                        id: id.clone(),
+                        label: label.clone(),
+                        note: kept.and_then(|l| l.note),
+                    };
+                    if let Ok(u) = learner.teach_one(&answer, Path::new("the labeling page")) {
+                        inner.undo.push(Action::Answer(u, label));
+                    }
+                    return Err(Reply::error(500, format!("the undo was not saved: {e}")));
+                }
+                inner.state = learner.state().clone();
+                (self.events)(&ServeEvent::Undone { id: &id });
+            }
+        }
+        Ok(Reply::json(200, &self.state_json(inner)))
+    }
+
+    fn retrain(self: &Arc<Self>) -> std::result::Result<Reply, Reply> {
+        let mut inner = guard(&self.inner);
+        let inner = &mut *inner;
+        if inner.learner.is_none() {
+            return Err(Self::busy());
+        }
+        self.start_round(inner);
+        Ok(Reply::json(200, &self.state_json(inner)))
+    }
+
+    /// Starts the next round once nothing of the batch is left to answer.
+    fn after_change(self: &Arc<Self>, inner: &mut Inner) {
+        let open = inner
+            .state
+            .pending
+            .iter()
+            .any(|p| !inner.skipped.contains(&p.id));
+        if !open {
+            self.start_round(inner);
+        }
+    }
+
+    fn start_round(self: &Arc<Self>, inner: &mut Inner) {
+        let Some(learner) = inner.learner.take() else {
+            return;
+        };
+        let st = learner.state();
+        let labeled: HashSet<&str> = st.labeled.iter().map(|l| l.id.as_str()).collect();
+        let pending: HashSet<&str> = st.pending.iter().map(|p| p.id.as_str()).collect();
+        let include = self.request.include_pending;
+        let candidates = self
+            .items
+            .ids
+            .iter()
+            .filter(|id| {
+                !labeled.contains(id.as_str()) && (include || !pending.contains(id.as_str()))
+            })
+            .count();
+        if candidates == 0 {
+            inner.learner = Some(learner);
+            inner.exhausted = true;
+            (self.events)(&ServeEvent::Exhausted);
+            return;
+        }
+        let mut request = self.request.clone();
+        request.n = request.n.min(candidates);
+        if let Some(m) = request.subsample {
+            request.n = request.n.min(m);
+        }
+        let round = st.rounds.len() + 1;
+        let n_labeled = st.labeled.len();
+        inner.error = None;
+        inner.exhausted = false;
+        *guard(&self.progress) = Some(Progress {
+            round,
+            labeled: n_labeled,
+            phase: "training",
+            done: 0,
+            total: 0,
+            started: Instant::now(),
+        });
+        (self.events)(&ServeEvent::RoundStarted {
+            round,
+            labeled: n_labeled,
+        });
+        let app = Arc::clone(self);
+        std::thread::spawn(move || app.run_round(learner, request));
+    }
+
+    fn run_round(self: Arc<Self>, mut learner: Learner, request: QueryRequest) {
+        let mut observer = ProgressObserver { app: &self };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let batch = learner.query(&request, &self.device, &mut observer)?;
+            let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
+            let predicted = learner.predicted(&indices, &self.device)?;
+            learner.save(&self.dir)?;
+            Ok::<_, Error>((batch, predicted))
+        }));
+        let mut inner = guard(&self.inner);
+        match result {
+            Ok(Ok((batch, predicted))) => {
+                inner.state = learner.state().clone();
+                inner.ranks = ranks(&inner.state);
+                inner.undo.clear();
+                inner.predicted = predicted
+                    .map(|p| {
+                        batch
+                            .iter()
+                            .zip(p)
+                            .map(|(q, cp)| (q.id.clone(), cp))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let r = inner.state.rounds.last();
+                (self.events)(&ServeEvent::RoundFinished {
+                    round: r.map_or(0, |r| r.round),
+                    queried: batch.len(),
+                    test_acc: r.and_then(|r| r.test_acc),
+                });
+            }
+            Ok(Err(e)) => {
+                let m = e.to_string();
+                (self.events)(&ServeEvent::Failed { problem: &m });
+                inner.error = Some(m);
+            }
+            Err(_) => {
+                let m = "retraining failed inside alkit (a bug); the answers so far are saved"
+                    .to_string();
+                (self.events)(&ServeEvent::Failed { problem: &m });
+                inner.error = Some(m);
+            }
+        }
+        inner.learner = Some(learner);
+        *guard(&self.progress) = None;
+    }
+}
+
+struct ProgressObserver<'a> {
+    app: &'a App,
+}
+
+impl Observer for ProgressObserver<'_> {
+    fn on(&mut self, event: &Event<'_>) -> Control {
+        let (phase, done, total) = match *event {
+            Event::TrainStep { step, steps, .. } => ("training", step, steps),
+            Event::Scoring { done, total } => ("scoring", done, total),
+            _ => return Control::Continue,
+        };
+        if let Some(p) = guard(&self.app.progress).as_mut() {
+            p.phase = phase;
+            p.done = done;
+            p.total = total;
+        }
+        Control::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::class_keys;
+
+    fn keys(names: &[&str]) -> String {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        class_keys(&names)
+            .into_iter()
+            .map(|k| k.unwrap_or('-'))
+            .collect()
+    }
+
+    #[test]
+    fn single_character_classes_are_their_own_keys_else_digits_then_letters() {
+        assert_eq!(keys(&["0", "1", "2"]), "012");
+        assert_eq!(keys(&["Cat", "dog"]), "12");
+        assert_eq!(keys(&["a", "A"]), "12");
+        assert_eq!(keys(&["x", " "]), "12");
+        let many: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+        let k: String = class_keys(&many)
+            .into_iter()
+            .map(|k| k.unwrap_or('-'))
+            .collect();
+        assert_eq!(k, "123456789abcdefghijklmnopqrstuvwxyz-----");
+    }
+}

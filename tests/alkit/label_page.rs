@@ -1,0 +1,683 @@
+//! `alkit label`: the labeling page, tested as a person and as an attacker would use it.
+//!
+//! The server runs as the real binary. Requests go over loopback through `ureq`, or as raw
+//! bytes where a client would tidy them (a foreign `Host`, `..` in the path). The browser
+//! test drives Debian's headless Chromium through ChromeDriver's WebDriver protocol; it runs
+//! wherever `chromedriver` is on the PATH and must run where `ALKIT_REQUIRE_BROWSER=1`
+//! (`.ci/run` installs both and sets it).
+
+use super::{alkit_cmd, data_dir, shipped, tmp};
+use alkit::data::image::write_image_folder;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `alkit label`, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+    token: String,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(state: &Path, extra: &[&str]) -> Server {
+    let mut child = alkit_cmd()
+        .args(["label", "--state"])
+        .arg(state)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    let token = url.rsplit_once("token=").unwrap().1.to_string();
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    Server {
+        child,
+        port,
+        token,
+        url,
+    }
+}
+
+/// `(status, body)` of a request through ureq.
+fn http(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> (u16, Vec<u8>) {
+    let mut r = ureq::request(method, url).timeout(Duration::from_secs(120));
+    for (k, v) in headers {
+        r = r.set(k, v);
+    }
+    let res = match body {
+        Some(b) => r.send_string(b),
+        None => r.call(),
+    };
+    let resp = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {url}: {e}"),
+    };
+    let status = resp.status();
+    let mut bytes = Vec::new();
+    resp.into_reader().read_to_end(&mut bytes).unwrap();
+    (status, bytes)
+}
+
+/// The status line's code of a request written byte for byte.
+fn raw(port: u16, request: &str) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = BufReader::new(s).read_line(&mut out);
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {out:?}"))
+}
+
+impl Server {
+    fn at(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn state(&self) -> Value {
+        let (s, b) = http(
+            "GET",
+            &self.at(&format!("/api/state?token={}", self.token)),
+            &[],
+            None,
+        );
+        assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+        serde_json::from_slice(&b).unwrap()
+    }
+
+    /// Waits until no round is training and a batch is on offer.
+    fn ready(&self) -> Value {
+        let t0 = Instant::now();
+        loop {
+            let v = self.state();
+            if v["busy"] == json!(false) && !v["batch"].as_array().unwrap().is_empty() {
+                return v;
+            }
+            assert!(v["error"].is_null(), "{}", v["error"]);
+            assert!(t0.elapsed() < Duration::from_secs(120), "never ready: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (s, b) = http(
+            "POST",
+            &self.at(path),
+            &[
+                ("X-Alkit-Token", &self.token),
+                ("Content-Type", "application/json"),
+            ],
+            Some(&body.to_string()),
+        );
+        (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+}
+
+fn on_disk(state: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(state.join("session.json")).unwrap()).unwrap()
+}
+
+fn ids(v: &Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn init(state: &Path, pool: &Path, extra: &[&str]) {
+    let out = alkit_cmd()
+        .args(["init", "--pool"])
+        .arg(pool)
+        .arg("--state")
+        .arg(state)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
+    let dir = tmp("label-hostile");
+    let state = dir.join("s");
+    init(&state, &data_dir(), &["--steps", "20"]);
+    let srv = start(&state, &["--n", "5"]);
+    let v = srv.ready();
+    let batch = ids(&v, "batch");
+    assert_eq!(batch.len(), 5);
+    let t = srv.token.clone();
+
+    // The token: absent, wrong, or in the wrong place.
+    for path in ["/", "/api/state", &format!("/api/item?id={}", batch[0])] {
+        assert_eq!(http("GET", &srv.at(path), &[], None).0, 403, "{path}");
+        let wrong = format!(
+            "{path}{}token=0{}",
+            if path.contains('?') { "&" } else { "?" },
+            &t[1..]
+        );
+        assert_eq!(http("GET", &srv.at(&wrong), &[], None).0, 403, "{wrong}");
+        let cookie = format!("alkit_token={}x", t);
+        assert_eq!(
+            http("GET", &srv.at(path), &[("Cookie", &cookie)], None).0,
+            403
+        );
+    }
+    let answer = json!({"id": batch[0], "label": "3"}).to_string();
+    for headers in [vec![], vec![("X-Alkit-Token", "nope")]] {
+        let (s, _) = http("POST", &srv.at("/api/answer"), &headers, Some(&answer));
+        assert_eq!(s, 403);
+    }
+    // A token in the query string or a cookie does not authorise a change (CSRF).
+    let (s, _) = http(
+        "POST",
+        &srv.at(&format!("/api/answer?token={t}")),
+        &[("Cookie", &format!("alkit_token={t}"))],
+        Some(&answer),
+    );
+    assert_eq!(s, 403);
+    // The page sets the cookie the images are then fetched with.
+    let (s, page) = http("GET", &srv.at(&format!("/?token={t}")), &[], None);
+    assert_eq!(s, 200);
+    assert!(String::from_utf8_lossy(&page).contains("alkit label"));
+    let (s, png) = http(
+        "GET",
+        &srv.at(&format!("/api/item?id={}", batch[0])),
+        &[("Cookie", &format!("alkit_token={t}"))],
+        None,
+    );
+    assert_eq!(s, 200);
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(&png[16..24], &[0, 0, 0, 28, 0, 0, 0, 28], "28x28");
+
+    // Nothing outside the pool: ids are looked up, paths are a fixed list, Host is checked.
+    for id in [
+        "../../../../etc/passwd",
+        "%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+        "/etc/passwd",
+        "2000",
+        "-1",
+        "%ff",
+    ] {
+        let (s, _) = http(
+            "GET",
+            &srv.at(&format!("/api/item?token={t}&id={id}")),
+            &[],
+            None,
+        );
+        assert!(s == 404 || s == 400, "{id}: {s}");
+    }
+    for path in [
+        "/../../etc/passwd",
+        "/api/../../etc/passwd",
+        "/%2e%2e/etc/passwd",
+        "/session.json",
+        "/api/state/../../session.json",
+    ] {
+        let req = format!(
+            "GET {path}?token={t} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            srv.port
+        );
+        assert_eq!(raw(srv.port, &req), 404, "{path}");
+    }
+    let rebound = format!(
+        "GET /api/state?token={t} HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n",
+        srv.port
+    );
+    assert_eq!(raw(srv.port, &rebound), 421);
+
+    // Answers outside the classes, malformed or oversized bodies: refused, nothing saved.
+    for (body, code) in [
+        (json!({"id": batch[0], "label": "cat"}), 400),
+        (json!({"id": batch[0], "label": "3", "extra": 1}), 400),
+        (json!({"id": "no-such-item", "label": "3"}), 404),
+        (
+            json!({"id": batch[0], "label": "3", "note": "x".repeat(3000)}),
+            400,
+        ),
+        (
+            json!({"id": batch[0], "label": "3", "note": "a\u{7}b"}),
+            400,
+        ),
+        (
+            json!({"id": batch[0], "label": "3", "note": "y".repeat(70_000)}),
+            413,
+        ),
+    ] {
+        assert_eq!(srv.post("/api/answer", &body).0, code, "{body:.80}");
+    }
+    assert_eq!(on_disk(&state)["labeled"], json!([]));
+
+    // Two tabs answer the same item: the first answer stands, the second is refused.
+    let (s, v) = srv.post(
+        "/api/answer",
+        &json!({"id": batch[0], "label": "3", "note": "blurry"}),
+    );
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = srv.post("/api/answer", &json!({"id": batch[0], "label": "5"}));
+    assert_eq!(s, 409, "{v}");
+    let disk = on_disk(&state);
+    assert_eq!(
+        disk["labeled"],
+        json!([{"id": batch[0], "label": "3", "round": 1, "note": "blurry"}])
+    );
+
+    // While the page runs, no other process changes the session.
+    let other = alkit_cmd()
+        .args(["label", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(!other.status.success());
+    assert!(String::from_utf8_lossy(&other.stderr).contains("another alkit process"));
+    std::fs::write(dir.join("a.csv"), format!("id,label\n{},1\n", batch[1])).unwrap();
+    let teach = alkit_cmd()
+        .args(["teach", "--state"])
+        .arg(&state)
+        .arg("--labels")
+        .arg(dir.join("a.csv"))
+        .output()
+        .unwrap();
+    assert!(!teach.status.success());
+    assert!(String::from_utf8_lossy(&teach.stderr).contains("another alkit process"));
+
+    // Skip, undo of a skip, answer, undo of the answer: the item is back in its place.
+    assert_eq!(srv.post("/api/skip", &json!({"id": batch[1]})).0, 200);
+    assert_eq!(ids(&srv.state(), "batch")[0], batch[2]);
+    assert_eq!(srv.post("/api/undo", &json!({})).0, 200);
+    let (s, v) = srv.post("/api/answer", &json!({"id": batch[1], "label": "7"}));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(ids(&v, "batch"), batch[2..].to_vec());
+    let (s, v) = srv.post("/api/undo", &json!({}));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(ids(&v, "batch"), batch[1..].to_vec());
+    assert_eq!(on_disk(&state)["labeled"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        srv.post("/api/answer", &json!({"id": batch[1], "label": "7"}))
+            .0,
+        200
+    );
+
+    // kill -9 mid-batch: what was answered is on disk, the rest is offered again.
+    let before = on_disk(&state);
+    drop(srv);
+    assert_eq!(on_disk(&state), before);
+    let srv = start(&state, &["--n", "5"]);
+    let v = srv.ready();
+    assert_eq!(ids(&v, "batch"), batch[2..].to_vec());
+    assert_eq!(v["labeled"], json!(2));
+    // Answering the rest retrains in the background and offers round 2.
+    for id in &batch[2..] {
+        assert_eq!(
+            srv.post("/api/answer", &json!({"id": id, "label": "1"})).0,
+            200
+        );
+    }
+    let v = srv.ready();
+    assert_eq!(v["rounds"].as_array().unwrap().len(), 2);
+    assert_eq!(v["rounds"][1]["labeled"], json!(5));
+    assert!(v["rounds"][1]["test_acc"].is_number());
+    assert_eq!(ids(&v, "batch").len(), 5);
+    assert!(state.join("model/model.safetensors").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ------------------------------------------------------------------ the browser test
+
+/// A WebDriver session on headless Chromium through a local ChromeDriver.
+struct Browser {
+    driver: Child,
+    base: String,
+    _profile: PathBuf,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = ureq::delete(&self.base).call();
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wd(method: &str, url: &str, body: Option<Value>) -> Value {
+    let body = body.map(|b| b.to_string());
+    let (s, b) = http(
+        method,
+        url,
+        &[("Content-Type", "application/json")],
+        body.as_deref(),
+    );
+    let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+    assert_eq!(s, 200, "{method} {url}: {v}");
+    v["value"].clone()
+}
+
+impl Browser {
+    fn open(dir: &Path) -> Browser {
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let root = format!("http://127.0.0.1:{port}");
+        let t0 = Instant::now();
+        while ureq::get(&format!("{root}/status")).call().is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "chromedriver did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let profile = dir.join("chromium-profile");
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,800",
+        ];
+        let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        args.push(format!("--user-data-dir={}", profile.display()));
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": chromium(), "args": args},
+        }}});
+        let mut driver = Some(driver);
+        let v = std::panic::catch_unwind(|| wd("POST", &format!("{root}/session"), Some(caps)));
+        let v = v.unwrap_or_else(|e| {
+            let _ = driver.take().map(|mut d| d.kill());
+            std::panic::resume_unwind(e)
+        });
+        Browser {
+            driver: driver.take().unwrap(),
+            base: format!("{root}/session/{}", v["sessionId"].as_str().unwrap()),
+            _profile: profile,
+        }
+    }
+
+    fn go(&self, url: &str) {
+        wd(
+            "POST",
+            &format!("{}/url", self.base),
+            Some(json!({"url": url})),
+        );
+    }
+
+    fn js(&self, script: &str) -> Value {
+        wd(
+            "POST",
+            &format!("{}/execute/sync", self.base),
+            Some(json!({"script": script, "args": []})),
+        )
+    }
+
+    /// Waits until `script` returns something other than `null`/`false`, and returns it.
+    fn until(&self, what: &str, script: &str) -> Value {
+        let t0 = Instant::now();
+        loop {
+            let v = self.js(script);
+            if !(v.is_null() || v == json!(false)) {
+                return v;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Presses keys as a person does (keydown + keyup each), on whatever has the focus.
+    fn keys(&self, keys: &str) {
+        let actions: Vec<Value> = keys
+            .chars()
+            .flat_map(|k| {
+                [
+                    json!({"type": "keyDown", "value": k.to_string()}),
+                    json!({"type": "keyUp", "value": k.to_string()}),
+                ]
+            })
+            .collect();
+        wd(
+            "POST",
+            &format!("{}/actions", self.base),
+            Some(json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})),
+        );
+    }
+
+    fn click(&self, css: &str) {
+        let e = wd(
+            "POST",
+            &format!("{}/element", self.base),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        let id = e
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        wd(
+            "POST",
+            &format!("{}/element/{id}/click", self.base),
+            Some(json!({})),
+        );
+    }
+
+    fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine;
+        let v = wd("GET", &format!("{}/screenshot", self.base), None);
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap()
+    }
+}
+
+fn chromium() -> String {
+    std::env::var("ALKIT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string())
+}
+
+/// The item currently shown, once the page shows one and no round is training.
+const SHOWN: &str = "const e = document.getElementById('itemid'); \
+    return (document.body.dataset.busy === '0' && e) ? e.textContent : null;";
+
+/// A script true once the page shows item `id`.
+fn showing(id: &str) -> String {
+    format!("return document.getElementById('itemid')?.textContent === {id:?};")
+}
+
+#[test]
+fn a_person_labels_in_headless_chromium_and_the_session_equals_teach() {
+    let have = Command::new("chromedriver")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && Path::new(&chromium()).exists();
+    if !have {
+        assert!(
+            std::env::var("ALKIT_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "ALKIT_REQUIRE_BROWSER=1 but chromedriver or {} is missing",
+            chromium()
+        );
+        // Tests report a skip on stderr, where `cargo test` shows it.
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "skipped: the browser test needs Debian's chromium and chromium-driver \
+             (`.ci/run` installs them)"
+            );
+        }
+        return;
+    }
+    let dir = tmp("label-browser");
+    // A folder of photos as a person has it: 20 sorted into class folders, 100 not.
+    let (train, _) = shipped();
+    let items: Vec<(usize, Option<String>)> = (0..120)
+        .map(|i| (i, (i < 20).then(|| train.labels()[i].to_string())))
+        .collect();
+    let pool = dir.join("my_photos");
+    let item_ids = write_image_folder(&pool, &train, &items).unwrap();
+    let truth = |id: &str| -> String {
+        let i = item_ids.iter().position(|x| x == id).unwrap();
+        train.labels()[i].to_string()
+    };
+    let (page_state, cli_state) = (dir.join("page"), dir.join("cli"));
+    let flags = ["--steps", "40", "--classes", "0,1,2,3,4,5,6,7,8,9"];
+    init(&page_state, &pool, &flags);
+    init(&cli_state, &pool, &flags);
+
+    let srv = start(&page_state, &["--n", "4"]);
+    let browser = Browser::open(&dir);
+    browser.go(&srv.url);
+    let first = srv.ready();
+    let batch = ids(&first, "batch");
+    assert_eq!(batch.len(), 4);
+    // The page shows the batch best first, and the URL no longer carries the token.
+    let shown = browser.until("the first item", SHOWN);
+    assert_eq!(shown, json!(batch[0]));
+    assert_eq!(browser.js("return location.search;"), json!(""));
+    let width = browser.until(
+        "the image",
+        "const i = document.getElementById('item'); return i && i.complete && i.naturalWidth;",
+    );
+    assert_eq!(width, json!(28));
+
+    // Answer the batch with keys: a note on the first, a wrong key on the third taken back
+    // with Backspace and answered again.
+    let mut answers: Vec<(String, String, String)> = Vec::new();
+    for (k, id) in batch.iter().enumerate() {
+        browser.until(&format!("item {k}"), &showing(id));
+        let label = truth(id);
+        let mut note = String::new();
+        if k == 0 {
+            browser.click("#note");
+            browser.keys("thin stroke\u{E007}");
+            note = "thin stroke".into();
+        }
+        if k == 2 {
+            let wrong = ((label.parse::<u32>().unwrap() + 1) % 10).to_string();
+            browser.keys(&wrong);
+            browser.until("the next item", &showing(&batch[3]));
+            let t0 = Instant::now();
+            while srv.state()["last"]["id"] != json!(id) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "the wrong answer never saved"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let disk = on_disk(&page_state);
+            assert_eq!(
+                disk["labeled"].as_array().unwrap().last().unwrap()["label"],
+                json!(wrong)
+            );
+            browser.keys("\u{E003}");
+            browser.until("the undone item back", &showing(id));
+        }
+        browser.keys(&label);
+        answers.push((id.clone(), label, note));
+    }
+    // The batch is done: the page retrains in the background and shows round 2's batch.
+    browser.until(
+        "round 2",
+        "return document.body.dataset.round === '2' && document.body.dataset.busy === '0' \
+         && document.getElementById('itemid') !== null;",
+    );
+    let second = srv.ready();
+    let shown = browser.js("return document.getElementById('itemid').textContent;");
+    assert_eq!(shown, json!(ids(&second, "batch")[0]));
+    let curve = browser.js("return document.querySelectorAll('#curve circle').length;");
+    assert_eq!(curve, json!(2), "both rounds' models on the learning curve");
+    if let Ok(path) = std::env::var("ALKIT_SCREENSHOT") {
+        std::fs::write(path, browser.screenshot()).unwrap();
+    }
+    drop(browser);
+    drop(srv);
+
+    // The same session driven by the CLI: query, teach the same answers, query.
+    let q = |out: &str| {
+        let o = alkit_cmd()
+            .args(["query", "--state"])
+            .arg(&cli_state)
+            .args(["--n", "4", "--out"])
+            .arg(dir.join(out))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    q("b1.csv");
+    let mut csv = String::from("id,label,note\n");
+    for (id, label, note) in &answers {
+        csv.push_str(&format!("{id},{label},{note}\n"));
+    }
+    std::fs::write(dir.join("answers.csv"), csv).unwrap();
+    let o = alkit_cmd()
+        .args(["teach", "--state"])
+        .arg(&cli_state)
+        .arg("--labels")
+        .arg(dir.join("answers.csv"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    q("b2.csv");
+    let (a, b) = (on_disk(&page_state), on_disk(&cli_state));
+    assert_eq!(a, b);
+    assert_eq!(a["labeled"].as_array().unwrap().len(), 24);
+    assert_eq!(a["labeled"][20]["note"], json!("thin stroke"));
+    assert_eq!(
+        std::fs::read(page_state.join("model/model.safetensors")).unwrap(),
+        std::fs::read(cli_state.join("model/model.safetensors")).unwrap()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
