@@ -118,10 +118,20 @@ pub fn idx(data: &[u8]) {
     }
 }
 
-/// PNG and JPEG decoding, with the size limits checked before decoding.
+/// PNG and JPEG decoding, with the size limits checked before decoding; the header-only
+/// size read must agree with the decoder, and the square fit of a photo pool must hold.
 pub fn image(data: &[u8]) {
     init();
-    let _ = alkit::data::image::decode(data, std::path::Path::new("fuzz.png"));
+    let path = std::path::Path::new("fuzz.png");
+    let dims = alkit::data::image::dimensions(data, path);
+    if let Ok(img) = alkit::data::image::decode(data, path) {
+        assert_eq!(dims.ok(), Some((img.height, img.width)));
+        if img.height * img.width <= 1 << 16 {
+            let side = 1 + data.len() % 40;
+            let fit = img.fit_square(side, path).expect("a decoded image fits");
+            assert_eq!(fit.pixels.len(), img.channels * side * side);
+        }
+    }
 }
 
 /// A safetensors pool (`x`, optional `y`, optional `classes` metadata).

@@ -75,6 +75,86 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Image> {
     }
 }
 
+/// `(height, width)` from a PNG's or JPEG's header, without decoding the pixels (and after
+/// the same checks as [`decode`]).
+pub fn dimensions(bytes: &[u8], path: &Path) -> Result<(usize, usize)> {
+    if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
+        check_png_chunks(bytes, path)?;
+        contain(path, "the PNG decoder", || {
+            let reader = png::Decoder::new(Cursor::new(bytes))
+                .read_info()
+                .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
+            let h = reader.info();
+            check_size(path, u64::from(h.width), u64::from(h.height))?;
+            Ok((h.height as usize, h.width as usize))
+        })
+    } else if bytes.starts_with(&[0xff, 0xd8]) {
+        contain(path, "the JPEG decoder", || {
+            let mut d = jpeg_decoder::Decoder::new(Cursor::new(bytes));
+            d.read_info()
+                .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
+            let h = d.info().ok_or_else(|| bad(path, "JPEG without a header"))?;
+            check_size(path, u64::from(h.width), u64::from(h.height))?;
+            Ok((usize::from(h.height), usize::from(h.width)))
+        })
+    } else {
+        Err(bad(path, "neither a PNG nor a JPEG image"))
+    }
+}
+
+impl Image {
+    /// The image scaled so that its shorter side is `side` (triangle filter, widened when
+    /// shrinking so every source pixel counts), then its centre `side x side`: what a pool of
+    /// photos of mixed sizes becomes (torchvision's `Resize(side)` + `CenterCrop(side)`).
+    pub fn fit_square(&self, side: usize, path: &Path) -> Result<Image> {
+        let (h, w) = (self.height, self.width);
+        if side == 0 || h == 0 || w == 0 {
+            return Err(bad(
+                path,
+                format!("cannot fit a {h}x{w} image into {side}x{side}"),
+            ));
+        }
+        if (h, w) == (side, side) {
+            return Ok(self.clone());
+        }
+        // Scaled size: the shorter side becomes `side`, the longer keeps the aspect ratio.
+        let (sh, sw) = if h <= w {
+            (
+                side,
+                ((w * side) as f64 / h as f64).round().max(side as f64) as usize,
+            )
+        } else {
+            (
+                ((h * side) as f64 / w as f64).round().max(side as f64) as usize,
+                side,
+            )
+        };
+        let (top, left) = ((sh - side) / 2, (sw - side) / 2);
+        let mut r = resize::new(w, h, sw, sh, resize::Pixel::Gray8, resize::Type::Triangle)
+            .map_err(|e| bad(path, format!("cannot resize: {e}")))?;
+        let mut scaled = vec![rgb::Gray::new(0u8); sh * sw];
+        let mut pixels = Vec::with_capacity(self.channels * side * side);
+        for plane in self.pixels.chunks_exact(h * w) {
+            let src: Vec<rgb::Gray<u8>> = plane.iter().map(|&v| rgb::Gray::new(v)).collect();
+            r.resize(&src, &mut scaled)
+                .map_err(|e| bad(path, format!("cannot resize: {e}")))?;
+            for y in top..top + side {
+                pixels.extend(
+                    scaled[y * sw + left..y * sw + left + side]
+                        .iter()
+                        .map(|g| g.value()),
+                );
+            }
+        }
+        Ok(Image {
+            channels: self.channels,
+            height: side,
+            width: side,
+            pixels,
+        })
+    }
+}
+
 /// Walks a PNG's chunks (as far as the bytes go) and refuses what the `png` crate does not
 /// check itself: a `PLTE` chunk whose length is not 3 to 768 bytes in whole RGB entries
 /// (png 0.18.1 indexes past the end of such a palette and panics; found by fuzzing).
@@ -266,6 +346,62 @@ pub fn write_image_folder(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn img(
+        channels: usize,
+        height: usize,
+        width: usize,
+        f: impl Fn(usize, usize, usize) -> u8,
+    ) -> Image {
+        let mut pixels = Vec::new();
+        for c in 0..channels {
+            for y in 0..height {
+                for x in 0..width {
+                    pixels.push(f(c, y, x));
+                }
+            }
+        }
+        Image {
+            channels,
+            height,
+            width,
+            pixels,
+        }
+    }
+
+    #[test]
+    fn fitting_a_square_crops_the_centre_and_shrinks_without_aliasing() {
+        let p = Path::new("t.png");
+        // Shorter side already 2: no scaling, the centre rows 1 and 2 of a 4x2 image.
+        let tall = img(1, 4, 2, |_, y, x| (10 * y + x) as u8);
+        assert_eq!(tall.fit_square(2, p).unwrap().pixels, vec![10, 11, 20, 21]);
+        let wide = img(3, 2, 6, |c, y, x| (100 * c + 10 * y + x) as u8);
+        let w = wide.fit_square(2, p).unwrap();
+        assert_eq!((w.channels, w.height, w.width), (3, 2, 2));
+        assert_eq!(
+            w.pixels,
+            vec![2, 3, 12, 13, 102, 103, 112, 113, 202, 203, 212, 213]
+        );
+        // A constant image stays constant at any size.
+        let flat = img(1, 37, 91, |_, _, _| 77).fit_square(64, p).unwrap();
+        assert_eq!((flat.height, flat.width), (64, 64));
+        assert!(flat.pixels.iter().all(|&v| v == 77));
+        // A one-pixel checkerboard shrunk 8x is mid-grey everywhere (a sampler without a
+        // widened filter would return black or white).
+        let board = img(
+            1,
+            512,
+            512,
+            |_, y, x| if (x + y) % 2 == 0 { 255 } else { 0 },
+        );
+        let small = board.fit_square(64, p).unwrap();
+        assert!(
+            small.pixels.iter().all(|&v| (120..=135).contains(&v)),
+            "{:?}",
+            &small.pixels[..16]
+        );
+        assert!(img(1, 0, 5, |_, _, _| 0).fit_square(4, p).is_err());
+    }
 
     #[test]
     fn png_round_trip_is_exact_on_8_bit_values() {

@@ -333,9 +333,18 @@ fn is_image(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The largest side an image folder's images keep as they are (when all share one size).
+pub const MAX_SIDE_AS_IS: usize = 256;
+
+/// The square side images are scaled to (shorter side, then the centre) when a folder's images
+/// differ in size or exceed [`MAX_SIDE_AS_IS`].
+pub const FIT_SIDE: usize = 64;
+
 /// Images at the top of `dir` are unlabeled; those in `dir/CLASS/` carry the label `CLASS`.
 /// Other files are ignored. Class names are the names of the (visible) subfolders, sorted,
-/// empty ones included.
+/// empty ones included. Images of one size up to [`MAX_SIDE_AS_IS`] are read as they are;
+/// otherwise each is scaled to [`FIT_SIDE`] x [`FIT_SIDE`] (see
+/// [`Image::fit_square`](crate::data::image::Image::fit_square)).
 pub fn load_image_folder(dir: &Path) -> Result<Items> {
     let read = |d: &Path| -> Result<Vec<PathBuf>> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(d)
@@ -380,11 +389,29 @@ pub fn load_image_folder(dir: &Path) -> Result<Items> {
             DataProblem::Other("holds no .png/.jpg/.jpeg images".into()),
         ));
     }
+    // Headers first: a folder of photos of mixed (or large) sizes is scaled to one square
+    // size as each image is decoded, so a full-size photo is never held beside the others.
+    let mut sizes = files
+        .iter()
+        .map(|(_, _, p)| {
+            let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
+            crate::data::image::dimensions(&bytes, p)
+        })
+        .collect::<Result<BTreeSet<_>>>()?
+        .into_iter();
+    let fit = match (sizes.next(), sizes.next()) {
+        (Some((h, w)), None) if h.max(w) <= MAX_SIDE_AS_IS => None,
+        _ => Some(FIT_SIDE),
+    };
     let images = files
         .iter()
         .map(|(_, _, p)| {
             let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-            decode(&bytes, p)
+            let img = decode(&bytes, p)?;
+            match fit {
+                Some(side) => img.fit_square(side, p),
+                None => Ok(img),
+            }
         })
         .collect::<Result<Vec<_>>>()?;
     let names: Vec<PathBuf> = files.iter().map(|f| f.2.clone()).collect();

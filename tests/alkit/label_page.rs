@@ -170,27 +170,28 @@ fn init(state: &Path, pool: &Path, extra: &[&str]) {
     );
 }
 
-#[test]
-fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
-    let dir = tmp("label-hostile");
+/// A session on the shipped subset served with batches of 5 (the first drawn at random):
+/// its folder, state folder, server and first batch.
+fn fresh(name: &str) -> (PathBuf, PathBuf, Server, Vec<String>) {
+    let dir = tmp(name);
     let state = dir.join("s");
     init(&state, &data_dir(), &["--steps", "20"]);
     let srv = start(&state, &["--n", "5"]);
-    let v = srv.ready();
-    let batch = ids(&v, "batch");
+    let batch = ids(&srv.ready(), "batch");
     assert_eq!(batch.len(), 5);
-    let t = srv.token.clone();
+    (dir, state, srv, batch)
+}
 
-    // The token: absent, wrong, or in the wrong place.
+#[test]
+fn the_label_page_wants_its_token_and_only_a_header_may_change_things() {
+    let (dir, state, srv, batch) = fresh("label-token");
+    let t = srv.token.clone();
     for path in ["/", "/api/state", &format!("/api/item?id={}", batch[0])] {
         assert_eq!(http("GET", &srv.at(path), &[], None).0, 403, "{path}");
-        let wrong = format!(
-            "{path}{}token=0{}",
-            if path.contains('?') { "&" } else { "?" },
-            &t[1..]
-        );
+        let sep = if path.contains('?') { "&" } else { "?" };
+        let wrong = format!("{path}{sep}token=0{}", &t[1..]);
         assert_eq!(http("GET", &srv.at(&wrong), &[], None).0, 403, "{wrong}");
-        let cookie = format!("alkit_token={}x", t);
+        let cookie = format!("alkit_token={t}x");
         assert_eq!(
             http("GET", &srv.at(path), &[("Cookie", &cookie)], None).0,
             403
@@ -209,6 +210,7 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
         Some(&answer),
     );
     assert_eq!(s, 403);
+    assert_eq!(on_disk(&state)["labeled"], json!([]));
     // The page sets the cookie the images are then fetched with.
     let (s, page) = http("GET", &srv.at(&format!("/?token={t}")), &[], None);
     assert_eq!(s, 200);
@@ -222,8 +224,15 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
     assert_eq!(s, 200);
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert_eq!(&png[16..24], &[0, 0, 0, 28, 0, 0, 0, 28], "28x28");
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
-    // Nothing outside the pool: ids are looked up, paths are a fixed list, Host is checked.
+#[test]
+fn the_label_page_serves_nothing_outside_the_pool() {
+    let (dir, _state, srv, _batch) = fresh("label-paths");
+    let t = srv.token.clone();
+    // Ids are looked up in the pool, never joined to a path.
     for id in [
         "../../../../etc/passwd",
         "%2e%2e%2f%2e%2e%2fetc%2fpasswd",
@@ -240,6 +249,7 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
         );
         assert!(s == 404 || s == 400, "{id}: {s}");
     }
+    // Routes are a fixed list; `..` in a path is just an unknown page.
     for path in [
         "/../../etc/passwd",
         "/api/../../etc/passwd",
@@ -253,12 +263,19 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
         );
         assert_eq!(raw(srv.port, &req), 404, "{path}");
     }
+    // A page on another name for this address (DNS rebinding) is refused.
     let rebound = format!(
         "GET /api/state?token={t} HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n",
         srv.port
     );
     assert_eq!(raw(srv.port, &rebound), 421);
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
+#[test]
+fn the_label_page_checks_answers_and_two_tabs_cannot_answer_one_item_twice() {
+    let (dir, state, srv, batch) = fresh("label-answers");
     // Answers outside the classes, malformed or oversized bodies: refused, nothing saved.
     for (body, code) in [
         (json!({"id": batch[0], "label": "cat"}), 400),
@@ -280,7 +297,6 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
         assert_eq!(srv.post("/api/answer", &body).0, code, "{body:.80}");
     }
     assert_eq!(on_disk(&state)["labeled"], json!([]));
-
     // Two tabs answer the same item: the first answer stands, the second is refused.
     let (s, v) = srv.post(
         "/api/answer",
@@ -289,12 +305,10 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
     assert_eq!(s, 200, "{v}");
     let (s, v) = srv.post("/api/answer", &json!({"id": batch[0], "label": "5"}));
     assert_eq!(s, 409, "{v}");
-    let disk = on_disk(&state);
     assert_eq!(
-        disk["labeled"],
+        on_disk(&state)["labeled"],
         json!([{"id": batch[0], "label": "3", "round": 1, "note": "blurry"}])
     );
-
     // While the page runs, no other process changes the session.
     let other = alkit_cmd()
         .args(["label", "--state"])
@@ -313,7 +327,19 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
         .unwrap();
     assert!(!teach.status.success());
     assert!(String::from_utf8_lossy(&teach.stderr).contains("another alkit process"));
+    assert_eq!(on_disk(&state)["labeled"].as_array().unwrap().len(), 1);
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
+#[test]
+fn a_label_page_killed_mid_batch_loses_no_answer_and_resumes_the_batch() {
+    let (dir, state, srv, batch) = fresh("label-kill");
+    assert_eq!(
+        srv.post("/api/answer", &json!({"id": batch[0], "label": "3"}))
+            .0,
+        200
+    );
     // Skip, undo of a skip, answer, undo of the answer: the item is back in its place.
     assert_eq!(srv.post("/api/skip", &json!({"id": batch[1]})).0, 200);
     assert_eq!(ids(&srv.state(), "batch")[0], batch[2]);
@@ -352,6 +378,7 @@ fn the_label_page_refuses_bad_requests_serialises_tabs_and_survives_kill_9() {
     assert!(v["rounds"][1]["test_acc"].is_number());
     assert_eq!(ids(&v, "batch").len(), 5);
     assert!(state.join("model/model.safetensors").is_file());
+    drop(srv);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

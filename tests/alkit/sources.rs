@@ -677,3 +677,76 @@ fn a_hostile_hub_endpoint_cannot_write_outside_the_cache_or_crash() {
     assert!(e.contains("not a safe file name"), "{e}");
     let _ = std::fs::remove_dir_all(root);
 }
+
+#[test]
+fn a_folder_of_photos_of_mixed_sizes_is_scaled_to_one_square_size() {
+    // Photos as a phone and a scanner leave them: RGB and grey, portrait and landscape, large
+    // and small. Each becomes 64x64 (shorter side scaled, centre kept), grey promoted to RGB.
+    let dir = tmp("mixed-photos");
+    let pool = dir.join("my_photos");
+    let shapes: [(&str, [usize; 3]); 5] = [
+        ("cat/a.png", [3, 300, 200]),
+        ("dog/b.png", [3, 120, 480]),
+        ("c.png", [1, 28, 28]),
+        ("d.png", [3, 64, 64]),
+        ("e.png", [3, 700, 700]),
+    ];
+    for (name, shape) in shapes {
+        let n: usize = shape.iter().product();
+        // A bright disc in the middle of a dark frame: it must stay in the middle.
+        let (h, w) = (shape[1] as f32, shape[2] as f32);
+        let item: Vec<f32> = (0..n)
+            .map(|k| {
+                let (y, x) = ((k / shape[2]) % shape[1], k % shape[2]);
+                let (dy, dx) = (y as f32 + 0.5 - h / 2.0, x as f32 + 0.5 - w / 2.0);
+                if dy * dy + dx * dx < (h.min(w) / 4.0).powi(2) {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        alkit::data::image::save_png(&pool.join(name), &item, &shape).unwrap();
+    }
+    let loaded = load_source(
+        &Source::parse(&pool.to_string_lossy()).unwrap(),
+        &Hub::new(dir.join("nohub"), true),
+        &mut Silent,
+    )
+    .unwrap();
+    let items = loaded.pool;
+    assert_eq!(items.item_shape, vec![3, 64, 64]);
+    assert_eq!(
+        items.ids,
+        vec!["c.png", "cat/a.png", "d.png", "dog/b.png", "e.png"]
+    );
+    assert_eq!(items.classes, vec!["cat", "dog"]);
+    let len = 3 * 64 * 64;
+    for (k, id) in items.ids.iter().enumerate() {
+        let x = &items.x[k * len..(k + 1) * len];
+        // Centre bright, corners dark, in every channel.
+        for c in 0..3 {
+            let at = |y: usize, x_: usize| x[c * 64 * 64 + y * 64 + x_];
+            assert!(at(32, 32) > 0.9, "{id} centre {}", at(32, 32));
+            assert!(at(1, 1) < 0.1 && at(62, 62) < 0.1, "{id} corners");
+        }
+    }
+    // One size, at most 256 on a side: kept as it is (the shipped subset's 28x28 sessions).
+    let same = dir.join("same");
+    for k in 0..3 {
+        alkit::data::image::save_png(
+            &same.join(format!("{k}.png")),
+            &[0.5; 28 * 28],
+            &[1, 28, 28],
+        )
+        .unwrap();
+    }
+    let kept = load_source(
+        &Source::parse(&same.to_string_lossy()).unwrap(),
+        &Hub::new(dir.join("nohub"), true),
+        &mut Silent,
+    )
+    .unwrap();
+    assert_eq!(kept.pool.item_shape, vec![1, 28, 28]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
