@@ -708,3 +708,114 @@ fn a_person_labels_in_headless_chromium_and_the_session_equals_teach() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_label_page_shows_a_tabular_item_as_its_values_and_retrains_on_the_button() {
+    let dir = tmp("label-table");
+    let pool = dir.join("pool.csv");
+    let mut csv = String::from("id,label,a,b\n");
+    for i in 0..40 {
+        let (a, b) = (i as f32 / 40.0, 1.0 - i as f32 / 40.0);
+        let label = match i {
+            0 => "low",
+            39 => "high",
+            _ => "",
+        };
+        csv.push_str(&format!("r{i},{label},{a},{b}\n"));
+    }
+    std::fs::write(&pool, csv).unwrap();
+    let state = dir.join("s");
+    init(&state, &pool, &["--steps", "30"]);
+    let srv = start(&state, &["--n", "3"]);
+    let v = srv.ready();
+    assert_eq!(v["kind"], json!("table"));
+    let batch = ids(&v, "batch");
+    let (s, body) = http(
+        "GET",
+        &srv.at(&format!("/api/item?token={}&id={}", srv.token, batch[0])),
+        &[],
+        None,
+    );
+    assert_eq!(s, 200);
+    let values: Value = serde_json::from_slice(&body).unwrap();
+    let i: f32 = batch[0][1..].parse().unwrap();
+    assert_eq!(values, json!({"values": [i / 40.0, 1.0 - i / 40.0]}));
+    // One answer, then "retrain now": round 2 trains on 3 labels with the rest of round 1
+    // still pending.
+    let label = if i < 20.0 { "low" } else { "high" };
+    assert_eq!(
+        srv.post("/api/answer", &json!({"id": batch[0], "label": label}))
+            .0,
+        200
+    );
+    let (s, v) = srv.post("/api/retrain", &json!({}));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["busy"], json!(true));
+    assert_eq!(
+        srv.post("/api/answer", &json!({"id": batch[1], "label": "low"}))
+            .0,
+        409
+    );
+    let t0 = Instant::now();
+    while srv.state()["rounds"].as_array().unwrap().len() < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no second round");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let v = srv.ready();
+    assert_eq!(v["rounds"][1]["labeled"], json!(3));
+    assert_eq!(v["pending"], json!(5));
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The "done when", run by hand (`cargo test --release --test alkit -- --ignored
+/// hundred --nocapture`): a person labels 100 images of the shipped subset in the browser with
+/// the keyboard, 20 per round, and the model's test accuracy rises.
+#[test]
+#[ignore = "about a minute; a demonstration, run by hand"]
+fn a_person_labels_a_hundred_images_in_the_browser_and_the_model_improves() {
+    let dir = tmp("label-hundred");
+    let state = dir.join("s");
+    init(&state, &data_dir(), &["--steps", "300"]);
+    let (train, _) = shipped();
+    let t0 = Instant::now();
+    let srv = start(&state, &["--n", "20"]);
+    let browser = Browser::open(&dir);
+    browser.go(&srv.url);
+    for _ in 0..100 {
+        let id = browser.until("an item", SHOWN);
+        let id = id.as_str().unwrap().to_string();
+        let truth = train.labels()[id.parse::<usize>().unwrap()].to_string();
+        browser.keys(&truth);
+        browser.until(
+            "the next item",
+            &format!(
+            "const e = document.getElementById('itemid'); return !e || e.textContent !== {id:?};"
+        ),
+        );
+    }
+    let v = loop {
+        let v = srv.state();
+        if v["rounds"].as_array().unwrap().len() == 6 && v["busy"] == json!(false) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let acc: Vec<(u64, f64)> = v["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| Some((r["labeled"].as_u64()?, r["test_acc"].as_f64()?)))
+        .collect();
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!(
+            "test accuracy by labels: {acc:?}; {:.0} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    assert_eq!(v["labeled"], json!(100));
+    assert_eq!(acc.len(), 5);
+    assert!(acc[4].1 > acc[0].1 + 0.15, "{acc:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
