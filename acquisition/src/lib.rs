@@ -40,7 +40,7 @@ pub use evidence::{
 };
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
 pub use scorers::{Builtin, DuqCertainty, Entropy, LeastConfidence, Margin};
-pub use selection::Selection;
+pub use selection::{gumbel, Selection};
 
 /// What can go wrong when scoring or selecting. Every variant names what it refers to.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]

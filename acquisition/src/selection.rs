@@ -70,14 +70,7 @@ impl Selection {
             order
         };
         let gumbel_top_k = |logw: &[f64], rng: &mut dyn RngCore| {
-            let keys: Vec<f64> = logw
-                .iter()
-                .map(|&lw| {
-                    // u in (0, 1): 53 random bits, shifted off 0.
-                    let u = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-                    lw - (-u.ln()).ln()
-                })
-                .collect();
+            let keys: Vec<f64> = logw.iter().map(|&lw| lw + gumbel(rng.next_u64())).collect();
             top_k(&keys)
         };
         match *self {
@@ -119,6 +112,33 @@ impl Selection {
             }
         }
     }
+}
+
+impl Selection {
+    /// The log-weight `ln w` of one candidate's score for the modes whose weight depends on
+    /// that score alone (`TopK`: the score itself, `Power`, `Softmax`), so that a candidate's
+    /// selection key `ln w + G` can be computed without the others (sharded scoring).
+    /// `None` for `SoftRank` (a rank needs every score) and `Random`.
+    pub fn log_weight(&self, score: f32) -> Option<f64> {
+        match *self {
+            Selection::TopK => Some(f64::from(score)),
+            Selection::Power { beta } => Some(f64::from(beta) * f64::from(score).max(1e-30).ln()),
+            Selection::Softmax { beta } => Some(f64::from(beta) * f64::from(score)),
+            Selection::SoftRank { .. } | Selection::Random => None,
+        }
+    }
+
+    /// True for the modes that add Gumbel noise to the log-weights.
+    pub fn is_stochastic(&self) -> bool {
+        !matches!(self, Selection::TopK)
+    }
+}
+
+/// A standard Gumbel draw from 64 random bits: `-ln(-ln u)` with `u` in `(0, 1)` from the top
+/// 53 bits, shifted off 0. The one formula every stochastic selection uses.
+pub fn gumbel(bits: u64) -> f64 {
+    let u = ((bits >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    -(-u.ln()).ln()
 }
 
 /// Uniform integer in `0..bound` (bound > 0) by rejection, independent of `rand`'s

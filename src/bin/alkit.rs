@@ -61,6 +61,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Curve(a) => curve(a, &device, cli.quiet),
         Command::Train(a) => train_cmd(a, &device, cli.quiet),
         Command::Score(a) => score_cmd(a, &device),
+        Command::Merge(a) => merge_cmd(a),
         Command::Bench(a) => bench_cmd(a, &device),
         Command::Ood(a) => ood_cmd(a, &device, cli.quiet),
         Command::Calibrate(a) => calibrate_cmd(a, &device, cli.quiet),
@@ -377,6 +378,76 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
             ck.config.item_shape
         );
     }
+    let shard = match &a.shard {
+        Some(s) => Some(alkit::eval::shard::Shard::parse(s)?),
+        None => alkit::eval::shard::Shard::from_env(&|k| std::env::var(k).ok(), a.shards)?,
+    };
+    if a.shards.is_some() && a.shard.is_none() && shard.is_none() {
+        return Err(alkit::Error::config(
+            "shards",
+            "--shards N is read with JOB_COMPLETION_INDEX, which is not set; use --shard I/N",
+        )
+        .into());
+    }
+    let selection = settings.select.selection(settings.beta).ok_or_else(|| {
+        alkit::Error::config(
+            "select",
+            "batchbald picks a whole batch; `score` ranks items",
+        )
+    })?;
+    if selection.is_stochastic() && a.top.is_none() {
+        return Err(alkit::Error::config(
+            "select",
+            format!(
+                "--select {} draws a batch: give its size with --top",
+                settings.select.name()
+            ),
+        )
+        .into());
+    }
+    if shard.is_some() {
+        // A sharded run must score each item as the unsharded one does: evidence drawn per
+        // batch (input or weight noise, MC-dropout masks) would depend on the split.
+        if let Some(s) = scorers.iter().find(|s| {
+            let n = s.needs();
+            n.grads.is_some_and(|g| g.perturbations > 0)
+                || n.samples
+                    .is_some_and(|r| !matches!(r, alkit::acquisition::SampleRequest::Members))
+        }) {
+            return Err(alkit::Error::config(
+                "shard",
+                format!(
+                    "`{}` draws noise per batch, so its scores would depend on the split; \
+                     shard deterministic scorers (entropy, margin, regrad, exgrad, an \
+                     ensemble's bald, ...)",
+                    s.name()
+                ),
+            )
+            .into());
+        }
+    }
+    let mut items = items;
+    let indices: Vec<usize> = match &shard {
+        Some(s) => (0..items.len())
+            .filter(|&i| s.holds(&items.ids[i]))
+            .collect(),
+        None => (0..items.len()).collect(),
+    };
+    let pool = items.len();
+    if shard.is_some() {
+        let len: usize = items.item_shape.iter().product();
+        let x: Vec<f32> = indices
+            .iter()
+            .flat_map(|&i| items.x[i * len..(i + 1) * len].iter().copied())
+            .collect();
+        items = alkit::data::source::Items {
+            ids: indices.iter().map(|&i| items.ids[i].clone()).collect(),
+            labels: indices.iter().map(|&i| items.labels[i]).collect(),
+            x,
+            item_shape: items.item_shape.clone(),
+            classes: items.classes.clone(),
+        };
+    }
     let ds = ck.config.normalizer.apply(&items.dataset()?)?;
     let scoring = Scoring {
         model: ck.model.as_ref(),
@@ -388,7 +459,71 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     };
     let cols = alkit::eval::score_all(&scoring, &ds, &scorers, a.seed)?;
     let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
-    alkit::eval::write_scores(&a.out, &items.ids, &names, &cols, a.top)?;
+    let keys = match cols.first() {
+        Some(first) if a.top.is_some() || shard.is_some() => {
+            Some(alkit::eval::shard::selection_keys(
+                first,
+                &items.ids,
+                &selection,
+                a.seed,
+                shard.is_some(),
+            )?)
+        }
+        _ => None,
+    };
+    let Some(shard) = shard else {
+        alkit::eval::write_scores(&a.out, &items.ids, &names, &cols, a.top, keys.as_deref())?;
+        return Ok(());
+    };
+    let run = [
+        ("data", name.to_string()),
+        ("split", format!("{:?}", a.split)),
+        (
+            "checkpoint",
+            a.checkpoint
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("scorers", names.join(",")),
+        ("settings", format!("{settings:?}")),
+        ("seed", a.seed.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let manifest = alkit::eval::shard::Manifest {
+        format: 1,
+        shard,
+        top: a.top,
+        items: indices.len(),
+        pool,
+        run,
+    };
+    alkit::eval::shard::write_shard(
+        &a.out,
+        &manifest,
+        &names,
+        &indices,
+        &items.ids,
+        &cols,
+        keys.as_deref().unwrap_or_default(),
+    )?;
+    Ok(())
+}
+
+fn merge_cmd(a: MergeArgs) -> Result<()> {
+    let inputs: Vec<PathBuf> = a
+        .shards
+        .iter()
+        .flat_map(|p| [p.clone(), alkit::eval::shard::manifest_path(p)])
+        .collect();
+    let refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    alkit::fsutil::check_output("out", &a.out, &refs)?;
+    let (header, rows) = alkit::eval::shard::merge(&a.shards, a.top)?;
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    alkit::fsutil::write_csv(&a.out, &header, rows)?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 pub mod calibrate;
 pub mod ood;
 pub mod scores_file;
+pub mod shard;
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::{Dataset, Normalizer};
@@ -171,14 +172,15 @@ fn create_out(out: &Path) -> Result<()> {
 
 /// Writes a score table to `out` atomically: header `index,id,<name>...`, one row per item
 /// (`cols[k][i]` is scorer `k`'s score of item `i`), in item order, or with `top = Some(k)` the
-/// `k` highest-scoring items by the first scorer (ties by index). Fields are quoted as RFC
-/// 4180 requires, so an id with a comma reads back.
+/// `k` items with the highest `keys` (the first scorer's scores when `None`; ties by index).
+/// Fields are quoted as RFC 4180 requires, so an id with a comma reads back.
 pub fn write_scores(
     out: &Path,
     ids: &[String],
     names: &[&str],
     cols: &[Vec<f32>],
     top: Option<usize>,
+    keys: Option<&[f64]>,
 ) -> Result<()> {
     if cols.len() != names.len() || cols.iter().any(|c| c.len() != ids.len()) {
         return Err(Error::config(
@@ -188,7 +190,12 @@ pub fn write_scores(
     }
     let mut order: Vec<usize> = (0..ids.len()).collect();
     if let (Some(k), Some(first)) = (top, cols.first()) {
-        order.sort_by(|&x, &y| first[y].total_cmp(&first[x]).then(x.cmp(&y)));
+        let by: Vec<f64> = match keys {
+            Some(k) if k.len() == ids.len() => k.to_vec(),
+            Some(_) => return Err(Error::config("keys", "one key per item")),
+            None => first.iter().map(|&v| f64::from(v)).collect(),
+        };
+        order.sort_by(|&x, &y| by[y].total_cmp(&by[x]).then(x.cmp(&y)));
         order.truncate(k);
     }
     let mut header = vec!["index", "id"];

@@ -745,13 +745,17 @@ fn cases() -> Vec<Case> {
             ["p.png", "PLTE", "47 bytes"]
         ),
         case!(
-            "images-differ-in-size",
+            // Mixed sizes are scaled (a photo folder); a truncated image among them is still
+            // named, after its header was read for the size.
+            "images-mixed-sizes-one-truncated",
             |d, _| {
                 let dir = d.join("imgs/cat");
                 std::fs::create_dir_all(&dir).unwrap();
                 std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
                 png_of(&dir.join("a.png"), 4, 4);
                 png_of(&dir.join("b.png"), 5, 4);
+                let b = std::fs::read(dir.join("b.png")).unwrap();
+                std::fs::write(dir.join("b.png"), &b[..40]).unwrap();
             },
             ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
             1,

@@ -12,6 +12,7 @@ mod label_page;
 mod layers;
 mod scorers;
 mod sessions;
+mod shards;
 mod sources;
 
 use alkit::acquire::{run, LoopConfig, RunContext, RunState};

@@ -54,7 +54,7 @@ impl ModelArg {
     }
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub(crate) enum SplitArg {
     Train,
     Test,
@@ -68,6 +68,8 @@ pub(crate) enum Command {
     Train(TrainArgs),
     /// Score every item of any data source with a checkpoint (local, hf:, or several as an ensemble); one CSV row per item.
     Score(ScoreArgs),
+    /// Merge the results of `alkit score --shard I/N` into exactly the unsharded `score --top K` result.
+    Merge(MergeArgs),
     /// Pool-scoring throughput (samples/s) per scorer with the standard CNN (or an ensemble); `--train duq-fm`: DUQ training images/s.
     Bench(BenchArgs),
     /// OOD detection: score an in-distribution and an OOD test split; AUROC, AUPR-in/out, FPR@95.
@@ -417,12 +419,31 @@ pub(crate) struct ScoreArgs {
     /// Seed of REGrad*'s input noise.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    /// Write only the K highest-scoring items by the first scorer (all items when absent).
+    /// Write only the K items picked first: the K highest scores of the first scorer, or with --select power/softmax/softrank K items drawn by the stochastic selection (each item's noise keyed by --seed and its id) (all items when absent).
     #[arg(long)]
     pub(crate) top: Option<usize>,
+    /// Score only shard I of N (items whose id hashes to I) and write that shard's result for `alkit merge`: FILE with a `key` column, then FILE.shard.json. Default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX of --shards.
+    #[arg(long, value_name = "I/N")]
+    pub(crate) shard: Option<String>,
+    /// Number of shards of a Kubernetes Indexed Job (its completions), read with JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "N")]
+    pub(crate) shards: Option<usize>,
     /// CSV file to write: `index`, `id` and one column per scorer.
     #[arg(long)]
     pub(crate) out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct MergeArgs {
+    /// Rows of the merged result: the K picked first over all shards (at most what each shard kept).
+    #[arg(long)]
+    pub(crate) top: usize,
+    /// CSV file to write, in `alkit score`'s unsharded format.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+    /// The shards' result files (each with its FILE.shard.json beside it), every shard exactly once.
+    #[arg(required = true)]
+    pub(crate) shards: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]

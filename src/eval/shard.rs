@@ -1,0 +1,446 @@
+//! Sharded scoring on an existing scheduler, and the exact merge of shard results.
+//!
+//! A pool is split by each item's stable id: item `id` belongs to shard `fnv1a(id) mod N`, so
+//! every process of a Slurm job array or a Kubernetes Indexed Job picks its items from the id
+//! alone, with no coordinator. A shard writes its best `K` rows with each row's selection key
+//! (`key`) and, last and atomically, a manifest beside them (`FILE.shard.json`): a shard file
+//! without its manifest is unfinished. [`merge`] checks that the manifests belong to one run and
+//! cover the pool exactly once, then takes the best `K` keys of the union, which are exactly the
+//! best `K` of the whole pool: each shard's best `K` contains every item of the global best `K`
+//! that lies in it.
+//!
+//! Keys come from one item at a time ([`selection_keys`]): the score for top-k, and for the
+//! stochastic `power` and `softmax` modes `ln w + G` with the Gumbel draw `G` from the stream of
+//! `(seed, Select, fnv1a(id))`, so a sharded run selects what the unsharded one selects.
+//! `softrank` needs every score's rank and is computed unsharded only.
+
+use crate::data::Fnv1a;
+use crate::error::{Error, Result};
+use crate::fsutil::{read_json, write_csv, write_json};
+use crate::rng::{stream, Purpose};
+use alkit_acquisition::{gumbel, Selection};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::hash::Hasher;
+use std::path::{Path, PathBuf};
+
+const FORMAT: u32 = 1;
+
+/// Most shards a run may have.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// Shard `index` of `count` (from 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// This shard, `0..count`.
+    pub index: usize,
+    /// Shards in all.
+    pub count: usize,
+}
+
+impl Shard {
+    /// A shard, checked: `index < count <= MAX_SHARDS`. `origin` names where it came from.
+    pub fn new(index: usize, count: usize, origin: &'static str) -> Result<Shard> {
+        if count == 0 || count > MAX_SHARDS || index >= count {
+            return Err(Error::config(
+                origin,
+                format!("shard {index} of {count}: expected 0 <= I < N <= {MAX_SHARDS}"),
+            ));
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// Parses `I/N`.
+    pub fn parse(s: &str) -> Result<Shard> {
+        let bad = || Error::config("shard", format!("`{s}`: expected I/N with 0 <= I < N"));
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (i, n) = (
+            i.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        Shard::new(i, n, "shard")
+    }
+
+    /// The shard a scheduler assigned through the environment `env` (a lookup, so tests need
+    /// not touch the process's): a Slurm job array (`SLURM_ARRAY_TASK_ID` minus
+    /// `SLURM_ARRAY_TASK_MIN`, default 0, of `SLURM_ARRAY_TASK_COUNT`), or a Kubernetes Indexed
+    /// Job (`JOB_COMPLETION_INDEX` of `shards`, which the Job's `completions` must equal).
+    /// `Ok(None)` when neither is set.
+    pub fn from_env(
+        env: &dyn Fn(&str) -> Option<String>,
+        shards: Option<usize>,
+    ) -> Result<Option<Shard>> {
+        let num = |name: &'static str| -> Result<Option<usize>> {
+            env(name)
+                .map(|v| {
+                    v.trim().parse::<usize>().map_err(|_| {
+                        Error::config("shard", format!("{name}=`{v}` is not a whole number"))
+                    })
+                })
+                .transpose()
+        };
+        if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
+            let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+            let count = num("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
+                Error::config(
+                    "shard",
+                    "SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not",
+                )
+            })?;
+            let index = id.checked_sub(min).ok_or_else(|| {
+                Error::config(
+                    "shard",
+                    format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"),
+                )
+            })?;
+            return Shard::new(index, count, "shard").map(Some);
+        }
+        if let Some(index) = num("JOB_COMPLETION_INDEX")? {
+            let count = shards.ok_or_else(|| {
+                Error::config(
+                    "shards",
+                    "JOB_COMPLETION_INDEX is set: give the Job's completions as --shards N",
+                )
+            })?;
+            return Shard::new(index, count, "shards").map(Some);
+        }
+        Ok(None)
+    }
+
+    /// True when item `id` belongs to this shard.
+    pub fn holds(&self, id: &str) -> bool {
+        shard_of(id, self.count) == self.index
+    }
+}
+
+fn id_hash(id: &str) -> u64 {
+    let mut h = Fnv1a::default();
+    h.write(id.as_bytes());
+    h.finish()
+}
+
+/// The shard of item `id` among `count`: its id's FNV-1a hash modulo `count`.
+pub fn shard_of(id: &str, count: usize) -> usize {
+    (id_hash(id) % count as u64) as usize
+}
+
+/// One selection key per item (higher = picked first) from its score and id alone (see the
+/// module docs). Errors on a non-finite score, and for `softrank` or `random` when `sharded`.
+pub fn selection_keys(
+    scores: &[f32],
+    ids: &[String],
+    selection: &Selection,
+    seed: u64,
+    sharded: bool,
+) -> Result<Vec<f64>> {
+    if let Some((i, v)) = scores.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(Error::config(
+            "scores",
+            format!(
+                "item `{}` scored {v}; selection needs finite scores",
+                ids[i]
+            ),
+        ));
+    }
+    let noise = |id: &str| gumbel(stream(seed, Purpose::Select, id_hash(id)).next_u64());
+    if selection.log_weight(0.5).is_some() {
+        return Ok(scores
+            .iter()
+            .zip(ids)
+            .map(|(&s, id)| {
+                let lw = selection.log_weight(s).unwrap_or(f64::NEG_INFINITY);
+                if selection.is_stochastic() {
+                    lw + noise(id)
+                } else {
+                    lw
+                }
+            })
+            .collect());
+    }
+    match *selection {
+        Selection::SoftRank { beta } if !sharded => {
+            let mut order: Vec<usize> = (0..scores.len()).collect();
+            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+            let mut keys = vec![0f64; scores.len()];
+            for (r, &i) in order.iter().enumerate() {
+                keys[i] = -f64::from(beta) * ((r + 1) as f64).ln() + noise(&ids[i]);
+            }
+            Ok(keys)
+        }
+        _ => Err(Error::config(
+            "select",
+            "softrank needs every item's rank and random no score: neither can be sharded; \
+             use top-k, power or softmax",
+        )),
+    }
+}
+
+/// What a shard's manifest records: enough for [`merge`] to refuse shards of different runs,
+/// a missing shard or a shard given twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Manifest format.
+    pub format: u32,
+    /// This shard.
+    pub shard: Shard,
+    /// Rows kept (the shard's best `top`), `None`: all of its items.
+    pub top: Option<usize>,
+    /// Items of the pool that fell in this shard.
+    pub items: usize,
+    /// Items of the whole pool.
+    pub pool: usize,
+    /// What produced the scores, to be equal across shards: data, split, checkpoints,
+    /// scorers and their settings, selection and seed.
+    pub run: BTreeMap<String, String>,
+}
+
+/// The manifest path of shard file `out`: `OUT.shard.json`.
+pub fn manifest_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(".shard.json");
+    out.with_file_name(name)
+}
+
+/// Writes a shard's result: the rows `index,id,<scorers>,key` of its best `top` items by key
+/// (all, by key, when `top` is `None`), then its manifest; both atomically, the manifest last.
+/// `indices`, `ids`, `cols[k]` and `keys` run over the shard's items.
+pub fn write_shard(
+    out: &Path,
+    manifest: &Manifest,
+    names: &[&str],
+    indices: &[usize],
+    ids: &[String],
+    cols: &[Vec<f32>],
+    keys: &[f64],
+) -> Result<()> {
+    let _ = std::fs::remove_file(manifest_path(out));
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by(|&x, &y| {
+        keys[y]
+            .total_cmp(&keys[x])
+            .then(indices[x].cmp(&indices[y]))
+    });
+    if let Some(k) = manifest.top {
+        order.truncate(k);
+    }
+    let mut header = vec!["index", "id"];
+    header.extend(names);
+    header.push("key");
+    let rows = order.into_iter().map(|i| {
+        let mut row = vec![indices[i].to_string(), ids[i].clone()];
+        row.extend(cols.iter().map(|c| c[i].to_string()));
+        row.push(keys[i].to_string());
+        row
+    });
+    write_csv(out, &header, rows)?;
+    write_json(&manifest_path(out), manifest)
+}
+
+/// Merges shard files into the unsharded result: header `index,id,<scorers>`, the best `top`
+/// rows of the union by key (ties by index), each row's fields exactly as its shard wrote
+/// them. Errors name the file: a missing or unfinished shard, one given twice, shards of
+/// another run, `top` above what a shard kept, a row whose id is not the shard's.
+pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<String>>)> {
+    if files.is_empty() {
+        return Err(Error::config("shards", "no shard files given"));
+    }
+    let mut first: Option<(PathBuf, Manifest)> = None;
+    let mut seen: BTreeMap<usize, PathBuf> = BTreeMap::new();
+    let mut header: Option<Vec<String>> = None;
+    let mut rows: Vec<(f64, usize, Vec<String>)> = Vec::new();
+    let mut items = 0usize;
+    for f in files {
+        let mp = manifest_path(f);
+        if !mp.is_file() {
+            return Err(Error::state(
+                f,
+                format!(
+                    "no manifest {}: the shard did not finish (run it again)",
+                    mp.display()
+                ),
+            ));
+        }
+        let m: Manifest = read_json(&mp)?;
+        if m.format != FORMAT {
+            return Err(Error::state(&mp, format!("manifest format {}", m.format)));
+        }
+        Shard::new(m.shard.index, m.shard.count, "shard")
+            .map_err(|e| Error::state(&mp, e.to_string()))?;
+        if let Some((p0, m0)) = &first {
+            let differs = if m.shard.count != m0.shard.count {
+                Some("the number of shards")
+            } else if m.pool != m0.pool {
+                Some("the pool size")
+            } else if m.top != m0.top {
+                Some("--top")
+            } else if m.run != m0.run {
+                Some("the data, checkpoint, scorers, selection or seed")
+            } else {
+                None
+            };
+            if let Some(what) = differs {
+                return Err(Error::state(
+                    &mp,
+                    format!("{what} differs from {}'s", p0.display()),
+                ));
+            }
+        }
+        if let Some(prev) = seen.insert(m.shard.index, f.clone()) {
+            return Err(Error::state(
+                f,
+                format!("shard {} is also {}", m.shard.index, prev.display()),
+            ));
+        }
+        if m.top.is_some_and(|k| k < top) {
+            return Err(Error::config(
+                "top",
+                format!(
+                    "{top} rows asked for, but {} kept its best {} only",
+                    f.display(),
+                    m.top.unwrap_or(0)
+                ),
+            ));
+        }
+        items += m.items;
+        let (h, body) = crate::data::source::read_csv(f)?;
+        if h.len() < 4
+            || h[0] != "index"
+            || h[1] != "id"
+            || h.last().map(String::as_str) != Some("key")
+        {
+            return Err(Error::Row {
+                path: f.clone(),
+                row: 1,
+                problem: "expected the header index,id,<scorers>,key of a shard file".into(),
+            });
+        }
+        let cols = h[..h.len() - 1].to_vec();
+        match &header {
+            Some(h0) if *h0 != cols => {
+                return Err(Error::Row {
+                    path: f.clone(),
+                    row: 1,
+                    problem: format!("columns {cols:?} differ from {h0:?}"),
+                })
+            }
+            _ => header = Some(cols),
+        }
+        let expect = m.top.map_or(m.items, |k| k.min(m.items));
+        if body.len() != expect {
+            return Err(Error::state(
+                f,
+                format!("{} rows; its manifest promises {expect}", body.len()),
+            ));
+        }
+        for (line, mut r) in body {
+            let bad = |p: String| Error::Row {
+                path: f.clone(),
+                row: line,
+                problem: p,
+            };
+            let index: usize = r[0].parse().map_err(|_| bad(format!("index `{}`", r[0])))?;
+            if index >= m.pool || !m.shard.holds(&r[1]) {
+                return Err(bad(format!(
+                    "item {index} `{}` is not in shard {}",
+                    r[1], m.shard.index
+                )));
+            }
+            let key: f64 = r
+                .pop()
+                .and_then(|k| k.parse().ok())
+                .filter(|k: &f64| !k.is_nan())
+                .ok_or_else(|| bad("the key is not a number".into()))?;
+            rows.push((key, index, r));
+        }
+        if first.is_none() {
+            first = Some((f.clone(), m));
+        }
+    }
+    let (p0, m0) = first.expect("at least one file");
+    if seen.len() != m0.shard.count {
+        let missing: Vec<usize> = (0..m0.shard.count)
+            .filter(|i| !seen.contains_key(i))
+            .collect();
+        return Err(Error::state(
+            &p0,
+            format!(
+                "{} of {} shards given; missing {missing:?}",
+                seen.len(),
+                m0.shard.count
+            ),
+        ));
+    }
+    if items != m0.pool {
+        return Err(Error::state(
+            &p0,
+            format!("the shards hold {items} items, the pool {}", m0.pool),
+        ));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    rows.truncate(top);
+    let mut seen_index = std::collections::HashSet::new();
+    if let Some(r) = rows.iter().find(|r| !seen_index.insert(r.1)) {
+        return Err(Error::state(
+            &p0,
+            format!("item {} appears in two shards", r.1),
+        ));
+    }
+    Ok((
+        header.unwrap_or_default(),
+        rows.into_iter().map(|r| r.2).collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse_and_come_from_slurm_or_kubernetes() {
+        assert_eq!(Shard::parse("2/3").unwrap(), Shard { index: 2, count: 3 });
+        for bad in ["3/3", "1", "a/2", "0/0", "-1/2", "1/70000"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
+        };
+        let slurm = env(&[
+            ("SLURM_ARRAY_TASK_ID", "3"),
+            ("SLURM_ARRAY_TASK_MIN", "1"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ]);
+        assert_eq!(
+            Shard::from_env(&slurm, None).unwrap(),
+            Some(Shard { index: 2, count: 3 })
+        );
+        let k8s = env(&[("JOB_COMPLETION_INDEX", "0")]);
+        assert_eq!(
+            Shard::from_env(&k8s, Some(4)).unwrap(),
+            Some(Shard { index: 0, count: 4 })
+        );
+        assert!(Shard::from_env(&k8s, None).is_err());
+        assert!(Shard::from_env(&env(&[("SLURM_ARRAY_TASK_ID", "0")]), None).is_err());
+        assert_eq!(Shard::from_env(&env(&[]), None).unwrap(), None);
+    }
+
+    #[test]
+    fn keys_depend_on_the_item_alone() {
+        let ids: Vec<String> = (0..50).map(|i| format!("item{i}")).collect();
+        let scores: Vec<f32> = (0..50).map(|i| (i % 7) as f32 + 0.5).collect();
+        for sel in [
+            Selection::TopK,
+            Selection::Power { beta: 1.0 },
+            Selection::Softmax { beta: 2.0 },
+        ] {
+            let all = selection_keys(&scores, &ids, &sel, 9, true).unwrap();
+            let part = selection_keys(&scores[10..20], &ids[10..20], &sel, 9, true).unwrap();
+            assert_eq!(&all[10..20], &part[..], "{sel:?}");
+        }
+        let soft = Selection::SoftRank { beta: 1.0 };
+        assert!(selection_keys(&scores, &ids, &soft, 9, true).is_err());
+        assert!(selection_keys(&scores, &ids, &soft, 9, false).is_ok());
+        assert!(selection_keys(&[f32::NAN], &ids[..1], &Selection::TopK, 0, false).is_err());
+    }
+}

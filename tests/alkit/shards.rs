@@ -1,0 +1,231 @@
+//! Sharded scoring: `alkit score --shard I/N` (or the Slurm / Kubernetes variables) in separate
+//! processes, then `alkit merge`, gives byte for byte what one unsharded `alkit score --top K`
+//! writes, for top-k and for a stochastic selection; a shard killed and rerun changes nothing.
+
+use super::*;
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = alkit_cmd();
+    c.arg("-q").args(args);
+    for k in [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_COUNT",
+        "JOB_COMPLETION_INDEX",
+    ] {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn ok(args: &[&str], env: &[(&str, &str)]) {
+    let o = run(args, env);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn fails(args: &[&str], code: i32, says: &str) {
+    let o = run(args, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(says), "{args:?}: {err}");
+}
+
+#[test]
+fn three_shards_and_a_merge_equal_one_unsharded_score_byte_for_byte() {
+    let dir = tmp("shards");
+    let d = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    ok(
+        &[
+            "train",
+            "--model",
+            "mlp",
+            "--steps",
+            "30",
+            "--out",
+            &d("ck"),
+        ],
+        &[],
+    );
+    let ck = d("ck");
+    let base = [
+        "score",
+        "--checkpoint",
+        &ck,
+        "--scorer",
+        "entropy,margin",
+        "--top",
+        "40",
+    ];
+    let score = |extra: &[&str], out: &str, env: &[(&str, &str)]| {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend(extra);
+        args.extend(["--out", out]);
+        ok(&args, env);
+    };
+    let merge = |files: &[String], out: &str| {
+        let mut args = vec!["merge", "--top", "40", "--out", out];
+        args.extend(files.iter().map(String::as_str));
+        run(&args, &[])
+    };
+    let bytes = |p: &str| std::fs::read(p).unwrap();
+
+    for (tag, select) in [
+        ("topk", vec![]),
+        (
+            "power",
+            vec!["--select", "power", "--beta", "2", "--seed", "5"],
+        ),
+    ] {
+        let whole = d(&format!("{tag}-all.csv"));
+        score(&select, &whole, &[]);
+        let rows = String::from_utf8(bytes(&whole)).unwrap();
+        assert_eq!(rows.lines().count(), 41, "{tag}");
+        // By flag.
+        let files: Vec<String> = (0..3).map(|i| d(&format!("{tag}-s{i}.csv"))).collect();
+        for (i, f) in files.iter().enumerate() {
+            let spec = format!("{i}/3");
+            let mut extra = select.clone();
+            extra.extend(["--shard", &spec]);
+            score(&extra, f, &[]);
+            assert!(Path::new(&format!("{f}.shard.json")).is_file());
+        }
+        let merged = d(&format!("{tag}-merged.csv"));
+        let o = merge(&files, &merged);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(bytes(&merged), bytes(&whole), "{tag}: merge of flag shards");
+        // By a Slurm job array numbered from 1.
+        let slurm: Vec<String> = (1..=3).map(|i| d(&format!("{tag}-slurm{i}.csv"))).collect();
+        for (i, f) in slurm.iter().enumerate() {
+            let id = (i + 1).to_string();
+            score(
+                &select,
+                f,
+                &[
+                    ("SLURM_ARRAY_TASK_ID", &id),
+                    ("SLURM_ARRAY_TASK_MIN", "1"),
+                    ("SLURM_ARRAY_TASK_COUNT", "3"),
+                ],
+            );
+            assert_eq!(bytes(f), bytes(&files[i]), "{tag}: Slurm task {id}");
+        }
+        let o = merge(&slurm, &d(&format!("{tag}-merged-slurm.csv")));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(bytes(&d(&format!("{tag}-merged-slurm.csv"))), bytes(&whole));
+        // By a Kubernetes Indexed Job.
+        let k8s = d(&format!("{tag}-k8s2.csv"));
+        let mut extra = select.clone();
+        extra.extend(["--shards", "3"]);
+        score(&extra, &k8s, &[("JOB_COMPLETION_INDEX", "2")]);
+        assert_eq!(bytes(&k8s), bytes(&files[2]), "{tag}: JOB_COMPLETION_INDEX");
+    }
+    // The stochastic selection is not the top-k one.
+    assert_ne!(bytes(&d("power-all.csv")), bytes(&d("topk-all.csv")));
+
+    // kill -9 of a shard, then a rerun: the merge is unchanged.
+    let files: Vec<String> = (0..3).map(|i| d(&format!("topk-s{i}.csv"))).collect();
+    let _ = std::fs::remove_file(&files[1]);
+    let _ = std::fs::remove_file(format!("{}.shard.json", files[1]));
+    let mut args: Vec<&str> = vec!["-q"];
+    args.extend(base);
+    args.extend(["--shard", "1/3", "--out", &files[1]]);
+    let mut child = alkit_cmd().args(&args).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    child.kill().unwrap();
+    let _ = child.wait();
+    let after_kill = d("after-kill.csv");
+    let o = merge(&files, &after_kill);
+    if o.status.success() {
+        // The shard had already finished before the kill.
+        assert_eq!(bytes(&after_kill), bytes(&d("topk-all.csv")));
+    } else {
+        assert!(String::from_utf8_lossy(&o.stderr).contains("topk-s1.csv"));
+        assert!(!Path::new(&after_kill).exists());
+    }
+    ok(&args[1..], &[]);
+    let rerun = d("rerun.csv");
+    assert!(merge(&files, &rerun).status.success());
+    assert_eq!(bytes(&rerun), bytes(&d("topk-all.csv")));
+
+    // What merge refuses: a shard twice, a missing one, another run's, more rows than kept.
+    let m = |files: &[&String], top: &str, says: &str| {
+        let out = d("refused.csv");
+        let mut args = vec!["merge", "--top", top, "--out", &out];
+        args.extend(files.iter().map(|s| s.as_str()));
+        let o = run(&args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{says}: {err}");
+        assert!(!Path::new(&out).exists());
+    };
+    let p: Vec<String> = (0..3).map(|i| d(&format!("power-s{i}.csv"))).collect();
+    m(&[&files[0], &files[0], &files[2]], "40", "also");
+    m(&[&files[0], &files[1]], "40", "missing [2]");
+    m(&[&files[0], &p[1], &files[2]], "40", "differs");
+    m(&[&files[0], &files[1], &files[2]], "41", "kept its best 40");
+    // Scorers that draw noise per batch cannot be sharded; softrank needs every rank.
+    fails(
+        &[
+            "score",
+            "--checkpoint",
+            &ck,
+            "--scorer",
+            "regrad-star",
+            "--shard",
+            "0/2",
+            "--out",
+            &d("x.csv"),
+        ],
+        2,
+        "regrad-star",
+    );
+    fails(
+        &[
+            "score",
+            "--checkpoint",
+            &ck,
+            "--select",
+            "softrank",
+            "--top",
+            "5",
+            "--shard",
+            "0/2",
+            "--out",
+            &d("x.csv"),
+        ],
+        2,
+        "softrank",
+    );
+    fails(
+        &[
+            "score",
+            "--checkpoint",
+            &ck,
+            "--shard",
+            "3/3",
+            "--out",
+            &d("x.csv"),
+        ],
+        2,
+        "shard 3 of 3",
+    );
+    fails(
+        &[
+            "score",
+            "--checkpoint",
+            &ck,
+            "--shards",
+            "3",
+            "--out",
+            &d("x.csv"),
+        ],
+        2,
+        "JOB_COMPLETION_INDEX",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
