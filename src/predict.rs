@@ -15,7 +15,25 @@ use alkit_acquisition::{
 };
 use candle_core::{DType, Device};
 
-/// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of `batch`.
+/// `chunk` filled up to exactly `batch` rows with copies of its last item. Every batch runs at
+/// `batch` rows and the extra rows are dropped, because candle's CPU matmul picks its kernel
+/// by the number of rows, and small batches round differently: an item's scores then never
+/// depend on which items share its batch, so streamed, sharded and subsampled runs agree with
+/// a whole-pool run to the bit. Costs at most one batch per call.
+pub(crate) fn full_batch(chunk: &[usize], batch: usize) -> std::borrow::Cow<'_, [usize]> {
+    match chunk.last() {
+        Some(&last) if chunk.len() < batch => {
+            let mut v = chunk.to_vec();
+            v.resize(batch, last);
+            std::borrow::Cow::Owned(v)
+        }
+        _ => std::borrow::Cow::Borrowed(chunk),
+    }
+}
+
+/// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of exactly `batch`
+/// rows (a partial batch is filled with copies of its last item, the extra rows dropped), so
+/// that an item's result never depends on which items share its batch.
 pub fn log_probs_of(
     model: &dyn Classifier,
     data: &Dataset,
@@ -25,11 +43,13 @@ pub fn log_probs_of(
     observer: &mut dyn Observer,
 ) -> Result<Vec<f32>> {
     let mut out = Vec::with_capacity(indices.len() * model.classes());
+    let c = model.classes();
     for chunk in indices.chunks(batch.max(1)) {
-        let x = data.batch(chunk, device)?;
+        let x = data.batch(&full_batch(chunk, batch.max(1)), device)?;
         let lp = log_probs(&model.predict(&x)?)?;
-        out.extend(lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
-        scored(observer, out.len() / model.classes(), indices.len())?;
+        let lp = lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        out.extend_from_slice(&lp[..chunk.len() * c]);
+        scored(observer, out.len() / c, indices.len())?;
     }
     Ok(out)
 }
@@ -121,10 +141,12 @@ impl Scoring<'_> {
             let c = self.model.classes();
             let mut k = Vec::with_capacity(indices.len() * c);
             for chunk in indices.chunks(self.batch.max(1)) {
-                let kv = kernel_values(self.model, &data.batch(chunk, self.device)?)?.ok_or_else(
+                let rows = full_batch(chunk, self.batch.max(1));
+                let kv = kernel_values(self.model, &data.batch(&rows, self.device)?)?.ok_or_else(
                     || Error::config("scorer", "`duq` needs a DUQ model (`--model duq`)"),
                 )?;
-                k.extend(kv.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+                let kv = kv.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                k.extend_from_slice(&kv[..chunk.len() * c]);
                 scored(observer, k.len() / c, indices.len())?;
             }
             ev.kernel = Some(Kernel::new(k, indices.len(), c)?);
@@ -166,28 +188,36 @@ impl Scoring<'_> {
     }
 
     /// Runs `logits_of` on each chunk of `indices` (one logits tensor `(b, c)` per draw) and
-    /// collects each draw's log-probabilities `(n, c)`, reporting progress.
+    /// collects each draw's log-probabilities `(n, c)`, reporting progress. With `full`, each
+    /// chunk runs as a [`full_batch`] (for draws that take nothing from the RNG, whose
+    /// stream would otherwise shift with the extra rows).
     fn draw_chunks(
         &self,
         indices: &[usize],
+        full: bool,
         observer: &mut dyn Observer,
         mut logits_of: impl FnMut(&[usize]) -> Result<Vec<candle_core::Tensor>>,
     ) -> Result<Vec<Vec<f32>>> {
         let mut draws: Vec<Vec<f32>> = Vec::new();
         let mut done = 0;
+        let c = self.model.classes();
         for chunk in indices.chunks(self.batch.max(1)) {
-            let logits = logits_of(chunk)?;
+            let rows = if full {
+                full_batch(chunk, self.batch.max(1))
+            } else {
+                std::borrow::Cow::Borrowed(chunk)
+            };
+            let logits = logits_of(&rows)?;
             draws.resize(
                 logits.len(),
                 Vec::with_capacity(indices.len() * self.model.classes()),
             );
             for (draw, l) in draws.iter_mut().zip(logits) {
-                draw.extend(
-                    log_probs(&l)?
-                        .to_dtype(DType::F32)?
-                        .flatten_all()?
-                        .to_vec1::<f32>()?,
-                );
+                let lp = log_probs(&l)?
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?;
+                draw.extend_from_slice(&lp[..chunk.len() * c]);
             }
             done += chunk.len();
             scored(observer, done, indices.len())?;
@@ -207,7 +237,7 @@ impl Scoring<'_> {
         let mut draws: Vec<Vec<f32>> = Vec::new();
         match req {
             SampleRequest::InputNoise { sigma, samples } => {
-                draws = self.draw_chunks(indices, observer, |chunk| {
+                draws = self.draw_chunks(indices, false, observer, |chunk| {
                     (0..samples.max(1))
                         .map(|_| {
                             let x = self.noisy_batch(data, chunk, sigma, 1, false, rng)?;
@@ -250,7 +280,7 @@ impl Scoring<'_> {
                 }
             }
             SampleRequest::McDropout { samples } => {
-                draws = self.draw_chunks(indices, observer, |chunk| {
+                draws = self.draw_chunks(indices, false, observer, |chunk| {
                     Ok(mc_dropout_logits(
                         self.model,
                         &data.batch(chunk, self.device)?,
@@ -272,7 +302,7 @@ impl Scoring<'_> {
                 }
             }
             SampleRequest::Members => {
-                draws = self.draw_chunks(indices, observer, |chunk| {
+                draws = self.draw_chunks(indices, true, observer, |chunk| {
                     member_logits(self.model, &data.batch(chunk, self.device)?)?.ok_or_else(|| {
                         Error::config(
                             "ensemble",
@@ -319,8 +349,15 @@ impl Scoring<'_> {
         });
         let (mut sq, mut kl, mut shape) = (Vec::new(), Vec::new(), (0, 0));
         let mut done = 0;
-        for chunk in indices.chunks(self.batch.clamp(1, 256)) {
-            let x = self.noisy_batch(data, chunk, req.sigma, copies, true, rng)?;
+        let batch = self.batch.clamp(1, 256);
+        for chunk in indices.chunks(batch) {
+            // Noise-free gradients run as full batches; perturbed ones keep their RNG stream.
+            let rows = if req.perturbations == 0 {
+                full_batch(chunk, batch)
+            } else {
+                std::borrow::Cow::Borrowed(chunk)
+            };
+            let x = self.noisy_batch(data, &rows, req.sigma, copies, true, rng)?;
             let out = match grad_norms(self.model, &x, copies, req.expected)? {
                 Some(o) => o,
                 None => match &fallback {
@@ -334,8 +371,9 @@ impl Scoring<'_> {
                 },
             };
             shape = (out.rows, out.layers);
-            sq.extend(out.sq.iter().map(|&v| v as f32));
-            kl.extend(out.kl_l1.iter().map(|&v| v as f32));
+            let per = out.rows * out.layers;
+            sq.extend(out.sq.iter().take(chunk.len() * per).map(|&v| v as f32));
+            kl.extend(out.kl_l1.iter().take(chunk.len()).map(|&v| v as f32));
             done += chunk.len();
             scored(observer, done, indices.len())?;
         }

@@ -7,6 +7,7 @@
 use alkit::acquire::LoopConfig;
 use alkit::acquisition::Scorer;
 use alkit::curve::{run_curve, summarize, CurveSpec, SummaryRow};
+use alkit::data::stream::Chunk;
 use alkit::data::{Dataset, Normalizer, Source, Splits};
 use alkit::hub::Hub;
 use alkit::models::{Arch, ModelKind};
@@ -350,37 +351,25 @@ fn scorers_of(kinds: &[StrategyKind], settings: &ScorerSettings) -> Result<Vec<A
         .collect()
 }
 
+/// Hands out a pool's chunks in order (`None` at the end).
+type NextChunk = Box<dyn FnMut() -> alkit::Result<Option<Chunk>>>;
+
 fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
+    use alkit::eval::shard::{self, Shard};
     let settings = ScorerSettings {
         members: a.checkpoint.len() > 1,
         ..a.scorer_flags.settings()?
     };
     let scorers = scorers_of(&a.scorer, &settings)?;
-    if a.batch == 0 {
-        return Err(alkit::Error::config("batch", "must be at least 1").into());
+    if a.batch == 0 || a.chunk == 0 {
+        return Err(alkit::Error::config("batch", "--batch and --chunk must be at least 1").into());
     }
     let mut inputs: Vec<&Path> = a.checkpoint.iter().map(PathBuf::as_path).collect();
     inputs.push(&a.data);
     alkit::fsutil::check_output("out", &a.out, &inputs)?;
-    let ck = open_checkpoints(&a.checkpoint, device)?;
-    let name = a.data.to_string_lossy();
-    let (_, loaded) = load_source(&name)?;
-    let items = match a.split {
-        SplitArg::Train => loaded.pool,
-        SplitArg::Test => loaded
-            .test
-            .with_context(|| format!("{name} has no test split; drop --split test"))?,
-    };
-    if items.item_shape != ck.config.item_shape {
-        bail!(
-            "{name}: items are {:?}, the checkpoint expects {:?}",
-            items.item_shape,
-            ck.config.item_shape
-        );
-    }
     let shard = match &a.shard {
-        Some(s) => Some(alkit::eval::shard::Shard::parse(s)?),
-        None => alkit::eval::shard::Shard::from_env(&|k| std::env::var(k).ok(), a.shards)?,
+        Some(s) => Some(Shard::parse(s)?),
+        None => Shard::from_env(&|k| std::env::var(k).ok(), a.shards)?,
     };
     if a.shards.is_some() && a.shard.is_none() && shard.is_none() {
         return Err(alkit::Error::config(
@@ -405,50 +394,64 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         )
         .into());
     }
-    if shard.is_some() {
-        // A sharded run must score each item as the unsharded one does: evidence drawn per
-        // batch (input or weight noise, MC-dropout masks) would depend on the split.
-        if let Some(s) = scorers.iter().find(|s| {
-            let n = s.needs();
-            n.grads.is_some_and(|g| g.perturbations > 0)
-                || n.samples
-                    .is_some_and(|r| !matches!(r, alkit::acquisition::SampleRequest::Members))
-        }) {
-            return Err(alkit::Error::config(
-                "shard",
-                format!(
-                    "`{}` draws noise per batch, so its scores would depend on the split; \
-                     shard deterministic scorers (entropy, margin, regrad, exgrad, an \
-                     ensemble's bald, ...)",
-                    s.name()
-                ),
-            )
-            .into());
-        }
+    let noisy = scorers
+        .iter()
+        .find(|s| alkit::eval::draws_noise(s.as_ref()));
+    if let (Some(s), Some(_)) = (noisy, shard) {
+        return Err(alkit::Error::config(
+            "shard",
+            format!(
+                "`{}` draws noise per batch, so its scores would depend on the split; shard \
+                 deterministic scorers (entropy, margin, regrad, exgrad, an ensemble's bald, ...)",
+                s.name()
+            ),
+        )
+        .into());
     }
-    let mut items = items;
-    let indices: Vec<usize> = match &shard {
-        Some(s) => (0..items.len())
-            .filter(|&i| s.holds(&items.ids[i]))
-            .collect(),
-        None => (0..items.len()).collect(),
+    let ck = open_checkpoints(&a.checkpoint, device)?;
+    let name = a.data.to_string_lossy().into_owned();
+    let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
+    // A pool that can be read in chunks is (for scorers that draw no noise); others are
+    // loaded whole and scored as one chunk.
+    let streamed = match a.split {
+        SplitArg::Train if noisy.is_none() => alkit::data::stream::open(&source)
+            .with_context(|| format!("loading the data {name}"))?,
+        _ => None,
     };
-    let pool = items.len();
-    if shard.is_some() {
-        let len: usize = items.item_shape.iter().product();
-        let x: Vec<f32> = indices
-            .iter()
-            .flat_map(|&i| items.x[i * len..(i + 1) * len].iter().copied())
-            .collect();
-        items = alkit::data::source::Items {
-            ids: indices.iter().map(|&i| items.ids[i].clone()).collect(),
-            labels: indices.iter().map(|&i| items.labels[i]).collect(),
-            x,
-            item_shape: items.item_shape.clone(),
-            classes: items.classes.clone(),
-        };
+    let (item_shape, pool, mut next): (Vec<usize>, usize, NextChunk) = match streamed {
+        Some(mut st) => {
+            // Whole batches per chunk: the batches are then the whole-pool run's.
+            let chunk = a.chunk.div_ceil(a.batch) * a.batch;
+            (
+                st.item_shape().to_vec(),
+                st.len(),
+                Box::new(move || st.next_chunk(chunk)),
+            )
+        }
+        None => {
+            let (_, loaded) = load_source(&name)?;
+            let items = match a.split {
+                SplitArg::Train => loaded.pool,
+                SplitArg::Test => loaded
+                    .test
+                    .with_context(|| format!("{name} has no test split; drop --split test"))?,
+            };
+            let (shape, n) = (items.item_shape.clone(), items.len());
+            let mut whole = Some(Chunk {
+                start: 0,
+                ids: items.ids,
+                x: items.x,
+            });
+            (shape, n, Box::new(move || Ok(whole.take())))
+        }
+    };
+    if item_shape != ck.config.item_shape {
+        bail!(
+            "{name}: items are {:?}, the checkpoint expects {:?}",
+            item_shape,
+            ck.config.item_shape
+        );
     }
-    let ds = ck.config.normalizer.apply(&items.dataset()?)?;
     let scoring = Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),
@@ -457,26 +460,32 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         batch: a.batch,
         device,
     };
-    let cols = alkit::eval::score_all(&scoring, &ds, &scorers, a.seed)?;
-    let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
-    let keys = match cols.first() {
-        Some(first) if a.top.is_some() || shard.is_some() => {
-            Some(alkit::eval::shard::selection_keys(
-                first,
-                &items.ids,
-                &selection,
-                a.seed,
-                shard.is_some(),
-            )?)
-        }
-        _ => None,
+    let plan = alkit::eval::ChunkPlan {
+        scorers: &scorers,
+        seed: a.seed,
+        normalizer: &ck.config.normalizer,
+        item_shape: &item_shape,
+        shard,
+        selection,
+        top: a.top,
     };
+    let scored = alkit::eval::score_chunks(&scoring, &plan, &mut next)
+        .with_context(|| format!("scoring {name}"))?;
+    let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
     let Some(shard) = shard else {
-        alkit::eval::write_scores(&a.out, &items.ids, &names, &cols, a.top, keys.as_deref())?;
+        alkit::eval::write_scores(
+            &a.out,
+            &scored.indices,
+            &scored.ids,
+            &names,
+            &scored.cols,
+            a.top,
+            scored.keys.as_deref(),
+        )?;
         return Ok(());
     };
     let run = [
-        ("data", name.to_string()),
+        ("data", name.clone()),
         ("split", format!("{:?}", a.split)),
         (
             "checkpoint",
@@ -493,22 +502,22 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let manifest = alkit::eval::shard::Manifest {
+    let manifest = shard::Manifest {
         format: 1,
         shard,
         top: a.top,
-        items: indices.len(),
+        items: scored.count,
         pool,
         run,
     };
-    alkit::eval::shard::write_shard(
+    shard::write_shard(
         &a.out,
         &manifest,
         &names,
-        &indices,
-        &items.ids,
-        &cols,
-        keys.as_deref().unwrap_or_default(),
+        &scored.indices,
+        &scored.ids,
+        &scored.cols,
+        scored.keys.as_deref().unwrap_or_default(),
     )?;
     Ok(())
 }

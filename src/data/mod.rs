@@ -10,6 +10,7 @@ pub mod image;
 pub mod moons;
 pub mod pool;
 pub mod source;
+pub mod stream;
 
 pub use dataset::{load_idx_dir, Dataset, Fnv1a, Normalizer, Splits};
 pub use pool::{Candidates, Pool};

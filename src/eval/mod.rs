@@ -165,24 +165,170 @@ pub fn score_all(
         .collect()
 }
 
+/// True when a scorer's evidence draws noise over its whole batch (input or weight noise,
+/// MC-dropout masks, REGrad*'s copies): its scores then depend on how the pool is cut into
+/// batches, so such scorers see the pool whole and cannot be sharded.
+pub fn draws_noise(scorer: &dyn Scorer) -> bool {
+    let n = scorer.needs();
+    n.grads.is_some_and(|g| g.perturbations > 0)
+        || n.samples
+            .is_some_and(|r| !matches!(r, alkit_acquisition::SampleRequest::Members))
+}
+
+/// What scoring a pool kept: the items' positions, ids, scores `(scorer, item)` and, when a
+/// selection will rank them, their selection keys (see [`shard::selection_keys`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scored {
+    /// Positions in the pool.
+    pub indices: Vec<usize>,
+    /// Ids.
+    pub ids: Vec<String>,
+    /// One column per scorer.
+    pub cols: Vec<Vec<f32>>,
+    /// Selection keys, when ranked.
+    pub keys: Option<Vec<f64>>,
+    /// Items scored (this shard's, all when unsharded), before any were dropped for `top`.
+    pub count: usize,
+}
+
+/// How [`score_chunks`] scores and what it keeps.
+pub struct ChunkPlan<'a> {
+    /// The scorers; the first ranks.
+    pub scorers: &'a [Arc<dyn Scorer>],
+    /// Seed of the scorers' noise and of the selection's.
+    pub seed: u64,
+    /// Normalisation of the model's inputs.
+    pub normalizer: &'a Normalizer,
+    /// Shape of one item.
+    pub item_shape: &'a [usize],
+    /// Only this shard's items (by id).
+    pub shard: Option<shard::Shard>,
+    /// How items are ranked when `top` is set or the run is sharded.
+    pub selection: alkit_acquisition::Selection,
+    /// Keep only the best `top` by key.
+    pub top: Option<usize>,
+}
+
+/// Scores a pool read chunk by chunk from `next` (called with nothing; `None` ends it),
+/// keeping per chunk only the plan's shard and, with `top`, a running best `top` by key:
+/// memory is the chunk, the model and what is kept, not the pool. Scores equal those of
+/// the whole pool in one chunk for scorers that draw no noise ([`draws_noise`]); the caller
+/// passes such scorers one chunk holding everything.
+pub fn score_chunks(
+    scoring: &Scoring<'_>,
+    plan: &ChunkPlan<'_>,
+    next: &mut dyn FnMut() -> Result<Option<crate::data::stream::Chunk>>,
+) -> Result<Scored> {
+    let sharded = plan.shard.is_some();
+    let ranked = plan.top.is_some() || sharded;
+    // Keys of one item alone allow a running best-`top`; softrank's need every score.
+    let running = plan
+        .top
+        .filter(|_| plan.selection.log_weight(0.5).is_some());
+    let mut out = Scored {
+        cols: vec![Vec::new(); plan.scorers.len()],
+        keys: ranked.then(Vec::new),
+        ..Scored::default()
+    };
+    let len: usize = plan.item_shape.iter().product();
+    while let Some(chunk) = next()? {
+        let keep: Vec<usize> = (0..chunk.ids.len())
+            .filter(|&i| plan.shard.is_none_or(|s| s.holds(&chunk.ids[i])))
+            .collect();
+        if keep.is_empty() {
+            continue;
+        }
+        out.count += keep.len();
+        let x: Vec<f32> = if keep.len() == chunk.ids.len() {
+            chunk.x
+        } else {
+            keep.iter()
+                .flat_map(|&i| chunk.x[i * len..(i + 1) * len].iter().copied())
+                .collect()
+        };
+        let raw = Dataset::new(x, vec![0; keep.len()], plan.item_shape.to_vec(), 1)?;
+        let ds = plan.normalizer.apply(&raw)?;
+        drop(raw);
+        let cols = score_all(scoring, &ds, plan.scorers, plan.seed)?;
+        let ids: Vec<String> = keep.iter().map(|&i| chunk.ids[i].clone()).collect();
+        if let (Some(keys), Some(first)) = (out.keys.as_mut(), cols.first()) {
+            if running.is_some() || sharded {
+                keys.extend(shard::selection_keys(
+                    first,
+                    &ids,
+                    &plan.selection,
+                    plan.seed,
+                    sharded,
+                )?);
+            }
+        }
+        out.indices.extend(keep.iter().map(|&i| chunk.start + i));
+        out.ids.extend(ids);
+        for (o, c) in out.cols.iter_mut().zip(cols) {
+            o.extend(c);
+        }
+        if let (Some(k), Some(keys)) = (running, out.keys.as_ref()) {
+            if out.ids.len() > 2 * k + 1024 {
+                let mut order: Vec<usize> = (0..out.ids.len()).collect();
+                order.sort_by(|&a, &b| {
+                    keys[b]
+                        .total_cmp(&keys[a])
+                        .then(out.indices[a].cmp(&out.indices[b]))
+                });
+                order.truncate(k);
+                order.sort_unstable();
+                out = Scored {
+                    indices: order.iter().map(|&i| out.indices[i]).collect(),
+                    ids: order.iter().map(|&i| out.ids[i].clone()).collect(),
+                    cols: out
+                        .cols
+                        .iter()
+                        .map(|c| order.iter().map(|&i| c[i]).collect())
+                        .collect(),
+                    keys: Some(order.iter().map(|&i| keys[i]).collect()),
+                    count: out.count,
+                };
+            }
+        }
+    }
+    if ranked && running.is_none() && !sharded {
+        // Softrank: every score is kept, the keys come from the ranks of all of them.
+        if let Some(first) = out.cols.first() {
+            out.keys = Some(shard::selection_keys(
+                first,
+                &out.ids,
+                &plan.selection,
+                plan.seed,
+                false,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
 /// Creates the output folder `out`.
 fn create_out(out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))
 }
 
 /// Writes a score table to `out` atomically: header `index,id,<name>...`, one row per item
-/// (`cols[k][i]` is scorer `k`'s score of item `i`), in item order, or with `top = Some(k)` the
+/// (`indices[i]` its position in the pool, `cols[k][i]` scorer `k`'s score), in the given
+/// order (the pool's), or with `top = Some(k)` the
 /// `k` items with the highest `keys` (the first scorer's scores when `None`; ties by index).
 /// Fields are quoted as RFC 4180 requires, so an id with a comma reads back.
 pub fn write_scores(
     out: &Path,
+    indices: &[usize],
     ids: &[String],
     names: &[&str],
     cols: &[Vec<f32>],
     top: Option<usize>,
     keys: Option<&[f64]>,
 ) -> Result<()> {
-    if cols.len() != names.len() || cols.iter().any(|c| c.len() != ids.len()) {
+    if cols.len() != names.len()
+        || indices.len() != ids.len()
+        || cols.iter().any(|c| c.len() != ids.len())
+    {
         return Err(Error::config(
             "scores",
             "one column of one score per item per scorer",
@@ -201,7 +347,7 @@ pub fn write_scores(
     let mut header = vec!["index", "id"];
     header.extend(names);
     let rows = order.into_iter().map(|i| {
-        let mut row = vec![i.to_string(), ids[i].clone()];
+        let mut row = vec![indices[i].to_string(), ids[i].clone()];
         row.extend(cols.iter().map(|c| c[i].to_string()));
         row
     });

@@ -431,6 +431,100 @@ fn cases() -> Vec<Case> {
             1,
             ["p.safetensors", "F64"]
         ),
+        // Streamed by `score` (positioned reads after the header is checked): the header
+        // must keep every read inside the file, and a bad value is named across chunks.
+        case!(
+            "score-stream-x-past-the-end",
+            |d, _| {
+                let mut b = st(&[("x", "F32", &[2, 28, 28], f32s(&[0.5; 2 * 784]))], None);
+                b.truncate(b.len() - 100);
+                std::fs::write(d.join("p.safetensors"), b).unwrap();
+            },
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--data",
+                "{d}/p.safetensors",
+                "--out",
+                "{d}/o.csv"
+            ],
+            1,
+            ["p.safetensors", "data section"]
+        ),
+        case!(
+            "score-stream-tensors-overlap",
+            |d, _| {
+                let mut b = st(
+                    &[
+                        ("x", "F32", &[1, 28, 28], f32s(&[0.5; 784])),
+                        ("y", "U8", &[4], vec![0; 4]),
+                    ],
+                    None,
+                );
+                let h = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+                let header = String::from_utf8(b[8..8 + h].to_vec()).unwrap();
+                let moved = header.replace("[3136,3140]", "[3132,3136]");
+                assert_ne!(moved, header);
+                b.splice(8..8 + h, moved.into_bytes());
+                std::fs::write(d.join("p.safetensors"), b).unwrap();
+            },
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--data",
+                "{d}/p.safetensors",
+                "--out",
+                "{d}/o.csv"
+            ],
+            1,
+            ["p.safetensors", "overlap"]
+        ),
+        case!(
+            "score-stream-header-of-2^40-bytes",
+            |d, _| {
+                let mut b = (1u64 << 40).to_le_bytes().to_vec();
+                b.extend_from_slice(b"{}");
+                std::fs::write(d.join("p.safetensors"), b).unwrap();
+            },
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--data",
+                "{d}/p.safetensors",
+                "--out",
+                "{d}/o.csv"
+            ],
+            1,
+            ["p.safetensors", "header of 1099511627776 bytes"]
+        ),
+        case!(
+            "score-stream-nan-in-the-second-chunk",
+            |d, _| {
+                let mut x = vec![0.5f32; 2 * 784];
+                x[785] = f32::NAN;
+                std::fs::write(
+                    d.join("p.safetensors"),
+                    st(&[("x", "F32", &[2, 28, 28], f32s(&x))], None),
+                )
+                .unwrap();
+            },
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--data",
+                "{d}/p.safetensors",
+                "--chunk",
+                "1",
+                "--out",
+                "{d}/o.csv"
+            ],
+            1,
+            ["p.safetensors", "non-finite", "position 785"]
+        ),
         case!(
             "st-x-nan",
             |d, _| {

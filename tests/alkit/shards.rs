@@ -229,3 +229,123 @@ fn three_shards_and_a_merge_equal_one_unsharded_score_byte_for_byte() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The shipped subset's training split as a safetensors pool `x` u8 `(n, 28, 28)`.
+fn safetensors_pool(path: &Path) {
+    let (train, _) = shipped();
+    let x: Vec<u8> = train
+        .features()
+        .iter()
+        .map(|v| (v * 255.0).round() as u8)
+        .collect();
+    let header = serde_json::json!({"x": {"dtype": "U8", "shape": [train.len(), 28, 28],
+        "data_offsets": [0, x.len()]}})
+    .to_string();
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.into_bytes());
+    bytes.extend(x);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn streamed_scores_equal_in_memory_scores_chunk_by_chunk() {
+    // The IDX folder is read whole; the same pixels as safetensors are streamed 128 items at a
+    // time in batches of 64 (a running best-50 pruned on the way): the files must be the
+    // same bytes.
+    let dir = tmp("stream");
+    let d = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    // The CNN: its gradient evidence comes from the batched per-sample kernel.
+    ok(
+        &[
+            "train",
+            "--model",
+            "cnn",
+            "--steps",
+            "30",
+            "--out",
+            &d("ck"),
+        ],
+        &[],
+    );
+    let st = d("pool.safetensors");
+    safetensors_pool(Path::new(&st));
+    let ck = d("ck");
+    let cases: [(&str, Vec<&str>); 4] = [
+        ("all", vec![]),
+        ("top", vec!["--top", "50"]),
+        (
+            "softmax",
+            vec!["--top", "50", "--select", "softmax", "--beta", "3"],
+        ),
+        ("softrank", vec!["--top", "50", "--select", "softrank"]),
+    ];
+    for (tag, extra) in cases {
+        let score = |data: &str, more: &[&str], out: &str| {
+            let mut args = vec![
+                "score",
+                "--checkpoint",
+                &ck,
+                "--scorer",
+                "entropy,margin,regrad",
+                "--data",
+                data,
+                "--batch",
+                "64",
+            ];
+            args.extend(&extra);
+            args.extend(more);
+            args.extend(["--out", out]);
+            ok(&args, &[]);
+            std::fs::read(out).unwrap()
+        };
+        let whole = score("data", &[], &d(&format!("{tag}-idx.csv")));
+        let streamed = score(&st, &["--chunk", "100"], &d(&format!("{tag}-st.csv")));
+        if whole != streamed {
+            let (w, s) = (
+                String::from_utf8_lossy(&whole),
+                String::from_utf8_lossy(&streamed),
+            );
+            let diff = w.lines().zip(s.lines()).find(|(a, b)| a != b);
+            panic!("{tag}: streamed differs from whole, first at {diff:?}");
+        }
+        let lines = String::from_utf8(whole).unwrap().lines().count();
+        assert_eq!(lines, if tag == "all" { 2001 } else { 51 }, "{tag}");
+    }
+    // Streamed shards merge to the same file.
+    let files: Vec<String> = (0..3).map(|i| d(&format!("st-s{i}.csv"))).collect();
+    for (i, f) in files.iter().enumerate() {
+        let spec = format!("{i}/3");
+        ok(
+            &[
+                "score",
+                "--checkpoint",
+                &ck,
+                "--scorer",
+                "entropy,margin,regrad",
+                "--data",
+                &st,
+                "--batch",
+                "64",
+                "--top",
+                "50",
+                "--chunk",
+                "100",
+                "--shard",
+                &spec,
+                "--out",
+                f,
+            ],
+            &[],
+        );
+    }
+    let mut args = vec!["merge", "--top", "50", "--out"];
+    let merged = d("st-merged.csv");
+    args.push(&merged);
+    args.extend(files.iter().map(String::as_str));
+    ok(&args, &[]);
+    assert_eq!(
+        std::fs::read(&merged).unwrap(),
+        std::fs::read(d("top-idx.csv")).unwrap()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

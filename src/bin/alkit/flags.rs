@@ -411,6 +411,9 @@ pub(crate) struct ScoreArgs {
     /// Inference batch size.
     #[arg(long, default_value_t = 512)]
     pub(crate) batch: usize,
+    /// Items read and scored at a time from a pool that can be streamed (safetensors), rounded up to whole --batch: peak memory follows this, not the pool. Scorers that draw noise read the pool whole.
+    #[arg(long, default_value_t = 16384)]
+    pub(crate) chunk: usize,
     /// Comma-separated scorers (`alkit scorers` lists them; random and batchbald pick whole batches and give no per-item score).
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     pub(crate) scorer: Vec<StrategyKind>,
