@@ -498,6 +498,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         ("scorers", names.join(",")),
         ("settings", format!("{settings:?}")),
         ("seed", a.seed.to_string()),
+        ("batch", a.batch.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
