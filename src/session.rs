@@ -567,6 +567,19 @@ impl Learner {
             .collect()
     }
 
+    /// Pool positions a query may ask for: unlabeled, and not pending unless
+    /// `include_pending`.
+    pub fn candidates(&self, include_pending: bool) -> Vec<usize> {
+        let labeled: HashSet<&str> = self.state.labeled.iter().map(|l| l.id.as_str()).collect();
+        let pending: HashSet<&str> = self.state.pending.iter().map(|p| p.id.as_str()).collect();
+        (0..self.items.len())
+            .filter(|&i| {
+                let id = self.items.ids[i].as_str();
+                !labeled.contains(id) && (include_pending || !pending.contains(id))
+            })
+            .collect()
+    }
+
     /// Trains on the labeled items, scores the others and returns the next batch (best
     /// first), recording it as pending. Before any label exists the batch is drawn at random.
     pub fn query(
@@ -576,14 +589,7 @@ impl Learner {
         observer: &mut dyn Observer,
     ) -> Result<Vec<Query>> {
         let round = self.state.rounds.len() + 1;
-        let labeled: HashSet<&str> = self.state.labeled.iter().map(|l| l.id.as_str()).collect();
-        let pending: HashSet<&str> = self.state.pending.iter().map(|p| p.id.as_str()).collect();
-        let cand: Vec<usize> = (0..self.items.len())
-            .filter(|&i| {
-                let id = self.items.ids[i].as_str();
-                !labeled.contains(id) && (request.include_pending || !pending.contains(id))
-            })
-            .collect();
+        let cand = self.candidates(request.include_pending);
         if request.n == 0 || request.n > cand.len() {
             return Err(Error::config(
                 "n",

@@ -450,6 +450,39 @@ fn stack_images(images: Vec<Image>, names: &[PathBuf]) -> Result<(Vec<f32>, Vec<
     Ok((x, vec![channels, h, w]))
 }
 
+/// Values of a safetensors pool's `x` from its little-endian bytes (`u8s`: U8 scaled by
+/// 1/255, else F32), checked finite; `first` is the flat position of `bytes`' first value in
+/// the tensor, for the error (a streamed chunk starts past 0).
+pub(crate) fn x_values(bytes: &[u8], u8s: bool, first: usize, path: &Path) -> Result<Vec<f32>> {
+    let x: Vec<f32> = if u8s {
+        bytes.iter().map(|&b| f32::from(b) / 255.0).collect()
+    } else {
+        bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Err(Error::data(
+            path,
+            DataProblem::Other(format!(
+                "tensor `x` holds a non-finite value at flat position {}",
+                first + i
+            )),
+        ));
+    }
+    Ok(x)
+}
+
+/// The item shape of a safetensors pool's `x` of shape `(n, ...)`: `(n, h, w)` is one-channel
+/// images `(1, h, w)`.
+pub(crate) fn x_item_shape(shape: &[usize]) -> Vec<usize> {
+    match &shape[1..] {
+        [h, w] => vec![1, *h, *w],
+        rest => rest.to_vec(),
+    }
+}
+
 /// Reads `x` (f32 or u8, `(n, ...)`) and optional `y` (any integer type, `(n,)`).
 pub fn load_safetensors(path: &Path) -> Result<Items> {
     use safetensors::{Dtype, SafeTensors};
@@ -469,24 +502,13 @@ pub fn load_safetensors(path: &Path) -> Result<Items> {
         )));
     }
     let n = shape[0];
-    let x: Vec<f32> = match xv.dtype() {
-        Dtype::F32 => xv
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        Dtype::U8 => xv.data().iter().map(|&b| f32::from(b) / 255.0).collect(),
+    let u8s = match xv.dtype() {
+        Dtype::F32 => false,
+        Dtype::U8 => true,
         d => return Err(bad(format!("tensor `x` is {d:?}; expected F32 or U8"))),
     };
-    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-        return Err(bad(format!(
-            "tensor `x` holds a non-finite value at flat position {i}"
-        )));
-    }
-    let item_shape = match &shape[1..] {
-        [h, w] => vec![1, *h, *w],
-        rest => rest.to_vec(),
-    };
+    let x = x_values(xv.data(), u8s, 0, path)?;
+    let item_shape = x_item_shape(&shape);
     let labels: Vec<Option<u32>> = match st.tensor("y") {
         Err(_) => vec![None; n],
         Ok(yv) => {

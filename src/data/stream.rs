@@ -5,8 +5,8 @@
 //! chunk size, not the pool. A safetensors pool is streamed by positioned reads of its `x`
 //! tensor after its header was checked against the file's length (every tensor's byte range
 //! inside the data section, ranges tiling it, sizes matching shapes), so no chunk read can
-//! leave the file. Values are converted and checked (finite) exactly as
-//! [`load_safetensors`](super::source::load_safetensors) does, so a streamed item equals the
+//! leave the file. Values are converted and checked (finite) by the in-memory loader's own
+//! code ([`load_safetensors`](super::source::load_safetensors)), so a streamed item equals the
 //! in-memory one bit for bit.
 
 use super::source::Source;
@@ -187,10 +187,7 @@ impl SafetensorsStream {
             ));
         }
         let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
-        let item_shape = match &dims[1..] {
-            [h, w] => vec![1, *h, *w],
-            rest => rest.to_vec(),
-        };
+        let item_shape = super::source::x_item_shape(&dims);
         Ok(SafetensorsStream {
             path: path.to_path_buf(),
             file,
@@ -227,22 +224,8 @@ impl ItemStream for SafetensorsStream {
             .seek(SeekFrom::Start(self.base + (start * item * size) as u64))
             .and_then(|_| self.file.read_exact(&mut buf))
             .map_err(|e| Error::io(&self.path, e))?;
-        let x: Vec<f32> = match self.dtype {
-            Dtype::F32 => buf
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            Dtype::U8 => buf.iter().map(|&b| f32::from(b) / 255.0).collect(),
-        };
-        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-            return Err(bad(
-                &self.path,
-                format!(
-                    "tensor `x` holds a non-finite value at flat position {}",
-                    start * item + i
-                ),
-            ));
-        }
+        let u8s = matches!(self.dtype, Dtype::U8);
+        let x = super::source::x_values(&buf, u8s, start * item, &self.path)?;
         self.next += k;
         Ok(Some(Chunk {
             start,

@@ -633,18 +633,8 @@ impl App {
         let Some(learner) = inner.learner.take() else {
             return;
         };
+        let candidates = learner.candidates(self.request.include_pending).len();
         let st = learner.state();
-        let labeled: HashSet<&str> = st.labeled.iter().map(|l| l.id.as_str()).collect();
-        let pending: HashSet<&str> = st.pending.iter().map(|p| p.id.as_str()).collect();
-        let include = self.request.include_pending;
-        let candidates = self
-            .items
-            .ids
-            .iter()
-            .filter(|id| {
-                !labeled.contains(id.as_str()) && (include || !pending.contains(id.as_str()))
-            })
-            .count();
         if candidates == 0 {
             inner.learner = Some(learner);
             inner.exhausted = true;
