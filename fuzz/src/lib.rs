@@ -119,13 +119,18 @@ pub fn idx(data: &[u8]) {
 }
 
 /// PNG and JPEG decoding, with the size limits checked before decoding; the header-only
-/// size read must agree with the decoder, and the square fit of a photo pool must hold.
+/// read (size and channels, which plan a pool before any image is decoded) must agree with
+/// the decoder, and the square fit of a photo pool must hold.
 pub fn image(data: &[u8]) {
     init();
     let path = std::path::Path::new("fuzz.png");
-    let dims = alkit::data::image::dimensions(data, path);
+    let head = alkit::data::image::header(data, path);
     if let Ok(img) = alkit::data::image::decode(data, path) {
-        assert_eq!(dims.ok(), Some((img.height, img.width)));
+        let head = head.expect("a decodable image has a readable header");
+        assert_eq!(
+            (head.height, head.width, head.channels),
+            (img.height, img.width, img.channels)
+        );
         if img.height * img.width <= 1 << 16 {
             let side = 1 + data.len() % 40;
             let fit = img.fit_square(side, path).expect("a decoded image fits");
@@ -134,18 +139,50 @@ pub fn image(data: &[u8]) {
     }
 }
 
-/// A safetensors pool (`x`, optional `y`, optional `classes` metadata).
+/// Loads `source` whole and streams it in chunks of 3: both must fail, or give the same ids
+/// and the same values bit for bit. (The error messages may differ: the stream finds some
+/// problems in another order, e.g. a corrupt image before a skipped label class.)
+fn streams_as_loaded(source: &alkit::data::Source) {
+    let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
+    let whole = alkit::data::source::load(source, &hub, &mut alkit::observe::Silent);
+    let streamed = alkit::data::stream::open(source, &hub, &mut alkit::observe::Silent).and_then(
+        |mut st| {
+            let (mut ids, mut x) = (Vec::new(), Vec::new());
+            while let Some(c) = st.next_chunk(3)? {
+                ids.extend(c.ids);
+                x.extend(c.x);
+            }
+            Ok((ids, x, st.item_shape().to_vec()))
+        },
+    );
+    match (whole, streamed) {
+        (Ok(w), Ok((ids, x, shape))) => {
+            assert_eq!(w.pool.ids, ids);
+            assert_eq!(w.pool.item_shape, shape);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&w.pool.x) == bits(&x), "streamed values differ");
+        }
+        (Err(_), Err(_)) => {}
+        (w, s) => panic!(
+            "whole {:?}, streamed {:?}",
+            w.map(|_| "ok"),
+            s.map(|_| "ok")
+        ),
+    }
+}
+
+/// A safetensors pool (`x`, optional `y`, optional `classes` metadata), whole and streamed.
 pub fn safetensors_pool(data: &[u8]) {
     init();
     let p = put("pool.safetensors", data);
-    let _ = alkit::data::source::load_safetensors(&p);
+    streams_as_loaded(&alkit::data::Source::Safetensors(p));
 }
 
-/// A CSV pool (`id`, `label` and feature columns).
+/// A CSV pool (`id`, `label` and feature columns), whole and streamed.
 pub fn csv_pool(data: &[u8]) {
     init();
     let p = put("pool.csv", data);
-    let _ = alkit::data::source::load_csv(&p);
+    streams_as_loaded(&alkit::data::Source::Csv(p));
 }
 
 /// Files of answers and indices: `teach`'s and `init --labels`' `id,label` CSV, and the index
@@ -167,13 +204,11 @@ pub fn metrics(data: &[u8]) {
 }
 
 /// A Parquet pool (image bytes and labels): the Parquet reader, then PNG/JPEG decoding of
-/// every row.
+/// every row, whole and streamed.
 pub fn parquet(data: &[u8]) {
     init();
     let p = put("pool.parquet", data);
-    let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
-    let source = alkit::data::Source::Parquet(p);
-    let _ = alkit::data::source::load(&source, &hub, &mut alkit::observe::Silent);
+    streams_as_loaded(&alkit::data::Source::Parquet(p));
 }
 
 /// A checkpoint's `config.json` beside valid weights (a tiny MLP): loaded, and when it loads,

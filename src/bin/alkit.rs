@@ -12,7 +12,7 @@ use alkit::data::{Dataset, Normalizer, Source, Splits};
 use alkit::hub::Hub;
 use alkit::models::{Arch, ModelKind};
 use alkit::predict::Scoring;
-use alkit::strategies::{ScorerSettings, StrategyKind};
+use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
 use alkit::train::TrainConfig;
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
@@ -360,7 +360,20 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         members: a.checkpoint.len() > 1,
         ..a.scorer_flags.settings()?
     };
-    let scorers = scorers_of(&a.scorer, &settings)?;
+    // BatchBALD chooses among the best `--candidates` by BALD, which is scored as usual.
+    let joint = (settings.select == SelectKind::BatchBald)
+        .then(|| alkit::eval::JointPlan::new(&a.scorer, a.top, a.candidates))
+        .transpose()?;
+    let scorers = match joint {
+        Some(_) => scorers_of(
+            &a.scorer,
+            &ScorerSettings {
+                select: SelectKind::TopK,
+                ..settings
+            },
+        )?,
+        None => scorers_of(&a.scorer, &settings)?,
+    };
     if a.batch == 0 || a.chunk == 0 {
         return Err(alkit::Error::config("batch", "--batch and --chunk must be at least 1").into());
     }
@@ -378,12 +391,13 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         )
         .into());
     }
-    let selection = settings.select.selection(settings.beta).ok_or_else(|| {
-        alkit::Error::config(
-            "select",
-            "batchbald picks a whole batch; `score` ranks items",
-        )
-    })?;
+    let selection = match joint {
+        Some(_) => alkit::acquisition::Selection::TopK,
+        None => settings
+            .select
+            .selection(settings.beta)
+            .expect("only batchbald has no per-item selection"),
+    };
     if selection.is_stochastic() && a.top.is_none() {
         return Err(alkit::Error::config(
             "select",
@@ -411,11 +425,13 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     let ck = open_checkpoints(&a.checkpoint, device)?;
     let name = a.data.to_string_lossy().into_owned();
     let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
-    // A pool that can be read in chunks is (for scorers that draw no noise); others are
-    // loaded whole and scored as one chunk.
+    // A train split is read in chunks (for scorers that draw no noise); others are loaded
+    // whole and scored as one chunk.
     let streamed = match a.split {
-        SplitArg::Train if noisy.is_none() => alkit::data::stream::open(&source)
-            .with_context(|| format!("loading the data {name}"))?,
+        SplitArg::Train if noisy.is_none() => Some(
+            alkit::data::stream::open(&source, &Hub::from_env(), &mut DownloadBar::default())
+                .with_context(|| format!("loading the data {name}"))?,
+        ),
         _ => None,
     };
     let (item_shape, pool, mut next): (Vec<usize>, usize, NextChunk) = match streamed {
@@ -467,12 +483,21 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         item_shape: &item_shape,
         shard,
         selection,
-        top: a.top,
+        top: joint.map_or(a.top, |j| Some(j.candidates)),
+        draws: joint.is_some(),
     };
     let scored = alkit::eval::score_chunks(&scoring, &plan, &mut next)
         .with_context(|| format!("scoring {name}"))?;
     let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
+    let joint = joint.map(|j| j.resolve(&scored, a.checkpoint.len(), ck.model.classes(), a.seed));
     let Some(shard) = shard else {
+        if let (Some(j), Some(top)) = (joint, a.top) {
+            let mut header = vec!["index", "id"];
+            header.extend(&names);
+            let rows = alkit::eval::joint_rows(&scored, &j, top)?;
+            alkit::fsutil::write_csv(&a.out, &header, rows)?;
+            return Ok(());
+        }
         alkit::eval::write_scores(
             &a.out,
             &scored.indices,
@@ -506,10 +531,11 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     let manifest = shard::Manifest {
         format: 1,
         shard,
-        top: a.top,
+        top: plan.top,
         items: scored.count,
         pool,
         run,
+        joint,
     };
     shard::write_shard(
         &a.out,
@@ -519,6 +545,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         &scored.ids,
         &scored.cols,
         scored.keys.as_deref().unwrap_or_default(),
+        scored.draws.as_ref().map(|d| d.values.as_slice()),
     )?;
     Ok(())
 }

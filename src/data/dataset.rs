@@ -27,25 +27,49 @@ pub(crate) struct Skipped {
 /// an error, not a 256-class or 2-billion-class model). Never allocates more than the
 /// distinct labels.
 pub(crate) fn classes_from_labels(
-    labels: impl Iterator<Item = Option<u32>> + Clone,
+    labels: impl Iterator<Item = Option<u32>>,
 ) -> std::result::Result<usize, Skipped> {
-    let used: std::collections::BTreeSet<u32> = labels.clone().flatten().collect();
-    let Some(&max) = used.last() else {
-        return Ok(0);
-    };
-    if used.len() as u64 == u64::from(max) + 1 {
-        return Ok(max as usize + 1);
+    let mut tally = LabelTally::default();
+    labels.for_each(|l| tally.add(l));
+    tally.classes()
+}
+
+/// Labels seen one at a time (a pool read in chunks), for [`classes_from_labels`]'s rule:
+/// each distinct label with the first item that holds it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LabelTally {
+    first: std::collections::BTreeMap<u32, usize>,
+    items: usize,
+}
+
+impl LabelTally {
+    /// Counts the next item's label.
+    pub(crate) fn add(&mut self, label: Option<u32>) {
+        if let Some(l) = label {
+            self.first.entry(l).or_insert(self.items);
+        }
+        self.items += 1;
     }
-    let gap = (0..)
-        .zip(&used)
-        .find(|(k, &l)| *k != l)
-        .map_or(0, |(k, _)| k);
-    let (item, label) = labels
-        .enumerate()
-        .filter_map(|(i, l)| l.filter(|&l| l > gap).map(|l| (i, l)))
-        .min_by_key(|&(i, l)| (l, i))
-        .expect("a label above the gap exists");
-    Err(Skipped { item, label, gap })
+
+    /// The class count the labels so far declare, or where they skip a class.
+    pub(crate) fn classes(&self) -> std::result::Result<usize, Skipped> {
+        let Some((&max, _)) = self.first.last_key_value() else {
+            return Ok(0);
+        };
+        if self.first.len() as u64 == u64::from(max) + 1 {
+            return Ok(max as usize + 1);
+        }
+        let gap = (0..)
+            .zip(self.first.keys())
+            .find(|(k, &l)| *k != l)
+            .map_or(0, |(k, _)| k);
+        let (&label, &item) = self
+            .first
+            .range(gap + 1..)
+            .next()
+            .expect("a label above the gap exists");
+        Err(Skipped { item, label, gap })
+    }
 }
 
 impl Skipped {
@@ -380,7 +404,7 @@ pub struct Splits {
 }
 
 /// Finds `stem` or `stem.gz` in `dir`.
-fn find(dir: &Path, stem: &str) -> Result<PathBuf> {
+pub(crate) fn find(dir: &Path, stem: &str) -> Result<PathBuf> {
     for name in [format!("{stem}.gz"), stem.to_string()] {
         let p = dir.join(&name);
         if p.is_file() {
@@ -410,18 +434,7 @@ pub fn load_idx_dir(dir: &Path) -> Result<Splits> {
     // u8 labels: 256 bounds them; the real count is set below.
     let mut train = Dataset::from_idx(&train_images, &train_labels, Some(256))?;
     let mut test = Dataset::from_idx(&test_images, &test_labels, Some(256))?;
-    let both = train.y.iter().chain(&test.y).map(|&l| Some(l));
-    let classes = classes_from_labels(both).map_err(|s| {
-        if s.item < train.len() {
-            s.error(&train_labels)
-        } else {
-            Skipped {
-                item: s.item - train.len(),
-                ..s
-            }
-            .error(&test_labels)
-        }
-    })?;
+    let classes = idx_classes(&train.y, &train_labels, &test.y, &test_labels)?;
     train.classes = classes;
     test.classes = classes;
     if test.item_shape() != train.item_shape() {
@@ -438,6 +451,28 @@ pub fn load_idx_dir(dir: &Path) -> Result<Splits> {
         train,
         test,
         source: dir.to_path_buf(),
+    })
+}
+
+/// The class count the labels of an IDX folder's two splits declare together (see
+/// [`load_idx_dir`]); a gap is reported in the label file and item that holds the label above it.
+pub(crate) fn idx_classes(
+    train: &[u32],
+    train_path: &Path,
+    test: &[u32],
+    test_path: &Path,
+) -> Result<usize> {
+    let both = train.iter().chain(test).map(|&l| Some(l));
+    classes_from_labels(both).map_err(|s| {
+        if s.item < train.len() {
+            s.error(train_path)
+        } else {
+            Skipped {
+                item: s.item - train.len(),
+                ..s
+            }
+            .error(test_path)
+        }
     })
 }
 

@@ -166,14 +166,185 @@ fn parse_header(
 
 /// Reads an idx3 `u8` image file (plain or gzip).
 pub fn read_images(path: &Path) -> Result<IdxImages> {
-    let bytes = read_maybe_gz(path, IMAGES_MAGIC, 3)?;
-    let dims = parse_header(path, &bytes, IMAGES_MAGIC, 3, "images")?;
+    let mut r = ImagesReader::open(path)?;
+    let pixels = r.read(r.n)?;
+    r.finish()?;
     Ok(IdxImages {
-        pixels: bytes[16..].to_vec(),
-        n: dims[0],
-        h: dims[1],
-        w: dims[2],
+        pixels,
+        n: r.n,
+        h: r.h,
+        w: r.w,
     })
+}
+
+/// An idx3 `u8` image file (plain or gzip) read front to back, a few images at a time, with
+/// the checks and errors of [`read_images`]: a plain file's length is checked against its
+/// header when it is opened; a gzip stream is refused when its header promises more than the
+/// stream can hold, and is inflated no further than the promise plus one byte.
+pub struct ImagesReader {
+    path: std::path::PathBuf,
+    src: Box<dyn Read + Send>,
+    gz: bool,
+    /// Images in the file.
+    pub n: usize,
+    /// Rows per image.
+    pub h: usize,
+    /// Columns per image.
+    pub w: usize,
+    /// Data bytes the header promises.
+    data: usize,
+    /// Data bytes not read yet.
+    left: usize,
+}
+
+impl ImagesReader {
+    /// Opens `path` and checks its header; reads no image yet.
+    pub fn open(path: &Path) -> Result<ImagesReader> {
+        use std::io::BufRead;
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let raw_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let mut buf = std::io::BufReader::new(file);
+        let gz = buf
+            .fill_buf()
+            .map_err(|e| Error::io(path, e))?
+            .starts_with(&[0x1f, 0x8b]);
+        let mut src: Box<dyn Read + Send> = if gz {
+            Box::new(flate2::bufread::GzDecoder::new(buf))
+        } else {
+            Box::new(buf)
+        };
+        let mut header = Vec::with_capacity(16);
+        (&mut src)
+            .take(16)
+            .read_to_end(&mut header)
+            .map_err(|e| read_error(path, gz, e))?;
+        let truncated =
+            |got: usize| Error::data(path, DataProblem::Truncated { expected: 16, got });
+        if header.len() < 4 {
+            return Err(truncated(header.len()));
+        }
+        let found = word(&header, 0);
+        if found != IMAGES_MAGIC {
+            return Err(Error::data(
+                path,
+                DataProblem::BadMagic {
+                    found,
+                    expected: IMAGES_MAGIC,
+                    kind: "images",
+                },
+            ));
+        }
+        if header.len() < 16 {
+            return Err(truncated(header.len()));
+        }
+        let d = dims(&header, 3);
+        let data = data_len(&d).ok_or_else(|| {
+            Error::data(
+                path,
+                DataProblem::Other(format!("dimensions {d:?} overflow")),
+            )
+        })?;
+        let raw = usize::try_from(raw_len).unwrap_or(usize::MAX);
+        if gz {
+            let total = data.saturating_add(16);
+            if total / 1100 > raw {
+                return Err(Error::data(
+                    path,
+                    DataProblem::Other(format!(
+                        "the header promises {total} bytes, more than a {raw}-byte gzip stream \
+                         can hold"
+                    )),
+                ));
+            }
+        } else {
+            let got = raw - 16;
+            if got < data {
+                return Err(Error::data(
+                    path,
+                    DataProblem::Truncated {
+                        expected: data,
+                        got,
+                    },
+                ));
+            }
+            if got > data {
+                return Err(Error::data(
+                    path,
+                    DataProblem::Trailing { extra: got - data },
+                ));
+            }
+        }
+        Ok(ImagesReader {
+            path: path.to_path_buf(),
+            src,
+            gz,
+            n: d[0],
+            h: d[1],
+            w: d[2],
+            data,
+            left: data,
+        })
+    }
+
+    /// The next `k` images' pixels `(k, h, w)`; `k` is at most the images not read yet.
+    pub fn read(&mut self, k: usize) -> Result<Vec<u8>> {
+        let want = k
+            .checked_mul(self.h * self.w)
+            .filter(|&b| b <= self.left)
+            .ok_or_else(|| {
+                Error::data(
+                    &self.path,
+                    DataProblem::Other(format!("{k} more images asked of the file")),
+                )
+            })?;
+        let mut out = Vec::with_capacity(want);
+        (&mut self.src)
+            .take(want as u64)
+            .read_to_end(&mut out)
+            .map_err(|e| read_error(&self.path, self.gz, e))?;
+        if out.len() < want {
+            return Err(Error::data(
+                &self.path,
+                DataProblem::Truncated {
+                    expected: self.data,
+                    got: self.data - self.left + out.len(),
+                },
+            ));
+        }
+        self.left -= want;
+        Ok(out)
+    }
+
+    /// Checks that a gzip stream holds nothing past the promised data (a plain file's
+    /// length was checked when it was opened).
+    pub fn finish(&mut self) -> Result<()> {
+        if self.gz && self.left == 0 {
+            let mut one = Vec::with_capacity(1);
+            (&mut self.src)
+                .take(1)
+                .read_to_end(&mut one)
+                .map_err(|e| read_error(&self.path, true, e))?;
+            if !one.is_empty() {
+                return Err(Error::data(
+                    &self.path,
+                    DataProblem::Trailing { extra: one.len() },
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A read error: for a gzip stream a corrupt stream, else the file system's.
+fn read_error(path: &Path, gz: bool, e: std::io::Error) -> Error {
+    if gz {
+        Error::data(
+            path,
+            DataProblem::Other(format!("corrupt or truncated gzip stream: {e}")),
+        )
+    } else {
+        Error::io(path, e)
+    }
 }
 
 /// Reads an idx1 `u8` label file (plain or gzip).

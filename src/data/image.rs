@@ -75,9 +75,20 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Image> {
     }
 }
 
-/// `(height, width)` from a PNG's or JPEG's header, without decoding the pixels (and after
-/// the same checks as [`decode`]).
-pub fn dimensions(bytes: &[u8], path: &Path) -> Result<(usize, usize)> {
+/// What a PNG's or JPEG's header says of the image [`decode`] would give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Header {
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// Channels after decoding: 1 (grayscale, with or without alpha) or 3 (the rest).
+    pub channels: usize,
+}
+
+/// The [`Header`] of a PNG or JPEG, without decoding the pixels (and after the same checks as
+/// [`decode`]).
+pub fn header(bytes: &[u8], path: &Path) -> Result<Header> {
     if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
         check_png_chunks(bytes, path)?;
         contain(path, "the PNG decoder", || {
@@ -86,7 +97,15 @@ pub fn dimensions(bytes: &[u8], path: &Path) -> Result<(usize, usize)> {
                 .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
             let h = reader.info();
             check_size(path, u64::from(h.width), u64::from(h.height))?;
-            Ok((h.height as usize, h.width as usize))
+            let channels = match h.color_type {
+                png::ColorType::Grayscale | png::ColorType::GrayscaleAlpha => 1,
+                png::ColorType::Rgb | png::ColorType::Rgba | png::ColorType::Indexed => 3,
+            };
+            Ok(Header {
+                height: h.height as usize,
+                width: h.width as usize,
+                channels,
+            })
         })
     } else if bytes.starts_with(&[0xff, 0xd8]) {
         contain(path, "the JPEG decoder", || {
@@ -95,7 +114,15 @@ pub fn dimensions(bytes: &[u8], path: &Path) -> Result<(usize, usize)> {
                 .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
             let h = d.info().ok_or_else(|| bad(path, "JPEG without a header"))?;
             check_size(path, u64::from(h.width), u64::from(h.height))?;
-            Ok((usize::from(h.height), usize::from(h.width)))
+            let channels = match h.pixel_format {
+                jpeg_decoder::PixelFormat::L8 | jpeg_decoder::PixelFormat::L16 => 1,
+                jpeg_decoder::PixelFormat::RGB24 | jpeg_decoder::PixelFormat::CMYK32 => 3,
+            };
+            Ok(Header {
+                height: usize::from(h.height),
+                width: usize::from(h.width),
+                channels,
+            })
         })
     } else {
         Err(bad(path, "neither a PNG nor a JPEG image"))

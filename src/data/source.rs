@@ -15,7 +15,7 @@
 //! fixed order, a relative path, or the CSV's own `id`. Image folders are read in sorted path
 //! order. Images are scaled to `[0, 1]` and shaped `(c, h, w)`; all items of a source must agree.
 
-use super::dataset::{classes_from_labels, load_idx_dir, Dataset, Splits, MAX_CLASSES};
+use super::dataset::{load_idx_dir, Dataset, LabelTally, Splits, MAX_CLASSES};
 use super::image::{decode, Image};
 use crate::error::{contain, DataProblem, Error, Result};
 use crate::hub::{Hub, HubRepo, RepoKind};
@@ -219,34 +219,39 @@ impl Loaded {
 
 /// The class names of labels whose source may declare them (`declared`: safetensors
 /// metadata, a dataset card). Without a declaration the labels declare the classes, `0..k`
-/// with none skipped ([`classes_from_labels`]); with one, every label must be below its length.
-/// Either way at most [`MAX_CLASSES`]. `path` (with `item` positions) names the culprit.
+/// with none skipped ([`classes_from_labels`](super::dataset::classes_from_labels)); with
+/// one, every label must be below its length. Either way at most [`MAX_CLASSES`]. `path` (with
+/// `item` positions) names the culprit.
 fn declared_classes(
     labels: &[Option<u32>],
     declared: Option<Vec<String>>,
     declared_by: &str,
     path: &Path,
 ) -> Result<Vec<String>> {
-    let classes = match declared {
-        None => {
-            let k = classes_from_labels(labels.iter().copied()).map_err(|s| s.error(path))?;
-            (0..k).map(|c| c.to_string()).collect()
-        }
-        Some(names) => {
-            if let Some((item, &label)) = labels.iter().enumerate().find_map(|(i, l)| {
-                l.as_ref()
-                    .filter(|&&l| l as usize >= names.len())
-                    .map(|l| (i, l))
-            }) {
-                return Err(Error::data(
-                    path,
-                    DataProblem::Other(format!(
-                        "label {label} at item {item} is not one of the {} classes {declared_by} \
-                         names",
-                        names.len()
-                    )),
-                ));
-            }
+    let mut check = LabelCheck::new(declared, declared_by, path)?;
+    for &l in labels {
+        check.add(l)?;
+    }
+    check.finish()
+}
+
+/// [`declared_classes`] over labels seen one at a time, for pools read in chunks.
+pub(crate) struct LabelCheck {
+    declared: Option<Vec<String>>,
+    declared_by: String,
+    path: PathBuf,
+    tally: LabelTally,
+    item: usize,
+}
+
+impl LabelCheck {
+    /// Checks the declared names (none empty, none twice).
+    pub(crate) fn new(
+        declared: Option<Vec<String>>,
+        declared_by: &str,
+        path: &Path,
+    ) -> Result<LabelCheck> {
+        if let Some(names) = &declared {
             let mut seen = std::collections::HashSet::new();
             if let Some(c) = names
                 .iter()
@@ -259,11 +264,49 @@ fn declared_classes(
                     )),
                 ));
             }
-            names
         }
-    };
-    check_class_count(classes.len(), path)?;
-    Ok(classes)
+        Ok(LabelCheck {
+            declared,
+            declared_by: declared_by.to_string(),
+            path: path.to_path_buf(),
+            tally: LabelTally::default(),
+            item: 0,
+        })
+    }
+
+    /// The next item's label.
+    pub(crate) fn add(&mut self, label: Option<u32>) -> Result<()> {
+        match (&self.declared, label) {
+            (Some(names), Some(l)) if l as usize >= names.len() => {
+                return Err(Error::data(
+                    &self.path,
+                    DataProblem::Other(format!(
+                        "label {l} at item {} is not one of the {} classes {} names",
+                        self.item,
+                        names.len(),
+                        self.declared_by
+                    )),
+                ))
+            }
+            (Some(_), _) => {}
+            (None, l) => self.tally.add(l),
+        }
+        self.item += 1;
+        Ok(())
+    }
+
+    /// The class names, once every label was seen.
+    pub(crate) fn finish(self) -> Result<Vec<String>> {
+        let classes = match self.declared {
+            Some(names) => names,
+            None => {
+                let k = self.tally.classes().map_err(|s| s.error(&self.path))?;
+                (0..k).map(|c| c.to_string()).collect()
+            }
+        };
+        check_class_count(classes.len(), &self.path)?;
+        Ok(classes)
+    }
 }
 
 /// Refuses more than [`MAX_CLASSES`] classes.
@@ -306,13 +349,10 @@ pub fn load(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<L
             pool: load_csv(p)?,
             test: None,
         }),
-        Source::Parquet(p) => {
-            let t = read_parquet(p)?;
-            Ok(Loaded {
-                pool: table_items(vec![(p.clone(), t)], None, p)?,
-                test: None,
-            })
-        }
+        Source::Parquet(p) => Ok(Loaded {
+            pool: ParquetPool::scan(vec![p.clone()], None, p, true)?.items()?,
+            test: None,
+        }),
         Source::Hub(repo) => load_hub(repo, hub, observer),
     }
 }
@@ -346,108 +386,188 @@ pub const FIT_SIDE: usize = 64;
 /// otherwise each is scaled to [`FIT_SIDE`] x [`FIT_SIDE`] (see
 /// [`Image::fit_square`](crate::data::image::Image::fit_square)).
 pub fn load_image_folder(dir: &Path) -> Result<Items> {
-    let read = |d: &Path| -> Result<Vec<PathBuf>> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
-            .map_err(|e| Error::io(d, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        v.sort();
-        Ok(v)
-    };
-    let entries = read(dir)?;
-    // Every visible subfolder is a class, empty ones included: a person declares the class
-    // list by creating the folders.
-    let classes: Vec<String> = entries
-        .iter()
-        .filter(|p| p.is_dir())
-        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    check_class_count(classes.len(), dir)?;
-    let mut files: Vec<(String, Option<u32>, PathBuf)> = Vec::new();
-    for p in entries.iter().filter(|p| p.is_file() && is_image(p)) {
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        files.push((name, None, p.clone()));
+    let folder = ImageFolder::list(dir)?;
+    let mut x = Vec::with_capacity(folder.len() * folder.plan.item_len());
+    for i in 0..folder.len() {
+        x.extend(folder.item(i)?);
     }
-    for (c, class) in classes.iter().enumerate() {
-        for p in read(&dir.join(class))?
-            .into_iter()
-            .filter(|p| p.is_file() && is_image(p))
-        {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            files.push((format!("{class}/{name}"), Some(c as u32), p.clone()));
-        }
-    }
-    files.sort_by(|a, b| a.0.cmp(&b.0));
-    if files.is_empty() {
-        return Err(Error::data(
-            dir,
-            DataProblem::Other("holds no .png/.jpg/.jpeg images".into()),
-        ));
-    }
-    // Headers first: a folder of photos of mixed (or large) sizes is scaled to one square
-    // size as each image is decoded, so a full-size photo is never held beside the others.
-    let mut sizes = files
-        .iter()
-        .map(|(_, _, p)| {
-            let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-            crate::data::image::dimensions(&bytes, p)
-        })
-        .collect::<Result<BTreeSet<_>>>()?
-        .into_iter();
-    let fit = match (sizes.next(), sizes.next()) {
-        (Some((h, w)), None) if h.max(w) <= MAX_SIDE_AS_IS => None,
-        _ => Some(FIT_SIDE),
-    };
-    let images = files
-        .iter()
-        .map(|(_, _, p)| {
-            let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-            let img = decode(&bytes, p)?;
-            match fit {
-                Some(side) => img.fit_square(side, p),
-                None => Ok(img),
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let names: Vec<PathBuf> = files.iter().map(|f| f.2.clone()).collect();
-    let (x, item_shape) = stack_images(images, &names)?;
     Ok(Items {
-        ids: files.iter().map(|f| f.0.clone()).collect(),
         x,
-        item_shape,
-        labels: files.iter().map(|f| f.1).collect(),
-        classes,
+        item_shape: folder.plan.item_shape(),
+        ids: folder.ids,
+        labels: folder.labels,
+        classes: folder.classes,
     })
 }
 
-/// Stacks decoded images into `(n, c, h, w)` in `[0, 1]`; grayscale is promoted to RGB when
-/// any image is RGB. Sizes must agree; the first odd one is named.
-fn stack_images(images: Vec<Image>, names: &[PathBuf]) -> Result<(Vec<f32>, Vec<usize>)> {
-    let channels = images.iter().map(|i| i.channels).max().unwrap_or(1);
-    let (h, w) = images
-        .first()
-        .map(|i| (i.height, i.width))
-        .unwrap_or((0, 0));
-    let mut x = Vec::with_capacity(images.len() * channels * h * w);
-    for (img, name) in images.into_iter().zip(names) {
-        if (img.height, img.width) != (h, w) {
+/// An image folder listed and its headers read, nothing decoded: what [`load_image_folder`]
+/// and a streamed read share. Ids in sorted order; the file of id `i` is `dir/ids[i]`.
+pub(crate) struct ImageFolder {
+    pub(crate) dir: PathBuf,
+    pub(crate) ids: Vec<String>,
+    pub(crate) labels: Vec<Option<u32>>,
+    pub(crate) classes: Vec<String>,
+    pub(crate) plan: ImagePlan,
+}
+
+impl ImageFolder {
+    /// Lists `dir` (see [`load_image_folder`]) and reads every image's header.
+    pub(crate) fn list(dir: &Path) -> Result<ImageFolder> {
+        let read = |d: &Path| -> Result<Vec<PathBuf>> {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+                .map_err(|e| Error::io(d, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            v.sort();
+            Ok(v)
+        };
+        let entries = read(dir)?;
+        // Every visible subfolder is a class, empty ones included: a person declares the class
+        // list by creating the folders.
+        let classes: Vec<String> = entries
+            .iter()
+            .filter(|p| p.is_dir())
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        check_class_count(classes.len(), dir)?;
+        let mut files: Vec<(String, Option<u32>)> = Vec::new();
+        for p in entries.iter().filter(|p| p.is_file() && is_image(p)) {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            files.push((name.into_owned(), None));
+        }
+        for (c, class) in classes.iter().enumerate() {
+            for p in read(&dir.join(class))?
+                .into_iter()
+                .filter(|p| p.is_file() && is_image(p))
+            {
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                files.push((format!("{class}/{name}"), Some(c as u32)));
+            }
+        }
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        if files.is_empty() {
+            return Err(Error::data(
+                dir,
+                DataProblem::Other("holds no .png/.jpg/.jpeg images".into()),
+            ));
+        }
+        // Headers first: a folder of photos of mixed (or large) sizes is scaled to one square
+        // size as each image is decoded, so a full-size photo is never held beside the others.
+        let mut plan = PlanBuilder::default();
+        for (id, _) in &files {
+            let p = dir.join(id);
+            let bytes = std::fs::read(&p).map_err(|e| Error::io(&p, e))?;
+            plan.add(crate::data::image::header(&bytes, &p)?);
+        }
+        let (ids, labels) = files.into_iter().unzip();
+        Ok(ImageFolder {
+            dir: dir.to_path_buf(),
+            ids,
+            labels,
+            classes,
+            plan: plan.plan(true),
+        })
+    }
+
+    /// Images in the folder.
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Item `i` decoded `(c, h, w)` in `[0, 1]`.
+    pub(crate) fn item(&self, i: usize) -> Result<Vec<f32>> {
+        let p = self.dir.join(&self.ids[i]);
+        let bytes = std::fs::read(&p).map_err(|e| Error::io(&p, e))?;
+        self.plan.item(decode(&bytes, &p)?, &p)
+    }
+}
+
+/// How a pool's decoded images become items of one shape, set from every image's header
+/// before any is decoded: grayscale is promoted to RGB when any image is RGB; with `fit`,
+/// each is scaled to that square side first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImagePlan {
+    pub(crate) fit: Option<usize>,
+    pub(crate) channels: usize,
+    pub(crate) height: usize,
+    pub(crate) width: usize,
+}
+
+/// The headers of a pool's images, seen one at a time, for its [`ImagePlan`].
+#[derive(Debug, Default)]
+pub(crate) struct PlanBuilder {
+    first: Option<(usize, usize)>,
+    mixed: bool,
+    largest: usize,
+    channels: usize,
+}
+
+impl PlanBuilder {
+    pub(crate) fn add(&mut self, h: crate::data::image::Header) {
+        let size = (h.height, h.width);
+        self.mixed |= self.first.is_some_and(|f| f != size);
+        self.first.get_or_insert(size);
+        self.largest = self.largest.max(h.height).max(h.width);
+        self.channels = self.channels.max(h.channels);
+    }
+
+    /// The plan; with `fits`, images of mixed sizes or larger than [`MAX_SIDE_AS_IS`] are
+    /// scaled to [`FIT_SIDE`], else every image must have the first one's size.
+    pub(crate) fn plan(&self, fits: bool) -> ImagePlan {
+        let (height, width) = self.first.unwrap_or((0, 0));
+        let fit = (fits && (self.mixed || self.largest > MAX_SIDE_AS_IS)).then_some(FIT_SIDE);
+        let (height, width) = match fit {
+            Some(side) => (side, side),
+            None => (height, width),
+        };
+        ImagePlan {
+            fit,
+            channels: self.channels.max(1),
+            height,
+            width,
+        }
+    }
+}
+
+impl ImagePlan {
+    /// Shape of one item `(c, h, w)`.
+    pub(crate) fn item_shape(&self) -> Vec<usize> {
+        vec![self.channels, self.height, self.width]
+    }
+
+    /// Values per item.
+    pub(crate) fn item_len(&self) -> usize {
+        self.channels * self.height * self.width
+    }
+
+    /// A decoded image as an item `(c, h, w)` in `[0, 1]`; `name` names it in errors.
+    pub(crate) fn item(&self, img: Image, name: &Path) -> Result<Vec<f32>> {
+        let img = match self.fit {
+            Some(side) => img.fit_square(side, name)?,
+            None => img,
+        };
+        if (img.height, img.width) != (self.height, self.width) {
             return Err(Error::data(
                 name,
                 DataProblem::DimensionMismatch {
-                    expected: (h, w),
+                    expected: (self.height, self.width),
                     got: (img.height, img.width),
                 },
             ));
         }
-        let img = img.with_channels(channels);
-        x.extend(img.pixels.iter().map(|&p| f32::from(p) / 255.0));
+        let img = img.with_channels(self.channels);
+        if img.channels != self.channels {
+            return Err(Error::data(
+                name,
+                DataProblem::Other(format!(
+                    "decodes to {} channels where its header said at most {}",
+                    img.channels, self.channels
+                )),
+            ));
+        }
+        Ok(img.pixels.iter().map(|&p| f32::from(p) / 255.0).collect())
     }
-    Ok((x, vec![channels, h, w]))
 }
 
 /// Values of a safetensors pool's `x` from its little-endian bytes (`u8s`: U8 scaled by
@@ -518,45 +638,19 @@ pub fn load_safetensors(path: &Path) -> Result<Items> {
                     yv.shape()
                 )));
             }
-            let d = yv.data();
-            let vals: Vec<i64> = match yv.dtype() {
-                Dtype::U8 => d.iter().map(|&b| i64::from(b)).collect(),
-                Dtype::I32 => d
-                    .chunks_exact(4)
-                    .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-                    .collect(),
-                Dtype::U32 => d
-                    .chunks_exact(4)
-                    .map(|b| i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-                    .collect(),
-                Dtype::I64 => d
-                    .chunks_exact(8)
-                    .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-                    .collect(),
-                t => {
-                    return Err(bad(format!(
-                        "tensor `y` is {t:?}; expected an integer type"
-                    )))
-                }
-            };
-            if let Some(i) = vals
-                .iter()
-                .position(|&v| !(0..=i64::from(u32::MAX)).contains(&v))
-            {
-                return Err(bad(format!(
-                    "label {} of item {i} is negative or too large",
-                    vals[i]
-                )));
-            }
-            vals.into_iter().map(|v| Some(v as u32)).collect()
+            let dtype = format!("{:?}", yv.dtype());
+            y_labels(yv.data(), &dtype, 0, path)?
+                .into_iter()
+                .map(Some)
+                .collect()
         }
     };
-    let listed = meta
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("classes"))
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.split(',').map(|c| c.trim().to_string()).collect());
+    let listed = listed_classes(
+        meta.metadata()
+            .as_ref()
+            .and_then(|m| m.get("classes"))
+            .map(String::as_str),
+    );
     let classes = declared_classes(&labels, listed, "the metadata `classes`", path)?;
     Ok(Items {
         ids: (0..n).map(|i| i.to_string()).collect(),
@@ -565,6 +659,47 @@ pub fn load_safetensors(path: &Path) -> Result<Items> {
         labels,
         classes,
     })
+}
+
+/// Labels from the little-endian bytes of a safetensors pool's `y` of dtype `dtype` (`U8`,
+/// `I32`, `U32` or `I64`), each in `0..=u32::MAX`; `first` is the item of `bytes`' first value,
+/// for the error (a streamed read starts past 0).
+pub(crate) fn y_labels(bytes: &[u8], dtype: &str, first: usize, path: &Path) -> Result<Vec<u32>> {
+    let bad = |m: String| Error::data(path, DataProblem::Other(m));
+    let vals: Vec<i64> = match dtype {
+        "U8" => bytes.iter().map(|&b| i64::from(b)).collect(),
+        "I32" => bytes
+            .chunks_exact(4)
+            .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect(),
+        "U32" => bytes
+            .chunks_exact(4)
+            .map(|b| i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect(),
+        "I64" => bytes
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect(),
+        t => return Err(bad(format!("tensor `y` is {t}; expected an integer type"))),
+    };
+    if let Some(i) = vals
+        .iter()
+        .position(|&v| !(0..=i64::from(u32::MAX)).contains(&v))
+    {
+        return Err(bad(format!(
+            "label {} of item {} is negative or too large",
+            vals[i],
+            first + i
+        )));
+    }
+    Ok(vals.into_iter().map(|v| v as u32).collect())
+}
+
+/// The class names a safetensors pool's metadata lists (`classes`, comma-separated).
+pub(crate) fn listed_classes(classes: Option<&str>) -> Option<Vec<String>> {
+    classes
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.split(',').map(|c| c.trim().to_string()).collect())
 }
 
 /// A CSV data row: its 1-based line number and its fields.
@@ -673,18 +808,9 @@ pub fn read_indices(path: &Path, n: usize) -> Result<Vec<usize>> {
 /// Tabular items: optional `id` and `label` columns, every other column a number.
 pub fn load_csv(path: &Path) -> Result<Items> {
     let (header, rows) = read_csv(path)?;
-    let id_col = header.iter().position(|h| h == "id");
-    let label_col = header.iter().position(|h| h == "label");
-    let features: Vec<usize> = (0..header.len())
-        .filter(|&c| Some(c) != id_col && Some(c) != label_col)
-        .collect();
-    if features.is_empty() || rows.is_empty() {
-        return Err(Error::data(
-            path,
-            DataProblem::Other("needs at least one feature column and one row".into()),
-        ));
-    }
-    let classes: Vec<String> = label_col
+    let layout = CsvLayout::new(&header, rows.len(), path)?;
+    let classes: Vec<String> = layout
+        .label
         .map(|c| {
             rows.iter()
                 .map(|(_, r)| r[c].clone())
@@ -695,42 +821,23 @@ pub fn load_csv(path: &Path) -> Result<Items> {
         })
         .unwrap_or_default();
     check_class_count(classes.len(), path)?;
-    let mut x = Vec::with_capacity(rows.len() * features.len());
+    let mut x = Vec::with_capacity(rows.len() * layout.features.len());
     let mut ids = Vec::with_capacity(rows.len());
     let mut labels = Vec::with_capacity(rows.len());
     let mut seen = HashMap::new();
     for (i, (line, r)) in rows.iter().enumerate() {
-        for &c in &features {
-            let v: f32 = r[c]
-                .parse()
-                .ok()
-                .filter(|v: &f32| v.is_finite())
-                .ok_or_else(|| Error::Row {
-                    path: path.to_path_buf(),
-                    row: *line,
-                    problem: format!("column `{}`: `{}` is not a finite number", header[c], r[c]),
-                })?;
-            x.push(v);
-        }
-        let id = id_col
-            .map(|c| r[c].clone())
-            .unwrap_or_else(|| i.to_string());
-        if id.is_empty() {
-            return Err(Error::Row {
-                path: path.to_path_buf(),
-                row: *line,
-                problem: "empty id".into(),
-            });
-        }
+        let row_error = |problem: String| Error::Row {
+            path: path.to_path_buf(),
+            row: *line,
+            problem,
+        };
+        layout.values(&header, r, &mut x).map_err(row_error)?;
+        let id = layout.id(r, i).map_err(row_error)?;
         if let Some(prev) = seen.insert(id.clone(), *line) {
-            return Err(Error::Row {
-                path: path.to_path_buf(),
-                row: *line,
-                problem: format!("id `{id}` already used on line {prev}"),
-            });
+            return Err(row_error(format!("id `{id}` already used on line {prev}")));
         }
         ids.push(id);
-        labels.push(label_col.and_then(|c| {
+        labels.push(layout.label.and_then(|c| {
             let v = &r[c];
             (!v.is_empty()).then(|| classes.iter().position(|k| k == v).expect("collected") as u32)
         }));
@@ -738,76 +845,466 @@ pub fn load_csv(path: &Path) -> Result<Items> {
     Ok(Items {
         ids,
         x,
-        item_shape: vec![features.len()],
+        item_shape: vec![layout.features.len()],
         labels,
         classes,
     })
 }
 
-/// Rows of a Hub-style Parquet table: encoded image bytes and an integer label.
-struct Table {
-    images: Vec<Vec<u8>>,
-    labels: Vec<Option<u32>>,
+/// Which columns of a tabular pool are what.
+struct CsvLayout {
+    id: Option<usize>,
+    label: Option<usize>,
+    features: Vec<usize>,
 }
 
-/// Reads the image and label columns of a Parquet file with the row API: the image column is
-/// the first struct with a `bytes` field (what `datasets` writes for `Image()` features) or
-/// the first binary column; the label column is the first integer column.
-fn read_parquet(path: &Path) -> Result<Table> {
-    // The record reader panics on some corrupt pages (found by fuzzing: a definition level of
-    // 43 where the schema allows 2): contained, it is an error naming the file.
-    contain(path, "the Parquet reader", || read_parquet_rows(path))
+impl CsvLayout {
+    /// The layout of `header`; a pool needs a feature column and a row.
+    fn new(header: &[String], rows: usize, path: &Path) -> Result<CsvLayout> {
+        let id = header.iter().position(|h| h == "id");
+        let label = header.iter().position(|h| h == "label");
+        let features: Vec<usize> = (0..header.len())
+            .filter(|&c| Some(c) != id && Some(c) != label)
+            .collect();
+        if features.is_empty() || rows == 0 {
+            return Err(Error::data(
+                path,
+                DataProblem::Other("needs at least one feature column and one row".into()),
+            ));
+        }
+        Ok(CsvLayout {
+            id,
+            label,
+            features,
+        })
+    }
+
+    /// Appends a row's features to `x`, or says which field is not a finite number.
+    fn values(
+        &self,
+        header: &[String],
+        r: &[String],
+        x: &mut Vec<f32>,
+    ) -> std::result::Result<(), String> {
+        for &c in &self.features {
+            let v: f32 = r[c]
+                .parse()
+                .ok()
+                .filter(|v: &f32| v.is_finite())
+                .ok_or_else(|| {
+                    format!("column `{}`: `{}` is not a finite number", header[c], r[c])
+                })?;
+            x.push(v);
+        }
+        Ok(())
+    }
+
+    /// Row `i`'s id: its `id` field (not empty), else its position.
+    fn id(&self, r: &[String], i: usize) -> std::result::Result<String, String> {
+        let id = self
+            .id
+            .map(|c| r[c].clone())
+            .unwrap_or_else(|| i.to_string());
+        if id.is_empty() {
+            return Err("empty id".into());
+        }
+        Ok(id)
+    }
 }
 
-fn read_parquet_rows(path: &Path) -> Result<Table> {
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    use parquet::record::Field;
-    let bad = |m: String| Error::data(path, DataProblem::Other(m));
-    check_parquet_footer(path)?;
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let reader = SerializedFileReader::new(file).map_err(|e| bad(format!("not Parquet: {e}")))?;
-    check_parquet_pages(path, reader.metadata())?;
-    let rows = reader
-        .get_row_iter(None)
-        .map_err(|e| bad(format!("unreadable Parquet: {e}")))?;
-    let mut t = Table {
-        images: Vec::new(),
-        labels: Vec::new(),
-    };
-    for (r, row) in rows.enumerate() {
-        let row = row.map_err(|e| bad(format!("row {r}: {e}")))?;
-        let mut image = None;
-        let mut label = None;
-        for (_, field) in row.get_column_iter() {
-            match field {
-                Field::Group(g) if image.is_none() => {
-                    image = g.get_column_iter().find_map(|(n, f)| match f {
-                        Field::Bytes(b) if n == "bytes" => Some(b.data().to_vec()),
-                        _ => None,
-                    })
+/// The records of a CSV file read front to back with [`read_csv`]'s settings, each with its
+/// line (computed only when asked: the file is read again at the record's start).
+struct CsvRecords {
+    path: PathBuf,
+    rd: csv::Reader<std::io::BufReader<std::fs::File>>,
+    peek: std::fs::File,
+    header_len: Option<usize>,
+}
+
+impl CsvRecords {
+    fn open(path: &Path) -> Result<CsvRecords> {
+        let open = || std::fs::File::open(path).map_err(|e| Error::io(path, e));
+        let rd = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(std::io::BufReader::new(open()?));
+        Ok(CsvRecords {
+            path: path.to_path_buf(),
+            rd,
+            peek: open()?,
+            header_len: None,
+        })
+    }
+
+    /// The 1-based line of the record the crate positions at `pos` (where the previous
+    /// record ended: the line breaks of blank lines skipped since are counted, as
+    /// [`read_csv`] does).
+    fn line_of(&mut self, pos: &csv::Position) -> usize {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut skipped = 0u64;
+        if self.peek.seek(SeekFrom::Start(pos.byte())).is_ok() {
+            let mut buf = [0u8; 4096];
+            'read: while let Ok(n) = self.peek.read(&mut buf) {
+                if n == 0 {
+                    break;
                 }
-                Field::Bytes(b) if image.is_none() => image = Some(b.data().to_vec()),
-                Field::Long(v) if label.is_none() => label = Some(*v),
-                Field::Int(v) if label.is_none() => label = Some(i64::from(*v)),
-                Field::Short(v) if label.is_none() => label = Some(i64::from(*v)),
-                Field::Byte(v) if label.is_none() => label = Some(i64::from(*v)),
-                Field::UByte(v) if label.is_none() => label = Some(i64::from(*v)),
-                _ => {}
+                for &b in &buf[..n] {
+                    match b {
+                        b'\n' => skipped += 1,
+                        b'\r' => {}
+                        _ => break 'read,
+                    }
+                }
             }
         }
-        let image = image.ok_or_else(|| bad(format!("row {r} has no image bytes")))?;
-        let label = match label {
-            Some(v) if v < 0 => None,
-            Some(v) => Some(u32::try_from(v).map_err(|_| bad(format!("row {r}: label {v}")))?),
-            None => None,
+        (pos.line() + skipped) as usize
+    }
+
+    /// The next non-blank record with its position; the first is the header. A record whose
+    /// field count differs from the header's is an error naming its line.
+    fn next_record(&mut self) -> Result<Option<(csv::Position, csv::StringRecord)>> {
+        let mut rec = csv::StringRecord::new();
+        loop {
+            let more = match self.rd.read_record(&mut rec) {
+                Ok(more) => more,
+                Err(e) => {
+                    let line = e.position().cloned().map_or(0, |p| self.line_of(&p));
+                    return Err(Error::Row {
+                        path: self.path.clone(),
+                        row: line,
+                        problem: format!("unreadable CSV: {e}"),
+                    });
+                }
+            };
+            if !more {
+                return Ok(None);
+            }
+            if rec.iter().all(str::is_empty) {
+                continue;
+            }
+            let pos = rec.position().cloned().unwrap_or_else(csv::Position::new);
+            match self.header_len {
+                None => self.header_len = Some(rec.len()),
+                Some(h) if h != rec.len() => {
+                    let row = self.line_of(&pos);
+                    return Err(Error::Row {
+                        path: self.path.clone(),
+                        row,
+                        problem: format!("{} fields, the header has {h}", rec.len()),
+                    });
+                }
+                Some(_) => {}
+            }
+            return Ok(Some((pos, rec)));
+        }
+    }
+}
+
+/// A CSV pool read a chunk of rows at a time, with [`load_csv`]'s checks: a first pass checks
+/// every row (in the order [`load_csv`] reports problems) and counts them, holding the label
+/// names and, with an `id` column, the ids; the second gives the values.
+pub(crate) struct CsvStream {
+    records: CsvRecords,
+    header: Vec<String>,
+    layout: CsvLayout,
+    shape: Vec<usize>,
+    n: usize,
+    next: usize,
+}
+
+impl CsvStream {
+    pub(crate) fn open(path: &Path) -> Result<CsvStream> {
+        let mut rec = CsvRecords::open(path)?;
+        let header: Vec<String> = match rec.next_record()? {
+            Some((_, h)) => h.iter().map(str::to_string).collect(),
+            None => {
+                return Err(Error::data(
+                    path,
+                    DataProblem::Other("is empty (no header)".into()),
+                ))
+            }
         };
-        t.images.push(image);
-        t.labels.push(label);
+        let id_col = header.iter().position(|h| h == "id");
+        let label_col = header.iter().position(|h| h == "label");
+        let mut labels = BTreeSet::new();
+        // Row problems wait until every record was read: a malformed record later in the file
+        // is reported first, as the whole-file reader does.
+        let mut first_problem: Option<(csv::Position, String)> = None;
+        let mut seen: HashMap<String, csv::Position> = HashMap::new();
+        let mut n = 0usize;
+        let layout_of_rows = CsvLayout {
+            id: id_col,
+            label: label_col,
+            features: (0..header.len())
+                .filter(|&c| Some(c) != id_col && Some(c) != label_col)
+                .collect(),
+        };
+        let mut scratch = Vec::new();
+        while let Some((pos, r)) = rec.next_record()? {
+            let fields: Vec<String> = r.iter().map(str::to_string).collect();
+            if let Some(c) = label_col.filter(|&c| !fields[c].is_empty()) {
+                if !labels.contains(&fields[c]) {
+                    labels.insert(fields[c].clone());
+                }
+            }
+            if first_problem.is_none() {
+                scratch.clear();
+                let problem = layout_of_rows
+                    .values(&header, &fields, &mut scratch)
+                    .and_then(|()| layout_of_rows.id(&fields, n))
+                    .and_then(|id| match id_col {
+                        Some(_) => match seen.get(&id) {
+                            Some(prev) => Err(format!("id `{id}` already used on line {}", {
+                                let prev = prev.clone();
+                                rec.line_of(&prev)
+                            })),
+                            None => {
+                                seen.insert(id, pos.clone());
+                                Ok(())
+                            }
+                        },
+                        None => Ok(()),
+                    });
+                if let Err(p) = problem {
+                    first_problem = Some((pos, p));
+                    seen = HashMap::new();
+                }
+            }
+            n += 1;
+        }
+        let layout = CsvLayout::new(&header, n, path)?;
+        check_class_count(labels.len(), path)?;
+        if let Some((pos, problem)) = first_problem {
+            return Err(Error::Row {
+                path: path.to_path_buf(),
+                row: rec.line_of(&pos),
+                problem,
+            });
+        }
+        drop(seen);
+        let mut records = CsvRecords::open(path)?;
+        records.next_record()?;
+        Ok(CsvStream {
+            records,
+            shape: vec![layout.features.len()],
+            header,
+            layout,
+            n,
+            next: 0,
+        })
     }
-    if t.images.is_empty() {
-        return Err(bad("holds no rows".into()));
+}
+
+impl super::stream::ItemStream for CsvStream {
+    fn len(&self) -> usize {
+        self.n
     }
-    Ok(t)
+
+    fn item_shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn next_chunk(&mut self, max: usize) -> Result<Option<super::stream::Chunk>> {
+        if self.next >= self.n || max == 0 {
+            return Ok(None);
+        }
+        let (start, k) = (self.next, max.min(self.n - self.next));
+        let mut x = Vec::with_capacity(k * self.layout.features.len());
+        let mut ids = Vec::with_capacity(k);
+        let path = self.records.path.clone();
+        let changed = || {
+            Error::data(
+                &path,
+                DataProblem::Other("the file changed while it was read".into()),
+            )
+        };
+        for i in start..start + k {
+            let (_, r) = self.records.next_record()?.ok_or_else(changed)?;
+            let fields: Vec<String> = r.iter().map(str::to_string).collect();
+            self.layout
+                .values(&self.header, &fields, &mut x)
+                .map_err(|_| changed())?;
+            ids.push(self.layout.id(&fields, i).map_err(|_| changed())?);
+        }
+        self.next += k;
+        Ok(Some(super::stream::Chunk { start, ids, x }))
+    }
+}
+
+/// One row of a Hub-style Parquet table.
+pub(crate) struct ParquetRow {
+    /// The encoded image.
+    pub(crate) image: Vec<u8>,
+    /// The label (a negative one, `datasets`' "no label", is `None`).
+    pub(crate) label: Option<u32>,
+    /// `FILE#rowR`, naming the row in errors.
+    pub(crate) name: PathBuf,
+}
+
+/// The rows of one or more Hub-style Parquet files (a dataset's shards), in order, read with
+/// the row API one row group at a time: the image column is the first struct with a `bytes`
+/// field (what `datasets` writes for `Image()` features) or the first binary column; the label
+/// column is the first integer column. Each file's footer and page headers are checked before
+/// the `parquet` crate reads it; a panic of the crate's record reader on a corrupt page (found
+/// by fuzzing: a definition level of 43 where the schema allows 2) is an error naming the file.
+pub(crate) struct ParquetRows {
+    files: Vec<PathBuf>,
+    /// The file being read, and its row iterator.
+    at: usize,
+    rows: Option<parquet::record::reader::RowIter<'static>>,
+    row: usize,
+}
+
+impl ParquetRows {
+    /// Rows of `files`, in order; nothing is read yet.
+    pub(crate) fn new(files: Vec<PathBuf>) -> ParquetRows {
+        ParquetRows {
+            files,
+            at: 0,
+            rows: None,
+            row: 0,
+        }
+    }
+
+    /// The next row, `None` after the last file's last.
+    pub(crate) fn next_row(&mut self) -> Result<Option<ParquetRow>> {
+        use parquet::file::reader::SerializedFileReader;
+        loop {
+            let Some(path) = self.files.get(self.at).cloned() else {
+                return Ok(None);
+            };
+            let bad = |m: String| Error::data(&path, DataProblem::Other(m));
+            if self.rows.is_none() {
+                let rows = contain(&path, "the Parquet reader", || {
+                    check_parquet_footer(&path)?;
+                    let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+                    let reader = SerializedFileReader::new(file)
+                        .map_err(|e| bad(format!("not Parquet: {e}")))?;
+                    check_parquet_pages(
+                        &path,
+                        parquet::file::reader::FileReader::metadata(&reader),
+                    )?;
+                    Ok(reader.into_iter())
+                })?;
+                self.rows = Some(rows);
+                self.row = 0;
+            }
+            let rows = self.rows.as_mut().expect("opened");
+            let r = self.row;
+            let next = contain(&path, "the Parquet reader", || {
+                rows.next()
+                    .transpose()
+                    .map_err(|e| bad(format!("row {r}: {e}")))
+            })?;
+            let Some(row) = next else {
+                if self.row == 0 {
+                    return Err(bad("holds no rows".into()));
+                }
+                self.rows = None;
+                self.at += 1;
+                continue;
+            };
+            self.row += 1;
+            return parquet_row(&row, r, &path).map(Some);
+        }
+    }
+}
+
+/// The image bytes and label of row `r` of `path`.
+fn parquet_row(row: &parquet::record::Row, r: usize, path: &Path) -> Result<ParquetRow> {
+    use parquet::record::Field;
+    let bad = |m: String| Error::data(path, DataProblem::Other(m));
+    let mut image = None;
+    let mut label = None;
+    for (_, field) in row.get_column_iter() {
+        match field {
+            Field::Group(g) if image.is_none() => {
+                image = g.get_column_iter().find_map(|(n, f)| match f {
+                    Field::Bytes(b) if n == "bytes" => Some(b.data().to_vec()),
+                    _ => None,
+                })
+            }
+            Field::Bytes(b) if image.is_none() => image = Some(b.data().to_vec()),
+            Field::Long(v) if label.is_none() => label = Some(*v),
+            Field::Int(v) if label.is_none() => label = Some(i64::from(*v)),
+            Field::Short(v) if label.is_none() => label = Some(i64::from(*v)),
+            Field::Byte(v) if label.is_none() => label = Some(i64::from(*v)),
+            Field::UByte(v) if label.is_none() => label = Some(i64::from(*v)),
+            _ => {}
+        }
+    }
+    let image = image.ok_or_else(|| bad(format!("row {r} has no image bytes")))?;
+    let label = match label {
+        Some(v) if v < 0 => None,
+        Some(v) => Some(u32::try_from(v).map_err(|_| bad(format!("row {r}: label {v}")))?),
+        None => None,
+    };
+    Ok(ParquetRow {
+        image,
+        label,
+        name: PathBuf::from(format!("{}#row{r}", path.display())),
+    })
+}
+
+/// Hub-style Parquet files scanned once (labels checked, image headers read), nothing decoded:
+/// what [`load`] and a streamed read share. Ids are positions across the files.
+pub(crate) struct ParquetPool {
+    pub(crate) files: Vec<PathBuf>,
+    pub(crate) len: usize,
+    pub(crate) classes: Vec<String>,
+    pub(crate) plan: ImagePlan,
+    /// Every row's label, when asked for.
+    pub(crate) labels: Option<Vec<Option<u32>>>,
+}
+
+impl ParquetPool {
+    /// Scans `files`: labels against the `declared` class names (a dataset card) or the rule
+    /// for undeclared ones, and each image's header (every image must have the first one's
+    /// size). `name` names the pool in label errors; `keep_labels` keeps every row's label.
+    pub(crate) fn scan(
+        files: Vec<PathBuf>,
+        declared: Option<Vec<String>>,
+        name: &Path,
+        keep_labels: bool,
+    ) -> Result<ParquetPool> {
+        let mut check = LabelCheck::new(declared, "the dataset card", name)?;
+        let mut plan = PlanBuilder::default();
+        let mut labels = keep_labels.then(Vec::new);
+        let mut rows = ParquetRows::new(files.clone());
+        let mut len = 0;
+        while let Some(row) = rows.next_row()? {
+            check.add(row.label)?;
+            plan.add(crate::data::image::header(&row.image, &row.name)?);
+            if let Some(l) = labels.as_mut() {
+                l.push(row.label);
+            }
+            len += 1;
+        }
+        Ok(ParquetPool {
+            files,
+            len,
+            classes: check.finish()?,
+            plan: plan.plan(false),
+            labels,
+        })
+    }
+
+    /// The whole pool in memory.
+    fn items(self) -> Result<Items> {
+        let mut rows = ParquetRows::new(self.files);
+        let mut x = Vec::with_capacity(self.len * self.plan.item_len());
+        while let Some(row) = rows.next_row()? {
+            x.extend(self.plan.item(decode(&row.image, &row.name)?, &row.name)?);
+        }
+        Ok(Items {
+            ids: (0..self.len).map(|i| i.to_string()).collect(),
+            x,
+            item_shape: self.plan.item_shape(),
+            labels: self.labels.unwrap_or_default(),
+            classes: self.classes,
+        })
+    }
 }
 
 /// Checks a Parquet file's footer before the `parquet` crate reads it: the metadata length
@@ -854,20 +1351,24 @@ fn check_parquet_footer(path: &Path) -> Result<()> {
 /// stream, and a declared count of 2^31 in one made it spin on end-of-file reads for minutes
 /// (found by fuzzing) before failing.
 fn check_parquet_pages(path: &Path, meta: &parquet::file::metadata::ParquetMetaData) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
     let bad = |m: String| Error::data(path, DataProblem::Other(format!("not Parquet: {m}")));
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    // One column chunk in memory at a time (what the reader itself then holds), not the file.
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut chunk = Vec::new();
     for (g, rg) in meta.row_groups().iter().enumerate() {
         for (c, col) in rg.columns().iter().enumerate() {
             let (start, len) = col.byte_range();
-            let chunk = start
-                .checked_add(len)
-                .and_then(|end| bytes.get(start as usize..end as usize))
-                .ok_or_else(|| {
-                    bad(format!(
-                        "row group {g} column {c} spans bytes {start}+{len}, past the file's {}",
-                        bytes.len()
-                    ))
-                })?;
+            if start.checked_add(len).is_none_or(|end| end > file_len) {
+                return Err(bad(format!(
+                    "row group {g} column {c} spans bytes {start}+{len}, past the file's {file_len}"
+                )));
+            }
+            chunk.clear();
+            file.seek(SeekFrom::Start(start))
+                .and_then(|_| (&mut file).take(len).read_to_end(&mut chunk))
+                .map_err(|e| Error::io(path, e))?;
             let mut at = 0usize;
             while at < chunk.len() {
                 let mut w = ThriftWalk {
@@ -1286,39 +1787,6 @@ impl ThriftWalk<'_> {
     }
 }
 
-/// Decodes the tables' images in order; ids are positions across the tables.
-fn table_items(
-    tables: Vec<(PathBuf, Table)>,
-    classes: Option<&[String]>,
-    name: &Path,
-) -> Result<Items> {
-    // Labels first: a bad class declaration is refused before any image is decoded.
-    let labels: Vec<Option<u32>> = tables.iter().flat_map(|(_, t)| t.labels.clone()).collect();
-    let classes = declared_classes(
-        &labels,
-        classes.map(<[String]>::to_vec),
-        "the dataset card",
-        name,
-    )?;
-    let mut images = Vec::new();
-    let mut names = Vec::new();
-    for (path, t) in tables {
-        for (r, bytes) in t.images.iter().enumerate() {
-            let at = PathBuf::from(format!("{}#row{r}", path.display()));
-            images.push(decode(bytes, &at)?);
-            names.push(at);
-        }
-    }
-    let (x, item_shape) = stack_images(images, &names)?;
-    Ok(Items {
-        ids: (0..labels.len()).map(|i| i.to_string()).collect(),
-        x,
-        item_shape,
-        labels,
-        classes,
-    })
-}
-
 /// Class names from a dataset card (`README.md`) written by `datasets`: the lines
 /// `'0': name` under `class_label:` / `names:` in the YAML front matter.
 fn card_classes(readme: &str) -> Option<Vec<String>> {
@@ -1351,17 +1819,40 @@ fn card_classes(readme: &str) -> Option<Vec<String>> {
     ok.then(|| names.into_iter().map(|(_, v)| v).collect())
 }
 
-/// A Hub dataset: Parquet shards whose path contains `train` / `test` (the layout `datasets`
-/// publishes, e.g. `ylecun/mnist`: `mnist/train-00000-of-00001.parquet`), or the four IDX
-/// files anywhere in the repository.
-fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Loaded> {
+/// What a Hub dataset holds: Parquet shards whose path contains `train` / `test` (the layout
+/// `datasets` publishes, e.g. `ylecun/mnist`: `mnist/train-00000-of-00001.parquet`) with the
+/// class names of its card, or the four IDX files anywhere in the repository (fetched, in one
+/// folder of the cache).
+pub(crate) enum HubLayout {
+    /// Parquet shards of each split (repository paths, not fetched yet).
+    Parquet {
+        train: Vec<String>,
+        test: Vec<String>,
+        classes: Option<Vec<String>>,
+    },
+    /// The folder of the four IDX files.
+    Idx(PathBuf),
+}
+
+/// Reads a Hub dataset's file list (and its card, or its IDX files) to find its [`HubLayout`].
+pub(crate) fn hub_layout(
+    repo: &HubRepo,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<HubLayout> {
     let files = hub.files(repo, RepoKind::Dataset)?;
     let split_of = |f: &str, split: &str| {
         let name = f.rsplit('/').next().unwrap_or(f);
         f.ends_with(".parquet") && (name.starts_with(split) || f.contains(&format!("/{split}/")))
     };
-    let train: Vec<&String> = files.iter().filter(|f| split_of(f, "train")).collect();
-    let test: Vec<&String> = files.iter().filter(|f| split_of(f, "test")).collect();
+    let of = |split: &str| -> Vec<String> {
+        files
+            .iter()
+            .filter(|f| split_of(f, split))
+            .cloned()
+            .collect()
+    };
+    let train = of("train");
     if !train.is_empty() {
         let classes = match files.iter().find(|f| *f == "README.md") {
             Some(f) => {
@@ -1371,22 +1862,11 @@ fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Lo
             }
             None => None,
         };
-        let mut read = |shards: &[&String]| -> Result<Option<Items>> {
-            if shards.is_empty() {
-                return Ok(None);
-            }
-            let mut tables = Vec::new();
-            for f in shards {
-                let p = hub.get(repo, RepoKind::Dataset, f, observer)?;
-                let t = read_parquet(&p)?;
-                tables.push((p, t));
-            }
-            let name = PathBuf::from(repo.to_string());
-            table_items(tables, classes.as_deref(), &name).map(Some)
-        };
-        let pool = read(&train)?.expect("non-empty");
-        let test = read(&test)?;
-        return Ok(Loaded { pool, test });
+        return Ok(HubLayout::Parquet {
+            train,
+            test: of("test"),
+            classes,
+        });
     }
     let mut dir: Option<PathBuf> = None;
     for stem in IDX_FILES {
@@ -1404,7 +1884,36 @@ fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Lo
         let p = hub.get(repo, RepoKind::Dataset, f, observer)?;
         dir = p.parent().map(Path::to_path_buf);
     }
-    load(&Source::Idx(dir.expect("four files")), hub, observer)
+    Ok(HubLayout::Idx(dir.expect("four files")))
+}
+
+/// A Hub dataset, whole (see [`HubLayout`]).
+fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Loaded> {
+    match hub_layout(repo, hub, observer)? {
+        HubLayout::Parquet {
+            train,
+            test,
+            classes,
+        } => {
+            let name = PathBuf::from(repo.to_string());
+            let mut read = |shards: &[String]| -> Result<Option<Items>> {
+                if shards.is_empty() {
+                    return Ok(None);
+                }
+                let paths = shards
+                    .iter()
+                    .map(|f| hub.get(repo, RepoKind::Dataset, f, observer))
+                    .collect::<Result<Vec<_>>>()?;
+                ParquetPool::scan(paths, classes.clone(), &name, true)?
+                    .items()
+                    .map(Some)
+            };
+            let pool = read(&train)?.expect("non-empty");
+            let test = read(&test)?;
+            Ok(Loaded { pool, test })
+        }
+        HubLayout::Idx(dir) => load(&Source::Idx(dir), hub, observer),
+    }
 }
 
 #[cfg(test)]

@@ -2,15 +2,34 @@
 //!
 //! An [`ItemStream`] hands out consecutive chunks of a pool's items (ids and features, in the
 //! pool's order); a scorer keeps only what it needs from each. Peak memory is then set by the
-//! chunk size, not the pool. A safetensors pool is streamed by positioned reads of its `x`
-//! tensor after its header was checked against the file's length (every tensor's byte range
-//! inside the data section, ranges tiling it, sizes matching shapes), so no chunk read can
-//! leave the file. Values are converted and checked (finite) by the in-memory loader's own
-//! code ([`load_safetensors`](super::source::load_safetensors)), so a streamed item equals the
-//! in-memory one bit for bit.
+//! chunk size, not the pool. Every source kind streams its pool (a data set's train split):
+//!
+//! - safetensors: positioned reads of `x` after its header was checked against the file's
+//!   length (every tensor's byte range inside the data section, ranges tiling it, sizes
+//!   matching shapes), so no chunk read can leave the file;
+//! - IDX: the train images front to back (through gzip when compressed), after both label
+//!   files (small) and the test images' header were read and checked as the whole-folder
+//!   loader checks them;
+//! - an image folder: listed and every header read first (the plan of sizes and channels
+//!   needs them all), then decoded a chunk at a time; the ids (paths) are held, a few dozen
+//!   bytes per item;
+//! - Parquet and Hub Parquet shards: one pass for labels and image headers, then rows decoded
+//!   a chunk at a time, the `parquet` crate reading one row group at a time;
+//! - CSV: records parsed a chunk at a time; a file with an `id` column holds its ids to refuse
+//!   duplicates.
+//!
+//! Values come from the in-memory loaders' own per-item code, so a streamed item equals the
+//! loaded one bit for bit; every check the loaders make is made (those that need every item,
+//! such as the class rule of labels, once the last chunk was read).
 
-use super::source::Source;
+use super::dataset::{find, idx_classes};
+use super::idx::{self, ImagesReader};
+use super::source::{
+    hub_layout, HubLayout, ImageFolder, LabelCheck, ParquetPool, ParquetRows, Source,
+};
 use crate::error::{DataProblem, Error, Result};
+use crate::hub::{Hub, RepoKind};
+use crate::observe::Observer;
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -39,16 +58,239 @@ pub trait ItemStream {
     }
     /// Shape of one item.
     fn item_shape(&self) -> &[usize];
-    /// The next at most `max` items, `None` once all were read.
+    /// The next at most `max` items, `None` once all were read (and the checks that need
+    /// every item passed).
     fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>>;
 }
 
-/// A streaming reader for `source`'s items (its training split), or `None` for source kinds
-/// read whole (IDX, image folders, CSV, Parquet, the Hub).
-pub fn open(source: &Source) -> Result<Option<Box<dyn ItemStream>>> {
-    match source {
-        Source::Safetensors(p) => Ok(Some(Box::new(SafetensorsStream::open(p)?))),
-        _ => Ok(None),
+/// A streaming reader for `source`'s items (its training split); Hub files are fetched
+/// through `hub` when not cached.
+pub fn open(
+    source: &Source,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<Box<dyn ItemStream>> {
+    Ok(match source {
+        Source::Safetensors(p) => Box::new(SafetensorsStream::open(p)?),
+        Source::Idx(dir) => Box::new(IdxStream::open(dir)?),
+        Source::Images(dir) => Box::new(FolderStream::open(dir)?),
+        Source::Parquet(p) => Box::new(ParquetStream::open(vec![p.clone()], None, p)?),
+        Source::Csv(p) => Box::new(super::source::CsvStream::open(p)?),
+        Source::Hub(repo) => match hub_layout(repo, hub, observer)? {
+            HubLayout::Idx(dir) => Box::new(IdxStream::open(&dir)?),
+            HubLayout::Parquet { train, classes, .. } => {
+                let paths = train
+                    .iter()
+                    .map(|f| hub.get(repo, RepoKind::Dataset, f, observer))
+                    .collect::<Result<Vec<_>>>()?;
+                Box::new(ParquetStream::open(
+                    paths,
+                    classes,
+                    &PathBuf::from(repo.to_string()),
+                )?)
+            }
+        },
+    })
+}
+
+/// Ids `start..start + k` as strings (sources whose ids are positions).
+fn position_ids(start: usize, k: usize) -> Vec<String> {
+    (start..start + k).map(|i| i.to_string()).collect()
+}
+
+/// An IDX folder's train images.
+pub struct IdxStream {
+    images: ImagesReader,
+    item_shape: Vec<usize>,
+    next: usize,
+}
+
+impl IdxStream {
+    /// Opens the four files of `dir` and checks what the whole-folder loader checks, short of
+    /// the test images' pixels: labels (counts, the class rule over both splits), the train
+    /// images' header (and a plain file's length), the test images' size.
+    pub fn open(dir: &Path) -> Result<IdxStream> {
+        let train_images = find(dir, "train-images-idx3-ubyte")?;
+        let train_labels = find(dir, "train-labels-idx1-ubyte")?;
+        let test_images = find(dir, "t10k-images-idx3-ubyte")?;
+        let test_labels = find(dir, "t10k-labels-idx1-ubyte")?;
+        let images = ImagesReader::open(&train_images)?;
+        let split = |images: &ImagesReader, ipath: &Path, lpath: &Path| -> Result<Vec<u32>> {
+            let labels = idx::read_labels(lpath)?;
+            if labels.len() != images.n {
+                return Err(Error::data(
+                    lpath,
+                    DataProblem::CountMismatch {
+                        images: images.n,
+                        labels: labels.len(),
+                    },
+                ));
+            }
+            if images.n == 0 {
+                return Err(Error::data(
+                    ipath,
+                    DataProblem::Other("holds no images".into()),
+                ));
+            }
+            Ok(labels.into_iter().map(u32::from).collect())
+        };
+        let train = split(&images, &train_images, &train_labels)?;
+        let test_reader = ImagesReader::open(&test_images)?;
+        let test = split(&test_reader, &test_images, &test_labels)?;
+        idx_classes(&train, &train_labels, &test, &test_labels)?;
+        if (test_reader.h, test_reader.w) != (images.h, images.w) {
+            return Err(Error::data(
+                test_images,
+                DataProblem::DimensionMismatch {
+                    expected: (images.h, images.w),
+                    got: (test_reader.h, test_reader.w),
+                },
+            ));
+        }
+        Ok(IdxStream {
+            item_shape: vec![1, images.h, images.w],
+            images,
+            next: 0,
+        })
+    }
+}
+
+impl ItemStream for IdxStream {
+    fn len(&self) -> usize {
+        self.images.n
+    }
+
+    fn item_shape(&self) -> &[usize] {
+        &self.item_shape
+    }
+
+    fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>> {
+        if self.next >= self.images.n || max == 0 {
+            if self.next >= self.images.n {
+                self.images.finish()?;
+            }
+            return Ok(None);
+        }
+        let (start, k) = (self.next, max.min(self.images.n - self.next));
+        let pixels = self.images.read(k)?;
+        self.next += k;
+        Ok(Some(Chunk {
+            start,
+            ids: position_ids(start, k),
+            x: pixels.iter().map(|&p| f32::from(p) / 255.0).collect(),
+        }))
+    }
+}
+
+/// An image folder, decoded a chunk at a time.
+pub struct FolderStream {
+    folder: ImageFolder,
+    item_shape: Vec<usize>,
+    next: usize,
+}
+
+impl FolderStream {
+    /// Lists `dir` and reads every image's header (see
+    /// [`load_image_folder`](super::source::load_image_folder)).
+    pub fn open(dir: &Path) -> Result<FolderStream> {
+        let folder = ImageFolder::list(dir)?;
+        Ok(FolderStream {
+            item_shape: folder.plan.item_shape(),
+            folder,
+            next: 0,
+        })
+    }
+}
+
+impl ItemStream for FolderStream {
+    fn len(&self) -> usize {
+        self.folder.len()
+    }
+
+    fn item_shape(&self) -> &[usize] {
+        &self.item_shape
+    }
+
+    fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>> {
+        let n = self.folder.len();
+        if self.next >= n || max == 0 {
+            return Ok(None);
+        }
+        let (start, k) = (self.next, max.min(n - self.next));
+        let mut x = Vec::with_capacity(k * self.folder.plan.item_len());
+        for i in start..start + k {
+            x.extend(self.folder.item(i)?);
+        }
+        self.next += k;
+        Ok(Some(Chunk {
+            start,
+            ids: self.folder.ids[start..start + k].to_vec(),
+            x,
+        }))
+    }
+}
+
+/// Hub-style Parquet files (one file, or a Hub dataset's train shards), decoded a chunk at a
+/// time.
+pub struct ParquetStream {
+    pool: ParquetPool,
+    rows: ParquetRows,
+    item_shape: Vec<usize>,
+    next: usize,
+}
+
+impl ParquetStream {
+    /// Scans `files` once (labels against the `declared` class names, image headers); `name`
+    /// names the pool in label errors.
+    pub fn open(
+        files: Vec<PathBuf>,
+        declared: Option<Vec<String>>,
+        name: &Path,
+    ) -> Result<ParquetStream> {
+        let pool = ParquetPool::scan(files, declared, name, false)?;
+        Ok(ParquetStream {
+            rows: ParquetRows::new(pool.files.clone()),
+            item_shape: pool.plan.item_shape(),
+            pool,
+            next: 0,
+        })
+    }
+}
+
+impl ItemStream for ParquetStream {
+    fn len(&self) -> usize {
+        self.pool.len
+    }
+
+    fn item_shape(&self) -> &[usize] {
+        &self.item_shape
+    }
+
+    fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>> {
+        if self.next >= self.pool.len || max == 0 {
+            return Ok(None);
+        }
+        let (start, k) = (self.next, max.min(self.pool.len - self.next));
+        let mut x = Vec::with_capacity(k * self.pool.plan.item_len());
+        for _ in 0..k {
+            let row = self.rows.next_row()?.ok_or_else(|| {
+                Error::data(
+                    self.pool
+                        .files
+                        .last()
+                        .map_or(Path::new(""), PathBuf::as_path),
+                    DataProblem::Other("rows changed while the pool was read".into()),
+                )
+            })?;
+            let img = super::image::decode(&row.image, &row.name)?;
+            x.extend(self.pool.plan.item(img, &row.name)?);
+        }
+        self.next += k;
+        Ok(Some(Chunk {
+            start,
+            ids: position_ids(start, k),
+            x,
+        }))
     }
 }
 
@@ -114,6 +356,7 @@ impl SafetensorsStream {
         let data_len = len - 8 - hlen;
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         let mut x = None;
+        let mut y = None;
         for (name, t) in obj {
             if name == "__metadata__" {
                 continue;
@@ -155,6 +398,8 @@ impl SafetensorsStream {
             ranges.push((b, e));
             if name == "x" {
                 x = Some((dtype.to_string(), shape, b));
+            } else if name == "y" {
+                y = Some((dtype.to_string(), shape, b, e - b));
             }
         }
         ranges.sort_unstable();
@@ -188,6 +433,47 @@ impl SafetensorsStream {
         }
         let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
         let item_shape = super::source::x_item_shape(&dims);
+        // Labels, as the whole loader checks them: read in blocks, never all at once.
+        let listed = super::source::listed_classes(
+            obj.get("__metadata__")
+                .and_then(|m| m.get("classes"))
+                .and_then(Value::as_str),
+        );
+        let mut check = LabelCheck::new(listed, "the metadata `classes`", path)?;
+        if let Some((ydtype, yshape, yb, ylen)) = y {
+            if yshape != [shape[0]] {
+                return Err(bad(
+                    path,
+                    format!("tensor `y` has shape {yshape:?}; expected ({},)", shape[0]),
+                ));
+            }
+            let size = elem_size(&ydtype).unwrap_or(1);
+            let block = (1u64 << 20) / size * size;
+            let mut at = 0u64;
+            let mut buf = Vec::new();
+            while at < ylen {
+                buf.clear();
+                file.seek(SeekFrom::Start(8 + hlen + yb + at))
+                    .and_then(|_| (&mut file).take(block.min(ylen - at)).read_to_end(&mut buf))
+                    .map_err(|e| Error::io(path, e))?;
+                let first = (at / size) as usize;
+                for l in super::source::y_labels(&buf, &ydtype, first, path)? {
+                    check.add(Some(l))?;
+                }
+                at += buf.len() as u64;
+                if buf.is_empty() {
+                    return Err(Error::io(
+                        path,
+                        std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tensor `y`"),
+                    ));
+                }
+            }
+        } else {
+            for _ in 0..shape[0] {
+                check.add(None)?;
+            }
+        }
+        check.finish()?;
         Ok(SafetensorsStream {
             path: path.to_path_buf(),
             file,
@@ -229,7 +515,7 @@ impl ItemStream for SafetensorsStream {
         self.next += k;
         Ok(Some(Chunk {
             start,
-            ids: (start..start + k).map(|i| i.to_string()).collect(),
+            ids: position_ids(start, k),
             x,
         }))
     }

@@ -154,15 +154,68 @@ pub fn score_all(
     scorers: &[Arc<dyn Scorer>],
     seed: u64,
 ) -> Result<Vec<Vec<f32>>> {
+    Ok(score_keeping_draws(scoring, ds, scorers, seed, false)?.0)
+}
+
+/// Stochastic predictions of items, item by item: what BatchBALD chooses from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Draws {
+    /// `(n, s, c)`: item `i`'s `s` draws of `c` class probabilities, contiguous.
+    pub values: Vec<f32>,
+    /// Draws per item.
+    pub draws: usize,
+    /// Classes per draw.
+    pub classes: usize,
+}
+
+impl Draws {
+    /// Values per item.
+    pub fn width(&self) -> usize {
+        self.draws * self.classes
+    }
+}
+
+/// [`score_all`], and with `draws` the first scorer's stochastic predictions.
+fn score_keeping_draws(
+    scoring: &Scoring<'_>,
+    ds: &Dataset,
+    scorers: &[Arc<dyn Scorer>],
+    seed: u64,
+    draws: bool,
+) -> Result<(Vec<Vec<f32>>, Option<Draws>)> {
     let all: Vec<usize> = (0..ds.len()).collect();
-    scorers
+    let mut kept = None;
+    let cols = scorers
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(k, s)| {
             let mut rng = stream(seed, Purpose::Perturb, 0);
             let ev = scoring.evidence(ds, &all, s.needs(), &mut rng, &mut Silent)?;
+            if draws && k == 0 {
+                let samples = ev.samples.as_ref().ok_or_else(|| {
+                    Error::config(
+                        "select",
+                        format!("`{}` gives no draws to choose a batch from", s.name()),
+                    )
+                })?;
+                let d = samples.draws();
+                let (n, sd, c) = (samples.n(), d.len(), d.first().map_or(0, |p| p.classes()));
+                let mut flat = Vec::with_capacity(n * sd * c);
+                for i in 0..n {
+                    for p in d {
+                        flat.extend_from_slice(p.row(i));
+                    }
+                }
+                kept = Some(Draws {
+                    values: flat,
+                    draws: sd,
+                    classes: c,
+                });
+            }
             Ok(s.score(&ev)?)
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((cols, kept))
 }
 
 /// True when a scorer's evidence draws noise over its whole batch (input or weight noise,
@@ -189,6 +242,8 @@ pub struct Scored {
     pub keys: Option<Vec<f64>>,
     /// Items scored (this shard's, all when unsharded), before any were dropped for `top`.
     pub count: usize,
+    /// With [`ChunkPlan::draws`], each kept item's draws.
+    pub draws: Option<Draws>,
 }
 
 /// How [`score_chunks`] scores and what it keeps.
@@ -207,6 +262,8 @@ pub struct ChunkPlan<'a> {
     pub selection: alkit_acquisition::Selection,
     /// Keep only the best `top` by key.
     pub top: Option<usize>,
+    /// Keep the first scorer's draws of every kept item (for a joint choice).
+    pub draws: bool,
 }
 
 /// Scores a pool read chunk by chunk from `next` (called with nothing; `None` ends it),
@@ -249,7 +306,14 @@ pub fn score_chunks(
         let raw = Dataset::new(x, vec![0; keep.len()], plan.item_shape.to_vec(), 1)?;
         let ds = plan.normalizer.apply(&raw)?;
         drop(raw);
-        let cols = score_all(scoring, &ds, plan.scorers, plan.seed)?;
+        let (cols, draws) = score_keeping_draws(scoring, &ds, plan.scorers, plan.seed, plan.draws)?;
+        if let Some(d) = draws {
+            let all = out.draws.get_or_insert(Draws {
+                values: Vec::new(),
+                ..d
+            });
+            all.values.extend(d.values);
+        }
         let ids: Vec<String> = keep.iter().map(|&i| chunk.ids[i].clone()).collect();
         if let (Some(keys), Some(first)) = (out.keys.as_mut(), cols.first()) {
             if running.is_some() || sharded {
@@ -287,6 +351,16 @@ pub fn score_chunks(
                         .collect(),
                     keys: Some(order.iter().map(|&i| keys[i]).collect()),
                     count: out.count,
+                    draws: out.draws.map(|d| {
+                        let w = d.width();
+                        Draws {
+                            values: order
+                                .iter()
+                                .flat_map(|&i| d.values[i * w..(i + 1) * w].iter().copied())
+                                .collect(),
+                            ..d
+                        }
+                    }),
                 };
             }
         }
@@ -304,6 +378,99 @@ pub fn score_chunks(
         }
     }
     Ok(out)
+}
+
+/// `alkit score --select batchbald`: BALD scored per item, the best `candidates` kept with
+/// their draws, then BatchBALD's greedy choice of `top` among them (see [`shard`]'s docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JointPlan {
+    /// Items chosen.
+    pub top: usize,
+    /// Candidates of the greedy choice.
+    pub candidates: usize,
+}
+
+impl JointPlan {
+    /// Checks the settings: the one scorer `bald`, `top` given, `candidates` (default
+    /// `10 top`) at least `top`.
+    pub fn new(
+        scorers: &[crate::strategies::StrategyKind],
+        top: Option<usize>,
+        candidates: Option<usize>,
+    ) -> Result<JointPlan> {
+        if scorers.len() != 1 || scorers[0].name() != "bald" {
+            return Err(Error::config(
+                "select",
+                "--select batchbald chooses from BALD's draws: give --scorer bald alone",
+            ));
+        }
+        let top = top.filter(|&k| k > 0).ok_or_else(|| {
+            Error::config(
+                "select",
+                "--select batchbald chooses a batch: give its size with --top",
+            )
+        })?;
+        let candidates = candidates.unwrap_or(top.saturating_mul(10));
+        if candidates < top {
+            return Err(Error::config(
+                "candidates",
+                format!("{candidates} candidates cannot hold a batch of {top}"),
+            ));
+        }
+        Ok(JointPlan { top, candidates })
+    }
+
+    /// The joint choice's record, from what scoring kept (`(members, classes)` when it kept
+    /// no item, a shard of none).
+    pub fn resolve(
+        &self,
+        scored: &Scored,
+        members: usize,
+        classes: usize,
+        seed: u64,
+    ) -> shard::Joint {
+        let (draws, classes) = scored
+            .draws
+            .as_ref()
+            .map_or((members, classes), |d| (d.draws, d.classes));
+        shard::Joint {
+            candidates: self.candidates,
+            draws,
+            classes,
+            seed,
+        }
+    }
+}
+
+/// The unsharded joint choice from a [`score_chunks`] run that kept its best candidates with
+/// their draws: rows `index,id,<scores>` of the `top` items picked, in the order picked, each
+/// field as a shard file writes it (so the merge of shards gives the same bytes).
+pub fn joint_rows(scored: &Scored, joint: &shard::Joint, top: usize) -> Result<Vec<Vec<String>>> {
+    let (draws, keys) = match (&scored.draws, &scored.keys) {
+        (Some(d), Some(k)) => (d, k),
+        _ => {
+            return Err(Error::config(
+                "select",
+                "scoring kept no draws to choose from",
+            ))
+        }
+    };
+    let w = draws.width();
+    let cands = (0..scored.ids.len())
+        .map(|i| shard::Candidate {
+            index: scored.indices[i],
+            key: keys[i],
+            fields: [scored.indices[i].to_string(), scored.ids[i].clone()]
+                .into_iter()
+                .chain(scored.cols.iter().map(|c| c[i].to_string()))
+                .collect(),
+            draws: draws.values[i * w..(i + 1) * w].to_vec(),
+        })
+        .collect();
+    Ok(shard::joint_pick(cands, joint, top)?
+        .into_iter()
+        .map(|c| c.fields)
+        .collect())
 }
 
 /// Creates the output folder `out`.

@@ -13,12 +13,22 @@
 //! stochastic `power` and `softmax` modes `ln w + G` with the Gumbel draw `G` from the stream of
 //! `(seed, Select, fnv1a(id))`, so a sharded run selects what the unsharded one selects.
 //! `softrank` needs every score's rank and is computed unsharded only.
+//!
+//! BatchBALD chooses a batch jointly, not by keys. Unsharded or sharded, it runs over the same
+//! candidates: the pool's best `M` items by BALD (ties by position, `--candidates M`), handed
+//! to the greedy choice in pool order with each candidate's ensemble draws ([`joint_pick`]).
+//! A shard keeps its best `M` by BALD with their draws (columns `p<s>_<c>`); the merge takes
+//! the best `M` of the union, which are the pool's best `M`, and runs the same greedy choice
+//! on them, so a sharded run picks exactly what the unsharded one picks. The approximation is
+//! the candidate cut itself: an item outside the best `M` by BALD is never picked, although
+//! the full greedy over the whole pool might pick it for diversity. Draws must not depend on
+//! the batch, so this holds for ensembles (members), not MC dropout.
 
 use crate::data::Fnv1a;
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_csv, write_json};
 use crate::rng::{stream, Purpose};
-use alkit_acquisition::{gumbel, Selection};
+use alkit_acquisition::{gumbel, BatchBald, BatchSelector, Evidence, Probs, Samples, Selection};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -194,6 +204,80 @@ pub struct Manifest {
     /// What produced the scores, to be equal across shards: data, split, checkpoints,
     /// scorers and their settings, selection and seed.
     pub run: BTreeMap<String, String>,
+    /// A joint (BatchBALD) choice: the rows are candidates with their draws.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint: Option<Joint>,
+}
+
+/// BatchBALD across shards (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Joint {
+    /// Candidates of the greedy choice: the pool's best by BALD.
+    pub candidates: usize,
+    /// Draws per candidate (ensemble members).
+    pub draws: usize,
+    /// Classes per draw.
+    pub classes: usize,
+    /// Seed of the configurations the greedy choice samples past its exact enumeration.
+    pub seed: u64,
+}
+
+impl Joint {
+    /// The draw columns `p<s>_<c>` of a shard file.
+    pub fn columns(&self) -> Vec<String> {
+        (0..self.draws)
+            .flat_map(|d| (0..self.classes).map(move |c| format!("p{d}_{c}")))
+            .collect()
+    }
+}
+
+/// A candidate of the joint choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Position in the pool.
+    pub index: usize,
+    /// Its BALD score, the key of the candidate cut.
+    pub key: f64,
+    /// Its output row (`index,id,<score>`), as written.
+    pub fields: Vec<String>,
+    /// Its draws `(s, c)`.
+    pub draws: Vec<f32>,
+}
+
+/// BatchBALD's greedy choice of `top` items among the best `joint.candidates` of `cands` by
+/// key (ties by position), handed to it in pool order: the picks in the order chosen.
+pub fn joint_pick(mut cands: Vec<Candidate>, joint: &Joint, top: usize) -> Result<Vec<Candidate>> {
+    cands.sort_by(|a, b| b.key.total_cmp(&a.key).then(a.index.cmp(&b.index)));
+    cands.truncate(joint.candidates);
+    cands.sort_by_key(|c| c.index);
+    let (n, c) = (cands.len(), joint.classes);
+    let w = joint.draws * c;
+    if let Some(bad) = cands.iter().find(|x| x.draws.len() != w) {
+        return Err(Error::config(
+            "draws",
+            format!(
+                "item {} has {} draw values, expected {w}",
+                bad.index,
+                bad.draws.len()
+            ),
+        ));
+    }
+    let draws = (0..joint.draws)
+        .map(|d| {
+            let p = cands
+                .iter()
+                .flat_map(|x| x.draws[d * c..(d + 1) * c].iter().copied())
+                .collect();
+            Probs::new(p, n, c)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut ev = Evidence::default();
+    ev.samples = Some(Samples::new(draws)?);
+    let mut rng = stream(joint.seed, Purpose::Select, 0);
+    let picks = BatchBald::members().select(&ev, top, &mut rng)?;
+    let mut slots: Vec<Option<Candidate>> = cands.into_iter().map(Some).collect();
+    Ok(picks.into_iter().filter_map(|i| slots[i].take()).collect())
 }
 
 /// The manifest path of shard file `out`: `OUT.shard.json`.
@@ -205,7 +289,10 @@ pub fn manifest_path(out: &Path) -> PathBuf {
 
 /// Writes a shard's result: the rows `index,id,<scorers>,key` of its best `top` items by key
 /// (all, by key, when `top` is `None`), then its manifest; both atomically, the manifest last.
-/// `indices`, `ids`, `cols[k]` and `keys` run over the shard's items.
+/// `indices`, `ids`, `cols[k]` and `keys` run over the shard's items; for a joint choice
+/// (`manifest.joint`) `draws` holds their draws `(n, s, c)`, written as columns `p<s>_<c>`
+/// before `key`.
+#[allow(clippy::too_many_arguments)]
 pub fn write_shard(
     out: &Path,
     manifest: &Manifest,
@@ -214,6 +301,7 @@ pub fn write_shard(
     ids: &[String],
     cols: &[Vec<f32>],
     keys: &[f64],
+    draws: Option<&[f32]>,
 ) -> Result<()> {
     let _ = std::fs::remove_file(manifest_path(out));
     let mut order: Vec<usize> = (0..ids.len()).collect();
@@ -225,12 +313,28 @@ pub fn write_shard(
     if let Some(k) = manifest.top {
         order.truncate(k);
     }
+    let joint_cols = manifest.joint.map(|j| j.columns()).unwrap_or_default();
+    let w = joint_cols.len();
+    let draws = match (manifest.joint, draws) {
+        (None, _) => None,
+        (Some(_), Some(d)) if d.len() == w * ids.len() => Some(d),
+        (Some(_), _) => {
+            return Err(Error::config(
+                "draws",
+                "a joint choice needs every kept item's draws",
+            ))
+        }
+    };
     let mut header = vec!["index", "id"];
     header.extend(names);
+    header.extend(joint_cols.iter().map(String::as_str));
     header.push("key");
     let rows = order.into_iter().map(|i| {
         let mut row = vec![indices[i].to_string(), ids[i].clone()];
         row.extend(cols.iter().map(|c| c[i].to_string()));
+        if let Some(d) = draws {
+            row.extend(d[i * w..(i + 1) * w].iter().map(f32::to_string));
+        }
         row.push(keys[i].to_string());
         row
     });
@@ -275,7 +379,7 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
                 Some("the pool size")
             } else if m.top != m0.top {
                 Some("--top")
-            } else if m.run != m0.run {
+            } else if m.run != m0.run || m.joint != m0.joint {
                 Some("the data, checkpoint, scorers, selection or seed")
             } else {
                 None
@@ -379,7 +483,7 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
         ));
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    rows.truncate(top);
+    rows.truncate(m0.joint.map_or(top, |j| j.candidates));
     let mut seen_index = std::collections::HashSet::new();
     if let Some(r) = rows.iter().find(|r| !seen_index.insert(r.1)) {
         return Err(Error::state(
@@ -387,10 +491,41 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
             format!("item {} appears in two shards", r.1),
         ));
     }
-    Ok((
-        header.unwrap_or_default(),
-        rows.into_iter().map(|r| r.2).collect(),
-    ))
+    let mut header = header.unwrap_or_default();
+    let Some(joint) = m0.joint else {
+        return Ok((header, rows.into_iter().map(|r| r.2).collect()));
+    };
+    // The draw columns end the row: the output row is `index,id,<score>`.
+    let w = joint.draws * joint.classes;
+    if header.len() < 2 + w || header[header.len() - w..] != joint.columns()[..] {
+        return Err(Error::Row {
+            path: p0.clone(),
+            row: 1,
+            problem: "a joint choice's shard file needs its draw columns p<s>_<c>".into(),
+        });
+    }
+    header.truncate(header.len() - w);
+    let cands = rows
+        .into_iter()
+        .map(|(key, index, mut r)| {
+            let draws = r
+                .split_off(r.len() - w)
+                .iter()
+                .map(|v| v.parse::<f32>().ok().filter(|p| p.is_finite()))
+                .collect::<Option<Vec<f32>>>()
+                .ok_or_else(|| {
+                    Error::state(&p0, format!("item {index}: a draw is not a finite number"))
+                })?;
+            Ok(Candidate {
+                index,
+                key,
+                fields: r,
+                draws,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let picks = joint_pick(cands, &joint, top)?;
+    Ok((header, picks.into_iter().map(|c| c.fields).collect()))
 }
 
 #[cfg(test)]

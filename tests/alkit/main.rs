@@ -14,6 +14,7 @@ mod scorers;
 mod sessions;
 mod shards;
 mod sources;
+mod streaming;
 
 use alkit::acquire::{run, LoopConfig, RunContext, RunState};
 use alkit::curve::{run_curve, state_path, CurveSpec};

@@ -231,7 +231,7 @@ fn three_shards_and_a_merge_equal_one_unsharded_score_byte_for_byte() {
 }
 
 /// The shipped subset's training split as a safetensors pool `x` u8 `(n, 28, 28)`.
-fn safetensors_pool(path: &Path) {
+pub(crate) fn safetensors_pool(path: &Path) {
     let (train, _) = shipped();
     let x: Vec<u8> = train
         .features()
@@ -249,9 +249,9 @@ fn safetensors_pool(path: &Path) {
 
 #[test]
 fn streamed_scores_equal_in_memory_scores_chunk_by_chunk() {
-    // The IDX folder is read whole; the same pixels as safetensors are streamed 128 items at a
-    // time in batches of 64 (a running best-50 pruned on the way): the files must be the
-    // same bytes.
+    // The IDX folder is scored in one chunk (the default chunk holds all 2,000 items); the
+    // same pixels as safetensors are streamed 128 items at a time in batches of 64 (a running
+    // best-50 pruned on the way): the files must be the same bytes.
     let dir = tmp("stream");
     let d = |name: &str| dir.join(name).to_string_lossy().into_owned();
     // The CNN: its gradient evidence comes from the batched per-sample kernel.
@@ -348,4 +348,147 @@ fn streamed_scores_equal_in_memory_scores_chunk_by_chunk() {
         std::fs::read(d("top-idx.csv")).unwrap()
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn batchbald_across_shards_picks_what_the_unsharded_run_picks() {
+    // A three-member ensemble (seeds 1..3); BatchBALD over the best 60 by BALD, 10 picked.
+    let dir = tmp("shards-joint");
+    let d = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    for s in ["1", "2", "3"] {
+        ok(
+            &[
+                "train",
+                "--model",
+                "mlp",
+                "--steps",
+                "20",
+                "--seed",
+                s,
+                "--out",
+                &d(s),
+            ],
+            &[],
+        );
+    }
+    let members = format!("{},{},{}", d("1"), d("2"), d("3"));
+    let score = |more: &[&str], out: &str, env: &[(&str, &str)]| {
+        let mut args = vec![
+            "score",
+            "--checkpoint",
+            &members,
+            "--data",
+            "data",
+            "--scorer",
+            "bald",
+            "--top",
+            "10",
+            "--candidates",
+            "60",
+            "--batch",
+            "64",
+        ];
+        if !more.contains(&"--select") {
+            args.extend(["--select", "batchbald"]);
+        }
+        args.extend(more);
+        args.extend(["--out", out]);
+        ok(&args, env);
+    };
+    score(&[], &d("whole.csv"), &[]);
+    let whole = std::fs::read_to_string(d("whole.csv")).unwrap();
+    let rows: Vec<&str> = whole.lines().collect();
+    assert_eq!(rows.len(), 11, "{whole}");
+    assert_eq!(rows[0], "index,id,bald");
+    // The greedy's first pick is BALD's argmax.
+    let bald = |r: &str| r.rsplit(',').next().unwrap().parse::<f32>().unwrap();
+    let top_bald = {
+        score(&["--select", "top-k"], &d("plain.csv"), &[]);
+        std::fs::read_to_string(d("plain.csv")).unwrap()
+    };
+    let plain: Vec<&str> = top_bald.lines().skip(1).collect();
+    assert_eq!(rows[1], plain[0], "first pick = BALD's best");
+    assert!(rows[1..].iter().all(|r| bald(r) <= bald(rows[1])));
+    // ... and it then trades BALD for diversity: not simply BALD's best ten.
+    let set = |v: &[&str]| {
+        v.iter()
+            .map(|r| r.to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_ne!(set(&rows[1..]), set(&plain[..10]));
+
+    // Shards by flag (0 and 2) and by Slurm's variables (1), then the merge.
+    let files: Vec<String> = (0..3).map(|i| d(&format!("s{i}.csv"))).collect();
+    score(&["--shard", "0/3"], &files[0], &[]);
+    score(
+        &[],
+        &files[1],
+        &[
+            ("SLURM_ARRAY_TASK_ID", "2"),
+            ("SLURM_ARRAY_TASK_MIN", "1"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ],
+    );
+    score(&["--shard", "2/3"], &files[2], &[]);
+    let head = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        head.starts_with("index,id,bald,p0_0,")
+            && head.lines().next().unwrap().ends_with(",p2_9,key"),
+        "{}",
+        head.lines().next().unwrap()
+    );
+    let mut args = vec!["merge", "--top", "10", "--out"];
+    let merged = d("merged.csv");
+    args.push(&merged);
+    args.extend(files.iter().map(String::as_str));
+    ok(&args, &[]);
+    assert_eq!(std::fs::read_to_string(&merged).unwrap(), whole);
+    // Refused: another scorer, no --top, candidates below --top, MC dropout under a shard.
+    let ck1 = d("1");
+    for (extra, says) in [
+        (
+            vec![
+                "--checkpoint",
+                &members,
+                "--scorer",
+                "entropy",
+                "--top",
+                "5",
+            ],
+            "--scorer bald",
+        ),
+        (vec!["--checkpoint", &members, "--scorer", "bald"], "--top"),
+        (
+            vec![
+                "--checkpoint",
+                &members,
+                "--scorer",
+                "bald",
+                "--top",
+                "5",
+                "--candidates",
+                "4",
+            ],
+            "candidates",
+        ),
+        (
+            vec![
+                "--checkpoint",
+                &ck1,
+                "--scorer",
+                "bald",
+                "--top",
+                "5",
+                "--shard",
+                "0/2",
+            ],
+            "draws noise",
+        ),
+    ] {
+        let mut args = vec!["score", "--data", "data", "--select", "batchbald"];
+        args.extend(extra);
+        args.extend(["--out", "/tmp/never.csv"]);
+        fails(&args, 2, says);
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

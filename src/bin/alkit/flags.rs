@@ -422,9 +422,12 @@ pub(crate) struct ScoreArgs {
     /// Seed of REGrad*'s input noise.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    /// Write only the K items picked first: the K highest scores of the first scorer, or with --select power/softmax/softrank K items drawn by the stochastic selection (each item's noise keyed by --seed and its id) (all items when absent).
+    /// Write only the K items picked first: the K highest scores of the first scorer, or with --select power/softmax/softrank K items drawn by the stochastic selection (each item's noise keyed by --seed and its id), or with --select batchbald (--scorer bald) the K chosen jointly, in the order chosen (all items when absent).
     #[arg(long)]
     pub(crate) top: Option<usize>,
+    /// With --select batchbald: the greedy choice runs over the pool's best M items by BALD (sharded or not, the same M). [default: 10 x --top]
+    #[arg(long, value_name = "M")]
+    pub(crate) candidates: Option<usize>,
     /// Score only shard I of N (items whose id hashes to I) and write that shard's result for `alkit merge`: FILE with a `key` column, then FILE.shard.json. Default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX of --shards.
     #[arg(long, value_name = "I/N")]
     pub(crate) shard: Option<String>,
