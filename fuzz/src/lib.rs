@@ -145,16 +145,15 @@ pub fn image(data: &[u8]) {
 fn streams_as_loaded(source: &alkit::data::Source) {
     let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
     let whole = alkit::data::source::load(source, &hub, &mut alkit::observe::Silent);
-    let streamed = alkit::data::stream::open(source, &hub, &mut alkit::observe::Silent).and_then(
-        |mut st| {
+    let streamed =
+        alkit::data::stream::open(source, &hub, &mut alkit::observe::Silent).and_then(|mut st| {
             let (mut ids, mut x) = (Vec::new(), Vec::new());
             while let Some(c) = st.next_chunk(3)? {
                 ids.extend(c.ids);
                 x.extend(c.x);
             }
             Ok((ids, x, st.item_shape().to_vec()))
-        },
-    );
+        });
     match (whole, streamed) {
         (Ok(w), Ok((ids, x, shape))) => {
             assert_eq!(w.pool.ids, ids);
