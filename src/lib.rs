@@ -46,6 +46,15 @@ pub mod train;
 
 pub use error::{Error, Result};
 
+/// Runs `f` with alkit's hand-written CPU kernels turned off on the calling thread: CPU
+/// tensors then take the device-agnostic candle compositions that CUDA and Metal tensors take,
+/// so those paths can be checked against the kernels on a machine without a GPU. Results agree
+/// with the kernels' up to summation order (the test suite's `device` module bounds the
+/// difference). Everything `f` computes on this thread is affected; other threads are not.
+pub fn without_cpu_kernels<T>(f: impl FnOnce() -> T) -> T {
+    kernels::without(f)
+}
+
 /// Keeps candle's large, short-lived buffers in the heap instead of fresh `mmap`s (glibc
 /// only; a no-op elsewhere). Training allocates and frees tens of megabytes every step, and
 /// glibc's default serves each with a new mapping: page faults were ~30% of training time

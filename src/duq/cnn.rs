@@ -25,7 +25,6 @@
 use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
 use crate::error::{Error, Result};
 use crate::kernels::conv::{Conv, ConvT};
-use crate::kernels::{Col2im, MaxPoolRoute};
 use crate::nn::init::{seeded, Params};
 use crate::nn::layers::{flatten_nchw_order, im2col, linear, max_pool2x2, nchw_to_nhwc};
 use crate::observe::{check, Event, Observer};
@@ -326,7 +325,7 @@ impl Block {
                 train,
             } => {
                 let (b, oh, ow, out) = r.dims4()?;
-                let g = r.contiguous()?.apply_op2(&g.contiguous()?, MaxPoolRoute)?;
+                let g = crate::nn::layers::max_pool2x2_route(r, g)?;
                 let mask = u.gt(0.0)?.to_dtype(g.dtype())?;
                 let gu = g.reshape((b * oh * ow, out))?.mul(&mask)?;
                 let gx_hat = gu.broadcast_mul(&self.gamma)?;
@@ -368,7 +367,7 @@ impl Block {
                         ow,
                         k * k * cin,
                     ))?;
-                    Ok(gcols.apply_op1(Col2im { k, pad: self.pad })?)
+                    Ok(crate::nn::layers::col2im(&gcols, k, self.pad)?)
                 })
                 .collect::<Result<Vec<_>>>()?,
             0,

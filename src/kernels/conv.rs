@@ -544,6 +544,7 @@ impl CustomOp2 for Conv {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        crate::kernels::entry(self.name())?;
         forward((self.k, self.pad, false), (s1, l1), (s2, l2), self.name())
     }
     fn bwd(
@@ -575,6 +576,7 @@ impl CustomOp2 for ConvT {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        crate::kernels::entry(self.name())?;
         forward((self.k, self.pad, true), (s1, l1), (s2, l2), self.name())
     }
     fn bwd(

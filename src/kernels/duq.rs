@@ -910,6 +910,7 @@ impl CustomOp2 for BnReluPool {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        crate::kernels::entry(self.name())?;
         let d = Dims::from_layout(l1, self.name())?;
         check_params(l2, d.c, self.name())?;
         fn run<T: Float>(sh: &Shared, y: &[T], params: &[T], d: Dims) -> Result<Vec<T>> {
@@ -987,6 +988,7 @@ impl CustomOp3 for BnReluPoolGrad {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        crate::kernels::entry(self.name())?;
         let d = Dims::from_layout(l2, self.name())?;
         check_params(l3, d.c, self.name())?;
         let (pb, ph, pw, pc) = d.pooled_shape();
@@ -1193,6 +1195,7 @@ impl CustomOp2 for BlockChain {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        crate::kernels::entry(self.name())?;
         let (places, len) = self.packed();
         let base = packed_start(l2, len, self.name())?;
         let mut saved = Vec::with_capacity(self.blocks.len());
@@ -1307,6 +1310,7 @@ impl CustomOp3 for BlockInputGrad {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        crate::kernels::entry(self.name())?;
         let base = packed_start(l3, self.place.len(), self.name())?;
         let (lw, lp) = self.place.layouts(base);
         let (gy, shape) = self.grad.cpu_fwd(s1, l1, s2, l2, s3, &lp)?;

@@ -136,9 +136,42 @@ impl Elem for f64 {
     }
 }
 
-/// True when a tensor can use these kernels (CPU, `f32` or `f64`).
+thread_local! {
+    /// Whether this thread may use the kernels (see [`without`]).
+    static ENABLED: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// True when a tensor can use these kernels (CPU, `f32` or `f64`, and not turned off on this
+/// thread by [`without`]).
 pub fn supported(x: &Tensor) -> bool {
-    x.device().is_cpu() && matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
+    ENABLED.with(std::cell::Cell::get)
+        && x.device().is_cpu()
+        && matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
+}
+
+/// Refuses a kernel's CPU entry while the kernels are off on this thread (see [`without`]):
+/// a kernel reached there is a path on which a CUDA or Metal tensor would fail.
+pub(crate) fn entry(op: &str) -> Result<()> {
+    if !ENABLED.with(std::cell::Cell::get) {
+        candle_core::bail!(
+            "{op}: a CPU kernel was reached with the kernels off (a GPU tensor would fail here)"
+        );
+    }
+    Ok(())
+}
+
+/// Runs `f` with the kernels turned off on this thread: CPU tensors then take the generic
+/// candle compositions that CUDA and Metal tensors take. Restored afterwards, also when `f`
+/// panics.
+pub fn without<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ENABLED.with(|e| e.set(self.0));
+        }
+    }
+    let _restore = Restore(ENABLED.with(|e| e.replace(false)));
+    f()
 }
 
 fn contiguous<'a, T>(s: &'a [T], l: &Layout, op: &str) -> Result<&'a [T]> {
@@ -320,6 +353,7 @@ impl CustomOp1 for Im2col {
         "alkit-im2col"
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
         let (b, h, w, c) = dims4(l, self.name())?;
         if h + 2 * self.pad < self.k || w + 2 * self.pad < self.k {
             candle_core::bail!(
@@ -350,6 +384,7 @@ impl CustomOp1 for Col2im {
         "alkit-col2im"
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
         let d = dims4(l, self.name())?;
         if d.3 % (self.k * self.k) != 0 {
             candle_core::bail!(
@@ -470,6 +505,7 @@ impl CustomOp1 for MaxPool {
         "alkit-maxpool2x2"
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
         let d = dims4(l, self.name())?;
         let out = dispatch1!(s, self.name(), |v| pool_k(contiguous(v, l, "maxpool")?, d));
         Ok((out, Shape::from((d.0, d.1 / 2, d.2 / 2, d.3))))
@@ -498,6 +534,7 @@ impl CustomOp2 for MaxPoolRoute {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
         let d = dims4(l1, self.name())?;
         if l2.dims() != [d.0, d.1 / 2, d.2 / 2, d.3] {
             candle_core::bail!(
@@ -536,6 +573,7 @@ impl CustomOp2 for MaxPoolSelect {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
         let d = check_same_shape(l1, l2, self.name())?;
         let out = dispatch2!(s1, s2, self.name(), |x, v| select_k(
             contiguous(x, l1, "maxpool select")?,
@@ -892,6 +930,7 @@ impl CustomOp3 for ConvReluPool {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
         let d = dims4(l1, self.name())?;
         let (cout, cin, k, k2) = match l2.dims() {
             &[a, b, c, e] => (a, b, c, e),
@@ -982,6 +1021,7 @@ impl CustomOp2 for BiasReluPool {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
         let d = dims4(l1, self.name())?;
         if l2.dims() != [d.3] {
             candle_core::bail!(
@@ -1015,6 +1055,26 @@ impl CustomOp2 for BiasReluPool {
 #[cfg(test)]
 mod tests {
     use super::{join, par_chunks};
+
+    #[test]
+    fn a_kernel_entered_with_the_kernels_off_fails_as_on_a_gpu() {
+        use candle_core::{DType, Device, Tensor};
+        let x = Tensor::ones((1, 4, 4, 2), DType::F32, &Device::Cpu).unwrap();
+        assert!(super::supported(&x));
+        let pooled = x.apply_op1(super::MaxPool).unwrap();
+        let off = super::without(|| {
+            assert!(!super::supported(&x));
+            x.apply_op1(super::MaxPool)
+        });
+        let e = off.unwrap_err().to_string();
+        assert!(e.contains("kernels off"), "{e}");
+        // Restored afterwards, on this thread.
+        assert!(super::supported(&x));
+        assert_eq!(
+            x.apply_op1(super::MaxPool).unwrap().to_vec3::<f32>().ok(),
+            pooled.to_vec3::<f32>().ok()
+        );
+    }
 
     #[test]
     fn pool_helpers_nest_and_match_a_sequential_loop() {

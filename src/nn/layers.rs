@@ -143,20 +143,113 @@ pub fn im2col(x: &Tensor, k: usize, pad: usize) -> Result<Tensor> {
     Tensor::cat(&slices, 3)?.contiguous()
 }
 
+/// col2im, the adjoint of [`im2col`]: `(b, oh, ow, k*k*c)` columns ordered `(ki, kj, c)` ->
+/// `(b, h, w, c)` with `h = oh + k - 1 - 2 pad`, each column added back where its patch came
+/// from. Differentiable on every device (the generic form is `k*k` shifted adds).
+pub fn col2im(g: &Tensor, k: usize, pad: usize) -> Result<Tensor> {
+    if kernels::supported(g) {
+        return g.contiguous()?.apply_op1(kernels::Col2im { k, pad });
+    }
+    let (_, oh, ow, kkc) = g.dims4()?;
+    if k == 0 || kkc % (k * k) != 0 {
+        candle_core::bail!("col2im: {kkc} columns are not {k}x{k} patches");
+    }
+    let c = kkc / (k * k);
+    let (hp, wp) = (oh + k - 1, ow + k - 1);
+    if hp < 2 * pad + 1 || wp < 2 * pad + 1 {
+        candle_core::bail!("col2im: padding {pad} leaves no input of {hp}x{wp}");
+    }
+    let mut acc: Option<Tensor> = None;
+    for i in 0..k {
+        for j in 0..k {
+            let placed = g
+                .narrow(3, (i * k + j) * c, c)?
+                .pad_with_zeros(1, i, k - 1 - i)?
+                .pad_with_zeros(2, j, k - 1 - j)?;
+            acc = Some(match acc {
+                None => placed,
+                Some(a) => (a + placed)?,
+            });
+        }
+    }
+    let acc = acc.expect("k >= 1");
+    acc.narrow(1, pad, hp - 2 * pad)?
+        .narrow(2, pad, wp - 2 * pad)?
+        .contiguous()
+}
+
+/// The backward of [`max_pool2x2`]: `g (b, h/2, w/2, c)` sent to each window's first maximum
+/// of `x (b, h, w, c)` (row-major within the window, PyTorch's rule), zeros elsewhere.
+/// Differentiable in `g` on every device; `x` only chooses where.
+pub fn max_pool2x2_route(x: &Tensor, g: &Tensor) -> Result<Tensor> {
+    if kernels::supported(x) {
+        return x
+            .contiguous()?
+            .apply_op2(&g.contiguous()?, kernels::MaxPoolRoute);
+    }
+    let (b, h, w, c) = x.dims4()?;
+    let (h2, w2) = (h / 2, w / 2);
+    let mask = first_max_mask(&windows(&x.detach())?)?.to_dtype(g.dtype())?;
+    let routed = g
+        .reshape((b, h2, 1, w2, 1, c))?
+        .broadcast_mul(&mask)?
+        .reshape((b, 2 * h2, 2 * w2, c))?;
+    routed
+        .pad_with_zeros(1, 0, h - 2 * h2)?
+        .pad_with_zeros(2, 0, w - 2 * w2)
+}
+
 /// 2x2 max-pool, stride 2, floor semantics, on NHWC: `(b, h, w, c)` -> `(b, h/2, w/2, c)`.
-/// Gradients go to the window's first maximum (PyTorch's rule) on CPU; exact to any order.
+/// Gradients go to the window's first maximum (PyTorch's rule) on every device, ties included
+/// (a constant background ties every window); exact to any order.
 pub fn max_pool2x2(x: &Tensor) -> Result<Tensor> {
     if kernels::supported(x) {
         return x.contiguous()?.apply_op1(kernels::MaxPool);
     }
     let (b, h, w, c) = x.dims4()?;
     let (h2, w2) = (h / 2, w / 2);
-    let x = if h % 2 == 1 || w % 2 == 1 {
-        x.narrow(1, 0, 2 * h2)?.narrow(2, 0, 2 * w2)?
-    } else {
-        x.clone()
-    };
-    x.reshape((b, h2, 2, w2, 2, c))?.max(4)?.max(2)
+    let win = windows(x)?;
+    // The first maximum times one, the others times zero: the value is the maximum exactly,
+    // and the gradient reaches the first maximum only (candle's `max` would split it among
+    // ties).
+    let mask = first_max_mask(&win.detach())?;
+    (win * mask)?.sum(4)?.sum(2)?.reshape((b, h2, w2, c))
+}
+
+/// `x (b, h, w, c)` cut to even sizes as 2x2 windows `(b, h/2, 2, w/2, 2, c)`.
+fn windows(x: &Tensor) -> Result<Tensor> {
+    let (b, h, w, c) = x.dims4()?;
+    let (h2, w2) = (h / 2, w / 2);
+    x.narrow(1, 0, 2 * h2)?
+        .narrow(2, 0, 2 * w2)?
+        .reshape((b, h2, 2, w2, 2, c))
+}
+
+/// One at each window's first maximum (row-major within the window, PyTorch's rule), zero
+/// elsewhere, for windows `(b, h2, 2, w2, 2, c)`.
+fn first_max_mask(win: &Tensor) -> Result<Tensor> {
+    let max = win.max_keepdim(4)?.max_keepdim(2)?;
+    let mut taken = max.zeros_like()?;
+    let mut firsts = Vec::with_capacity(4);
+    for di in 0..2 {
+        for dj in 0..2 {
+            let hit = win
+                .narrow(2, di, 1)?
+                .narrow(4, dj, 1)?
+                .eq(&max)?
+                .to_dtype(win.dtype())?;
+            let first = (&hit * (1.0 - &taken)?)?;
+            taken = (taken + &first)?;
+            firsts.push(first);
+        }
+    }
+    Tensor::cat(
+        &[
+            Tensor::cat(&[&firsts[0], &firsts[1]], 4)?,
+            Tensor::cat(&[&firsts[2], &firsts[3]], 4)?,
+        ],
+        2,
+    )
 }
 
 /// Inverted dropout with a mask from `rng`: keeps each entry with probability `1 - p` and

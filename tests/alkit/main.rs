@@ -4,6 +4,7 @@
 mod acquisition_loop;
 mod cli;
 mod data;
+mod device;
 mod duq;
 mod fuzz_corpora;
 mod gradients;
