@@ -5,7 +5,11 @@
 //! BatchBALD included, works the same in both.
 //!
 //! [`pick`] is also the only place where a selection's positions (into the candidate list)
-//! become dataset indices: callers get indices back, never positions.
+//! become dataset indices: callers get indices back, never positions. A scored strategy's
+//! evidence is gathered [`SCORE_CHUNK`] candidates at a time and only the scores are kept, so
+//! the evidence of a round (MC draws, gradient norms) takes the memory of a chunk, not of the
+//! pool; chunks are whole evidence batches, so the scores are those of one call over every
+//! candidate, noise included.
 //!
 //! Randomness: a round draws from the streams of `(seed, key)` (see [`crate::rng::stream`]):
 //! training from [`TrainRngs::for_cycle`] (or per member), evidence noise from
@@ -148,6 +152,10 @@ pub struct Picked {
     pub scores: Option<Vec<f32>>,
 }
 
+/// Candidates whose evidence a scored strategy gathers at once (rounded up to whole evidence
+/// batches).
+pub const SCORE_CHUNK: usize = 16384;
+
 /// Scores the `candidates` (dataset indices into `data`) for `strategy` with the model in
 /// `scoring` and selects `n` of them: evidence noise from `(seed, Perturb, key)`, the selection
 /// from `(seed, Select, key)`. Reports [`Event::Scored`] (as `cycle`) before selecting.
@@ -162,12 +170,58 @@ pub fn pick(
     cycle: usize,
     observer: &mut dyn Observer,
 ) -> Result<Picked> {
+    pick_in_chunks(
+        strategy,
+        scoring,
+        data,
+        candidates,
+        n,
+        (seed, key),
+        cycle,
+        SCORE_CHUNK,
+        observer,
+    )
+}
+
+/// [`pick`] gathering a scored strategy's evidence about `chunk` candidates at a time (rounded
+/// up to whole evidence batches; weight-noise samples, which perturb the model once for every
+/// candidate, in one piece). The result does not depend on `chunk`.
+#[allow(clippy::too_many_arguments)]
+pub fn pick_in_chunks(
+    strategy: &Strategy,
+    scoring: &Scoring<'_>,
+    data: &Dataset,
+    candidates: &[usize],
+    n: usize,
+    (seed, key): (u64, u64),
+    cycle: usize,
+    chunk: usize,
+    observer: &mut dyn Observer,
+) -> Result<Picked> {
     let mut noise = stream(seed, Purpose::Perturb, key);
     let mut rng = stream(seed, Purpose::Select, key);
     let (positions, scores) = match &strategy.pick {
         Pick::Scored { scorer, selection } => {
-            let ev = scoring.evidence(data, candidates, scorer.needs(), &mut noise, observer)?;
-            let scores = scorer.score(&ev)?;
+            let needs = scorer.needs();
+            let step = match needs.samples {
+                Some(alkit_acquisition::SampleRequest::WeightNoise { .. }) => candidates.len(),
+                _ => {
+                    // Evidence runs `batch` rows at a time, gradients at most 256.
+                    let (b, g) = (scoring.batch.max(1), scoring.batch.clamp(1, 256));
+                    let unit = b / gcd(b, g) * g;
+                    chunk.max(1).div_ceil(unit).saturating_mul(unit)
+                }
+            };
+            let mut scores = Vec::with_capacity(candidates.len());
+            for part in candidates.chunks(step.max(1)) {
+                let mut progress = Offset {
+                    inner: &mut *observer,
+                    done: scores.len(),
+                    total: candidates.len(),
+                };
+                let ev = scoring.evidence(data, part, needs, &mut noise, &mut progress)?;
+                scores.extend(scorer.score(&ev)?);
+            }
             let ev = Event::Scored {
                 cycle,
                 indices: candidates,
@@ -188,6 +242,33 @@ pub fn pick(
         indices: positions.iter().map(|&p| candidates[p]).collect(),
         scores,
     })
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Passes events on, with the scoring progress of one chunk counted among all candidates.
+struct Offset<'a> {
+    inner: &'a mut dyn Observer,
+    done: usize,
+    total: usize,
+}
+
+impl Observer for Offset<'_> {
+    fn on(&mut self, event: &Event<'_>) -> crate::observe::Control {
+        match event {
+            Event::Scoring { done, .. } => self.inner.on(&Event::Scoring {
+                done: self.done + done,
+                total: self.total,
+            }),
+            other => self.inner.on(other),
+        }
+    }
 }
 
 /// `n` of the `candidates` uniformly at random from `(seed, purpose, key)`: the seed set of a

@@ -246,3 +246,78 @@ fn col2im_and_the_max_pool_route_compose_as_the_kernels_compute_ties_included() 
     assert_eq!(grad_of(false), want);
     assert_eq!(grad_of(true), want);
 }
+
+#[test]
+fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
+    // `round::pick` gathers evidence a chunk of candidates at a time: with noise (MC dropout,
+    // input perturbations, REGrad*'s copies) drawn batch by batch from one stream, chunks of
+    // whole batches must give the very scores and picks of one call over every candidate.
+    let dir = tmp("round-chunks");
+    let splits = load_idx_dir(&data_dir()).unwrap();
+    let params = TrainConfig {
+        steps: 20,
+        ..TrainConfig::default()
+    }
+    .validate()
+    .unwrap();
+    let out = dir.join("cnn");
+    alkit::eval::train_checkpoint(
+        ModelKind::Cnn,
+        &splits,
+        None,
+        &params,
+        3,
+        &out,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    let ck = checkpoint::load(&out, &Device::Cpu).unwrap();
+    let mut scoring = alkit::eval::scoring(&ck, &Device::Cpu);
+    scoring.batch = 32;
+    let ds = ck.config.normalizer.apply(&splits.train).unwrap();
+    let candidates: Vec<usize> = (0..ds.len()).filter(|i| i % 5 != 0).take(300).collect();
+    for name in [
+        "entropy",
+        "regrad",
+        "regrad-star",
+        "bald",
+        "perturb-x",
+        "perturb-theta",
+    ] {
+        for select in ["top-k", "softmax"] {
+            let settings = ScorerSettings {
+                select: select.parse().unwrap(),
+                ..ScorerSettings::default()
+            };
+            let strategy = StrategyKind::named(name)
+                .unwrap()
+                .strategy(&settings)
+                .unwrap();
+            let run = |chunk: usize| {
+                alkit::round::pick_in_chunks(
+                    &strategy,
+                    &scoring,
+                    &ds,
+                    &candidates,
+                    12,
+                    (7, 2),
+                    1,
+                    chunk,
+                    &mut Silent,
+                )
+                .unwrap()
+            };
+            let whole = run(usize::MAX);
+            let chunked = run(40);
+            assert_eq!(chunked.indices, whole.indices, "{name} {select}");
+            let bits = |p: &alkit::round::Picked| {
+                p.scores
+                    .as_ref()
+                    .map(|s| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+            };
+            assert_eq!(bits(&chunked), bits(&whole), "{name} {select}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
