@@ -7,6 +7,12 @@
 //!
 //! - `Cnn::grad_norms`: the standard CNN on CPU through the crate's sparse gradient kernel
 //!   (the `kernels` module tree), exact up to summation order;
+//! - [`site_grad_norms`]: any eval-mode forward that records a [`Site`] per parameterised
+//!   layer (the MLP through [`linear_stack_grad_norms`], the CNN off the CPU), for a whole
+//!   batch at once on any device: one backward of the batch per row, and each candidate's norms
+//!   from its layer inputs and output gradients (the ghost-norm identity
+//!   `||g a^T||^2 = ||g||^2 ||a||^2` in its Gram form over a candidate's perturbed copies,
+//!   whose gradients are averaged before the norm; unfolded inputs for convolutions);
 //! - [`autograd_grad_norms`]: any [`Classifier`] with `Var`-backed parameters, by per-candidate
 //!   autograd (one backward per row). Slow; the fallback for user models and the independent
 //!   reference the fast path is tested against.
@@ -31,6 +37,160 @@ pub fn layer_groups(names: &[String]) -> Vec<String> {
         }
     }
     layers
+}
+
+/// One parameterised layer of a batched gradient-norm pass: what its weight multiplies, and a
+/// zero variable added to its output (candle keeps the gradients of variables only, so the
+/// probe receives exactly the output's gradient).
+pub struct Site {
+    /// Dense `(m, in)`, or convolution patches `(m, positions, k*k*in)`.
+    pub input: Tensor,
+    /// `(m, out)` or `(m, positions, out)`, zeros, added to the layer's output.
+    pub probe: candle_core::Var,
+    /// Whether the layer has a bias (its gradient is the output gradient summed).
+    pub bias: bool,
+}
+
+impl Site {
+    /// A site for a layer whose output `z` (before any activation) is about to be used:
+    /// returns the site and `z` plus its probe.
+    pub fn new(input: &Tensor, z: &Tensor, bias: bool) -> candle_core::Result<(Site, Tensor)> {
+        let probe = candle_core::Var::zeros(z.shape(), z.dtype(), z.device())?;
+        let out = (z + probe.as_tensor())?;
+        Ok((
+            Site {
+                input: input.detach(),
+                probe,
+                bias,
+            },
+            out,
+        ))
+    }
+}
+
+/// Per-candidate gradient norms from one forward pass over `x (n * copies, ...)` (each
+/// candidate's copies adjacent) that recorded a [`Site`] per parameterised layer (input first)
+/// and ended in `logits (n * copies, c)`: the quantities of [`autograd_grad_norms`], from
+/// `rows + 1` backward passes of the whole batch instead of `n (rows + 1)`. Candidates must
+/// not interact (eval mode: no batch statistics, no dropout), so a backward of the batch's
+/// summed objective gives each candidate's own output gradients `d`. Candidate `i`'s weight
+/// gradient is `sum_k d_ik^T a_ik` over its copies `k` (and positions): for a dense layer its
+/// squared norm is taken in the Gram form `sum_{k,k'} (d_ik . d_ik')(a_ik . a_ik')` (the
+/// ghost-norm identity `||d a^T||^2 = ||d||^2 ||a||^2` for one copy), for a convolution from
+/// the product of unfolded inputs and output gradients itself; the bias gradient is `d`
+/// summed.
+pub fn site_grad_norms(
+    logits: &Tensor,
+    sites: &[Site],
+    copies: usize,
+    expected: bool,
+) -> candle_core::Result<GradOut> {
+    let m = logits.dim(0)?;
+    if copies == 0 || m % copies != 0 || sites.is_empty() {
+        candle_core::bail!("{m} inputs are not whole candidates of {copies} copies");
+    }
+    let n = m / copies;
+    // `(m, ...)` -> `(n, copies * positions, width)`: a candidate's rows together.
+    let per = |t: &Tensor| -> candle_core::Result<Tensor> {
+        let w = t.dim(t.rank() - 1)?;
+        t.reshape((n, (), w))
+    };
+    let lp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let c = lp.dim(1)?;
+    let rows = c + usize::from(expected);
+    // Dense layers: each candidate's Gram matrix of its copies' inputs `(n, copies, copies)`.
+    let grams = sites
+        .iter()
+        .map(|s| match s.input.rank() {
+            2 => {
+                let a = per(&s.input)?;
+                Ok(Some(a.matmul(&a.t()?)?))
+            }
+            _ => Ok(None),
+        })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let lpc = lp.reshape((n, copies, c))?;
+    let p0 = lpc.narrow(1, 0, 1)?.exp()?.detach();
+    let nl = sites.len();
+    let mut sq = vec![0f64; n * rows * nl];
+    for r in 0..rows {
+        let obj = if r < c {
+            lp.narrow(1, r, 1)?.sum_all()?
+        } else {
+            lpc.broadcast_mul(&p0)?.sum_all()?
+        };
+        let grads = (obj / copies as f64)?.backward()?;
+        for (l, site) in sites.iter().enumerate() {
+            let Some(d) = grads.get(site.probe.as_tensor()) else {
+                continue;
+            };
+            let d = per(d)?;
+            let mut norm = match &grams[l] {
+                Some(g) => (d.matmul(&d.t()?)? * g)?.sum((1, 2))?,
+                None => d
+                    .transpose(1, 2)?
+                    .matmul(&per(&site.input)?)?
+                    .sqr()?
+                    .sum((1, 2))?,
+            };
+            if site.bias {
+                norm = (norm + d.sum(1)?.sqr()?.sum(1)?)?;
+            }
+            let norm = norm.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            for (i, v) in norm.into_iter().enumerate() {
+                sq[(i * rows + r) * nl + l] = v;
+            }
+        }
+    }
+    // GradNorm: d KL(u || p0) = -(1/C) sum_c d log p0_c through the unperturbed copy; the L1
+    // norm of the last (dense) weight's gradient `d a^T` is `|d|_1 |a|_1`.
+    let obj = (lpc.narrow(1, 0, 1)?.sum_all()? * (-1.0 / c as f64))?;
+    let grads = obj.backward()?;
+    let last = &sites[nl - 1];
+    let kl_l1 = match grads.get(last.probe.as_tensor()) {
+        Some(d) if last.input.rank() == 2 => {
+            let first = |t: &Tensor| -> candle_core::Result<Tensor> {
+                let w = t.dim(1)?;
+                t.reshape((n, copies, w))?
+                    .narrow(1, 0, 1)?
+                    .abs()?
+                    .sum((1, 2))
+            };
+            (first(d)? * first(&last.input)?)?
+                .to_dtype(DType::F64)?
+                .to_vec1::<f64>()?
+        }
+        _ => vec![0.0; n],
+    };
+    Ok(GradOut {
+        sq,
+        rows,
+        layers: nl,
+        kl_l1,
+    })
+}
+
+/// [`site_grad_norms`] for a stack of dense layers (weight `(out, in)`, optional bias `(out,)`,
+/// input first, ReLU between, the last one's output the logits) on `x (n * copies, ...)`,
+/// flattened.
+pub fn linear_stack_grad_norms(
+    layers: &[(Tensor, Option<Tensor>)],
+    x: &Tensor,
+    copies: usize,
+    expected: bool,
+) -> candle_core::Result<GradOut> {
+    let mut a = x.flatten_from(1)?.detach();
+    let mut sites = Vec::with_capacity(layers.len());
+    for (l, (w, b)) in layers.iter().enumerate() {
+        let mut z = a.matmul(&w.detach().t()?)?;
+        if let Some(b) = b {
+            z = z.broadcast_add(&b.detach())?;
+        }
+        let (site, z) = Site::new(&a, &z, b.is_some())?;
+        sites.push(site);
+        a = if l + 1 < layers.len() { z.relu()? } else { z };
+    }
+    site_grad_norms(&a, &sites, copies, expected)
 }
 
 /// Gradient norms of any classifier whose parameters are `Var`-backed `params` (name, tensor),

@@ -436,15 +436,19 @@ impl Classifier for Cnn {
 }
 
 impl Cnn {
-    /// The sparse CPU gradient kernel's norms, `None` off the CPU.
+    /// Per-candidate gradient norms: the sparse CPU kernel on the CPU, elsewhere the batched
+    /// composition of candle ops ([`Cnn::grad_norms_batched`]).
     fn grad_norms(
         &self,
         x: &Tensor,
         copies: usize,
         expected: bool,
     ) -> Result<Option<gradnorm::GradOut>> {
-        if !kernels::supported(x) || copies == 0 {
+        if copies == 0 {
             return Ok(None);
+        }
+        if !kernels::supported(x) {
+            return self.grad_norms_batched(x, copies, expected).map(Some);
         }
         let x = nchw_to_nhwc(x)?.contiguous()?;
         Ok(Some(match x.dtype() {
@@ -464,6 +468,47 @@ impl Cnn {
                 )
             }
         }))
+    }
+
+    /// [`gradnorm::site_grad_norms`] through the eval-mode forward on any device: each
+    /// convolution as its unfolded input `(b, positions, k*k*in)` times the weight matrix, the
+    /// dense layers as they are, a probe on every layer's output.
+    fn grad_norms_batched(
+        &self,
+        x: &Tensor,
+        copies: usize,
+        expected: bool,
+    ) -> Result<gradnorm::GradOut> {
+        let mut a = nchw_to_nhwc(&x.detach())?;
+        let mut sites = Vec::with_capacity(4);
+        for conv in [&self.conv1, &self.conv2] {
+            let w = conv.weight().detach();
+            let (out, cin, k, _) = w.dims4()?;
+            let cols = layers::im2col(&a, k, conv.padding())?;
+            let (b, oh, ow, width) = cols.dims4()?;
+            let cols = cols.reshape((b, oh * ow, width))?;
+            // (out, in, k, k) -> (out, k*k*in), im2col's (ki, kj, c) column order.
+            let wmat = w.permute((0, 2, 3, 1))?.reshape((out, k * k * cin))?;
+            let z = cols
+                .reshape((b * oh * ow, width))?
+                .matmul(&wmat.t()?)?
+                .reshape((b, oh * ow, out))?
+                .broadcast_add(&conv.bias().detach())?;
+            let (site, z) = gradnorm::Site::new(&cols, &z, true)?;
+            sites.push(site);
+            a = layers::max_pool2x2(&z.reshape((b, oh, ow, out))?.relu()?)?;
+        }
+        let mut h = flatten_nchw_order(&a)?;
+        for (i, fc) in [&self.fc1, &self.fc2].into_iter().enumerate() {
+            let mut z = h.matmul(&fc.weight().detach().t()?)?;
+            if let Some(bias) = fc.bias() {
+                z = z.broadcast_add(&bias.detach())?;
+            }
+            let (site, z) = gradnorm::Site::new(&h, &z, fc.bias().is_some())?;
+            sites.push(site);
+            h = if i == 0 { z.relu()? } else { z };
+        }
+        gradnorm::site_grad_norms(&h, &sites, copies, expected)
     }
 
     fn mc_dropout(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
@@ -548,6 +593,26 @@ impl Classifier for Mlp {
             }
         }
         Ok(x)
+    }
+    fn offer(&self, ask: Ask<'_>) -> Result<Option<Offer>> {
+        match ask {
+            // Batched on every device (no per-candidate backward).
+            Ask::GradNorms {
+                x,
+                copies,
+                expected,
+            } => {
+                let layers: Vec<(Tensor, Option<Tensor>)> = self
+                    .layers
+                    .iter()
+                    .map(|l| (l.weight().clone(), l.bias().cloned()))
+                    .collect();
+                Ok(Some(Offer::GradNorms(gradnorm::linear_stack_grad_norms(
+                    &layers, x, copies, expected,
+                )?)))
+            }
+            _ => Ok(None),
+        }
     }
     fn classes(&self) -> usize {
         self.classes
