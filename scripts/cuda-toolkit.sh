@@ -18,7 +18,7 @@ dir="${1:-.cuda}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-  --target "$dir/py" \
+  --root-user-action=ignore --target "$dir/py" \
   nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 \
   nvidia-cublas==13.0.2.14 nvidia-curand==10.4.0.35 nvidia-cuda-nvrtc==13.0.88
