@@ -144,21 +144,7 @@ impl Dataset {
     pub fn from_idx(images: &Path, labels: &Path, classes: Option<usize>) -> Result<Self> {
         let im = idx::read_images(images)?;
         let lb = idx::read_labels(labels)?;
-        if im.n != lb.len() {
-            return Err(Error::data(
-                labels,
-                DataProblem::CountMismatch {
-                    images: im.n,
-                    labels: lb.len(),
-                },
-            ));
-        }
-        if im.n == 0 {
-            return Err(Error::data(
-                images,
-                DataProblem::Other("holds no images".into()),
-            ));
-        }
+        check_idx_split(im.n, lb.len(), images, labels)?;
         let classes = match classes {
             Some(c) => c,
             None => classes_from_labels(lb.iter().map(|&l| Some(u32::from(l))))
@@ -452,6 +438,29 @@ pub fn load_idx_dir(dir: &Path) -> Result<Splits> {
         test,
         source: dir.to_path_buf(),
     })
+}
+
+/// Refuses an IDX split of `images` images and `labels` labels unless the counts agree and
+/// there is an image; the paths name the files.
+pub(crate) fn check_idx_split(
+    images: usize,
+    labels: usize,
+    images_path: &Path,
+    labels_path: &Path,
+) -> Result<()> {
+    if images != labels {
+        return Err(Error::data(
+            labels_path,
+            DataProblem::CountMismatch { images, labels },
+        ));
+    }
+    if images == 0 {
+        return Err(Error::data(
+            images_path,
+            DataProblem::Other("holds no images".into()),
+        ));
+    }
+    Ok(())
 }
 
 /// The class count the labels of an IDX folder's two splits declare together (see

@@ -808,7 +808,8 @@ pub fn read_indices(path: &Path, n: usize) -> Result<Vec<usize>> {
 /// Tabular items: optional `id` and `label` columns, every other column a number.
 pub fn load_csv(path: &Path) -> Result<Items> {
     let (header, rows) = read_csv(path)?;
-    let layout = CsvLayout::new(&header, rows.len(), path)?;
+    let layout = CsvLayout::of(&header);
+    layout.check(rows.len(), path)?;
     let classes: Vec<String> = layout
         .label
         .map(|c| {
@@ -859,24 +860,29 @@ struct CsvLayout {
 }
 
 impl CsvLayout {
-    /// The layout of `header`; a pool needs a feature column and a row.
-    fn new(header: &[String], rows: usize, path: &Path) -> Result<CsvLayout> {
+    /// The layout of `header`.
+    fn of(header: &[String]) -> CsvLayout {
         let id = header.iter().position(|h| h == "id");
         let label = header.iter().position(|h| h == "label");
         let features: Vec<usize> = (0..header.len())
             .filter(|&c| Some(c) != id && Some(c) != label)
             .collect();
-        if features.is_empty() || rows == 0 {
+        CsvLayout {
+            id,
+            label,
+            features,
+        }
+    }
+
+    /// A pool needs a feature column and a row.
+    fn check(&self, rows: usize, path: &Path) -> Result<()> {
+        if self.features.is_empty() || rows == 0 {
             return Err(Error::data(
                 path,
                 DataProblem::Other("needs at least one feature column and one row".into()),
             ));
         }
-        Ok(CsvLayout {
-            id,
-            label,
-            features,
-        })
+        Ok(())
     }
 
     /// Appends a row's features to `x`, or says which field is not a finite number.
@@ -1025,35 +1031,27 @@ impl CsvStream {
                 ))
             }
         };
-        let id_col = header.iter().position(|h| h == "id");
-        let label_col = header.iter().position(|h| h == "label");
+        let layout = CsvLayout::of(&header);
         let mut labels = BTreeSet::new();
         // Row problems wait until every record was read: a malformed record later in the file
         // is reported first, as the whole-file reader does.
         let mut first_problem: Option<(csv::Position, String)> = None;
         let mut seen: HashMap<String, csv::Position> = HashMap::new();
         let mut n = 0usize;
-        let layout_of_rows = CsvLayout {
-            id: id_col,
-            label: label_col,
-            features: (0..header.len())
-                .filter(|&c| Some(c) != id_col && Some(c) != label_col)
-                .collect(),
-        };
         let mut scratch = Vec::new();
         while let Some((pos, r)) = rec.next_record()? {
             let fields: Vec<String> = r.iter().map(str::to_string).collect();
-            if let Some(c) = label_col.filter(|&c| !fields[c].is_empty()) {
+            if let Some(c) = layout.label.filter(|&c| !fields[c].is_empty()) {
                 if !labels.contains(&fields[c]) {
                     labels.insert(fields[c].clone());
                 }
             }
             if first_problem.is_none() {
                 scratch.clear();
-                let problem = layout_of_rows
+                let problem = layout
                     .values(&header, &fields, &mut scratch)
-                    .and_then(|()| layout_of_rows.id(&fields, n))
-                    .and_then(|id| match id_col {
+                    .and_then(|()| layout.id(&fields, n))
+                    .and_then(|id| match layout.id {
                         Some(_) => match seen.get(&id) {
                             Some(prev) => Err(format!("id `{id}` already used on line {}", {
                                 let prev = prev.clone();
@@ -1073,7 +1071,7 @@ impl CsvStream {
             }
             n += 1;
         }
-        let layout = CsvLayout::new(&header, n, path)?;
+        layout.check(n, path)?;
         check_class_count(labels.len(), path)?;
         if let Some((pos, problem)) = first_problem {
             return Err(Error::Row {

@@ -22,7 +22,7 @@
 //! loaded one bit for bit; every check the loaders make is made (those that need every item,
 //! such as the class rule of labels, once the last chunk was read).
 
-use super::dataset::{find, idx_classes};
+use super::dataset::{check_idx_split, find, idx_classes};
 use super::idx::{self, ImagesReader};
 use super::source::{
     hub_layout, HubLayout, ImageFolder, LabelCheck, ParquetPool, ParquetRows, Source,
@@ -117,21 +117,7 @@ impl IdxStream {
         let images = ImagesReader::open(&train_images)?;
         let split = |images: &ImagesReader, ipath: &Path, lpath: &Path| -> Result<Vec<u32>> {
             let labels = idx::read_labels(lpath)?;
-            if labels.len() != images.n {
-                return Err(Error::data(
-                    lpath,
-                    DataProblem::CountMismatch {
-                        images: images.n,
-                        labels: labels.len(),
-                    },
-                ));
-            }
-            if images.n == 0 {
-                return Err(Error::data(
-                    ipath,
-                    DataProblem::Other("holds no images".into()),
-                ));
-            }
+            check_idx_split(images.n, labels.len(), ipath, lpath)?;
             Ok(labels.into_iter().map(u32::from).collect())
         };
         let train = split(&images, &train_images, &train_labels)?;
@@ -456,23 +442,20 @@ impl SafetensorsStream {
                 file.seek(SeekFrom::Start(8 + hlen + yb + at))
                     .and_then(|_| (&mut file).take(block.min(ylen - at)).read_to_end(&mut buf))
                     .map_err(|e| Error::io(path, e))?;
-                let first = (at / size) as usize;
-                for l in super::source::y_labels(&buf, &ydtype, first, path)? {
-                    check.add(Some(l))?;
-                }
-                at += buf.len() as u64;
                 if buf.is_empty() {
                     return Err(Error::io(
                         path,
                         std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tensor `y`"),
                     ));
                 }
-            }
-        } else {
-            for _ in 0..shape[0] {
-                check.add(None)?;
+                let first = (at / size) as usize;
+                for l in super::source::y_labels(&buf, &ydtype, first, path)? {
+                    check.add(Some(l))?;
+                }
+                at += buf.len() as u64;
             }
         }
+        // Without `y` every label is absent, which no class rule can refuse.
         check.finish()?;
         Ok(SafetensorsStream {
             path: path.to_path_buf(),
