@@ -138,11 +138,40 @@ pub struct ScoringBench {
     pub repeats: usize,
     /// Adam steps of the brief training on the first 1,000 items before timing.
     pub train_steps: usize,
-    /// Score with a deep ensemble of this many briefly trained CNNs.
+    /// Score with a deep ensemble of this many briefly trained models.
     pub ensemble: Option<usize>,
+    /// The built-in model timed.
+    pub model: crate::models::ModelKind,
 }
 
-/// Trains the standard CNN (or an ensemble of them) briefly on the first 1,000 items of `ds`
+/// The items a model kind is timed on: `ds` and its per-channel std, or for a ResNet on a
+/// source that is not colour images, `n` synthetic 3x32x32 standard-normal images (seeded)
+/// with labels cycling through `ds`'s classes (the CIFAR-10 shape of the ResNet experiments).
+pub fn bench_data(
+    kind: crate::models::ModelKind,
+    ds: &Dataset,
+    input_std: &[f32],
+    n: usize,
+) -> Result<(Dataset, Vec<f32>)> {
+    use crate::models::ModelKind;
+    let resnet = matches!(
+        kind,
+        ModelKind::Resnet18 | ModelKind::Resnet34 | ModelKind::Resnet50
+    );
+    if !resnet || matches!(ds.item_shape(), [3, _, _]) {
+        return Ok((ds.clone(), input_std.to_vec()));
+    }
+    let n = n.clamp(1, 1 << 16);
+    let mut rng = stream(0, Purpose::Tool, 0);
+    let x: Vec<f32> = (0..n * 3 * 32 * 32)
+        .map(|_| crate::rng::normal(&mut rng) as f32)
+        .collect();
+    let classes = ds.classes();
+    let y: Vec<u32> = (0..n).map(|i| (i % classes) as u32).collect();
+    Ok((Dataset::new(x, y, vec![3, 32, 32], classes)?, vec![1.0; 3]))
+}
+
+/// Trains `cfg.model` (or an ensemble of them) briefly on the first 1,000 items of `ds`
 /// (normalised, per-channel std `input_std`) and times each strategy's scoring of
 /// `cfg.items` items: per-item scorers first, then joint batch criteria selecting 20 items.
 /// Random picks have nothing to time and are refused.
@@ -154,7 +183,7 @@ pub fn bench_strategies(
     cfg: &ScoringBench,
     device: &candle_core::Device,
 ) -> Result<Vec<BenchResult>> {
-    use crate::models::{Arch, ModelKind};
+    use crate::models::Arch;
     use crate::strategies::Built;
     if cfg.items == 0 || cfg.batch == 0 || cfg.repeats == 0 || ds.is_empty() {
         return Err(crate::Error::config(
@@ -172,7 +201,7 @@ pub fn bench_strategies(
             format!("`{name}` picks at random: there is no scoring to time"),
         ));
     }
-    let arch = Arch::for_data(ModelKind::Cnn, ds);
+    let arch = Arch::for_data(cfg.model, ds);
     let params = crate::train::TrainConfig {
         steps: cfg.train_steps.max(1),
         ..Default::default()

@@ -164,7 +164,19 @@ pub fn import(
             candle_core::Var::from_tensor(&t.to_dtype(DType::F32)?)?,
         ));
     }
-    if let Some(extra) = tensors.keys().find(|k| !named.iter().any(|(n, _)| n == *k)) {
+    // PyTorch's batch counter (`bn1.num_batches_tracked`) sits beside every batch norm's
+    // running statistics in a torchvision or timm state dict; alkit's momentum update does
+    // not read it, so it is accepted there and dropped.
+    let counter = |k: &str| {
+        k.strip_suffix("num_batches_tracked").is_some_and(|p| {
+            let mean = format!("{p}running_mean");
+            named.iter().any(|(n, _)| *n == mean)
+        })
+    };
+    if let Some(extra) = tensors
+        .keys()
+        .find(|k| !named.iter().any(|(n, _)| n == *k) && !counter(k))
+    {
         return Err(Error::state(
             weights,
             format!("unexpected tensor `{extra}` (not part of the architecture)"),

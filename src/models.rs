@@ -5,13 +5,14 @@
 //! It sits above `nn` (the softmax networks), `duq` (the DUQ CNN) and `train` (the training
 //! entry), because it is the one place that ties each built-in architecture to the way it is
 //! built and trained: `Arch` is a [`ModelBuilder`] whose `fit` is softmax cross-entropy with
-//! Adam for the CNN and MLP, and DUQ's own loss, penalty and SGD schedule for DUQ. Adding a
+//! Adam for the CNN, MLP and ResNets, and DUQ's own loss, penalty and SGD schedule for DUQ. Adding a
 //! built-in model is one config type (with its `new(&cfg, vb)`), one `Arch` variant and one
 //! `ModelKind` entry.
 
 use crate::data::Dataset;
 use crate::duq::cnn::{train_duq, DuqCnn, DuqCnnArch};
 use crate::error::Result;
+use crate::nn::resnet::{resnet, ResNetConfig};
 use crate::nn::{Classifier, Cnn, CnnConfig, Mlp, MlpConfig};
 use crate::observe::Observer;
 use crate::train::{fit_softmax, ModelBuilder, TrainParams, TrainRngs, Trained};
@@ -30,6 +31,8 @@ pub enum Arch {
     /// DUQ on the Fashion-MNIST CNN ([`DuqCnn`]): trained with its own loss (BCE + gradient
     /// penalty) and SGD; the `duq` scorer reads its kernel values.
     Duq(DuqCnnArch),
+    /// A ResNet ([`crate::nn::resnet`]) from the layer library, softmax-trained.
+    Resnet(ResNetConfig),
 }
 
 /// The most weights [`Arch::check_input`] lets a model have (2^28, 1 GiB of f32): far above
@@ -75,6 +78,7 @@ impl Arch {
                 .into_iter()
                 .fold(Some(0), add)
             }
+            Arch::Resnet(c) => c.weights_bound(),
         }
     }
 
@@ -142,6 +146,7 @@ impl Arch {
             Arch::Cnn(c) => c.classes,
             Arch::Mlp(c) => c.classes,
             Arch::Duq(a) => a.classes,
+            Arch::Resnet(c) => c.classes,
         }
     }
 
@@ -151,6 +156,11 @@ impl Arch {
             Arch::Cnn(_) => ModelKind::Cnn,
             Arch::Mlp(_) => ModelKind::Mlp,
             Arch::Duq(_) => ModelKind::Duq,
+            Arch::Resnet(c) => match c.depth {
+                34 => ModelKind::Resnet34,
+                50 => ModelKind::Resnet50,
+                _ => ModelKind::Resnet18,
+            },
         }
     }
 
@@ -175,6 +185,23 @@ impl Arch {
                     item_shape: shape,
                     classes,
                     duq: Default::default(),
+                })
+            }
+            ModelKind::Resnet18 | ModelKind::Resnet34 | ModelKind::Resnet50 => {
+                let (c, h, w) = match item_shape {
+                    [c, h, w] => (*c, *h, *w),
+                    [h, w] => (1, *h, *w),
+                    _ => (1, 32, 32),
+                };
+                Arch::Resnet(ResNetConfig {
+                    depth: match kind {
+                        ModelKind::Resnet34 => 34,
+                        ModelKind::Resnet50 => 50,
+                        _ => 18,
+                    },
+                    stem: ResNetConfig::stem_for(h, w),
+                    in_channels: c,
+                    classes,
                 })
             }
         }
@@ -204,6 +231,7 @@ impl ModelBuilder for Arch {
             Arch::Duq(a) => {
                 Box::new(DuqCnn::new(a, vb).map_err(|e| candle_core::Error::Msg(e.to_string()))?)
             }
+            Arch::Resnet(c) => Box::new(resnet(c, vb)?),
         })
     }
 
@@ -217,7 +245,7 @@ impl ModelBuilder for Arch {
         observer: &mut dyn Observer,
     ) -> Result<Trained> {
         match self {
-            Arch::Cnn(_) | Arch::Mlp(_) => fit_softmax(
+            Arch::Cnn(_) | Arch::Mlp(_) | Arch::Resnet(_) => fit_softmax(
                 &|vb| self.build(vb),
                 data,
                 indices,
@@ -270,11 +298,24 @@ pub enum ModelKind {
     Mlp,
     /// DUQ (van Amersfoort et al. 2020) on the paper's Fashion-MNIST CNN with batch norm.
     Duq,
+    /// ResNet-18 (BasicBlock), the CIFAR stem below 64 pixels a side, else ImageNet's.
+    Resnet18,
+    /// ResNet-34 (BasicBlock).
+    Resnet34,
+    /// ResNet-50 (Bottleneck).
+    Resnet50,
 }
 
 impl ModelKind {
     /// Every built-in model, in the order commands list them.
-    pub const ALL: [ModelKind; 3] = [ModelKind::Cnn, ModelKind::Mlp, ModelKind::Duq];
+    pub const ALL: [ModelKind; 6] = [
+        ModelKind::Cnn,
+        ModelKind::Mlp,
+        ModelKind::Duq,
+        ModelKind::Resnet18,
+        ModelKind::Resnet34,
+        ModelKind::Resnet50,
+    ];
 
     /// The training batch size when none is given: DUQ's paper setting (128, from
     /// [`crate::duq::cnn::DuqCnnConfig`]'s defaults), else [`crate::train::TrainConfig`]'s (32).
@@ -291,6 +332,9 @@ impl ModelKind {
             ModelKind::Cnn => "cnn",
             ModelKind::Mlp => "mlp",
             ModelKind::Duq => "duq",
+            ModelKind::Resnet18 => "resnet18",
+            ModelKind::Resnet34 => "resnet34",
+            ModelKind::Resnet50 => "resnet50",
         }
     }
 

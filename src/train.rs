@@ -235,12 +235,12 @@ pub fn fit_softmax(
     let model = build(vb)?;
     // A deep copy: `detach` would share storage with the Vars the optimiser updates in place.
     let anchors: Vec<Tensor> = vars
-        .vars()
+        .trainable()
         .iter()
         .map(|v| v.as_tensor().copy())
         .collect::<candle_core::Result<_>>()?;
     let mut opt = AdamW::new(
-        vars.vars(),
+        vars.trainable(),
         ParamsAdamW {
             lr: cfg.lr,
             weight_decay: 0.0,
@@ -264,7 +264,7 @@ pub fn fit_softmax(
         let mut loss = candle_nn::loss::nll(&log_probs(&logits)?, &y)?;
         if let Some(tau) = cfg.anchor {
             let mut reg = Tensor::zeros((), loss.dtype(), loss.device())?;
-            for (v, a) in vars.vars().iter().zip(&anchors) {
+            for (v, a) in vars.trainable().iter().zip(&anchors) {
                 reg = (reg + (v.as_tensor() - a)?.sqr()?.sum_all()?)?;
             }
             loss = (loss + (reg * (tau / indices.len() as f64))?)?;

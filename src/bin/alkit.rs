@@ -609,16 +609,18 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
     };
     let splits = load(&a.data)?;
     let norm = Normalizer::fit(&splits.train);
-    let ds = norm.apply(&splits.train)?;
+    let model = a.model.kind();
+    let (ds, std) = alkit::bench::bench_data(model, &norm.apply(&splits.train)?, &norm.std, a.n)?;
+    let small = matches!(model, ModelKind::Cnn | ModelKind::Mlp | ModelKind::Duq);
     let cfg = alkit::bench::ScoringBench {
         items: a.n,
         batch: a.batch as usize,
         repeats: a.repeats,
-        train_steps: a.train_steps,
+        train_steps: a.train_steps.unwrap_or(if small { 200 } else { 10 }),
         ensemble: a.ensemble.map(|k| k as usize),
+        model,
     };
-    let results =
-        alkit::bench::bench_strategies(&ds, &norm.std, &a.scorer, &settings, &cfg, device)?;
+    let results = alkit::bench::bench_strategies(&ds, &std, &a.scorer, &settings, &cfg, device)?;
     let mut so = std::io::stdout().lock();
     if a.json {
         let obj: serde_json::Map<String, serde_json::Value> = results
@@ -634,8 +636,10 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
     } else {
         writeln!(
             so,
-            "{} items, batch {}, median of {} passes, {} thread(s)",
+            "{}, {} items {:?}, batch {}, median of {} passes, {} thread(s)",
+            model.name(),
             a.n,
+            ds.item_shape(),
             a.batch,
             a.repeats,
             rayon::current_num_threads()

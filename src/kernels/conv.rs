@@ -533,6 +533,85 @@ pub(crate) fn conv_t_backward(
     Ok((d_gy, dw))
 }
 
+/// Per-candidate squared norms of a convolution's weight gradient, `(n,)` for `x (n * copies,
+/// h, w, cin)` and the output gradient `gy (n * copies, oh, ow, cout)`: candidate `i`'s
+/// gradient `G_i = sum over its copies' positions q of gy_q im2col(x)_q^T`. Its squared norm
+/// is taken in whichever form costs less for the layer: explicitly (`cout * kc` per position),
+/// or as `sum_{q,q'} (gy_q . gy_q') (a_q . a_q')` from two Gram matrices of the candidate's `Q`
+/// positions (`Q (cout + kc)` per position: the deep layers of a ResNet, with few positions
+/// and wide channels). Candidates run in parallel, each with its own buffers; nothing of the
+/// size of the batch's patches is stored.
+pub(crate) fn candidate_weight_grad_norms(
+    conv: &Conv,
+    x: &Tensor,
+    gy: &Tensor,
+    copies: usize,
+) -> Result<Vec<f64>> {
+    let (m, cout) = (gy.dim(0)?, gy.dim(3)?);
+    let cin = x.dim(3)?;
+    let k = conv.k;
+    let g = geometry(x.dims(), &[cout, k * k * cin], k, conv.pad, "conv site")?;
+    if copies == 0 || m % copies != 0 || x.dim(0)? != m || gy.dims() != [m, g.oh, g.ow, cout] {
+        candle_core::bail!(
+            "conv site: input {:?} and output gradient {:?} are not whole candidates of {copies}",
+            x.dims(),
+            gy.dims()
+        );
+    }
+    let one = Geo { b: copies, ..g };
+    let (x, gy) = (x.contiguous()?, gy.contiguous()?);
+    fn norms<T: Elem + WithDType>(x: &[T], gy: &[T], one: &Geo, n: usize) -> Vec<f64> {
+        use rayon::prelude::*;
+        let (q, kc, cout) = (one.b * one.rows(), one.kc(), one.cout);
+        let gram = q * (kc + cout) < cout * kc;
+        let square_sum = |v: &[T]| v.iter().map(|&e| Elem::to_f64(e) * Elem::to_f64(e)).sum();
+        (0..n)
+            .into_par_iter()
+            .map_init(
+                || {
+                    let out = if gram { 2 * q * q } else { cout * kc };
+                    (vec![T::ZERO; q * kc], vec![T::ZERO; out])
+                },
+                |(cols, out), i| {
+                    let imgs = i * one.b..(i + 1) * one.b;
+                    im2col_into(one.inputs(x, imgs.clone()), one.b, one, cols);
+                    let gy = one.outputs(gy, imgs);
+                    if gram {
+                        let (ga, gd) = out.split_at_mut(q * q);
+                        gemm_nt(q, q, kc, cols, cols, ga);
+                        gemm_nt(q, q, cout, gy, gy, gd);
+                        ga.iter()
+                            .zip(gd.iter())
+                            .map(|(&a, &d)| Elem::to_f64(a) * Elem::to_f64(d))
+                            .sum()
+                    } else {
+                        gemm_strided(
+                            (cout, kc, q),
+                            gy,
+                            (1, cout),
+                            cols,
+                            (kc, 1),
+                            (out, kc),
+                            false,
+                        );
+                        square_sum(out)
+                    }
+                },
+            )
+            .collect()
+    }
+    let n = m / copies;
+    match x.dtype() {
+        DType::F32 => {
+            with_cpu_slices::<f32, _>(&[&x, &gy], "conv site", |s| norms(s[0], s[1], &one, n))
+        }
+        DType::F64 => {
+            with_cpu_slices::<f64, _>(&[&x, &gy], "conv site", |s| norms(s[0], s[1], &one, n))
+        }
+        dt => candle_core::bail!("conv site supports f32 and f64, got {dt:?}"),
+    }
+}
+
 impl CustomOp2 for Conv {
     fn name(&self) -> &'static str {
         "alkit-conv"
@@ -554,6 +633,33 @@ impl CustomOp2 for Conv {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        if !wmat.track_op() {
+            // Detached weights (a gradient-evidence pass): the input gradient only, the
+            // weight gradient's whole cost saved.
+            if !x.track_op() {
+                return Ok((None, None));
+            }
+            let g = geometry(x.dims(), wmat.dims(), self.k, self.pad, self.name())?;
+            let grad = grad.contiguous()?;
+            let dx = match x.dtype() {
+                DType::F32 => Tensor::from_vec(
+                    with_cpu_slices::<f32, _>(&[&grad, wmat], self.name(), |s| {
+                        conv_t_k(s[0], s[1], &g)
+                    })?,
+                    x.shape(),
+                    x.device(),
+                )?,
+                DType::F64 => Tensor::from_vec(
+                    with_cpu_slices::<f64, _>(&[&grad, wmat], self.name(), |s| {
+                        conv_t_k(s[0], s[1], &g)
+                    })?,
+                    x.shape(),
+                    x.device(),
+                )?,
+                dt => candle_core::bail!("{} supports f32 and f64, got {dt:?}", self.name()),
+            };
+            return Ok((Some(dx), None));
+        }
         let (dx, dw) = bwd_either(
             (self.k, self.pad, false),
             (x, false),

@@ -7,6 +7,7 @@
 //! - [`conv`], [`winograd`], [`direct`]: stride-1 convolutions for training (im2col, Winograd
 //!   tiles, one-channel direct kernels), forward, transpose and weight gradient;
 //! - [`gradnorm`]: the standard CNN's sparse per-candidate gradient norms (REGrad and kin);
+//! - [`relu`]: ReLU with a one-pass backward (the layer library's);
 //! - [`duq`]: the fused training-mode blocks of the DUQ CNN (batch norm, ReLU, pool and their
 //!   input-gradient passes);
 //! - [`sys`]: process-wide allocator tuning (`mallopt`).
@@ -30,6 +31,7 @@ pub(crate) mod conv;
 mod direct;
 pub(crate) mod duq;
 pub(crate) mod gradnorm;
+pub(crate) mod relu;
 pub(crate) mod sys;
 mod winograd;
 
@@ -242,24 +244,64 @@ macro_rules! dispatch2 {
 
 // ---------------------------------------------------------------- im2col / col2im
 
-/// im2col on NHWC with zero padding `pad` and stride 1: `(b, h, w, c)` ->
-/// `(b, oh, ow, k*k*c)`, `oh = h + 2 pad - k + 1`; columns ordered `(ki, kj, c)`.
+/// im2col on NHWC with zero padding `pad` and stride `stride`: `(b, h, w, c)` ->
+/// `(b, oh, ow, k*k*c)`, `oh = (h + 2 pad - k) / stride + 1`; columns ordered `(ki, kj, c)`.
 #[derive(Debug, Clone, Copy)]
 pub struct Im2col {
     /// Kernel size.
     pub k: usize,
     /// Zero padding on each side.
     pub pad: usize,
+    /// Step between patches (1: every position).
+    pub stride: usize,
 }
 
 /// The adjoint of [`Im2col`]: `(b, oh, ow, k*k*c)` -> `(b, h, w, c)`, summing overlapping
-/// patches.
+/// patches. With stride 1 the input size follows from the grid; with a larger stride several
+/// sizes give the same grid, so it is given.
 #[derive(Debug, Clone, Copy)]
 pub struct Col2im {
     /// Kernel size.
     pub k: usize,
     /// Zero padding on each side.
     pub pad: usize,
+    /// Step between patches.
+    pub stride: usize,
+    /// The input's `(h, w)`; `None` with stride 1 (then `oh + k - 1 - 2 pad`).
+    pub input: Option<(usize, usize)>,
+}
+
+impl Im2col {
+    /// The output grid `(oh, ow)` for an `h x w` input, `None` when the kernel does not fit.
+    pub fn grid(&self, h: usize, w: usize) -> Option<(usize, usize)> {
+        let s = self.stride.max(1);
+        let (hp, wp) = (h + 2 * self.pad, w + 2 * self.pad);
+        (self.k >= 1 && hp >= self.k && wp >= self.k)
+            .then(|| ((hp - self.k) / s + 1, (wp - self.k) / s + 1))
+    }
+}
+
+impl Col2im {
+    /// The input size `(h, w)` this op writes for an `oh x ow` grid, `None` when the grid and
+    /// the given size disagree.
+    pub fn input_size(&self, oh: usize, ow: usize) -> Option<(usize, usize)> {
+        let (h, w) = match self.input {
+            Some(hw) => hw,
+            None => {
+                let (hp, wp) = (oh + self.k - 1, ow + self.k - 1);
+                if hp < 2 * self.pad + 1 || wp < 2 * self.pad + 1 {
+                    return None;
+                }
+                (hp - 2 * self.pad, wp - 2 * self.pad)
+            }
+        };
+        let fwd = Im2col {
+            k: self.k,
+            pad: self.pad,
+            stride: self.stride,
+        };
+        (h > 0 && w > 0 && fwd.grid(h, w) == Some((oh, ow))).then_some((h, w))
+    }
 }
 
 /// Visits each (output pixel, tap) pair whose input pixel lies inside the image:
@@ -270,18 +312,34 @@ pub(crate) fn for_taps(
     w: usize,
     k: usize,
     pad: usize,
+    f: impl FnMut(usize, usize, usize),
+) {
+    for_taps_strided(h, w, k, pad, 1, f)
+}
+
+/// [`for_taps`] with patches `stride` apart.
+#[inline(always)]
+pub(crate) fn for_taps_strided(
+    h: usize,
+    w: usize,
+    k: usize,
+    pad: usize,
+    stride: usize,
     mut f: impl FnMut(usize, usize, usize),
 ) {
-    let (oh, ow) = (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k);
+    let (oh, ow) = (
+        (h + 2 * pad - k) / stride + 1,
+        (w + 2 * pad - k) / stride + 1,
+    );
     for oy in 0..oh {
         for ox in 0..ow {
             for ki in 0..k {
-                let iy = (oy + ki) as isize - pad as isize;
+                let iy = (oy * stride + ki) as isize - pad as isize;
                 if iy < 0 || iy >= h as isize {
                     continue;
                 }
                 for kj in 0..k {
-                    let ix = (ox + kj) as isize - pad as isize;
+                    let ix = (ox * stride + kj) as isize - pad as isize;
                     if ix < 0 || ix >= w as isize {
                         continue;
                     }
@@ -295,10 +353,10 @@ pub(crate) fn for_taps(
 fn im2col_k<T: Elem>(
     x: &[T],
     (b, h, w, c): (usize, usize, usize, usize),
-    k: usize,
-    pad: usize,
+    op: Im2col,
+    (oh, ow): (usize, usize),
 ) -> Vec<T> {
-    let (oh, ow) = (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k);
+    let Im2col { k, pad, stride } = op;
     let kc = k * k * c;
     let mut out = vec![T::ZERO; b * oh * ow * kc];
     if out.is_empty() {
@@ -306,7 +364,7 @@ fn im2col_k<T: Elem>(
     }
     par_chunks(&mut out, oh * ow * kc, |bi, ob| {
         let xb = &x[bi * h * w * c..(bi + 1) * h * w * c];
-        for_taps(h, w, k, pad, |o, t, i| {
+        for_taps_strided(h, w, k, pad, stride, |o, t, i| {
             ob[o * kc + t * c..o * kc + (t + 1) * c].copy_from_slice(&xb[i * c..(i + 1) * c]);
         });
     });
@@ -328,16 +386,16 @@ pub(crate) fn im2col_one<T: Elem>(x: &[T], (h, w, c): (usize, usize, usize), k: 
 fn col2im_k<T: Elem>(
     cols: &[T],
     (b, oh, ow, kc): (usize, usize, usize, usize),
-    k: usize,
-    pad: usize,
+    op: Col2im,
+    (h, w): (usize, usize),
 ) -> Vec<T> {
+    let Col2im { k, pad, stride, .. } = op;
     let c = kc / (k * k);
-    let (h, w) = (oh + k - 1 - 2 * pad, ow + k - 1 - 2 * pad);
     let mut out = vec![T::ZERO; b * h * w * c];
     if !out.is_empty() {
         par_chunks(&mut out, h * w * c, |bi, xb| {
             let cb = &cols[bi * oh * ow * kc..(bi + 1) * oh * ow * kc];
-            for_taps(h, w, k, pad, |o, t, i| {
+            for_taps_strided(h, w, k, pad, stride, |o, t, i| {
                 let src = &cb[o * kc + t * c..o * kc + (t + 1) * c];
                 for (d, &s) in xb[i * c..(i + 1) * c].iter_mut().zip(src) {
                     *d += s;
@@ -355,26 +413,31 @@ impl CustomOp1 for Im2col {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         entry(self.name())?;
         let (b, h, w, c) = dims4(l, self.name())?;
-        if h + 2 * self.pad < self.k || w + 2 * self.pad < self.k {
+        if self.stride == 0 {
+            candle_core::bail!("im2col: stride 0");
+        }
+        let Some((oh, ow)) = self.grid(h, w) else {
             candle_core::bail!(
                 "im2col: {h}x{w} input is smaller than the {k}x{k} kernel",
                 k = self.k
             );
-        }
-        let (oh, ow) = (h + 2 * self.pad + 1 - self.k, w + 2 * self.pad + 1 - self.k);
+        };
         let out = dispatch1!(s, self.name(), |v| im2col_k(
             contiguous(v, l, "im2col")?,
             (b, h, w, c),
-            self.k,
-            self.pad
+            *self,
+            (oh, ow)
         ));
         Ok((out, Shape::from((b, oh, ow, self.k * self.k * c))))
     }
-    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let g = grad.contiguous()?;
+        let (_, h, w, _) = arg.dims4()?;
         Ok(Some(g.apply_op1(Col2im {
             k: self.k,
             pad: self.pad,
+            stride: self.stride,
+            input: Some((h, w)),
         })?))
     }
 }
@@ -386,28 +449,30 @@ impl CustomOp1 for Col2im {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         entry(self.name())?;
         let d = dims4(l, self.name())?;
-        if d.3 % (self.k * self.k) != 0 {
+        let k = self.k;
+        if k == 0 || self.stride == 0 || d.3 % (k * k) != 0 {
             candle_core::bail!(
-                "col2im: {} columns is not a multiple of k*k = {}",
+                "col2im: {} columns are not {k}x{k} patches (stride {})",
                 d.3,
-                self.k * self.k
+                self.stride
             );
         }
-        let (k, pad) = (self.k, self.pad);
-        if d.1 + k < 1 + 2 * pad || d.2 + k < 1 + 2 * pad {
+        let Some((h, w)) = self.input_size(d.1, d.2) else {
             candle_core::bail!(
-                "col2im: {}x{} output grid too small for padding {pad}",
+                "col2im: a {}x{} grid does not come from {:?} with padding {} and stride {}",
                 d.1,
-                d.2
+                d.2,
+                self.input,
+                self.pad,
+                self.stride
             );
-        }
+        };
         let out = dispatch1!(s, self.name(), |v| col2im_k(
             contiguous(v, l, "col2im")?,
             d,
-            k,
-            pad
+            *self,
+            (h, w)
         ));
-        let (h, w) = (d.1 + k - 1 - 2 * pad, d.2 + k - 1 - 2 * pad);
         Ok((out, Shape::from((d.0, h, w, d.3 / (k * k)))))
     }
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -415,6 +480,7 @@ impl CustomOp1 for Col2im {
         Ok(Some(g.apply_op1(Im2col {
             k: self.k,
             pad: self.pad,
+            stride: self.stride,
         })?))
     }
 }
@@ -909,7 +975,16 @@ fn conv_relu_pool_k<T: Elem>(
     par_chunks(&mut out, CHUNK * per, |ci, ob| {
         let n = ob.len() / per;
         let xs = &x[ci * CHUNK * h * w * cin..(ci * CHUNK + n) * h * w * cin];
-        let cols = im2col_k(xs, (n, h, w, cin), k, 0);
+        let cols = im2col_k(
+            xs,
+            (n, h, w, cin),
+            Im2col {
+                k,
+                pad: 0,
+                stride: 1,
+            },
+            (oh, ow),
+        );
         let mut y = vec![T::ZERO; n * oh * ow * cout];
         gemm_nt(n * oh * ow, cout, kc, &cols, &wm, &mut y);
         ob.copy_from_slice(&bias_relu_pool_k(&y, bias, (n, oh, ow, cout)));

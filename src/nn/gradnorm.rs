@@ -39,22 +39,68 @@ pub fn layer_groups(names: &[String]) -> Vec<String> {
     layers
 }
 
+/// How a [`Site`]'s weight gradient is formed from its input and output gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteKind {
+    /// A dense layer: input `(m, in)`, weight gradient `d^T a`.
+    Dense,
+    /// A convolution: input patches `(m, ..positions, taps * in)` in im2col's `(ki, kj, c)`
+    /// column order, weight gradient the patches times the output gradient, per group.
+    Conv {
+        /// Kernel taps `k * k`.
+        taps: usize,
+        /// Channel groups (1: an ordinary convolution).
+        groups: usize,
+    },
+    /// A stride-1 ungrouped convolution on the CPU: input the layer's input images
+    /// `(m, h, w, in)` (NHWC), the weight gradient formed per candidate by the crate's
+    /// convolution kernels (Winograd where the layer is wide) instead of from stored patches.
+    ConvImage {
+        /// Square kernel size.
+        kernel: usize,
+        /// Zero padding on each side.
+        padding: usize,
+    },
+    /// A per-channel scale (batch norm's weight): input `(m, ..positions, channels)`, the
+    /// normalised activations, weight gradient `sum_positions d * a` per channel.
+    Scale,
+}
+
 /// One parameterised layer of a batched gradient-norm pass: what its weight multiplies, and a
 /// zero variable added to its output (candle keeps the gradients of variables only, so the
 /// probe receives exactly the output's gradient).
 pub struct Site {
-    /// Dense `(m, in)`, or convolution patches `(m, positions, k*k*in)`.
+    /// What the weight multiplies (see [`SiteKind`]).
     pub input: Tensor,
-    /// `(m, out)` or `(m, positions, out)`, zeros, added to the layer's output.
+    /// Zeros of the output's shape `(m, ..., out)`, added to the layer's output.
     pub probe: candle_core::Var,
     /// Whether the layer has a bias (its gradient is the output gradient summed).
     pub bias: bool,
+    /// How the weight gradient is formed.
+    pub kind: SiteKind,
 }
 
 impl Site {
     /// A site for a layer whose output `z` (before any activation) is about to be used:
-    /// returns the site and `z` plus its probe.
+    /// returns the site and `z` plus its probe. Rank-2 inputs are dense layers, others
+    /// ungrouped convolutions' patches.
     pub fn new(input: &Tensor, z: &Tensor, bias: bool) -> candle_core::Result<(Site, Tensor)> {
+        let kind = if input.rank() == 2 {
+            SiteKind::Dense
+        } else {
+            // The tap count matters only to grouped convolutions.
+            SiteKind::Conv { taps: 1, groups: 1 }
+        };
+        Self::of(kind, input, z, bias)
+    }
+
+    /// A site of the given kind (see [`SiteKind`] for what `input` holds).
+    pub fn of(
+        kind: SiteKind,
+        input: &Tensor,
+        z: &Tensor,
+        bias: bool,
+    ) -> candle_core::Result<(Site, Tensor)> {
         let probe = candle_core::Var::zeros(z.shape(), z.dtype(), z.device())?;
         let out = (z + probe.as_tensor())?;
         Ok((
@@ -62,6 +108,7 @@ impl Site {
                 input: input.detach(),
                 probe,
                 bias,
+                kind,
             },
             out,
         ))
@@ -101,8 +148,8 @@ pub fn site_grad_norms(
     // Dense layers: each candidate's Gram matrix of its copies' inputs `(n, copies, copies)`.
     let grams = sites
         .iter()
-        .map(|s| match s.input.rank() {
-            2 => {
+        .map(|s| match s.kind {
+            SiteKind::Dense => {
                 let a = per(&s.input)?;
                 Ok(Some(a.matmul(&a.t()?)?))
             }
@@ -125,16 +172,41 @@ pub fn site_grad_norms(
                 continue;
             };
             let d = per(d)?;
-            let mut norm = match &grams[l] {
-                Some(g) => (d.matmul(&d.t()?)? * g)?.sum((1, 2))?,
-                None => d
-                    .transpose(1, 2)?
-                    .matmul(&per(&site.input)?)?
+            let mut norm = match (&grams[l], site.kind) {
+                (Some(g), _) => (d.matmul(&d.t()?)? * g)?.sum((1, 2))?,
+                (None, SiteKind::Scale) => super::layers::sum_rows(&(&d * per(&site.input)?)?)?
                     .sqr()?
-                    .sum((1, 2))?,
+                    .sum(1)?,
+                (None, SiteKind::Conv { groups: 1, .. }) => {
+                    let a = per(&site.input)?;
+                    let (q, out, kc) = (d.dim(1)?, d.dim(2)?, a.dim(2)?);
+                    if q * (out + kc) < out * kc {
+                        // The Gram form: few positions, wide channels.
+                        (d.matmul(&d.t()?)? * a.matmul(&a.t()?)?)?.sum((1, 2))?
+                    } else {
+                        d.transpose(1, 2)?.matmul(&a)?.sqr()?.sum((1, 2))?
+                    }
+                }
+                (None, SiteKind::Conv { taps, groups }) => {
+                    grouped_conv_norm(&d, &per(&site.input)?, taps, groups)?
+                }
+                (None, SiteKind::ConvImage { kernel, padding }) => {
+                    let conv = crate::kernels::conv::Conv {
+                        k: kernel,
+                        pad: padding,
+                    };
+                    let v = crate::kernels::conv::candidate_weight_grad_norms(
+                        &conv,
+                        &site.input,
+                        grads.get(site.probe.as_tensor()).unwrap_or(&d),
+                        copies,
+                    )?;
+                    Tensor::from_vec(v, n, d.device())?.to_dtype(d.dtype())?
+                }
+                (None, SiteKind::Dense) => unreachable!("dense sites have a Gram matrix"),
             };
             if site.bias {
-                norm = (norm + d.sum(1)?.sqr()?.sum(1)?)?;
+                norm = (norm + super::layers::sum_rows(&d)?.sqr()?.sum(1)?)?;
             }
             let norm = norm.to_dtype(DType::F64)?.to_vec1::<f64>()?;
             for (i, v) in norm.into_iter().enumerate() {
@@ -148,7 +220,7 @@ pub fn site_grad_norms(
     let grads = obj.backward()?;
     let last = &sites[nl - 1];
     let kl_l1 = match grads.get(last.probe.as_tensor()) {
-        Some(d) if last.input.rank() == 2 => {
+        Some(d) if last.kind == SiteKind::Dense => {
             let first = |t: &Tensor| -> candle_core::Result<Tensor> {
                 let w = t.dim(1)?;
                 t.reshape((n, copies, w))?
@@ -168,6 +240,35 @@ pub fn site_grad_norms(
         layers: nl,
         kl_l1,
     })
+}
+
+/// Per-candidate squared norms `(n,)` of a grouped convolution's weight gradient from output
+/// gradients `d (n, q, out)` and patches `a (n, q, taps * in)`: group `j`'s gradient is its
+/// output channels' `d` times its input channels' columns.
+fn grouped_conv_norm(
+    d: &Tensor,
+    a: &Tensor,
+    taps: usize,
+    groups: usize,
+) -> candle_core::Result<Tensor> {
+    let (n, q, out) = d.dims3()?;
+    let cols = a.dim(2)?;
+    if groups == 0 || taps == 0 || out % groups != 0 || cols % (taps * groups) != 0 {
+        candle_core::bail!(
+            "a convolution site of {out} outputs and {cols} columns is not {groups} groups of \
+             {taps} taps"
+        );
+    }
+    let (og, cg) = (out / groups, cols / (taps * groups));
+    let a = a
+        .reshape((n, q, taps, groups, cg))?
+        .permute((0, 3, 1, 2, 4))?
+        .reshape((n * groups, q, taps * cg))?;
+    let d = d
+        .reshape((n, q, groups, og))?
+        .permute((0, 2, 3, 1))?
+        .reshape((n * groups, og, q))?;
+    d.matmul(&a)?.sqr()?.reshape((n, ()))?.sum(1)
 }
 
 /// [`site_grad_norms`] for a stack of dense layers (weight `(out, in)`, optional bias `(out,)`,

@@ -46,6 +46,17 @@ impl Params {
         self.lock().vars.iter().map(|(_, v)| v.clone()).collect()
     }
 
+    /// The vars an optimiser updates, in creation order: all but buffers ([`is_buffer`]),
+    /// which their layers update themselves.
+    pub fn trainable(&self) -> Vec<Var> {
+        self.lock()
+            .vars
+            .iter()
+            .filter(|(n, _)| !is_buffer(n))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
     /// One ensemble's parameters from its members': member `k`'s `name` becomes `m{k}.name`,
     /// the one naming of ensemble parameters (inverse: [`Params::member`]).
     pub fn of_members<'a>(members: impl IntoIterator<Item = &'a Params>) -> Params {
@@ -79,6 +90,15 @@ impl Params {
         // valid list of vars.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Whether a tensor name is a batch-norm buffer (running statistics, or PyTorch's batch
+/// counter) rather than a trainable parameter.
+pub fn is_buffer(name: &str) -> bool {
+    matches!(
+        name.rsplit('.').next(),
+        Some("running_mean" | "running_var" | "num_batches_tracked")
+    )
 }
 
 struct Backend {

@@ -120,52 +120,117 @@ impl Conv2d {
 /// im2col on NHWC with zero padding: `(b, h, w, c)` -> `(b, h+2p-k+1, w+2p-k+1, k*k*c)`,
 /// columns ordered `(ki, kj, c)`. Differentiable to any order on every device.
 pub fn im2col(x: &Tensor, k: usize, pad: usize) -> Result<Tensor> {
+    im2col_strided(x, k, pad, 1)
+}
+
+/// [`im2col`] with patches `stride` apart: `(b, h, w, c)` -> `(b, oh, ow, k*k*c)`,
+/// `oh = (h + 2 pad - k) / stride + 1`.
+pub fn im2col_strided(x: &Tensor, k: usize, pad: usize, stride: usize) -> Result<Tensor> {
+    let op = kernels::Im2col { k, pad, stride };
+    let (_, h, w, _) = x.dims4()?;
+    let Some((oh, ow)) = op.grid(h, w).filter(|_| stride > 0) else {
+        candle_core::bail!(
+            "im2col: a {k}x{k} kernel (stride {stride}) does not fit {h}x{w} with padding {pad}"
+        );
+    };
     if kernels::supported(x) {
-        return x.contiguous()?.apply_op1(kernels::Im2col { k, pad });
+        return x.contiguous()?.apply_op1(op);
     }
     let x = if pad > 0 {
         x.pad_with_zeros(1, pad, pad)?.pad_with_zeros(2, pad, pad)?
     } else {
         x.clone()
     };
-    let (_, h, w, _) = x.dims4()?;
-    let (oh, ow) = (h + 1 - k, w + 1 - k);
-    if k == 1 {
+    if k == 1 && stride == 1 {
         return Ok(x);
     }
     let mut slices = Vec::with_capacity(k * k);
     for i in 0..k {
-        let rows = x.narrow(1, i, oh)?;
+        let rows = every(&x, 1, i, oh, stride)?;
         for j in 0..k {
-            slices.push(rows.narrow(2, j, ow)?);
+            slices.push(every(&rows, 2, j, ow, stride)?);
         }
     }
     Tensor::cat(&slices, 3)?.contiguous()
+}
+
+/// `count` entries of dimension `dim` from `start`, `stride` apart (candle has no stepped
+/// slice: a narrow, a pad to whole steps, a reshape that puts the step in its own dimension).
+fn every(x: &Tensor, dim: usize, start: usize, count: usize, stride: usize) -> Result<Tensor> {
+    if stride == 1 {
+        return x.narrow(dim, start, count);
+    }
+    let span = (count - 1) * stride + 1;
+    let t = x
+        .narrow(dim, start, span)?
+        .pad_with_zeros(dim, 0, stride - 1)?;
+    let mut dims = t.dims().to_vec();
+    dims[dim] = count;
+    dims.insert(dim + 1, stride);
+    t.reshape(dims)?.narrow(dim + 1, 0, 1)?.squeeze(dim + 1)
+}
+
+/// The adjoint of [`every`]: `x`'s entries along `dim` placed `stride` apart from `start` in a
+/// dimension of `size`, zeros between.
+fn spread(x: &Tensor, dim: usize, start: usize, size: usize, stride: usize) -> Result<Tensor> {
+    let count = x.dim(dim)?;
+    let t = if stride == 1 {
+        x.clone()
+    } else {
+        let mut dims = x.dims().to_vec();
+        dims.insert(dim + 1, 1);
+        let spaced = x.reshape(dims)?.pad_with_zeros(dim + 1, 0, stride - 1)?;
+        let mut flat = x.dims().to_vec();
+        flat[dim] = count * stride;
+        spaced
+            .reshape(flat)?
+            .narrow(dim, 0, (count - 1) * stride + 1)?
+    };
+    let span = t.dim(dim)?;
+    t.pad_with_zeros(dim, start, size - start - span)
 }
 
 /// col2im, the adjoint of [`im2col`]: `(b, oh, ow, k*k*c)` columns ordered `(ki, kj, c)` ->
 /// `(b, h, w, c)` with `h = oh + k - 1 - 2 pad`, each column added back where its patch came
 /// from. Differentiable on every device (the generic form is `k*k` shifted adds).
 pub fn col2im(g: &Tensor, k: usize, pad: usize) -> Result<Tensor> {
-    if kernels::supported(g) {
-        return g.contiguous()?.apply_op1(kernels::Col2im { k, pad });
-    }
+    col2im_strided(g, k, pad, 1, None)
+}
+
+/// The adjoint of [`im2col_strided`]: `(b, oh, ow, k*k*c)` -> `(b, h, w, c)`, the input's
+/// `(h, w)` given (needed when `stride > 1`, where several sizes give one grid).
+pub fn col2im_strided(
+    g: &Tensor,
+    k: usize,
+    pad: usize,
+    stride: usize,
+    input: Option<(usize, usize)>,
+) -> Result<Tensor> {
+    let op = kernels::Col2im {
+        k,
+        pad,
+        stride,
+        input,
+    };
     let (_, oh, ow, kkc) = g.dims4()?;
-    if k == 0 || kkc % (k * k) != 0 {
-        candle_core::bail!("col2im: {kkc} columns are not {k}x{k} patches");
+    if k == 0 || stride == 0 || kkc % (k * k) != 0 {
+        candle_core::bail!("col2im: {kkc} columns are not {k}x{k} patches (stride {stride})");
+    }
+    let Some((h, w)) = op.input_size(oh, ow) else {
+        candle_core::bail!(
+            "col2im: a {oh}x{ow} grid does not come from {input:?} with padding {pad} and stride {stride}"
+        );
+    };
+    if kernels::supported(g) {
+        return g.contiguous()?.apply_op1(op);
     }
     let c = kkc / (k * k);
-    let (hp, wp) = (oh + k - 1, ow + k - 1);
-    if hp < 2 * pad + 1 || wp < 2 * pad + 1 {
-        candle_core::bail!("col2im: padding {pad} leaves no input of {hp}x{wp}");
-    }
+    let (hp, wp) = (h + 2 * pad, w + 2 * pad);
     let mut acc: Option<Tensor> = None;
     for i in 0..k {
         for j in 0..k {
-            let placed = g
-                .narrow(3, (i * k + j) * c, c)?
-                .pad_with_zeros(1, i, k - 1 - i)?
-                .pad_with_zeros(2, j, k - 1 - j)?;
+            let placed = spread(&g.narrow(3, (i * k + j) * c, c)?, 1, i, hp, stride)?;
+            let placed = spread(&placed, 2, j, wp, stride)?;
             acc = Some(match acc {
                 None => placed,
                 Some(a) => (a + placed)?,
@@ -173,9 +238,7 @@ pub fn col2im(g: &Tensor, k: usize, pad: usize) -> Result<Tensor> {
         }
     }
     let acc = acc.expect("k >= 1");
-    acc.narrow(1, pad, hp - 2 * pad)?
-        .narrow(2, pad, wp - 2 * pad)?
-        .contiguous()
+    acc.narrow(1, pad, h)?.narrow(2, pad, w)?.contiguous()
 }
 
 /// The backward of [`max_pool2x2`]: `g (b, h/2, w/2, c)` sent to each window's first maximum
@@ -284,6 +347,36 @@ pub fn flatten_nchw_order(x: &Tensor) -> Result<Tensor> {
     x.permute((0, 3, 1, 2))?
         .contiguous()?
         .reshape((b, c * h * w))
+}
+
+/// `max(x, 0)`, differentiable to any order; on the CPU one pass forward and one backward
+/// (the crate's kernel), elsewhere candle's `relu`.
+pub fn relu(x: &Tensor) -> Result<Tensor> {
+    if kernels::supported(x) {
+        return x.contiguous()?.apply_op1(kernels::relu::Relu);
+    }
+    x.relu()
+}
+
+/// `t (q, c)` or `(n, q, c)` summed over `q`: `(c,)` or `(n, c)`, as a product with ones
+/// (candle's CPU sum over a dimension other than the last walks memory with a stride, about
+/// twenty times slower than a matmul that reads it once, in order). Differentiable.
+pub fn sum_rows(t: &Tensor) -> Result<Tensor> {
+    match t.rank() {
+        2 => {
+            let q = t.dim(0)?;
+            Tensor::ones((1, q), t.dtype(), t.device())?
+                .matmul(&t.contiguous()?)?
+                .squeeze(0)
+        }
+        3 => {
+            let (n, q, _) = t.dims3()?;
+            Tensor::ones((n, 1, q), t.dtype(), t.device())?
+                .matmul(&t.contiguous()?)?
+                .squeeze(1)
+        }
+        r => candle_core::bail!("sum_rows takes rank 2 or 3, got rank {r}"),
+    }
 }
 
 /// Log-probabilities `(b, c)` from logits `(b, c)` (candle's `log_softmax`, which has a correct

@@ -10,6 +10,8 @@
 pub mod gradnorm;
 pub mod init;
 pub mod layers;
+pub mod net;
+pub mod resnet;
 
 use crate::kernels;
 

@@ -10,6 +10,7 @@ mod fuzz_corpora;
 mod gradients;
 mod hostile;
 mod label_page;
+mod layer_library;
 mod layers;
 mod scorers;
 mod sessions;

@@ -42,6 +42,12 @@ pub(crate) enum ModelArg {
     Mlp,
     /// DUQ (van Amersfoort et al. 2020) on the paper's Fashion-MNIST CNN with batch norm: RBF head, BCE + gradient penalty (lambda 0.05), SGD lr 0.05 momentum 0.9, dropping x0.2 at 1/3 and 2/3 of the steps; score it with `duq`.
     Duq,
+    /// ResNet-18 (BasicBlock, torchvision's names): the CIFAR stem (3x3, no max-pool) below 64 pixels a side, ImageNet's above; softmax, Adam.
+    Resnet18,
+    /// ResNet-34 (BasicBlock).
+    Resnet34,
+    /// ResNet-50 (Bottleneck).
+    Resnet50,
 }
 
 impl ModelArg {
@@ -50,6 +56,9 @@ impl ModelArg {
             ModelArg::Cnn => ModelKind::Cnn,
             ModelArg::Mlp => ModelKind::Mlp,
             ModelArg::Duq => ModelKind::Duq,
+            ModelArg::Resnet18 => ModelKind::Resnet18,
+            ModelArg::Resnet34 => ModelKind::Resnet34,
+            ModelArg::Resnet50 => ModelKind::Resnet50,
         }
     }
 }
@@ -475,9 +484,12 @@ pub(crate) struct BenchArgs {
     /// Timed passes; the median is reported.
     #[arg(long, default_value_t = 5)]
     pub(crate) repeats: usize,
-    /// Adam steps of the brief training before timing.
-    #[arg(long, default_value_t = 200)]
-    pub(crate) train_steps: usize,
+    /// Adam steps of the brief training before timing. [default: 200; 10 for the ResNets]
+    #[arg(long)]
+    pub(crate) train_steps: Option<usize>,
+    /// The built-in model timed; the ResNets on 3x32x32 items (synthetic when --data is not colour images).
+    #[arg(long, value_enum, default_value = "cnn")]
+    pub(crate) model: ModelArg,
     /// Print one JSON object {"scorer": samples_per_s, ...} on stdout instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -490,7 +502,7 @@ pub(crate) struct BenchArgs {
     /// Timed optimiser steps per repeat for --train.
     #[arg(long, default_value_t = 10)]
     pub(crate) steps: usize,
-    /// Score with a deep ensemble of K briefly trained CNNs (sample scorers read one draw per member).
+    /// Score with a deep ensemble of K briefly trained models (sample scorers read one draw per member).
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
     pub(crate) ensemble: Option<u64>,
 }

@@ -1,0 +1,114 @@
+//! ReLU as two custom ops whose backward is one pass: [`Relu`] (`max(x, 0)`) and its backward
+//! [`ReluMask`] (`g` where the output is positive, else 0), which is its own backward in `g`,
+//! so gradients through it are exact to any order. Candle's own ReLU backward builds a
+//! comparison, a conversion and a product (three passes and three graph nodes) per layer and
+//! backward, which in a gradient-evidence pass (one backward per class) is a large part of the
+//! cost of a residual network.
+
+use super::{contiguous, entry, par_chunks, Elem};
+use candle_core::{
+    backend::BackendStorage, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor,
+};
+
+/// Elements per parallel piece (small tensors stay on one thread).
+const PIECE: usize = 1 << 16;
+
+/// `max(x, 0)` elementwise.
+#[derive(Debug, Clone, Copy)]
+pub struct Relu;
+
+/// `(y, g) -> g * (y > 0)`: ReLU's backward from its output `y`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReluMask;
+
+fn relu_k<T: Elem>(x: &[T]) -> Vec<T> {
+    let mut out = vec![T::ZERO; x.len()];
+    par_chunks(&mut out, PIECE, |i, o| {
+        let src = &x[i * PIECE..i * PIECE + o.len()];
+        for (d, &s) in o.iter_mut().zip(src) {
+            *d = if s > T::ZERO { s } else { T::ZERO };
+        }
+    });
+    out
+}
+
+fn mask_k<T: Elem>(y: &[T], g: &[T]) -> Vec<T> {
+    let mut out = vec![T::ZERO; y.len()];
+    par_chunks(&mut out, PIECE, |i, o| {
+        let at = i * PIECE;
+        for ((d, &yv), &gv) in o.iter_mut().zip(&y[at..]).zip(&g[at..]) {
+            *d = if yv > T::ZERO { gv } else { T::ZERO };
+        }
+    });
+    out
+}
+
+impl CustomOp1 for Relu {
+    fn name(&self) -> &'static str {
+        "alkit-relu"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
+        let out = match s {
+            CpuStorage::F32(v) => CpuStorage::F32(relu_k(contiguous(v, l, self.name())?)),
+            CpuStorage::F64(v) => CpuStorage::F64(relu_k(contiguous(v, l, self.name())?)),
+            other => candle_core::bail!("relu supports f32 and f64, got {:?}", other.dtype()),
+        };
+        Ok((out, l.shape().clone()))
+    }
+    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(
+            res.contiguous()?.apply_op2(&grad.contiguous()?, ReluMask)?,
+        ))
+    }
+}
+
+impl CustomOp2 for ReluMask {
+    fn name(&self) -> &'static str {
+        "alkit-relu-mask"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
+        if l1.shape() != l2.shape() {
+            candle_core::bail!(
+                "relu mask: output {:?} and gradient {:?} differ",
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        let name = self.name();
+        let out = match (s1, s2) {
+            (CpuStorage::F32(y), CpuStorage::F32(g)) => {
+                CpuStorage::F32(mask_k(contiguous(y, l1, name)?, contiguous(g, l2, name)?))
+            }
+            (CpuStorage::F64(y), CpuStorage::F64(g)) => {
+                CpuStorage::F64(mask_k(contiguous(y, l1, name)?, contiguous(g, l2, name)?))
+            }
+            (a, b) => candle_core::bail!(
+                "relu mask needs two f32 or two f64 inputs, got {:?} and {:?}",
+                a.dtype(),
+                b.dtype()
+            ),
+        };
+        Ok((out, l1.shape().clone()))
+    }
+    fn bwd(
+        &self,
+        y: &Tensor,
+        _g: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // Linear in `g` with the same mask; `y` only chooses where.
+        Ok((
+            None,
+            Some(y.contiguous()?.apply_op2(&grad.contiguous()?, ReluMask)?),
+        ))
+    }
+}

@@ -1,0 +1,106 @@
+//! Batch normalisation over the channels (the last dimension of NHWC or `(b, f)` activations),
+//! PyTorch's `BatchNorm2d`: batch statistics in training (biased variance), running statistics
+//! updated with momentum 0.1 from the unbiased variance, running statistics in evaluation.
+
+use super::{Ctx, Layer};
+use crate::nn::gradnorm::SiteKind;
+use crate::nn::layers::sum_rows;
+use candle_core::{Result, Tensor, Var};
+use candle_nn::{Init, VarBuilder};
+
+/// PyTorch's default epsilon.
+const EPS: f64 = 1e-5;
+/// PyTorch's default momentum.
+const MOMENTUM: f64 = 0.1;
+
+/// Tensors `weight`, `bias`, `running_mean`, `running_var`, all `(channels,)`. The running
+/// statistics are buffers: updated in place by training passes, never by the optimiser.
+pub struct BatchNorm2d {
+    weight: Tensor,
+    bias: Tensor,
+    running_mean: Var,
+    running_var: Var,
+}
+
+impl BatchNorm2d {
+    /// Weight 1, bias 0, running mean 0 and variance 1 (PyTorch's initialisation).
+    pub fn new(channels: usize, vb: VarBuilder) -> Result<Self> {
+        let mean = vb.get_with_hints(channels, "running_mean", Init::Const(0.0))?;
+        let var = vb.get_with_hints(channels, "running_var", Init::Const(1.0))?;
+        Ok(Self {
+            weight: vb.get_with_hints(channels, "weight", Init::Const(1.0))?,
+            bias: vb.get_with_hints(channels, "bias", Init::Const(0.0))?,
+            // Shares the builder's storage for a seeded builder's variables, so a checkpoint
+            // saves the updated statistics.
+            running_mean: Var::from_tensor(&mean)?,
+            running_var: Var::from_tensor(&var)?,
+        })
+    }
+
+    /// `(x - mean) / sqrt(var + eps)` with the batch's statistics (training) or the running
+    /// ones.
+    fn normalise(&self, x: &Tensor, ctx: &Ctx<'_>) -> Result<Tensor> {
+        let c = x.dim(x.rank() - 1)?;
+        if c != self.weight.dim(0)? {
+            candle_core::bail!(
+                "a batch norm of {} channels got activations {:?}",
+                self.weight.dim(0)?,
+                x.dims()
+            );
+        }
+        let flat = x.reshape(((), c))?;
+        if !ctx.training() {
+            let mean = self.running_mean.as_tensor().detach();
+            let inv = (self.running_var.as_tensor().detach() + EPS)?
+                .sqrt()?
+                .recip()?;
+            return x.broadcast_sub(&mean)?.broadcast_mul(&inv);
+        }
+        let count = flat.dim(0)?;
+        if count < 2 {
+            candle_core::bail!("batch norm needs more than one value per channel to train");
+        }
+        let mean = (sum_rows(&flat)? / count as f64)?;
+        let centred = flat.broadcast_sub(&mean)?;
+        let var = (sum_rows(&centred.sqr()?)? / count as f64)?;
+        let unbiased = (var.detach() * (count as f64 / (count - 1) as f64))?;
+        let blend = |old: &Var, new: &Tensor| -> Result<()> {
+            let v = ((old.as_tensor().detach() * (1.0 - MOMENTUM))?
+                + (new.detach().to_dtype(old.dtype())? * MOMENTUM)?)?;
+            old.set(&v)
+        };
+        blend(&self.running_mean, &mean)?;
+        blend(&self.running_var, &unbiased)?;
+        centred
+            .broadcast_div(&(var + EPS)?.sqrt()?)?
+            .reshape(x.shape())
+    }
+}
+
+impl Layer for BatchNorm2d {
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
+        if !ctx.training() && x.dim(x.rank() - 1)? == self.weight.dim(0)? {
+            // Evaluation folded into one scale and shift per channel: two passes over the
+            // activations instead of four, and two graph nodes (each costs a zero fill and an
+            // add in candle's backward). A recording pass keeps the normalised input, detached,
+            // for its site: the probe's gradient is the same either way.
+            let mean = self.running_mean.as_tensor().detach();
+            let inv = (self.running_var.as_tensor().detach() + EPS)?
+                .sqrt()?
+                .recip()?;
+            let scale = (ctx.param(&self.weight) * &inv)?;
+            let shift = (ctx.param(&self.bias) - (&mean * &scale)?)?;
+            let z = x.broadcast_mul(&scale)?.broadcast_add(&shift)?;
+            if !ctx.is_recording() {
+                return Ok(z);
+            }
+            let xhat = x.detach().broadcast_sub(&mean)?.broadcast_mul(&inv)?;
+            return ctx.site(SiteKind::Scale, &xhat, z, true);
+        }
+        let xhat = self.normalise(x, ctx)?;
+        let z = xhat
+            .broadcast_mul(&ctx.param(&self.weight))?
+            .broadcast_add(&ctx.param(&self.bias))?;
+        ctx.site(SiteKind::Scale, &xhat, z, true)
+    }
+}

@@ -1,0 +1,55 @@
+//! The parameter-free layers: ReLU, dropout (masks from alkit's seeded RNG), and flattening in
+//! PyTorch's NCHW order.
+
+use super::{Ctx, Layer};
+use crate::nn::layers::{dropout, flatten_nchw_order, relu};
+use candle_core::{Result, Tensor};
+
+/// `max(x, 0)`.
+pub struct Relu;
+
+impl Layer for Relu {
+    fn forward(&self, x: &Tensor, _: &mut Ctx<'_>) -> Result<Tensor> {
+        relu(x)
+    }
+}
+
+/// Inverted dropout with probability `p`, on when the pass draws masks (training, MC dropout).
+pub struct Dropout {
+    p: f32,
+}
+
+impl Dropout {
+    /// Dropout with probability `p` in `[0, 1)`.
+    pub fn new(p: f32) -> Result<Self> {
+        if !(0.0..1.0).contains(&p) {
+            candle_core::bail!("dropout probability {p} is not in [0, 1)");
+        }
+        Ok(Self { p })
+    }
+}
+
+impl Layer for Dropout {
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
+        match ctx.dropout_rng() {
+            Some(rng) => dropout(x, self.p, rng),
+            None => Ok(x.clone()),
+        }
+    }
+    fn stochastic(&self) -> bool {
+        self.p > 0.0
+    }
+}
+
+/// `(b, h, w, c)` -> `(b, c*h*w)` in NCHW order (PyTorch's `flatten(1)` after a convolution),
+/// other ranks flattened as they are.
+pub struct Flatten;
+
+impl Layer for Flatten {
+    fn forward(&self, x: &Tensor, _: &mut Ctx<'_>) -> Result<Tensor> {
+        match x.rank() {
+            4 => flatten_nchw_order(x),
+            _ => x.flatten_from(1),
+        }
+    }
+}
