@@ -137,28 +137,13 @@ pub fn site_grad_norms(
         candle_core::bail!("{m} inputs are not whole candidates of {copies} copies");
     }
     let n = m / copies;
-    // `(m, ...)` -> `(n, copies * positions, width)`: a candidate's rows together.
-    let per = |t: &Tensor| -> candle_core::Result<Tensor> {
-        let w = t.dim(t.rank() - 1)?;
-        t.reshape((n, (), w))
-    };
     let lp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
     let c = lp.dim(1)?;
     let rows = c + usize::from(expected);
-    // Dense layers: each candidate's Gram matrix of its copies' inputs `(n, copies, copies)`.
-    let grams = sites
-        .iter()
-        .map(|s| match s.kind {
-            SiteKind::Dense => {
-                let a = per(&s.input)?;
-                Ok(Some(a.matmul(&a.t()?)?))
-            }
-            _ => Ok(None),
-        })
-        .collect::<candle_core::Result<Vec<_>>>()?;
     let lpc = lp.reshape((n, copies, c))?;
     let p0 = lpc.narrow(1, 0, 1)?.exp()?.detach();
     let nl = sites.len();
+    let mut grams = vec![None; nl];
     let mut sq = vec![0f64; n * rows * nl];
     for r in 0..rows {
         let obj = if r < c {
@@ -171,44 +156,7 @@ pub fn site_grad_norms(
             let Some(d) = grads.get(site.probe.as_tensor()) else {
                 continue;
             };
-            let d = per(d)?;
-            let mut norm = match (&grams[l], site.kind) {
-                (Some(g), _) => (d.matmul(&d.t()?)? * g)?.sum((1, 2))?,
-                (None, SiteKind::Scale) => super::layers::sum_rows(&(&d * per(&site.input)?)?)?
-                    .sqr()?
-                    .sum(1)?,
-                (None, SiteKind::Conv { groups: 1, .. }) => {
-                    let a = per(&site.input)?;
-                    let (q, out, kc) = (d.dim(1)?, d.dim(2)?, a.dim(2)?);
-                    if q * (out + kc) < out * kc {
-                        // The Gram form: few positions, wide channels.
-                        (d.matmul(&d.t()?)? * a.matmul(&a.t()?)?)?.sum((1, 2))?
-                    } else {
-                        d.transpose(1, 2)?.matmul(&a)?.sqr()?.sum((1, 2))?
-                    }
-                }
-                (None, SiteKind::Conv { taps, groups }) => {
-                    grouped_conv_norm(&d, &per(&site.input)?, taps, groups)?
-                }
-                (None, SiteKind::ConvImage { kernel, padding }) => {
-                    let conv = crate::kernels::conv::Conv {
-                        k: kernel,
-                        pad: padding,
-                    };
-                    let v = crate::kernels::conv::candidate_weight_grad_norms(
-                        &conv,
-                        &site.input,
-                        grads.get(site.probe.as_tensor()).unwrap_or(&d),
-                        copies,
-                    )?;
-                    Tensor::from_vec(v, n, d.device())?.to_dtype(d.dtype())?
-                }
-                (None, SiteKind::Dense) => unreachable!("dense sites have a Gram matrix"),
-            };
-            if site.bias {
-                norm = (norm + super::layers::sum_rows(&d)?.sqr()?.sum(1)?)?;
-            }
-            let norm = norm.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            let norm = site_norm(site.kind, site.bias, &site.input, d, copies, &mut grams[l])?;
             for (i, v) in norm.into_iter().enumerate() {
                 sq[(i * rows + r) * nl + l] = v;
             }
@@ -240,6 +188,67 @@ pub fn site_grad_norms(
         layers: nl,
         kl_l1,
     })
+}
+
+/// Per-candidate squared norms `(n,)` of one parameterised layer's weight (and bias)
+/// gradient, from what its weight multiplied (`input`, see [`SiteKind`]) and its output
+/// gradient `d (n * copies, ..., out)`, a candidate's copies summed before the norm. `gram`
+/// caches a dense layer's per-candidate Gram matrix of its inputs across class rows.
+pub fn site_norm(
+    kind: SiteKind,
+    bias: bool,
+    input: &Tensor,
+    d_raw: &Tensor,
+    copies: usize,
+    gram: &mut Option<Tensor>,
+) -> candle_core::Result<Vec<f64>> {
+    let m = d_raw.dim(0)?;
+    if copies == 0 || m % copies != 0 {
+        candle_core::bail!("{m} output gradients are not whole candidates of {copies} copies");
+    }
+    let n = m / copies;
+    // `(m, ...)` -> `(n, copies * positions, width)`: a candidate's rows together.
+    let per = |t: &Tensor| -> candle_core::Result<Tensor> {
+        let w = t.dim(t.rank() - 1)?;
+        t.reshape((n, (), w))
+    };
+    let d = per(d_raw)?;
+    let mut norm = match kind {
+        SiteKind::Dense => {
+            if gram.is_none() {
+                let a = per(input)?;
+                *gram = Some(a.matmul(&a.t()?)?);
+            }
+            let g = gram.as_ref().expect("just set");
+            (d.matmul(&d.t()?)? * g)?.sum((1, 2))?
+        }
+        SiteKind::Scale => super::layers::sum_rows(&(&d * per(input)?)?)?
+            .sqr()?
+            .sum(1)?,
+        SiteKind::Conv { groups: 1, .. } => {
+            let a = per(input)?;
+            let (q, out, kc) = (d.dim(1)?, d.dim(2)?, a.dim(2)?);
+            if q * (out + kc) < out * kc {
+                // The Gram form: few positions, wide channels.
+                (d.matmul(&d.t()?)? * a.matmul(&a.t()?)?)?.sum((1, 2))?
+            } else {
+                d.transpose(1, 2)?.matmul(&a)?.sqr()?.sum((1, 2))?
+            }
+        }
+        SiteKind::Conv { taps, groups } => grouped_conv_norm(&d, &per(input)?, taps, groups)?,
+        SiteKind::ConvImage { kernel, padding } => {
+            let conv = crate::kernels::conv::Conv {
+                k: kernel,
+                pad: padding,
+            };
+            let v = crate::kernels::conv::candidate_weight_grad_norms(&conv, input, d_raw, copies)?;
+            Tensor::from_vec(v, n, d.device())?.to_dtype(d.dtype())?
+        }
+    };
+    if bias {
+        norm = (norm + super::layers::sum_rows(&d)?.sqr()?.sum(1)?)?;
+    }
+    norm.to_dtype(DType::F64)?.to_vec1::<f64>()
 }
 
 /// Per-candidate squared norms `(n,)` of a grouped convolution's weight gradient from output

@@ -358,6 +358,16 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
     x.relu()
 }
 
+/// ReLU's backward from its output: `g` where `y > 0`, else 0 (one pass on the CPU).
+pub fn relu_mask(y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    if kernels::supported(y) {
+        return y
+            .contiguous()?
+            .apply_op2(&g.contiguous()?, kernels::relu::ReluMask);
+    }
+    g * y.gt(0.0)?.to_dtype(g.dtype())?
+}
+
 /// `t (q, c)` or `(n, q, c)` summed over `q`: `(c,)` or `(n, c)`, as a product with ones
 /// (candle's CPU sum over a dimension other than the last walks memory with a stride, about
 /// twenty times slower than a matmul that reads it once, in order). Differentiable.

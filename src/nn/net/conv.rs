@@ -2,10 +2,10 @@
 //! on NHWC activations (the crate's im2col kernel on the CPU, shifted slices elsewhere), so its
 //! backward is a matmul plus col2im and its gradient-evidence site is the unfolded input.
 
-use super::{Ctx, Layer};
+use super::{Ctx, Layer, Tape};
 use crate::kernels;
 use crate::nn::gradnorm::SiteKind;
-use crate::nn::layers::im2col_strided;
+use crate::nn::layers::{col2im_strided, im2col_strided};
 use candle_core::{Result, Tensor};
 use candle_nn::{Init, VarBuilder};
 
@@ -119,10 +119,8 @@ impl Layer for Conv2d {
                 x.dims()
             );
         }
-        let Conv2dConfig {
-            stride, padding, ..
-        } = self.cfg;
-        if kernels::supported(x) && g == 1 && stride == 1 && k > 1 {
+        let padding = self.cfg.padding;
+        if self.uses_kernel(x) {
             // The crate's convolution kernels: no stored patches, Winograd for wide 3x3
             // layers, and a gradient-evidence site formed per candidate from the input.
             let wmat = ctx
@@ -137,6 +135,7 @@ impl Layer for Conv2d {
             let kind = SiteKind::ConvImage { kernel: k, padding };
             return ctx.site(kind, x, z, self.bias.is_some());
         }
+        ctx.save_dims(x.dims());
         let cols = self.unfold(x)?;
         let (_, oh, ow, width) = cols.dims4()?;
         let rows = b * oh * ow;
@@ -165,5 +164,52 @@ impl Layer for Conv2d {
             groups: g,
         };
         ctx.site(kind, &cols, z, self.bias.is_some())
+    }
+
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        tape.site(d)?;
+        let (out, cg, k, _) = self.weight.dims4()?;
+        let Conv2dConfig {
+            stride,
+            padding,
+            groups: g,
+            ..
+        } = self.cfg;
+        let cin = cg * g;
+        // (out, in/g, k, k) -> (out, k, k, in/g): im2col's (ki, kj, c) column order.
+        let w = self.weight.detach().permute((0, 2, 3, 1))?;
+        if self.uses_kernel(d) {
+            let wmat = w.reshape((out, k * k * cin))?;
+            let conv_t = kernels::conv::ConvT { k, pad: padding };
+            return d.contiguous()?.apply_op2(&wmat, conv_t);
+        }
+        let &[b, h, wd, _] = tape.dims()?.as_slice() else {
+            candle_core::bail!("convolution: the saved input shape is not NHWC");
+        };
+        let (_, oh, ow, _) = d.dims4()?;
+        let rows = b * oh * ow;
+        let d = d.reshape((rows, out))?;
+        let cols = if g == 1 {
+            d.matmul(&w.reshape((out, k * k * cin))?)?
+        } else {
+            let og = out / g;
+            let dg = d.reshape((rows, g, og))?.permute((1, 0, 2))?.contiguous()?;
+            dg.matmul(&w.reshape((g, og, k * k * cg))?)? // (g, rows, k*k*cg)
+                .reshape((g, rows, k * k, cg))?
+                .permute((1, 2, 0, 3))?
+                .reshape((rows, k * k * cin))?
+        };
+        let cols = cols.reshape((b, oh, ow, k * k * cin))?;
+        if k == 1 && padding == 0 && stride == 1 {
+            return Ok(cols);
+        }
+        col2im_strided(&cols, k, padding, stride, Some((h, wd)))
+    }
+}
+
+impl Conv2d {
+    /// Whether this layer runs as the crate's CPU convolution kernels on `x`'s device.
+    fn uses_kernel(&self, x: &Tensor) -> bool {
+        kernels::supported(x) && self.cfg.groups == 1 && self.cfg.stride == 1 && self.cfg.kernel > 1
     }
 }

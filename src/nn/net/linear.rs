@@ -1,6 +1,6 @@
 //! A dense layer, `y = x W^T + b`, PyTorch's `nn.Linear` (layout and default initialisation).
 
-use super::{Ctx, Layer};
+use super::{Ctx, Layer, Tape};
 use crate::nn::gradnorm::SiteKind;
 use candle_core::{Result, Tensor};
 use candle_nn::{Init, VarBuilder};
@@ -46,5 +46,9 @@ impl Layer for Linear {
             z = z.broadcast_add(&ctx.param(b))?;
         }
         ctx.site(SiteKind::Dense, x, z, self.bias.is_some())
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        tape.site(d)?;
+        d.matmul(&self.weight.detach())
     }
 }

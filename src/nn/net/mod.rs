@@ -4,10 +4,12 @@
 //! A [`Layer`] maps activations to activations under a [`Ctx`] that says what the pass is
 //! for: training (batch statistics, dropout masks), evaluation (differentiable, for autograd),
 //! inference (parameters detached), MC dropout (eval-mode statistics, dropout masks), or a
-//! gradient-evidence pass, where every parameterised layer records a
-//! [`Site`] and [`super::gradnorm::site_grad_norms`] turns the sites
-//! into per-candidate, per-class, per-layer norms from one backward of the whole batch per
-//! class row. [`Net`] wraps a [`Sequential`] as a [`super::Classifier`].
+//! gradient-evidence pass, where layers save what their own backward needs on a [`Tape`] and
+//! every parameterised layer records what its weight multiplies; [`Layer::backward`] then
+//! takes each class row's output gradient back through the layers (their vector-Jacobian
+//! products, no autograd graph) and the tape turns each layer's output gradient into
+//! per-candidate, per-class, per-layer norms: one backward of the whole batch per class row.
+//! [`Net`] wraps a [`Sequential`] as a [`super::Classifier`].
 //!
 //! Image activations are NHWC inside (the im2col kernels' layout); [`Net`] takes PyTorch's
 //! NCHW inputs and [`Flatten`] flattens in NCHW order, so weights keep PyTorch's layouts and
@@ -21,6 +23,7 @@ mod norm;
 mod pool;
 mod residual;
 mod simple;
+mod tape;
 
 pub use conv::{Conv2d, Conv2dConfig};
 pub use linear::Linear;
@@ -34,8 +37,9 @@ pub fn residual_init() -> candle_nn::Init {
     residual::KAIMING_OUT
 }
 pub use simple::{Dropout, Flatten, Relu};
+pub use tape::Tape;
 
-use super::gradnorm::{Site, SiteKind};
+use super::gradnorm::SiteKind;
 use crate::rng::Rng;
 use candle_core::{Result, Tensor};
 
@@ -44,7 +48,7 @@ pub struct Ctx<'a> {
     train: bool,
     params_grad: bool,
     rng: Option<&'a mut Rng>,
-    sites: Option<Vec<Site>>,
+    tape: Option<Tape>,
 }
 
 impl<'a> Ctx<'a> {
@@ -54,7 +58,7 @@ impl<'a> Ctx<'a> {
             train: true,
             params_grad: true,
             rng: Some(rng),
-            sites: None,
+            tape: None,
         }
     }
 
@@ -64,7 +68,7 @@ impl<'a> Ctx<'a> {
             train: false,
             params_grad: true,
             rng: None,
-            sites: None,
+            tape: None,
         }
     }
 
@@ -87,7 +91,7 @@ impl<'a> Ctx<'a> {
     /// A gradient-evidence pass: inference where every parameterised layer records a site.
     pub fn recording() -> Self {
         Self {
-            sites: Some(Vec::new()),
+            tape: Some(Tape::new()),
             ..Self::inference()
         }
     }
@@ -99,7 +103,28 @@ impl<'a> Ctx<'a> {
 
     /// Whether parameterised layers record sites in this pass.
     pub fn is_recording(&self) -> bool {
-        self.sites.is_some()
+        self.tape.is_some()
+    }
+
+    /// Saves `t` for the layer's backward in a recording pass.
+    pub fn save(&mut self, t: &Tensor) {
+        if let Some(tape) = &mut self.tape {
+            tape.save(t);
+        }
+    }
+
+    /// Saves a shape for the layer's backward in a recording pass.
+    pub fn save_dims(&mut self, dims: &[usize]) {
+        if let Some(tape) = &mut self.tape {
+            tape.save_dims(dims);
+        }
+    }
+
+    /// `max(x, 0)`, its output saved for [`relu_backward`] in a recording pass.
+    pub fn relu(&mut self, x: &Tensor) -> Result<Tensor> {
+        let y = super::layers::relu(x)?;
+        self.save(&y);
+        Ok(y)
     }
 
     /// `t` as a layer should use it: detached unless the pass differentiates the parameters.
@@ -116,8 +141,9 @@ impl<'a> Ctx<'a> {
         self.rng.as_deref_mut()
     }
 
-    /// A parameterised layer's output `z` (before any activation): unchanged, or in a
-    /// recording pass `z` plus a probe, with the site recorded.
+    /// A parameterised layer's output `z`, returned as it is; a recording pass records the
+    /// layer (what its weight multiplies, see [`SiteKind`]), and its backward must call
+    /// [`Tape::site`] with `z`'s gradient.
     pub fn site(
         &mut self,
         kind: SiteKind,
@@ -125,26 +151,33 @@ impl<'a> Ctx<'a> {
         z: Tensor,
         bias: bool,
     ) -> Result<Tensor> {
-        match &mut self.sites {
-            None => Ok(z),
-            Some(sites) => {
-                let (site, z) = Site::of(kind, input, &z, bias)?;
-                sites.push(site);
-                Ok(z)
-            }
+        if let Some(tape) = &mut self.tape {
+            tape.save_site(kind, bias, input);
         }
+        Ok(z)
     }
 
-    /// The sites recorded so far, in forward order.
-    pub fn take_sites(&mut self) -> Vec<Site> {
-        self.sites.take().unwrap_or_default()
+    /// The tape of a recording pass.
+    pub fn take_tape(&mut self) -> Option<Tape> {
+        self.tape.take()
     }
+}
+
+/// The backward of [`Ctx::relu`]: `d` where the saved output is positive, else 0.
+pub fn relu_backward(d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+    let y = tape.tensor()?;
+    super::layers::relu_mask(&y, d)
 }
 
 /// One layer: activations in, activations out (images NHWC, vectors `(b, f)`).
 pub trait Layer: Send + Sync {
     /// The layer applied to `x` for the pass `ctx` describes.
     fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor>;
+    /// The vector-Jacobian product of an evaluation-mode forward: the input gradient for the
+    /// output gradient `d`, from what this layer's recording forward saved on `tape` (read
+    /// back in reverse order); a parameterised layer passes its output gradient to
+    /// [`Tape::site`] first.
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor>;
     /// Whether the layer draws dropout masks (MC dropout recomputes from the first such
     /// layer on).
     fn stochastic(&self) -> bool {
@@ -208,6 +241,16 @@ impl Sequential {
 impl Layer for Sequential {
     fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
         self.forward_range(x, 0..self.layers.len(), ctx)
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        let mut d = d.clone();
+        for layer in self.layers.iter().rev() {
+            if tape.done() {
+                break;
+            }
+            d = layer.backward(&d, tape)?;
+        }
+        Ok(d)
     }
     fn stochastic(&self) -> bool {
         self.first_stochastic().is_some()

@@ -2,15 +2,15 @@
 //! recording pass and MC dropout that computes everything before the first dropout once.
 
 use super::{Ctx, Layer, Sequential};
-use crate::nn::gradnorm::{site_grad_norms, GradOut};
+use crate::nn::gradnorm::GradOut;
 use crate::nn::layers::nchw_to_nhwc;
 use crate::nn::{Ask, Classifier, Mode, Offer};
 use crate::rng::Rng;
 use candle_core::{Result, Tensor};
 
-/// Recorded layer inputs and probes per gradient-evidence pass, in elements (2^26: 256 MiB
+/// Activations a gradient-evidence pass saves for its backward, in elements (2^27: 512 MiB
 /// of f32); a pass's backward needs a few times that.
-pub const SITE_BUDGET: usize = 1 << 26;
+pub const SITE_BUDGET: usize = 1 << 27;
 
 /// A classifier built from layers: NCHW images (converted to NHWC once) or `(b, f)` vectors
 /// in, logits `(b, classes)` out.
@@ -37,12 +37,14 @@ impl Net {
         self.body.forward(&Self::input(x)?, ctx)
     }
 
-    /// Per-candidate gradient norms of `x (n * copies, ...)` from recording passes (see
-    /// [`site_grad_norms`]); layers are the parameterised layers in forward order.
+    /// Per-candidate gradient norms of `x (n * copies, ...)` (the quantities of
+    /// [`crate::nn::gradnorm::autograd_grad_norms`]): a recording forward, then one backward
+    /// of the whole batch per class row through the layers' own vector-Jacobian products
+    /// (see [`super::Tape`]); layers are the parameterised layers in forward order.
     ///
-    /// A pass keeps every layer's input for the whole batch (a ResNet-18 on 32x32 images:
-    /// about 14 MB per row), so candidates go in groups whose recorded inputs stay near
-    /// `SITE_BUDGET` elements, sized from the first candidate's pass. Candidates do not
+    /// A pass keeps what every layer's backward needs for the whole batch, so candidates go
+    /// in groups whose saved activations stay near [`SITE_BUDGET`] elements, sized from a
+    /// first group of up to 8. Candidates do not
     /// interact, so the grouping changes nothing but memory.
     pub fn grad_norms(&self, x: &Tensor, copies: usize, expected: bool) -> Result<GradOut> {
         let m = x.dim(0)?;
@@ -50,10 +52,12 @@ impl Net {
             candle_core::bail!("{m} inputs are not whole candidates of {copies} copies");
         }
         let n = m / copies;
+        // A first group of up to 8 candidates sizes the rest.
+        let first = n.min(8);
         let (mut out, per_candidate) =
-            self.grad_norms_pass(&x.narrow(0, 0, copies.min(m))?, copies, expected)?;
+            self.grad_norms_pass(&x.narrow(0, 0, first * copies)?, copies, expected)?;
         let group = (SITE_BUDGET / per_candidate.max(1)).max(1);
-        let mut at = 1;
+        let mut at = first;
         while at < n {
             let len = group.min(n - at);
             let (more, _) =
@@ -65,29 +69,75 @@ impl Net {
         Ok(out)
     }
 
-    /// One recording pass; also returns the elements it recorded per candidate.
+    /// One recording pass and a backward per class row through the layers' own
+    /// vector-Jacobian products (see [`super::Tape`]); also returns the elements it saved per
+    /// candidate.
     fn grad_norms_pass(
         &self,
         x: &Tensor,
         copies: usize,
         expected: bool,
     ) -> Result<(GradOut, usize)> {
-        if x.dim(0)? == 0 {
-            candle_core::bail!("no candidates to take gradients of");
+        let m = x.dim(0)?;
+        if m == 0 || m % copies != 0 {
+            candle_core::bail!("{m} inputs are not whole candidates of {copies} copies");
         }
+        let n = m / copies;
         let mut ctx = Ctx::recording();
         let logits = self.run(&x.detach(), &mut ctx)?;
-        let sites = ctx.take_sites();
-        if sites.is_empty() {
+        let mut tape = ctx
+            .take_tape()
+            .ok_or_else(|| candle_core::Error::Msg("a recording pass lost its tape".into()))?;
+        let layers = tape.sites();
+        if layers == 0 {
             candle_core::bail!("the model has no parameterised layer to take gradients of");
         }
-        let recorded: usize = sites
-            .iter()
-            .map(|s| s.input.elem_count() + s.probe.elem_count())
-            .sum();
-        let per_candidate = recorded / (x.dim(0)? / copies).max(1);
+        let per_candidate = tape.saved_elements() / n;
+        let (m, c) = logits.dims2()?;
+        let p = candle_nn::ops::softmax_last_dim(&logits)?;
+        // Copy 0's probabilities beside every copy of its candidate `(m, c)`.
+        let p0 = p
+            .reshape((n, copies, c))?
+            .narrow(1, 0, 1)?
+            .broadcast_as((n, copies, c))?
+            .reshape((m, c))?;
+        let rows = c + usize::from(expected);
+        tape.begin(n, copies, rows);
+        let scale = 1.0 / copies as f64;
+        for r in 0..rows {
+            // d/dlogits of the copies' mean of log p_r: (e_r - p) / copies; of the expected
+            // row's mean of sum_c p0_c log p_c: (p0 - p) / copies.
+            let d = if r < c {
+                let onehot = Tensor::zeros((1, c), p.dtype(), p.device())?.slice_assign(
+                    &[0..1, r..r + 1],
+                    &Tensor::ones((1, 1), p.dtype(), p.device())?,
+                )?;
+                (p.broadcast_sub(&onehot)? * -scale)?
+            } else {
+                ((&p0 - &p)? * scale)?
+            };
+            tape.start_row(Some(r));
+            self.body.backward(&d, &mut tape)?;
+        }
+        // GradNorm: d KL(u || p0) / dlogits of copy 0 = p0 - 1/C; the last layer's L1.
+        let first = Tensor::zeros((n, copies, 1), p.dtype(), p.device())?.slice_assign(
+            &[0..n, 0..1, 0..1],
+            &Tensor::ones((n, 1, 1), p.dtype(), p.device())?,
+        )?;
+        let d = (p0 - 1.0 / c as f64)?
+            .reshape((n, copies, c))?
+            .broadcast_mul(&first)?
+            .reshape((m, c))?;
+        tape.start_row(None);
+        self.body.backward(&d, &mut tape)?;
+        let (sq, kl_l1) = tape.finish();
         Ok((
-            site_grad_norms(&logits, &sites, copies, expected)?,
+            GradOut {
+                sq,
+                rows,
+                layers,
+                kl_l1,
+            },
             per_candidate,
         ))
     }

@@ -2,7 +2,7 @@
 //! PyTorch's `BatchNorm2d`: batch statistics in training (biased variance), running statistics
 //! updated with momentum 0.1 from the unbiased variance, running statistics in evaluation.
 
-use super::{Ctx, Layer};
+use super::{Ctx, Layer, Tape};
 use crate::nn::gradnorm::SiteKind;
 use crate::nn::layers::sum_rows;
 use candle_core::{Result, Tensor, Var};
@@ -102,5 +102,13 @@ impl Layer for BatchNorm2d {
             .broadcast_mul(&ctx.param(&self.weight))?
             .broadcast_add(&ctx.param(&self.bias))?;
         ctx.site(SiteKind::Scale, &xhat, z, true)
+    }
+    /// Evaluation mode: `d` times the per-channel scale `weight / sqrt(running_var + eps)`.
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        tape.site(d)?;
+        let inv = (self.running_var.as_tensor().detach() + EPS)?
+            .sqrt()?
+            .recip()?;
+        d.broadcast_mul(&(self.weight.detach() * inv)?)
     }
 }

@@ -1,8 +1,8 @@
 //! Pooling: max-pooling with any window, stride and padding (the gradient to each window's
 //! first maximum, PyTorch's rule, on every device), and global average pooling.
 
-use super::{Ctx, Layer};
-use crate::nn::layers::{im2col_strided, max_pool2x2, sum_rows};
+use super::{Ctx, Layer, Tape};
+use crate::nn::layers::{col2im_strided, im2col_strided, max_pool2x2, max_pool2x2_route, sum_rows};
 use candle_core::{Result, Tensor};
 
 /// `(b, h, w, c)` -> `(b, oh, ow, c)`, `oh = (h + 2 padding - kernel) / stride + 1`; padding
@@ -28,16 +28,17 @@ impl MaxPool2d {
             padding,
         })
     }
-}
 
-impl Layer for MaxPool2d {
-    fn forward(&self, x: &Tensor, _: &mut Ctx<'_>) -> Result<Tensor> {
+    fn is_2x2(&self) -> bool {
+        (self.kernel, self.stride, self.padding) == (2, 2, 0)
+    }
+
+    /// `x` padded with values far below every entry (exact for the real entries, never a
+    /// maximum), its windows `(b, oh, ow, k*k, c)`, and the one-hot first maximum of each
+    /// (row-major within the window, PyTorch's rule), detached.
+    fn windows(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let (k, s, p) = (self.kernel, self.stride, self.padding);
-        if (k, s, p) == (2, 2, 0) {
-            return max_pool2x2(x);
-        }
         let (b, _, _, c) = x.dims4()?;
-        // Padding lowered far below every value: exact for the real entries, never a maximum.
         let x = if p > 0 {
             let lowered = x
                 .ones_like()?
@@ -51,8 +52,6 @@ impl Layer for MaxPool2d {
         let (_, oh, ow, _) = taps.dims4()?;
         let taps = taps.reshape((b, oh, ow, k * k, c))?;
         let max = taps.detach().max_keepdim(3)?;
-        // The first maximum times one, the others times zero: the value exactly, the gradient
-        // to the first maximum only.
         let mut taken = max.zeros_like()?;
         let mut firsts = Vec::with_capacity(k * k);
         for t in 0..k * k {
@@ -65,8 +64,35 @@ impl Layer for MaxPool2d {
             taken = (taken + &first)?;
             firsts.push(first);
         }
-        let mask = Tensor::cat(&firsts, 3)?;
+        Ok((taps, Tensor::cat(&firsts, 3)?))
+    }
+}
+
+impl Layer for MaxPool2d {
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
+        ctx.save(x);
+        if self.is_2x2() {
+            return max_pool2x2(x);
+        }
+        // The first maximum times one, the others times zero: the value exactly, the gradient
+        // to the first maximum only.
+        let (taps, mask) = self.windows(x)?;
         (taps * mask)?.sum(3)
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        let x = tape.tensor()?;
+        if self.is_2x2() {
+            return max_pool2x2_route(&x, d);
+        }
+        let (k, s, p) = (self.kernel, self.stride, self.padding);
+        let (b, h, w, c) = x.dims4()?;
+        let (_, mask) = self.windows(&x)?;
+        let (_, oh, ow, _, _) = mask.dims5()?;
+        let cols = mask
+            .broadcast_mul(&d.unsqueeze(3)?)?
+            .reshape((b, oh, ow, k * k * c))?;
+        let padded = col2im_strided(&cols, k, 0, s, Some((h + 2 * p, w + 2 * p)))?;
+        padded.narrow(1, p, h)?.narrow(2, p, w)?.contiguous()
     }
 }
 
@@ -74,8 +100,18 @@ impl Layer for MaxPool2d {
 pub struct GlobalAvgPool;
 
 impl Layer for GlobalAvgPool {
-    fn forward(&self, x: &Tensor, _: &mut Ctx<'_>) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
         let (b, h, w, c) = x.dims4()?;
+        ctx.save_dims(x.dims());
         sum_rows(&x.reshape((b, h * w, c))?)? / (h * w) as f64
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        let &[b, h, w, c] = tape.dims()?.as_slice() else {
+            candle_core::bail!("global average pool: the saved shape is not NHWC");
+        };
+        (d / (h * w) as f64)?
+            .reshape((b, 1, 1, c))?
+            .broadcast_as((b, h, w, c))?
+            .contiguous()
     }
 }

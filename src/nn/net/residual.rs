@@ -3,8 +3,7 @@
 //! four-fold expansion, ResNet-50; the stride on the 3x3 as in torchvision's "v1.5"), each
 //! with a 1x1 convolution and batch norm as `downsample.{0,1}` where the shape changes.
 
-use super::{BatchNorm2d, Conv2d, Conv2dConfig, Ctx, Layer};
-use crate::nn::layers::relu;
+use super::{relu_backward, BatchNorm2d, Conv2d, Conv2dConfig, Ctx, Layer, Tape};
 use candle_core::{Result, Tensor};
 use candle_nn::init::{FanInOut, NonLinearity, NormalOrUniform};
 use candle_nn::{Init, VarBuilder};
@@ -58,6 +57,13 @@ impl Shortcut {
             Some((c, bn)) => bn.forward(&c.forward(x, ctx)?, ctx),
         }
     }
+
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        match &self.0 {
+            None => Ok(d.clone()),
+            Some((c, bn)) => c.backward(&bn.backward(d, tape)?, tape),
+        }
+    }
 }
 
 /// `relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))`.
@@ -87,9 +93,20 @@ impl BasicBlock {
 
 impl Layer for BasicBlock {
     fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
-        let h = relu(&self.bn1.forward(&self.conv1.forward(x, ctx)?, ctx)?)?;
+        let h = self.bn1.forward(&self.conv1.forward(x, ctx)?, ctx)?;
+        let h = ctx.relu(&h)?;
         let h = self.bn2.forward(&self.conv2.forward(&h, ctx)?, ctx)?;
-        relu(&(h + self.shortcut.forward(x, ctx)?)?)
+        let sum = (h + self.shortcut.forward(x, ctx)?)?;
+        ctx.relu(&sum)
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        // Read back in reverse: the output ReLU, the shortcut, then the main path.
+        let d = relu_backward(d, tape)?;
+        let short = self.shortcut.backward(&d, tape)?;
+        let d = self.conv2.backward(&self.bn2.backward(&d, tape)?, tape)?;
+        let d = relu_backward(&d, tape)?;
+        let d = self.conv1.backward(&self.bn1.backward(&d, tape)?, tape)?;
+        d + short
     }
 }
 
@@ -126,9 +143,22 @@ impl Bottleneck {
 
 impl Layer for Bottleneck {
     fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
-        let h = relu(&self.bn1.forward(&self.conv1.forward(x, ctx)?, ctx)?)?;
-        let h = relu(&self.bn2.forward(&self.conv2.forward(&h, ctx)?, ctx)?)?;
+        let h = self.bn1.forward(&self.conv1.forward(x, ctx)?, ctx)?;
+        let h = ctx.relu(&h)?;
+        let h = self.bn2.forward(&self.conv2.forward(&h, ctx)?, ctx)?;
+        let h = ctx.relu(&h)?;
         let h = self.bn3.forward(&self.conv3.forward(&h, ctx)?, ctx)?;
-        relu(&(h + self.shortcut.forward(x, ctx)?)?)
+        let sum = (h + self.shortcut.forward(x, ctx)?)?;
+        ctx.relu(&sum)
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        let d = relu_backward(d, tape)?;
+        let short = self.shortcut.backward(&d, tape)?;
+        let d = self.conv3.backward(&self.bn3.backward(&d, tape)?, tape)?;
+        let d = relu_backward(&d, tape)?;
+        let d = self.conv2.backward(&self.bn2.backward(&d, tape)?, tape)?;
+        let d = relu_backward(&d, tape)?;
+        let d = self.conv1.backward(&self.bn1.backward(&d, tape)?, tape)?;
+        d + short
     }
 }

@@ -1,16 +1,19 @@
 //! The parameter-free layers: ReLU, dropout (masks from alkit's seeded RNG), and flattening in
 //! PyTorch's NCHW order.
 
-use super::{Ctx, Layer};
-use crate::nn::layers::{dropout, flatten_nchw_order, relu};
+use super::{relu_backward, Ctx, Layer, Tape};
+use crate::nn::layers::{dropout, flatten_nchw_order};
 use candle_core::{Result, Tensor};
 
 /// `max(x, 0)`.
 pub struct Relu;
 
 impl Layer for Relu {
-    fn forward(&self, x: &Tensor, _: &mut Ctx<'_>) -> Result<Tensor> {
-        relu(x)
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
+        ctx.relu(x)
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        relu_backward(d, tape)
     }
 }
 
@@ -36,6 +39,10 @@ impl Layer for Dropout {
             None => Ok(x.clone()),
         }
     }
+    /// Evaluation-mode dropout is the identity.
+    fn backward(&self, d: &Tensor, _: &mut Tape) -> Result<Tensor> {
+        Ok(d.clone())
+    }
     fn stochastic(&self) -> bool {
         self.p > 0.0
     }
@@ -46,10 +53,17 @@ impl Layer for Dropout {
 pub struct Flatten;
 
 impl Layer for Flatten {
-    fn forward(&self, x: &Tensor, _: &mut Ctx<'_>) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
+        ctx.save_dims(x.dims());
         match x.rank() {
             4 => flatten_nchw_order(x),
             _ => x.flatten_from(1),
+        }
+    }
+    fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
+        match tape.dims()?.as_slice() {
+            &[b, h, w, c] => d.reshape((b, c, h, w))?.permute((0, 2, 3, 1))?.contiguous(),
+            dims => d.reshape(dims),
         }
     }
 }
