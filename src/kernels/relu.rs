@@ -1,4 +1,5 @@
-//! ReLU as two custom ops whose backward is one pass: [`Relu`] (`max(x, 0)`) and its backward
+//! ReLU as two custom ops whose backward is one pass (and [`ChannelScale`], batch norm's
+//! backward in evaluation): [`Relu`] (`max(x, 0)`) and its backward
 //! [`ReluMask`] (`g` where the output is positive, else 0), which is its own backward in `g`,
 //! so gradients through it are exact to any order. Candle's own ReLU backward builds a
 //! comparison, a conversion and a product (three passes and three graph nodes) per layer and
@@ -110,5 +111,73 @@ impl CustomOp2 for ReluMask {
             None,
             Some(y.contiguous()?.apply_op2(&grad.contiguous()?, ReluMask)?),
         ))
+    }
+}
+
+/// `(x (.., c), s (c,)) -> x * s`: a per-channel scale of channel-last activations in one
+/// parallel pass (candle's broadcast product recomputes an index per element). No backward:
+/// for the layer library's backward passes, which run outside autograd.
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelScale;
+
+fn scale_k<T: Elem>(x: &[T], s: &[T]) -> Vec<T> {
+    let c = s.len();
+    let mut out = vec![T::ZERO; x.len()];
+    let piece = (PIECE / c.max(1)).max(1) * c;
+    par_chunks(&mut out, piece, |i, o| {
+        let src = &x[i * piece..i * piece + o.len()];
+        for (row_o, row_x) in o.chunks_exact_mut(c).zip(src.chunks_exact(c)) {
+            for ((d, &v), &k) in row_o.iter_mut().zip(row_x).zip(s) {
+                *d = v * k;
+            }
+        }
+    });
+    out
+}
+
+impl CustomOp2 for ChannelScale {
+    fn name(&self) -> &'static str {
+        "alkit-channel-scale"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        entry(self.name())?;
+        let c = l2.shape().elem_count();
+        if l2.dims().len() != 1 || l1.dims().last() != Some(&c) || c == 0 {
+            candle_core::bail!(
+                "channel scale: activations {:?} and scale {:?} do not match",
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        let name = self.name();
+        let out = match (s1, s2) {
+            (CpuStorage::F32(x), CpuStorage::F32(s)) => {
+                CpuStorage::F32(scale_k(contiguous(x, l1, name)?, contiguous(s, l2, name)?))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(s)) => {
+                CpuStorage::F64(scale_k(contiguous(x, l1, name)?, contiguous(s, l2, name)?))
+            }
+            (a, b) => candle_core::bail!(
+                "channel scale needs two f32 or two f64 inputs, got {:?} and {:?}",
+                a.dtype(),
+                b.dtype()
+            ),
+        };
+        Ok((out, l1.shape().clone()))
+    }
+    fn bwd(
+        &self,
+        _: &Tensor,
+        _: &Tensor,
+        _: &Tensor,
+        _: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        candle_core::bail!("channel scale has no backward: it serves backward passes only")
     }
 }

@@ -109,6 +109,12 @@ impl Layer for BatchNorm2d {
         let inv = (self.running_var.as_tensor().detach() + EPS)?
             .sqrt()?
             .recip()?;
-        d.broadcast_mul(&(self.weight.detach() * inv)?)
+        let scale = (self.weight.detach() * inv)?;
+        if crate::kernels::supported(d) && !d.track_op() {
+            return d
+                .contiguous()?
+                .apply_op2(&scale.contiguous()?, crate::kernels::relu::ChannelScale);
+        }
+        d.broadcast_mul(&scale)
     }
 }
