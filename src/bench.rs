@@ -153,12 +153,7 @@ pub fn bench_data(
     input_std: &[f32],
     n: usize,
 ) -> Result<(Dataset, Vec<f32>)> {
-    use crate::models::ModelKind;
-    let resnet = matches!(
-        kind,
-        ModelKind::Resnet18 | ModelKind::Resnet34 | ModelKind::Resnet50
-    );
-    if !resnet || matches!(ds.item_shape(), [3, _, _]) {
+    if !kind.is_resnet() || matches!(ds.item_shape(), [3, _, _]) {
         return Ok((ds.clone(), input_std.to_vec()));
     }
     let n = n.clamp(1, 1 << 16);

@@ -326,6 +326,14 @@ impl ModelKind {
         }
     }
 
+    /// Whether this is one of the ResNets (timed on colour 32x32 items by `alkit bench`).
+    pub fn is_resnet(self) -> bool {
+        matches!(
+            self,
+            ModelKind::Resnet18 | ModelKind::Resnet34 | ModelKind::Resnet50
+        )
+    }
+
     /// The name users type.
     pub fn name(self) -> &'static str {
         match self {

@@ -611,12 +611,13 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
     let norm = Normalizer::fit(&splits.train);
     let model = a.model.kind();
     let (ds, std) = alkit::bench::bench_data(model, &norm.apply(&splits.train)?, &norm.std, a.n)?;
-    let small = matches!(model, ModelKind::Cnn | ModelKind::Mlp | ModelKind::Duq);
     let cfg = alkit::bench::ScoringBench {
         items: a.n,
         batch: a.batch as usize,
         repeats: a.repeats,
-        train_steps: a.train_steps.unwrap_or(if small { 200 } else { 10 }),
+        train_steps: a
+            .train_steps
+            .unwrap_or(if model.is_resnet() { 10 } else { 200 }),
         ensemble: a.ensemble.map(|k| k as usize),
         model,
     };

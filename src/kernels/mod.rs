@@ -31,7 +31,6 @@ pub(crate) mod conv;
 mod direct;
 pub(crate) mod duq;
 pub(crate) mod gradnorm;
-pub(crate) mod relu;
 pub(crate) mod sys;
 mod winograd;
 
@@ -241,6 +240,10 @@ macro_rules! dispatch2 {
         }
     };
 }
+
+// Declared after the dispatch macros, which it uses (macros are visible below their
+// definition only).
+pub(crate) mod relu;
 
 // ---------------------------------------------------------------- im2col / col2im
 

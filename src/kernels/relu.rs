@@ -50,11 +50,7 @@ impl CustomOp1 for Relu {
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         entry(self.name())?;
-        let out = match s {
-            CpuStorage::F32(v) => CpuStorage::F32(relu_k(contiguous(v, l, self.name())?)),
-            CpuStorage::F64(v) => CpuStorage::F64(relu_k(contiguous(v, l, self.name())?)),
-            other => candle_core::bail!("relu supports f32 and f64, got {:?}", other.dtype()),
-        };
+        let out = dispatch1!(s, self.name(), |v| relu_k(contiguous(v, l, self.name())?));
         Ok((out, l.shape().clone()))
     }
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -84,19 +80,10 @@ impl CustomOp2 for ReluMask {
             );
         }
         let name = self.name();
-        let out = match (s1, s2) {
-            (CpuStorage::F32(y), CpuStorage::F32(g)) => {
-                CpuStorage::F32(mask_k(contiguous(y, l1, name)?, contiguous(g, l2, name)?))
-            }
-            (CpuStorage::F64(y), CpuStorage::F64(g)) => {
-                CpuStorage::F64(mask_k(contiguous(y, l1, name)?, contiguous(g, l2, name)?))
-            }
-            (a, b) => candle_core::bail!(
-                "relu mask needs two f32 or two f64 inputs, got {:?} and {:?}",
-                a.dtype(),
-                b.dtype()
-            ),
-        };
+        let out = dispatch2!(s1, s2, name, |y, g| mask_k(
+            contiguous(y, l1, name)?,
+            contiguous(g, l2, name)?
+        ));
         Ok((out, l1.shape().clone()))
     }
     fn bwd(
@@ -156,19 +143,10 @@ impl CustomOp2 for ChannelScale {
             );
         }
         let name = self.name();
-        let out = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(s)) => {
-                CpuStorage::F32(scale_k(contiguous(x, l1, name)?, contiguous(s, l2, name)?))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(s)) => {
-                CpuStorage::F64(scale_k(contiguous(x, l1, name)?, contiguous(s, l2, name)?))
-            }
-            (a, b) => candle_core::bail!(
-                "channel scale needs two f32 or two f64 inputs, got {:?} and {:?}",
-                a.dtype(),
-                b.dtype()
-            ),
-        };
+        let out = dispatch2!(s1, s2, name, |x, s| scale_k(
+            contiguous(x, l1, name)?,
+            contiguous(s, l2, name)?
+        ));
         Ok((out, l1.shape().clone()))
     }
     fn bwd(

@@ -168,18 +168,7 @@ pub fn site_grad_norms(
     let grads = obj.backward()?;
     let last = &sites[nl - 1];
     let kl_l1 = match grads.get(last.probe.as_tensor()) {
-        Some(d) if last.kind == SiteKind::Dense => {
-            let first = |t: &Tensor| -> candle_core::Result<Tensor> {
-                let w = t.dim(1)?;
-                t.reshape((n, copies, w))?
-                    .narrow(1, 0, 1)?
-                    .abs()?
-                    .sum((1, 2))
-            };
-            (first(d)? * first(&last.input)?)?
-                .to_dtype(DType::F64)?
-                .to_vec1::<f64>()?
-        }
+        Some(d) if last.kind == SiteKind::Dense => dense_first_copy_l1(d, &last.input, copies)?,
         _ => vec![0.0; n],
     };
     Ok(GradOut {
@@ -188,6 +177,23 @@ pub fn site_grad_norms(
         layers: nl,
         kl_l1,
     })
+}
+
+/// GradNorm's L1 norm of a dense layer's weight gradient `d a^T` on each candidate's
+/// unperturbed copy, `|d|_1 |a|_1`, for output gradients `d (n * copies, out)` and inputs
+/// `a (n * copies, in)`: `(n,)`.
+pub fn dense_first_copy_l1(d: &Tensor, a: &Tensor, copies: usize) -> candle_core::Result<Vec<f64>> {
+    let n = d.dim(0)? / copies.max(1);
+    let first = |t: &Tensor| -> candle_core::Result<Tensor> {
+        let w = t.dim(1)?;
+        t.reshape((n, copies, w))?
+            .narrow(1, 0, 1)?
+            .abs()?
+            .sum((1, 2))
+    };
+    (first(d)? * first(a)?)?
+        .to_dtype(DType::F64)?
+        .to_vec1::<f64>()
 }
 
 /// Per-candidate squared norms `(n,)` of one parameterised layer's weight (and bias)

@@ -292,20 +292,8 @@ fn windows(x: &Tensor) -> Result<Tensor> {
 /// elsewhere, for windows `(b, h2, 2, w2, 2, c)`.
 fn first_max_mask(win: &Tensor) -> Result<Tensor> {
     let max = win.max_keepdim(4)?.max_keepdim(2)?;
-    let mut taken = max.zeros_like()?;
-    let mut firsts = Vec::with_capacity(4);
-    for di in 0..2 {
-        for dj in 0..2 {
-            let hit = win
-                .narrow(2, di, 1)?
-                .narrow(4, dj, 1)?
-                .eq(&max)?
-                .to_dtype(win.dtype())?;
-            let first = (&hit * (1.0 - &taken)?)?;
-            taken = (taken + &first)?;
-            firsts.push(first);
-        }
-    }
+    let taps = (0..4).map(|t| win.narrow(2, t / 2, 1)?.narrow(4, t % 2, 1));
+    let firsts = first_maxima(taps, &max)?;
     Tensor::cat(
         &[
             Tensor::cat(&[&firsts[0], &firsts[1]], 4)?,
@@ -313,6 +301,23 @@ fn first_max_mask(win: &Tensor) -> Result<Tensor> {
         ],
         2,
     )
+}
+
+/// For each window, one at its first tap equal to the window's maximum `max` and zero at the
+/// others (PyTorch's rule for ties), `taps` in row-major window order, each of `max`'s shape.
+pub(crate) fn first_maxima(
+    taps: impl Iterator<Item = Result<Tensor>>,
+    max: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let mut taken = max.zeros_like()?;
+    let mut firsts = Vec::new();
+    for tap in taps {
+        let hit = tap?.eq(max)?.to_dtype(max.dtype())?;
+        let first = (&hit * (1.0 - &taken)?)?;
+        taken = (taken + &first)?;
+        firsts.push(first);
+    }
+    Ok(firsts)
 }
 
 /// Inverted dropout with a mask from `rng`: keeps each entry with probability `1 - p` and

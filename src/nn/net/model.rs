@@ -48,7 +48,7 @@ impl Net {
     /// interact, so the grouping changes nothing but memory.
     pub fn grad_norms(&self, x: &Tensor, copies: usize, expected: bool) -> Result<GradOut> {
         let m = x.dim(0)?;
-        if copies == 0 || m % copies != 0 {
+        if copies == 0 || m == 0 || m % copies != 0 {
             candle_core::bail!("{m} inputs are not whole candidates of {copies} copies");
         }
         let n = m / copies;
@@ -78,11 +78,8 @@ impl Net {
         copies: usize,
         expected: bool,
     ) -> Result<(GradOut, usize)> {
-        let m = x.dim(0)?;
-        if m == 0 || m % copies != 0 {
-            candle_core::bail!("{m} inputs are not whole candidates of {copies} copies");
-        }
-        let n = m / copies;
+        // Whole candidates: `grad_norms` checked the batch and cuts it at candidates.
+        let n = x.dim(0)? / copies;
         let mut ctx = Ctx::recording();
         let logits = self.run(&x.detach(), &mut ctx)?;
         let mut tape = ctx

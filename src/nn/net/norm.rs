@@ -37,25 +37,17 @@ impl BatchNorm2d {
         })
     }
 
-    /// `(x - mean) / sqrt(var + eps)` with the batch's statistics (training) or the running
-    /// ones.
-    fn normalise(&self, x: &Tensor, ctx: &Ctx<'_>) -> Result<Tensor> {
-        let c = x.dim(x.rank() - 1)?;
-        if c != self.weight.dim(0)? {
-            candle_core::bail!(
-                "a batch norm of {} channels got activations {:?}",
-                self.weight.dim(0)?,
-                x.dims()
-            );
-        }
-        let flat = x.reshape(((), c))?;
-        if !ctx.training() {
-            let mean = self.running_mean.as_tensor().detach();
-            let inv = (self.running_var.as_tensor().detach() + EPS)?
-                .sqrt()?
-                .recip()?;
-            return x.broadcast_sub(&mean)?.broadcast_mul(&inv);
-        }
+    /// `1 / sqrt(running_var + eps)` per channel, detached.
+    fn inv_std(&self) -> Result<Tensor> {
+        (self.running_var.as_tensor().detach() + EPS)?
+            .sqrt()?
+            .recip()
+    }
+
+    /// `(x - mean) / sqrt(var + eps)` with the batch's statistics (biased variance), the
+    /// running statistics updated; `x (.., c)` flattened to `(rows, c)`.
+    fn normalise_batch(&self, x: &Tensor) -> Result<Tensor> {
+        let flat = x.reshape(((), x.dim(x.rank() - 1)?))?;
         let count = flat.dim(0)?;
         if count < 2 {
             candle_core::bail!("batch norm needs more than one value per channel to train");
@@ -79,37 +71,38 @@ impl BatchNorm2d {
 
 impl Layer for BatchNorm2d {
     fn forward(&self, x: &Tensor, ctx: &mut Ctx<'_>) -> Result<Tensor> {
-        if !ctx.training() && x.dim(x.rank() - 1)? == self.weight.dim(0)? {
-            // Evaluation folded into one scale and shift per channel: two passes over the
-            // activations instead of four, and two graph nodes (each costs a zero fill and an
-            // add in candle's backward). A recording pass keeps the normalised input, detached,
-            // for its site: the probe's gradient is the same either way.
-            let mean = self.running_mean.as_tensor().detach();
-            let inv = (self.running_var.as_tensor().detach() + EPS)?
-                .sqrt()?
-                .recip()?;
-            let scale = (ctx.param(&self.weight) * &inv)?;
-            let shift = (ctx.param(&self.bias) - (&mean * &scale)?)?;
-            let z = x.broadcast_mul(&scale)?.broadcast_add(&shift)?;
-            if !ctx.is_recording() {
-                return Ok(z);
-            }
-            let xhat = x.detach().broadcast_sub(&mean)?.broadcast_mul(&inv)?;
-            return ctx.site(SiteKind::Scale, &xhat, z, true);
+        let channels = self.weight.dim(0)?;
+        if x.dim(x.rank() - 1)? != channels {
+            candle_core::bail!(
+                "a batch norm of {channels} channels got activations {:?}",
+                x.dims()
+            );
         }
-        let xhat = self.normalise(x, ctx)?;
-        let z = xhat
-            .broadcast_mul(&ctx.param(&self.weight))?
-            .broadcast_add(&ctx.param(&self.bias))?;
+        if ctx.training() {
+            return self
+                .normalise_batch(x)?
+                .broadcast_mul(&ctx.param(&self.weight))?
+                .broadcast_add(&ctx.param(&self.bias));
+        }
+        // Evaluation folded into one scale and shift per channel: two passes over the
+        // activations instead of four, and two graph nodes (each costs a zero fill and an add
+        // in candle's backward). A recording pass also keeps the normalised input for its
+        // site.
+        let mean = self.running_mean.as_tensor().detach();
+        let inv = self.inv_std()?;
+        let scale = (ctx.param(&self.weight) * &inv)?;
+        let shift = (ctx.param(&self.bias) - (&mean * &scale)?)?;
+        let z = x.broadcast_mul(&scale)?.broadcast_add(&shift)?;
+        if !ctx.is_recording() {
+            return Ok(z);
+        }
+        let xhat = x.detach().broadcast_sub(&mean)?.broadcast_mul(&inv)?;
         ctx.site(SiteKind::Scale, &xhat, z, true)
     }
     /// Evaluation mode: `d` times the per-channel scale `weight / sqrt(running_var + eps)`.
     fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
         tape.site(d)?;
-        let inv = (self.running_var.as_tensor().detach() + EPS)?
-            .sqrt()?
-            .recip()?;
-        let scale = (self.weight.detach() * inv)?;
+        let scale = (self.weight.detach() * self.inv_std()?)?;
         if crate::kernels::supported(d) && !d.track_op() {
             return d
                 .contiguous()?

@@ -2,7 +2,9 @@
 //! first maximum, PyTorch's rule, on every device), and global average pooling.
 
 use super::{Ctx, Layer, Tape};
-use crate::nn::layers::{col2im_strided, im2col_strided, max_pool2x2, max_pool2x2_route, sum_rows};
+use crate::nn::layers::{
+    col2im_strided, first_maxima, im2col_strided, max_pool2x2, max_pool2x2_route, sum_rows,
+};
 use candle_core::{Result, Tensor};
 
 /// `(b, h, w, c)` -> `(b, oh, ow, c)`, `oh = (h + 2 padding - kernel) / stride + 1`; padding
@@ -52,18 +54,8 @@ impl MaxPool2d {
         let (_, oh, ow, _) = taps.dims4()?;
         let taps = taps.reshape((b, oh, ow, k * k, c))?;
         let max = taps.detach().max_keepdim(3)?;
-        let mut taken = max.zeros_like()?;
-        let mut firsts = Vec::with_capacity(k * k);
-        for t in 0..k * k {
-            let hit = taps
-                .narrow(3, t, 1)?
-                .detach()
-                .eq(&max)?
-                .to_dtype(x.dtype())?;
-            let first = (&hit * (1.0 - &taken)?)?;
-            taken = (taken + &first)?;
-            firsts.push(first);
-        }
+        let each = (0..k * k).map(|t| Ok(taps.narrow(3, t, 1)?.detach()));
+        let firsts = first_maxima(each, &max)?;
         Ok((taps, Tensor::cat(&firsts, 3)?))
     }
 }

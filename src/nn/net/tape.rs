@@ -6,7 +6,7 @@
 //! the pass free of a graph: no probe variables, no zero-filled gradient accumulators, and
 //! each class row costs one input-gradient product per layer plus the site norms.
 
-use crate::nn::gradnorm::{site_norm, SiteKind};
+use crate::nn::gradnorm::{dense_first_copy_l1, site_norm, SiteKind};
 use candle_core::{Result, Tensor};
 
 enum Saved {
@@ -143,17 +143,7 @@ impl Tape {
             Record::LastL1 => {
                 if index + 1 == self.sites {
                     if kind == SiteKind::Dense {
-                        let n = d.dim(0)? / self.copies;
-                        let first = |t: &Tensor| -> Result<Tensor> {
-                            let w = t.dim(1)?;
-                            t.reshape((n, self.copies, w))?
-                                .narrow(1, 0, 1)?
-                                .abs()?
-                                .sum((1, 2))
-                        };
-                        self.kl_l1 = (first(d)? * first(&input)?)?
-                            .to_dtype(candle_core::DType::F64)?
-                            .to_vec1::<f64>()?;
+                        self.kl_l1 = dense_first_copy_l1(d, &input, self.copies)?;
                     }
                     self.done = true;
                 }
