@@ -31,6 +31,16 @@ pub(crate) fn full_batch(chunk: &[usize], batch: usize) -> std::borrow::Cow<'_, 
     }
 }
 
+/// The inference batch when none is asked for: 512 items, fewer for large items (the largest
+/// power of two with at most 2^22 input values per batch: 16 photos of 3x224x224), because
+/// every batch runs at its full size (a partial one padded, see [`log_probs_of`]) and a
+/// ResNet's activations grow with the batch's values.
+pub fn default_batch(item_len: usize) -> usize {
+    let fit = (1usize << 22) / item_len.max(1);
+    let pow2 = if fit == 0 { 1 } else { 1 << fit.ilog2() };
+    pow2.clamp(1, 512)
+}
+
 /// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of exactly `batch`
 /// rows (a partial batch is filled with copies of its last item, the extra rows dropped), so
 /// that an item's result never depends on which items share its batch.
@@ -427,5 +437,21 @@ pub fn metrics_from_log_probs(log_probs: &[f32], labels: &[u32], classes: usize)
     TestMetrics {
         acc: correct as f64 / n,
         nll: nll / n,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_batch;
+
+    #[test]
+    fn the_default_batch_keeps_a_batch_under_four_million_values() {
+        assert_eq!(default_batch(784), 512);
+        assert_eq!(default_batch(3 * 32 * 32), 512);
+        assert_eq!(default_batch(8192), 512);
+        assert_eq!(default_batch(8193), 256);
+        assert_eq!(default_batch(3 * 224 * 224), 16);
+        assert_eq!(default_batch(3 * 4096 * 4096), 1);
+        assert_eq!(default_batch(0), 512);
     }
 }

@@ -120,7 +120,7 @@ pub fn idx(data: &[u8]) {
 
 /// PNG and JPEG decoding, with the size limits checked before decoding; the header-only
 /// read (size and channels, which plan a pool before any image is decoded) must agree with
-/// the decoder, and the square fit of a photo pool must hold.
+/// the decoder, and every preprocessing of a photo must hold.
 pub fn image(data: &[u8]) {
     init();
     let path = std::path::Path::new("fuzz.png");
@@ -132,9 +132,17 @@ pub fn image(data: &[u8]) {
             (img.height, img.width, img.channels)
         );
         if img.height * img.width <= 1 << 16 {
+            use alkit::data::image::{CropMode, Filter, Preprocess};
             let side = 1 + data.len() % 40;
-            let fit = img.fit_square(side, path).expect("a decoded image fits");
-            assert_eq!(fit.pixels.len(), img.channels * side * side);
+            let pre = Preprocess {
+                size: side,
+                resize: side + data.len() % 7,
+                mode: [CropMode::Center, CropMode::Squash][data.len() % 2],
+                filter: [Filter::Bilinear, Filter::Bicubic, Filter::Lanczos][data.len() % 3],
+                channels: 3,
+            };
+            let fit = img.preprocess(&pre, path).expect("a decoded image fits");
+            assert_eq!(fit.pixels.len(), 3 * side * side);
         }
     }
 }

@@ -374,7 +374,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         )?,
         None => scorers_of(&a.scorer, &settings)?,
     };
-    if a.batch == 0 || a.chunk == 0 {
+    if a.batch == Some(0) || a.chunk == 0 {
         return Err(alkit::Error::config("batch", "--batch and --chunk must be at least 1").into());
     }
     let mut inputs: Vec<&Path> = a.checkpoint.iter().map(PathBuf::as_path).collect();
@@ -426,18 +426,27 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
     let name = a.data.to_string_lossy().into_owned();
     let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
     // A train split is read in chunks (for scorers that draw no noise); others are loaded
-    // whole and scored as one chunk.
+    // whole and scored as one chunk. A checkpoint that prepares its own inputs (a timm
+    // model) has every item resized and cropped as it says.
+    let pre = ck.config.preprocess;
+    let open = |bar: &mut DownloadBar| match &pre {
+        Some(p) => alkit::data::stream::open_preprocessed(&source, &Hub::from_env(), bar, p),
+        None => alkit::data::stream::open(&source, &Hub::from_env(), bar),
+    };
     let streamed = match a.split {
         SplitArg::Train if noisy.is_none() => Some(
-            alkit::data::stream::open(&source, &Hub::from_env(), &mut DownloadBar::default())
+            open(&mut DownloadBar::default())
                 .with_context(|| format!("loading the data {name}"))?,
         ),
         _ => None,
     };
+    let batch = a
+        .batch
+        .unwrap_or_else(|| alkit::predict::default_batch(ck.config.item_shape.iter().product()));
     let (item_shape, pool, mut next): (Vec<usize>, usize, NextChunk) = match streamed {
         Some(mut st) => {
             // Whole batches per chunk: the batches are then the whole-pool run's.
-            let chunk = a.chunk.div_ceil(a.batch) * a.batch;
+            let chunk = a.chunk.div_ceil(batch) * batch;
             (
                 st.item_shape().to_vec(),
                 st.len(),
@@ -445,19 +454,27 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
             )
         }
         None => {
-            let (_, loaded) = load_source(&name)?;
-            let items = match a.split {
-                SplitArg::Train => loaded.pool,
-                SplitArg::Test => loaded
-                    .test
-                    .with_context(|| format!("{name} has no test split; drop --split test"))?,
+            let mut st = match a.split {
+                SplitArg::Train if pre.is_some() => open(&mut DownloadBar::default())
+                    .with_context(|| format!("loading the data {name}"))?,
+                _ => {
+                    let (_, loaded) = load_source(&name)?;
+                    let items = match a.split {
+                        SplitArg::Train => loaded.pool,
+                        SplitArg::Test => loaded.test.with_context(|| {
+                            format!("{name} has no test split; drop --split test")
+                        })?,
+                    };
+                    let st = alkit::data::stream::in_memory(items);
+                    match &pre {
+                        Some(p) => alkit::data::stream::preprocessed(st, p, &name)?,
+                        None => st,
+                    }
+                }
             };
-            let (shape, n) = (items.item_shape.clone(), items.len());
-            let mut whole = Some(Chunk {
-                start: 0,
-                ids: items.ids,
-                x: items.x,
-            });
+            let (shape, n) = (st.item_shape().to_vec(), st.len());
+            let mut whole = alkit::data::stream::drain(st.as_mut())
+                .with_context(|| format!("loading the data {name}"))?;
             (shape, n, Box::new(move || Ok(whole.take())))
         }
     };
@@ -473,7 +490,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         params: Some(&ck.params),
         builder: (a.checkpoint.len() == 1).then_some(&ck.config.arch),
         input_std: &ck.config.normalizer.std,
-        batch: a.batch,
+        batch,
         device,
     };
     let plan = alkit::eval::ChunkPlan {
@@ -523,7 +540,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
         ("scorers", names.join(",")),
         ("settings", format!("{settings:?}")),
         ("seed", a.seed.to_string()),
-        ("batch", a.batch.to_string()),
+        ("batch", batch.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

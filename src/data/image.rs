@@ -7,6 +7,7 @@
 //! file.
 
 use crate::error::{contain, DataProblem, Error, Result};
+use serde::{Deserialize, Serialize};
 use std::io::Cursor;
 use std::path::Path;
 
@@ -129,48 +130,169 @@ pub fn header(bytes: &[u8], path: &Path) -> Result<Header> {
     }
 }
 
-impl Image {
-    /// The image scaled so that its shorter side is `side` (triangle filter, widened when
-    /// shrinking so every source pixel counts), then its centre `side x side`: what a pool of
-    /// photos of mixed sizes becomes (torchvision's `Resize(side)` + `CenterCrop(side)`).
-    pub fn fit_square(&self, side: usize, path: &Path) -> Result<Image> {
-        let (h, w) = (self.height, self.width);
-        if side == 0 || h == 0 || w == 0 {
-            return Err(bad(
-                path,
-                format!("cannot fit a {h}x{w} image into {side}x{side}"),
+/// The resampling filter of a resize, by torchvision's (Pillow's) names; each is widened by
+/// the scale factor when shrinking, as Pillow does, so every source pixel counts (see
+/// [`resample`](super::resample)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Filter {
+    /// The triangle (tent) filter, PIL's `BILINEAR`.
+    Bilinear,
+    /// The cubic convolution with `a = -0.5` (Catmull-Rom), PIL's `BICUBIC`.
+    Bicubic,
+    /// Lanczos with three lobes, PIL's `LANCZOS`.
+    Lanczos,
+}
+
+impl Filter {
+    /// The filter of a torchvision/timm interpolation name (`bilinear`, `bicubic`, `lanczos`).
+    pub fn from_name(name: &str) -> Option<Filter> {
+        match name {
+            "bilinear" => Some(Filter::Bilinear),
+            "bicubic" => Some(Filter::Bicubic),
+            "lanczos" => Some(Filter::Lanczos),
+            _ => None,
+        }
+    }
+}
+
+/// How the resize before the crop keeps the aspect ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CropMode {
+    /// The shorter side becomes `resize`, the longer keeps the aspect ratio (torchvision's
+    /// `Resize(int)`, timm's `crop_mode = "center"`).
+    Center,
+    /// Both sides become `resize` (timm's `crop_mode = "squash"`).
+    Squash,
+}
+
+/// How a photo becomes a model's input of `channels x size x size` 8-bit pixels: resized (see
+/// [`CropMode`]) with `filter`, then its centre `size x size` cut out, grayscale replicated to
+/// RGB where the model takes three channels. This is torchvision's `Resize(resize)` +
+/// `CenterCrop(size)` on a Pillow image, the evaluation transform of timm, pixel for pixel:
+/// Pillow's resampling, the longer side `floor(resize * long / short)`, the crop's offset
+/// `(scaled - size) / 2` rounded half to even, as Python's `round` does. Normalisation comes after, from the checkpoint's
+/// [`Normalizer`](crate::data::Normalizer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preprocess {
+    /// Side of the square the model takes.
+    pub size: usize,
+    /// The side the image is resized to before the crop (`>= size`).
+    pub resize: usize,
+    /// How the aspect ratio is kept.
+    pub mode: CropMode,
+    /// The resampling filter.
+    pub filter: Filter,
+    /// Channels of the result: 1 or 3.
+    pub channels: usize,
+}
+
+impl Preprocess {
+    /// The largest side a preprocessed item may have (a model input, not a photo).
+    pub const MAX_SIZE: usize = 2048;
+
+    /// Shorter side to `side` (triangle filter), then the centre `side x side`: what a pool of
+    /// photos of mixed sizes becomes when no checkpoint says otherwise.
+    pub fn square(side: usize, channels: usize) -> Preprocess {
+        Preprocess {
+            size: side,
+            resize: side,
+            mode: CropMode::Center,
+            filter: Filter::Bilinear,
+            channels,
+        }
+    }
+
+    /// Checks the sizes and channels, saying what is wrong.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.size == 0 || self.size > Self::MAX_SIZE {
+            return Err(format!(
+                "an input side of {} pixels (1 to {} are taken)",
+                self.size,
+                Self::MAX_SIZE
             ));
         }
-        if (h, w) == (side, side) {
-            return Ok(self.clone());
+        if self.resize < self.size || self.resize > 2 * Self::MAX_SIZE {
+            return Err(format!(
+                "a resize to {} pixels before a crop of {} (the crop must fit, at most {})",
+                self.resize,
+                self.size,
+                2 * Self::MAX_SIZE
+            ));
         }
-        // Scaled size: the shorter side becomes `side`, the longer keeps the aspect ratio.
-        let (sh, sw) = if h <= w {
-            (
-                side,
-                ((w * side) as f64 / h as f64).round().max(side as f64) as usize,
-            )
-        } else {
-            (
-                ((h * side) as f64 / w as f64).round().max(side as f64) as usize,
-                side,
-            )
+        if self.channels != 1 && self.channels != 3 {
+            return Err(format!(
+                "{} input channels (images give 1 or 3)",
+                self.channels
+            ));
+        }
+        Ok(())
+    }
+
+    /// Shape of one preprocessed item `(channels, size, size)`.
+    pub fn item_shape(&self) -> Vec<usize> {
+        vec![self.channels, self.size, self.size]
+    }
+}
+
+/// Python's `round(d / 2)` for a non-negative integer `d`: halves go to the even neighbour.
+fn half_to_even(d: usize) -> usize {
+    let k = d / 2;
+    if d % 2 == 1 && k % 2 == 1 {
+        k + 1
+    } else {
+        k
+    }
+}
+
+impl Image {
+    /// The image as `pre` says (see [`Preprocess`]); `path` names it in errors.
+    pub fn preprocess(&self, pre: &Preprocess, path: &Path) -> Result<Image> {
+        let (h, w) = (self.height, self.width);
+        pre.check()
+            .map_err(|m| bad(path, format!("cannot preprocess: {m}")))?;
+        if h == 0 || w == 0 || self.pixels.len() != self.channels * h * w {
+            return Err(bad(
+                path,
+                format!(
+                    "cannot preprocess a {h}x{w} image of {} bytes",
+                    self.pixels.len()
+                ),
+            ));
+        }
+        if self.channels > pre.channels {
+            return Err(bad(
+                path,
+                format!(
+                    "a {}-channel image for a model of {} channel(s)",
+                    self.channels, pre.channels
+                ),
+            ));
+        }
+        let r = pre.resize;
+        // torchvision's `_compute_resized_output_size`: the longer side truncated.
+        let (sh, sw) = match pre.mode {
+            CropMode::Squash => (r, r),
+            CropMode::Center if w <= h => (r * h / w, r),
+            CropMode::Center => (r, r * w / h),
         };
-        let (top, left) = ((sh - side) / 2, (sw - side) / 2);
-        let mut r = resize::new(w, h, sw, sh, resize::Pixel::Gray8, resize::Type::Triangle)
-            .map_err(|e| bad(path, format!("cannot resize: {e}")))?;
-        let mut scaled = vec![rgb::Gray::new(0u8); sh * sw];
+        let (sh, sw) = (sh.max(pre.size), sw.max(pre.size));
+        let (top, left) = (half_to_even(sh - pre.size), half_to_even(sw - pre.size));
+        let side = pre.size;
         let mut pixels = Vec::with_capacity(self.channels * side * side);
-        for plane in self.pixels.chunks_exact(h * w) {
-            let src: Vec<rgb::Gray<u8>> = plane.iter().map(|&v| rgb::Gray::new(v)).collect();
-            r.resize(&src, &mut scaled)
-                .map_err(|e| bad(path, format!("cannot resize: {e}")))?;
-            for y in top..top + side {
-                pixels.extend(
-                    scaled[y * sw + left..y * sw + left + side]
-                        .iter()
-                        .map(|g| g.value()),
-                );
+        if (sh, sw) == (h, w) {
+            for plane in self.pixels.chunks_exact(h * w) {
+                for y in top..top + side {
+                    pixels.extend_from_slice(&plane[y * w + left..y * w + left + side]);
+                }
+            }
+        } else {
+            for plane in self.pixels.chunks_exact(h * w) {
+                let scaled = super::resample::resample(plane, (h, w), (sh, sw), pre.filter);
+                for y in top..top + side {
+                    pixels.extend_from_slice(&scaled[y * sw + left..y * sw + left + side]);
+                }
             }
         }
         Ok(Image {
@@ -178,7 +300,8 @@ impl Image {
             height: side,
             width: side,
             pixels,
-        })
+        }
+        .with_channels(pre.channels))
     }
 }
 
@@ -401,16 +524,23 @@ mod tests {
         let p = Path::new("t.png");
         // Shorter side already 2: no scaling, the centre rows 1 and 2 of a 4x2 image.
         let tall = img(1, 4, 2, |_, y, x| (10 * y + x) as u8);
-        assert_eq!(tall.fit_square(2, p).unwrap().pixels, vec![10, 11, 20, 21]);
+        assert_eq!(
+            tall.preprocess(&Preprocess::square(2, 1), p)
+                .unwrap()
+                .pixels,
+            vec![10, 11, 20, 21]
+        );
         let wide = img(3, 2, 6, |c, y, x| (100 * c + 10 * y + x) as u8);
-        let w = wide.fit_square(2, p).unwrap();
+        let w = wide.preprocess(&Preprocess::square(2, 3), p).unwrap();
         assert_eq!((w.channels, w.height, w.width), (3, 2, 2));
         assert_eq!(
             w.pixels,
             vec![2, 3, 12, 13, 102, 103, 112, 113, 202, 203, 212, 213]
         );
         // A constant image stays constant at any size.
-        let flat = img(1, 37, 91, |_, _, _| 77).fit_square(64, p).unwrap();
+        let flat = img(1, 37, 91, |_, _, _| 77)
+            .preprocess(&Preprocess::square(64, 1), p)
+            .unwrap();
         assert_eq!((flat.height, flat.width), (64, 64));
         assert!(flat.pixels.iter().all(|&v| v == 77));
         // A one-pixel checkerboard shrunk 8x is mid-grey everywhere (a sampler without a
@@ -421,13 +551,15 @@ mod tests {
             512,
             |_, y, x| if (x + y) % 2 == 0 { 255 } else { 0 },
         );
-        let small = board.fit_square(64, p).unwrap();
+        let small = board.preprocess(&Preprocess::square(64, 1), p).unwrap();
         assert!(
             small.pixels.iter().all(|&v| (120..=135).contains(&v)),
             "{:?}",
             &small.pixels[..16]
         );
-        assert!(img(1, 0, 5, |_, _, _| 0).fit_square(4, p).is_err());
+        assert!(img(1, 0, 5, |_, _, _| 0)
+            .preprocess(&Preprocess::square(4, 1), p)
+            .is_err());
     }
 
     #[test]

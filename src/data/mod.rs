@@ -9,6 +9,7 @@ pub mod idx;
 pub mod image;
 pub mod moons;
 pub mod pool;
+pub mod resample;
 pub mod source;
 pub mod stream;
 

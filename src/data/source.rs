@@ -16,7 +16,7 @@
 //! order. Images are scaled to `[0, 1]` and shaped `(c, h, w)`; all items of a source must agree.
 
 use super::dataset::{load_idx_dir, Dataset, LabelTally, Splits, MAX_CLASSES};
-use super::image::{decode, Image};
+use super::image::{decode, Image, Preprocess};
 use crate::error::{contain, DataProblem, Error, Result};
 use crate::hub::{Hub, HubRepo, RepoKind};
 use crate::observe::Observer;
@@ -384,7 +384,8 @@ pub const FIT_SIDE: usize = 64;
 /// Other files are ignored. Class names are the names of the (visible) subfolders, sorted,
 /// empty ones included. Images of one size up to [`MAX_SIDE_AS_IS`] are read as they are;
 /// otherwise each is scaled to [`FIT_SIDE`] x [`FIT_SIDE`] (see
-/// [`Image::fit_square`](crate::data::image::Image::fit_square)).
+/// [`Image::preprocess`](crate::data::image::Image::preprocess) with
+/// [`Preprocess::square`]).
 pub fn load_image_folder(dir: &Path) -> Result<Items> {
     let folder = ImageFolder::list(dir)?;
     let mut x = Vec::with_capacity(folder.len() * folder.plan.item_len());
@@ -484,11 +485,11 @@ impl ImageFolder {
 }
 
 /// How a pool's decoded images become items of one shape, set from every image's header
-/// before any is decoded: grayscale is promoted to RGB when any image is RGB; with `fit`,
-/// each is scaled to that square side first.
+/// before any is decoded (grayscale is promoted to RGB when any image is RGB; with `fit`,
+/// each is preprocessed to that square first), or by a checkpoint's own [`Preprocess`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ImagePlan {
-    pub(crate) fit: Option<usize>,
+    pub(crate) fit: Option<Preprocess>,
     pub(crate) channels: usize,
     pub(crate) height: usize,
     pub(crate) width: usize,
@@ -516,14 +517,13 @@ impl PlanBuilder {
     /// scaled to [`FIT_SIDE`], else every image must have the first one's size.
     pub(crate) fn plan(&self, fits: bool) -> ImagePlan {
         let (height, width) = self.first.unwrap_or((0, 0));
-        let fit = (fits && (self.mixed || self.largest > MAX_SIDE_AS_IS)).then_some(FIT_SIDE);
-        let (height, width) = match fit {
-            Some(side) => (side, side),
-            None => (height, width),
-        };
+        let channels = self.channels.max(1);
+        if fits && (self.mixed || self.largest > MAX_SIDE_AS_IS) {
+            return ImagePlan::preprocessed(Preprocess::square(FIT_SIDE, channels));
+        }
         ImagePlan {
-            fit,
-            channels: self.channels.max(1),
+            fit: None,
+            channels,
             height,
             width,
         }
@@ -531,6 +531,16 @@ impl PlanBuilder {
 }
 
 impl ImagePlan {
+    /// Every image through `pre`, whatever its size.
+    pub(crate) fn preprocessed(pre: Preprocess) -> ImagePlan {
+        ImagePlan {
+            fit: Some(pre),
+            channels: pre.channels,
+            height: pre.size,
+            width: pre.size,
+        }
+    }
+
     /// Shape of one item `(c, h, w)`.
     pub(crate) fn item_shape(&self) -> Vec<usize> {
         vec![self.channels, self.height, self.width]
@@ -543,8 +553,8 @@ impl ImagePlan {
 
     /// A decoded image as an item `(c, h, w)` in `[0, 1]`; `name` names it in errors.
     pub(crate) fn item(&self, img: Image, name: &Path) -> Result<Vec<f32>> {
-        let img = match self.fit {
-            Some(side) => img.fit_square(side, name)?,
+        let img = match &self.fit {
+            Some(pre) => img.preprocess(pre, name)?,
             None => img,
         };
         if (img.height, img.width) != (self.height, self.width) {

@@ -24,8 +24,9 @@
 
 use super::dataset::{check_idx_split, find, idx_classes};
 use super::idx::{self, ImagesReader};
+use super::image::{Image, Preprocess};
 use super::source::{
-    hub_layout, HubLayout, ImageFolder, LabelCheck, ParquetPool, ParquetRows, Source,
+    hub_layout, HubLayout, ImageFolder, ImagePlan, LabelCheck, ParquetPool, ParquetRows, Source,
 };
 use crate::error::{DataProblem, Error, Result};
 use crate::hub::{Hub, RepoKind};
@@ -70,11 +71,116 @@ pub fn open(
     hub: &Hub,
     observer: &mut dyn Observer,
 ) -> Result<Box<dyn ItemStream>> {
+    open_with(source, hub, observer, None)
+}
+
+/// A streaming reader for `source`'s items (its training split) made into a model's input by
+/// `pre`, a checkpoint's preprocessing. Image sources (folders, Parquet, Hub Parquet) put
+/// every image through `pre` as it is decoded, whatever its size, as timm's evaluation
+/// transform does for any photo. Tensor sources (IDX, safetensors, CSV) whose items already
+/// have `pre`'s shape are taken as prepared; other tensor items must be 8-bit images (values
+/// `k / 255`, one or three channels), which go through `pre` too; anything else is refused
+/// naming the item.
+pub fn open_preprocessed(
+    source: &Source,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+    pre: &Preprocess,
+) -> Result<Box<dyn ItemStream>> {
+    pre.check()
+        .map_err(|m| Error::config("preprocess", format!("the checkpoint asks for {m}")))?;
+    let inner = open_with(source, hub, observer, Some(pre))?;
+    preprocessed(inner, pre, &source.to_string())
+}
+
+/// `inner`'s items as `pre` prepares a tensor source's (see [`open_preprocessed`]): as they
+/// are when they already have `pre`'s shape, else 8-bit images put through `pre`; `name`
+/// names the source in errors.
+pub fn preprocessed(
+    inner: Box<dyn ItemStream>,
+    pre: &Preprocess,
+    name: &str,
+) -> Result<Box<dyn ItemStream>> {
+    if inner.item_shape() == pre.item_shape().as_slice() {
+        return Ok(inner);
+    }
+    Ok(Box::new(Prepared::new(inner, *pre, name.to_string())?))
+}
+
+/// Items already in memory, as a stream (to put a loaded split through the same steps).
+pub fn in_memory(items: super::Items) -> Box<dyn ItemStream> {
+    Box::new(Memory {
+        n: items.len(),
+        items,
+        next: 0,
+    })
+}
+
+/// Every remaining item of `stream` as one chunk (`None` when none remain).
+pub fn drain(stream: &mut dyn ItemStream) -> Result<Option<Chunk>> {
+    let mut whole: Option<Chunk> = None;
+    while let Some(c) = stream.next_chunk(usize::MAX)? {
+        match whole.as_mut() {
+            None => whole = Some(c),
+            Some(w) => {
+                w.ids.extend(c.ids);
+                w.x.extend(c.x);
+            }
+        }
+    }
+    Ok(whole)
+}
+
+struct Memory {
+    items: super::Items,
+    n: usize,
+    next: usize,
+}
+
+impl ItemStream for Memory {
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn item_shape(&self) -> &[usize] {
+        &self.items.item_shape
+    }
+
+    fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>> {
+        let n = self.n;
+        if self.next >= n || max == 0 {
+            return Ok(None);
+        }
+        let (start, k) = (self.next, max.min(n - self.next));
+        let d: usize = self.items.item_shape.iter().product();
+        self.next += k;
+        if k == n {
+            // The whole pool in one chunk: handed over, not copied.
+            return Ok(Some(Chunk {
+                start,
+                ids: std::mem::take(&mut self.items.ids),
+                x: std::mem::take(&mut self.items.x),
+            }));
+        }
+        Ok(Some(Chunk {
+            start,
+            ids: self.items.ids[start..start + k].to_vec(),
+            x: self.items.x[start * d..(start + k) * d].to_vec(),
+        }))
+    }
+}
+
+fn open_with(
+    source: &Source,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+    pre: Option<&Preprocess>,
+) -> Result<Box<dyn ItemStream>> {
     Ok(match source {
         Source::Safetensors(p) => Box::new(SafetensorsStream::open(p)?),
         Source::Idx(dir) => Box::new(IdxStream::open(dir)?),
-        Source::Images(dir) => Box::new(FolderStream::open(dir)?),
-        Source::Parquet(p) => Box::new(ParquetStream::open(vec![p.clone()], None, p)?),
+        Source::Images(dir) => Box::new(FolderStream::open(dir)?.with(pre)),
+        Source::Parquet(p) => Box::new(ParquetStream::open(vec![p.clone()], None, p)?.with(pre)),
         Source::Csv(p) => Box::new(super::source::CsvStream::open(p)?),
         Source::Hub(repo) => match hub_layout(repo, hub, observer)? {
             HubLayout::Idx(dir) => Box::new(IdxStream::open(&dir)?),
@@ -83,14 +189,95 @@ pub fn open(
                     .iter()
                     .map(|f| hub.get(repo, RepoKind::Dataset, f, observer))
                     .collect::<Result<Vec<_>>>()?;
-                Box::new(ParquetStream::open(
-                    paths,
-                    classes,
-                    &PathBuf::from(repo.to_string()),
-                )?)
+                Box::new(
+                    ParquetStream::open(paths, classes, &PathBuf::from(repo.to_string()))?
+                        .with(pre),
+                )
             }
         },
     })
+}
+
+/// A tensor source's 8-bit image items put through a [`Preprocess`] a chunk at a time.
+struct Prepared {
+    inner: Box<dyn ItemStream>,
+    pre: Preprocess,
+    /// The source's item shape `(c, h, w)`.
+    from: [usize; 3],
+    shape: Vec<usize>,
+    /// The source, in errors.
+    name: PathBuf,
+}
+
+impl Prepared {
+    fn new(inner: Box<dyn ItemStream>, pre: Preprocess, name: String) -> Result<Prepared> {
+        let name = PathBuf::from(name);
+        let from = match *inner.item_shape() {
+            [c @ (1 | 3), h, w] if h > 0 && w > 0 => [c, h, w],
+            ref other => {
+                return Err(Error::data(
+                    &name,
+                    DataProblem::Other(format!(
+                        "items of shape {other:?} are not images of 1 or 3 channels, and the \
+                         checkpoint takes {:?}",
+                        pre.item_shape()
+                    )),
+                ))
+            }
+        };
+        Ok(Prepared {
+            shape: pre.item_shape(),
+            inner,
+            pre,
+            from,
+            name,
+        })
+    }
+}
+
+impl ItemStream for Prepared {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn item_shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>> {
+        let Some(chunk) = self.inner.next_chunk(max)? else {
+            return Ok(None);
+        };
+        let [c, h, w] = self.from;
+        let mut x = Vec::with_capacity(chunk.ids.len() * self.shape.iter().product::<usize>());
+        for (id, item) in chunk.ids.iter().zip(chunk.x.chunks_exact(c * h * w)) {
+            let mut pixels = Vec::with_capacity(item.len());
+            for &v in item {
+                let p = (v * 255.0).round();
+                if !((0.0..=255.0).contains(&p) && (v * 255.0 - p).abs() <= 1e-3) {
+                    return Err(Error::data(
+                        &self.name,
+                        DataProblem::Other(format!(
+                            "item `{id}` holds {v}, not an 8-bit pixel (k/255): only 8-bit \
+                             images are resized; give items of shape {:?}, already prepared",
+                            self.shape
+                        )),
+                    ));
+                }
+                pixels.push(p as u8);
+            }
+            let img = Image {
+                channels: c,
+                height: h,
+                width: w,
+                pixels,
+            };
+            let at = self.name.join(id);
+            let img = img.preprocess(&self.pre, &at)?;
+            x.extend(img.pixels.iter().map(|&p| f32::from(p) / 255.0));
+        }
+        Ok(Some(Chunk { x, ..chunk }))
+    }
 }
 
 /// Ids `start..start + k` as strings (sources whose ids are positions).
@@ -188,6 +375,17 @@ impl FolderStream {
     }
 }
 
+impl FolderStream {
+    /// Every image through `pre` when given (see [`open_preprocessed`]).
+    fn with(mut self, pre: Option<&Preprocess>) -> FolderStream {
+        if let Some(pre) = pre {
+            self.folder.plan = ImagePlan::preprocessed(*pre);
+            self.item_shape = self.folder.plan.item_shape();
+        }
+        self
+    }
+}
+
 impl ItemStream for FolderStream {
     fn len(&self) -> usize {
         self.folder.len()
@@ -240,6 +438,17 @@ impl ParquetStream {
             pool,
             next: 0,
         })
+    }
+}
+
+impl ParquetStream {
+    /// Every image through `pre` when given (see [`open_preprocessed`]).
+    fn with(mut self, pre: Option<&Preprocess>) -> ParquetStream {
+        if let Some(pre) = pre {
+            self.pool.plan = ImagePlan::preprocessed(*pre);
+            self.item_shape = self.pool.plan.item_shape();
+        }
+        self
     }
 }
 

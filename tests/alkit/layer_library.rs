@@ -422,7 +422,7 @@ fn a_dropout_free_model_refuses_mc_dropout_and_bad_layers_are_refused() {
 
 /// The reference scripts' weight formula (tests/reference/resnet18_reference.py): every tensor
 /// from `sin(0.37 i + 0.11 len(name))`, shaped by its role.
-fn formula_tensor(name: &str, shape: &[usize]) -> Tensor {
+pub(super) fn formula_tensor(name: &str, shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     let s: Vec<f64> = (0..n)
         .map(|i| (0.37 * i as f64 + 0.11 * name.len() as f64).sin())

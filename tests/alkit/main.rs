@@ -17,6 +17,7 @@ mod sessions;
 mod shards;
 mod sources;
 mod streaming;
+mod timm;
 
 use alkit::acquire::{run, LoopConfig, RunContext, RunState};
 use alkit::curve::{run_curve, state_path, CurveSpec};

@@ -1,6 +1,8 @@
 # ResNet-18/34/50 with torchvision's module names (conv1, bn1, layer1.0.conv1, ...,
 # downsample.0/1, fc) and a choice of stem, written out so the reference scripts need only
 # torch. The CIFAR stem is a 3x3 stride-1 convolution without max-pool.
+import math
+import torch
 import torch.nn as nn
 
 class BasicBlock(nn.Module):
@@ -65,3 +67,22 @@ def resnet(depth, in_channels, classes, stem):
     block, blocks = {18: (BasicBlock, [2, 2, 2, 2]), 34: (BasicBlock, [3, 4, 6, 3]),
                      50: (Bottleneck, [3, 4, 6, 3])}[depth]
     return ResNet(block, blocks, in_channels, classes, stem)
+
+
+# The weight formula the Rust tests compute too (`formula_tensor`), so no weight file ships:
+# every tensor from sin(0.37 i + 0.11 len(name)), shaped by its role.
+def formula(name, shape):
+    n = math.prod(shape)
+    i = torch.arange(n, dtype=torch.float64)
+    s = torch.sin(0.37 * i + 0.11 * len(name))
+    last = name.rsplit(".", 1)[-1]
+    if last == "running_mean":
+        v = 0.1 * s
+    elif last == "running_var":
+        v = 1.0 + 0.5 * s * s
+    elif "bn" in name or "downsample.1" in name:
+        v = 1.0 + 0.2 * s if last == "weight" else 0.1 * s
+    else:
+        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+        v = math.sqrt(3.0 / fan_in) * s
+    return v.reshape(shape)

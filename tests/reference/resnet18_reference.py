@@ -5,23 +5,7 @@
 # file is shipped. A layer is a module with parameters, in registration order (torchvision's).
 # Usage: python resnet18_reference.py  (needs torch; run from tests/reference)
 import json, math, torch, torch.nn.functional as F
-from resnet18_model import resnet18_cifar
-
-def formula(name, shape):
-    n = math.prod(shape)
-    i = torch.arange(n, dtype=torch.float64)
-    s = torch.sin(0.37 * i + 0.11 * len(name))
-    last = name.rsplit(".", 1)[-1]
-    if last == "running_mean":
-        v = 0.1 * s
-    elif last == "running_var":
-        v = 1.0 + 0.5 * s * s
-    elif "bn" in name or "downsample.1" in name:
-        v = 1.0 + 0.2 * s if last == "weight" else 0.1 * s
-    else:
-        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-        v = math.sqrt(3.0 / fan_in) * s
-    return v.reshape(shape)
+from resnet18_model import formula, resnet18_cifar
 
 torch.set_default_dtype(torch.float64)
 model = resnet18_cifar(3, 10).eval()

@@ -417,9 +417,9 @@ pub(crate) struct ScoreArgs {
     /// Which split to score (test: only sources with a test split).
     #[arg(long, value_enum, default_value_t = SplitArg::Train)]
     pub(crate) split: SplitArg,
-    /// Inference batch size.
-    #[arg(long, default_value_t = 512)]
-    pub(crate) batch: usize,
+    /// Inference batch size [default: 512; for items of more than 8,192 values, the largest power of two with at most 2^22 values per batch, e.g. 16 for 3x224x224].
+    #[arg(long)]
+    pub(crate) batch: Option<usize>,
     /// Items read and scored at a time from a pool that can be streamed (safetensors), rounded up to whole --batch: peak memory follows this, not the pool. Scorers that draw noise read the pool whole.
     #[arg(long, default_value_t = 16384)]
     pub(crate) chunk: usize,

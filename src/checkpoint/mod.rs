@@ -6,8 +6,13 @@
 //! [`crate::nn::Cnn`] and [`crate::nn::Mlp`]), so weights trained elsewhere can be converted by
 //! renaming at most. Loading checks that the file holds exactly the expected tensors with the
 //! expected shapes. [`open`] also takes `hf:OWNER/NAME` model repositories, and
-//! [`open_ensemble`] several checkpoints as one deep ensemble.
+//! [`open_ensemble`] several checkpoints as one deep ensemble. A folder or repository in
+//! timm's layout (its own `config.json`) is read through [`timm`]: its weights by their
+//! state-dict names, its evaluation transform as the checkpoint's [`Preprocess`].
 
+pub mod timm;
+
+use crate::data::image::Preprocess;
 use crate::data::Normalizer;
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_atomic, write_json};
@@ -48,6 +53,11 @@ pub struct CheckpointConfig {
     pub classes: Vec<String>,
     /// Every tensor in `model.safetensors`, in creation order.
     pub tensors: Vec<TensorInfo>,
+    /// How an image becomes an input (resize, centre crop, channels), for models trained
+    /// elsewhere on photos of any size (a timm repository's evaluation transform); `None`:
+    /// items must already have `item_shape`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preprocess: Option<Preprocess>,
 }
 
 /// A loaded checkpoint.
@@ -115,6 +125,7 @@ pub fn save(
                 shape: v.dims().to_vec(),
             })
             .collect(),
+        preprocess: None,
     };
     write_json(&dir.join("config.json"), &config)?;
     Ok(config)
@@ -164,18 +175,16 @@ pub fn import(
             candle_core::Var::from_tensor(&t.to_dtype(DType::F32)?)?,
         ));
     }
-    // PyTorch's batch counter (`bn1.num_batches_tracked`) sits beside every batch norm's
-    // running statistics in a torchvision or timm state dict; alkit's momentum update does
-    // not read it, so it is accepted there and dropped.
-    let counter = |k: &str| {
-        k.strip_suffix("num_batches_tracked").is_some_and(|p| {
-            let mean = format!("{p}running_mean");
-            named.iter().any(|(n, _)| *n == mean)
+    let infos: Vec<TensorInfo> = named
+        .iter()
+        .map(|(n, v)| TensorInfo {
+            name: n.clone(),
+            shape: v.dims().to_vec(),
         })
-    };
+        .collect();
     if let Some(extra) = tensors
         .keys()
-        .find(|k| !named.iter().any(|(n, _)| n == *k) && !counter(k))
+        .find(|k| !named.iter().any(|(n, _)| n == *k) && !is_batch_counter(k, &infos))
     {
         return Err(Error::state(
             weights,
@@ -203,6 +212,16 @@ pub fn import(
     .map(|_| ())
 }
 
+/// PyTorch's batch counter (`bn1.num_batches_tracked`) sits beside every batch norm's running
+/// statistics in a torchvision or timm state dict; alkit's momentum update does not read it,
+/// so beside an expected `running_mean` it is accepted and dropped.
+fn is_batch_counter(name: &str, expected: &[TensorInfo]) -> bool {
+    name.strip_suffix("num_batches_tracked").is_some_and(|p| {
+        let mean = format!("{p}running_mean");
+        expected.iter().any(|t| t.name == mean)
+    })
+}
+
 /// Checks what `config.json` promises before any tensor is read: one finite mean and one
 /// finite positive standard deviation per input channel, and one distinct, non-empty class
 /// name per model output.
@@ -216,6 +235,20 @@ fn validate_config(config: &CheckpointConfig, path: &Path) -> Result<()> {
         .arch
         .check_input(&config.item_shape)
         .map_err(|e| Error::state(path, e.to_string()))?;
+    if let Some(pre) = &config.preprocess {
+        pre.check()
+            .map_err(|m| Error::state(path, format!("preprocessing asks for {m}")))?;
+        if pre.item_shape() != config.item_shape {
+            return Err(Error::state(
+                path,
+                format!(
+                    "preprocessing makes items of shape {:?}, the model takes {:?}",
+                    pre.item_shape(),
+                    config.item_shape
+                ),
+            ));
+        }
+    }
     if config.classes.len() != config.arch.classes() {
         return Err(Error::state(
             path,
@@ -240,10 +273,32 @@ fn validate_config(config: &CheckpointConfig, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Loads a checkpoint folder onto `device`.
+/// The largest `config.json` read (a timm head's label names included).
+const MAX_CONFIG_BYTES: u64 = 64 << 20;
+
+/// Loads a checkpoint folder onto `device`: alkit's own, or a timm model's (see [`timm`]).
 pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     let cfg_path = dir.join("config.json");
-    let config: CheckpointConfig = read_json(&cfg_path)?;
+    let size = std::fs::metadata(&cfg_path)
+        .map_err(|e| Error::io(&cfg_path, e))?
+        .len();
+    if size > MAX_CONFIG_BYTES {
+        return Err(Error::state(
+            &cfg_path,
+            format!(
+                "{size} bytes; a checkpoint configuration of at most {MAX_CONFIG_BYTES} is read"
+            ),
+        ));
+    }
+    let value: serde_json::Value = read_json(&cfg_path)?;
+    // A state dict saved elsewhere: any float dtype, PyTorch's batch counters beside it.
+    let foreign = timm::is_timm(&value);
+    let config: CheckpointConfig = if foreign {
+        timm::config(value, &cfg_path)?
+    } else {
+        serde_json::from_value(value)
+            .map_err(|e| Error::state(&cfg_path, format!("not an alkit checkpoint: {e}")))?
+    };
     if config.format != FORMAT {
         return Err(Error::state(
             &cfg_path,
@@ -261,8 +316,11 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
             std::io::Error::new(std::io::ErrorKind::NotFound, "missing"),
         ));
     }
-    let tensors = candle_core::safetensors::load(&path, device)
+    let mut tensors = candle_core::safetensors::load(&path, device)
         .map_err(|e| Error::state(&path, format!("unreadable safetensors file: {e}")))?;
+    if foreign {
+        tensors.retain(|k, _| !is_batch_counter(k, &config.tensors));
+    }
     for t in &config.tensors {
         match tensors.get(&t.name) {
             None => {
@@ -282,9 +340,15 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
                     ),
                 ))
             }
+            Some(x) if foreign && !x.dtype().is_float() => {
+                return Err(Error::state(
+                    &path,
+                    format!("tensor `{}` is {:?}, not floating point", t.name, x.dtype()),
+                ))
+            }
             // `save` writes f32 only: another dtype in the header means a file that was not
             // written by alkit for this config (its bytes would be read as something else).
-            Some(x) if x.dtype() != DType::F32 => {
+            Some(x) if !foreign && x.dtype() != DType::F32 => {
                 return Err(Error::state(
                     &path,
                     format!(

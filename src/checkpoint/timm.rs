@@ -1,0 +1,269 @@
+//! timm model repositories: a `config.json` as timm's `save_for_hf` writes it beside a
+//! `model.safetensors` state dict, read as an alkit checkpoint.
+//!
+//! timm's `config.json` names the architecture (`architecture`), the classes (`num_classes`,
+//! optionally `label_names`), the constructor's arguments (`model_args`) and, in
+//! `pretrained_cfg`, how its evaluation transform prepares an image: the input size, the
+//! interpolation, the crop fraction and mode, the mean and standard deviation. Here that
+//! becomes a [`CheckpointConfig`] whose [`Preprocess`] and [`Normalizer`] say the same, with
+//! timm's own defaults (`resolve_data_config`) where a key is absent. Only architectures alkit
+//! builds with timm's exact tensor names are taken (timm's `resnet18`, `resnet34`, `resnet50`:
+//! torchvision's layout and names); a constructor argument that would change the network is
+//! refused by name rather than ignored. Nothing in the file is executed.
+
+use super::{CheckpointConfig, TensorInfo, FORMAT};
+use crate::data::image::{CropMode, Filter, Preprocess};
+use crate::data::Normalizer;
+use crate::error::{Error, Result};
+use crate::models::Arch;
+use crate::nn::resnet::{ResNetConfig, Stem};
+use crate::train::ModelBuilder;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// timm's defaults when `pretrained_cfg` leaves a key out (`timm.data.resolve_data_config`).
+const DEFAULT_SIZE: usize = 224;
+const DEFAULT_CROP_PCT: f64 = 0.875;
+const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// The most classes a timm head may declare (ImageNet-22k has 21,843).
+const MAX_CLASSES: usize = 1 << 16;
+
+/// `model_args` keys that leave the evaluated network as alkit builds it: the head's size and
+/// input channels (checked), the pooling (checked), and rates of regularisers that act in
+/// training only.
+const HARMLESS_ARGS: &[&str] = &[
+    "num_classes",
+    "in_chans",
+    "global_pool",
+    "drop_rate",
+    "drop_path_rate",
+    "drop_block_rate",
+    "pretrained",
+];
+
+#[derive(Deserialize)]
+struct TimmConfig {
+    architecture: String,
+    num_classes: Option<usize>,
+    global_pool: Option<String>,
+    label_names: Option<Vec<String>>,
+    #[serde(default)]
+    model_args: Map<String, Value>,
+    #[serde(default)]
+    pretrained_cfg: PretrainedCfg,
+}
+
+#[derive(Deserialize, Default)]
+struct PretrainedCfg {
+    input_size: Option<Vec<usize>>,
+    interpolation: Option<String>,
+    crop_pct: Option<f64>,
+    crop_mode: Option<String>,
+    mean: Option<Vec<f64>>,
+    std: Option<Vec<f64>>,
+    num_classes: Option<usize>,
+}
+
+/// True when a parsed `config.json` is timm's (it names an `architecture` and is not alkit's,
+/// which carries `format` and `arch`).
+pub(crate) fn is_timm(value: &Value) -> bool {
+    value.get("architecture").is_some() && value.get("format").is_none()
+}
+
+/// The checkpoint configuration a timm `config.json` (parsed as `value`, read from `path`)
+/// describes; its tensor list is the architecture's, by torchvision's names.
+pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
+    let bad = |m: String| Error::state(path, m);
+    let cfg: TimmConfig = serde_json::from_value(value)
+        .map_err(|e| bad(format!("not a timm model configuration: {e}")))?;
+    let depth = match cfg.architecture.as_str() {
+        "resnet18" => 18,
+        "resnet34" => 34,
+        "resnet50" => 50,
+        other => {
+            return Err(bad(format!(
+                "timm architecture `{other}` is not one alkit builds (resnet18, resnet34, \
+                 resnet50 with timm's default stem and names)"
+            )))
+        }
+    };
+    if let Some(key) = cfg
+        .model_args
+        .keys()
+        .find(|k| !HARMLESS_ARGS.contains(&k.as_str()))
+    {
+        return Err(bad(format!(
+            "model_args.{key} changes the network, and alkit builds timm's `{}` only as \
+             created with its defaults",
+            cfg.architecture
+        )));
+    }
+    let arg_usize = |key: &str| -> Result<Option<usize>> {
+        match cfg.model_args.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|v| usize::try_from(v).ok())
+                .map(Some)
+                .ok_or_else(|| bad(format!("model_args.{key} is {v}, not a count"))),
+        }
+    };
+    let arg_pool = match cfg.model_args.get("global_pool") {
+        Some(Value::String(s)) => Some(s.clone()),
+        None | Some(Value::Null) => None,
+        Some(v) => return Err(bad(format!("model_args.global_pool is {v}, not a name"))),
+    };
+    if let Some(p) = [arg_pool, cfg.global_pool.clone()]
+        .into_iter()
+        .flatten()
+        .find(|p| p != "avg")
+    {
+        return Err(bad(format!(
+            "global pooling `{p}`: alkit's ResNets average (`avg`)"
+        )));
+    }
+    // One class count, wherever it is given.
+    let counts = [
+        ("num_classes", cfg.num_classes),
+        ("model_args.num_classes", arg_usize("num_classes")?),
+        ("pretrained_cfg.num_classes", cfg.pretrained_cfg.num_classes),
+    ];
+    let given: Vec<(&str, usize)> = counts
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| (*k, v)))
+        .collect();
+    let Some(&(_, classes)) = given.first() else {
+        return Err(bad("no num_classes".into()));
+    };
+    if let Some((k, v)) = given.iter().find(|(_, v)| *v != classes) {
+        return Err(bad(format!("{k} is {v} where {} is {classes}", given[0].0)));
+    }
+    if classes == 0 || classes > MAX_CLASSES {
+        return Err(bad(format!(
+            "num_classes {classes}: a classifier head of 1 to {MAX_CLASSES} classes is read"
+        )));
+    }
+    let pc = &cfg.pretrained_cfg;
+    let in_chans = arg_usize("in_chans")?;
+    let input = match &pc.input_size {
+        Some(s) => s.clone(),
+        None => vec![in_chans.unwrap_or(3), DEFAULT_SIZE, DEFAULT_SIZE],
+    };
+    let [channels, h, w] = input[..] else {
+        return Err(bad(format!(
+            "pretrained_cfg.input_size is {input:?}, not [channels, height, width]"
+        )));
+    };
+    if in_chans.is_some_and(|c| c != channels) {
+        return Err(bad(format!(
+            "model_args.in_chans is {} where pretrained_cfg.input_size has {channels} channels",
+            in_chans.unwrap_or(0)
+        )));
+    }
+    if h != w {
+        return Err(bad(format!(
+            "pretrained_cfg.input_size is {h}x{w}: alkit prepares square inputs only"
+        )));
+    }
+    let crop_pct = pc.crop_pct.unwrap_or(DEFAULT_CROP_PCT);
+    if !(crop_pct > 0.0 && crop_pct <= 1.0) {
+        return Err(bad(format!(
+            "pretrained_cfg.crop_pct is {crop_pct}: a crop of a fraction in (0, 1] is taken \
+             (a larger one would pad the image)"
+        )));
+    }
+    let interpolation = pc.interpolation.as_deref().unwrap_or("bicubic");
+    let filter = Filter::from_name(interpolation).ok_or_else(|| {
+        bad(format!(
+            "pretrained_cfg.interpolation `{interpolation}` is not bilinear, bicubic or lanczos"
+        ))
+    })?;
+    let mode = match pc.crop_mode.as_deref().unwrap_or("center") {
+        "center" => CropMode::Center,
+        "squash" => CropMode::Squash,
+        other => {
+            return Err(bad(format!(
+                "pretrained_cfg.crop_mode `{other}` is not center or squash"
+            )))
+        }
+    };
+    // timm: `scale_size = math.floor(img_size / crop_pct)`, in floating point.
+    let resize = (h as f64 / crop_pct).floor();
+    let pre = Preprocess {
+        size: h,
+        resize: if resize.is_finite() && resize < 1e9 {
+            resize as usize
+        } else {
+            usize::MAX
+        },
+        mode,
+        filter,
+        channels,
+    };
+    pre.check()
+        .map_err(|m| bad(format!("pretrained_cfg asks for {m}")))?;
+    let stats = |given: &Option<Vec<f64>>, default: [f32; 3], key: &str| -> Result<Vec<f32>> {
+        let v: Vec<f32> = match given {
+            Some(v) => v.iter().map(|&x| x as f32).collect(),
+            None if channels == 3 => default.to_vec(),
+            None => {
+                return Err(bad(format!(
+                    "pretrained_cfg.{key} is missing, and timm's default is for 3 channels, \
+                     not {channels}"
+                )))
+            }
+        };
+        // timm repeats a single value over the channels.
+        Ok(if v.len() == 1 {
+            vec![v[0]; channels]
+        } else {
+            v
+        })
+    };
+    let normalizer = Normalizer {
+        mean: stats(&pc.mean, IMAGENET_MEAN, "mean")?,
+        std: stats(&pc.std, IMAGENET_STD, "std")?,
+    };
+    let arch = Arch::Resnet(ResNetConfig {
+        depth,
+        stem: Stem::Imagenet,
+        in_channels: channels,
+        classes,
+    });
+    let classes_named = match cfg.label_names {
+        Some(names) => names,
+        None => (0..classes).map(|c| c.to_string()).collect(),
+    };
+    Ok(CheckpointConfig {
+        format: FORMAT,
+        alkit_version: env!("CARGO_PKG_VERSION").into(),
+        tensors: expected_tensors(&arch)?,
+        arch,
+        normalizer,
+        item_shape: pre.item_shape(),
+        classes: classes_named,
+        preprocess: Some(pre),
+    })
+}
+
+/// The tensors `arch` defines, by name, in creation order.
+fn expected_tensors(arch: &Arch) -> Result<Vec<TensorInfo>> {
+    let (vb, params) = crate::nn::init::seeded(
+        crate::rng::stream(0, crate::rng::Purpose::Tool, 0),
+        candle_core::DType::F32,
+        &candle_core::Device::Cpu,
+    );
+    arch.build(vb)
+        .map_err(|e| Error::config("arch", format!("cannot be built: {e}")))?;
+    Ok(params
+        .named()
+        .into_iter()
+        .map(|(name, v)| TensorInfo {
+            name,
+            shape: v.dims().to_vec(),
+        })
+        .collect())
+}
