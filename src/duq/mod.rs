@@ -28,6 +28,7 @@
 
 pub mod cnn;
 mod extractor;
+pub mod net;
 
 pub use extractor::{check_input_gradient, Duq, DuqLoss, DuqOutput, Extractor};
 

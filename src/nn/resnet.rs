@@ -82,6 +82,15 @@ impl ResNetConfig {
 
 /// A ResNet as a [`Net`].
 pub fn resnet(cfg: &ResNetConfig, vb: VarBuilder) -> Result<Net> {
+    let (trunk, features) = resnet_trunk(cfg, vb.clone())?;
+    let body = trunk.with(Linear::new(features, cfg.classes, true, vb.pp("fc"))?);
+    Ok(Net::new(body, cfg.classes))
+}
+
+/// A ResNet without its classifier: the stem, the four stages, global average pooling and
+/// flattening, `(b, c, h, w)` to `(b, d)`; returns the stack and `d` (512, or 2048 for
+/// ResNet-50). `cfg.classes` is not used. DUQ's feature extractor on a ResNet.
+pub fn resnet_trunk(cfg: &ResNetConfig, vb: VarBuilder) -> Result<(Sequential, usize)> {
     let Some((blocks, bottleneck)) = cfg.blocks() else {
         candle_core::bail!("ResNet-{} is not built in (18, 34 or 50)", cfg.depth);
     };
@@ -137,11 +146,5 @@ pub fn resnet(cfg: &ResNetConfig, vb: VarBuilder) -> Result<Net> {
                 };
         }
     }
-    let body = body.with(GlobalAvgPool).with(Flatten).with(Linear::new(
-        inputs,
-        cfg.classes,
-        true,
-        vb.pp("fc"),
-    )?);
-    Ok(Net::new(body, cfg.classes))
+    Ok((body.with(GlobalAvgPool).with(Flatten), inputs))
 }

@@ -177,7 +177,7 @@ impl Layer for Conv2d {
         } = self.cfg;
         let cin = cg * g;
         // (out, in/g, k, k) -> (out, k, k, in/g): im2col's (ki, kj, c) column order.
-        let w = self.weight.detach().permute((0, 2, 3, 1))?;
+        let w = tape.param(&self.weight).permute((0, 2, 3, 1))?;
         if self.uses_kernel(d) {
             let wmat = w.reshape((out, k * k * cin))?;
             let conv_t = kernels::conv::ConvT { k, pad: padding };

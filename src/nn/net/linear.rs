@@ -49,6 +49,6 @@ impl Layer for Linear {
     }
     fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
         tape.site(d)?;
-        d.matmul(&self.weight.detach())
+        d.matmul(&tape.param(&self.weight))
     }
 }

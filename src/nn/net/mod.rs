@@ -96,6 +96,17 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// A pass whose tape gives a differentiable input gradient (DUQ's penalty, see
+    /// [`Tape`]): parameters in the graph, batch statistics when `train`, no dropout.
+    pub fn differentiable(train: bool) -> Self {
+        Self {
+            train,
+            params_grad: true,
+            rng: None,
+            tape: Some(Tape::differentiable(train)),
+        }
+    }
+
     /// Whether batch statistics are used (and running statistics updated).
     pub fn training(&self) -> bool {
         self.train

@@ -45,8 +45,9 @@ impl BatchNorm2d {
     }
 
     /// `(x - mean) / sqrt(var + eps)` with the batch's statistics (biased variance), the
-    /// running statistics updated; `x (.., c)` flattened to `(rows, c)`.
-    fn normalise_batch(&self, x: &Tensor) -> Result<Tensor> {
+    /// running statistics updated; `x (.., c)` flattened to `(rows, c)`. Also returns
+    /// `sqrt(var + eps)` `(c,)`.
+    fn normalise_batch(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let flat = x.reshape(((), x.dim(x.rank() - 1)?))?;
         let count = flat.dim(0)?;
         if count < 2 {
@@ -63,9 +64,8 @@ impl BatchNorm2d {
         };
         blend(&self.running_mean, &mean)?;
         blend(&self.running_var, &unbiased)?;
-        centred
-            .broadcast_div(&(var + EPS)?.sqrt()?)?
-            .reshape(x.shape())
+        let std = (var + EPS)?.sqrt()?;
+        Ok((centred.broadcast_div(&std)?.reshape(x.shape())?, std))
     }
 }
 
@@ -79,10 +79,16 @@ impl Layer for BatchNorm2d {
             );
         }
         if ctx.training() {
-            return self
-                .normalise_batch(x)?
+            let (xhat, std) = self.normalise_batch(x)?;
+            let z = xhat
                 .broadcast_mul(&ctx.param(&self.weight))?
-                .broadcast_add(&ctx.param(&self.bias));
+                .broadcast_add(&ctx.param(&self.bias))?;
+            if !ctx.is_recording() {
+                return Ok(z);
+            }
+            ctx.save(&xhat);
+            ctx.save(&std);
+            return ctx.site(SiteKind::Scale, &xhat, z, true);
         }
         // Evaluation folded into one scale and shift per channel: two passes over the
         // activations instead of four, and two graph nodes (each costs a zero fill and an add
@@ -100,10 +106,28 @@ impl Layer for BatchNorm2d {
         ctx.site(SiteKind::Scale, &xhat, z, true)
     }
     /// Evaluation mode: `d` times the per-channel scale `weight / sqrt(running_var + eps)`.
+    /// Training mode (a differentiable tape of a training pass): through the batch statistics
+    /// too, `(g - mean g - x_hat mean(g x_hat)) / std` with `g = d * weight` and the means over
+    /// the batch's rows, as autograd of the training forward gives it.
     fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
         tape.site(d)?;
-        let scale = (self.weight.detach() * self.inv_std()?)?;
-        if crate::kernels::supported(d) && !d.track_op() {
+        if tape.training() {
+            let std = tape.tensor()?;
+            let xhat = tape.tensor()?;
+            let c = std.dim(0)?;
+            let g = d.broadcast_mul(&tape.param(&self.weight))?.reshape(((), c))?;
+            let xhat = xhat.reshape(((), c))?;
+            let rows = g.dim(0)? as f64;
+            let mean_g = (sum_rows(&g)? / rows)?;
+            let mean_gx = (sum_rows(&(&g * &xhat)?)? / rows)?;
+            return g
+                .broadcast_sub(&mean_g)?
+                .sub(&xhat.broadcast_mul(&mean_gx)?)?
+                .broadcast_div(&std)?
+                .reshape(d.shape());
+        }
+        let scale = (tape.param(&self.weight) * self.inv_std()?)?;
+        if crate::kernels::supported(d) && !d.track_op() && !scale.track_op() {
             return d
                 .contiguous()?
                 .apply_op2(&scale.contiguous()?, crate::kernels::relu::ChannelScale);

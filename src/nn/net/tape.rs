@@ -5,10 +5,18 @@
 //! Going back through the layers' own backward functions instead of candle's autograd keeps
 //! the pass free of a graph: no probe variables, no zero-filled gradient accumulators, and
 //! each class row costs one input-gradient product per layer plus the site norms.
+//!
+//! A differentiable tape ([`Tape::differentiable`]) serves DUQ's gradient penalty instead: it
+//! keeps the saved activations and the parameters in the graph, so the same backward
+//! functions give an input gradient that candle's ordinary first-order backward can
+//! differentiate w.r.t. the parameters (the penalty's second-order term), with batch norm's
+//! training-mode vector-Jacobian product (the batch statistics' cross-sample terms) when the
+//! forward trained. It records no norms.
 
 use crate::nn::gradnorm::{dense_first_copy_l1, site_norm, SiteKind};
 use candle_core::{Result, Tensor};
 
+#[derive(Clone)]
 enum Saved {
     Tensor(Tensor),
     Dims(Vec<usize>),
@@ -30,6 +38,7 @@ enum Record {
 }
 
 /// Saved activations and the norms recorded from them (see the module docs).
+#[derive(Clone)]
 pub struct Tape {
     saved: Vec<Saved>,
     sites: usize,
@@ -41,6 +50,10 @@ pub struct Tape {
     sq: Vec<f64>,
     kl_l1: Vec<f64>,
     done: bool,
+    /// Saved tensors and parameters stay in the graph; no norms are recorded.
+    graph: bool,
+    /// The forward used batch statistics.
+    train: bool,
 }
 
 impl Tape {
@@ -56,12 +69,50 @@ impl Tape {
             sq: Vec::new(),
             kl_l1: Vec::new(),
             done: false,
+            graph: false,
+            train: false,
         }
     }
 
-    /// Saves `t` (detached) for the layer's backward.
+    /// A tape whose backward is differentiable w.r.t. the parameters (see the module docs),
+    /// for a forward in training mode (`train`: batch statistics) or evaluation mode.
+    pub(crate) fn differentiable(train: bool) -> Self {
+        Self {
+            graph: true,
+            train,
+            ..Self::new()
+        }
+    }
+
+    fn keep(&self, t: &Tensor) -> Tensor {
+        if self.graph {
+            t.clone()
+        } else {
+            t.detach()
+        }
+    }
+
+    /// A parameter as a layer's backward should use it: in the graph on a differentiable
+    /// tape, detached otherwise.
+    pub fn param(&self, t: &Tensor) -> Tensor {
+        self.keep(t)
+    }
+
+    /// Whether the forward used batch statistics (a differentiable tape of a training pass).
+    pub fn training(&self) -> bool {
+        self.train
+    }
+
+    /// Back to the end of what was saved, to go backward again.
+    pub fn rewind(&mut self) {
+        self.pos = self.saved.len();
+        self.done = false;
+    }
+
+    /// Saves `t` (detached, unless the tape is differentiable) for the layer's backward.
     pub fn save(&mut self, t: &Tensor) {
-        self.saved.push(Saved::Tensor(t.detach()));
+        let t = self.keep(t);
+        self.saved.push(Saved::Tensor(t));
     }
 
     /// Saves a shape for the layer's backward.
@@ -71,10 +122,11 @@ impl Tape {
 
     /// Records a parameterised layer: what its weight multiplies (see [`SiteKind`]).
     pub fn save_site(&mut self, kind: SiteKind, bias: bool, input: &Tensor) {
+        let input = self.keep(input);
         self.saved.push(Saved::Site {
             kind,
             bias,
-            input: input.detach(),
+            input,
             index: self.sites,
         });
         self.sites += 1;
@@ -132,6 +184,9 @@ impl Tape {
             } => (*kind, *bias, input.clone(), *index),
             _ => candle_core::bail!("a layer's backward expected a saved site"),
         };
+        if self.graph {
+            return Ok(());
+        }
         match self.record {
             Record::Row(r) => {
                 let norm = site_norm(kind, bias, &input, d, self.copies, &mut self.grams[index])?;
@@ -166,8 +221,7 @@ impl Tape {
     }
 
     pub(crate) fn start_row(&mut self, row: Option<usize>) {
-        self.pos = self.saved.len();
-        self.done = false;
+        self.rewind();
         self.record = match row {
             Some(r) => Record::Row(r),
             None => Record::LastL1,
