@@ -96,7 +96,10 @@ impl Extractor for NetExtractor {
         tape.rewind();
         let g = self.body.backward(v, &mut tape)?;
         Ok(match cache.dims[..] {
-            [b, c, h, w] => g.reshape((b, h, w, c))?.permute((0, 3, 1, 2))?.contiguous()?,
+            [b, c, h, w] => g
+                .reshape((b, h, w, c))?
+                .permute((0, 3, 1, 2))?
+                .contiguous()?,
             _ => g,
         })
     }

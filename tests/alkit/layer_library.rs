@@ -619,3 +619,53 @@ fn a_torchvision_state_dict_imports_by_name_and_bad_ones_are_refused_by_name() {
         assert!(!out.exists(), "{name}: something was written");
     }
 }
+
+#[test]
+fn duq_on_a_layer_stack_has_exact_input_and_penalty_gradients_in_f64() {
+    use alkit::duq::net::NetExtractor;
+    use alkit::duq::{check_input_gradient, Duq, DuqSettings};
+    let (vb, params) = f64_builder(11);
+    let cfg = |k, stride, padding, groups| Conv2dConfig {
+        kernel: k,
+        stride,
+        padding,
+        groups,
+        bias: false,
+        init: None,
+    };
+    let body = Sequential::new()
+        .with(Conv2d::new(3, 4, cfg(3, 1, 1, 1), vb.pp("conv1")).unwrap())
+        .with(BatchNorm2d::new(4, vb.pp("bn1")).unwrap())
+        .with(Relu)
+        .with(MaxPool2d::new(3, 2, 1).unwrap())
+        .with(BasicBlock::new(4, 6, 2, vb.pp("layer1.0")).unwrap())
+        .with(Conv2d::new(6, 6, cfg(3, 1, 1, 2), vb.pp("conv2")).unwrap())
+        .with(GlobalAvgPool)
+        .with(Flatten)
+        .with(Linear::new(6, 5, true, vb.pp("fc")).unwrap());
+    perturb_batch_norms(&params, 5);
+    let ext = NetExtractor::new(body, 5, &params).unwrap();
+    let x = randn64(&[4, 3, 10, 10], 7);
+    let v = randn64(&[4, 5], 8);
+    for train in [true, false] {
+        let err = check_input_gradient(&ext, &x, &v, train).unwrap();
+        assert!(err <= 1e-12, "train {train}: input gradient {err}");
+    }
+    let settings = DuqSettings {
+        centroid_dims: 4,
+        sigma: 0.5,
+        lambda: 0.8,
+        ..DuqSettings::default()
+    };
+    let model = Duq::from_extractor(
+        ext,
+        3,
+        &settings,
+        (DType::F64, &Device::Cpu),
+        &mut stream(2, Purpose::Init, 0),
+    )
+    .unwrap();
+    let y = Tensor::new(&[0u32, 1, 2, 1], &Device::Cpu).unwrap();
+    let err = model.check_parameter_gradients(&x, &y, 1e-6, 3).unwrap();
+    assert!(err < 1e-6, "parameter gradients {err}");
+}

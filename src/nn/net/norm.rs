@@ -115,7 +115,9 @@ impl Layer for BatchNorm2d {
             let std = tape.tensor()?;
             let xhat = tape.tensor()?;
             let c = std.dim(0)?;
-            let g = d.broadcast_mul(&tape.param(&self.weight))?.reshape(((), c))?;
+            let g = d
+                .broadcast_mul(&tape.param(&self.weight))?
+                .reshape(((), c))?;
             let xhat = xhat.reshape(((), c))?;
             let rows = g.dim(0)? as f64;
             let mean_g = (sum_rows(&g)? / rows)?;
