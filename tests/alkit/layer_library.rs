@@ -422,7 +422,7 @@ fn a_dropout_free_model_refuses_mc_dropout_and_bad_layers_are_refused() {
 
 /// The reference scripts' weight formula (tests/reference/resnet18_reference.py): every tensor
 /// from `sin(0.37 i + 0.11 len(name))`, shaped by its role.
-pub(super) fn formula_tensor(name: &str, shape: &[usize]) -> Tensor {
+fn formula_tensor(name: &str, shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     let s: Vec<f64> = (0..n)
         .map(|i| (0.37 * i as f64 + 0.11 * name.len() as f64).sin())
@@ -459,10 +459,10 @@ fn cifar_resnet18(in_channels: usize) -> ResNetConfig {
     }
 }
 
-/// A CIFAR ResNet-18's tensors by the reference formula, in the model's creation order.
-fn formula_resnet18() -> Vec<(String, Tensor)> {
+/// The tensors of the ResNet `cfg` by the reference formula, in the model's creation order.
+pub(super) fn formula_resnet(cfg: &ResNetConfig) -> Vec<(String, Tensor)> {
     let (vb, params) = f64_builder(0);
-    resnet(&cifar_resnet18(3), vb).unwrap();
+    resnet(cfg, vb).unwrap();
     params
         .named()
         .into_iter()
@@ -487,7 +487,7 @@ fn resnet18_matches_pytorch_on_the_same_weights() {
     )
     .unwrap();
     let tensors: std::collections::HashMap<String, Tensor> =
-        formula_resnet18().into_iter().collect();
+        formula_resnet(&cifar_resnet18(3)).into_iter().collect();
     let vb = VarBuilder::from_tensors(tensors, DType::F64, &Device::Cpu);
     let net = resnet(&cifar_resnet18(3), vb).unwrap();
     let x = Tensor::from_vec(
@@ -543,7 +543,7 @@ fn a_torchvision_state_dict_imports_by_name_and_bad_ones_are_refused_by_name() {
         candle_core::safetensors::save(&map, &path).unwrap();
         path
     };
-    let mut state: Vec<(String, Tensor)> = formula_resnet18()
+    let mut state: Vec<(String, Tensor)> = formula_resnet(&cifar_resnet18(3))
         .into_iter()
         .map(|(n, t)| (n, t.to_dtype(DType::F32).unwrap()))
         .collect();

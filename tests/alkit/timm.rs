@@ -5,7 +5,7 @@
 //! weights, `alkit score` end to end against timm's f32 pipeline, and bad configurations and
 //! state dicts refused by key.
 
-use super::layer_library::formula_tensor;
+use super::layer_library::formula_resnet;
 use super::*;
 use alkit::data::image::{CropMode, Filter, Preprocess};
 use alkit::nn::resnet::{resnet, ResNetConfig, Stem};
@@ -35,16 +35,7 @@ fn timm_resnet18() -> ResNetConfig {
 
 /// The reference formula's tensors, by name, in the model's creation order.
 fn formula_weights() -> Vec<(String, Tensor)> {
-    let (vb, params) = seeded(stream(0, Purpose::Tool, 0), DType::F64, &Device::Cpu);
-    resnet(&timm_resnet18(), vb).unwrap();
-    params
-        .named()
-        .into_iter()
-        .map(|(n, v)| {
-            let t = formula_tensor(&n, v.dims());
-            (n, t)
-        })
-        .collect()
+    formula_resnet(&timm_resnet18())
 }
 
 /// `model.safetensors` as timm saves a state dict: f32 tensors and an I64 batch counter
