@@ -196,9 +196,11 @@ pub fn bench_strategies(
             format!("`{name}` picks at random: there is no scoring to time"),
         ));
     }
-    let arch = Arch::for_data(cfg.model, ds);
+    let batch_size = cfg.model.default_batch_size();
+    let arch = Arch::for_data(cfg.model, ds).with_batch(batch_size);
     let params = crate::train::TrainConfig {
         steps: cfg.train_steps.max(1),
+        batch_size,
         ..Default::default()
     }
     .validate()?;

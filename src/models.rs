@@ -5,12 +5,15 @@
 //! It sits above `nn` (the softmax networks), `duq` (the DUQ CNN) and `train` (the training
 //! entry), because it is the one place that ties each built-in architecture to the way it is
 //! built and trained: `Arch` is a [`ModelBuilder`] whose `fit` is softmax cross-entropy with
-//! Adam for the CNN, MLP and ResNets, and DUQ's own loss, penalty and SGD schedule for DUQ. Adding a
+//! Adam for the CNN, MLP and ResNets, and DUQ's own loss, penalty and SGD schedule for the DUQ
+//! models (on the Fashion-MNIST CNN and on the ResNets' trunks). Adding a
 //! built-in model is one config type (with its `new(&cfg, vb)`), one `Arch` variant and one
 //! `ModelKind` entry.
 
 use crate::data::Dataset;
 use crate::duq::cnn::{train_duq, DuqCnn, DuqCnnArch};
+use crate::duq::net::{train_duq_resnet, DuqResNet, DuqResNetArch};
+use crate::duq::DuqSettings;
 use crate::error::Result;
 use crate::nn::resnet::{resnet, ResNetConfig};
 use crate::nn::{Classifier, Cnn, CnnConfig, Mlp, MlpConfig};
@@ -33,6 +36,9 @@ pub enum Arch {
     Duq(DuqCnnArch),
     /// A ResNet ([`crate::nn::resnet`]) from the layer library, softmax-trained.
     Resnet(ResNetConfig),
+    /// DUQ on a ResNet's trunk ([`DuqResNet`]): the DUQ paper's CIFAR-10 model, trained with
+    /// DUQ's loss, penalty and SGD; the `duq` scorer reads its kernel values.
+    DuqResnet(DuqResNetArch),
 }
 
 /// The most weights [`Arch::check_input`] lets a model have (2^28, 1 GiB of f32): far above
@@ -79,6 +85,19 @@ impl Arch {
                 .fold(Some(0), add)
             }
             Arch::Resnet(c) => c.weights_bound(),
+            Arch::DuqResnet(a) => {
+                let trunk = ResNetConfig {
+                    classes: 0,
+                    ..a.resnet.clone()
+                }
+                .weights_bound()?;
+                let features: usize = if a.resnet.depth == 50 { 2048 } else { 512 };
+                add(
+                    Some(trunk),
+                    m(a.duq.centroid_dims, a.resnet.classes)
+                        .and_then(|x| x.checked_mul(features as u128 + 1)),
+                )
+            }
         }
     }
 
@@ -136,7 +155,20 @@ impl Arch {
                 a.duq.settings.batch = batch;
                 Arch::Duq(a)
             }
+            Arch::DuqResnet(mut a) => {
+                a.duq.batch = batch;
+                Arch::DuqResnet(a)
+            }
             other => other,
+        }
+    }
+
+    /// DUQ's settings, for the DUQ models.
+    pub fn duq_settings(&self) -> Option<&DuqSettings> {
+        match self {
+            Arch::Duq(a) => Some(&a.duq.settings),
+            Arch::DuqResnet(a) => Some(&a.duq),
+            _ => None,
         }
     }
 
@@ -147,6 +179,7 @@ impl Arch {
             Arch::Mlp(c) => c.classes,
             Arch::Duq(a) => a.classes,
             Arch::Resnet(c) => c.classes,
+            Arch::DuqResnet(a) => a.resnet.classes,
         }
     }
 
@@ -160,6 +193,11 @@ impl Arch {
                 34 => ModelKind::Resnet34,
                 50 => ModelKind::Resnet50,
                 _ => ModelKind::Resnet18,
+            },
+            Arch::DuqResnet(a) => match a.resnet.depth {
+                34 => ModelKind::DuqResnet34,
+                50 => ModelKind::DuqResnet50,
+                _ => ModelKind::DuqResnet18,
             },
         }
     }
@@ -187,22 +225,34 @@ impl Arch {
                     duq: Default::default(),
                 })
             }
-            ModelKind::Resnet18 | ModelKind::Resnet34 | ModelKind::Resnet50 => {
+            ModelKind::Resnet18
+            | ModelKind::Resnet34
+            | ModelKind::Resnet50
+            | ModelKind::DuqResnet18
+            | ModelKind::DuqResnet34
+            | ModelKind::DuqResnet50 => {
                 let (c, h, w) = match item_shape {
                     [c, h, w] => (*c, *h, *w),
                     [h, w] => (1, *h, *w),
                     _ => (1, 32, 32),
                 };
-                Arch::Resnet(ResNetConfig {
+                let resnet = ResNetConfig {
                     depth: match kind {
-                        ModelKind::Resnet34 => 34,
-                        ModelKind::Resnet50 => 50,
+                        ModelKind::Resnet34 | ModelKind::DuqResnet34 => 34,
+                        ModelKind::Resnet50 | ModelKind::DuqResnet50 => 50,
                         _ => 18,
                     },
                     stem: ResNetConfig::stem_for(h, w),
                     in_channels: c,
                     classes,
-                })
+                };
+                if kind.is_duq() {
+                    let mut duq = DuqSettings::cifar();
+                    duq.centroid_dims = if resnet.depth == 50 { 2048 } else { 512 };
+                    Arch::DuqResnet(DuqResNetArch { resnet, duq })
+                } else {
+                    Arch::Resnet(resnet)
+                }
             }
         }
     }
@@ -232,6 +282,10 @@ impl ModelBuilder for Arch {
                 Box::new(DuqCnn::new(a, vb).map_err(|e| candle_core::Error::Msg(e.to_string()))?)
             }
             Arch::Resnet(c) => Box::new(resnet(c, vb)?),
+            Arch::DuqResnet(a) => Box::new(
+                DuqResNet::resnet_from(a, vb)
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            ),
         })
     }
 
@@ -254,21 +308,41 @@ impl ModelBuilder for Arch {
                 device,
                 observer,
             ),
-            Arch::Duq(arch) => {
+            Arch::Duq(_) | Arch::DuqResnet(_) => {
                 let cfg = params.config();
+                let settings = self.duq_settings().expect("a DUQ architecture");
                 // One batch size: the architecture records the one it trains with (so that a
                 // checkpoint's config says how it was trained); a training asking for another
                 // is a caller's mistake, not something to pick between silently.
-                if cfg.batch_size != arch.duq.settings.batch {
+                if cfg.batch_size != settings.batch {
                     return Err(crate::Error::config(
                         "batch_size",
                         format!(
                             "{} for a DUQ model whose settings say {}; build it with \
                              Arch::with_batch",
-                            cfg.batch_size, arch.duq.settings.batch
+                            cfg.batch_size, settings.batch
                         ),
                     ));
                 }
+                if let Arch::DuqResnet(arch) = self {
+                    let (model, params) = train_duq_resnet(
+                        arch,
+                        data,
+                        indices,
+                        (cfg.steps, cfg.batch_size),
+                        (rngs.init, rngs.batches),
+                        device,
+                        observer,
+                    )?;
+                    return Ok(Trained {
+                        model: Box::new(model),
+                        params,
+                        final_loss: f32::NAN,
+                    });
+                }
+                let Arch::Duq(arch) = self else {
+                    unreachable!("matched above")
+                };
                 let (model, params) = train_duq(
                     arch,
                     data,
@@ -304,33 +378,54 @@ pub enum ModelKind {
     Resnet34,
     /// ResNet-50 (Bottleneck).
     Resnet50,
+    /// DUQ on ResNet-18's trunk (the DUQ paper's CIFAR-10 model; its settings:
+    /// [`DuqSettings::cifar`]).
+    DuqResnet18,
+    /// DUQ on ResNet-34's trunk.
+    DuqResnet34,
+    /// DUQ on ResNet-50's trunk (2048 features and centroid size).
+    DuqResnet50,
 }
 
 impl ModelKind {
     /// Every built-in model, in the order commands list them.
-    pub const ALL: [ModelKind; 6] = [
+    pub const ALL: [ModelKind; 9] = [
         ModelKind::Cnn,
         ModelKind::Mlp,
         ModelKind::Duq,
         ModelKind::Resnet18,
         ModelKind::Resnet34,
         ModelKind::Resnet50,
+        ModelKind::DuqResnet18,
+        ModelKind::DuqResnet34,
+        ModelKind::DuqResnet50,
     ];
 
-    /// The training batch size when none is given: DUQ's paper setting (128, from
-    /// [`crate::duq::cnn::DuqCnnConfig`]'s defaults), else [`crate::train::TrainConfig`]'s (32).
+    /// The training batch size when none is given: DUQ's paper settings (128, from
+    /// [`crate::duq::cnn::DuqCnnConfig`]'s defaults and [`DuqSettings::cifar`]), else
+    /// [`crate::train::TrainConfig`]'s (32).
     pub fn default_batch_size(self) -> usize {
         match self {
             ModelKind::Duq => crate::duq::cnn::DuqCnnConfig::default().settings.batch,
+            k if k.is_duq() => DuqSettings::cifar().batch,
             _ => crate::train::TrainConfig::default().batch_size,
         }
     }
 
-    /// Whether this is one of the ResNets (timed on colour 32x32 items by `alkit bench`).
+    /// Whether this is one of the ResNets, DUQ's included (timed on colour 32x32 items by
+    /// `alkit bench`).
     pub fn is_resnet(self) -> bool {
+        !matches!(self, ModelKind::Cnn | ModelKind::Mlp | ModelKind::Duq)
+    }
+
+    /// Whether this model is DUQ (trained with its own loss and SGD schedule, scored by `duq`).
+    pub fn is_duq(self) -> bool {
         matches!(
             self,
-            ModelKind::Resnet18 | ModelKind::Resnet34 | ModelKind::Resnet50
+            ModelKind::Duq
+                | ModelKind::DuqResnet18
+                | ModelKind::DuqResnet34
+                | ModelKind::DuqResnet50
         )
     }
 
@@ -343,6 +438,9 @@ impl ModelKind {
             ModelKind::Resnet18 => "resnet18",
             ModelKind::Resnet34 => "resnet34",
             ModelKind::Resnet50 => "resnet50",
+            ModelKind::DuqResnet18 => "duq-resnet18",
+            ModelKind::DuqResnet34 => "duq-resnet34",
+            ModelKind::DuqResnet50 => "duq-resnet50",
         }
     }
 

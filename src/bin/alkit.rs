@@ -10,7 +10,7 @@ use alkit::curve::{run_curve, summarize, CurveSpec, SummaryRow};
 use alkit::data::stream::Chunk;
 use alkit::data::{Dataset, Normalizer, Source, Splits};
 use alkit::hub::Hub;
-use alkit::models::{Arch, ModelKind};
+use alkit::models::Arch;
 use alkit::predict::Scoring;
 use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
 use alkit::train::TrainConfig;
@@ -201,7 +201,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         }
         let defaults = LoopConfig::default();
         let model = Arch::for_data(a.model.unwrap_or(ModelArg::Cnn).kind(), &splits.train);
-        if model.kind() == ModelKind::Duq && a.anchor.is_some() {
+        if model.kind().is_duq() && a.anchor.is_some() {
             return Err(alkit::Error::config(
                 "anchor",
                 "--anchor regularises the softmax models' Adam training; DUQ trains with its own loss",
@@ -225,7 +225,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                     lr,
                     anchor: a.anchor,
                 },
-                batch: defaults.batch,
+                batch: alkit::predict::default_batch(splits.train.item_len()),
                 ensemble: a.ensemble.map(|k| k as usize),
                 subsample: a.subsample,
             },

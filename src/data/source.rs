@@ -5,6 +5,7 @@
 //! | form | what it is | ids | labels it carries |
 //! |---|---|---|---|
 //! | a folder with `train-images-idx3-ubyte[.gz]` ... | IDX (MNIST layout), train + `t10k` test split | index | all |
+//! | a folder with only `train/` and `test/` subfolders | PNG/JPEG images in `train/CLASS/` (the pool) and `test/CLASS/` (the test split) | relative path | all |
 //! | any other folder | PNG/JPEG images; those in `CLASS/` subfolders are labeled | relative path | subfolder items |
 //! | `FILE.safetensors` | tensor `x` `(n, ...)` f32 or u8 (u8 is scaled by 1/255), optional integer `y` `(n,)`, optional metadata `classes` (comma-separated) | index | `y` |
 //! | `FILE.csv` | tabular: a header, optional `id` and `label` columns, every other column a number | `id` or row index | non-empty `label` cells |
@@ -200,10 +201,12 @@ impl Loaded {
                 DataProblem::Other(what.into()),
             )
         };
-        let test = self
-            .test
-            .as_ref()
-            .ok_or_else(|| problem("has no test split (use an IDX folder or a Hub dataset)"))?;
+        let test = self.test.as_ref().ok_or_else(|| {
+            problem(
+                "has no test split (use an IDX folder, a folder with train/ and test/ \
+                     subfolders, or a Hub dataset)",
+            )
+        })?;
         for items in [&self.pool, test] {
             if let Some(i) = items.labels.iter().position(Option::is_none) {
                 return Err(problem(&format!("item `{}` has no label", items.ids[i])));
@@ -337,6 +340,7 @@ pub fn load(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<L
                 test: Some(Items::from_dataset(&s.test, classes)),
             })
         }
+        Source::Images(dir) if split_folder(dir)? => load_split_folder(dir),
         Source::Images(dir) => Ok(Loaded {
             pool: load_image_folder(dir)?,
             test: None,
@@ -387,7 +391,11 @@ pub const FIT_SIDE: usize = 64;
 /// [`Image::preprocess`](crate::data::image::Image::preprocess) with
 /// [`Preprocess::square`]).
 pub fn load_image_folder(dir: &Path) -> Result<Items> {
-    let folder = ImageFolder::list(dir)?;
+    folder_items(ImageFolder::list(dir)?)
+}
+
+/// Every image of a listed folder decoded.
+fn folder_items(folder: ImageFolder) -> Result<Items> {
     let mut x = Vec::with_capacity(folder.len() * folder.plan.item_len());
     for i in 0..folder.len() {
         x.extend(folder.item(i)?);
@@ -398,6 +406,71 @@ pub fn load_image_folder(dir: &Path) -> Result<Items> {
         ids: folder.ids,
         labels: folder.labels,
         classes: folder.classes,
+    })
+}
+
+/// Whether `dir` is a split folder: no images at its top and exactly two visible subfolders,
+/// `train` and `test` (the layout of Hugging Face's `imagefolder` and of many published image
+/// sets), each holding one subfolder per class. Such a folder is a benchmark data set: its
+/// pool is the train split, and `curve`, `train`, `ood` and `calibrate` evaluate on the test
+/// split. A labeled folder whose only two classes are called `train` and `test` is read this
+/// way too.
+pub(crate) fn split_folder(dir: &Path) -> Result<bool> {
+    let mut subfolders = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let p = e.map_err(|e| Error::io(dir, e))?.path();
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if p.is_dir() && !name.starts_with('.') {
+            subfolders.push(name);
+        } else if p.is_file() && is_image(&p) {
+            return Ok(false);
+        }
+    }
+    subfolders.sort();
+    Ok(subfolders == ["test", "train"])
+}
+
+/// Both splits of a [split folder](split_folder), ids `train/CLASS/FILE` and `test/CLASS/FILE`,
+/// classes those of `train/` (the test split may lack some, not add any) and one item shape in
+/// both, or an error naming the folder.
+fn load_split_folder(dir: &Path) -> Result<Loaded> {
+    let read = |split: &str| -> Result<Items> {
+        let folder = ImageFolder::list_split(dir, split)?;
+        folder_items(folder)
+    };
+    let (pool, mut test) = (read("train")?, read("test")?);
+    let problem = |what: String| Error::data(dir, DataProblem::Other(what));
+    // The test split's labels by name onto the train split's classes: a class the test split
+    // lacks is fine, one the model never trains on is not.
+    let mut to_train = Vec::with_capacity(test.classes.len());
+    for name in &test.classes {
+        match pool.classes.iter().position(|c| c == name) {
+            Some(c) => to_train.push(c as u32),
+            None => {
+                return Err(problem(format!(
+                    "test/{name}/ is a class train/ does not have (train/ has {:?})",
+                    pool.classes
+                )))
+            }
+        }
+    }
+    for l in test.labels.iter_mut().flatten() {
+        *l = to_train[*l as usize];
+    }
+    test.classes = pool.classes.clone();
+    if pool.item_shape != test.item_shape {
+        return Err(problem(format!(
+            "train/ images are {:?}, test/ images {:?}",
+            pool.item_shape, test.item_shape
+        )));
+    }
+    Ok(Loaded {
+        pool,
+        test: Some(test),
     })
 }
 
@@ -412,8 +485,33 @@ pub(crate) struct ImageFolder {
 }
 
 impl ImageFolder {
-    /// Lists `dir` (see [`load_image_folder`]) and reads every image's header.
+    /// Lists `dir` (see [`load_image_folder`]) and reads every image's header: the `train/`
+    /// split of a [split folder](split_folder), ids prefixed with `train/`.
     pub(crate) fn list(dir: &Path) -> Result<ImageFolder> {
+        match split_folder(dir)? {
+            true => Self::list_split(dir, "train"),
+            false => Self::list_plain(dir),
+        }
+    }
+
+    /// The `split` subfolder of a split folder, ids relative to `dir`.
+    fn list_split(dir: &Path, split: &str) -> Result<ImageFolder> {
+        let mut f = Self::list_plain(&dir.join(split))?;
+        if f.labels.iter().any(Option::is_none) {
+            return Err(Error::data(
+                dir.join(split),
+                DataProblem::Other(
+                    "a split of a train/test folder holds its images in class subfolders only"
+                        .into(),
+                ),
+            ));
+        }
+        f.ids = f.ids.iter().map(|id| format!("{split}/{id}")).collect();
+        f.dir = dir.to_path_buf();
+        Ok(f)
+    }
+
+    fn list_plain(dir: &Path) -> Result<ImageFolder> {
         let read = |d: &Path| -> Result<Vec<PathBuf>> {
             let mut v: Vec<PathBuf> = std::fs::read_dir(d)
                 .map_err(|e| Error::io(d, e))?

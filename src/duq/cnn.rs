@@ -27,8 +27,8 @@ use crate::error::{Error, Result};
 use crate::kernels::conv::{Conv, ConvT};
 use crate::nn::init::{seeded, Params};
 use crate::nn::layers::{flatten_nchw_order, im2col, linear, max_pool2x2, nchw_to_nhwc};
-use crate::observe::{check, Event, Observer};
-use crate::rng::{shuffle, Rng};
+use crate::observe::Observer;
+use crate::rng::Rng;
 use candle_core::{DType, Device, Module, Tensor, Var};
 use candle_nn::Init;
 use serde::{Deserialize, Serialize};
@@ -741,37 +741,14 @@ pub fn train_duq(
         device,
         init,
     )?;
-    let cfg = arch.duq.settings.clone();
-    let mut sgd = model.optimizer();
-    let b = batch.min(indices.len()).max(1);
-    let mut order = indices.to_vec();
-    let mut cursor = order.len();
-    for step in 1..=steps {
-        let done = (step - 1) as f64 / steps as f64;
-        let drops = cfg
-            .milestones
-            .iter()
-            .filter(|&&m| done >= m as f64 / cfg.epochs.max(1) as f64)
-            .count();
-        sgd.lr = cfg.lr * cfg.lr_factor.powi(drops as i32);
-        if cursor + b > order.len() {
-            shuffle(&mut batches, &mut order);
-            cursor = 0;
-        }
-        let ids = &order[cursor..cursor + b];
-        cursor += b;
-        let l = model.step(
-            &mut sgd,
-            &data.batch(ids, device)?,
-            &data.batch_labels(ids, device)?,
-        )?;
-        let ev = Event::TrainStep {
-            step,
-            steps,
-            loss: (step % 50 == 0 || step == steps).then_some(l as f32),
-        };
-        check(observer, &ev)?;
-    }
+    model.fit_steps(
+        data,
+        indices,
+        (steps, batch),
+        &mut batches,
+        device,
+        observer,
+    )?;
     let state = model.state()?;
     Ok((model, state))
 }

@@ -9,14 +9,17 @@
 //! the gradient penalty's parameter gradient comes from a first-order backward, exactly. No
 //! extractor-specific code: a layer that implements [`crate::nn::net::Layer`] is covered.
 
-use super::{Duq, DuqSettings, Extractor, RbfHead};
+use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
 use crate::error::{Error, Result};
-use crate::nn::init::Params;
+use crate::nn::init::{seeded, Params};
 use crate::nn::layers::nchw_to_nhwc;
 use crate::nn::net::{Ctx, Layer, Sequential, Tape};
 use crate::nn::resnet::{resnet_trunk, ResNetConfig};
-use candle_core::{Tensor, Var};
+use crate::observe::Observer;
+use crate::rng::Rng;
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
 
 /// A layer stack from `(b, c, h, w)` images (or `(b, f)` vectors) to features `(b, d)`.
 pub struct NetExtractor {
@@ -130,6 +133,9 @@ impl Duq<NetExtractor> {
         params: &Params,
     ) -> Result<Self> {
         let (trunk, features) = resnet_trunk(cfg, vb.clone())?;
+        // Before the head exists in `params`: the extractor's variables are the trunk's, and
+        // the head's `W` is added once by `Duq` (its centroid state is never optimised).
+        let extractor = NetExtractor::new(trunk, features, params)?;
         let head = RbfHead::from_vb(
             features,
             cfg.classes,
@@ -138,11 +144,95 @@ impl Duq<NetExtractor> {
             (duq.w_std, duq.n_init),
             vb.pp("duq"),
         )?;
-        Duq::from_parts(
-            NetExtractor::new(trunk, features, params)?,
-            head,
-            cfg.classes,
-            duq,
-        )
+        Duq::from_parts(extractor, head, cfg.classes, duq)
     }
+}
+
+impl DuqSettings {
+    /// The DUQ paper's CIFAR-10 ResNet-18 settings (its reference `train_duq_cifar.py`):
+    /// centroids of the 512 features' size, length scale 0.1, `gamma` 0.999, two-sided
+    /// penalty with `lambda` 0.75, SGD lr 0.05, momentum 0.9, weight decay 5e-4, batch 128,
+    /// 75 epochs dropping x0.2 after 25 and 50. `w_std` and `n_init` are those of the
+    /// Fashion-MNIST model.
+    pub fn cifar() -> Self {
+        Self {
+            centroid_dims: 512,
+            sigma: 0.1,
+            gamma: 0.999,
+            lambda: 0.75,
+            penalty: Penalty::TwoSided,
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 5e-4,
+            batch: 128,
+            epochs: 75,
+            milestones: vec![25, 50],
+            lr_factor: 0.2,
+            w_std: 0.05,
+            n_init: 12.0,
+        }
+    }
+}
+
+/// DUQ on a ResNet: what a checkpoint's `config.json` records for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DuqResNetArch {
+    /// The ResNet whose trunk extracts the features; its `classes` are DUQ's classes.
+    pub resnet: ResNetConfig,
+    /// Head, loss, optimiser and schedule.
+    pub duq: DuqSettings,
+}
+
+impl Duq<NetExtractor> {
+    /// The model `arch` describes with every tensor from `vb` (loaded from a checkpoint): the
+    /// trunk by torchvision's names, the head as `duq.{weight,m,counts}`.
+    pub fn resnet_from(arch: &DuqResNetArch, vb: VarBuilder) -> Result<Self> {
+        Self::resnet(&arch.resnet, &arch.duq, vb, &Params::from_named(Vec::new()))
+    }
+
+    /// Every tensor by name with its current value, the centroid state included: what a
+    /// checkpoint saves. `params` are the variables the model was built from (a seeded
+    /// builder's): the trunk's running statistics and the head's `W` share their storage, the
+    /// centroid sums and counts are replaced at each update and are taken from the head.
+    pub fn state(&self, params: &Params) -> Result<Params> {
+        let (m, counts) = self.head().buffers();
+        let mut named = Vec::new();
+        for (name, var) in params.named() {
+            let t = match name.as_str() {
+                "duq.m" => m.clone(),
+                "duq.counts" => counts.clone(),
+                _ => var.as_tensor().clone(),
+            };
+            named.push((name, Var::from_tensor(&t.detach().copy()?)?));
+        }
+        Ok(Params::from_named(named))
+    }
+}
+
+/// Trains a fresh DUQ ResNet `arch` describes for `steps` SGD steps of `batch` items of
+/// `data[indices]` ([`Duq::fit_steps`]), every parameter drawn from `init` (the trunk as
+/// [`crate::nn::resnet`] initialises it, the head as [`RbfHead::from_vb`]); returns the model
+/// and its state by name.
+#[allow(clippy::too_many_arguments)]
+pub fn train_duq_resnet(
+    arch: &DuqResNetArch,
+    data: &crate::data::Dataset,
+    indices: &[usize],
+    (steps, batch): (usize, usize),
+    (init, mut batches): (Rng, Rng),
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<(DuqResNet, Params)> {
+    let (vb, params) = seeded(init, DType::F32, device);
+    let mut model = Duq::resnet(&arch.resnet, &arch.duq, vb, &params)?;
+    model.fit_steps(
+        data,
+        indices,
+        (steps, batch),
+        &mut batches,
+        device,
+        observer,
+    )?;
+    let state = model.state(&params)?;
+    Ok((model, state))
 }

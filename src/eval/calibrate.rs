@@ -68,10 +68,11 @@ pub fn run(
     let m = model.model.as_ref();
     let all: Vec<usize> = (0..test.len()).collect();
     let c = m.classes();
-    let mut lp = log_probs_of(m, test, &all, 512, device, &mut Silent)?;
+    let batch = crate::predict::default_batch(test.item_len());
+    let mut lp = log_probs_of(m, test, &all, batch, device, &mut Silent)?;
     let temperature = match &holdout {
         Some(h) => {
-            let vlp = log_probs_of(m, h.data, h.val, 512, device, &mut Silent)?;
+            let vlp = log_probs_of(m, h.data, h.val, batch, device, &mut Silent)?;
             let labels: Vec<u32> = h.val.iter().map(|&i| h.data.labels()[i]).collect();
             let t = fit_temperature(&vlp, c, &labels)?;
             temperature_scale(&mut lp, c, t)?;

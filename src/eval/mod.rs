@@ -133,14 +133,15 @@ fn fit_and_save(
 }
 
 /// The scoring context of a checkpoint's model: gradients through its parameters,
-/// perturbation scorers through its architecture (inference batch 512).
+/// perturbation scorers through its architecture (inference batch
+/// [`crate::predict::default_batch`] of its items).
 pub fn scoring<'a>(ck: &'a Checkpoint, device: &'a Device) -> Scoring<'a> {
     Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),
         builder: Some(&ck.config.arch),
         input_std: &ck.config.normalizer.std,
-        batch: 512,
+        batch: crate::predict::default_batch(ck.config.item_shape.iter().product()),
         device,
     }
 }
@@ -554,6 +555,7 @@ pub fn train_checkpoint(
         observer,
     )?;
     let test = ck.config.normalizer.apply(&splits.test)?;
-    let m = crate::predict::evaluate(ck.model.as_ref(), &test, 512, device, &mut Silent)?;
+    let batch = crate::predict::default_batch(test.item_len());
+    let m = crate::predict::evaluate(ck.model.as_ref(), &test, batch, device, &mut Silent)?;
     Ok(m)
 }

@@ -57,7 +57,14 @@ pub fn run(
     let scoring = scoring(model, device);
     let id_scores = score_all(&scoring, id_test, scorers, seed)?;
     let ood_scores = score_all(&scoring, ood_test, scorers, seed)?;
-    let id_accuracy = evaluate(model.model.as_ref(), id_test, 512, device, &mut Silent)?.acc;
+    let id_accuracy = evaluate(
+        model.model.as_ref(),
+        id_test,
+        scoring.batch,
+        device,
+        &mut Silent,
+    )?
+    .acc;
     let mut rows = Vec::with_capacity(scorers.len());
     let mut roc = Panel {
         title: "ROC (OOD positive)".into(),

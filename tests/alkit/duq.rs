@@ -707,3 +707,281 @@ fn duq_trains_a_users_extractor_and_its_gradient_checks_catch_mistakes() {
         .unwrap();
     assert_eq!(via_trait, k);
 }
+
+/// `n` items of `ds` from `from` on, padded by 2 pixels a side to 32x32 and replicated to three
+/// channels: MNIST-sized grey images in the CIFAR shape.
+fn padded_rgb(ds: &Dataset, from: usize, n: usize) -> Dataset {
+    let mut x = Vec::with_capacity(n * 3 * 32 * 32);
+    let mut y = Vec::with_capacity(n);
+    for i in from..from + n {
+        let item = ds.item(i);
+        let mut plane = vec![0f32; 32 * 32];
+        for r in 0..28 {
+            plane[(r + 2) * 32 + 2..(r + 2) * 32 + 30].copy_from_slice(&item[r * 28..r * 28 + 28]);
+        }
+        for _ in 0..3 {
+            x.extend_from_slice(&plane);
+        }
+        y.push(ds.labels()[i]);
+    }
+    Dataset::new(x, y, vec![3, 32, 32], ds.classes()).unwrap()
+}
+
+/// `n` synthetic colour images 3x32x32 of 3 classes: a class-coloured square on seeded noise.
+fn colour_squares(n: usize, seed: u64) -> Dataset {
+    let mut rng = stream(seed, Purpose::Tool, 0);
+    let mut x = Vec::with_capacity(n * 3 * 32 * 32);
+    let y: Vec<u32> = (0..n).map(|i| (i % 3) as u32).collect();
+    for &c in &y {
+        for ch in 0..3 {
+            for r in 0..32 {
+                for col in 0..32 {
+                    let inside = (8..24).contains(&r) && (8..24).contains(&col);
+                    let noise = alkit::rng::uniform(&mut rng) as f32 * 0.3;
+                    x.push(if inside && ch == c as usize {
+                        0.7 + noise
+                    } else {
+                        noise
+                    });
+                }
+            }
+        }
+    }
+    Dataset::new(x, y, vec![3, 32, 32], 3).unwrap()
+}
+
+#[test]
+fn resnets_and_duq_resnet_run_every_command_on_colour_images() {
+    // Colour 3x32x32 data in the loop: MNIST padded to 32x32 and replicated to three channels,
+    // and synthetic coloured squares, each a folder with train/ and test/ subfolders.
+    // `train`, `score`, `ood`, `calibrate` and `curve` take the ResNets and DUQ on ResNet-18,
+    // whose checkpoint keeps its centroid state and running statistics exactly.
+    let dir = tmp("colour");
+    let mnist = load_idx_dir(&data_dir()).unwrap();
+    let (m_train, m_test) = (
+        padded_rgb(&mnist.train, 0, 40),
+        padded_rgb(&mnist.test, 0, 20),
+    );
+    write_split_folder(&dir.join("mnist32"), &m_train, &m_test);
+    write_split_folder(
+        &dir.join("squares"),
+        &colour_squares(30, 1),
+        &colour_squares(20, 2),
+    );
+    let run = |args: &[&str]| {
+        let o = alkit_cmd()
+            .arg("-q")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let small = ["--steps", "2", "--batch-size", "8"];
+    let out = run(&[
+        &["train", "--data", "squares", "--model", "duq-resnet18"][..],
+        &small,
+        &["--out", "ck"],
+    ]
+    .concat());
+    assert!(out.contains("test accuracy"), "{out}");
+    let config = std::fs::read_to_string(dir.join("ck/config.json")).unwrap();
+    assert!(
+        config.contains("\"duq-resnet\"") && config.contains("\"cifar\""),
+        "{config}"
+    );
+    run(&[
+        "score",
+        "--checkpoint",
+        "ck",
+        "--data",
+        "squares",
+        "--scorer",
+        "duq,entropy",
+        "--out",
+        "s.csv",
+    ]);
+    let scores = std::fs::read_to_string(dir.join("s.csv")).unwrap();
+    let rows: Vec<&str> = scores.lines().skip(1).collect();
+    assert_eq!(rows.len(), 30);
+    assert!(rows[0].starts_with("0,train/0/"), "{}", rows[0]);
+    for r in &rows {
+        let duq: f64 = r.split(',').nth(2).unwrap().parse().unwrap();
+        assert!((0.0..=1.0).contains(&duq), "{r}");
+    }
+    // A model without dropout asked for MC-dropout draws is refused, naming the reason.
+    let o = alkit_cmd()
+        .args([
+            "-q",
+            "score",
+            "--checkpoint",
+            "ck",
+            "--data",
+            "squares",
+            "--scorer",
+            "bald",
+            "--out",
+            "b.csv",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("dropout"), "{err}");
+    // DUQ trains with SGD at its own schedule: Adam's rate is refused.
+    let o = alkit_cmd()
+        .args([
+            "-q",
+            "train",
+            "--data",
+            "squares",
+            "--model",
+            "duq-resnet18",
+            "--lr",
+            "0.1",
+            "--out",
+            "x",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--lr"));
+    assert!(!dir.join("x").exists());
+    let out = run(&[
+        &[
+            "ood",
+            "--train-data",
+            "mnist32",
+            "--ood-data",
+            "squares",
+            "--model",
+            "duq-resnet18",
+        ][..],
+        &small,
+        &["--scorer", "duq,entropy", "--out", "ood"],
+    ]
+    .concat());
+    assert!(out.contains("duq") && out.contains("AUROC"), "{out}");
+    let out = run(&[
+        &[
+            "ood",
+            "--train-data",
+            "mnist32",
+            "--ood-data",
+            "squares",
+            "--model",
+            "resnet18",
+        ][..],
+        &small,
+        &["--scorer", "entropy,margin", "--out", "ood2"],
+    ]
+    .concat());
+    assert!(out.contains("margin"), "{out}");
+    run(&[
+        &["calibrate", "--data", "mnist32", "--model", "resnet34"][..],
+        &small,
+        &["--scorer", "entropy", "--out", "cal"],
+    ]
+    .concat());
+    assert!(dir.join("cal/metrics.json").exists());
+    run(&[
+        &[
+            "curve",
+            "--data",
+            "mnist32",
+            "--model",
+            "duq-resnet18",
+            "--scorer",
+            "duq",
+        ][..],
+        &small,
+        &[
+            "--initial",
+            "10",
+            "--query",
+            "5",
+            "--cycles",
+            "1",
+            "--out",
+            "curve",
+        ],
+    ]
+    .concat());
+    let curve = std::fs::read_to_string(dir.join("curve/curve.csv")).unwrap();
+    assert!(curve.contains("duq,"), "{curve}");
+
+    // In-process: the trained model and its reloaded checkpoint give identical kernel values
+    // (trunk, running statistics, head and centroid state all saved).
+    let sq = colour_squares(30, 1);
+    let norm = Normalizer::fit(&sq);
+    let train = norm.apply(&sq).unwrap();
+    let arch = Arch::for_data(alkit::models::ModelKind::DuqResnet18, &train).with_batch(8);
+    let trained = alkit::train::train(
+        &arch,
+        &train,
+        &(0..30).collect::<Vec<_>>(),
+        &TrainConfig {
+            steps: 3,
+            batch_size: 8,
+            ..TrainConfig::default()
+        }
+        .validate()
+        .unwrap(),
+        alkit::train::TrainRngs::for_cycle(0, 0),
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    let names: Vec<String> = trained.params.named().into_iter().map(|(n, _)| n).collect();
+    for n in [
+        "conv1.weight",
+        "layer4.1.bn2.running_var",
+        "duq.weight",
+        "duq.m",
+        "duq.counts",
+    ] {
+        assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
+    }
+    let ck2 = dir.join("ck2");
+    alkit::checkpoint::save(
+        &ck2,
+        &arch,
+        &trained.params,
+        &norm,
+        &[3, 32, 32],
+        (0..3).map(|c| c.to_string()).collect(),
+    )
+    .unwrap();
+    let loaded = alkit::checkpoint::load(&ck2, &Device::Cpu).unwrap();
+    let x = train
+        .batch(&(0..6).collect::<Vec<_>>(), &Device::Cpu)
+        .unwrap();
+    let a = alkit::nn::kernel_values(trained.model.as_ref(), &x)
+        .unwrap()
+        .unwrap();
+    let b = alkit::nn::kernel_values(loaded.model.as_ref(), &x)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        b.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    );
+    // The centroids moved from their initial draw: the saved state is the trained one.
+    let counts: Vec<f32> = trained
+        .params
+        .named()
+        .into_iter()
+        .find(|(n, _)| n == "duq.counts")
+        .unwrap()
+        .1
+        .as_tensor()
+        .to_vec1()
+        .unwrap();
+    assert!(counts.iter().all(|&c| c != 12.0), "{counts:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -669,3 +669,63 @@ fn duq_on_a_layer_stack_has_exact_input_and_penalty_gradients_in_f64() {
     let err = model.check_parameter_gradients(&x, &y, 1e-6, 3).unwrap();
     assert!(err < 1e-6, "parameter gradients {err}");
 }
+
+#[test]
+fn duq_on_resnet18_has_exact_input_and_penalty_gradients_in_f64() {
+    use alkit::duq::net::NetExtractor;
+    use alkit::duq::{check_input_gradient, Duq, DuqSettings, Extractor};
+    use alkit::nn::resnet::resnet_trunk;
+    // The DUQ paper's CIFAR model on 8x8 inputs: every stage runs (8, 8, 4, 2, 1 pixels a side),
+    // its strided blocks' 1x1 downsampling included, batch norm in training mode.
+    let cfg = ResNetConfig {
+        depth: 18,
+        stem: Stem::Cifar,
+        in_channels: 3,
+        classes: 3,
+    };
+    let x = randn64(&[4, 3, 8, 8], 21);
+    {
+        let (vb, params) = f64_builder(12);
+        let (trunk, features) = resnet_trunk(&cfg, vb).unwrap();
+        perturb_batch_norms(&params, 9);
+        let ext = NetExtractor::new(trunk, features, &params).unwrap();
+        let v = randn64(&[4, features], 22);
+        for train in [true, false] {
+            let err = check_input_gradient(&ext, &x, &v, train).unwrap();
+            assert!(err <= 1e-11, "train {train}: input gradient {err}");
+        }
+    }
+    let settings = DuqSettings {
+        centroid_dims: 4,
+        sigma: 0.5,
+        lambda: 0.8,
+        w_std: 0.05,
+        n_init: 1.0,
+        ..DuqSettings::default()
+    };
+    let (vb, params) = f64_builder(13);
+    let model = Duq::resnet(&cfg, &settings, vb, &params).unwrap();
+    perturb_batch_norms(&params, 10);
+    // The optimiser sees the trunk's parameters and the head's W once; never the centroid
+    // state or the running statistics.
+    let trainable = params
+        .named()
+        .iter()
+        .filter(|(n, _)| !alkit::nn::init::is_buffer(n) && !n.starts_with("duq."))
+        .count();
+    assert_eq!(model.vars().len(), trainable + 1);
+    assert_eq!(model.extractor().features(), 512);
+    // Kernel values well inside (0, 1), so that the loss's gradients are not vanishingly small.
+    let k = model.kernel_tensor(&x).unwrap();
+    let k: Vec<f64> = k.flatten_all().unwrap().to_vec1().unwrap();
+    assert!(
+        k.iter().any(|&v| v > 0.01) && k.iter().all(|&v| v < 0.99),
+        "{k:?}"
+    );
+    let y = Tensor::new(&[0u32, 1, 2, 1], &Device::Cpu).unwrap();
+    // Relative to max(|fd|, |autodiff|, 1e-3): the differences' own rounding is ~1e-7 on a
+    // loss of ~81 (the penalty of a deep network's input gradient), so entries with tiny
+    // gradients show ~1e-4; a missing or detached term shows ~1.
+    let err = model.check_parameter_gradients(&x, &y, 1e-6, 2).unwrap();
+    assert!(err < 5e-4, "parameter gradients {err}");
+}

@@ -90,6 +90,16 @@ fn write_idx_dir(
     .unwrap();
 }
 
+/// `train` and `test` written as a split folder `dir/{train,test}/CLASS/NNNNN.png`.
+fn write_split_folder(dir: &Path, train: &Dataset, test: &Dataset) {
+    for (split, ds) in [("train", train), ("test", test)] {
+        let items: Vec<(usize, Option<String>)> = (0..ds.len())
+            .map(|i| (i, Some(ds.labels()[i].to_string())))
+            .collect();
+        alkit::data::image::write_image_folder(&dir.join(split), ds, &items).unwrap();
+    }
+}
+
 fn data_problem(e: Error) -> (PathBuf, DataProblem) {
     match e {
         Error::Data { path, problem } => (path, problem),

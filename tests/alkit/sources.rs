@@ -750,3 +750,93 @@ fn a_folder_of_photos_of_mixed_sizes_is_scaled_to_one_square_size() {
     assert_eq!(kept.pool.item_shape, vec![1, 28, 28]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
+    use alkit::data::source::{load, Source};
+    let dir = tmp("split-folder");
+    // Pixel values k/255 survive the PNG round trip exactly.
+    let item = |k: usize| -> Vec<f32> {
+        (0..3 * 4 * 5)
+            .map(|p| ((p * 7 + k * 31) % 256) as f32 / 255.0)
+            .collect()
+    };
+    let make = |labels: &[u32]| {
+        let x = (0..labels.len()).flat_map(item).collect();
+        Dataset::new(x, labels.to_vec(), vec![3, 4, 5], 3).unwrap()
+    };
+    let train = make(&[0, 1, 2, 1, 0, 2]);
+    // The test split lacks class 1: its labels are the train split's by name.
+    let test = make(&[2, 0, 2]);
+    write_split_folder(&dir.join("ok"), &train, &test);
+    let hub = alkit::hub::Hub::new(dir.join("hub"), true);
+    let source = Source::parse(dir.join("ok").to_str().unwrap()).unwrap();
+    let loaded = load(&source, &hub, &mut Silent).unwrap();
+    let splits = loaded.splits(&source).unwrap();
+    assert_eq!(loaded.pool.classes, ["0", "1", "2"]);
+    assert_eq!(loaded.pool.ids[0], "train/0/00000.png");
+    assert_eq!(splits.train.labels(), &[0, 0, 1, 1, 2, 2]);
+    assert_eq!(splits.test.labels(), &[0, 2, 2]);
+    assert_eq!(splits.test.classes(), 3);
+    assert_eq!(splits.test.item_shape(), &[3, 4, 5]);
+    // test/0/00001.png is test item 1, sorted first.
+    assert_eq!(splits.test.item(0), &item(1)[..]);
+    // `alkit score` reads the pool (train/) of such a folder, ids relative to the folder.
+    let out = dir.join("s.csv");
+    let ck = dir.join("ck");
+    let o = alkit_cmd()
+        .args(["-q", "train", "--model", "mlp", "--steps", "1", "--data"])
+        .arg(dir.join("ok"))
+        .arg("--out")
+        .arg(&ck)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = alkit_cmd()
+        .args(["-q", "score", "--scorer", "entropy", "--checkpoint"])
+        .arg(&ck)
+        .arg("--data")
+        .arg(dir.join("ok"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ids: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(ids, loaded.pool.ids);
+
+    // A test class the train split does not have, and an unlabeled image in a split: refused,
+    // naming the folder and the culprit.
+    write_split_folder(&dir.join("extra"), &make(&[0, 1]), &make(&[2]));
+    let e = load(
+        &Source::parse(dir.join("extra").to_str().unwrap()).unwrap(),
+        &hub,
+        &mut Silent,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("test/2/") && e.contains("extra"), "{e}");
+    write_split_folder(&dir.join("loose"), &train, &test);
+    std::fs::copy(
+        dir.join("loose/train/0/00000.png"),
+        dir.join("loose/train/stray.png"),
+    )
+    .unwrap();
+    let e = load(
+        &Source::parse(dir.join("loose").to_str().unwrap()).unwrap(),
+        &hub,
+        &mut Silent,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("class subfolders only") && e.contains("train"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -48,6 +48,12 @@ pub(crate) enum ModelArg {
     Resnet34,
     /// ResNet-50 (Bottleneck).
     Resnet50,
+    /// DUQ on ResNet-18's trunk (the DUQ paper's CIFAR-10 model): centroids of size 512, length scale 0.1, two-sided penalty lambda 0.75, SGD lr 0.05 momentum 0.9 weight decay 5e-4, dropping x0.2 at 1/3 and 2/3 of the steps; score it with `duq`.
+    DuqResnet18,
+    /// DUQ on ResNet-34's trunk.
+    DuqResnet34,
+    /// DUQ on ResNet-50's trunk (centroids of size 2048).
+    DuqResnet50,
 }
 
 impl ModelArg {
@@ -59,6 +65,9 @@ impl ModelArg {
             ModelArg::Resnet18 => ModelKind::Resnet18,
             ModelArg::Resnet34 => ModelKind::Resnet34,
             ModelArg::Resnet50 => ModelKind::Resnet50,
+            ModelArg::DuqResnet18 => ModelKind::DuqResnet18,
+            ModelArg::DuqResnet34 => ModelKind::DuqResnet34,
+            ModelArg::DuqResnet50 => ModelKind::DuqResnet50,
         }
     }
 }
@@ -197,7 +206,7 @@ pub(crate) struct ModelSource {
     /// Optimiser steps when training here (Adam; SGD for duq). [default: 2000]
     #[arg(long)]
     pub(crate) steps: Option<usize>,
-    /// Mini-batch size when training here [default: 32; 128 for duq].
+    /// Mini-batch size when training here [default: 32; 128 for the DUQ models].
     #[arg(long)]
     pub(crate) batch_size: Option<usize>,
     /// Seed of training and of the scorers' noise.
@@ -207,10 +216,10 @@ pub(crate) struct ModelSource {
 
 #[derive(clap::Args)]
 pub(crate) struct OodArgs {
-    /// In-distribution data (four IDX files): the model trains on its train split, its test split is scored.
+    /// In-distribution data (a source with a test split: an IDX folder, a folder with train/ and test/ image subfolders, or hf:OWNER/NAME): the model trains on its train split, its test split is scored.
     #[arg(long)]
     pub(crate) train_data: PathBuf,
-    /// OOD data (four IDX files): its test split is scored, normalised with the in-distribution statistics.
+    /// OOD data (a source with a test split: an IDX folder, a folder with train/ and test/ image subfolders, or hf:OWNER/NAME): its test split is scored, normalised with the in-distribution statistics.
     #[arg(long)]
     pub(crate) ood_data: PathBuf,
     #[command(flatten)]
@@ -227,7 +236,7 @@ pub(crate) struct OodArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct CalibrateArgs {
-    /// Data (four IDX files): the model trains on the train split, the test split is evaluated.
+    /// Data (a source with a test split: an IDX folder, a folder with train/ and test/ image subfolders, or hf:OWNER/NAME): the model trains on the train split, the test split is evaluated.
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
     #[command(flatten)]
@@ -320,7 +329,7 @@ impl ScorerFlags {
 
 #[derive(clap::Args)]
 pub(crate) struct CurveArgs {
-    /// Folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz). [default: data]
+    /// Data with a test split: a folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz), a folder with train/CLASS/ and test/CLASS/ images, or hf:OWNER/NAME (its train and test Parquet shards). [default: data]
     #[arg(long)]
     pub(crate) data: Option<PathBuf>,
     /// Comma-separated strategies (`alkit scorers` lists them). [default: entropy,margin,least-confidence,random]
@@ -346,7 +355,7 @@ pub(crate) struct CurveArgs {
     /// Adam steps per training (each cycle trains from scratch). [default: 500]
     #[arg(long)]
     pub(crate) steps: Option<usize>,
-    /// Mini-batch size. [default: 32; 128 for duq]
+    /// Mini-batch size. [default: 32; 128 for the DUQ models]
     #[arg(long)]
     pub(crate) batch_size: Option<usize>,
     /// Adam learning rate. [default: 0.001]
@@ -380,7 +389,7 @@ pub(crate) struct CurveArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct TrainArgs {
-    /// Folder with the four IDX files.
+    /// Data with a test split (an IDX folder, a folder with train/ and test/ image subfolders, or hf:OWNER/NAME).
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
     /// Architecture.
@@ -389,7 +398,7 @@ pub(crate) struct TrainArgs {
     /// Adam steps.
     #[arg(long, default_value_t = 2000)]
     pub(crate) steps: usize,
-    /// Mini-batch size. [default: 32; 128 for duq]
+    /// Mini-batch size. [default: 32; 128 for the DUQ models]
     #[arg(long)]
     pub(crate) batch_size: Option<usize>,
     /// Adam learning rate (softmax models; DUQ trains with SGD at its own schedule). [default: 0.001]
@@ -411,7 +420,7 @@ pub(crate) struct ScoreArgs {
     /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), or hf:OWNER/NAME for a model repository on the Hub. Several, comma-separated, form a deep ensemble: its mean prediction is scored, and bald, class-variance, ... read one draw per member.
     #[arg(long, value_delimiter = ',', required = true)]
     pub(crate) checkpoint: Vec<PathBuf>,
-    /// Items to score: an IDX folder, a folder of PNG/JPEG images, FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
+    /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
     /// Which split to score (test: only sources with a test split).
@@ -463,7 +472,7 @@ pub(crate) struct MergeArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Folder with the four IDX files (the pool is the train split).
+    /// Data (a source with a test split: an IDX folder, a folder with train/ and test/ image subfolders, or hf:OWNER/NAME; the pool is the train split).
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
     /// Comma-separated strategies (`alkit scorers` lists them; batchbald: the evidence plus the greedy choice of 20, in candidates/s).
@@ -550,7 +559,7 @@ impl ModelSource {
 /// its milestones): a flag that does not apply to the chosen model is an error, not ignored.
 pub(crate) fn lr_for(kind: ModelKind, lr: Option<f64>) -> Result<f64> {
     match (kind, lr) {
-        (ModelKind::Duq, Some(_)) => Err(alkit::Error::config(
+        (k, Some(_)) if k.is_duq() => Err(alkit::Error::config(
             "lr",
             "--lr sets Adam's rate of the softmax models; DUQ trains with SGD at its own schedule",
         )

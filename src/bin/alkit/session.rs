@@ -40,7 +40,7 @@ pub struct InitArgs {
     /// Adam steps per training (from scratch each round).
     #[arg(long, default_value_t = 500)]
     steps: usize,
-    /// Mini-batch size. [default: 32; 128 for duq]
+    /// Mini-batch size. [default: 32; 128 for the DUQ models]
     #[arg(long)]
     batch_size: Option<usize>,
     /// Adam learning rate (softmax models; DUQ trains with SGD at its own schedule). [default: 0.001]
@@ -220,7 +220,7 @@ pub fn init(a: InitArgs) -> Result<()> {
             anchor: None,
         },
         seed: a.seed,
-        batch: 512,
+        batch: alkit::predict::default_batch(shape.iter().product()),
         ensemble: match a.ensemble {
             Some(k) if !(1..=alkit::train::MAX_MEMBERS).contains(&k) => {
                 return Err(alkit::Error::config(
