@@ -118,6 +118,26 @@ fn load(dir: &Path) -> Result<Splits> {
         .with_context(|| format!("loading the data {name}"))
 }
 
+/// [`load`], read through a checkpoint's preprocessing when it has one (a timm model's resize,
+/// crop and channels): what its model takes.
+fn load_for(dir: &Path, pre: Option<&alkit::data::image::Preprocess>) -> Result<Splits> {
+    let Some(pre) = pre else {
+        return load(dir);
+    };
+    let name = dir.to_string_lossy();
+    let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
+    let loaded = alkit::data::stream::load_prepared(
+        &source,
+        &Hub::from_env(),
+        &mut DownloadBar::default(),
+        pre,
+    )
+    .with_context(|| format!("loading the data {name}"))?;
+    loaded
+        .splits(&source)
+        .with_context(|| format!("loading the data {name}"))
+}
+
 /// Parses and loads any data source (Hub files through the environment's cache, with a
 /// download bar).
 fn load_source(name: &str) -> Result<(Source, alkit::data::Loaded)> {
@@ -458,18 +478,29 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
                 SplitArg::Train if pre.is_some() => open(&mut DownloadBar::default())
                     .with_context(|| format!("loading the data {name}"))?,
                 _ => {
-                    let (_, loaded) = load_source(&name)?;
+                    // The split decoded straight through the checkpoint's preprocessing (never
+                    // resampled twice).
+                    let loaded = match &pre {
+                        Some(p) => {
+                            let source = Source::parse(&name)
+                                .with_context(|| format!("data source {name}"))?;
+                            alkit::data::stream::load_prepared(
+                                &source,
+                                &Hub::from_env(),
+                                &mut DownloadBar::default(),
+                                p,
+                            )
+                            .with_context(|| format!("loading the data {name}"))?
+                        }
+                        None => load_source(&name)?.1,
+                    };
                     let items = match a.split {
                         SplitArg::Train => loaded.pool,
                         SplitArg::Test => loaded.test.with_context(|| {
                             format!("{name} has no test split; drop --split test")
                         })?,
                     };
-                    let st = alkit::data::stream::in_memory(items);
-                    match &pre {
-                        Some(p) => alkit::data::stream::preprocessed(st, p, &name)?,
-                        None => st,
-                    }
+                    alkit::data::stream::in_memory(items)
                 }
             };
             let (shape, n) = (st.item_shape().to_vec(), st.len());
@@ -670,6 +701,40 @@ fn bench_cmd(a: BenchArgs, device: &Device) -> Result<()> {
 }
 
 impl ModelSource {
+    /// The model and the data sets `data` (each with a test split) read for it. A checkpoint is
+    /// opened first and the data read through its preprocessing (a timm model's resize and
+    /// crop); without one the data are read as stored and a model is trained on the first
+    /// one's `train[..limit(n)]` and saved to `save_to`.
+    fn model_and_data(
+        &self,
+        data: &[&Path],
+        limit: impl Fn(usize) -> Option<usize>,
+        save_to: &Path,
+        device: &Device,
+        quiet: bool,
+    ) -> Result<(alkit::checkpoint::Checkpoint, Vec<Splits>)> {
+        let Some(c) = &self.checkpoint else {
+            let splits = data.iter().map(|d| load(d)).collect::<Result<Vec<_>>>()?;
+            let limit = limit(splits[0].train.len());
+            let ck = self.prepare(&splits[0].train, limit, save_to, device, quiet)?;
+            return Ok((ck, splits));
+        };
+        self.to_lib()?;
+        let ck = open_checkpoints(std::slice::from_ref(c), device)?;
+        let pre = ck.config.preprocess;
+        let splits = data
+            .iter()
+            .map(|d| load_for(d, pre.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        // The first data set's labels are scored against the model's classes; the others
+        // (OOD data) only need its item shape, which their evaluation checks.
+        for split in [&splits[0].train, &splits[0].test] {
+            alkit::eval::check_fits(&ck, &c.to_string_lossy(), split)
+                .with_context(|| format!("evaluating on {}", data[0].display()))?;
+        }
+        Ok((ck, splits))
+    }
+
     /// The checkpoint, or a model trained on `train[..limit]` and saved to `save_to`.
     fn prepare(
         &self,
@@ -703,11 +768,14 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     let mut inputs = vec![a.train_data.as_path(), a.ood_data.as_path()];
     inputs.extend(a.source.checkpoint.as_deref());
     alkit::fsutil::check_output_dir("out", &a.out, &inputs, false)?;
-    let id = load(&a.train_data)?;
-    let ood = load(&a.ood_data)?;
-    let ck = a
-        .source
-        .prepare(&id.train, None, &a.out.join("model"), device, quiet)?;
+    let (ck, splits) = a.source.model_and_data(
+        &[&a.train_data, &a.ood_data],
+        |_| None,
+        &a.out.join("model"),
+        device,
+        quiet,
+    )?;
+    let (id, ood) = (&splits[0], &splits[1]);
     let norm = &ck.config.normalizer;
     let (id_test, ood_test) = (norm.apply(&id.test)?, norm.apply(&ood.test)?);
     let r = alkit::eval::ood::run(
@@ -753,16 +821,18 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let mut inputs = vec![a.data.as_path()];
     inputs.extend(a.source.checkpoint.as_deref());
     alkit::fsutil::check_output_dir("out", &a.out, &inputs, false)?;
-    let splits = load(&a.data)?;
-    let n_train = splits.train.len();
-    let holdout = if a.temperature { n_train / 10 } else { 0 };
-    let ck = a.source.prepare(
-        &splits.train,
-        Some(n_train - holdout),
+    let temperature = a.temperature;
+    let holdout_of = |n: usize| if temperature { n / 10 } else { 0 };
+    let (ck, splits) = a.source.model_and_data(
+        &[&a.data],
+        |n| Some(n - holdout_of(n)),
         &a.out.join("model"),
         device,
         quiet,
     )?;
+    let splits = &splits[0];
+    let n_train = splits.train.len();
+    let holdout = holdout_of(n_train);
     let test = ck.config.normalizer.apply(&splits.test)?;
     let train = ck.config.normalizer.apply(&splits.train)?;
     let val: Vec<usize> = (n_train - holdout..n_train).collect();

@@ -331,6 +331,23 @@ fn digits(n: usize) -> Vec<String> {
 
 /// Loads `source` (downloading Hub files through `hub` when not cached).
 pub fn load(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<Loaded> {
+    load_planned(source, hub, observer, None)
+}
+
+/// [`load`], image sources (folders, Parquet, Hub Parquet) decoded by `plan` when given instead
+/// of the plan their headers suggest (a checkpoint's preprocessing, say).
+pub(crate) fn load_planned(
+    source: &Source,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+    plan: Option<&ImagePlan>,
+) -> Result<Loaded> {
+    let planned = |mut folder: ImageFolder| {
+        if let Some(p) = plan {
+            folder.plan = *p;
+        }
+        folder
+    };
     match source {
         Source::Idx(dir) => {
             let s = load_idx_dir(dir)?;
@@ -340,9 +357,9 @@ pub fn load(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<L
                 test: Some(Items::from_dataset(&s.test, classes)),
             })
         }
-        Source::Images(dir) if split_folder(dir)? => load_split_folder(dir),
+        Source::Images(dir) if split_folder(dir)? => load_split_folder(dir, plan),
         Source::Images(dir) => Ok(Loaded {
-            pool: load_image_folder(dir)?,
+            pool: folder_items(planned(ImageFolder::list(dir)?))?,
             test: None,
         }),
         Source::Safetensors(p) => Ok(Loaded {
@@ -354,10 +371,12 @@ pub fn load(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<L
             test: None,
         }),
         Source::Parquet(p) => Ok(Loaded {
-            pool: ParquetPool::scan(vec![p.clone()], None, p, true)?.items()?,
+            pool: ParquetPool::scan(vec![p.clone()], None, p, true)?
+                .planned(plan)
+                .items()?,
             test: None,
         }),
-        Source::Hub(repo) => load_hub(repo, hub, observer),
+        Source::Hub(repo) => load_hub(repo, hub, observer, plan),
     }
 }
 
@@ -437,9 +456,12 @@ pub(crate) fn split_folder(dir: &Path) -> Result<bool> {
 /// Both splits of a [split folder](split_folder), ids `train/CLASS/FILE` and `test/CLASS/FILE`,
 /// classes those of `train/` (the test split may lack some, not add any) and one item shape in
 /// both, or an error naming the folder.
-fn load_split_folder(dir: &Path) -> Result<Loaded> {
+fn load_split_folder(dir: &Path, plan: Option<&ImagePlan>) -> Result<Loaded> {
     let read = |split: &str| -> Result<Items> {
-        let folder = ImageFolder::list_split(dir, split)?;
+        let mut folder = ImageFolder::list_split(dir, split)?;
+        if let Some(p) = plan {
+            folder.plan = *p;
+        }
         folder_items(folder)
     };
     let (pool, mut test) = (read("train")?, read("test")?);
@@ -1396,6 +1418,14 @@ impl ParquetPool {
         })
     }
 
+    /// Decoded by `plan` when given instead of the plan of its headers.
+    fn planned(mut self, plan: Option<&ImagePlan>) -> ParquetPool {
+        if let Some(p) = plan {
+            self.plan = *p;
+        }
+        self
+    }
+
     /// The whole pool in memory.
     fn items(self) -> Result<Items> {
         let mut rows = ParquetRows::new(self.files);
@@ -1996,7 +2026,12 @@ pub(crate) fn hub_layout(
 }
 
 /// A Hub dataset, whole (see [`HubLayout`]).
-fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Loaded> {
+fn load_hub(
+    repo: &HubRepo,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+    plan: Option<&ImagePlan>,
+) -> Result<Loaded> {
     match hub_layout(repo, hub, observer)? {
         HubLayout::Parquet {
             train,
@@ -2013,6 +2048,7 @@ fn load_hub(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<Lo
                     .map(|f| hub.get(repo, RepoKind::Dataset, f, observer))
                     .collect::<Result<Vec<_>>>()?;
                 ParquetPool::scan(paths, classes.clone(), &name, true)?
+                    .planned(plan)
                     .items()
                     .map(Some)
             };

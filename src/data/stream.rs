@@ -107,6 +107,49 @@ pub fn preprocessed(
     Ok(Box::new(Prepared::new(inner, *pre, name.to_string())?))
 }
 
+/// Both splits of `source` (as [`super::source::load`] reads them) made into a model's input
+/// by `pre`, as [`open_preprocessed`] makes a stream: images decoded straight through `pre`,
+/// tensor items taken as they are when they have `pre`'s shape, else put through it as 8-bit
+/// images. What `ood`, `calibrate` and `score --split test` read for a checkpoint that carries
+/// its own preprocessing (a timm model's).
+pub fn load_prepared(
+    source: &Source,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+    pre: &Preprocess,
+) -> Result<super::source::Loaded> {
+    pre.check()
+        .map_err(|m| Error::config("preprocess", format!("the checkpoint asks for {m}")))?;
+    let plan = ImagePlan::preprocessed(*pre);
+    let loaded = super::source::load_planned(source, hub, observer, Some(&plan))?;
+    let name = source.to_string();
+    let prepare = |items: super::Items| -> Result<super::Items> {
+        if items.item_shape == pre.item_shape() {
+            return Ok(items);
+        }
+        let (labels, classes) = (items.labels.clone(), items.classes.clone());
+        let mut st = preprocessed(in_memory(items), pre, &name)?;
+        let item_shape = st.item_shape().to_vec();
+        let whole = drain(st.as_mut())?.ok_or_else(|| {
+            Error::data(
+                PathBuf::from(&name),
+                DataProblem::Other("holds no items".into()),
+            )
+        })?;
+        Ok(super::Items {
+            ids: whole.ids,
+            x: whole.x,
+            item_shape,
+            labels,
+            classes,
+        })
+    };
+    Ok(super::source::Loaded {
+        pool: prepare(loaded.pool)?,
+        test: loaded.test.map(prepare).transpose()?,
+    })
+}
+
 /// Items already in memory, as a stream (to put a loaded split through the same steps).
 pub fn in_memory(items: super::Items) -> Box<dyn ItemStream> {
     Box::new(Memory {

@@ -56,16 +56,7 @@ pub fn prepare(
 ) -> Result<Checkpoint> {
     if let Some(name) = &source.checkpoint {
         let c = checkpoint::open(name, hub, device, observer)?;
-        if c.config.item_shape != train_raw.item_shape() {
-            return Err(Error::config(
-                "checkpoint",
-                format!(
-                    "{name} expects items {:?}, the data has {:?}",
-                    c.config.item_shape,
-                    train_raw.item_shape()
-                ),
-            ));
-        }
+        check_fits(&c, name, train_raw)?;
         return Ok(c);
     }
     let params = TrainConfig {
@@ -88,6 +79,33 @@ pub fn prepare(
         device,
         observer,
     )
+}
+
+/// Checks that the checkpoint `name` takes `data`'s items and has a class for each of its
+/// labels (a model of 5 classes evaluated on data of 12 is refused, not indexed past its
+/// outputs).
+pub fn check_fits(ck: &Checkpoint, name: &str, data: &Dataset) -> Result<()> {
+    if ck.config.item_shape != data.item_shape() {
+        return Err(Error::config(
+            "checkpoint",
+            format!(
+                "{name} expects items {:?}, the data has {:?}",
+                ck.config.item_shape,
+                data.item_shape()
+            ),
+        ));
+    }
+    if data.classes() > ck.model.classes() {
+        return Err(Error::config(
+            "checkpoint",
+            format!(
+                "{name} has {} classes, the data {}: its labels would point past the model's outputs",
+                ck.model.classes(),
+                data.classes()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Fits `kind` on `train_raw[ids]` (normalised with statistics of the whole split) from the

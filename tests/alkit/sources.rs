@@ -840,3 +840,92 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn cifar10_from_the_hub_runs_the_acquisition_curve_on_colour_images() {
+    // The REGrad paper's CIFAR-10 protocol, offline: `alkit curve --data hf:uoft-cs/cifar10`
+    // on a miniature in the Hub's layout (`plain_text/` shards, an `img` column, the card's
+    // class names; tests/fixtures/make_hub_cifar_fixture.py), whose colour pixels are a formula
+    // of the shipped MNIST digits.
+    let dir = tmp("hub-cifar");
+    let cache = dir.join("hub");
+    let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hub-cifar10");
+    fake_hub_cache(
+        &cache,
+        "datasets--uoft-cs--cifar10",
+        &[
+            ("README.md", fx.join("README.md")),
+            (
+                "plain_text/train-00000-of-00001.parquet",
+                fx.join("train-00000-of-00001.parquet"),
+            ),
+            (
+                "plain_text/test-00000-of-00001.parquet",
+                fx.join("test-00000-of-00001.parquet"),
+            ),
+        ],
+    );
+    let hub = Hub::new(&cache, true);
+    let src = Source::parse("hf:uoft-cs/cifar10").unwrap();
+    let loaded = load_source(&src, &hub, &mut Silent).unwrap();
+    assert_eq!(loaded.pool.item_shape, vec![3, 32, 32]);
+    assert_eq!(loaded.pool.classes[0], "airplane");
+    assert_eq!(loaded.pool.classes[9], "truck");
+    let (train, test) = shipped();
+    let expect = |ds: &Dataset, n: usize| -> Vec<f32> {
+        let mut v = Vec::with_capacity(n * 3 * 32 * 32);
+        for i in 0..n {
+            let p = |r: usize, c: usize| -> u32 {
+                if (2..30).contains(&r) && (2..30).contains(&c) {
+                    (ds.item(i)[(r - 2) * 28 + c - 2] * 255.0).round() as u32
+                } else {
+                    0
+                }
+            };
+            for ch in 0..3 {
+                for r in 0..32 {
+                    for c in 0..32 {
+                        let q = match ch {
+                            0 => p(r, c),
+                            1 => 255 - p(r, c),
+                            _ => p(r, c) / 2,
+                        };
+                        v.push(q as f32 / 255.0);
+                    }
+                }
+            }
+        }
+        v
+    };
+    assert_eq!(loaded.pool.x, expect(&train, 40));
+    assert_eq!(loaded.test.as_ref().unwrap().x, expect(&test, 20));
+    let out = dir.join("curve");
+    let o = alkit_cmd()
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .args([
+            "-q",
+            "curve",
+            "--data",
+            "hf:uoft-cs/cifar10",
+            "--initial",
+            "10",
+        ])
+        .args([
+            "--query", "5", "--cycles", "2", "--steps", "5", "--scorer", "entropy",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let curve = std::fs::read_to_string(out.join("curve.csv")).unwrap();
+    // Cycles 0, 1, 2 with 10, 15, 20 labels.
+    for labeled in ["10", "15", "20"] {
+        assert!(
+            curve.lines().any(|l| l.split(',').any(|f| f == labeled)),
+            "{labeled}: {curve}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -243,6 +243,78 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
         let r: f64 = f[3].parse().unwrap();
         assert!(r.is_finite() && r > 0.0, "{line}");
     }
+
+    // `ood` and `calibrate` read their data through the checkpoint's transform too: the same
+    // photos in train/ and test/ folders (classes by the model's names) give timm's entropies.
+    let photo = |dir: &str, rel: &str, name: &str| {
+        let to = cache.join(dir).join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(fixtures().join("timm_photos").join(name), to).unwrap();
+    };
+    for (class, name) in [
+        ("ant", "a"),
+        ("bee", "b"),
+        ("cat", "c"),
+        ("dog", "a"),
+        ("eel", "c"),
+    ] {
+        photo(
+            "id",
+            &format!("train/{class}/{name}.png"),
+            &format!("{name}.png"),
+        );
+    }
+    photo("id", "test/ant/a.png", "a.png");
+    photo("id", "test/bee/b.png", "b.png");
+    photo("id", "test/cat/c.png", "c.png");
+    photo("far", "train/x/b.png", "b.png");
+    photo("far", "test/x/b.png", "b.png");
+    photo("far", "test/x/c.png", "c.png");
+    let cli = |args: &[&str]| {
+        alkit_cmd()
+            .env("HF_HUB_CACHE", &cache)
+            .env("HF_HUB_OFFLINE", "1")
+            .current_dir(&cache)
+            .args(["-q"])
+            .args(args)
+            .args([
+                "--checkpoint",
+                "hf:test/timm-resnet18",
+                "--scorer",
+                "entropy",
+            ])
+            .output()
+            .unwrap()
+    };
+    let o = cli(&[
+        "ood",
+        "--train-data",
+        "id",
+        "--ood-data",
+        "far",
+        "--out",
+        "o",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows = std::fs::read_to_string(cache.join("o/scores.csv")).unwrap();
+    let entropies: Vec<f64> = rows
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    // id: a, b, c (test/ant, test/bee, test/cat); far: b, c.
+    for (e, k) in entropies.iter().zip([0, 1, 2, 1, 2]) {
+        let w = want[k].as_f64().unwrap();
+        assert!((e - w).abs() <= 2e-5, "entropy {e}, timm {w}");
+    }
+    let o = cli(&["calibrate", "--data", "id", "--out", "c"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Data with a class the model does not have: refused, not indexed past its outputs.
+    photo("id", "train/zebra/b.png", "b.png");
+    let o = cli(&["calibrate", "--data", "id", "--out", "c2"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("6"), "{err}");
+    assert!(!cache.join("c2").exists());
 }
 
 #[test]
