@@ -397,30 +397,12 @@ fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
         &mut Silent,
     )
     .unwrap();
-    let norm = Normalizer::fit(&train);
-    let ck2 = dir.join("ck2");
-    alkit::checkpoint::save(
-        &ck2,
+    assert_round_trip(
         &Arch::Duq(arch),
-        &trained.params,
-        &norm,
-        &[1, 28, 28],
-        (0..10).map(|c| c.to_string()).collect(),
-    )
-    .unwrap();
-    let loaded = alkit::checkpoint::load(&ck2, &Device::Cpu).unwrap();
-    let x = test
-        .batch(&(0..8).collect::<Vec<_>>(), &Device::Cpu)
-        .unwrap();
-    let a = alkit::nn::kernel_values(trained.model.as_ref(), &x)
-        .unwrap()
-        .unwrap();
-    let b = alkit::nn::kernel_values(loaded.model.as_ref(), &x)
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        b.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        &trained,
+        &Normalizer::fit(&train),
+        &test,
+        &dir.join("ck2"),
     );
     let out = dir.join("curve");
     let o = alkit_cmd()
@@ -708,6 +690,32 @@ fn duq_trains_a_users_extractor_and_its_gradient_checks_catch_mistakes() {
     assert_eq!(via_trait, k);
 }
 
+/// Saves `trained` (built from `arch`, inputs normalised by `norm`) as a checkpoint in `dir`,
+/// loads it back and asserts identical kernel values on the first 6 items of `data`: every
+/// tensor, running statistics and centroid state included, survives the round trip.
+fn assert_round_trip(
+    arch: &Arch,
+    trained: &alkit::train::Trained,
+    norm: &Normalizer,
+    data: &Dataset,
+    dir: &Path,
+) {
+    let classes = (0..arch.classes()).map(|c| c.to_string()).collect();
+    alkit::checkpoint::save(dir, arch, &trained.params, norm, data.item_shape(), classes).unwrap();
+    let loaded = alkit::checkpoint::load(dir, &Device::Cpu).unwrap();
+    let x = data
+        .batch(&(0..6).collect::<Vec<_>>(), &Device::Cpu)
+        .unwrap();
+    let kernels = |m: &dyn alkit::nn::Classifier| -> Vec<f32> {
+        let k = alkit::nn::kernel_values(m, &x).unwrap().unwrap();
+        k.flatten_all().unwrap().to_vec1().unwrap()
+    };
+    assert_eq!(
+        kernels(trained.model.as_ref()),
+        kernels(loaded.model.as_ref())
+    );
+}
+
 /// `n` items of `ds` from `from` on, padded by 2 pixels a side to 32x32 and replicated to three
 /// channels: MNIST-sized grey images in the CIFAR shape.
 fn padded_rgb(ds: &Dataset, from: usize, n: usize) -> Dataset {
@@ -947,30 +955,7 @@ fn resnets_and_duq_resnet_run_every_command_on_colour_images() {
     ] {
         assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
     }
-    let ck2 = dir.join("ck2");
-    alkit::checkpoint::save(
-        &ck2,
-        &arch,
-        &trained.params,
-        &norm,
-        &[3, 32, 32],
-        (0..3).map(|c| c.to_string()).collect(),
-    )
-    .unwrap();
-    let loaded = alkit::checkpoint::load(&ck2, &Device::Cpu).unwrap();
-    let x = train
-        .batch(&(0..6).collect::<Vec<_>>(), &Device::Cpu)
-        .unwrap();
-    let a = alkit::nn::kernel_values(trained.model.as_ref(), &x)
-        .unwrap()
-        .unwrap();
-    let b = alkit::nn::kernel_values(loaded.model.as_ref(), &x)
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        b.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-    );
+    assert_round_trip(&arch, &trained, &norm, &train, &dir.join("ck2"));
     // The centroids moved from their initial draw: the saved state is the trained one.
     let counts: Vec<f32> = trained
         .params
