@@ -122,6 +122,11 @@ pub fn run_curve(
             ),
         ));
     }
+    for s in &strategies {
+        if let Some(needs) = s.needs() {
+            spec.model.check_needs(s.name(), &needs)?;
+        }
+    }
     if spec.scorers.members != spec.config.ensemble.is_some() {
         return Err(Error::config(
             "ensemble",

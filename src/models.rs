@@ -172,6 +172,46 @@ impl Arch {
         }
     }
 
+    /// Whether the model has a dropout layer with a positive rate (what MC-dropout draws need).
+    pub fn has_dropout(&self) -> bool {
+        match self {
+            Arch::Cnn(c) => c.dropout > 0.0,
+            Arch::Mlp(c) => c.dropout > 0.0,
+            Arch::Duq(_) | Arch::Resnet(_) | Arch::DuqResnet(_) => false,
+        }
+    }
+
+    /// Refuses, before anything trains, strategy `name` reading evidence this model cannot
+    /// give: DUQ's kernel values from a model that is not DUQ, MC-dropout draws from one
+    /// without dropout (an ensemble's members give sample scorers their draws instead).
+    pub fn check_needs(&self, name: &str, needs: &alkit_acquisition::Needs) -> Result<()> {
+        let model = self.kind().name();
+        if needs.kernel && !self.kind().is_duq() {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` reads DUQ's kernel values; --model {model} is not a DUQ model \
+                     (duq, duq-resnet18, ...)"
+                ),
+            ));
+        }
+        let mc = matches!(
+            needs.samples,
+            Some(alkit_acquisition::SampleRequest::McDropout { .. })
+        );
+        if mc && !self.has_dropout() {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` needs MC-dropout draws; --model {model} has no dropout layer, so \
+                     every draw would be the same: use --ensemble K for its draws, or a model \
+                     with dropout (cnn)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Number of classes (outputs).
     pub fn classes(&self) -> usize {
         match self {

@@ -89,6 +89,15 @@ impl Strategy {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The evidence it reads (`None` for random picks).
+    pub fn needs(&self) -> Option<alkit_acquisition::Needs> {
+        match &self.pick {
+            Pick::Random => None,
+            Pick::Scored { scorer, .. } => Some(scorer.needs()),
+            Pick::Batch(b) => Some(b.needs()),
+        }
+    }
 }
 
 /// Trains the round's model on `data[labeled]`: one model from the streams of

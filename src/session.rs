@@ -589,6 +589,12 @@ impl Learner {
         observer: &mut dyn Observer,
     ) -> Result<Vec<Query>> {
         let round = self.state.rounds.len() + 1;
+        if let Some(needs) = request.strategy.needs() {
+            self.state
+                .config
+                .arch
+                .check_needs(request.strategy.name(), &needs)?;
+        }
         let cand = self.candidates(request.include_pending);
         if request.n == 0 || request.n > cand.len() {
             return Err(Error::config(

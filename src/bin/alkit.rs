@@ -705,22 +705,33 @@ impl ModelSource {
     /// opened first and the data read through its preprocessing (a timm model's resize and
     /// crop); without one the data are read as stored and a model is trained on the first
     /// one's `train[..limit(n)]` and saved to `save_to`.
+    /// Scorers the model cannot serve (`duq` without DUQ, MC dropout without dropout) are
+    /// refused before anything trains.
     fn model_and_data(
         &self,
         data: &[&Path],
+        scorers: &[Arc<dyn Scorer>],
         limit: impl Fn(usize) -> Option<usize>,
         save_to: &Path,
         device: &Device,
         quiet: bool,
     ) -> Result<(alkit::checkpoint::Checkpoint, Vec<Splits>)> {
+        let check = |arch: &Arch| -> Result<()> {
+            for s in scorers {
+                arch.check_needs(s.name(), &s.needs())?;
+            }
+            Ok(())
+        };
         let Some(c) = &self.checkpoint else {
             let splits = data.iter().map(|d| load(d)).collect::<Result<Vec<_>>>()?;
+            check(&Arch::for_data(self.to_lib()?.model, &splits[0].train))?;
             let limit = limit(splits[0].train.len());
             let ck = self.prepare(&splits[0].train, limit, save_to, device, quiet)?;
             return Ok((ck, splits));
         };
         self.to_lib()?;
         let ck = open_checkpoints(std::slice::from_ref(c), device)?;
+        check(&ck.config.arch)?;
         let pre = ck.config.preprocess;
         let splits = data
             .iter()
@@ -770,6 +781,7 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     alkit::fsutil::check_output_dir("out", &a.out, &inputs, false)?;
     let (ck, splits) = a.source.model_and_data(
         &[&a.train_data, &a.ood_data],
+        &scorers,
         |_| None,
         &a.out.join("model"),
         device,
@@ -825,6 +837,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let holdout_of = |n: usize| if temperature { n / 10 } else { 0 };
     let (ck, splits) = a.source.model_and_data(
         &[&a.data],
+        &scorers,
         |n| Some(n - holdout_of(n)),
         &a.out.join("model"),
         device,

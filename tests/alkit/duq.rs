@@ -970,3 +970,82 @@ fn resnets_and_duq_resnet_run_every_command_on_colour_images() {
     assert!(counts.iter().all(|&c| c != 12.0), "{counts:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn scorers_a_model_cannot_serve_are_refused_before_it_trains() {
+    // `duq` needs a DUQ model's kernel values, MC-dropout scorers a model with dropout: asked of
+    // another model they are refused at once, before minutes of training, and nothing is written.
+    let dir = tmp("needs");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "ood",
+                "--train-data",
+                "data",
+                "--ood-data",
+                "data",
+                "--scorer",
+                "entropy,duq",
+            ],
+            "DUQ",
+        ),
+        (
+            &[
+                "calibrate",
+                "--data",
+                "data",
+                "--model",
+                "duq",
+                "--scorer",
+                "bald",
+            ],
+            "no dropout",
+        ),
+        (
+            &["curve", "--model", "mlp", "--scorer", "mc-entropy"],
+            "no dropout",
+        ),
+        (&["curve", "--model", "resnet18", "--scorer", "duq"], "DUQ"),
+    ];
+    for (k, (args, want)) in cases.iter().enumerate() {
+        let out = dir.join(format!("o{k}"));
+        let o = alkit_cmd()
+            .arg("-q")
+            .args(*args)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?}: something was written");
+    }
+    // With an ensemble, BALD reads the members' draws: accepted.
+    let o = alkit_cmd()
+        .args([
+            "-q",
+            "curve",
+            "--model",
+            "mlp",
+            "--scorer",
+            "bald",
+            "--ensemble",
+            "2",
+        ])
+        .args([
+            "--cycles",
+            "1",
+            "--steps",
+            "2",
+            "--initial",
+            "10",
+            "--query",
+            "5",
+            "--out",
+        ])
+        .arg(dir.join("ens"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
