@@ -450,6 +450,22 @@ pub(crate) fn split_folder(dir: &Path) -> Result<bool> {
         }
     }
     subfolders.sort();
+    let has = |n: &str| subfolders.iter().any(|s| s == n);
+    if has("train") && has("test") && subfolders.len() > 2 {
+        // Read as classes, `train`, `test` and the rest would each hold only subfolders: no
+        // images at all, and an error that would not say why.
+        let others: Vec<&String> = subfolders
+            .iter()
+            .filter(|s| *s != "train" && *s != "test")
+            .collect();
+        return Err(Error::data(
+            dir,
+            DataProblem::Other(format!(
+                "holds train/ and test/ beside {others:?}: a split folder holds only train/ and \
+                 test/ (move the others out, or point at a folder of class subfolders)"
+            )),
+        ));
+    }
     Ok(subfolders == ["test", "train"])
 }
 

@@ -838,6 +838,20 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
         e.contains("class subfolders only") && e.contains("train"),
         "{e}"
     );
+    // A validation split beside them: said, not read as three classes without images.
+    std::fs::remove_file(dir.join("loose/train/stray.png")).unwrap();
+    std::fs::create_dir_all(dir.join("loose/validation/0")).unwrap();
+    let e = load(
+        &Source::parse(dir.join("loose").to_str().unwrap()).unwrap(),
+        &hub,
+        &mut Silent,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("validation") && e.contains("only train/ and test/"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
