@@ -362,41 +362,12 @@ fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
     };
     // One batch size: a training that asks for another than the model's settings record is
     // refused, not resolved silently.
-    let e = alkit::train::train(
-        &Arch::Duq(arch.clone()),
-        &train,
-        &(0..64).collect::<Vec<_>>(),
-        &TrainConfig {
-            steps: 1,
-            batch_size: 16,
-            ..TrainConfig::default()
-        }
-        .validate()
-        .unwrap(),
-        alkit::train::TrainRngs::for_cycle(0, 0),
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .err()
-    .expect("a mismatched batch size is refused")
-    .to_string();
+    let e = train_briefly(&Arch::Duq(arch.clone()), &train, 64, (1, 16))
+        .err()
+        .expect("a mismatched batch size is refused")
+        .to_string();
     assert!(e.contains("batch_size") && e.contains("16"), "{e}");
-    let trained = alkit::train::train(
-        &Arch::Duq(arch.clone()),
-        &train,
-        &(0..64).collect::<Vec<_>>(),
-        &TrainConfig {
-            steps: 3,
-            batch_size: 32,
-            ..TrainConfig::default()
-        }
-        .validate()
-        .unwrap(),
-        alkit::train::TrainRngs::for_cycle(0, 0),
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap();
+    let trained = train_briefly(&Arch::Duq(arch.clone()), &train, 64, (3, 32)).unwrap();
     assert_round_trip(
         &Arch::Duq(arch),
         &trained,
@@ -690,6 +661,26 @@ fn duq_trains_a_users_extractor_and_its_gradient_checks_catch_mistakes() {
     assert_eq!(via_trait, k);
 }
 
+/// `arch` trained on the first `n` items of `data` for `steps` steps of `batch` items, from
+/// the streams of seed 0, cycle 0.
+fn train_briefly(
+    arch: &Arch,
+    data: &Dataset,
+    n: usize,
+    (steps, batch): (usize, usize),
+) -> alkit::error::Result<alkit::train::Trained> {
+    let params = TrainConfig {
+        steps,
+        batch_size: batch,
+        ..TrainConfig::default()
+    }
+    .validate()
+    .unwrap();
+    let ids: Vec<usize> = (0..n).collect();
+    let rngs = alkit::train::TrainRngs::for_cycle(0, 0);
+    alkit::train::train(arch, data, &ids, &params, rngs, &Device::Cpu, &mut Silent)
+}
+
 /// Saves `trained` (built from `arch`, inputs normalised by `norm`) as a checkpoint in `dir`,
 /// loads it back and asserts identical kernel values on the first 6 items of `data`: every
 /// tensor, running statistics and centroid state included, survives the round trip.
@@ -929,22 +920,7 @@ fn resnets_and_duq_resnet_run_every_command_on_colour_images() {
     let norm = Normalizer::fit(&sq);
     let train = norm.apply(&sq).unwrap();
     let arch = Arch::for_data(alkit::models::ModelKind::DuqResnet18, &train).with_batch(8);
-    let trained = alkit::train::train(
-        &arch,
-        &train,
-        &(0..30).collect::<Vec<_>>(),
-        &TrainConfig {
-            steps: 3,
-            batch_size: 8,
-            ..TrainConfig::default()
-        }
-        .validate()
-        .unwrap(),
-        alkit::train::TrainRngs::for_cycle(0, 0),
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap();
+    let trained = train_briefly(&arch, &train, 30, (3, 8)).unwrap();
     let names: Vec<String> = trained.params.named().into_iter().map(|(n, _)| n).collect();
     for n in [
         "conv1.weight",

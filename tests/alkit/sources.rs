@@ -10,21 +10,7 @@ fn hub_dataset_and_checkpoint_load_offline_from_a_local_cache() {
     let dir = tmp("hub");
     let cache = dir.join("hub");
     let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hub-mnist");
-    fake_hub_cache(
-        &cache,
-        "datasets--ylecun--mnist",
-        &[
-            ("README.md", fx.join("README.md")),
-            (
-                "mnist/train-00000-of-00001.parquet",
-                fx.join("train-00000-of-00001.parquet"),
-            ),
-            (
-                "mnist/test-00000-of-00001.parquet",
-                fx.join("test-00000-of-00001.parquet"),
-            ),
-        ],
-    );
+    install_hub_dataset(&cache, "datasets--ylecun--mnist", &fx, "mnist");
     let hub = Hub::new(&cache, true);
     let src = Source::parse("hf:ylecun/mnist").unwrap();
     let loaded = load_source(&src, &hub, &mut Silent).unwrap();
@@ -864,21 +850,7 @@ fn cifar10_from_the_hub_runs_the_acquisition_curve_on_colour_images() {
     let dir = tmp("hub-cifar");
     let cache = dir.join("hub");
     let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hub-cifar10");
-    fake_hub_cache(
-        &cache,
-        "datasets--uoft-cs--cifar10",
-        &[
-            ("README.md", fx.join("README.md")),
-            (
-                "plain_text/train-00000-of-00001.parquet",
-                fx.join("train-00000-of-00001.parquet"),
-            ),
-            (
-                "plain_text/test-00000-of-00001.parquet",
-                fx.join("test-00000-of-00001.parquet"),
-            ),
-        ],
-    );
+    install_hub_dataset(&cache, "datasets--uoft-cs--cifar10", &fx, "plain_text");
     let hub = Hub::new(&cache, true);
     let src = Source::parse("hf:uoft-cs/cifar10").unwrap();
     let loaded = load_source(&src, &hub, &mut Silent).unwrap();
@@ -942,4 +914,24 @@ fn cifar10_from_the_hub_runs_the_acquisition_curve_on_colour_images() {
         );
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A Hub dataset fixture folder `fx` (its card and one train and one test shard) installed in
+/// the hub cache `cache` as repository folder `folder`, the shards under `sub/` as the Hub
+/// publishes them.
+fn install_hub_dataset(cache: &Path, folder: &str, fx: &Path, sub: &str) {
+    let shard = |split: &str| {
+        let name = format!("{split}-00000-of-00001.parquet");
+        (format!("{sub}/{name}"), fx.join(name))
+    };
+    let (train, test) = (shard("train"), shard("test"));
+    fake_hub_cache(
+        cache,
+        folder,
+        &[
+            ("README.md", fx.join("README.md")),
+            (&train.0, train.1),
+            (&test.0, test.1),
+        ],
+    );
 }
