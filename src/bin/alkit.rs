@@ -111,28 +111,14 @@ fn make_device(d: DeviceArg) -> Result<Device> {
 
 /// Loads a data source with a train and a test split: an IDX folder or `hf:OWNER/NAME`.
 fn load(dir: &Path) -> Result<Splits> {
-    let name = dir.to_string_lossy();
-    let (source, loaded) = load_source(&name)?;
-    loaded
-        .splits(&source)
-        .with_context(|| format!("loading the data {name}"))
+    load_for(dir, None)
 }
 
 /// [`load`], read through a checkpoint's preprocessing when it has one (a timm model's resize,
 /// crop and channels): what its model takes.
 fn load_for(dir: &Path, pre: Option<&alkit::data::image::Preprocess>) -> Result<Splits> {
-    let Some(pre) = pre else {
-        return load(dir);
-    };
     let name = dir.to_string_lossy();
-    let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
-    let loaded = alkit::data::stream::load_prepared(
-        &source,
-        &Hub::from_env(),
-        &mut DownloadBar::default(),
-        pre,
-    )
-    .with_context(|| format!("loading the data {name}"))?;
+    let (source, loaded) = load_source_for(&name, pre)?;
     loaded
         .splits(&source)
         .with_context(|| format!("loading the data {name}"))
@@ -141,9 +127,21 @@ fn load_for(dir: &Path, pre: Option<&alkit::data::image::Preprocess>) -> Result<
 /// Parses and loads any data source (Hub files through the environment's cache, with a
 /// download bar).
 fn load_source(name: &str) -> Result<(Source, alkit::data::Loaded)> {
+    load_source_for(name, None)
+}
+
+/// [`load_source`], read through a checkpoint's preprocessing when one is given.
+fn load_source_for(
+    name: &str,
+    pre: Option<&alkit::data::image::Preprocess>,
+) -> Result<(Source, alkit::data::Loaded)> {
     let source = Source::parse(name).with_context(|| format!("data source {name}"))?;
-    let loaded = alkit::data::source::load(&source, &Hub::from_env(), &mut DownloadBar::default())
-        .with_context(|| format!("loading the data {name}"))?;
+    let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
+    let loaded = match pre {
+        Some(p) => alkit::data::stream::load_prepared(&source, &hub, &mut bar, p),
+        None => alkit::data::source::load(&source, &hub, &mut bar),
+    }
+    .with_context(|| format!("loading the data {name}"))?;
     Ok((source, loaded))
 }
 
@@ -480,20 +478,7 @@ fn score_cmd(a: ScoreArgs, device: &Device) -> Result<()> {
                 _ => {
                     // The split decoded straight through the checkpoint's preprocessing (never
                     // resampled twice).
-                    let loaded = match &pre {
-                        Some(p) => {
-                            let source = Source::parse(&name)
-                                .with_context(|| format!("data source {name}"))?;
-                            alkit::data::stream::load_prepared(
-                                &source,
-                                &Hub::from_env(),
-                                &mut DownloadBar::default(),
-                                p,
-                            )
-                            .with_context(|| format!("loading the data {name}"))?
-                        }
-                        None => load_source(&name)?.1,
-                    };
+                    let (_, loaded) = load_source_for(&name, pre.as_ref())?;
                     let items = match a.split {
                         SplitArg::Train => loaded.pool,
                         SplitArg::Test => loaded.test.with_context(|| {

@@ -342,12 +342,6 @@ pub(crate) fn load_planned(
     observer: &mut dyn Observer,
     plan: Option<&ImagePlan>,
 ) -> Result<Loaded> {
-    let planned = |mut folder: ImageFolder| {
-        if let Some(p) = plan {
-            folder.plan = *p;
-        }
-        folder
-    };
     match source {
         Source::Idx(dir) => {
             let s = load_idx_dir(dir)?;
@@ -358,8 +352,9 @@ pub(crate) fn load_planned(
             })
         }
         Source::Images(dir) if split_folder(dir)? => load_split_folder(dir, plan),
+        // Not a split folder (the arm above): listed as it is, without asking again.
         Source::Images(dir) => Ok(Loaded {
-            pool: folder_items(planned(ImageFolder::list(dir)?))?,
+            pool: folder_items(ImageFolder::list_plain(dir)?.planned(plan))?,
             test: None,
         }),
         Source::Safetensors(p) => Ok(Loaded {
@@ -473,13 +468,7 @@ pub(crate) fn split_folder(dir: &Path) -> Result<bool> {
 /// classes those of `train/` (the test split may lack some, not add any) and one item shape in
 /// both, or an error naming the folder.
 fn load_split_folder(dir: &Path, plan: Option<&ImagePlan>) -> Result<Loaded> {
-    let read = |split: &str| -> Result<Items> {
-        let mut folder = ImageFolder::list_split(dir, split)?;
-        if let Some(p) = plan {
-            folder.plan = *p;
-        }
-        folder_items(folder)
-    };
+    let read = |split: &str| folder_items(ImageFolder::list_split(dir, split)?.planned(plan));
     let (pool, mut test) = (read("train")?, read("test")?);
     let problem = |what: String| Error::data(dir, DataProblem::Other(what));
     // The test split's labels by name onto the train split's classes: a class the test split
@@ -530,6 +519,14 @@ impl ImageFolder {
             true => Self::list_split(dir, "train"),
             false => Self::list_plain(dir),
         }
+    }
+
+    /// Decoded by `plan` when given instead of the plan of its headers.
+    fn planned(mut self, plan: Option<&ImagePlan>) -> ImageFolder {
+        if let Some(p) = plan {
+            self.plan = *p;
+        }
+        self
     }
 
     /// The `split` subfolder of a split folder, ids relative to `dir`.
