@@ -89,9 +89,6 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
         &mut Silent
     )
     .is_err());
-    for d in [a, b, c] {
-        let _ = std::fs::remove_dir_all(d);
-    }
 }
 
 #[test]
@@ -276,7 +273,6 @@ fn checkpoint_round_trip_and_tensor_names_are_stable() {
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let e = alkit::checkpoint::load(&dir, &Device::Cpu).err().unwrap();
     assert!(e.to_string().contains("fc3.weight"), "{e}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -351,7 +347,6 @@ fn garbage_checkpoints_are_refused_naming_the_file() {
         e.contains("model.safetensors") && e.contains("fc2.bias") && e.contains("NaN"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -400,5 +395,4 @@ fn resume_refuses_edited_run_state_naming_the_file() {
         );
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{name}");
     }
-    let _ = std::fs::remove_dir_all(out);
 }

@@ -106,7 +106,6 @@ fn cli_runs_a_tiny_curve_and_reports_errors_with_exit_codes() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent"));
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -197,7 +196,6 @@ fn cli_train_then_score_writes_one_row_per_item() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -244,7 +242,6 @@ fn curve_refuses_seed_counts_and_strategy_lists_it_cannot_honour() {
     assert!(dir
         .join("runs/random-seed18446744073709551615.json")
         .is_file());
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -341,5 +338,4 @@ fn outputs_never_overwrite_inputs_or_state() {
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert_eq!(std::fs::read(&session).unwrap(), before);
-    let _ = std::fs::remove_dir_all(dir);
 }

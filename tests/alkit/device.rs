@@ -111,7 +111,6 @@ fn every_scorer_agrees_on_the_generic_path_without_reaching_a_cpu_kernel() {
         worst[0].1 <= 1e-4,
         "largest relative differences: {worst:?}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -319,5 +318,4 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
             assert_eq!(bits(&chunked), bits(&whole), "{name} {select}");
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -388,7 +388,6 @@ fn duq_cnn_trains_in_the_loop_and_round_trips_through_a_checkpoint() {
     assert!(std::fs::read_to_string(out.join("curve.csv"))
         .unwrap()
         .contains("duq,"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -438,7 +437,6 @@ fn cli_ood_keeps_the_model_it_trained_and_reuses_it() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--steps"), "{err}");
     assert!(!out.join("c").exists());
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -493,7 +491,6 @@ fn cli_surface_writes_png_and_metrics() {
         ];
         assert_eq!(f, want, "{row}");
     }
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -944,7 +941,6 @@ fn resnets_and_duq_resnet_run_every_command_on_colour_images() {
         .to_vec1()
         .unwrap();
     assert!(counts.iter().all(|&c| c != 12.0), "{counts:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -1023,5 +1019,4 @@ fn scorers_a_model_cannot_serve_are_refused_before_it_trains() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let _ = std::fs::remove_dir_all(dir);
 }

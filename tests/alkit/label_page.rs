@@ -6,7 +6,7 @@
 //! wherever `chromedriver` is on the PATH and must run where `ALKIT_REQUIRE_BROWSER=1`
 //! (`.ci/run` installs both and sets it).
 
-use super::{alkit_cmd, data_dir, shipped, tmp};
+use super::{alkit_cmd, data_dir, shipped, tmp, Scratch};
 use alkit::data::image::write_image_folder;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -172,7 +172,7 @@ fn init(state: &Path, pool: &Path, extra: &[&str]) {
 
 /// A session on the shipped subset served with batches of 5 (the first drawn at random):
 /// its folder, state folder, server and first batch.
-fn fresh(name: &str) -> (PathBuf, PathBuf, Server, Vec<String>) {
+fn fresh(name: &str) -> (Scratch, PathBuf, Server, Vec<String>) {
     let dir = tmp(name);
     let state = dir.join("s");
     init(&state, &data_dir(), &["--steps", "20"]);
@@ -184,7 +184,7 @@ fn fresh(name: &str) -> (PathBuf, PathBuf, Server, Vec<String>) {
 
 #[test]
 fn the_label_page_wants_its_token_and_only_a_header_may_change_things() {
-    let (dir, state, srv, batch) = fresh("label-token");
+    let (_dir, state, srv, batch) = fresh("label-token");
     let t = srv.token.clone();
     for path in ["/", "/api/state", &format!("/api/item?id={}", batch[0])] {
         assert_eq!(http("GET", &srv.at(path), &[], None).0, 403, "{path}");
@@ -226,12 +226,11 @@ fn the_label_page_wants_its_token_and_only_a_header_may_change_things() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert_eq!(&png[16..24], &[0, 0, 0, 28, 0, 0, 0, 28], "28x28");
     drop(srv);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_label_page_serves_nothing_outside_the_pool() {
-    let (dir, _state, srv, _batch) = fresh("label-paths");
+    let (_dir, _state, srv, _batch) = fresh("label-paths");
     let t = srv.token.clone();
     // Ids are looked up in the pool, never joined to a path.
     for id in [
@@ -271,7 +270,6 @@ fn the_label_page_serves_nothing_outside_the_pool() {
     );
     assert_eq!(raw(srv.port, &rebound), 421);
     drop(srv);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -330,12 +328,11 @@ fn the_label_page_checks_answers_and_two_tabs_cannot_answer_one_item_twice() {
     assert!(String::from_utf8_lossy(&teach.stderr).contains("another alkit process"));
     assert_eq!(on_disk(&state)["labeled"].as_array().unwrap().len(), 1);
     drop(srv);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_label_page_killed_mid_batch_loses_no_answer_and_resumes_the_batch() {
-    let (dir, state, srv, batch) = fresh("label-kill");
+    let (_dir, state, srv, batch) = fresh("label-kill");
     assert_eq!(
         srv.post("/api/answer", &json!({"id": batch[0], "label": "3"}))
             .0,
@@ -380,7 +377,6 @@ fn a_label_page_killed_mid_batch_loses_no_answer_and_resumes_the_batch() {
     assert_eq!(ids(&v, "batch").len(), 5);
     assert!(state.join("model/model.safetensors").is_file());
     drop(srv);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // ------------------------------------------------------------------ the browser test
@@ -707,7 +703,6 @@ fn a_person_labels_in_headless_chromium_and_the_session_equals_teach() {
         std::fs::read(page_state.join("model/model.safetensors")).unwrap(),
         std::fs::read(cli_state.join("model/model.safetensors")).unwrap()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -766,7 +761,6 @@ fn the_label_page_shows_a_tabular_item_as_its_values_and_retrains_on_the_button(
     assert_eq!(v["rounds"][1]["labeled"], json!(3));
     assert_eq!(v["pending"], json!(5));
     drop(srv);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The "done when", run by hand (`cargo test --release --test alkit -- --ignored
@@ -818,5 +812,4 @@ fn a_person_labels_a_hundred_images_in_the_browser_and_the_model_improves() {
     assert_eq!(v["labeled"], json!(100));
     assert_eq!(acc.len(), 5);
     assert!(acc[4].1 > acc[0].1 + 0.15, "{acc:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

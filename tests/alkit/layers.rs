@@ -2,6 +2,7 @@
 //! sources (comments and strings aside) may name only modules of its own layer or a lower one,
 //! and the top-level modules form no cycle.
 
+use super::tmp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -265,8 +266,7 @@ fn every_top_level_module_is_in_exactly_one_layer() {
 fn the_layer_check_catches_a_planted_upward_import() {
     // A copy of the sources with one import against the order (the model layer reaching up
     // into the acquisition round) and one cycle must fail both checks.
-    let dir = std::env::temp_dir().join(format!("alkit-layers-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = tmp("layers");
     copy_dir(&src_dir(), &dir);
     let layers = dir.join("nn").join("layers.rs");
     let mut text = std::fs::read_to_string(&layers).unwrap();
@@ -281,7 +281,6 @@ fn the_layer_check_catches_a_planted_upward_import() {
     assert!(cycle(&dir).is_some_and(|c| c.contains("nn") && c.contains("acquire")));
     // Strings and comments are not imports.
     assert!(crate_refs(&code_only("// crate::acquire\nlet s = \"crate::curve\";")).is_empty());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -50,12 +50,45 @@ fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data")
 }
 
-fn tmp(name: &str) -> PathBuf {
+/// A test's own scratch folder, removed when the test passes. A failing test leaves it for
+/// a look (the panic message names the files); a passing one must not leave hundreds of
+/// megabytes per run on the disk CI shares with everything else.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// An empty scratch folder named for the test (and this process), see [`Scratch`].
+fn tmp(name: &str) -> Scratch {
     alkit::tune_allocator();
     let dir = std::env::temp_dir().join(format!("alkit-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn write_idx_dir(

@@ -230,7 +230,6 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
     assert!(states
         .iter()
         .all(|s| s.records.len() == 2 && s.labeled.len() == 30));
-    let _ = std::fs::remove_dir_all(out);
     // Evidence shape errors are caught: 2 candidates of probabilities vs 1 of gradient norms.
     let mut bad = Evidence::from_probs(Probs::new(vec![0.5, 0.5, 0.5, 0.5], 2, 2).unwrap());
     bad.grads = Some(GradNorms::new(vec![1.0; 2], 1, 2, 2, 1, vec![0.0]).unwrap());
@@ -294,7 +293,6 @@ fn bald_with_power_selection_runs_in_the_loop() {
     let names: Vec<&str> = states.iter().map(|s| s.strategy.as_str()).collect();
     assert_eq!(names, vec!["power-bald", "power-class-variance"]);
     assert!(states.iter().all(|s| s.records.len() == 3));
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -336,7 +334,6 @@ fn ensembles_and_batchbald_run_in_the_loop() {
         ),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(out);
     // `--select batchbald` turns bald into batchbald and is refused (before anything is
     // written) for a scorer without draws.
     let mut spec = small_spec(vec![kind("bald")]);
@@ -360,7 +357,6 @@ fn ensembles_and_batchbald_run_in_the_loop() {
         "{e}"
     );
     assert!(!bad.join("run.json").exists());
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]

@@ -100,7 +100,6 @@ fn sessions_run_every_strategy_of_the_registry() {
         ran += 1;
     }
     assert_eq!(ran, StrategyKind::all().count() - 1);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -156,7 +155,6 @@ fn an_ensemble_session_scores_with_member_draws_and_saves_every_member() {
         ),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -231,7 +229,6 @@ fn ids_that_need_quoting_survive_query_then_teach() {
     for id in &want {
         assert!(labeled.contains(id.as_str()), "{id:?} was not taught");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -296,7 +293,6 @@ fn label_studio_exports_resolve_annotators_by_majority_and_name_bad_tasks() {
         m.contains("two.json:1") && m.contains("one class per item"),
         "{m}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -423,5 +419,4 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
     let st: alkit::session::SessionState =
         alkit::fsutil::read_json(&state.join("session.json")).unwrap();
     assert_eq!((st.labeled.len(), st.pending.len()), (28, 0));
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -227,7 +227,6 @@ fn three_shards_and_a_merge_equal_one_unsharded_score_byte_for_byte() {
         2,
         "JOB_COMPLETION_INDEX",
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The shipped subset's training split as a safetensors pool `x` u8 `(n, 28, 28)`.
@@ -347,7 +346,6 @@ fn streamed_scores_equal_in_memory_scores_chunk_by_chunk() {
         std::fs::read(&merged).unwrap(),
         std::fs::read(d("top-idx.csv")).unwrap()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -490,5 +488,4 @@ fn batchbald_across_shards_picks_what_the_unsharded_run_picks() {
         args.extend(["--out", "/tmp/never.csv"]);
         fails(&args, 2, says);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

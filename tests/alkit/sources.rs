@@ -104,7 +104,6 @@ fn hub_dataset_and_checkpoint_load_offline_from_a_local_cache() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("hf:nobody/nothing"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -211,7 +210,6 @@ fn pool_sources_give_stable_ids_and_the_same_pixels() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("t.csv:3") && e.contains("`x`"), "{e}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -365,7 +363,6 @@ fn scripted_png_session_matches_the_library_session_and_bad_rows_change_nothing(
         lib.teach(&answers).unwrap();
     }
     assert_eq!(lib.state(), &cli_state);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -447,7 +444,6 @@ fn score_with_a_trained_checkpoint_reproduces_the_curves_scores() {
         }
         assert_eq!(n, 2000 - 20);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -503,7 +499,6 @@ fn bare_weights_import_checks_every_name_and_shape() {
         "{e}"
     );
     assert!(!bad.exists());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Everything under `root`, as sorted relative paths.
@@ -661,7 +656,6 @@ fn a_hostile_hub_endpoint_cannot_write_outside_the_cache_or_crash() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("not a safe file name"), "{e}");
-    let _ = std::fs::remove_dir_all(root);
 }
 
 #[test]
@@ -734,7 +728,6 @@ fn a_folder_of_photos_of_mixed_sizes_is_scaled_to_one_square_size() {
     )
     .unwrap();
     assert_eq!(kept.pool.item_shape, vec![1, 28, 28]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -838,7 +831,6 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
         e.contains("validation") && e.contains("only train/ and test/"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -913,7 +905,6 @@ fn cifar10_from_the_hub_runs_the_acquisition_curve_on_colour_images() {
             "{labeled}: {curve}"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A Hub dataset fixture folder `fx` (its card and one train and one test shard) installed in

@@ -177,7 +177,6 @@ fn every_source_kind_streams_exactly_the_items_it_loads() {
     // Without an id column ids are row positions.
     std::fs::write(&csv, "f1,f2\n1,2\n3,4\n\n5,6\n").unwrap();
     assert_streams_as_loaded(&src(&csv), &hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -256,7 +255,6 @@ fn a_stream_refuses_what_the_loader_refuses_naming_the_same_place() {
         2,
     );
     same(&src(&pq));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Writes a synthetic pool of `ALKIT_POOL_N` (default 1,000,000) MNIST-shaped items into

@@ -119,7 +119,7 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
             ("model.safetensors", weights),
         ],
     );
-    let hub = Hub::new(&cache, true);
+    let hub = Hub::new(cache.to_path_buf(), true);
     let ck =
         alkit::checkpoint::open("hf:test/timm-resnet18", &hub, &Device::Cpu, &mut Silent).unwrap();
     // timm's evaluation transform: floor(64 / 0.875) = 73, bicubic, centre crop 64.
