@@ -67,14 +67,20 @@ pub fn tasks(
 ) -> Result<Value> {
     let items = learner.items();
     let classes = &learner.state().classes;
-    let obj = object_name(&items.item_shape);
-    let len: usize = items.item_shape.iter().product();
+    let shape = items.item_shape();
+    let obj = object_name(shape);
+    let len: usize = shape.iter().product();
     let n = batch.len().max(1);
+    let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
+    let values = items.values(&indices)?;
     let mut out = Vec::with_capacity(batch.len());
-    for (rank, q) in batch.iter().enumerate() {
-        let x = &items.x[q.index * len..(q.index + 1) * len];
+    for ((rank, q), x) in batch
+        .iter()
+        .enumerate()
+        .zip(values.chunks_exact(len.max(1)))
+    {
         let content = if obj == "image" {
-            let png = encode_png(x, &items.item_shape)?;
+            let png = encode_png(x, shape)?;
             format!(
                 "data:image/png;base64,{}",
                 base64::engine::general_purpose::STANDARD.encode(png)
@@ -136,7 +142,7 @@ pub fn write_tasks(
     let st = learner.state();
     crate::fsutil::write_atomic(
         &out.with_extension("xml"),
-        labeling_config(&st.classes, &learner.items().item_shape).as_bytes(),
+        labeling_config(&st.classes, learner.items().item_shape()).as_bytes(),
     )
 }
 

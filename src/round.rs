@@ -9,14 +9,17 @@
 //! evidence is gathered [`SCORE_CHUNK`] candidates at a time and only the scores are kept, so
 //! the evidence of a round (MC draws, gradient norms) takes the memory of a chunk, not of the
 //! pool; chunks are whole evidence batches, so the scores are those of one call over every
-//! candidate, noise included.
+//! candidate, noise included. The candidates come from a [`PoolReader`]: a data set in memory,
+//! or a [`StreamedPool`](crate::data::StreamedPool) that reads each chunk from the source, so a
+//! round over a pool larger than memory holds one chunk of features. Joint criteria (BatchBALD)
+//! and weight-noise samples see every candidate at once, so they read all of them together.
 //!
 //! Randomness: a round draws from the streams of `(seed, key)` (see [`crate::rng::stream`]):
 //! training from [`TrainRngs::for_cycle`] (or per member), evidence noise from
 //! `Purpose::Perturb` and the selection from `Purpose::Select`. Callers choose the keys, which
 //! is how the loop and sessions keep their documented stream layouts.
 
-use crate::data::Dataset;
+use crate::data::{Dataset, PoolReader};
 use crate::error::Result;
 use crate::observe::{check, Event, Observer};
 use crate::predict::Scoring;
@@ -165,14 +168,14 @@ pub struct Picked {
 /// batches).
 pub const SCORE_CHUNK: usize = 16384;
 
-/// Scores the `candidates` (dataset indices into `data`) for `strategy` with the model in
-/// `scoring` and selects `n` of them: evidence noise from `(seed, Perturb, key)`, the selection
+/// Scores the `candidates` (ascending indices into `pool`, in memory or streamed) for
+/// `strategy` with the model in `scoring` and selects `n` of them: evidence noise from `(seed, Perturb, key)`, the selection
 /// from `(seed, Select, key)`. Reports [`Event::Scored`] (as `cycle`) before selecting.
 #[allow(clippy::too_many_arguments)]
 pub fn pick(
     strategy: &Strategy,
     scoring: &Scoring<'_>,
-    data: &Dataset,
+    pool: &dyn PoolReader,
     candidates: &[usize],
     n: usize,
     (seed, key): (u64, u64),
@@ -182,7 +185,7 @@ pub fn pick(
     pick_in_chunks(
         strategy,
         scoring,
-        data,
+        pool,
         candidates,
         n,
         (seed, key),
@@ -199,7 +202,7 @@ pub fn pick(
 pub fn pick_in_chunks(
     strategy: &Strategy,
     scoring: &Scoring<'_>,
-    data: &Dataset,
+    pool: &dyn PoolReader,
     candidates: &[usize],
     n: usize,
     (seed, key): (u64, u64),
@@ -222,15 +225,16 @@ pub fn pick_in_chunks(
                 }
             };
             let mut scores = Vec::with_capacity(candidates.len());
-            for part in candidates.chunks(step.max(1)) {
+            pool.parts(candidates, step.max(1), &mut |data, rows| {
                 let mut progress = Offset {
                     inner: &mut *observer,
                     done: scores.len(),
                     total: candidates.len(),
                 };
-                let ev = scoring.evidence(data, part, needs, &mut noise, &mut progress)?;
+                let ev = scoring.evidence(data, rows, needs, &mut noise, &mut progress)?;
                 scores.extend(scorer.score(&ev)?);
-            }
+                Ok(())
+            })?;
             let ev = Event::Scored {
                 cycle,
                 indices: candidates,
@@ -242,7 +246,13 @@ pub fn pick_in_chunks(
             (picks, Some(picked))
         }
         Pick::Batch(b) => {
-            let ev = scoring.evidence(data, candidates, b.needs(), &mut noise, observer)?;
+            // A joint criterion sees every candidate's evidence at once: one part (a streamed
+            // pool's candidates are then read into memory together; `--subsample` bounds them).
+            let mut ev = alkit_acquisition::Evidence::default();
+            pool.parts(candidates, candidates.len(), &mut |data, rows| {
+                ev = scoring.evidence(data, rows, b.needs(), &mut noise, &mut *observer)?;
+                Ok(())
+            })?;
             (b.select(&ev, n, &mut rng)?, None)
         }
         Pick::Random => (random_positions(candidates.len(), n, &mut rng)?, None),

@@ -1,6 +1,9 @@
 //! Labeling sessions: active learning with a person as the oracle.
 //!
-//! A [`Learner`] holds a pool of [`Items`] (each with a stable id) and a [`SessionState`]:
+//! A [`Learner`] holds a pool of [`Items`] (each with a stable id) in memory, or reads it from
+//! its source whenever a round needs items ([`Learner::new_streamed`],
+//! [`Learner::resume_streamed`]: ids and labels held, features never all at once), and a
+//! [`SessionState`]:
 //! which ids are labeled (and with which class, in which round), which were queried and await
 //! an answer, and one record per query round. [`Learner::query`] trains a fresh model on the
 //! labeled items, scores every other item and returns the next batch; [`Learner::teach`]
@@ -14,8 +17,9 @@
 
 use crate::checkpoint;
 use crate::data::dataset::MAX_CLASSES;
+use crate::data::reader::{Opener, PoolReader, StreamedPool};
 use crate::data::source::{read_csv, Items, Loaded};
-use crate::data::{Dataset, Normalizer};
+use crate::data::{Dataset, Fnv1a, Normalizer};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
 use crate::models::Arch;
@@ -31,7 +35,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const FORMAT: u32 = 1;
+/// State format: 2 hashes the pool item by item (id, then values), so a streamed pool is
+/// checked in one pass; format 1 (ids, then all values) is still read, checked on a pool in
+/// memory and written back as format 2.
+const FORMAT: u32 = 2;
 /// Name of the state file inside a session folder.
 pub const STATE_FILE: &str = "session.json";
 
@@ -176,7 +183,9 @@ pub struct SessionState {
     pub source: String,
     /// Items in the pool.
     pub pool_size: usize,
-    /// Hash of the pool's ids and features: a changed pool is refused.
+    /// Hash of the pool's ids and features: a changed pool is refused. Format 2 hashes each
+    /// item's id and values in turn (one pass over a streamed pool), format 1 every id, then
+    /// every value.
     pub pool_fingerprint: u64,
     /// Class names; answers must use one of them.
     pub classes: Vec<String>,
@@ -329,134 +338,241 @@ pub struct Query {
     pub score: Option<f32>,
 }
 
+/// A session's pool items as the page and exports show them (values as the source gives
+/// them, not normalised): decoded in memory, or read from the source on demand with the
+/// items asked for last kept (a batch, see [`PoolItems::prefetch`]).
+#[derive(Clone)]
+pub enum PoolItems {
+    /// Decoded once.
+    Memory(Arc<Items>),
+    /// Read from the source.
+    Streamed {
+        /// Ids `(n,)`.
+        ids: Arc<Vec<String>>,
+        /// The reader.
+        pool: Arc<StreamedPool>,
+        /// Values of the items read last, by index.
+        kept: Arc<std::sync::Mutex<HashMap<usize, Vec<f32>>>>,
+    },
+}
+
+impl PoolItems {
+    /// Ids `(n,)`.
+    pub fn ids(&self) -> &[String] {
+        match self {
+            PoolItems::Memory(items) => &items.ids,
+            PoolItems::Streamed { ids, .. } => ids,
+        }
+    }
+
+    /// Items in the pool.
+    pub fn len(&self) -> usize {
+        self.ids().len()
+    }
+
+    /// True when the pool has no items.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shape of one item.
+    pub fn item_shape(&self) -> &[usize] {
+        match self {
+            PoolItems::Memory(items) => &items.item_shape,
+            PoolItems::Streamed { pool, .. } => pool.item_shape(),
+        }
+    }
+
+    /// Values of items `indices` (each at most once), `(k, *item_shape)` in that order: from
+    /// memory, from the kept items, or read from the source in one pass.
+    pub fn values(&self, indices: &[usize]) -> Result<Vec<f32>> {
+        let d: usize = self.item_shape().iter().product();
+        match self {
+            PoolItems::Memory(items) => Ok(indices
+                .iter()
+                .flat_map(|&i| &items.x[i * d..(i + 1) * d])
+                .copied()
+                .collect()),
+            PoolItems::Streamed { pool, kept, .. } => {
+                {
+                    let kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                    if indices.iter().all(|i| kept.contains_key(i)) {
+                        return Ok(indices.iter().flat_map(|i| &kept[i]).copied().collect());
+                    }
+                }
+                pool.raw(indices)
+            }
+        }
+    }
+
+    /// Reads items `indices` in one pass and keeps them (instead of those kept before), so
+    /// that showing them one at a time reads nothing; a pool in memory has them already.
+    pub fn prefetch(&self, indices: &[usize]) -> Result<()> {
+        if let PoolItems::Streamed { pool, kept, .. } = self {
+            let d: usize = pool.item_shape().iter().product();
+            let x = pool.raw(indices)?;
+            let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+            kept.clear();
+            for (k, &i) in indices.iter().enumerate() {
+                kept.insert(i, x[k * d..(k + 1) * d].to_vec());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A session's pool as its rounds read it: normalised, with the taught labels.
+enum Features {
+    Memory(Dataset),
+    Streamed(StreamedPool),
+}
+
+impl Features {
+    fn reader(&self) -> &dyn PoolReader {
+        match self {
+            Features::Memory(d) => d,
+            Features::Streamed(p) => p,
+        }
+    }
+
+    fn set_labels(&mut self, labels: &[(usize, u32)]) -> Result<()> {
+        match self {
+            Features::Memory(d) => d.set_labels(labels),
+            Features::Streamed(p) => p.set_labels(labels),
+        }
+    }
+}
+
 /// A labeling session over a pool (see the module docs).
 pub struct Learner {
-    items: Arc<Items>,
-    data: Dataset,
+    items: PoolItems,
+    features: Features,
     test: Option<Dataset>,
     index: HashMap<String, usize>,
     state: SessionState,
     last_model: Option<Trained>,
 }
 
-fn fingerprint(items: &Items) -> u64 {
+/// Adds one item to a [`FORMAT`] 2 pool fingerprint.
+fn hash_item(h: &mut Fnv1a, id: &str, x: &[f32]) {
     use std::hash::Hasher;
-    let mut h = crate::data::Fnv1a::default();
-    for id in &items.ids {
-        h.write(id.as_bytes());
-        h.write(&[0]);
-    }
-    for v in &items.x {
+    h.write(id.as_bytes());
+    h.write(&[0]);
+    for v in x {
         h.write(&v.to_bits().to_le_bytes());
+    }
+}
+
+/// The pool fingerprint of state format `format` (see [`FORMAT`]).
+fn fingerprint(items: &Items, format: u32) -> u64 {
+    use std::hash::Hasher;
+    let mut h = Fnv1a::default();
+    if format == 1 {
+        for id in &items.ids {
+            h.write(id.as_bytes());
+            h.write(&[0]);
+        }
+        for v in &items.x {
+            h.write(&v.to_bits().to_le_bytes());
+        }
+    } else {
+        let d: usize = items.item_shape.iter().product();
+        for (id, x) in items.ids.iter().zip(items.x.chunks_exact(d.max(1))) {
+            hash_item(&mut h, id, x);
+        }
     }
     h.finish()
 }
 
-impl Learner {
-    /// Starts a session on `loaded.pool` with class list `classes` and seed labels
-    /// `(id, class name)`. Errors (nothing started) on an unknown id, a duplicate, or a class
-    /// outside the list.
-    pub fn new(
-        source: &str,
-        loaded: Loaded,
-        classes: Vec<String>,
-        seeds: &[(String, String)],
-        config: SessionConfig,
-    ) -> Result<Learner> {
-        config.train.validate()?;
-        if classes.len() < 2 || classes.len() > MAX_CLASSES {
-            return Err(Error::config(
-                "classes",
-                format!(
-                    "{} classes; a session needs 2 to {MAX_CLASSES}",
-                    classes.len()
-                ),
-            ));
-        }
-        let mut names = HashSet::new();
-        if let Some(c) = classes
-            .iter()
-            .find(|c| c.trim().is_empty() || !names.insert(c.as_str()))
-        {
-            return Err(Error::config(
-                "classes",
-                format!("class name `{c}` is empty or given twice"),
-            ));
-        }
-        if config.arch.classes() != classes.len() {
-            return Err(Error::config(
-                "classes",
-                format!(
-                    "the model has {} outputs for {} classes",
-                    config.arch.classes(),
-                    classes.len()
-                ),
-            ));
-        }
-        let raw = loaded.pool.dataset()?;
-        let normalizer = Normalizer::fit(&raw);
-        let state = SessionState {
-            format: FORMAT,
-            source: source.to_string(),
-            pool_size: loaded.pool.len(),
-            pool_fingerprint: fingerprint(&loaded.pool),
-            classes,
-            config,
-            normalizer,
-            labeled: Vec::new(),
-            pending: Vec::new(),
-            rounds: Vec::new(),
-        };
-        let mut l = Learner::resume(state, loaded, Path::new(STATE_FILE))?;
-        let rows: Vec<Answer> = seeds
-            .iter()
-            .enumerate()
-            .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
-            .collect();
-        l.teach_rows(&rows, Path::new("seed labels"), 0)?;
-        Ok(l)
+/// The checks of a new session's classes and settings, before the pool is read.
+fn check_new(classes: &[String], config: &SessionConfig) -> Result<()> {
+    config.train.validate()?;
+    if classes.len() < 2 || classes.len() > MAX_CLASSES {
+        return Err(Error::config(
+            "classes",
+            format!(
+                "{} classes; a session needs 2 to {MAX_CLASSES}",
+                classes.len()
+            ),
+        ));
     }
+    let mut names = HashSet::new();
+    if let Some(c) = classes
+        .iter()
+        .find(|c| c.trim().is_empty() || !names.insert(c.as_str()))
+    {
+        return Err(Error::config(
+            "classes",
+            format!("class name `{c}` is empty or given twice"),
+        ));
+    }
+    if config.arch.classes() != classes.len() {
+        return Err(Error::config(
+            "classes",
+            format!(
+                "the model has {} outputs for {} classes",
+                config.arch.classes(),
+                classes.len()
+            ),
+        ));
+    }
+    Ok(())
+}
 
-    /// Continues a saved session over the same pool. `origin` names the state file in errors.
-    pub fn resume(state: SessionState, loaded: Loaded, origin: &Path) -> Result<Learner> {
-        if state.format != FORMAT {
-            return Err(Error::state(
-                origin,
-                format!(
-                    "session format {} is not supported (expected {FORMAT})",
-                    state.format
-                ),
-            ));
-        }
-        let channels = loaded.pool.item_shape.first().copied().unwrap_or(0);
-        state.check_consistent(channels, origin)?;
-        state.config.arch.check_input(&loaded.pool.item_shape)?;
-        if loaded.pool.len() != state.pool_size
-            || fingerprint(&loaded.pool) != state.pool_fingerprint
-        {
-            return Err(Error::state(
-                origin,
-                format!(
-                    "the pool `{}` changed since the session started ({} items then, {} now, \
-                     or different content)",
-                    state.source,
-                    state.pool_size,
-                    loaded.pool.len()
-                ),
-            ));
-        }
-        let index: HashMap<String, usize> = loaded
-            .pool
-            .ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i))
-            .collect();
-        let raw = loaded.pool.dataset()?;
-        // Only taught labels count: the source's own labels (ground truth of a benchmark
-        // set) never reach training.
-        let mut y = vec![0u32; raw.len()];
-        for l in &state.labeled {
+fn check_format(state: &SessionState, origin: &Path) -> Result<()> {
+    if !(1..=FORMAT).contains(&state.format) {
+        return Err(Error::state(
+            origin,
+            format!(
+                "session format {} is not supported (expected {FORMAT})",
+                state.format
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the state against a pool of items of `shape` with `(size, fingerprint)`.
+fn check_pool(
+    state: &SessionState,
+    shape: &[usize],
+    (size, fp): (usize, u64),
+    origin: &Path,
+) -> Result<()> {
+    let channels = shape.first().copied().unwrap_or(0);
+    state.check_consistent(channels, origin)?;
+    state.config.arch.check_input(shape)?;
+    if size != state.pool_size || fp != state.pool_fingerprint {
+        return Err(Error::state(
+            origin,
+            format!(
+                "the pool `{}` changed since the session started ({} items then, {size} now, \
+                 or different content)",
+                state.source, state.pool_size
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn index_of(ids: &[String]) -> HashMap<String, usize> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| (id.clone(), i))
+        .collect()
+}
+
+/// The taught labels as `(index, class)`. Only these count: the source's own labels (ground
+/// truth of a benchmark set) never reach training.
+fn taught(
+    state: &SessionState,
+    index: &HashMap<String, usize>,
+    origin: &Path,
+) -> Result<Vec<(usize, u32)>> {
+    state
+        .labeled
+        .iter()
+        .map(|l| {
             let i = index.get(&l.id).ok_or_else(|| {
                 Error::state(origin, format!("labeled id `{}` is not in the pool", l.id))
             })?;
@@ -470,31 +586,226 @@ impl Learner {
                         format!("label `{}` of `{}` is not a class", l.label, l.id),
                     )
                 })?;
-            y[*i] = c as u32;
+            Ok((*i, c as u32))
+        })
+        .collect()
+}
+
+/// The test split normalised, when its items fit the pool's shape and the session's classes.
+fn test_set(
+    state: &SessionState,
+    test: Option<&Items>,
+    shape: &[usize],
+) -> Result<Option<Dataset>> {
+    match test {
+        Some(t)
+            if t.item_shape == shape
+                && t.labels.iter().all(Option::is_some)
+                && t.labels
+                    .iter()
+                    .flatten()
+                    .all(|&l| (l as usize) < state.classes.len()) =>
+        {
+            Ok(Some(state.normalizer.apply(&t.dataset()?)?))
         }
-        let raw = Dataset::new(
-            raw.features().to_vec(),
-            y,
-            raw.item_shape().to_vec(),
+        _ => Ok(None),
+    }
+}
+
+/// Reads a streamed pool once: its ids and its [`FORMAT`] 2 fingerprint.
+fn scan(open: &Opener) -> Result<(Vec<String>, u64)> {
+    use std::hash::Hasher;
+    let mut stream = open()?;
+    let d: usize = stream.item_shape().iter().product();
+    let mut ids = Vec::with_capacity(stream.len());
+    let mut h = Fnv1a::default();
+    while let Some(c) = stream.next_chunk(4096)? {
+        for (id, x) in c.ids.iter().zip(c.x.chunks_exact(d.max(1))) {
+            hash_item(&mut h, id, x);
+        }
+        ids.extend(c.ids);
+    }
+    Ok((ids, h.finish()))
+}
+
+impl Learner {
+    /// Starts a session on `loaded.pool` with class list `classes` and seed labels
+    /// `(id, class name)`. Errors (nothing started) on an unknown id, a duplicate, or a class
+    /// outside the list.
+    pub fn new(
+        source: &str,
+        loaded: Loaded,
+        classes: Vec<String>,
+        seeds: &[(String, String)],
+        config: SessionConfig,
+    ) -> Result<Learner> {
+        check_new(&classes, &config)?;
+        let state = SessionState {
+            format: FORMAT,
+            source: source.to_string(),
+            pool_size: loaded.pool.len(),
+            pool_fingerprint: fingerprint(&loaded.pool, FORMAT),
+            classes,
+            config,
+            normalizer: Normalizer::fit(&loaded.pool.dataset()?),
+            labeled: Vec::new(),
+            pending: Vec::new(),
+            rounds: Vec::new(),
+        };
+        Learner::resume(state, loaded, Path::new(STATE_FILE))?.seeded(seeds)
+    }
+
+    /// [`Learner::new`] over a pool read from its source (`open` opens it at its first item),
+    /// as [`Learner::resume_streamed`] reads it: one pass fits the normaliser, hashes the pool
+    /// and collects the ids; `test` is the source's test split, if any. The state equals the
+    /// one [`Learner::new`] starts over the same pool in memory.
+    pub fn new_streamed(
+        source: &str,
+        open: Opener,
+        test: Option<Items>,
+        classes: Vec<String>,
+        seeds: &[(String, String)],
+        config: SessionConfig,
+    ) -> Result<Learner> {
+        use std::hash::Hasher;
+        check_new(&classes, &config)?;
+        let mut stream = open()?;
+        let shape = stream.item_shape().to_vec();
+        let d: usize = shape.iter().product();
+        let mut fit = crate::data::NormalizerFit::new(&shape);
+        let mut ids = Vec::with_capacity(stream.len());
+        let mut h = Fnv1a::default();
+        while let Some(c) = stream.next_chunk(4096)? {
+            fit.add(&c.x);
+            for (id, x) in c.ids.iter().zip(c.x.chunks_exact(d.max(1))) {
+                hash_item(&mut h, id, x);
+            }
+            ids.extend(c.ids);
+        }
+        drop(stream);
+        let state = SessionState {
+            format: FORMAT,
+            source: source.to_string(),
+            pool_size: ids.len(),
+            pool_fingerprint: h.finish(),
+            classes,
+            config,
+            normalizer: fit.finish(),
+            labeled: Vec::new(),
+            pending: Vec::new(),
+            rounds: Vec::new(),
+        };
+        Learner::streamed(state, open, ids, shape, test, Path::new(STATE_FILE))?.seeded(seeds)
+    }
+
+    /// Teaches the seed labels `(id, class name)` as round 0.
+    fn seeded(mut self, seeds: &[(String, String)]) -> Result<Learner> {
+        let rows: Vec<Answer> = seeds
+            .iter()
+            .enumerate()
+            .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
+            .collect();
+        self.teach_rows(&rows, Path::new("seed labels"), 0)?;
+        Ok(self)
+    }
+
+    /// Continues a saved session over the same pool, decoded in memory. `origin` names the
+    /// state file in errors.
+    pub fn resume(mut state: SessionState, loaded: Loaded, origin: &Path) -> Result<Learner> {
+        check_format(&state, origin)?;
+        let shape = loaded.pool.item_shape.clone();
+        let found = (loaded.pool.len(), fingerprint(&loaded.pool, state.format));
+        check_pool(&state, &shape, found, origin)?;
+        if state.format != FORMAT {
+            state.format = FORMAT;
+            state.pool_fingerprint = fingerprint(&loaded.pool, FORMAT);
+        }
+        let index = index_of(&loaded.pool.ids);
+        let labels = taught(&state, &index, origin)?;
+        let mut data = state.normalizer.apply(&Dataset::new(
+            loaded.pool.x.clone(),
+            vec![0; loaded.pool.len()],
+            shape.clone(),
+            state.classes.len(),
+        )?)?;
+        data.set_labels(&labels)?;
+        let test = test_set(&state, loaded.test.as_ref(), &shape)?;
+        Ok(Learner {
+            items: PoolItems::Memory(Arc::new(loaded.pool)),
+            features: Features::Memory(data),
+            test,
+            index,
+            state,
+            last_model: None,
+        })
+    }
+
+    /// Continues a saved session over the same pool read from its source whenever a round
+    /// needs items (`open` opens it at its first item): the features are never all in memory,
+    /// only the ids, the taught labels and a round's chunk. Opening reads the pool once to
+    /// check it is the session's. `test` is the source's test split, if any. A format 1 session
+    /// is refused: resume it once in memory, which writes it as format 2.
+    pub fn resume_streamed(
+        state: SessionState,
+        open: Opener,
+        test: Option<Items>,
+        origin: &Path,
+    ) -> Result<Learner> {
+        check_format(&state, origin)?;
+        if state.format != FORMAT {
+            return Err(Error::state(
+                origin,
+                format!(
+                    "session format {} predates streamed pools; run one command on it without \
+                     --stream first (it is then written as format {FORMAT})",
+                    state.format
+                ),
+            ));
+        }
+        let shape = open()?.item_shape().to_vec();
+        let (ids, fp) = scan(&open)?;
+        check_pool(&state, &shape, (ids.len(), fp), origin)?;
+        Learner::streamed(state, open, ids, shape, test, origin)
+    }
+
+    /// A streamed learner over a pool read once already: its `ids` and item `shape` (the
+    /// state's checks made again, the fingerprint taken as checked).
+    fn streamed(
+        state: SessionState,
+        open: Opener,
+        ids: Vec<String>,
+        shape: Vec<usize>,
+        test: Option<Items>,
+        origin: &Path,
+    ) -> Result<Learner> {
+        check_pool(&state, &shape, (ids.len(), state.pool_fingerprint), origin)?;
+        let index = index_of(&ids);
+        let labels = taught(&state, &index, origin)?;
+        let mut pool = StreamedPool::new(
+            Arc::clone(&open),
+            state.source.clone(),
+            ids.len(),
+            shape.clone(),
+            state.normalizer.clone(),
             state.classes.len(),
         )?;
-        let data = state.normalizer.apply(&raw)?;
-        let test = match &loaded.test {
-            Some(t)
-                if t.item_shape == loaded.pool.item_shape
-                    && t.labels.iter().all(Option::is_some)
-                    && t.labels
-                        .iter()
-                        .flatten()
-                        .all(|&l| (l as usize) < state.classes.len()) =>
-            {
-                Some(state.normalizer.apply(&t.dataset()?)?)
-            }
-            _ => None,
+        pool.set_labels(&labels)?;
+        let test = test_set(&state, test.as_ref(), &shape)?;
+        let items = PoolItems::Streamed {
+            ids: Arc::new(ids),
+            pool: Arc::new(StreamedPool::new(
+                open,
+                state.source.clone(),
+                index.len(),
+                shape,
+                state.normalizer.clone(),
+                state.classes.len(),
+            )?),
+            kept: Arc::default(),
         };
         Ok(Learner {
-            items: Arc::new(loaded.pool),
-            data,
+            items,
+            features: Features::Streamed(pool),
             test,
             index,
             state,
@@ -529,7 +840,7 @@ impl Learner {
                     &self.state.config.arch,
                     params,
                     &self.state.normalizer,
-                    &self.items.item_shape,
+                    self.items.item_shape(),
                     self.state.classes.clone(),
                 )?;
             }
@@ -542,15 +853,15 @@ impl Learner {
         &self.state
     }
 
-    /// The pool.
-    pub fn items(&self) -> &Items {
+    /// The pool's items as the page and exports show them.
+    pub fn items(&self) -> &PoolItems {
         &self.items
     }
 
-    /// The pool, shared: for readers that outlive a borrow of the learner (a server renders
-    /// items while another thread trains).
-    pub fn shared_items(&self) -> Arc<Items> {
-        Arc::clone(&self.items)
+    /// The pool's items, shared: for readers that outlive a borrow of the learner (a server
+    /// renders items while another thread trains).
+    pub fn shared_items(&self) -> PoolItems {
+        self.items.clone()
     }
 
     /// Writes `dir/session.json` atomically, and nothing else: after an answer, the model
@@ -572,9 +883,10 @@ impl Learner {
     pub fn candidates(&self, include_pending: bool) -> Vec<usize> {
         let labeled: HashSet<&str> = self.state.labeled.iter().map(|l| l.id.as_str()).collect();
         let pending: HashSet<&str> = self.state.pending.iter().map(|p| p.id.as_str()).collect();
-        (0..self.items.len())
+        let ids = self.items.ids();
+        (0..ids.len())
             .filter(|&i| {
-                let id = self.items.ids[i].as_str();
+                let id = ids[i].as_str();
                 !labeled.contains(id) && (include_pending || !pending.contains(id))
             })
             .collect()
@@ -634,11 +946,21 @@ impl Learner {
             )
         } else {
             let params = cfg.train.validate()?;
+            // A streamed pool's labeled items are read into one small data set first; the
+            // same items in the same order train the same model.
+            let gathered;
+            let (train_on, rows): (&Dataset, Vec<usize>) = match &self.features {
+                Features::Memory(d) => (d, lab.clone()),
+                Features::Streamed(p) => {
+                    gathered = p.gather(&lab)?;
+                    (&gathered, (0..lab.len()).collect())
+                }
+            };
             let trained = fit(
                 &cfg.arch,
                 cfg.ensemble,
-                &self.data,
-                &lab,
+                train_on,
+                &rows,
                 &params,
                 (seed, key),
                 device,
@@ -646,13 +968,13 @@ impl Learner {
             )?;
             let lp = log_probs_of(
                 trained.model.as_ref(),
-                &self.data,
-                &lab,
+                train_on,
+                &rows,
                 cfg.batch,
                 device,
                 observer,
             )?;
-            let ylab: Vec<u32> = lab.iter().map(|&i| self.data.labels()[i]).collect();
+            let ylab: Vec<u32> = rows.iter().map(|&i| train_on.labels()[i]).collect();
             let fit_metrics = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
             let test = match &self.test {
                 Some(t) => Some(evaluate(
@@ -676,7 +998,7 @@ impl Learner {
             let picked = pick(
                 &request.strategy,
                 &scoring,
-                &self.data,
+                self.features.reader(),
                 &scored,
                 request.n,
                 (seed, key),
@@ -699,7 +1021,7 @@ impl Learner {
             .iter()
             .enumerate()
             .map(|(k, &i)| Query {
-                id: self.items.ids[i].clone(),
+                id: self.items.ids()[i].clone(),
                 index: i,
                 score: picked.scores.as_ref().map(|s| s[k]),
             })
@@ -737,10 +1059,18 @@ impl Learner {
             return Ok(None);
         };
         let c = t.model.classes();
+        let gathered;
+        let (data, rows): (&Dataset, Vec<usize>) = match &self.features {
+            Features::Memory(d) => (d, indices.to_vec()),
+            Features::Streamed(p) => {
+                gathered = p.gather(indices)?;
+                (&gathered, (0..indices.len()).collect())
+            }
+        };
         let lp = log_probs_of(
             t.model.as_ref(),
-            &self.data,
-            indices,
+            data,
+            &rows,
             self.state.config.batch,
             device,
             &mut crate::observe::Silent,
@@ -822,7 +1152,7 @@ impl Learner {
         }
         self.state.labeled.pop();
         let i = self.index[&undo.id];
-        self.data.set_labels(&[(i, 0)])?;
+        self.features.set_labels(&[(i, 0)])?;
         for (k, p) in undo.removed {
             let at = k.min(self.state.pending.len());
             self.state.pending.insert(at, p);
@@ -930,7 +1260,7 @@ impl Learner {
             };
             labels.push((i, c as u32));
         }
-        self.data.set_labels(&labels)?;
+        self.features.set_labels(&labels)?;
         let taught: HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
         self.state
             .pending

@@ -301,6 +301,60 @@ impl std::hash::Hasher for Fnv1a {
     }
 }
 
+/// [`Normalizer::fit`] item by item, for a pool read in chunks: the same sums in the same
+/// order, so the same normaliser.
+#[derive(Debug, Clone)]
+pub struct NormalizerFit {
+    sum: Vec<f64>,
+    sq: Vec<f64>,
+    per: usize,
+    values: usize,
+}
+
+impl NormalizerFit {
+    /// Nothing added yet, for items of `item_shape` (channels first).
+    pub fn new(item_shape: &[usize]) -> NormalizerFit {
+        let ch = item_shape.first().copied().unwrap_or(1).max(1);
+        let len: usize = item_shape.iter().product();
+        NormalizerFit {
+            sum: vec![0.0; ch],
+            sq: vec![0.0; ch],
+            per: (len / ch).max(1),
+            values: 0,
+        }
+    }
+
+    /// Adds whole items `x` `(k, *item_shape)`.
+    pub fn add(&mut self, x: &[f32]) {
+        let ch = self.sum.len();
+        for item in x.chunks_exact(self.per * ch) {
+            for (c, block) in item.chunks_exact(self.per).enumerate() {
+                for &v in block {
+                    self.sum[c] += f64::from(v);
+                    self.sq[c] += f64::from(v) * f64::from(v);
+                }
+            }
+            self.values += self.per;
+        }
+    }
+
+    /// The normaliser of every item added.
+    pub fn finish(&self) -> Normalizer {
+        let count = self.values as f64;
+        let mean: Vec<f64> = self.sum.iter().map(|s| s / count).collect();
+        let std = self
+            .sq
+            .iter()
+            .zip(&mean)
+            .map(|(s, m)| ((s / count - m * m).max(0.0).sqrt() as f32).max(1e-6))
+            .collect();
+        Normalizer {
+            mean: mean.iter().map(|&m| m as f32).collect(),
+            std,
+        }
+    }
+}
+
 /// Per-channel standardisation `(x - mean_ch) / std_ch`; the channel is an item's first axis.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Normalizer {
@@ -335,29 +389,9 @@ impl Normalizer {
     /// Fits mean and standard deviation per channel over every item of `ds` (use the training
     /// split only).
     pub fn fit(ds: &Dataset) -> Normalizer {
-        let ch = ds.item_shape[0];
-        let per = ds.item_len() / ch;
-        let mut sum = vec![0f64; ch];
-        let mut sq = vec![0f64; ch];
-        for item in ds.x.chunks_exact(ds.item_len()) {
-            for (c, block) in item.chunks_exact(per).enumerate() {
-                for &v in block {
-                    sum[c] += f64::from(v);
-                    sq[c] += f64::from(v) * f64::from(v);
-                }
-            }
-        }
-        let count = (ds.len() * per) as f64;
-        let mean: Vec<f64> = sum.iter().map(|s| s / count).collect();
-        let std = sq
-            .iter()
-            .zip(&mean)
-            .map(|(s, m)| ((s / count - m * m).max(0.0).sqrt() as f32).max(1e-6))
-            .collect();
-        Normalizer {
-            mean: mean.iter().map(|&m| m as f32).collect(),
-            std,
-        }
+        let mut fit = NormalizerFit::new(&ds.item_shape);
+        fit.add(&ds.x);
+        fit.finish()
     }
 
     /// A normalised copy of `ds`. Errors when the channel count differs from the fitted one.

@@ -9,10 +9,12 @@ pub mod idx;
 pub mod image;
 pub mod moons;
 pub mod pool;
+pub mod reader;
 pub mod resample;
 pub mod source;
 pub mod stream;
 
-pub use dataset::{load_idx_dir, Dataset, Fnv1a, Normalizer, Splits};
+pub use dataset::{load_idx_dir, Dataset, Fnv1a, Normalizer, NormalizerFit, Splits};
 pub use pool::{Candidates, Pool};
+pub use reader::{PoolReader, StreamedPool};
 pub use source::{Items, Loaded, Source};

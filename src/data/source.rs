@@ -16,7 +16,7 @@
 //! fixed order, a relative path, or the CSV's own `id`. Image folders are read in sorted path
 //! order. Images are scaled to `[0, 1]` and shaped `(c, h, w)`; all items of a source must agree.
 
-use super::dataset::{load_idx_dir, Dataset, LabelTally, Splits, MAX_CLASSES};
+use super::dataset::{find, idx_classes, load_idx_dir, Dataset, LabelTally, Splits, MAX_CLASSES};
 use super::image::{decode, Image, Preprocess};
 use crate::error::{contain, DataProblem, Error, Result};
 use crate::hub::{Hub, HubRepo, RepoKind};
@@ -469,18 +469,25 @@ pub(crate) fn split_folder(dir: &Path) -> Result<bool> {
 /// both, or an error naming the folder.
 fn load_split_folder(dir: &Path, plan: Option<&ImagePlan>) -> Result<Loaded> {
     let read = |split: &str| folder_items(ImageFolder::list_split(dir, split)?.planned(plan));
-    let (pool, mut test) = (read("train")?, read("test")?);
+    let pool = read("train")?;
+    let test = onto_train(dir, &pool.classes, &pool.item_shape, read("test")?)?;
+    Ok(Loaded {
+        pool,
+        test: Some(test),
+    })
+}
+
+/// A split folder's `test/` items with their labels mapped by name onto `train/`'s classes
+/// (a class the test split lacks is fine, one the model never trains on is not).
+fn onto_train(dir: &Path, classes: &[String], shape: &[usize], mut test: Items) -> Result<Items> {
     let problem = |what: String| Error::data(dir, DataProblem::Other(what));
-    // The test split's labels by name onto the train split's classes: a class the test split
-    // lacks is fine, one the model never trains on is not.
     let mut to_train = Vec::with_capacity(test.classes.len());
     for name in &test.classes {
-        match pool.classes.iter().position(|c| c == name) {
+        match classes.iter().position(|c| c == name) {
             Some(c) => to_train.push(c as u32),
             None => {
                 return Err(problem(format!(
-                    "test/{name}/ is a class train/ does not have (train/ has {:?})",
-                    pool.classes
+                    "test/{name}/ is a class train/ does not have (train/ has {classes:?})"
                 )))
             }
         }
@@ -488,17 +495,108 @@ fn load_split_folder(dir: &Path, plan: Option<&ImagePlan>) -> Result<Loaded> {
     for l in test.labels.iter_mut().flatten() {
         *l = to_train[*l as usize];
     }
-    test.classes = pool.classes.clone();
-    if pool.item_shape != test.item_shape {
+    test.classes = classes.to_vec();
+    if shape != test.item_shape {
         return Err(problem(format!(
-            "train/ images are {:?}, test/ images {:?}",
-            pool.item_shape, test.item_shape
+            "train/ images are {shape:?}, test/ images {:?}",
+            test.item_shape
         )));
     }
-    Ok(Loaded {
-        pool,
-        test: Some(test),
-    })
+    Ok(test)
+}
+
+/// An image folder's class names and the labels its class subfolders give, `(id, class
+/// name)`, from its listing alone (no image decoded): the classes and seed labels of a session
+/// started on the folder without reading it into memory, equal to [`Items::given_labels`] of
+/// the loaded folder. `None` for other sources.
+pub fn listed_labels(source: &Source) -> Result<Option<Listed>> {
+    let Source::Images(dir) = source else {
+        return Ok(None);
+    };
+    let folder = if split_folder(dir)? {
+        ImageFolder::list_split(dir, "train")?
+    } else {
+        ImageFolder::list_plain(dir)?
+    };
+    let given = folder
+        .ids
+        .iter()
+        .zip(&folder.labels)
+        .filter_map(|(id, l)| l.map(|l| (id.clone(), folder.classes[l as usize].clone())))
+        .collect();
+    Ok(Some(Listed {
+        classes: folder.classes,
+        given,
+    }))
+}
+
+/// What an image folder's listing says about its labels (see [`listed_labels`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The class names (subfolders), sorted.
+    pub classes: Vec<String>,
+    /// `(id, class name)` of every item in a class subfolder.
+    pub given: Vec<(String, String)>,
+}
+
+/// The test split of `source` alone, with its pool listed or its labels read but no pool item
+/// decoded (what a session over a streamed pool evaluates on): the IDX test files, a split
+/// folder's `test/`, a Hub data set's test shards; `None` for sources without one. The items,
+/// labels and classes are [`load`]'s, and so are the checks on the test split.
+pub fn load_test(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<Option<Items>> {
+    match source {
+        Source::Idx(dir) => {
+            let train_images = find(dir, "train-images-idx3-ubyte")?;
+            let train_labels = find(dir, "train-labels-idx1-ubyte")?;
+            let test_images = find(dir, "t10k-images-idx3-ubyte")?;
+            let test_labels = find(dir, "t10k-labels-idx1-ubyte")?;
+            let mut test = Dataset::from_idx(&test_images, &test_labels, Some(256))?;
+            let train_y: Vec<u32> = super::idx::read_labels(&train_labels)?
+                .into_iter()
+                .map(u32::from)
+                .collect();
+            let classes = idx_classes(&train_y, &train_labels, test.labels(), &test_labels)?;
+            test = Dataset::new(
+                test.features().to_vec(),
+                test.labels().to_vec(),
+                test.item_shape().to_vec(),
+                classes,
+            )?;
+            let train = super::idx::ImagesReader::open(&train_images)?;
+            if test.item_shape() != [1, train.h, train.w] {
+                let b = test.item_shape();
+                return Err(Error::data(
+                    test_images,
+                    DataProblem::DimensionMismatch {
+                        expected: (train.h, train.w),
+                        got: (b[1], b[2]),
+                    },
+                ));
+            }
+            Ok(Some(Items::from_dataset(&test, digits(classes))))
+        }
+        Source::Images(dir) if split_folder(dir)? => {
+            let train = ImageFolder::list_split(dir, "train")?;
+            let shape = train.plan.item_shape();
+            let test = folder_items(ImageFolder::list_split(dir, "test")?.planned(None))?;
+            onto_train(dir, &train.classes, &shape, test).map(Some)
+        }
+        Source::Hub(repo) => match hub_layout(repo, hub, observer)? {
+            HubLayout::Parquet { test, classes, .. } if !test.is_empty() => {
+                let paths = test
+                    .iter()
+                    .map(|f| hub.get(repo, RepoKind::Dataset, f, observer))
+                    .collect::<Result<Vec<_>>>()?;
+                let name = PathBuf::from(repo.to_string());
+                ParquetPool::scan(paths, classes, &name, true)?
+                    .items()
+                    .map(Some)
+            }
+            HubLayout::Parquet { .. } => Ok(None),
+            HubLayout::Idx(dir) => load_test(&Source::Idx(dir), hub, observer),
+        },
+        _ => Ok(None),
+    }
 }
 
 /// An image folder listed and its headers read, nothing decoded: what [`load_image_folder`]

@@ -74,6 +74,12 @@ pub fn open(
     open_with(source, hub, observer, None)
 }
 
+/// Opens `source`'s pool afresh whenever called (a [`StreamedPool`](super::StreamedPool)
+/// reads it once per pass); Hub files come from `hub`'s cache, fetched silently if missing.
+pub fn opener(source: Source, hub: Hub) -> super::reader::Opener {
+    std::sync::Arc::new(move || open(&source, &hub, &mut crate::observe::Silent))
+}
+
 /// A streaming reader for `source`'s items (its training split) made into a model's input by
 /// `pre`, a checkpoint's preprocessing. Image sources (folders, Parquet, Hub Parquet) put
 /// every image through `pre` as it is decoded, whatever its size, as timm's evaluation

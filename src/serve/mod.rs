@@ -16,10 +16,10 @@
 
 pub mod http;
 
-use crate::data::source::{Items, Source};
+use crate::data::source::Source;
 use crate::error::{Error, Result};
 use crate::observe::{Control, Event, Observer};
-use crate::session::{Answer, Learner, QueryRequest, SessionLock, SessionState, Undo};
+use crate::session::{Answer, Learner, PoolItems, QueryRequest, SessionLock, SessionState, Undo};
 use candle_core::Device;
 use http::{Reply, COOKIE, TOKEN_HEADER};
 use serde::Deserialize;
@@ -136,7 +136,7 @@ struct Progress {
 
 struct App {
     dir: PathBuf,
-    items: Arc<Items>,
+    items: PoolItems,
     index: HashMap<String, usize>,
     folder: Option<PathBuf>,
     classes: Vec<String>,
@@ -239,13 +239,19 @@ impl LabelServer {
         };
         let url = format!("http://{shown}:{port}/?token={token}");
         let items = learner.shared_items();
-        let index = items
-            .ids
+        let index: HashMap<String, usize> = items
+            .ids()
             .iter()
             .enumerate()
             .map(|(i, id)| (id.clone(), i))
             .collect();
         let state = learner.state().clone();
+        let pending: Vec<usize> = state
+            .pending
+            .iter()
+            .filter_map(|p| index.get(&p.id).copied())
+            .collect();
+        items.prefetch(&pending)?;
         let folder = match Source::parse(&state.source) {
             Ok(Source::Images(d)) => Some(d),
             _ => None,
@@ -397,18 +403,22 @@ impl App {
         let Some(&i) = self.index.get(id) else {
             return Reply::error(404, "no item with that id in the pool");
         };
-        let shape = &self.items.item_shape;
-        let len: usize = shape.iter().product();
-        let x = &self.items.x[i * len..(i + 1) * len];
+        let shape = self.items.item_shape();
+        if shape.len() == 3 {
+            if let Some(bytes) = self.original(id) {
+                return bytes;
+            }
+        }
+        let x = match self.items.values(&[i]) {
+            Ok(x) => x,
+            Err(e) => return Reply::error(500, e.to_string()),
+        };
         if shape.len() != 3 {
             return Reply::json(200, &json!({ "values": x }));
         }
-        if let Some(bytes) = self.original(id) {
-            return bytes;
-        }
         let (c, h, w) = (shape[0], shape[1], shape[2]);
         let png = if c == 1 || c == 3 {
-            crate::data::image::encode_png(x, shape)
+            crate::data::image::encode_png(&x, shape)
         } else {
             crate::data::image::encode_png(&x[..h * w], &[1, h, w])
         };
@@ -480,8 +490,8 @@ impl App {
         });
         json!({
             "source": st.source,
-            "kind": if self.items.item_shape.len() == 3 { "image" } else { "table" },
-            "item_shape": self.items.item_shape,
+            "kind": if self.items.item_shape().len() == 3 { "image" } else { "table" },
+            "item_shape": self.items.item_shape(),
             "classes": classes,
             "pool": st.pool_size,
             "labeled": st.labeled.len(),
@@ -673,6 +683,14 @@ impl App {
             let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
             let predicted = learner.predicted(&indices, &self.device)?;
             learner.save(&self.dir)?;
+            // A streamed pool's batch is read once now, not once per image shown.
+            let pending: Vec<usize> = learner
+                .state()
+                .pending
+                .iter()
+                .filter_map(|p| self.index.get(&p.id).copied())
+                .collect();
+            learner.items().prefetch(&pending)?;
             Ok::<_, Error>((batch, predicted))
         }));
         let mut inner = guard(&self.inner);

@@ -276,6 +276,19 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     scoring.batch = 32;
     let ds = ck.config.normalizer.apply(&splits.train).unwrap();
     let candidates: Vec<usize> = (0..ds.len()).filter(|i| i % 5 != 0).take(300).collect();
+    // The same pool read from its IDX files a chunk at a time (a streamed session's pool).
+    let streamed = alkit::data::StreamedPool::new(
+        alkit::data::stream::opener(
+            alkit::data::Source::Idx(data_dir()),
+            alkit::hub::Hub::new(dir.join("nohub"), true),
+        ),
+        "data",
+        ds.len(),
+        ds.item_shape().to_vec(),
+        ck.config.normalizer.clone(),
+        10,
+    )
+    .unwrap();
     for name in [
         "entropy",
         "regrad",
@@ -293,11 +306,11 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
                 .unwrap()
                 .strategy(&settings)
                 .unwrap();
-            let run = |chunk: usize| {
+            let run_on = |pool: &dyn alkit::data::PoolReader, chunk: usize| {
                 alkit::round::pick_in_chunks(
                     &strategy,
                     &scoring,
-                    &ds,
+                    pool,
                     &candidates,
                     12,
                     (7, 2),
@@ -307,9 +320,11 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
                 )
                 .unwrap()
             };
-            let whole = run(usize::MAX);
-            let chunked = run(40);
+            let whole = run_on(&ds, usize::MAX);
+            let chunked = run_on(&ds, 40);
+            let from_files = run_on(&streamed, 40);
             assert_eq!(chunked.indices, whole.indices, "{name} {select}");
+            assert_eq!(from_files, chunked, "{name} {select}: streamed");
             let bits = |p: &alkit::round::Picked| {
                 p.scores
                     .as_ref()

@@ -813,3 +813,40 @@ fn a_person_labels_a_hundred_images_in_the_browser_and_the_model_improves() {
     assert_eq!(acc.len(), 5);
     assert!(acc[4].1 > acc[0].1 + 0.15, "{acc:?}");
 }
+
+#[test]
+fn a_label_page_over_a_streamed_pool_shows_and_retrains_as_one_in_memory() {
+    // The page of a session whose pool is read from its IDX files (`label --stream`): the
+    // batch's images are the ones the in-memory page shows, and a batch answered on it
+    // retrains and offers the next batch, whose images are served too.
+    let (_dir, state, srv, batch) = fresh("label-stream");
+    let png = |srv: &Server, id: &str| {
+        let cookie = format!("alkit_token={}", srv.token);
+        let (s, b) = http(
+            "GET",
+            &srv.at(&format!("/api/item?id={id}")),
+            &[("Cookie", &cookie)],
+            None,
+        );
+        assert_eq!(s, 200, "{id}");
+        b
+    };
+    let shown: Vec<Vec<u8>> = batch.iter().map(|id| png(&srv, id)).collect();
+    drop(srv);
+    let srv = start(&state, &["--n", "5", "--stream"]);
+    assert_eq!(ids(&srv.ready(), "batch"), batch);
+    for (id, want) in batch.iter().zip(&shown) {
+        assert_eq!(&png(&srv, id), want, "{id}");
+    }
+    for id in &batch {
+        let (s, v) = srv.post("/api/answer", &json!({"id": id, "label": "3"}));
+        assert_eq!(s, 200, "{v}");
+    }
+    let next = ids(&srv.ready(), "batch");
+    assert_eq!(next.len(), 5);
+    assert!(next.iter().all(|id| !batch.contains(id)));
+    for id in &next {
+        assert_eq!(&png(&srv, id)[..8], b"\x89PNG\r\n\x1a\n");
+    }
+    assert_eq!(on_disk(&state)["rounds"].as_array().unwrap().len(), 2);
+}

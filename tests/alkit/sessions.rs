@@ -1,7 +1,7 @@
 //! Labeling sessions run every strategy of the registry through the shared round: scorers,
 //! selections, BatchBALD and ensembles, exactly as the simulated loop does.
 
-use super::{shipped, tmp};
+use super::{alkit_cmd, data_dir, read_batch, shipped, tmp};
 use alkit::data::image::write_image_folder;
 use alkit::data::source::{load as load_source, Source};
 use alkit::hub::Hub;
@@ -39,16 +39,21 @@ fn session(dir: &std::path::Path, ensemble: Option<usize>) -> Learner {
     Learner::new(&pool.to_string_lossy(), loaded, classes, &seeds, config).unwrap()
 }
 
-#[test]
-fn sessions_run_every_strategy_of_the_registry() {
-    let dir = tmp("session-strategies");
-    let mut learner = session(&dir, None);
-    let settings = ScorerSettings {
+/// Scorer settings with few MC draws and perturbations, to keep every strategy quick.
+fn few_draws() -> ScorerSettings {
+    ScorerSettings {
         mc_samples: 4,
         perturbations: 2,
         perturb_samples: 2,
         ..ScorerSettings::default()
-    };
+    }
+}
+
+#[test]
+fn sessions_run_every_strategy_of_the_registry() {
+    let dir = tmp("session-strategies");
+    let mut learner = session(&dir, None);
+    let settings = few_draws();
     let mut ran = 0;
     for kind in StrategyKind::all() {
         let request = QueryRequest {
@@ -419,4 +424,226 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
     let st: alkit::session::SessionState =
         alkit::fsutil::read_json(&state.join("session.json")).unwrap();
     assert_eq!((st.labeled.len(), st.pending.len()), (28, 0));
+}
+
+/// `learner`'s session started again over its pool read from the folder (the seed labels
+/// from the folder's listing), then resumed from the saved state as a streamed session.
+fn streamed_twin(learner: &Learner, pool: &std::path::Path) -> Learner {
+    let source = Source::Images(pool.to_path_buf());
+    let open = alkit::data::stream::opener(source.clone(), Hub::new(pool.join("nohub"), true));
+    let given = alkit::data::source::listed_labels(&source)
+        .unwrap()
+        .unwrap()
+        .given;
+    let st = learner.state();
+    let fresh = Learner::new_streamed(
+        &st.source,
+        open.clone(),
+        None,
+        st.classes.clone(),
+        &given,
+        st.config.clone(),
+    )
+    .unwrap();
+    assert_eq!(fresh.state(), st);
+    Learner::resume_streamed(st.clone(), open, None, std::path::Path::new("session.json")).unwrap()
+}
+
+#[test]
+fn a_streamed_session_asks_for_what_one_in_memory_asks_for_under_every_strategy() {
+    // The same session over its pool decoded in memory and over the pool read from the
+    // folder a chunk at a time: every strategy of the registry (noise, ensembles' draws and
+    // BatchBALD included) returns the same batch with the same score bits, round after round,
+    // and the two states stay equal as answers arrive.
+    let dir = tmp("session-streamed");
+    let mut memory = session(&dir, None);
+    let mut streamed = streamed_twin(&memory, &dir.join("pool"));
+    assert_eq!(streamed.items().ids(), memory.items().ids());
+    let (train, _) = shipped();
+    let settings = few_draws();
+    let mut ran = 0;
+    for (k, kind) in StrategyKind::all()
+        .filter(|k| k.name() != "duq")
+        .enumerate()
+    {
+        let request = QueryRequest {
+            strategy: kind.strategy(&settings).unwrap(),
+            n: 3,
+            include_pending: false,
+            subsample: (k % 3 == 0).then_some(40),
+        };
+        let a = memory.query(&request, &Device::Cpu, &mut Silent).unwrap();
+        let b = streamed.query(&request, &Device::Cpu, &mut Silent).unwrap();
+        let bits = |q: &[alkit::session::Query]| -> Vec<(String, usize, Option<u32>)> {
+            q.iter()
+                .map(|q| (q.id.clone(), q.index, q.score.map(f32::to_bits)))
+                .collect()
+        };
+        assert_eq!(bits(&a), bits(&b), "{}", kind.name());
+        let indices: Vec<usize> = a.iter().map(|q| q.index).collect();
+        let (pa, pb) = (
+            memory.predicted(&indices, &Device::Cpu).unwrap(),
+            streamed.predicted(&indices, &Device::Cpu).unwrap(),
+        );
+        assert_eq!(format!("{pa:?}"), format!("{pb:?}"), "{}", kind.name());
+        // The page's values of the batch: the source's, from memory or read for the batch.
+        streamed.items().prefetch(&indices).unwrap();
+        assert_eq!(
+            streamed.items().values(&indices).unwrap(),
+            memory.items().values(&indices).unwrap()
+        );
+        // Every other round the batch is answered (with the shipped labels) in both.
+        if k % 2 == 1 {
+            let answers: Vec<(String, String)> = a
+                .iter()
+                .map(|q| {
+                    let i: usize = q.id.trim_end_matches(".png").parse().unwrap();
+                    (q.id.clone(), train.labels()[i].to_string())
+                })
+                .collect();
+            memory.teach(&answers).unwrap();
+            streamed.teach(&answers).unwrap();
+        }
+        assert_eq!(memory.state(), streamed.state(), "{}", kind.name());
+        ran += 1;
+    }
+    assert_eq!(ran, StrategyKind::all().count() - 1);
+    // The saved models are the same bytes.
+    let (sa, sb) = (dir.join("a"), dir.join("b"));
+    memory.save(&sa).unwrap();
+    streamed.save(&sb).unwrap();
+    for f in ["session.json", "model/model.safetensors"] {
+        assert_eq!(
+            std::fs::read(sa.join(f)).unwrap(),
+            std::fs::read(sb.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn query_teach_and_label_studio_with_stream_write_what_they_write_in_memory() {
+    // Two copies of one session on the shipped IDX data (a test split read alone when
+    // streamed): every command run with --stream on one and without on the other leaves the
+    // same files. A format 1 session is refused with --stream and upgraded without.
+    let dir = tmp("session-stream-cli");
+    let (train, _) = shipped();
+    let run = |args: &[&str]| {
+        let out = alkit_cmd().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let data = data_dir();
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let init = ["init", "--pool", data.to_str().unwrap(), "--steps", "20"];
+    // A streamed init reads no class list from IDX files: --classes is asked for.
+    let out = alkit_cmd()
+        .args(init)
+        .args(["--state", b_s, "--stream"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--classes"), "{err}");
+    assert!(!b.exists());
+    let classes = ["--classes", "0,1,2,3,4,5,6,7,8,9"];
+    run(&[&init[..], &["--state", a_s], &classes[..]].concat());
+    run(&[&init[..], &["--state", b_s, "--stream"], &classes[..]].concat());
+    let stream = |cmd: &[&str], on: &str| -> Vec<String> {
+        let mut v: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+        v.extend(["--state".into(), on.into()]);
+        v
+    };
+    let both = |cmd: &[&str], out: Option<&str>| {
+        for (s, streamed) in [(a_s, false), (b_s, true)] {
+            let mut v = stream(cmd, s);
+            if let Some(o) = out {
+                v.extend(["--out".into(), format!("{s}-{o}")]);
+            }
+            if streamed {
+                v.push("--stream".into());
+            }
+            let v: Vec<&str> = v.iter().map(String::as_str).collect();
+            run(&v);
+        }
+    };
+    let same = |f: &str| {
+        assert_eq!(
+            std::fs::read(format!("{a_s}{f}")).unwrap(),
+            std::fs::read(format!("{b_s}{f}")).unwrap(),
+            "{f}"
+        );
+    };
+    let answer = |batch: &str| {
+        let ids = read_batch(std::path::Path::new(&format!("{a_s}-{batch}")));
+        let mut csv = String::from("id,label\n");
+        for id in ids {
+            let i: usize = id.parse().unwrap();
+            csv.push_str(&format!("{id},{}\n", train.labels()[i]));
+        }
+        let p = dir.join(format!("{batch}.answers.csv"));
+        std::fs::write(&p, csv).unwrap();
+        p
+    };
+    same("/session.json");
+    both(&["query", "--n", "8"], Some("q1.csv"));
+    same("-q1.csv");
+    let ans = answer("q1.csv");
+    both(&["teach", "--labels", ans.to_str().unwrap()], None);
+    both(&["query", "--n", "6", "--scorer", "bald"], Some("q2.csv"));
+    same("-q2.csv");
+    let ans = answer("q2.csv");
+    both(&["teach", "--labels", ans.to_str().unwrap()], None);
+    both(
+        &["query", "--n", "4", "--format", "label-studio"],
+        Some("q3.json"),
+    );
+    same("-q3.json");
+    for f in ["/session.json", "/model/model.safetensors"] {
+        same(f);
+    }
+    // A session of format 1 (ids, then every value, hashed as one stream).
+    let mut st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(b.join("session.json")).unwrap()).unwrap();
+    let mut h = alkit::data::Fnv1a::default();
+    {
+        use std::hash::Hasher;
+        for i in 0..train.len() {
+            h.write(i.to_string().as_bytes());
+            h.write(&[0]);
+        }
+        for v in train.features() {
+            h.write(&v.to_bits().to_le_bytes());
+        }
+        st["format"] = 1.into();
+        st["pool_fingerprint"] = std::hash::Hasher::finish(&h).into();
+    }
+    std::fs::write(b.join("session.json"), serde_json::to_vec(&st).unwrap()).unwrap();
+    let out = alkit_cmd()
+        .args(["query", "--n", "2", "--stream", "--state", b_s, "--out"])
+        .arg(dir.join("refused.csv"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("format 1") && err.contains("without --stream"),
+        "{err}"
+    );
+    assert!(!dir.join("refused.csv").exists());
+    // Without --stream it is checked by the old hash and written back as format 2.
+    let nothing = dir.join("nothing.csv");
+    std::fs::write(&nothing, "id,label\n").unwrap();
+    run(&[
+        "teach",
+        "--labels",
+        nothing.to_str().unwrap(),
+        "--state",
+        b_s,
+    ]);
+    same("/session.json");
 }

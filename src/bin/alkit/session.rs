@@ -4,7 +4,9 @@
 //! recorded there, does one thing through [`alkit::session::Learner`] and saves the state
 //! atomically; `label` serves the page of [`alkit::serve`] until it is stopped.
 
-use super::{load_source, ModelArg, ScorerFlags};
+use super::{load_source, DownloadBar, ModelArg, ScorerFlags};
+use alkit::data::Source;
+use alkit::hub::Hub;
 use alkit::models::Arch;
 use alkit::observe::Observer;
 use alkit::serve::{LabelServer, ServeEvent, ServeSettings};
@@ -55,6 +57,12 @@ pub struct InitArgs {
     /// Replace an existing session in --state.
     #[arg(long)]
     force: bool,
+    /// Read the pool from its source a chunk at a time instead of decoding it into memory (one
+    /// pass for the normaliser, the fingerprint and the ids). The classes come from --classes
+    /// or an image folder's subfolders; a CSV pool is refused (its label cells need the whole
+    /// file).
+    #[arg(long)]
+    stream: bool,
 }
 
 #[derive(clap::Args)]
@@ -67,6 +75,12 @@ pub struct QueryArgs {
     scorer: StrategyKind,
     #[command(flatten)]
     scorer_flags: ScorerFlags,
+    /// Read the pool from its source a chunk at a time instead of decoding it into memory:
+    /// memory then follows the labeled items and one chunk, not the pool. Each command reads
+    /// the pool once to check it; a query reads it once more to score (BatchBALD: its
+    /// candidates at once, bounded by --subsample).
+    #[arg(long)]
+    stream: bool,
     /// Items to ask for.
     #[arg(long, default_value_t = 50)]
     n: usize,
@@ -100,6 +114,12 @@ pub struct TeachArgs {
     /// Session folder.
     #[arg(long)]
     state: PathBuf,
+    /// Read the pool from its source a chunk at a time instead of decoding it into memory:
+    /// memory then follows the labeled items and one chunk, not the pool. Each command reads
+    /// the pool once to check it; a query reads it once more to score (BatchBALD: its
+    /// candidates at once, bounded by --subsample).
+    #[arg(long)]
+    stream: bool,
     /// Answers: a CSV with columns id,label (label = class name), or Label Studio's JSON export (`.json`) of tasks `query --format label-studio` wrote. Checked whole; one bad row changes nothing.
     #[arg(long)]
     labels: PathBuf,
@@ -115,6 +135,12 @@ pub struct LabelArgs {
     scorer: StrategyKind,
     #[command(flatten)]
     scorer_flags: ScorerFlags,
+    /// Read the pool from its source a chunk at a time instead of decoding it into memory:
+    /// memory then follows the labeled items and one chunk, not the pool. Each command reads
+    /// the pool once to check it; a query reads it once more to score (BatchBALD: its
+    /// candidates at once, bounded by --subsample).
+    #[arg(long)]
+    stream: bool,
     /// Items per batch: the model retrains after each batch.
     #[arg(long, default_value_t = 20)]
     n: usize,
@@ -142,8 +168,9 @@ pub struct StatusArgs {
     json: bool,
 }
 
-/// Locks the session folder `dir` and loads its session.
-fn open(dir: &Path) -> Result<(SessionLock, Learner)> {
+/// Locks the session folder `dir` and loads its session, over its pool in memory or, with
+/// `stream`, read from the source whenever needed.
+fn open(dir: &Path, stream: bool) -> Result<(SessionLock, Learner)> {
     if !dir.join(STATE_FILE).is_file() {
         bail!(
             "--state {}: not a session folder (no {STATE_FILE}; run `alkit init`)",
@@ -159,8 +186,30 @@ fn open(dir: &Path) -> Result<(SessionLock, Learner)> {
                 dir.display()
             )
         })?;
-    let (_, loaded) = load_source(&state.source)?;
-    Ok((held, Learner::resume(state, loaded, &path)?))
+    if !stream {
+        let (_, loaded) = load_source(&state.source)?;
+        return Ok((held, Learner::resume(state, loaded, &path)?));
+    }
+    let name = state.source.clone();
+    let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
+    let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
+    // Opened once here for the download bar (Hub files), then read from the cache.
+    drop(
+        alkit::data::stream::open(&source, &hub, &mut bar)
+            .with_context(|| format!("reading the data {name}"))?,
+    );
+    let test = alkit::data::source::load_test(&source, &hub, &mut bar)
+        .with_context(|| format!("loading the test split of {name}"))?;
+    let open = alkit::data::stream::opener(source, hub);
+    let learner = Learner::resume_streamed(state, open, test, &path)
+        .with_context(|| format!("reading the pool {name}"))?;
+    Ok((held, learner))
+}
+
+/// A new session's pool, before the session is made.
+enum Pool {
+    Memory(alkit::data::Loaded),
+    Streamed(alkit::data::reader::Opener, Option<alkit::data::Items>),
 }
 
 pub fn init(a: InitArgs) -> Result<()> {
@@ -180,11 +229,44 @@ pub fn init(a: InitArgs) -> Result<()> {
             .to_string_lossy()
             .into_owned()
     };
-    let (src, loaded) = load_source(&source)?;
-    let classes = a
-        .classes
-        .clone()
-        .unwrap_or_else(|| loaded.pool.classes.clone());
+    // The pool decoded in memory, or with --stream opened and listed only: its item shape,
+    // the classes it names and the labels it gives (class subfolders, CSV label cells).
+    let (src, pool, shape, named, given) = if a.stream {
+        let src = Source::parse(&source).with_context(|| format!("data source {source}"))?;
+        if matches!(src, Source::Csv(_)) {
+            bail!(
+                "--stream: a CSV pool's label cells are read with the whole file; run `alkit \
+                 init` without --stream (query, label and teach still take --stream)"
+            );
+        }
+        let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
+        let shape = alkit::data::stream::open(&src, &hub, &mut bar)
+            .with_context(|| format!("reading the data {source}"))?
+            .item_shape()
+            .to_vec();
+        let test = alkit::data::source::load_test(&src, &hub, &mut bar)
+            .with_context(|| format!("loading the test split of {source}"))?;
+        let (named, given) = alkit::data::source::listed_labels(&src)
+            .with_context(|| format!("listing {source}"))?
+            .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
+        let open = alkit::data::stream::opener(src.clone(), hub);
+        (src, Pool::Streamed(open, test), shape, named, given)
+    } else {
+        let (src, loaded) = load_source(&source)?;
+        let shape = loaded.pool.item_shape.clone();
+        let (named, given) = (
+            Some(loaded.pool.classes.clone()),
+            loaded.pool.given_labels(),
+        );
+        (src, Pool::Memory(loaded), shape, named, given)
+    };
+    let classes = match (a.classes.clone(), named) {
+        (Some(c), _) | (None, Some(c)) => c,
+        (None, None) => bail!(
+            "--stream: give the class list with --classes a,b,... ({source} names its classes \
+             only when read whole)"
+        ),
+    };
     if classes.len() < 2 {
         return Err(alkit::Error::config(
             "classes",
@@ -197,14 +279,13 @@ pub fn init(a: InitArgs) -> Result<()> {
         .into());
     }
     let mut seeds = if src.labels_are_given() {
-        loaded.pool.given_labels()
+        given
     } else {
         Vec::new()
     };
     if let Some(p) = &a.labels {
         seeds.extend(read_answer_csv(p)?.into_iter().map(|(_, id, l)| (id, l)));
     }
-    let shape = loaded.pool.item_shape.clone();
     let arch = match a.model {
         None => Arch::default_for(&shape, classes.len()),
         Some(m) => Arch::for_shape(m.kind(), &shape, classes.len()),
@@ -232,9 +313,14 @@ pub fn init(a: InitArgs) -> Result<()> {
             k => k,
         },
     };
-    let n = loaded.pool.len();
-    let learner = Learner::new(&source, loaded, classes, &seeds, config)
-        .with_context(|| format!("starting a session on {source}"))?;
+    let learner = match pool {
+        Pool::Memory(loaded) => Learner::new(&source, loaded, classes, &seeds, config),
+        Pool::Streamed(open, test) => {
+            Learner::new_streamed(&source, open, test, classes, &seeds, config)
+        }
+    }
+    .with_context(|| format!("starting a session on {source}"))?;
+    let n = learner.state().pool_size;
     // Nothing is written before the pool and the settings are known to be good; then the
     // folder is held while the session is written (a page may already serve an old one).
     std::fs::create_dir_all(&a.state).with_context(|| format!("--state {}", a.state.display()))?;
@@ -263,7 +349,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     if a.format == BatchFormat::LabelStudio {
         alkit::fsutil::check_output("out", &a.out.with_extension("xml"), &[&state_file, &model])?;
     }
-    let (_held, mut learner) = open(&a.state)?;
+    let (_held, mut learner) = open(&a.state, a.stream)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
         ..a.scorer_flags.settings()?
@@ -300,7 +386,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
 }
 
 pub fn teach(a: TeachArgs) -> Result<()> {
-    let (_held, mut learner) = open(&a.state)?;
+    let (_held, mut learner) = open(&a.state, a.stream)?;
     let is_json = a
         .labels
         .extension()
@@ -337,7 +423,7 @@ pub fn label(a: LabelArgs, device: &Device) -> Result<()> {
             a.host
         );
     }
-    let (held, learner) = open(&a.state)?;
+    let (held, learner) = open(&a.state, a.stream)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
         ..a.scorer_flags.settings()?

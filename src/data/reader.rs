@@ -1,0 +1,257 @@
+//! The pool as an acquisition round reads it: held in memory, or read again from its source a
+//! part at a time.
+//!
+//! A round needs two things from the pool: the labeled items, gathered into one small data set
+//! to train on, and the candidates, visited a part at a time to be scored. [`PoolReader`] is
+//! that contract. A [`Dataset`] in memory is one; a [`StreamedPool`] is the other, which keeps
+//! only the pool's labels (four bytes an item) and re-opens its source's [`ItemStream`] for
+//! every gather or visit, so peak memory is set by the part size, not the pool. Both hand the
+//! same normalised values to the same calls, so a round over either picks the same items.
+
+use super::stream::ItemStream;
+use super::{Dataset, Normalizer};
+use crate::error::{DataProblem, Error, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Reads a pool for a round: normalised features and one label per item (a session's taught
+/// labels; 0 where none is known, which only labeled items' training reads).
+pub trait PoolReader {
+    /// Items in the pool.
+    fn len(&self) -> usize;
+
+    /// True when the pool has no items.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Items `indices` (any order, each at most once) as one data set, in that order.
+    fn gather(&self, indices: &[usize]) -> Result<Dataset>;
+
+    /// Visits `candidates` (ascending pool indices) `step` at a time, in order: `visit(data,
+    /// rows)` where `data[rows]` are the part's items.
+    fn parts(
+        &self,
+        candidates: &[usize],
+        step: usize,
+        visit: &mut dyn FnMut(&Dataset, &[usize]) -> Result<()>,
+    ) -> Result<()>;
+}
+
+impl PoolReader for Dataset {
+    fn len(&self) -> usize {
+        Dataset::len(self)
+    }
+
+    fn gather(&self, indices: &[usize]) -> Result<Dataset> {
+        let mut x = Vec::with_capacity(indices.len() * self.item_len());
+        for &i in indices {
+            x.extend_from_slice(self.item(i));
+        }
+        let y = indices.iter().map(|&i| self.labels()[i]).collect();
+        Dataset::new(x, y, self.item_shape().to_vec(), self.classes())
+    }
+
+    fn parts(
+        &self,
+        candidates: &[usize],
+        step: usize,
+        visit: &mut dyn FnMut(&Dataset, &[usize]) -> Result<()>,
+    ) -> Result<()> {
+        for part in candidates.chunks(step.max(1)) {
+            visit(self, part)?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens the pool's source afresh, at its first item.
+pub type Opener = Arc<dyn Fn() -> Result<Box<dyn ItemStream>> + Send + Sync>;
+
+/// Items read from the source per stream call.
+const READ_CHUNK: usize = 4096;
+
+/// A pool read from its source whenever a round needs items (see the module docs): it holds
+/// the labels and the normaliser, never the features.
+pub struct StreamedPool {
+    open: Opener,
+    name: String,
+    len: usize,
+    item_shape: Vec<usize>,
+    normalizer: Normalizer,
+    labels: Vec<u32>,
+    classes: usize,
+}
+
+impl StreamedPool {
+    /// A pool of `len` items of `item_shape` read through `open` (`name` names it in errors),
+    /// normalised by `normalizer`, all labels 0 until [`StreamedPool::set_labels`].
+    pub fn new(
+        open: Opener,
+        name: impl Into<String>,
+        len: usize,
+        item_shape: Vec<usize>,
+        normalizer: Normalizer,
+        classes: usize,
+    ) -> Result<StreamedPool> {
+        normalizer
+            .check(item_shape.first().copied().unwrap_or(0))
+            .map_err(|m| Error::config("normalizer", m))?;
+        Ok(StreamedPool {
+            open,
+            name: name.into(),
+            len,
+            item_shape,
+            normalizer,
+            labels: vec![0; len],
+            classes: classes.max(1),
+        })
+    }
+
+    /// Shape of one item.
+    pub fn item_shape(&self) -> &[usize] {
+        &self.item_shape
+    }
+
+    /// Sets the labels of items `(index, class)`; all are checked before any is set.
+    pub fn set_labels(&mut self, labels: &[(usize, u32)]) -> Result<()> {
+        if let Some(&(i, c)) = labels
+            .iter()
+            .find(|&&(i, c)| i >= self.len || c as usize >= self.classes)
+        {
+            return Err(Error::config(
+                "labels",
+                format!(
+                    "item {i} class {c}: the pool has {} items and {} classes",
+                    self.len, self.classes
+                ),
+            ));
+        }
+        for &(i, c) in labels {
+            self.labels[i] = c;
+        }
+        Ok(())
+    }
+
+    /// Items `indices` (any order, each at most once) as the source gives them, not
+    /// normalised: `(k, *item_shape)` row-major.
+    pub fn raw(&self, indices: &[usize]) -> Result<Vec<f32>> {
+        let d: usize = self.item_shape.iter().product();
+        let mut order: Vec<(usize, usize)> = indices.iter().copied().zip(0..).collect();
+        order.sort_unstable();
+        if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::config(
+                "indices",
+                format!("item {} asked for twice", w[0].0),
+            ));
+        }
+        let wanted: Vec<usize> = order.iter().map(|&(i, _)| i).collect();
+        let mut x = vec![0f32; indices.len() * d];
+        self.each(&wanted, &mut |k, item| {
+            let at = order[k].1;
+            x[at * d..(at + 1) * d].copy_from_slice(item);
+            Ok(())
+        })?;
+        Ok(x)
+    }
+
+    /// Calls `f(k, item)` for the `k`-th of `wanted` (ascending pool indices) as the stream
+    /// reaches it, checking on the way that the source still is the pool it was.
+    fn each(&self, wanted: &[usize], f: &mut dyn FnMut(usize, &[f32]) -> Result<()>) -> Result<()> {
+        if let Some(w) = wanted.windows(2).find(|w| w[0] >= w[1]) {
+            return Err(Error::config(
+                "candidates",
+                format!("pool indices must ascend, got {} then {}", w[0], w[1]),
+            ));
+        }
+        if let Some(&i) = wanted.last().filter(|&&i| i >= self.len) {
+            return Err(Error::config(
+                "candidates",
+                format!("item {i} of a pool of {}", self.len),
+            ));
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let changed = |what: String| {
+            Error::data(
+                PathBuf::from(&self.name),
+                DataProblem::Other(format!("changed since the session read it: {what}")),
+            )
+        };
+        let mut stream = (self.open)()?;
+        if stream.len() != self.len || stream.item_shape() != self.item_shape.as_slice() {
+            return Err(changed(format!(
+                "{} items of {:?} now, {} of {:?} then",
+                stream.len(),
+                stream.item_shape(),
+                self.len,
+                self.item_shape
+            )));
+        }
+        let d: usize = self.item_shape.iter().product();
+        let mut k = 0;
+        while k < wanted.len() {
+            let Some(chunk) = stream.next_chunk(READ_CHUNK)? else {
+                return Err(changed("it ended early".into()));
+            };
+            let end = chunk.start + chunk.ids.len();
+            while k < wanted.len() && wanted[k] < end {
+                let at = wanted[k] - chunk.start;
+                f(k, &chunk.x[at * d..(at + 1) * d])?;
+                k += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `x` (raw items) with the labels of `indices`, normalised.
+    fn dataset(&self, x: Vec<f32>, indices: &[usize]) -> Result<Dataset> {
+        let y = indices.iter().map(|&i| self.labels[i]).collect();
+        let raw = Dataset::new(x, y, self.item_shape.clone(), self.classes)?;
+        self.normalizer.apply(&raw)
+    }
+}
+
+impl PoolReader for StreamedPool {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn gather(&self, indices: &[usize]) -> Result<Dataset> {
+        let x = self.raw(indices)?;
+        self.dataset(x, indices)
+    }
+
+    fn parts(
+        &self,
+        candidates: &[usize],
+        step: usize,
+        visit: &mut dyn FnMut(&Dataset, &[usize]) -> Result<()>,
+    ) -> Result<()> {
+        let step = step.max(1);
+        let d: usize = self.item_shape.iter().product();
+        let mut x = Vec::with_capacity(step.min(candidates.len()) * d);
+        let mut from = 0;
+        let rows: Vec<usize> = (0..step.min(candidates.len())).collect();
+        let mut flush = |x: &mut Vec<f32>, upto: usize, from: &mut usize| -> Result<()> {
+            let part = &candidates[*from..upto];
+            let ds = self.dataset(std::mem::take(x), part)?;
+            visit(&ds, &rows[..part.len()])?;
+            *from = upto;
+            Ok(())
+        };
+        self.each(candidates, &mut |k, item| {
+            x.extend_from_slice(item);
+            if k + 1 - from == step {
+                flush(&mut x, k + 1, &mut from)?;
+                x.reserve(step.min(candidates.len() - from) * d);
+            }
+            Ok(())
+        })?;
+        if from < candidates.len() {
+            flush(&mut x, candidates.len(), &mut from)?;
+        }
+        Ok(())
+    }
+}
