@@ -339,30 +339,54 @@ pub struct Query {
 }
 
 /// A session's pool items as the page and exports show them (values as the source gives
-/// them, not normalised): decoded in memory, or read from the source on demand with the
-/// items asked for last kept (a batch, see [`PoolItems::prefetch`]).
+/// them, not normalised), decoded in memory or read from the source on demand with the items
+/// asked for last kept (a batch, see [`PoolItems::prefetch`]); and the position of each id.
 #[derive(Clone)]
-pub enum PoolItems {
-    /// Decoded once.
+pub struct PoolItems {
+    /// Positions in id order: a lookup is a binary search, and the index costs one position
+    /// per item instead of a second copy of every id (a pool of millions holds its ids).
+    by_id: Arc<Vec<usize>>,
+    values: Values,
+}
+
+#[derive(Clone)]
+enum Values {
     Memory(Arc<Items>),
-    /// Read from the source.
     Streamed {
-        /// Ids `(n,)`.
         ids: Arc<Vec<String>>,
-        /// The reader.
         pool: Arc<StreamedPool>,
-        /// Values of the items read last, by index.
         kept: Arc<std::sync::Mutex<HashMap<usize, Vec<f32>>>>,
     },
 }
 
 impl PoolItems {
+    fn new(values: Values) -> PoolItems {
+        let mut items = PoolItems {
+            by_id: Arc::default(),
+            values,
+        };
+        let ids = items.ids();
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_unstable_by(|&a, &b| ids[a].cmp(&ids[b]));
+        items.by_id = Arc::new(order);
+        items
+    }
+
     /// Ids `(n,)`.
     pub fn ids(&self) -> &[String] {
-        match self {
-            PoolItems::Memory(items) => &items.ids,
-            PoolItems::Streamed { ids, .. } => ids,
+        match &self.values {
+            Values::Memory(items) => &items.ids,
+            Values::Streamed { ids, .. } => ids,
         }
+    }
+
+    /// The position of item `id`, if the pool has it.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        let ids = self.ids();
+        self.by_id
+            .binary_search_by(|&p| ids[p].as_str().cmp(id))
+            .ok()
+            .map(|k| self.by_id[k])
     }
 
     /// Items in the pool.
@@ -377,9 +401,9 @@ impl PoolItems {
 
     /// Shape of one item.
     pub fn item_shape(&self) -> &[usize] {
-        match self {
-            PoolItems::Memory(items) => &items.item_shape,
-            PoolItems::Streamed { pool, .. } => pool.item_shape(),
+        match &self.values {
+            Values::Memory(items) => &items.item_shape,
+            Values::Streamed { pool, .. } => pool.item_shape(),
         }
     }
 
@@ -387,13 +411,13 @@ impl PoolItems {
     /// memory, from the kept items, or read from the source in one pass.
     pub fn values(&self, indices: &[usize]) -> Result<Vec<f32>> {
         let d: usize = self.item_shape().iter().product();
-        match self {
-            PoolItems::Memory(items) => Ok(indices
+        match &self.values {
+            Values::Memory(items) => Ok(indices
                 .iter()
                 .flat_map(|&i| &items.x[i * d..(i + 1) * d])
                 .copied()
                 .collect()),
-            PoolItems::Streamed { pool, kept, .. } => {
+            Values::Streamed { pool, kept, .. } => {
                 {
                     let kept = kept.lock().unwrap_or_else(|e| e.into_inner());
                     if indices.iter().all(|i| kept.contains_key(i)) {
@@ -408,7 +432,7 @@ impl PoolItems {
     /// Reads items `indices` in one pass and keeps them (instead of those kept before), so
     /// that showing them one at a time reads nothing; a pool in memory has them already.
     pub fn prefetch(&self, indices: &[usize]) -> Result<()> {
-        if let PoolItems::Streamed { pool, kept, .. } = self {
+        if let Values::Streamed { pool, kept, .. } = &self.values {
             let d: usize = pool.item_shape().iter().product();
             let x = pool.raw(indices)?;
             let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
@@ -448,7 +472,6 @@ pub struct Learner {
     items: PoolItems,
     features: Features,
     test: Option<Dataset>,
-    index: HashMap<String, usize>,
     state: SessionState,
     last_model: Option<Trained>,
 }
@@ -555,25 +578,14 @@ fn check_pool(
     Ok(())
 }
 
-fn index_of(ids: &[String]) -> HashMap<String, usize> {
-    ids.iter()
-        .enumerate()
-        .map(|(i, id)| (id.clone(), i))
-        .collect()
-}
-
 /// The taught labels as `(index, class)`. Only these count: the source's own labels (ground
 /// truth of a benchmark set) never reach training.
-fn taught(
-    state: &SessionState,
-    index: &HashMap<String, usize>,
-    origin: &Path,
-) -> Result<Vec<(usize, u32)>> {
+fn taught(state: &SessionState, items: &PoolItems, origin: &Path) -> Result<Vec<(usize, u32)>> {
     state
         .labeled
         .iter()
         .map(|l| {
-            let i = index.get(&l.id).ok_or_else(|| {
+            let i = items.position(&l.id).ok_or_else(|| {
                 Error::state(origin, format!("labeled id `{}` is not in the pool", l.id))
             })?;
             let c = state
@@ -586,7 +598,7 @@ fn taught(
                         format!("label `{}` of `{}` is not a class", l.label, l.id),
                     )
                 })?;
-            Ok((*i, c as u32))
+            Ok((i, c as u32))
         })
         .collect()
 }
@@ -720,21 +732,21 @@ impl Learner {
             state.format = FORMAT;
             state.pool_fingerprint = fingerprint(&loaded.pool, FORMAT);
         }
-        let index = index_of(&loaded.pool.ids);
-        let labels = taught(&state, &index, origin)?;
-        let mut data = state.normalizer.apply(&Dataset::new(
+        let test = test_set(&state, loaded.test.as_ref(), &shape)?;
+        let raw = Dataset::new(
             loaded.pool.x.clone(),
             vec![0; loaded.pool.len()],
-            shape.clone(),
+            shape,
             state.classes.len(),
-        )?)?;
-        data.set_labels(&labels)?;
-        let test = test_set(&state, loaded.test.as_ref(), &shape)?;
+        )?;
+        let items = PoolItems::new(Values::Memory(Arc::new(loaded.pool)));
+        let mut data = state.normalizer.apply(&raw)?;
+        drop(raw);
+        data.set_labels(&taught(&state, &items, origin)?)?;
         Ok(Learner {
-            items: PoolItems::Memory(Arc::new(loaded.pool)),
+            items,
             features: Features::Memory(data),
             test,
-            index,
             state,
             last_model: None,
         })
@@ -779,35 +791,29 @@ impl Learner {
         origin: &Path,
     ) -> Result<Learner> {
         check_pool(&state, &shape, (ids.len(), state.pool_fingerprint), origin)?;
-        let index = index_of(&ids);
-        let labels = taught(&state, &index, origin)?;
-        let mut pool = StreamedPool::new(
-            Arc::clone(&open),
-            state.source.clone(),
-            ids.len(),
-            shape.clone(),
-            state.normalizer.clone(),
-            state.classes.len(),
-        )?;
-        pool.set_labels(&labels)?;
-        let test = test_set(&state, test.as_ref(), &shape)?;
-        let items = PoolItems::Streamed {
-            ids: Arc::new(ids),
-            pool: Arc::new(StreamedPool::new(
+        let n = ids.len();
+        let reader = |open: Opener| {
+            StreamedPool::new(
                 open,
                 state.source.clone(),
-                index.len(),
-                shape,
+                n,
+                shape.clone(),
                 state.normalizer.clone(),
                 state.classes.len(),
-            )?),
-            kept: Arc::default(),
+            )
         };
+        let items = PoolItems::new(Values::Streamed {
+            ids: Arc::new(ids),
+            pool: Arc::new(reader(Arc::clone(&open))?),
+            kept: Arc::default(),
+        });
+        let mut pool = reader(open)?;
+        pool.set_labels(&taught(&state, &items, origin)?)?;
+        let test = test_set(&state, test.as_ref(), &shape)?;
         Ok(Learner {
             items,
             features: Features::Streamed(pool),
             test,
-            index,
             state,
             last_model: None,
         })
@@ -874,7 +880,7 @@ impl Learner {
         self.state
             .labeled
             .iter()
-            .map(|l| self.index[&l.id])
+            .filter_map(|l| self.items.position(&l.id))
             .collect()
     }
 
@@ -1151,7 +1157,10 @@ impl Learner {
             }
         }
         self.state.labeled.pop();
-        let i = self.index[&undo.id];
+        let i = self
+            .items
+            .position(&undo.id)
+            .ok_or_else(|| Error::config("undo", format!("`{}` is not in the pool", undo.id)))?;
         self.features.set_labels(&[(i, 0)])?;
         for (k, p) in undo.removed {
             let at = k.min(self.state.pending.len());
@@ -1231,7 +1240,7 @@ impl Learner {
                     ));
                 }
             }
-            let Some(&i) = self.index.get(id.as_str()) else {
+            let Some(i) = self.items.position(id) else {
                 return Err(row_err(*row, format!("unknown id `{id}`")));
             };
             if let Some(prev) = seen.insert(id.as_str(), *row) {

@@ -137,7 +137,6 @@ struct Progress {
 struct App {
     dir: PathBuf,
     items: PoolItems,
-    index: HashMap<String, usize>,
     folder: Option<PathBuf>,
     classes: Vec<String>,
     token: String,
@@ -239,17 +238,11 @@ impl LabelServer {
         };
         let url = format!("http://{shown}:{port}/?token={token}");
         let items = learner.shared_items();
-        let index: HashMap<String, usize> = items
-            .ids()
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i))
-            .collect();
         let state = learner.state().clone();
         let pending: Vec<usize> = state
             .pending
             .iter()
-            .filter_map(|p| index.get(&p.id).copied())
+            .filter_map(|p| items.position(&p.id))
             .collect();
         items.prefetch(&pending)?;
         let folder = match Source::parse(&state.source) {
@@ -259,7 +252,6 @@ impl LabelServer {
         let app = App {
             dir: dir.to_path_buf(),
             items,
-            index,
             folder,
             classes: state.classes.clone(),
             token,
@@ -400,7 +392,7 @@ impl App {
     }
 
     fn item(&self, id: &str) -> Reply {
-        let Some(&i) = self.index.get(id) else {
+        let Some(i) = self.items.position(id) else {
             return Reply::error(404, "no item with that id in the pool");
         };
         let shape = self.items.item_shape();
@@ -459,7 +451,7 @@ impl App {
                     .map(|&(c, prob)| json!({ "class": self.classes[c], "p": prob }));
                 json!({
                     "id": p.id,
-                    "index": self.index.get(&p.id),
+                    "index": self.items.position(&p.id),
                     "round": p.round,
                     "score": p.score,
                     "rank": rank,
@@ -518,7 +510,7 @@ impl App {
     fn answer(self: &Arc<Self>, b: AnswerBody) -> std::result::Result<Reply, Reply> {
         let mut inner = guard(&self.inner);
         let inner = &mut *inner;
-        if !self.index.contains_key(&b.id) {
+        if self.items.position(&b.id).is_none() {
             return Err(Reply::error(404, "no item with that id in the pool"));
         }
         if !self.classes.contains(&b.label) {
@@ -688,7 +680,7 @@ impl App {
                 .state()
                 .pending
                 .iter()
-                .filter_map(|p| self.index.get(&p.id).copied())
+                .filter_map(|p| self.items.position(&p.id))
                 .collect();
             learner.items().prefetch(&pending)?;
             Ok::<_, Error>((batch, predicted))
