@@ -791,19 +791,19 @@ impl Learner {
         origin: &Path,
     ) -> Result<Learner> {
         check_pool(&state, &shape, (ids.len(), state.pool_fingerprint), origin)?;
-        let n = ids.len();
+        let ids = Arc::new(ids);
         let reader = |open: Opener| {
             StreamedPool::new(
                 open,
                 state.source.clone(),
-                n,
+                Arc::clone(&ids),
                 shape.clone(),
                 state.normalizer.clone(),
                 state.classes.len(),
             )
         };
         let items = PoolItems::new(Values::Streamed {
-            ids: Arc::new(ids),
+            ids: Arc::clone(&ids),
             pool: Arc::new(reader(Arc::clone(&open))?),
             kept: Arc::default(),
         });

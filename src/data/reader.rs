@@ -72,10 +72,11 @@ pub type Opener = Arc<dyn Fn() -> Result<Box<dyn ItemStream>> + Send + Sync>;
 const READ_CHUNK: usize = 4096;
 
 /// A pool read from its source whenever a round needs items (see the module docs): it holds
-/// the labels and the normaliser, never the features.
+/// the ids, the labels and the normaliser, never the features.
 pub struct StreamedPool {
     open: Opener,
     name: String,
+    ids: Arc<Vec<String>>,
     len: usize,
     item_shape: Vec<usize>,
     normalizer: Normalizer,
@@ -84,12 +85,14 @@ pub struct StreamedPool {
 }
 
 impl StreamedPool {
-    /// A pool of `len` items of `item_shape` read through `open` (`name` names it in errors),
-    /// normalised by `normalizer`, all labels 0 until [`StreamedPool::set_labels`].
+    /// A pool of the items `ids` (in order) of `item_shape` read through `open` (`name` names
+    /// it in errors), normalised by `normalizer`, all labels 0 until
+    /// [`StreamedPool::set_labels`]. Every read checks that the source still gives these ids
+    /// in this order.
     pub fn new(
         open: Opener,
         name: impl Into<String>,
-        len: usize,
+        ids: Arc<Vec<String>>,
         item_shape: Vec<usize>,
         normalizer: Normalizer,
         classes: usize,
@@ -97,9 +100,11 @@ impl StreamedPool {
         normalizer
             .check(item_shape.first().copied().unwrap_or(0))
             .map_err(|m| Error::config("normalizer", m))?;
+        let len = ids.len();
         Ok(StreamedPool {
             open,
             name: name.into(),
+            ids,
             len,
             item_shape,
             normalizer,
@@ -196,6 +201,13 @@ impl StreamedPool {
                 return Err(changed("it ended early".into()));
             };
             let end = chunk.start + chunk.ids.len();
+            let held = self
+                .ids
+                .get(chunk.start..end)
+                .ok_or_else(|| changed(format!("more than {} items", self.len)))?;
+            if let Some((got, want)) = chunk.ids.iter().zip(held).find(|(a, b)| a != b) {
+                return Err(changed(format!("item `{got}` where `{want}` was")));
+            }
             while k < wanted.len() && wanted[k] < end {
                 let at = wanted[k] - chunk.start;
                 f(k, &chunk.x[at * d..(at + 1) * d])?;

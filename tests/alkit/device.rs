@@ -283,7 +283,7 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
             alkit::hub::Hub::new(dir.join("nohub"), true),
         ),
         "data",
-        ds.len(),
+        std::sync::Arc::new((0..ds.len()).map(|i| i.to_string()).collect()),
         ds.item_shape().to_vec(),
         ck.config.normalizer.clone(),
         10,

@@ -1,7 +1,7 @@
 //! Labeling sessions run every strategy of the registry through the shared round: scorers,
 //! selections, BatchBALD and ensembles, exactly as the simulated loop does.
 
-use super::{alkit_cmd, data_dir, read_batch, shipped, tmp};
+use super::{alkit_cmd, data_dir, kind, read_batch, shipped, tmp};
 use alkit::data::image::write_image_folder;
 use alkit::data::source::{load as load_source, Source};
 use alkit::hub::Hub;
@@ -519,6 +519,24 @@ fn a_streamed_session_asks_for_what_one_in_memory_asks_for_under_every_strategy(
             "{f}"
         );
     }
+    // A pool renamed under a running streamed session is refused at its next read, naming
+    // the pool and the item, never scored as if it were the same.
+    let pool = dir.join("pool");
+    std::fs::rename(pool.join("00119.png"), pool.join("00119b.png")).unwrap();
+    let request = QueryRequest {
+        strategy: kind("entropy").strategy(&settings).unwrap(),
+        n: 3,
+        include_pending: false,
+        subsample: None,
+    };
+    let e = streamed
+        .query(&request, &Device::Cpu, &mut Silent)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("changed since the session read it") && e.contains("00119"),
+        "{e}"
+    );
 }
 
 #[test]
