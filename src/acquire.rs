@@ -7,7 +7,7 @@
 //! at the first unfinished cycle and produces the identical curve: every cycle's randomness is
 //! derived from `(seed, purpose, cycle)` (see [`crate::rng`]).
 
-use crate::data::{Dataset, Pool};
+use crate::data::{Dataset, Pool, PoolReader};
 use crate::error::{Error, Result};
 use crate::fsutil::write_json;
 pub use crate::observe::CycleRecord;
@@ -151,6 +151,20 @@ impl RunState {
         train: &Dataset,
         test: &Dataset,
     ) -> Self {
+        let data = [train.fingerprint(), test.fingerprint()];
+        Self::with_fingerprints(strategy, seed, config, model, data)
+    }
+
+    /// [`RunState::new`] with the train and test fingerprints ([`Dataset::fingerprint`],
+    /// [`PoolReader::fingerprint`]) already taken: a streamed pool is read once for them, not
+    /// once per run.
+    pub fn with_fingerprints(
+        strategy: &Strategy,
+        seed: u64,
+        config: &LoopConfig,
+        model: String,
+        [train, test]: [u64; 2],
+    ) -> Self {
         Self {
             format: FORMAT,
             alkit_version: env!("CARGO_PKG_VERSION").into(),
@@ -158,10 +172,7 @@ impl RunState {
             seed,
             config: config.clone(),
             model,
-            data: [
-                format!("{:016x}", train.fingerprint()),
-                format!("{:016x}", test.fingerprint()),
-            ],
+            data: [format!("{train:016x}"), format!("{test:016x}")],
             rng: "chacha8; stream(seed, purpose, cycle) = seed_from_u64(seed), set_stream(purpose << 32 | cycle)".into(),
             labeled: Vec::new(),
             records: Vec::new(),
@@ -270,8 +281,8 @@ impl RunState {
 
 /// What one run needs besides its state.
 pub struct RunContext<'a> {
-    /// Normalised training split: the pool.
-    pub train: &'a Dataset,
+    /// Normalised training split with every label: the pool, in memory or streamed.
+    pub train: &'a dyn PoolReader,
     /// Normalised test split.
     pub test: &'a Dataset,
     /// Makes a fresh model each cycle.
@@ -317,11 +328,12 @@ pub fn run(
         };
         check(observer, &ev)?;
         let t0 = Instant::now();
+        let (data, rows) = ctx.train.rows(&labeled)?;
         let trained = fit(
             ctx.model,
             cfg.ensemble,
-            ctx.train,
-            &labeled,
+            &data,
+            &rows,
             &ctx.params.train,
             (seed, cycle as u64),
             ctx.device,

@@ -10,7 +10,7 @@
 //! - `curve.svg`, `curve.png`: mean ± std of ACC and NLL against the labeled count.
 
 use crate::acquire::{run, LoopConfig, RunContext, RunState};
-use crate::data::Dataset;
+use crate::data::{Dataset, PoolReader};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_atomic, write_json};
 use crate::models::Arch;
@@ -69,13 +69,14 @@ pub fn state_path(out: &Path, strategy: &str, seed: u64) -> PathBuf {
 
 /// Runs (or, with `resume`, continues) every strategy x seed of `spec`, writing everything
 /// under `out`. Without `resume`, an `out` that already holds a run is refused (no work is ever
-/// overwritten). `train` and `test` must be normalised already, with per-channel standard
-/// deviation `input_std`. Returns the finished states,
-/// seed-major.
+/// overwritten). `train` (every item labeled; in memory, or a
+/// [`StreamedPool`](crate::data::StreamedPool) read a chunk at a time) and `test` must be
+/// normalised already, with per-channel standard deviation `input_std`. Returns the finished
+/// states, seed-major.
 #[allow(clippy::too_many_arguments)]
 pub fn run_curve(
     spec: &CurveSpec,
-    train: &Dataset,
+    train: &dyn PoolReader,
     test: &Dataset,
     input_std: &[f32],
     out: &Path,
@@ -160,17 +161,17 @@ pub fn run_curve(
         input_std,
         device,
     };
+    let fingerprints = [train.fingerprint()?, test.fingerprint()];
     let mut states = Vec::new();
     for &seed in &spec.seeds {
         for strategy in &strategies {
             let path = state_path(out, strategy.name(), seed);
-            let fresh = RunState::new(
+            let fresh = RunState::with_fingerprints(
                 strategy,
                 seed,
                 &spec.config,
                 model_desc.clone(),
-                train,
-                test,
+                fingerprints,
             );
             let mut state = if path.exists() {
                 let saved: RunState = read_json(&path)?;

@@ -952,16 +952,8 @@ impl Learner {
             )
         } else {
             let params = cfg.train.validate()?;
-            // A streamed pool's labeled items are read into one small data set first; the
-            // same items in the same order train the same model.
-            let gathered;
-            let (train_on, rows): (&Dataset, Vec<usize>) = match &self.features {
-                Features::Memory(d) => (d, lab.clone()),
-                Features::Streamed(p) => {
-                    gathered = p.gather(&lab)?;
-                    (&gathered, (0..lab.len()).collect())
-                }
-            };
+            let (train_on, rows) = self.features.reader().rows(&lab)?;
+            let train_on: &Dataset = &train_on;
             let trained = fit(
                 &cfg.arch,
                 cfg.ensemble,
@@ -1065,14 +1057,8 @@ impl Learner {
             return Ok(None);
         };
         let c = t.model.classes();
-        let gathered;
-        let (data, rows): (&Dataset, Vec<usize>) = match &self.features {
-            Features::Memory(d) => (d, indices.to_vec()),
-            Features::Streamed(p) => {
-                gathered = p.gather(indices)?;
-                (&gathered, (0..indices.len()).collect())
-            }
-        };
+        let (data, rows) = self.features.reader().rows(indices)?;
+        let data: &Dataset = &data;
         let lp = log_probs_of(
             t.model.as_ref(),
             data,

@@ -162,7 +162,7 @@ fn open_checkpoints(names: &[PathBuf], device: &Device) -> Result<alkit::checkpo
 }
 
 fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
-    let (spec, out, resume) = if let Some(dir) = &a.resume {
+    let (spec, out, resume, cd) = if let Some(dir) = &a.resume {
         let given = [
             ("--data", a.data.is_some()),
             ("--scorer", a.scorer.is_some()),
@@ -192,12 +192,12 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         }
         let spec: CurveSpec = alkit::fsutil::read_json(&dir.join("run.json"))
             .with_context(|| format!("--resume {}: not a run folder", dir.display()))?;
-        (spec, dir.clone(), true)
+        (spec, dir.clone(), true, None)
     } else {
         let data = a.data.clone().unwrap_or_else(|| PathBuf::from("data"));
         let out = a.out.clone().unwrap_or_else(|| PathBuf::from("out/curve"));
         alkit::fsutil::check_output_dir("out", &out, &[&data], true)?;
-        let splits = load(&data)?;
+        let cd = curve_data(&data, a.stream)?;
         let seed = a.seed.unwrap_or(0);
         let seeds = a.seeds.unwrap_or(1);
         if seeds == 0 || seeds > alkit::curve::MAX_SEEDS {
@@ -218,7 +218,11 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             .into());
         }
         let defaults = LoopConfig::default();
-        let model = Arch::for_data(a.model.unwrap_or(ModelArg::Cnn).kind(), &splits.train);
+        let model = Arch::for_shape(
+            a.model.unwrap_or(ModelArg::Cnn).kind(),
+            &cd.item_shape,
+            cd.classes,
+        );
         if model.kind().is_duq() && a.anchor.is_some() {
             return Err(alkit::Error::config(
                 "anchor",
@@ -243,7 +247,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                     lr,
                     anchor: a.anchor,
                 },
-                batch: alkit::predict::default_batch(splits.train.item_len()),
+                batch: alkit::predict::default_batch(cd.item_shape.iter().product()),
                 ensemble: a.ensemble.map(|k| k as usize),
                 subsample: a.subsample,
             },
@@ -256,12 +260,13 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             alkit::curve::remove_outputs(&out)
                 .with_context(|| format!("--force: clearing {}", out.display()))?;
         }
-        (spec, out, false)
+        (spec, out, false, Some(cd))
     };
-    let splits = load(&spec.data)?;
-    let norm = Normalizer::fit(&splits.train);
-    let train = norm.apply(&splits.train)?;
-    let test = norm.apply(&splits.test)?;
+    let cd = match cd {
+        Some(cd) => cd,
+        None => curve_data(&spec.data, a.stream)?,
+    };
+    let (train, test, norm) = (cd.train.as_ref(), &cd.test, &cd.norm);
     let mut bars = Bars::new(
         quiet,
         spec.seeds.len() * spec.strategies.len() * (spec.config.cycles + 1),
@@ -269,7 +274,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     let result = if a.save_scores {
         let mut saver = alkit::curve::SaveScores::new(out.join("scores"), &mut bars);
         let r = run_curve(
-            &spec, &train, &test, &norm.std, &out, resume, device, &mut saver,
+            &spec, train, test, &norm.std, &out, resume, device, &mut saver,
         );
         if let Some(e) = saver.error.take() {
             bars.finish();
@@ -278,7 +283,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         r
     } else {
         run_curve(
-            &spec, &train, &test, &norm.std, &out, resume, device, &mut bars,
+            &spec, train, test, &norm.std, &out, resume, device, &mut bars,
         )
     };
     bars.finish();
@@ -291,6 +296,93 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         out.display()
     )?;
     Ok(())
+}
+
+/// What a curve runs on: the normalised splits, the pool in memory or streamed.
+struct CurveData {
+    train: Box<dyn alkit::data::PoolReader>,
+    test: Dataset,
+    norm: Normalizer,
+    item_shape: Vec<usize>,
+    classes: usize,
+}
+
+/// Loads `data` for a curve, or with `stream` reads its training split once (labels from the
+/// label files or listing, the normaliser from one pass) to stream it during the run.
+fn curve_data(data: &Path, stream: bool) -> Result<CurveData> {
+    if !stream {
+        let splits = load(data)?;
+        let norm = Normalizer::fit(&splits.train);
+        return Ok(CurveData {
+            item_shape: splits.train.item_shape().to_vec(),
+            classes: splits.train.classes(),
+            train: Box::new(norm.apply(&splits.train)?),
+            test: norm.apply(&splits.test)?,
+            norm,
+        });
+    }
+    let name = data.to_string_lossy().into_owned();
+    let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
+    let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
+    let context = || format!("reading the data {name}");
+    let labels = alkit::data::source::pool_labels(&source, &hub, &mut bar).with_context(context)?;
+    let unlabeled = |ids: &[String], labels: &[Option<u32>]| {
+        labels
+            .iter()
+            .position(Option::is_none)
+            .map(|i| anyhow::anyhow!("{name}: item `{}` has no label", ids[i]))
+    };
+    let test = alkit::data::source::load_test(&source, &hub, &mut bar)
+        .with_context(context)?
+        .with_context(|| {
+            format!("{name} has no test split (use an IDX folder, a folder with train/ and test/ subfolders, or a Hub dataset)")
+        })?;
+    if let Some(e) = unlabeled(&test.ids, &test.labels) {
+        return Err(e);
+    }
+    let mut st = alkit::data::stream::open(&source, &hub, &mut bar).with_context(context)?;
+    let item_shape = st.item_shape().to_vec();
+    let mut fit = alkit::data::NormalizerFit::new(&item_shape);
+    let mut ids = Vec::with_capacity(st.len());
+    while let Some(c) = st.next_chunk(4096).with_context(context)? {
+        fit.add(&c.x);
+        ids.extend(c.ids);
+    }
+    drop(st);
+    if let Some(e) = unlabeled(&ids, &labels.labels) {
+        return Err(e);
+    }
+    if ids.len() != labels.labels.len() {
+        bail!(
+            "{name}: {} items but {} labels",
+            ids.len(),
+            labels.labels.len()
+        );
+    }
+    let norm = fit.finish();
+    let classes = labels.classes.len().max(1);
+    let mut pool = alkit::data::StreamedPool::new(
+        alkit::data::stream::opener(source, hub),
+        name,
+        std::sync::Arc::new(ids),
+        item_shape.clone(),
+        norm.clone(),
+        classes,
+    )?;
+    let all: Vec<(usize, u32)> = labels
+        .labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i, l.unwrap_or(0)))
+        .collect();
+    pool.set_labels(&all)?;
+    Ok(CurveData {
+        train: Box::new(pool),
+        test: norm.apply(&test.dataset()?)?,
+        norm,
+        item_shape,
+        classes,
+    })
 }
 
 fn print_summary(rows: &[SummaryRow]) {

@@ -11,6 +11,7 @@
 use super::stream::ItemStream;
 use super::{Dataset, Normalizer};
 use crate::error::{DataProblem, Error, Result};
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,6 +37,19 @@ pub trait PoolReader {
         step: usize,
         visit: &mut dyn FnMut(&Dataset, &[usize]) -> Result<()>,
     ) -> Result<()>;
+
+    /// A data set holding items `indices` and the rows of it that are those items, in order:
+    /// the pool itself and `indices` when it is in memory, else the items gathered. Training on
+    /// either trains the same model (the same items in the same order).
+    fn rows(&self, indices: &[usize]) -> Result<(Cow<'_, Dataset>, Vec<usize>)> {
+        Ok((
+            Cow::Owned(self.gather(indices)?),
+            (0..indices.len()).collect(),
+        ))
+    }
+
+    /// [`Dataset::fingerprint`] of the whole pool (normalised features, labels, shape).
+    fn fingerprint(&self) -> Result<u64>;
 }
 
 impl PoolReader for Dataset {
@@ -62,6 +76,14 @@ impl PoolReader for Dataset {
             visit(self, part)?;
         }
         Ok(())
+    }
+
+    fn rows(&self, indices: &[usize]) -> Result<(Cow<'_, Dataset>, Vec<usize>)> {
+        Ok((Cow::Borrowed(self), indices.to_vec()))
+    }
+
+    fn fingerprint(&self) -> Result<u64> {
+        Ok(Dataset::fingerprint(self))
     }
 }
 
@@ -228,6 +250,25 @@ impl StreamedPool {
 impl PoolReader for StreamedPool {
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn fingerprint(&self) -> Result<u64> {
+        use std::hash::Hasher;
+        let mut h = super::Fnv1a::default();
+        for &d in &self.item_shape {
+            h.write(&(d as u64).to_le_bytes());
+        }
+        let all: Vec<usize> = (0..self.len).collect();
+        self.parts(&all, READ_CHUNK, &mut |part, _| {
+            for v in part.features() {
+                h.write(&v.to_bits().to_le_bytes());
+            }
+            Ok(())
+        })?;
+        for v in &self.labels {
+            h.write(&v.to_le_bytes());
+        }
+        Ok(h.finish())
     }
 
     fn gather(&self, indices: &[usize]) -> Result<Dataset> {

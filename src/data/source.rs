@@ -539,6 +539,80 @@ pub struct Listed {
     pub given: Vec<(String, String)>,
 }
 
+/// Every pool item's label and the class names, as [`load`] gives them, without decoding an
+/// item: the IDX label files, an image folder's listing (`train/`'s for a split folder), the
+/// label column of Parquet files and Hub shards. What a simulated run over a streamed pool
+/// takes its oracle's answers from. Safetensors and CSV pools keep their labels beside their
+/// values and are refused (read them whole).
+pub fn pool_labels(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<PoolLabels> {
+    match source {
+        Source::Idx(dir) => {
+            let train_labels = find(dir, "train-labels-idx1-ubyte")?;
+            let test_labels = find(dir, "t10k-labels-idx1-ubyte")?;
+            let read = |p: &Path| -> Result<Vec<u32>> {
+                Ok(super::idx::read_labels(p)?
+                    .into_iter()
+                    .map(u32::from)
+                    .collect())
+            };
+            let (train, test) = (read(&train_labels)?, read(&test_labels)?);
+            let k = idx_classes(&train, &train_labels, &test, &test_labels)?;
+            Ok(PoolLabels {
+                labels: train.into_iter().map(Some).collect(),
+                classes: digits(k),
+            })
+        }
+        Source::Images(dir) => {
+            let folder = if split_folder(dir)? {
+                ImageFolder::list_split(dir, "train")?
+            } else {
+                ImageFolder::list_plain(dir)?
+            };
+            Ok(PoolLabels {
+                labels: folder.labels,
+                classes: folder.classes,
+            })
+        }
+        Source::Parquet(p) => {
+            let pool = ParquetPool::scan(vec![p.clone()], None, p, true)?;
+            Ok(PoolLabels {
+                labels: pool.labels.unwrap_or_default(),
+                classes: pool.classes,
+            })
+        }
+        Source::Hub(repo) => match hub_layout(repo, hub, observer)? {
+            HubLayout::Parquet { train, classes, .. } => {
+                let paths = train
+                    .iter()
+                    .map(|f| hub.get(repo, RepoKind::Dataset, f, observer))
+                    .collect::<Result<Vec<_>>>()?;
+                let pool =
+                    ParquetPool::scan(paths, classes, &PathBuf::from(repo.to_string()), true)?;
+                Ok(PoolLabels {
+                    labels: pool.labels.unwrap_or_default(),
+                    classes: pool.classes,
+                })
+            }
+            HubLayout::Idx(dir) => pool_labels(&Source::Idx(dir), hub, observer),
+        },
+        Source::Safetensors(p) | Source::Csv(p) => Err(Error::data(
+            p,
+            DataProblem::Other(
+                "keeps its labels beside its values: read it whole (drop --stream)".into(),
+            ),
+        )),
+    }
+}
+
+/// A pool's labels and class names (see [`pool_labels`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolLabels {
+    /// Each item's label `(n,)`, `None` where it has none.
+    pub labels: Vec<Option<u32>>,
+    /// The class names; a label indexes them.
+    pub classes: Vec<String>,
+}
+
 /// The test split of `source` alone, with its pool listed or its labels read but no pool item
 /// decoded (what a session over a streamed pool evaluates on): the IDX test files, a split
 /// folder's `test/`, a Hub data set's test shards; `None` for sources without one. The items,

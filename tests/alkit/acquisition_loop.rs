@@ -396,3 +396,69 @@ fn resume_refuses_edited_run_state_naming_the_file() {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{name}");
     }
 }
+
+#[test]
+fn curve_with_stream_runs_the_curve_it_runs_in_memory() {
+    // The training split read from its source a chunk at a time (IDX files; a train/test
+    // image folder): the same metrics every cycle, the same picks, the same run fingerprints
+    // as the run that decodes it into memory; `--resume` continues a streamed run.
+    let dir = tmp("curve-stream");
+    let (train, test) = shipped();
+    let folder = dir.join("folder");
+    write_split_folder(&folder, &train.head(300), &test.head(100));
+    let curve = |data: &Path, out: &Path, scorers: &str, extra: &[&str]| {
+        let o = alkit_cmd()
+            .args(["curve", "--data"])
+            .arg(data)
+            .args(["--scorer", scorers, "--initial", "20", "--query", "10"])
+            .args(["--cycles", "2", "--steps", "20", "--out"])
+            .arg(out)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let runs = |out: &Path| -> Vec<serde_json::Value> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(out.join("runs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|f| {
+                let mut v: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+                for r in v["records"].as_array_mut().unwrap() {
+                    r["train_s"] = 0.into();
+                    r["score_s"] = 0.into();
+                }
+                v["pending_score_s"] = 0.into();
+                v
+            })
+            .collect()
+    };
+    for (data, scorers) in [(data_dir(), "entropy,bald"), (folder, "margin")] {
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        let _ = std::fs::remove_dir_all(&a);
+        let _ = std::fs::remove_dir_all(&b);
+        curve(&data, &a, scorers, &[]);
+        curve(&data, &b, scorers, &["--stream"]);
+        let csv =
+            |out: &Path| strip_timings(&std::fs::read_to_string(out.join("curve.csv")).unwrap());
+        assert_eq!(csv(&a), csv(&b), "{}", data.display());
+        assert_eq!(runs(&a), runs(&b), "{}", data.display());
+    }
+    // A streamed run stopped after its first strategy's state continues under --stream.
+    let out = dir.join("c");
+    curve(&data_dir(), &out, "entropy", &["--stream"]);
+    std::fs::remove_file(out.join("curve.csv")).unwrap();
+    let o = alkit_cmd()
+        .args(["curve", "--resume"])
+        .arg(&out)
+        .arg("--stream")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.join("curve.csv").is_file());
+}

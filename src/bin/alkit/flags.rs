@@ -385,6 +385,9 @@ pub(crate) struct CurveArgs {
     /// Also write every pool scoring to OUT/scores/STRATEGY/seedS/cycleC.csv (index,score): the scores cycle C's model gave the candidates it picked cycle C+1's labels from.
     #[arg(long)]
     pub(crate) save_scores: bool,
+    /// Read the training split from its source a chunk at a time instead of decoding it into memory (IDX, image folders, Hub data sets): memory then follows the labeled items and one chunk, not the pool; each cycle reads the pool twice (to gather the labeled items, to score). The test split is held. Same results as without.
+    #[arg(long)]
+    pub(crate) stream: bool,
 }
 
 #[derive(clap::Args)]
