@@ -323,65 +323,15 @@ fn curve_data(data: &Path, stream: bool) -> Result<CurveData> {
     }
     let name = data.to_string_lossy().into_owned();
     let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
-    let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
-    let context = || format!("reading the data {name}");
-    let labels = alkit::data::source::pool_labels(&source, &hub, &mut bar).with_context(context)?;
-    let unlabeled = |ids: &[String], labels: &[Option<u32>]| {
-        labels
-            .iter()
-            .position(Option::is_none)
-            .map(|i| anyhow::anyhow!("{name}: item `{}` has no label", ids[i]))
-    };
-    let test = alkit::data::source::load_test(&source, &hub, &mut bar)
-        .with_context(context)?
-        .with_context(|| {
-            format!("{name} has no test split (use an IDX folder, a folder with train/ and test/ subfolders, or a Hub dataset)")
-        })?;
-    if let Some(e) = unlabeled(&test.ids, &test.labels) {
-        return Err(e);
-    }
-    let mut st = alkit::data::stream::open(&source, &hub, &mut bar).with_context(context)?;
-    let item_shape = st.item_shape().to_vec();
-    let mut fit = alkit::data::NormalizerFit::new(&item_shape);
-    let mut ids = Vec::with_capacity(st.len());
-    while let Some(c) = st.next_chunk(4096).with_context(context)? {
-        fit.add(&c.x);
-        ids.extend(c.ids);
-    }
-    drop(st);
-    if let Some(e) = unlabeled(&ids, &labels.labels) {
-        return Err(e);
-    }
-    if ids.len() != labels.labels.len() {
-        bail!(
-            "{name}: {} items but {} labels",
-            ids.len(),
-            labels.labels.len()
-        );
-    }
-    let norm = fit.finish();
-    let classes = labels.classes.len().max(1);
-    let mut pool = alkit::data::StreamedPool::new(
-        alkit::data::stream::opener(source, hub),
-        name,
-        std::sync::Arc::new(ids),
-        item_shape.clone(),
-        norm.clone(),
-        classes,
-    )?;
-    let all: Vec<(usize, u32)> = labels
-        .labels
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (i, l.unwrap_or(0)))
-        .collect();
-    pool.set_labels(&all)?;
+    let s =
+        alkit::data::reader::stream_splits(&source, &Hub::from_env(), &mut DownloadBar::default())
+            .with_context(|| format!("reading the data {name}"))?;
     Ok(CurveData {
-        train: Box::new(pool),
-        test: norm.apply(&test.dataset()?)?,
-        norm,
-        item_shape,
-        classes,
+        item_shape: s.train.item_shape().to_vec(),
+        classes: s.classes,
+        train: Box::new(s.train),
+        test: s.test,
+        norm: s.normalizer,
     })
 }
 

@@ -308,3 +308,82 @@ impl PoolReader for StreamedPool {
         Ok(())
     }
 }
+
+/// A data set's splits for a simulated run whose pool stays with its source (`curve
+/// --stream`): the training split as a [`StreamedPool`] holding every item's label (from the
+/// label files or listing, [`pool_labels`](super::source::pool_labels)), the test split and the
+/// normaliser fitted on the training split (one pass, which also collects the ids).
+pub struct StreamedSplits {
+    /// The training split, normalised, every label set.
+    pub train: StreamedPool,
+    /// The test split, normalised.
+    pub test: Dataset,
+    /// Fitted on the training split.
+    pub normalizer: Normalizer,
+    /// Number of classes.
+    pub classes: usize,
+}
+
+/// Opens `source` as [`StreamedSplits`]; Hub files through `hub`. Every item of both splits
+/// must be labeled, as [`Loaded::splits`](super::source::Loaded::splits) asks.
+pub fn stream_splits(
+    source: &super::Source,
+    hub: &crate::hub::Hub,
+    observer: &mut dyn crate::observe::Observer,
+) -> Result<StreamedSplits> {
+    let name = source.to_string();
+    let problem = |what: String| Error::data(PathBuf::from(&name), DataProblem::Other(what));
+    let labels = super::source::pool_labels(source, hub, observer)?;
+    let test = super::source::load_test(source, hub, observer)?.ok_or_else(|| {
+        problem(
+            "has no test split (use an IDX folder, a folder with train/ and test/ subfolders, \
+             or a Hub dataset)"
+                .into(),
+        )
+    })?;
+    if let Some(i) = test.labels.iter().position(Option::is_none) {
+        return Err(problem(format!("item `{}` has no label", test.ids[i])));
+    }
+    let mut stream = super::stream::open(source, hub, observer)?;
+    let item_shape = stream.item_shape().to_vec();
+    let mut fit = super::NormalizerFit::new(&item_shape);
+    let mut ids = Vec::with_capacity(stream.len());
+    while let Some(c) = stream.next_chunk(READ_CHUNK)? {
+        fit.add(&c.x);
+        ids.extend(c.ids);
+    }
+    drop(stream);
+    if ids.len() != labels.labels.len() {
+        return Err(problem(format!(
+            "{} items but {} labels",
+            ids.len(),
+            labels.labels.len()
+        )));
+    }
+    let all = labels
+        .labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            l.map(|l| (i, l))
+                .ok_or_else(|| problem(format!("item `{}` has no label", ids[i])))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let normalizer = fit.finish();
+    let classes = labels.classes.len().max(1);
+    let mut train = StreamedPool::new(
+        super::stream::opener(source.clone(), hub.clone()),
+        name.clone(),
+        Arc::new(ids),
+        item_shape,
+        normalizer.clone(),
+        classes,
+    )?;
+    train.set_labels(&all)?;
+    Ok(StreamedSplits {
+        train,
+        test: normalizer.apply(&test.dataset()?)?,
+        normalizer,
+        classes,
+    })
+}
