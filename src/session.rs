@@ -17,7 +17,7 @@
 
 use crate::checkpoint;
 use crate::data::dataset::MAX_CLASSES;
-use crate::data::reader::{Opener, PoolReader, StreamedPool};
+use crate::data::reader::{hash_item, survey, Opener, PoolReader, SourceReader, StreamedPool};
 use crate::data::source::{read_csv, Items, Loaded};
 use crate::data::{Dataset, Fnv1a, Normalizer};
 use crate::error::{Error, Result};
@@ -353,8 +353,7 @@ pub struct PoolItems {
 enum Values {
     Memory(Arc<Items>),
     Streamed {
-        ids: Arc<Vec<String>>,
-        pool: Arc<StreamedPool>,
+        reader: Arc<SourceReader>,
         kept: Arc<std::sync::Mutex<HashMap<usize, Vec<f32>>>>,
     },
 }
@@ -376,7 +375,7 @@ impl PoolItems {
     pub fn ids(&self) -> &[String] {
         match &self.values {
             Values::Memory(items) => &items.ids,
-            Values::Streamed { ids, .. } => ids,
+            Values::Streamed { reader, .. } => reader.ids(),
         }
     }
 
@@ -403,7 +402,7 @@ impl PoolItems {
     pub fn item_shape(&self) -> &[usize] {
         match &self.values {
             Values::Memory(items) => &items.item_shape,
-            Values::Streamed { pool, .. } => pool.item_shape(),
+            Values::Streamed { reader, .. } => reader.item_shape(),
         }
     }
 
@@ -417,14 +416,14 @@ impl PoolItems {
                 .flat_map(|&i| &items.x[i * d..(i + 1) * d])
                 .copied()
                 .collect()),
-            Values::Streamed { pool, kept, .. } => {
+            Values::Streamed { reader, kept } => {
                 {
                     let kept = kept.lock().unwrap_or_else(|e| e.into_inner());
                     if indices.iter().all(|i| kept.contains_key(i)) {
                         return Ok(indices.iter().flat_map(|i| &kept[i]).copied().collect());
                     }
                 }
-                pool.raw(indices)
+                reader.raw(indices)
             }
         }
     }
@@ -432,9 +431,9 @@ impl PoolItems {
     /// Reads items `indices` in one pass and keeps them (instead of those kept before), so
     /// that showing them one at a time reads nothing; a pool in memory has them already.
     pub fn prefetch(&self, indices: &[usize]) -> Result<()> {
-        if let Values::Streamed { pool, kept, .. } = &self.values {
-            let d: usize = pool.item_shape().iter().product();
-            let x = pool.raw(indices)?;
+        if let Values::Streamed { reader, kept } = &self.values {
+            let d: usize = reader.item_shape().iter().product();
+            let x = reader.raw(indices)?;
             let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
             kept.clear();
             for (k, &i) in indices.iter().enumerate() {
@@ -474,16 +473,6 @@ pub struct Learner {
     test: Option<Dataset>,
     state: SessionState,
     last_model: Option<Trained>,
-}
-
-/// Adds one item to a [`FORMAT`] 2 pool fingerprint.
-fn hash_item(h: &mut Fnv1a, id: &str, x: &[f32]) {
-    use std::hash::Hasher;
-    h.write(id.as_bytes());
-    h.write(&[0]);
-    for v in x {
-        h.write(&v.to_bits().to_le_bytes());
-    }
 }
 
 /// The pool fingerprint of state format `format` (see [`FORMAT`]).
@@ -624,22 +613,6 @@ fn test_set(
     }
 }
 
-/// Reads a streamed pool once: its ids and its [`FORMAT`] 2 fingerprint.
-fn scan(open: &Opener) -> Result<(Vec<String>, u64)> {
-    use std::hash::Hasher;
-    let mut stream = open()?;
-    let d: usize = stream.item_shape().iter().product();
-    let mut ids = Vec::with_capacity(stream.len());
-    let mut h = Fnv1a::default();
-    while let Some(c) = stream.next_chunk(4096)? {
-        for (id, x) in c.ids.iter().zip(c.x.chunks_exact(d.max(1))) {
-            hash_item(&mut h, id, x);
-        }
-        ids.extend(c.ids);
-    }
-    Ok((ids, h.finish()))
-}
-
 impl Learner {
     /// Starts a session on `loaded.pool` with class list `classes` and seed labels
     /// `(id, class name)`. Errors (nothing started) on an unknown id, a duplicate, or a class
@@ -669,7 +642,8 @@ impl Learner {
 
     /// [`Learner::new`] over a pool read from its source (`open` opens it at its first item),
     /// as [`Learner::resume_streamed`] reads it: one pass fits the normaliser, hashes the pool
-    /// and collects the ids; `test` is the source's test split, if any. The state equals the
+    /// and collects the ids (Hub downloads reported to `observer`); `test` is the source's test
+    /// split, if any. The state equals the
     /// one [`Learner::new`] starts over the same pool in memory.
     pub fn new_streamed(
         source: &str,
@@ -678,36 +652,24 @@ impl Learner {
         classes: Vec<String>,
         seeds: &[(String, String)],
         config: SessionConfig,
+        observer: &mut dyn Observer,
     ) -> Result<Learner> {
-        use std::hash::Hasher;
         check_new(&classes, &config)?;
-        let mut stream = open()?;
-        let shape = stream.item_shape().to_vec();
-        let d: usize = shape.iter().product();
-        let mut fit = crate::data::NormalizerFit::new(&shape);
-        let mut ids = Vec::with_capacity(stream.len());
-        let mut h = Fnv1a::default();
-        while let Some(c) = stream.next_chunk(4096)? {
-            fit.add(&c.x);
-            for (id, x) in c.ids.iter().zip(c.x.chunks_exact(d.max(1))) {
-                hash_item(&mut h, id, x);
-            }
-            ids.extend(c.ids);
-        }
-        drop(stream);
+        let found = survey(&open, observer, true, true)?;
         let state = SessionState {
             format: FORMAT,
             source: source.to_string(),
-            pool_size: ids.len(),
-            pool_fingerprint: h.finish(),
+            pool_size: found.ids.len(),
+            pool_fingerprint: found.fingerprint.expect("the survey hashed"),
             classes,
             config,
-            normalizer: fit.finish(),
+            normalizer: found.normalizer.expect("the survey fitted"),
             labeled: Vec::new(),
             pending: Vec::new(),
             rounds: Vec::new(),
         };
-        Learner::streamed(state, open, ids, shape, test, Path::new(STATE_FILE))?.seeded(seeds)
+        let reader = SourceReader::new(open, source, found.ids, found.item_shape);
+        Learner::streamed(state, reader, test, Path::new(STATE_FILE))?.seeded(seeds)
     }
 
     /// Teaches the seed labels `(id, class name)` as round 0.
@@ -755,13 +717,15 @@ impl Learner {
     /// Continues a saved session over the same pool read from its source whenever a round
     /// needs items (`open` opens it at its first item): the features are never all in memory,
     /// only the ids, the taught labels and a round's chunk. Opening reads the pool once to
-    /// check it is the session's. `test` is the source's test split, if any. A format 1 session
-    /// is refused: resume it once in memory, which writes it as format 2.
+    /// check it is the session's (Hub downloads reported to `observer`). `test` is the source's
+    /// test split, if any. A format 1 session is refused: resume it once in memory, which
+    /// writes it as format 2.
     pub fn resume_streamed(
         state: SessionState,
         open: Opener,
         test: Option<Items>,
         origin: &Path,
+        observer: &mut dyn Observer,
     ) -> Result<Learner> {
         check_format(&state, origin)?;
         if state.format != FORMAT {
@@ -774,40 +738,34 @@ impl Learner {
                 ),
             ));
         }
-        let shape = open()?.item_shape().to_vec();
-        let (ids, fp) = scan(&open)?;
-        check_pool(&state, &shape, (ids.len(), fp), origin)?;
-        Learner::streamed(state, open, ids, shape, test, origin)
+        let found = survey(&open, observer, false, true)?;
+        let fp = found.fingerprint.expect("the survey hashed");
+        check_pool(&state, &found.item_shape, (found.ids.len(), fp), origin)?;
+        let reader = SourceReader::new(open, state.source.clone(), found.ids, found.item_shape);
+        Learner::streamed(state, reader, test, origin)
     }
 
-    /// A streamed learner over a pool read once already: its `ids` and item `shape` (the
-    /// state's checks made again, the fingerprint taken as checked).
+    /// A streamed learner over a pool read once already (the state's checks made again, the
+    /// fingerprint taken as checked).
     fn streamed(
         state: SessionState,
-        open: Opener,
-        ids: Vec<String>,
-        shape: Vec<usize>,
+        reader: SourceReader,
         test: Option<Items>,
         origin: &Path,
     ) -> Result<Learner> {
-        check_pool(&state, &shape, (ids.len(), state.pool_fingerprint), origin)?;
-        let ids = Arc::new(ids);
-        let reader = |open: Opener| {
-            StreamedPool::new(
-                open,
-                state.source.clone(),
-                Arc::clone(&ids),
-                shape.clone(),
-                state.normalizer.clone(),
-                state.classes.len(),
-            )
-        };
+        let shape = reader.item_shape().to_vec();
+        check_pool(
+            &state,
+            &shape,
+            (reader.len(), state.pool_fingerprint),
+            origin,
+        )?;
+        let reader = Arc::new(reader);
         let items = PoolItems::new(Values::Streamed {
-            ids: Arc::clone(&ids),
-            pool: Arc::new(reader(Arc::clone(&open))?),
+            reader: Arc::clone(&reader),
             kept: Arc::default(),
         });
-        let mut pool = reader(open)?;
+        let mut pool = StreamedPool::new(reader, state.normalizer.clone(), state.classes.len())?;
         pool.set_labels(&taught(&state, &items, origin)?)?;
         let test = test_set(&state, test.as_ref(), &shape)?;
         Ok(Learner {

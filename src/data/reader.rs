@@ -9,8 +9,9 @@
 //! same normalised values to the same calls, so a round over either picks the same items.
 
 use super::stream::ItemStream;
-use super::{Dataset, Normalizer};
+use super::{Dataset, Normalizer, NormalizerFit};
 use crate::error::{DataProblem, Error, Result};
+use crate::observe::{Observer, Silent};
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -87,77 +88,109 @@ impl PoolReader for Dataset {
     }
 }
 
-/// Opens the pool's source afresh, at its first item.
-pub type Opener = Arc<dyn Fn() -> Result<Box<dyn ItemStream>> + Send + Sync>;
+/// Opens the pool's source afresh, at its first item; Hub downloads, if any, are reported to
+/// the observer.
+pub type Opener = Arc<dyn Fn(&mut dyn Observer) -> Result<Box<dyn ItemStream>> + Send + Sync>;
 
 /// Items read from the source per stream call.
 const READ_CHUNK: usize = 4096;
 
-/// A pool read from its source whenever a round needs items (see the module docs): it holds
-/// the ids, the labels and the normaliser, never the features.
-pub struct StreamedPool {
-    open: Opener,
-    name: String,
-    ids: Arc<Vec<String>>,
-    len: usize,
-    item_shape: Vec<usize>,
-    normalizer: Normalizer,
-    labels: Vec<u32>,
-    classes: usize,
+/// What one pass over a pool's source found (see [`survey`]).
+pub struct Survey {
+    /// Shape of one item.
+    pub item_shape: Vec<usize>,
+    /// Ids `(n,)`, in the source's order.
+    pub ids: Vec<String>,
+    /// The normaliser of every item, when asked for.
+    pub normalizer: Option<Normalizer>,
+    /// The item-by-item fingerprint (each item's id, a zero byte, its values' bits), when
+    /// asked for.
+    pub fingerprint: Option<u64>,
 }
 
-impl StreamedPool {
-    /// A pool of the items `ids` (in order) of `item_shape` read through `open` (`name` names
-    /// it in errors), normalised by `normalizer`, all labels 0 until
-    /// [`StreamedPool::set_labels`]. Every read checks that the source still gives these ids
-    /// in this order.
+/// Reads the pool of `open` once, collecting its ids and, as asked, fitting the normaliser
+/// (`fit`) and hashing every item (`hash`): what a streamed session or run needs before its
+/// first round.
+pub fn survey(open: &Opener, observer: &mut dyn Observer, fit: bool, hash: bool) -> Result<Survey> {
+    let mut stream = open(observer)?;
+    let item_shape = stream.item_shape().to_vec();
+    let d: usize = item_shape.iter().product();
+    let mut fitted = fit.then(|| NormalizerFit::new(&item_shape));
+    let mut h = hash.then(super::Fnv1a::default);
+    let mut ids = Vec::with_capacity(stream.len());
+    while let Some(c) = stream.next_chunk(READ_CHUNK)? {
+        if let Some(f) = fitted.as_mut() {
+            f.add(&c.x);
+        }
+        if let Some(h) = h.as_mut() {
+            for (id, x) in c.ids.iter().zip(c.x.chunks_exact(d.max(1))) {
+                hash_item(h, id, x);
+            }
+        }
+        ids.extend(c.ids);
+    }
+    Ok(Survey {
+        item_shape,
+        ids,
+        normalizer: fitted.map(|f| f.finish()),
+        fingerprint: h.map(|h| std::hash::Hasher::finish(&h)),
+    })
+}
+
+/// Adds one item to an item-by-item pool fingerprint: its id, a zero byte, its values' bits.
+pub(crate) fn hash_item(h: &mut super::Fnv1a, id: &str, x: &[f32]) {
+    use std::hash::Hasher;
+    h.write(id.as_bytes());
+    h.write(&[0]);
+    for v in x {
+        h.write(&v.to_bits().to_le_bytes());
+    }
+}
+
+/// A pool's source and what it was found to hold (its ids in order, the item shape): reads
+/// items back by position, as the source gives them, checking on every read that the source
+/// still gives these ids in this order.
+pub struct SourceReader {
+    open: Opener,
+    name: String,
+    ids: Vec<String>,
+    item_shape: Vec<usize>,
+}
+
+impl SourceReader {
+    /// The items `ids` of `item_shape` read through `open`; `name` names the source in errors.
     pub fn new(
         open: Opener,
         name: impl Into<String>,
-        ids: Arc<Vec<String>>,
+        ids: Vec<String>,
         item_shape: Vec<usize>,
-        normalizer: Normalizer,
-        classes: usize,
-    ) -> Result<StreamedPool> {
-        normalizer
-            .check(item_shape.first().copied().unwrap_or(0))
-            .map_err(|m| Error::config("normalizer", m))?;
-        let len = ids.len();
-        Ok(StreamedPool {
+    ) -> SourceReader {
+        SourceReader {
             open,
             name: name.into(),
             ids,
-            len,
             item_shape,
-            normalizer,
-            labels: vec![0; len],
-            classes: classes.max(1),
-        })
+        }
+    }
+
+    /// Ids `(n,)`.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Items in the pool.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when the pool has no items.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
     }
 
     /// Shape of one item.
     pub fn item_shape(&self) -> &[usize] {
         &self.item_shape
-    }
-
-    /// Sets the labels of items `(index, class)`; all are checked before any is set.
-    pub fn set_labels(&mut self, labels: &[(usize, u32)]) -> Result<()> {
-        if let Some(&(i, c)) = labels
-            .iter()
-            .find(|&&(i, c)| i >= self.len || c as usize >= self.classes)
-        {
-            return Err(Error::config(
-                "labels",
-                format!(
-                    "item {i} class {c}: the pool has {} items and {} classes",
-                    self.len, self.classes
-                ),
-            ));
-        }
-        for &(i, c) in labels {
-            self.labels[i] = c;
-        }
-        Ok(())
     }
 
     /// Items `indices` (any order, each at most once) as the source gives them, not
@@ -185,16 +218,17 @@ impl StreamedPool {
     /// Calls `f(k, item)` for the `k`-th of `wanted` (ascending pool indices) as the stream
     /// reaches it, checking on the way that the source still is the pool it was.
     fn each(&self, wanted: &[usize], f: &mut dyn FnMut(usize, &[f32]) -> Result<()>) -> Result<()> {
+        let len = self.len();
         if let Some(w) = wanted.windows(2).find(|w| w[0] >= w[1]) {
             return Err(Error::config(
                 "candidates",
                 format!("pool indices must ascend, got {} then {}", w[0], w[1]),
             ));
         }
-        if let Some(&i) = wanted.last().filter(|&&i| i >= self.len) {
+        if let Some(&i) = wanted.last().filter(|&&i| i >= len) {
             return Err(Error::config(
                 "candidates",
-                format!("item {i} of a pool of {}", self.len),
+                format!("item {i} of a pool of {len}"),
             ));
         }
         if wanted.is_empty() {
@@ -206,13 +240,12 @@ impl StreamedPool {
                 DataProblem::Other(format!("changed since the session read it: {what}")),
             )
         };
-        let mut stream = (self.open)()?;
-        if stream.len() != self.len || stream.item_shape() != self.item_shape.as_slice() {
+        let mut stream = (self.open)(&mut Silent)?;
+        if stream.len() != len || stream.item_shape() != self.item_shape.as_slice() {
             return Err(changed(format!(
-                "{} items of {:?} now, {} of {:?} then",
+                "{} items of {:?} now, {len} of {:?} then",
                 stream.len(),
                 stream.item_shape(),
-                self.len,
                 self.item_shape
             )));
         }
@@ -226,7 +259,7 @@ impl StreamedPool {
             let held = self
                 .ids
                 .get(chunk.start..end)
-                .ok_or_else(|| changed(format!("more than {} items", self.len)))?;
+                .ok_or_else(|| changed(format!("more than {len} items")))?;
             if let Some((got, want)) = chunk.ids.iter().zip(held).find(|(a, b)| a != b) {
                 return Err(changed(format!("item `{got}` where `{want}` was")));
             }
@@ -238,27 +271,87 @@ impl StreamedPool {
         }
         Ok(())
     }
+}
+
+/// A pool read from its source whenever a round needs items (see the module docs): it holds
+/// the labels and the normaliser, and shares its [`SourceReader`] (ids, never features).
+pub struct StreamedPool {
+    source: Arc<SourceReader>,
+    normalizer: Normalizer,
+    labels: Vec<u32>,
+    classes: usize,
+}
+
+impl StreamedPool {
+    /// The pool of `source` normalised by `normalizer`, all labels 0 until
+    /// [`StreamedPool::set_labels`].
+    pub fn new(
+        source: Arc<SourceReader>,
+        normalizer: Normalizer,
+        classes: usize,
+    ) -> Result<StreamedPool> {
+        normalizer
+            .check(source.item_shape.first().copied().unwrap_or(0))
+            .map_err(|m| Error::config("normalizer", m))?;
+        Ok(StreamedPool {
+            labels: vec![0; source.len()],
+            source,
+            normalizer,
+            classes: classes.max(1),
+        })
+    }
+
+    /// The source it reads.
+    pub fn source(&self) -> &Arc<SourceReader> {
+        &self.source
+    }
+
+    /// Shape of one item.
+    pub fn item_shape(&self) -> &[usize] {
+        &self.source.item_shape
+    }
+
+    /// Sets the labels of items `(index, class)`; all are checked before any is set.
+    pub fn set_labels(&mut self, labels: &[(usize, u32)]) -> Result<()> {
+        let len = self.source.len();
+        if let Some(&(i, c)) = labels
+            .iter()
+            .find(|&&(i, c)| i >= len || c as usize >= self.classes)
+        {
+            return Err(Error::config(
+                "labels",
+                format!(
+                    "item {i} class {c}: the pool has {len} items and {} classes",
+                    self.classes
+                ),
+            ));
+        }
+        for &(i, c) in labels {
+            self.labels[i] = c;
+        }
+        Ok(())
+    }
 
     /// `x` (raw items) with the labels of `indices`, normalised.
     fn dataset(&self, x: Vec<f32>, indices: &[usize]) -> Result<Dataset> {
         let y = indices.iter().map(|&i| self.labels[i]).collect();
-        let raw = Dataset::new(x, y, self.item_shape.clone(), self.classes)?;
+        let raw = Dataset::new(x, y, self.source.item_shape.clone(), self.classes)?;
         self.normalizer.apply(&raw)
     }
 }
 
 impl PoolReader for StreamedPool {
     fn len(&self) -> usize {
-        self.len
+        self.source.len()
     }
 
     fn fingerprint(&self) -> Result<u64> {
         use std::hash::Hasher;
         let mut h = super::Fnv1a::default();
-        for &d in &self.item_shape {
+        for &d in self.item_shape() {
             h.write(&(d as u64).to_le_bytes());
         }
-        let all: Vec<usize> = (0..self.len).collect();
+        let all: Vec<usize> = (0..self.source.len()).collect();
         self.parts(&all, READ_CHUNK, &mut |part, _| {
             for v in part.features() {
                 h.write(&v.to_bits().to_le_bytes());
@@ -272,7 +365,7 @@ impl PoolReader for StreamedPool {
     }
 
     fn gather(&self, indices: &[usize]) -> Result<Dataset> {
-        let x = self.raw(indices)?;
+        let x = self.source.raw(indices)?;
         self.dataset(x, indices)
     }
 
@@ -283,7 +376,7 @@ impl PoolReader for StreamedPool {
         visit: &mut dyn FnMut(&Dataset, &[usize]) -> Result<()>,
     ) -> Result<()> {
         let step = step.max(1);
-        let d: usize = self.item_shape.iter().product();
+        let d: usize = self.item_shape().iter().product();
         let mut x = Vec::with_capacity(step.min(candidates.len()) * d);
         let mut from = 0;
         let rows: Vec<usize> = (0..step.min(candidates.len())).collect();
@@ -294,7 +387,7 @@ impl PoolReader for StreamedPool {
             *from = upto;
             Ok(())
         };
-        self.each(candidates, &mut |k, item| {
+        self.source.each(candidates, &mut |k, item| {
             x.extend_from_slice(item);
             if k + 1 - from == step {
                 flush(&mut x, k + 1, &mut from)?;
@@ -329,7 +422,7 @@ pub struct StreamedSplits {
 pub fn stream_splits(
     source: &super::Source,
     hub: &crate::hub::Hub,
-    observer: &mut dyn crate::observe::Observer,
+    observer: &mut dyn Observer,
 ) -> Result<StreamedSplits> {
     let name = source.to_string();
     let problem = |what: String| Error::data(PathBuf::from(&name), DataProblem::Other(what));
@@ -344,15 +437,9 @@ pub fn stream_splits(
     if let Some(i) = test.labels.iter().position(Option::is_none) {
         return Err(problem(format!("item `{}` has no label", test.ids[i])));
     }
-    let mut stream = super::stream::open(source, hub, observer)?;
-    let item_shape = stream.item_shape().to_vec();
-    let mut fit = super::NormalizerFit::new(&item_shape);
-    let mut ids = Vec::with_capacity(stream.len());
-    while let Some(c) = stream.next_chunk(READ_CHUNK)? {
-        fit.add(&c.x);
-        ids.extend(c.ids);
-    }
-    drop(stream);
+    let open = super::stream::opener(source.clone(), hub.clone());
+    let found = survey(&open, observer, true, false)?;
+    let ids = found.ids;
     if ids.len() != labels.labels.len() {
         return Err(problem(format!(
             "{} items but {} labels",
@@ -369,16 +456,10 @@ pub fn stream_splits(
                 .ok_or_else(|| problem(format!("item `{}` has no label", ids[i])))
         })
         .collect::<Result<Vec<_>>>()?;
-    let normalizer = fit.finish();
+    let normalizer = found.normalizer.expect("asked for");
     let classes = labels.classes.len().max(1);
-    let mut train = StreamedPool::new(
-        super::stream::opener(source.clone(), hub.clone()),
-        name.clone(),
-        Arc::new(ids),
-        item_shape,
-        normalizer.clone(),
-        classes,
-    )?;
+    let reader = SourceReader::new(open, name, ids, found.item_shape);
+    let mut train = StreamedPool::new(Arc::new(reader), normalizer.clone(), classes)?;
     train.set_labels(&all)?;
     Ok(StreamedSplits {
         train,

@@ -513,11 +513,7 @@ pub fn listed_labels(source: &Source) -> Result<Option<Listed>> {
     let Source::Images(dir) = source else {
         return Ok(None);
     };
-    let folder = if split_folder(dir)? {
-        ImageFolder::list_split(dir, "train")?
-    } else {
-        ImageFolder::list_plain(dir)?
-    };
+    let folder = pool_listing(dir)?;
     let given = folder
         .ids
         .iter()
@@ -528,6 +524,15 @@ pub fn listed_labels(source: &Source) -> Result<Option<Listed>> {
         classes: folder.classes,
         given,
     }))
+}
+
+/// The listing of an image folder's pool: `train/` of a split folder, else the folder itself.
+fn pool_listing(dir: &Path) -> Result<ImageFolder> {
+    if split_folder(dir)? {
+        ImageFolder::list_split(dir, "train")
+    } else {
+        ImageFolder::list_plain(dir)
+    }
 }
 
 /// What an image folder's listing says about its labels (see [`listed_labels`]).
@@ -563,11 +568,7 @@ pub fn pool_labels(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> R
             })
         }
         Source::Images(dir) => {
-            let folder = if split_folder(dir)? {
-                ImageFolder::list_split(dir, "train")?
-            } else {
-                ImageFolder::list_plain(dir)?
-            };
+            let folder = pool_listing(dir)?;
             Ok(PoolLabels {
                 labels: folder.labels,
                 classes: folder.classes,

@@ -75,9 +75,10 @@ pub fn open(
 }
 
 /// Opens `source`'s pool afresh whenever called (a [`StreamedPool`](super::StreamedPool)
-/// reads it once per pass); Hub files come from `hub`'s cache, fetched silently if missing.
+/// reads it once per pass); Hub files come from `hub`'s cache, fetched if missing (reported to
+/// the observer the call is given).
 pub fn opener(source: Source, hub: Hub) -> super::reader::Opener {
-    std::sync::Arc::new(move || open(&source, &hub, &mut crate::observe::Silent))
+    std::sync::Arc::new(move |observer| open(&source, &hub, observer))
 }
 
 /// A streaming reader for `source`'s items (its training split) made into a model's input by

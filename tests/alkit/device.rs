@@ -277,14 +277,17 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     let ds = ck.config.normalizer.apply(&splits.train).unwrap();
     let candidates: Vec<usize> = (0..ds.len()).filter(|i| i % 5 != 0).take(300).collect();
     // The same pool read from its IDX files a chunk at a time (a streamed session's pool).
-    let streamed = alkit::data::StreamedPool::new(
+    let reader = alkit::data::reader::SourceReader::new(
         alkit::data::stream::opener(
             alkit::data::Source::Idx(data_dir()),
             alkit::hub::Hub::new(dir.join("nohub"), true),
         ),
         "data",
-        std::sync::Arc::new((0..ds.len()).map(|i| i.to_string()).collect()),
+        (0..ds.len()).map(|i| i.to_string()).collect(),
         ds.item_shape().to_vec(),
+    );
+    let streamed = alkit::data::StreamedPool::new(
+        std::sync::Arc::new(reader),
         ck.config.normalizer.clone(),
         10,
     )

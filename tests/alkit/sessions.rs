@@ -443,10 +443,12 @@ fn streamed_twin(learner: &Learner, pool: &std::path::Path) -> Learner {
         st.classes.clone(),
         &given,
         st.config.clone(),
+        &mut Silent,
     )
     .unwrap();
     assert_eq!(fresh.state(), st);
-    Learner::resume_streamed(st.clone(), open, None, std::path::Path::new("session.json")).unwrap()
+    let origin = std::path::Path::new("session.json");
+    Learner::resume_streamed(st.clone(), open, None, origin, &mut Silent).unwrap()
 }
 
 #[test]

@@ -791,14 +791,12 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
 
     // A test class the train split does not have, and an unlabeled image in a split: refused,
     // naming the folder and the culprit.
+    let refused = |name: &str| {
+        let source = Source::parse(dir.join(name).to_str().unwrap()).unwrap();
+        load(&source, &hub, &mut Silent).unwrap_err().to_string()
+    };
     write_split_folder(&dir.join("extra"), &make(&[0, 1]), &make(&[2]));
-    let e = load(
-        &Source::parse(dir.join("extra").to_str().unwrap()).unwrap(),
-        &hub,
-        &mut Silent,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused("extra");
     assert!(e.contains("test/2/") && e.contains("extra"), "{e}");
     write_split_folder(&dir.join("loose"), &train, &test);
     std::fs::copy(
@@ -806,13 +804,7 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
         dir.join("loose/train/stray.png"),
     )
     .unwrap();
-    let e = load(
-        &Source::parse(dir.join("loose").to_str().unwrap()).unwrap(),
-        &hub,
-        &mut Silent,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused("loose");
     assert!(
         e.contains("class subfolders only") && e.contains("train"),
         "{e}"
@@ -820,13 +812,7 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
     // A validation split beside them: said, not read as three classes without images.
     std::fs::remove_file(dir.join("loose/train/stray.png")).unwrap();
     std::fs::create_dir_all(dir.join("loose/validation/0")).unwrap();
-    let e = load(
-        &Source::parse(dir.join("loose").to_str().unwrap()).unwrap(),
-        &hub,
-        &mut Silent,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused("loose");
     assert!(
         e.contains("validation") && e.contains("only train/ and test/"),
         "{e}"

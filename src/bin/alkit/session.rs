@@ -193,15 +193,10 @@ fn open(dir: &Path, stream: bool) -> Result<(SessionLock, Learner)> {
     let name = state.source.clone();
     let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
     let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
-    // Opened once here for the download bar (Hub files), then read from the cache.
-    drop(
-        alkit::data::stream::open(&source, &hub, &mut bar)
-            .with_context(|| format!("reading the data {name}"))?,
-    );
     let test = alkit::data::source::load_test(&source, &hub, &mut bar)
         .with_context(|| format!("loading the test split of {name}"))?;
     let open = alkit::data::stream::opener(source, hub);
-    let learner = Learner::resume_streamed(state, open, test, &path)
+    let learner = Learner::resume_streamed(state, open, test, &path, &mut bar)
         .with_context(|| format!("reading the pool {name}"))?;
     Ok((held, learner))
 }
@@ -315,9 +310,15 @@ pub fn init(a: InitArgs) -> Result<()> {
     };
     let learner = match pool {
         Pool::Memory(loaded) => Learner::new(&source, loaded, classes, &seeds, config),
-        Pool::Streamed(open, test) => {
-            Learner::new_streamed(&source, open, test, classes, &seeds, config)
-        }
+        Pool::Streamed(open, test) => Learner::new_streamed(
+            &source,
+            open,
+            test,
+            classes,
+            &seeds,
+            config,
+            &mut DownloadBar::default(),
+        ),
     }
     .with_context(|| format!("starting a session on {source}"))?;
     let n = learner.state().pool_size;
