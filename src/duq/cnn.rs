@@ -101,7 +101,7 @@ struct Block {
     pad: usize,
     running_mean: Tensor,
     running_var: Tensor,
-    /// Training mode on the CPU through [`super::fused`] (else the candle-op composition).
+    /// Training mode on the CPU through [`crate::kernels::duq`] (else the candle-op composition).
     fused: bool,
 }
 
@@ -136,13 +136,13 @@ enum BlockCache {
     /// gradient: nothing for the input gradient, only the rows `b*h*w` of the batch
     /// statistics.
     LossOnly { rows: usize },
-    /// The fused CPU training ops: the convolution output without its bias `y (b, h, w, c)`
-    /// and the `(3, c)` parameters `[gamma; beta; bias]`.
+    /// The fused CPU training op ([`crate::kernels::duq::TrainBlock`]): the `(3, c)`
+    /// parameters `[gamma; beta; bias]` it ran with, the link to its convolution output, and
+    /// the rows `b*h*w` of its batch statistics.
     Fused {
-        y: Tensor,
         params: Tensor,
-        /// The input-gradient op sharing the forward op's statistics (used once).
-        grad_op: std::sync::Mutex<Option<crate::kernels::duq::BnReluPoolGrad>>,
+        link: crate::kernels::duq::BlockLink,
+        rows: usize,
     },
 }
 
@@ -152,10 +152,7 @@ impl BlockCache {
         Ok(match self {
             Self::Ops { u, .. } => u.dim(0)?,
             Self::LossOnly { rows } => *rows,
-            Self::Fused { y, .. } => {
-                let (b, h, w, _) = y.dims4()?;
-                b * h * w
-            }
+            Self::Fused { rows, .. } => *rows,
         })
     }
 }
@@ -196,15 +193,10 @@ impl Block {
         Ok(Tensor::stack(&[&self.gamma, &self.beta, &self.bias], 0)?)
     }
 
-    /// The running statistics' batch mean and variance from the forward op of `grad_op`'s
-    /// pair.
-    fn batch_stats(
-        &self,
-        grad_op: &crate::kernels::duq::BnReluPoolGrad,
-        like: &Tensor,
-    ) -> Result<BatchStats> {
-        let (mean, var) = grad_op
-            .batch_moments(like)?
+    /// The running statistics' batch mean and variance from a fused forward op's `moments`
+    /// (`None` when it has not run).
+    fn batch_stats(&self, moments: Option<(Tensor, Tensor)>) -> Result<BatchStats> {
+        let (mean, var) = moments
             .ok_or_else(|| Error::config("duq", "batch statistics missing after the forward"))?;
         Ok(((mean + self.bias.detach())?, var))
     }
@@ -237,18 +229,17 @@ impl Block {
         let (conv, (oh, ow)) = self.conv((h, w))?;
         let cpu = self.fused && crate::kernels::duq::supported(x);
         if cpu && train {
-            let params = self.params()?;
-            let (op, grad_op) = crate::kernels::duq::pair();
-            // (b, oh, ow, out), no bias. Reshapes of large tensors are kept off the fused
-            // path: each autograd node costs a zero-filled gradient buffer and an add in the
-            // backward.
-            let y = x.contiguous()?.apply_op2(&self.wmat()?, conv)?;
-            let pooled = y.apply_op2(&params, op)?;
-            let stats = self.batch_stats(&grad_op, &pooled)?;
+            let (params, wmat) = (self.params()?, self.wmat()?);
+            let (op, link) = crate::kernels::duq::train_block(conv, wmat.dims2()?);
+            // The convolution and the block's batch norm, ReLU and pool as one op: the
+            // convolution output stays out of candle's graph (see `kernels::duq::BlockLink`).
+            let packed = Tensor::cat(&packed_parts(&wmat, &params)?, 0)?;
+            let pooled = x.contiguous()?.apply_op2(&packed, op)?;
+            let stats = self.batch_stats(link.batch_moments(&pooled)?)?;
             let cache = BlockCache::Fused {
-                y,
                 params,
-                grad_op: std::sync::Mutex::new(Some(grad_op)),
+                link,
+                rows: b * oh * ow,
             };
             return Ok((pooled, cache, Some(stats)));
         }
@@ -298,22 +289,14 @@ impl Block {
     ) -> Result<Tensor> {
         // (b, oh, ow, out)
         let gy = match cache {
-            BlockCache::Fused { y, params, grad_op } => {
-                // The pair's op the first time; a fresh one (recomputing the statistics) if the
-                // input gradient is taken again from the same forward.
-                let op = grad_op
-                    .lock()
-                    .ok()
-                    .and_then(|mut o| o.take())
-                    .unwrap_or_else(|| crate::kernels::duq::pair().1);
+            BlockCache::Fused { params, link, .. } => {
                 // Batch norm's vector-Jacobian product and the transposed convolution as one
                 // op, on the parameters and the weight matrix packed into one input.
-                let wmat = self.wmat()?;
-                let packed = Tensor::cat(&packed_parts(&wmat, params)?, 0)?;
+                let packed = Tensor::cat(&packed_parts(&self.wmat()?, params)?, 0)?;
                 let (k, pad) = (self.weight.dim(2)?, self.pad);
-                let op =
-                    crate::kernels::duq::BlockInputGrad::new(ConvT { k, pad }, op, wmat.dims2()?);
-                let gx = g.contiguous()?.apply_op3(y, &packed, op)?;
+                let gx = g
+                    .contiguous()?
+                    .apply_op2(&packed, link.input_grad(ConvT { k, pad }))?;
                 debug_assert_eq!(gx.dims()[1..3], [in_hw.0, in_hw.1]);
                 return Ok(gx);
             }
@@ -419,7 +402,7 @@ impl Block {
 }
 
 /// A block's weight matrix and `(3, out)` parameters flattened, in the order of the fused ops'
-/// packed parameters (`fused::BlockChain`, `fused::BlockInputGrad`).
+/// packed parameters (`kernels::duq::{TrainBlock, BlockInputGrad, BlockChain}`).
 fn packed_parts(wmat: &Tensor, params: &Tensor) -> Result<[Tensor; 2]> {
     Ok([wmat.flatten_all()?, params.flatten_all()?])
 }
@@ -432,7 +415,7 @@ fn wmat_of(weight: &Tensor) -> Result<Tensor> {
 }
 
 /// The Fashion-MNIST CNN as a DUQ [`Extractor`]: the three blocks, then fc + ReLU. On the CPU
-/// it trains through the fused ops of `duq::fused` and embeds (eval mode) with batch norm
+/// it trains through the fused ops of `kernels::duq` and embeds (eval mode) with batch norm
 /// folded into the convolution; other devices compose candle ops.
 pub struct CnnFeatures {
     blocks: Vec<Block>,
@@ -463,7 +446,7 @@ impl CnnFeatures {
             && self.blocks.iter().all(|b| b.fused)
             && crate::kernels::duq::supported(&a);
         if chain {
-            // All blocks as one op (`fused::BlockChain`), their parameters packed into its
+            // All blocks as one op (`kernels::duq::BlockChain`), their parameters packed into its
             // second input; each block's pair still yields its batch statistics.
             let mut blocks = Vec::with_capacity(self.blocks.len());
             let mut packed = Vec::with_capacity(2 * self.blocks.len());
@@ -493,7 +476,7 @@ impl CnnFeatures {
                 .contiguous()?
                 .apply_op2(&packed, crate::kernels::duq::BlockChain::new(blocks))?;
             for (bl, grad_op) in self.blocks.iter().zip(grad_ops) {
-                stats.push(Some(bl.batch_stats(&grad_op, &a)?));
+                stats.push(Some(bl.batch_stats(grad_op.batch_moments(&a)?)?));
             }
         } else {
             for bl in &self.blocks {
@@ -697,7 +680,7 @@ impl Duq<CnnFeatures> {
         ))
     }
 
-    /// Whether the CPU runs the fused kernels (`duq::fused` in training, batch norm
+    /// Whether the CPU runs the fused kernels (`kernels::duq` in training, batch norm
     /// folded into the convolution in eval mode; on by default) or the composition of candle
     /// ops that other devices use. The two agree up to rounding; tests compare them.
     pub fn set_fused(&mut self, on: bool) {

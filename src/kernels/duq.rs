@@ -9,9 +9,13 @@
 //! Why: written as separate candle ops, the statistics, masks and broadcasts of one block are
 //! about thirty full passes (forward, input gradient and the backward of both) over
 //! `(b*h*w, c)` tensors of 12-26 MB per step, which dominated training time; each op here makes
-//! two to four passes. Each kernel works on the batch's two halves in parallel (a fixed split,
-//! so results do not depend on the thread count) and is compiled per SIMD level through
-//! `pulp` (the `Half` trait), so its loops vectorise for the CPU at hand.
+//! two to four passes. With a gradient penalty a block trains as [`TrainBlock`] (the convolution
+//! and [`BnReluPool`]) and [`BlockInputGrad`] ([`BnReluPoolGrad`] and the transposed
+//! convolution), which keep the convolution output out of candle's graph (see [`BlockLink`]);
+//! without one, all blocks are one [`BlockChain`]. Each kernel works on the batch's two halves
+//! in parallel (a fixed split, so results do not depend on the thread count) and is compiled
+//! per SIMD level through `pulp` (the `Half` trait), so its loops vectorise for the CPU at
+//! hand.
 //!
 //! Notation, per channel over the `N = b*h*w` rows of the convolution output `y (b, h, w, c)`:
 //! mean `mu`, biased variance `v`, `s = 1/sqrt(v + eps)`, `x_hat = (y - mu) s`,
@@ -898,6 +902,74 @@ fn param_grad<T: Elem + WithDType>(
     Tensor::from_vec(v, (3, c), like.device())
 }
 
+impl BnReluPool {
+    /// The backward for `grad (b, h/2, w/2, c)`: `(gy (b, h, w, c), dparams (3, c))`, with
+    /// `extra (b, h, w, c)` (another consumer's gradient with respect to `y`) added to `gy` in
+    /// place as `(0 + extra) + gy`, the order of candle's accumulation.
+    fn vjp(
+        &self,
+        y: &Tensor,
+        params: &Tensor,
+        grad: &Tensor,
+        extra: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let d = Dims::from_layout(y.layout(), self.name())?;
+        let grad = grad.contiguous()?;
+        let extra = match extra {
+            Some(e) if e.dims() != y.dims() => candle_core::bail!(
+                "{}: a gradient of {:?} for y {:?}",
+                self.name(),
+                e.dims(),
+                y.dims()
+            ),
+            Some(e) => Some(e.contiguous()?),
+            None => None,
+        };
+        fn run<T: Float>(
+            sh: &Shared,
+            [grad, y, params]: [&Tensor; 3],
+            extra: Option<&Tensor>,
+            d: Dims,
+        ) -> Result<(Tensor, Tensor)> {
+            let mut ts = vec![grad, y, params];
+            ts.extend(extra);
+            let (gy, dgamma, dbeta) =
+                with_cpu_slices::<T, _>(&ts, "fused duq kernel", |s| -> Result<_> {
+                    let (prep, _) = sh.prep(s[1], s[2], d)?;
+                    let (mut gy, dgamma, dbeta) = vjp_k(s[0], s[1], prep, d);
+                    if let Some(e) = s.get(3) {
+                        add_after(e, &mut gy);
+                    }
+                    Ok((gy, dgamma, dbeta))
+                })??;
+            Ok((
+                Tensor::from_vec(gy, y.shape(), y.device())?,
+                param_grad::<T>(&dgamma, Some(&dbeta), params)?,
+            ))
+        }
+        let ts = [&grad, y, params];
+        match y.dtype() {
+            DType::F32 => run::<f32>(&self.0, ts, extra.as_ref(), d),
+            DType::F64 => run::<f64>(&self.0, ts, extra.as_ref(), d),
+            dt => candle_core::bail!("{} supports f32 and f64, got {dt:?}", self.name()),
+        }
+    }
+}
+
+/// `acc[i] = (0 + first[i]) + acc[i]`: `first` accumulated before `acc`, as candle's backward
+/// adds a node's gradients (the `0 +` turns a `-0` of `first` into `+0`); on two halves in
+/// parallel.
+fn add_after<T: Elem>(first: &[T], acc: &mut [T]) {
+    let add = |acc: &mut [T], first: &[T]| {
+        for (a, &f) in acc.iter_mut().zip(first) {
+            *a = (T::ZERO + f) + *a;
+        }
+    };
+    let half = acc.len() / 2;
+    let (lo, hi) = acc.split_at_mut(half);
+    crate::kernels::join(|| add(lo, &first[..half]), || add(hi, &first[half..]));
+}
+
 impl CustomOp2 for BnReluPool {
     fn name(&self) -> &'static str {
         "alkit-duq-bn-relu-pool"
@@ -946,30 +1018,7 @@ impl CustomOp2 for BnReluPool {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let d = Dims::from_layout(y.layout(), self.name())?;
-        let grad = grad.contiguous()?;
-        fn run<T: Float>(
-            sh: &Shared,
-            grad: &Tensor,
-            y: &Tensor,
-            params: &Tensor,
-            d: Dims,
-        ) -> Result<(Tensor, Tensor)> {
-            let (gy, dgamma, dbeta) =
-                with_cpu_slices::<T, _>(&[grad, y, params], "fused duq kernel", |s| {
-                    sh.prep(s[1], s[2], d)
-                        .map(|(prep, _)| vjp_k(s[0], s[1], prep, d))
-                })??;
-            Ok((
-                Tensor::from_vec(gy, y.shape(), y.device())?,
-                param_grad::<T>(&dgamma, Some(&dbeta), params)?,
-            ))
-        }
-        let (gy, gparams) = match y.dtype() {
-            DType::F32 => run::<f32>(&self.0, &grad, y, params, d)?,
-            DType::F64 => run::<f64>(&self.0, &grad, y, params, d)?,
-            dt => candle_core::bail!("{} supports f32 and f64, got {dt:?}", self.name()),
-        };
+        let (gy, gparams) = self.vjp(y, params, grad, None)?;
         Ok((Some(gy), Some(gparams)))
     }
 }
@@ -1260,43 +1309,199 @@ impl CustomOp2 for BlockChain {
     }
 }
 
-/// A block's share of the input gradient in one op: [`BnReluPoolGrad`], then the transposed
-/// convolution: `(gp (b, oh/2, ow/2, cout), y (b, oh, ow, cout), packed)` -> `gx (b, h, w, cin)`,
-/// `packed` being the block's `wmat (cout, k*k*cin)` and `params (3, cout)` flattened, as for
-/// [`BlockChain`]. The intermediate `gy (b, oh, ow, cout)` stays inside the
-/// op, as `y` does in [`BlockChain`]: as a node of candle's graph, its gradient cost a
-/// zero-filled buffer and an add of its size in every backward (26 MB for the first layer of
-/// the Fashion-MNIST model). The backward is the two ops' backwards in sequence.
-pub struct BlockInputGrad {
-    conv_t: crate::kernels::conv::ConvT,
-    grad: BnReluPoolGrad,
-    /// Where `packed` holds the parameters.
-    place: Packed,
-    /// `gy`, kept from the forward for the backward.
-    gy: std::sync::Mutex<Option<Tensor>>,
+/// What a [`TrainBlock`] and its [`BlockInputGrad`]s share (see [`BlockLink`]).
+#[derive(Default)]
+struct Link {
+    y: std::sync::Mutex<Option<Tensor>>,
+    dy: std::sync::Mutex<Option<Tensor>>,
 }
 
-impl BlockInputGrad {
-    /// The op around `conv_t` and the input-gradient op of a [`pair`], for a weight matrix of
-    /// `wmat_dims`.
-    pub fn new(
-        conv_t: crate::kernels::conv::ConvT,
-        grad: BnReluPoolGrad,
-        wmat_dims: (usize, usize),
-    ) -> Self {
-        Self {
+impl Link {
+    fn y(&self, op: &str) -> Result<Tensor> {
+        self.y
+            .lock()
+            .ok()
+            .and_then(|y| y.clone())
+            .ok_or_else(|| candle_core::Error::Msg(format!("{op}: no forward pass yet")))
+    }
+
+    /// Adds an input-gradient op's share of `dL/dy` to what the forward's backward will take.
+    fn hand_over(&self, dy: Tensor, op: &str) -> Result<()> {
+        let mut slot = self
+            .dy
+            .lock()
+            .map_err(|_| candle_core::Error::Msg(format!("{op}: poisoned lock")))?;
+        *slot = Some(match slot.take() {
+            Some(prev) => sum_in_candle_order(&prev, &dy)?,
+            None => dy,
+        });
+        Ok(())
+    }
+
+    fn take_dy(&self) -> Option<Tensor> {
+        self.dy.lock().ok().and_then(|mut d| d.take())
+    }
+}
+
+/// `(0 + a) + b` element by element, as candle's backward accumulates a node's gradient.
+fn sum_in_candle_order(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    fn run<T: Elem + WithDType>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let v = with_cpu_slices::<T, _>(&[a, b], "duq gradient sum", |s| {
+            let mut out = s[1].to_vec();
+            add_after(s[0], &mut out);
+            out
+        })?;
+        Tensor::from_vec(v, a.shape(), a.device())
+    }
+    if a.dims() != b.dims() {
+        candle_core::bail!(
+            "duq gradient sum: shapes {:?} and {:?} differ",
+            a.dims(),
+            b.dims()
+        );
+    }
+    let (a, b) = (a.contiguous()?, b.contiguous()?);
+    match a.dtype() {
+        DType::F32 => run::<f32>(&a, &b),
+        DType::F64 => run::<f64>(&a, &b),
+        dt => candle_core::bail!("duq gradient sum supports f32 and f64, got {dt:?}"),
+    }
+}
+
+/// One training-mode block in one op, the convolution then [`BnReluPool`]:
+/// `(x (b, h, w, cin), packed)` -> pooled `(b, oh/2, ow/2, cout)`, `packed` being the block's
+/// `wmat (cout, k*k*cin)` and `params (3, cout)` flattened, as for [`BlockChain`]. The
+/// convolution output stays inside the op (see [`BlockLink`]); the block's input-gradient ops
+/// come from the [`BlockLink`] that [`train_block`] returns with it.
+pub struct TrainBlock {
+    conv: crate::kernels::conv::Conv,
+    bn: BnReluPool,
+    place: Packed,
+    link: Arc<Link>,
+}
+
+/// The handle a forward keeps of its [`TrainBlock`]: the batch statistics, and input-gradient
+/// ops that differentiate through the block's convolution output `y (b, oh, ow, cout)`.
+///
+/// Why: `y` stays out of candle's graph. As a graph node (26 MB for the first block of the
+/// Fashion-MNIST model at batch 128) it cost, in every backward with a gradient penalty, a
+/// zero-filled buffer and two single-threaded adds of its size. Instead each input-gradient
+/// op's backward hands its share of `dL/dy` to the [`TrainBlock`]'s backward: candle reaches
+/// those ops first (they depend on the block's output through the head), and the share is
+/// added in the order candle would have added it (`(0 + a) + b`), so every gradient is
+/// bit-identical to the graph with `y` as a node (a test checks it).
+pub struct BlockLink {
+    grad: BnReluPoolGrad,
+    place: Packed,
+    link: Arc<Link>,
+}
+
+/// A training-mode block op for `conv` with a weight matrix of `wmat_dims`, and its link.
+pub fn train_block(
+    conv: crate::kernels::conv::Conv,
+    wmat_dims: (usize, usize),
+) -> (TrainBlock, BlockLink) {
+    let (bn, grad) = pair();
+    let place = Packed {
+        at: 0,
+        wmat: wmat_dims,
+    };
+    let link = Arc::new(Link::default());
+    (
+        TrainBlock {
+            conv,
+            bn,
+            place,
+            link: link.clone(),
+        },
+        BlockLink { grad, place, link },
+    )
+}
+
+impl BlockLink {
+    /// The batch mean and biased variance of the forward (see
+    /// [`BnReluPoolGrad::batch_moments`]).
+    pub fn batch_moments(&self, like: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        self.grad.batch_moments(like)
+    }
+
+    /// An op for the block's share of the input gradient, through the transposed convolution
+    /// `conv_t` (one per use; each adds its share of `dL/dy` for the forward's backward).
+    pub fn input_grad(&self, conv_t: crate::kernels::conv::ConvT) -> BlockInputGrad {
+        BlockInputGrad {
             conv_t,
-            grad,
-            place: Packed {
-                at: 0,
-                wmat: wmat_dims,
-            },
+            grad: BnReluPoolGrad(self.grad.0.clone()),
+            place: self.place,
+            link: self.link.clone(),
             gy: std::sync::Mutex::new(None),
         }
     }
 }
 
-impl CustomOp3 for BlockInputGrad {
+impl CustomOp2 for TrainBlock {
+    fn name(&self) -> &'static str {
+        "alkit-duq-train-block"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        crate::kernels::entry(self.name())?;
+        let base = packed_start(l2, self.place.len(), self.name())?;
+        let (lw, lp) = self.place.layouts(base);
+        let (y, y_shape) = self.conv.cpu_fwd(s1, l1, s2, &lw)?;
+        let pooled = self
+            .bn
+            .cpu_fwd(&y, &Layout::contiguous(&y_shape), s2, &lp)?;
+        keep(&self.link.y, Some(detached(y, y_shape)), self.name())?;
+        Ok(pooled)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        packed: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let y = self.link.y(self.name())?;
+        let (wmat, params) = self.place.tensors(&packed.detach())?;
+        // The input-gradient ops' share of `dL/dy` first, as candle would have added it.
+        let shared = self.link.take_dy();
+        let (dy, dparams) = self.bn.vjp(&y, &params, grad, shared.as_ref())?;
+        let (dx, dw) = crate::kernels::conv::conv_backward(&self.conv, x, &wmat, &dy, false)?;
+        Ok((
+            dx,
+            Some(Tensor::cat(
+                &[dw.flatten_all()?, dparams.flatten_all()?],
+                0,
+            )?),
+        ))
+    }
+}
+
+/// A block's share of the input gradient in one op: [`BnReluPoolGrad`], then the transposed
+/// convolution: `(gp (b, oh/2, ow/2, cout), packed)` -> `gx (b, h, w, cin)`, `packed` as for
+/// [`TrainBlock`], whose convolution output `y` it reads through their [`BlockLink`]. The
+/// intermediate `gy (b, oh, ow, cout)` stays inside the op, as `y` does: as a node of candle's
+/// graph, its gradient cost a zero-filled buffer and an add of its size in every backward. The
+/// backward is the two ops' backwards in sequence; its gradient with respect to `y` goes to the
+/// [`TrainBlock`]'s backward.
+pub struct BlockInputGrad {
+    conv_t: crate::kernels::conv::ConvT,
+    grad: BnReluPoolGrad,
+    /// Where `packed` holds the parameters.
+    place: Packed,
+    link: Arc<Link>,
+    /// `gy`, kept from the forward for the backward.
+    gy: std::sync::Mutex<Option<Tensor>>,
+}
+
+impl CustomOp2 for BlockInputGrad {
     fn name(&self) -> &'static str {
         "alkit-duq-block-input-grad"
     }
@@ -1307,16 +1512,19 @@ impl CustomOp3 for BlockInputGrad {
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         crate::kernels::entry(self.name())?;
-        let base = packed_start(l3, self.place.len(), self.name())?;
+        let base = packed_start(l2, self.place.len(), self.name())?;
         let (lw, lp) = self.place.layouts(base);
-        let (gy, shape) = self.grad.cpu_fwd(s1, l1, s2, l2, s3, &lp)?;
+        let y = self.link.y(self.name())?;
+        let (ys, yl) = y.storage_and_layout();
+        let candle_core::Storage::Cpu(ys) = &*ys else {
+            candle_core::bail!("{}: the convolution output is not on the CPU", self.name());
+        };
+        let (gy, shape) = self.grad.cpu_fwd(s1, l1, ys, yl, s2, &lp)?;
         let out = self
             .conv_t
-            .cpu_fwd(&gy, &Layout::contiguous(&shape), s3, &lw)?;
+            .cpu_fwd(&gy, &Layout::contiguous(&shape), s2, &lw)?;
         keep(&self.gy, Some(detached(gy, shape)), self.name())?;
         Ok(out)
     }
@@ -1324,11 +1532,10 @@ impl CustomOp3 for BlockInputGrad {
     fn bwd(
         &self,
         gp: &Tensor,
-        y: &Tensor,
         packed: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let missing =
             || candle_core::Error::Msg(format!("{}: backward before forward", self.name()));
         let gy = self
@@ -1337,15 +1544,19 @@ impl CustomOp3 for BlockInputGrad {
             .ok()
             .and_then(|g| g.clone())
             .ok_or_else(missing)?;
+        let y = self.link.y(self.name())?;
         let (wmat, params) = self.place.tensors(&packed.detach())?;
         let (d_gy, d_wmat) = crate::kernels::conv::conv_t_backward(&self.conv_t, &gy, &wmat, grad)?;
-        let (d_gp, d_y, d_params) = self.grad.bwd(gp, y, &params, &gy, &d_gy)?;
+        let (d_gp, d_y, d_params) = self.grad.bwd(gp, &y, &params, &gy, &d_gy)?;
+        if let Some(d_y) = d_y {
+            self.link.hand_over(d_y, self.name())?;
+        }
         let d_params = match d_params {
             Some(d) => d,
             None => params.zeros_like()?,
         };
         let d_packed = Tensor::cat(&[d_wmat.flatten_all()?, d_params.flatten_all()?], 0)?;
-        Ok((d_gp, d_y, Some(d_packed)))
+        Ok((d_gp, Some(d_packed)))
     }
 }
 
@@ -1471,6 +1682,100 @@ mod tests {
                     assert!(err < 1e-6, "input {which} entry {i}: fd {fd} vs {}", gv[i]);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// [`TrainBlock`] and [`BlockInputGrad`] keep the convolution output out of candle's graph
+    /// and hand its gradient over by hand: the gradients of a loss through them must be, bit
+    /// for bit in `f32`, those of the same computation with the convolution output as a node
+    /// (the convolution, [`BnReluPool`], [`BnReluPoolGrad`] and the transposed convolution as
+    /// separate ops), where candle adds the two shares itself. The pooled gradient depends on
+    /// the pooled output, as the head makes it in the model, so candle reaches the
+    /// input-gradient op first; the input gradient is taken twice, as a caller may.
+    #[test]
+    fn the_training_block_ops_give_the_gradients_of_the_graph_with_y_as_a_node_bit_for_bit(
+    ) -> Result<()> {
+        use crate::kernels::conv::{Conv, ConvT};
+        let (b, h, w, cin, cout, k, pad) = (4, 9, 9, 3, 5, 3, 1);
+        let f32_of = |t: Tensor| t.to_dtype(DType::F32);
+        let x = Var::from_tensor(&f32_of(randn(&[b, h, w, cin], 11))?)?;
+        let wmat = Var::from_tensor(&f32_of((randn(&[cout, k * k * cin], 12) * 0.3)?)?)?;
+        let mut p = randn(&[3, cout], 13).to_vec2::<f64>()?;
+        p[0][2] = -p[0][2].abs() - 0.5;
+        let params = Var::from_tensor(&f32_of(Tensor::new(p, &Device::Cpu)?)?)?;
+        let r = f32_of(randn(&[b, h / 2, w / 2, cout], 14))?;
+        let r2 = f32_of(randn(&[b, h / 2, w / 2, cout], 15))?;
+        let r3 = f32_of(randn(&[b, h, w, cin], 16))?;
+        let (conv, conv_t) = (Conv { k, pad }, ConvT { k, pad });
+        let loss = |pooled: &Tensor, gxs: &[Tensor]| -> Result<Tensor> {
+            let mut l = (pooled * &r2)?.sum_all()?;
+            for gx in gxs {
+                l = (l + (gx * &r3)?.sum_all()?.sqr()?)?;
+            }
+            Ok(l)
+        };
+
+        // Reference: `y` and `gy` nodes of the graph.
+        let y = x.as_tensor().apply_op2(wmat.as_tensor(), conv)?;
+        let (bn, grad) = pair();
+        let pooled = y.apply_op2(params.as_tensor(), bn)?;
+        let gp = (&pooled * &r)?;
+        let gxs = (0..2)
+            .map(|_| {
+                gp.apply_op3(&y, params.as_tensor(), BnReluPoolGrad(grad.0.clone()))?
+                    .apply_op2(wmat.as_tensor(), conv_t)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let reference = loss(&pooled, &gxs)?.backward()?;
+
+        // The fused ops on the packed parameters.
+        let (op, link) = train_block(conv, (cout, k * k * cin));
+        let packed = Tensor::cat(
+            &[
+                wmat.as_tensor().flatten_all()?,
+                params.as_tensor().flatten_all()?,
+            ],
+            0,
+        )?;
+        let pooled_f = x.as_tensor().apply_op2(&packed, op)?;
+        let gp_f = (&pooled_f * &r)?;
+        let gxs_f = (0..2)
+            .map(|_| gp_f.apply_op2(&packed, link.input_grad(conv_t)))
+            .collect::<Result<Vec<_>>>()?;
+        let fused = loss(&pooled_f, &gxs_f)?.backward()?;
+
+        let same_bits = |a: &Tensor, b: &Tensor, what: &str| -> Result<()> {
+            let (a, b) = (
+                a.flatten_all()?.to_vec1::<f32>()?,
+                b.flatten_all()?.to_vec1::<f32>()?,
+            );
+            assert_eq!(a.len(), b.len(), "{what}: sizes");
+            let differ: Vec<usize> = (0..a.len())
+                .filter(|&i| a[i].to_bits() != b[i].to_bits())
+                .collect();
+            assert!(
+                differ.is_empty(),
+                "{what}: {} of {} entries differ, the first at {}: {} vs {}",
+                differ.len(),
+                a.len(),
+                differ[0],
+                a[differ[0]],
+                b[differ[0]]
+            );
+            Ok(())
+        };
+        same_bits(&pooled_f, &pooled, "pooled output")?;
+        for (f, r) in gxs_f.iter().zip(&gxs) {
+            same_bits(f, r, "input gradient")?;
+        }
+        for (name, v) in [
+            ("x", x.as_tensor()),
+            ("wmat", wmat.as_tensor()),
+            ("params", params.as_tensor()),
+        ] {
+            let (f, r) = (fused.get(v).unwrap(), reference.get(v).unwrap());
+            same_bits(f, r, &format!("gradient of {name}"))?;
         }
         Ok(())
     }
