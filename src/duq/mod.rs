@@ -300,7 +300,17 @@ impl RbfHead {
         let b = f.dim(0)?;
         let z = f.matmul(&self.w.t()?)?.reshape((b, self.classes, self.n))?;
         let diff = z.broadcast_sub(&self.centroids()?.unsqueeze(0)?)?;
-        let log_kernel = (diff.sqr()?.mean(D::Minus1)? * (-1.0 / (2.0 * self.sigma * self.sigma)))?;
+        // The mean of squares over the embedding: on the CPU one op each way (candle's
+        // backward of `sqr` + `sum` makes four single-threaded passes over `(b, c, n)`), with
+        // the same values as the composition.
+        let sq_sum = if crate::kernels::supported(&diff) {
+            diff.contiguous()?
+                .apply_op1(crate::kernels::rbf::SumSquares)?
+        } else {
+            diff.sqr()?.sum(D::Minus1)?
+        };
+        let mean = (sq_sum * (1.0 / self.n as f64))?;
+        let log_kernel = (mean * (-1.0 / (2.0 * self.sigma * self.sigma)))?;
         Ok(HeadOutput {
             kernel: log_kernel.exp()?,
             log_kernel,

@@ -243,6 +243,7 @@ macro_rules! dispatch2 {
 
 // Declared after the dispatch macros, which it uses (macros are visible below their
 // definition only).
+pub(crate) mod rbf;
 pub(crate) mod relu;
 
 // ---------------------------------------------------------------- im2col / col2im
