@@ -136,11 +136,11 @@ enum BlockCache {
     /// gradient: nothing for the input gradient, only the rows `b*h*w` of the batch
     /// statistics.
     LossOnly { rows: usize },
-    /// The fused CPU training op ([`crate::kernels::duq::TrainBlock`]): the `(3, c)`
-    /// parameters `[gamma; beta; bias]` it ran with, the link to its convolution output, and
-    /// the rows `b*h*w` of its batch statistics.
+    /// The fused CPU training op ([`crate::kernels::duq::TrainBlock`]): the packed weight
+    /// matrix and `(3, c)` parameters `[gamma; beta; bias]` it ran with (see `packed_parts`),
+    /// the link to its convolution output, and the rows `b*h*w` of its batch statistics.
     Fused {
-        params: Tensor,
+        packed: Tensor,
         link: crate::kernels::duq::BlockLink,
         rows: usize,
     },
@@ -237,7 +237,7 @@ impl Block {
             let pooled = x.contiguous()?.apply_op2(&packed, op)?;
             let stats = self.batch_stats(link.batch_moments(&pooled)?)?;
             let cache = BlockCache::Fused {
-                params,
+                packed,
                 link,
                 rows: b * oh * ow,
             };
@@ -289,14 +289,13 @@ impl Block {
     ) -> Result<Tensor> {
         // (b, oh, ow, out)
         let gy = match cache {
-            BlockCache::Fused { params, link, .. } => {
+            BlockCache::Fused { packed, link, .. } => {
                 // Batch norm's vector-Jacobian product and the transposed convolution as one
-                // op, on the parameters and the weight matrix packed into one input.
-                let packed = Tensor::cat(&packed_parts(&self.wmat()?, params)?, 0)?;
+                // op, on the forward's packed weight matrix and parameters.
                 let (k, pad) = (self.weight.dim(2)?, self.pad);
                 let gx = g
                     .contiguous()?
-                    .apply_op2(&packed, link.input_grad(ConvT { k, pad }))?;
+                    .apply_op2(packed, link.input_grad(ConvT { k, pad }))?;
                 debug_assert_eq!(gx.dims()[1..3], [in_hw.0, in_hw.1]);
                 return Ok(gx);
             }

@@ -1111,6 +1111,23 @@ impl CustomOp3 for BnReluPoolGrad {
     }
 }
 
+/// One block's backward from `grad (b, oh/2, ow/2, cout)`: batch norm/ReLU/pool's (with
+/// `extra`, another consumer's `dL/dy`, added first; see [`BnReluPool::vjp`]) then the
+/// convolution's, for the block's input `x`, convolution output `y` and parameters:
+/// `(dL/dx, dL/dwmat, dL/dparams)`, `dL/dx` when `x` is in the graph or `want_x`.
+fn block_backward(
+    (conv, bn): (&crate::kernels::conv::Conv, &BnReluPool),
+    (x, y): (&Tensor, &Tensor),
+    (wmat, params): (&Tensor, &Tensor),
+    grad: &Tensor,
+    extra: Option<&Tensor>,
+    want_x: bool,
+) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+    let (dy, dparams) = bn.vjp(y, params, grad, extra)?;
+    let (dx, dw) = crate::kernels::conv::conv_backward(conv, x, wmat, &dy, want_x)?;
+    Ok((dx, dw, dparams))
+}
+
 /// Where one block's parameters lie in a packed parameter vector: `wmat (cout, k*k*cin)`
 /// flattened, then `params (3, cout)`, from offset `at`. The fused ops below take their
 /// parameters packed (an op has at most three inputs).
@@ -1269,7 +1286,7 @@ impl CustomOp2 for BlockChain {
         &self,
         x: &Tensor,
         packed: &Tensor,
-        res: &Tensor,
+        _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let saved = self.saved.lock().map(|s| s.clone()).unwrap_or_default();
@@ -1284,15 +1301,17 @@ impl CustomOp2 for BlockChain {
         for (i, (blk, place)) in self.blocks.iter().zip(places).enumerate().rev() {
             let (wmat, params) = place.tensors(&packed)?;
             let (input, y) = &saved[i];
-            // (`res` is not read by `BnReluPool`'s backward.)
-            let (dy, dparams) = blk.bn.bwd(y, &params, res, &g)?;
             let missing = || candle_core::Error::Msg(format!("{}: no gradient", self.name()));
-            let dy = dy.ok_or_else(missing)?;
-            let dparams = dparams.ok_or_else(missing)?;
             // An inner block's input is the previous block's output: its gradient is needed.
             let x_i = input.as_ref().unwrap_or(x);
-            let (d_in, dw) =
-                crate::kernels::conv::conv_backward(&blk.conv, x_i, &wmat, &dy, i > 0)?;
+            let (d_in, dw, dparams) = block_backward(
+                (&blk.conv, &blk.bn),
+                (x_i, y),
+                (&wmat, &params),
+                &g,
+                None,
+                i > 0,
+            )?;
             parts[i] = Some((dw, dparams));
             if i > 0 {
                 g = d_in.ok_or_else(missing)?;
@@ -1331,8 +1350,10 @@ impl Link {
             .dy
             .lock()
             .map_err(|_| candle_core::Error::Msg(format!("{op}: poisoned lock")))?;
+        // A second share (the input gradient taken twice) is summed as candle sums a node's
+        // gradients, `(0 + a) + b`, with its own ops: a rare path.
         *slot = Some(match slot.take() {
-            Some(prev) => sum_in_candle_order(&prev, &dy)?,
+            Some(prev) => prev.zeros_like()?.add(&prev)?.add(&dy)?,
             None => dy,
         });
         Ok(())
@@ -1340,31 +1361,6 @@ impl Link {
 
     fn take_dy(&self) -> Option<Tensor> {
         self.dy.lock().ok().and_then(|mut d| d.take())
-    }
-}
-
-/// `(0 + a) + b` element by element, as candle's backward accumulates a node's gradient.
-fn sum_in_candle_order(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    fn run<T: Elem + WithDType>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let v = with_cpu_slices::<T, _>(&[a, b], "duq gradient sum", |s| {
-            let mut out = s[1].to_vec();
-            add_after(s[0], &mut out);
-            out
-        })?;
-        Tensor::from_vec(v, a.shape(), a.device())
-    }
-    if a.dims() != b.dims() {
-        candle_core::bail!(
-            "duq gradient sum: shapes {:?} and {:?} differ",
-            a.dims(),
-            b.dims()
-        );
-    }
-    let (a, b) = (a.contiguous()?, b.contiguous()?);
-    match a.dtype() {
-        DType::F32 => run::<f32>(&a, &b),
-        DType::F64 => run::<f64>(&a, &b),
-        dt => candle_core::bail!("duq gradient sum supports f32 and f64, got {dt:?}"),
     }
 }
 
@@ -1472,8 +1468,14 @@ impl CustomOp2 for TrainBlock {
         let (wmat, params) = self.place.tensors(&packed.detach())?;
         // The input-gradient ops' share of `dL/dy` first, as candle would have added it.
         let shared = self.link.take_dy();
-        let (dy, dparams) = self.bn.vjp(&y, &params, grad, shared.as_ref())?;
-        let (dx, dw) = crate::kernels::conv::conv_backward(&self.conv, x, &wmat, &dy, false)?;
+        let (dx, dw, dparams) = block_backward(
+            (&self.conv, &self.bn),
+            (x, &y),
+            (&wmat, &params),
+            grad,
+            shared.as_ref(),
+            false,
+        )?;
         Ok((
             dx,
             Some(Tensor::cat(
