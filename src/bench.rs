@@ -166,26 +166,38 @@ pub fn bench_data(
     Ok((Dataset::new(x, y, vec![3, 32, 32], classes)?, vec![1.0; 3]))
 }
 
-/// Trains `cfg.model` (or an ensemble of them) briefly on the first 1,000 items of `ds`
-/// (normalised, per-channel std `input_std`) and times each strategy's scoring of
-/// `cfg.items` items: per-item scorers first, then joint batch criteria selecting 20 items.
-/// Random picks have nothing to time and are refused.
+/// What [`bench_strategies`] timed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StrategyBench {
+    /// Shape of the items timed (see [`bench_data`]).
+    pub item_shape: Vec<usize>,
+    /// One result per strategy: per-item scorers first, then joint batch criteria.
+    pub results: Vec<BenchResult>,
+}
+
+/// Normalises `train_raw` (a raw train split) with its own statistics, takes the items
+/// `cfg.model` is timed on ([`bench_data`]), trains the model (or an ensemble of them) briefly
+/// on the first 1,000 and times each strategy's scoring of `cfg.items` items: per-item scorers
+/// first, then joint batch criteria selecting 20 items. Random picks have nothing to time and
+/// are refused.
 pub fn bench_strategies(
-    ds: &Dataset,
-    input_std: &[f32],
+    train_raw: &Dataset,
     kinds: &[crate::strategies::StrategyKind],
     settings: &crate::strategies::ScorerSettings,
     cfg: &ScoringBench,
     device: &candle_core::Device,
-) -> Result<Vec<BenchResult>> {
+) -> Result<StrategyBench> {
     use crate::models::Arch;
     use crate::strategies::Built;
-    if cfg.items == 0 || cfg.batch == 0 || cfg.repeats == 0 || ds.is_empty() {
+    if cfg.items == 0 || cfg.batch == 0 || cfg.repeats == 0 || train_raw.is_empty() {
         return Err(crate::Error::config(
             "bench",
             "items, batch and repeats must be at least 1, the data not empty",
         ));
     }
+    let norm = crate::data::Normalizer::fit(train_raw);
+    let (ds, input_std) = bench_data(cfg.model, &norm.apply(train_raw)?, &norm.std, cfg.items)?;
+    let (ds, input_std) = (&ds, input_std.as_slice());
     let built: Vec<(String, Built)> = kinds
         .iter()
         .map(|k| (k.name().to_string(), k.build(settings)))
@@ -241,14 +253,18 @@ pub fn bench_strategies(
             )?);
         }
     }
-    Ok(results)
+    Ok(StrategyBench {
+        item_shape: ds.item_shape().to_vec(),
+        results,
+    })
 }
 
 /// [`bench_duq_training`] of the paper's Fashion-MNIST DUQ CNN on the first 2,048 items of
-/// `ds` (normalised) with penalty weight `lambda` (0 skips the input gradient); returns the
-/// images/s and the configuration timed.
+/// `train_raw` (a raw train split, normalised here with its own statistics) with penalty
+/// weight `lambda` (0 skips the input gradient); returns the images/s and the configuration
+/// timed.
 pub fn bench_duq_fm(
-    ds: &Dataset,
+    train_raw: &Dataset,
     lambda: f64,
     steps: usize,
     repeats: usize,
@@ -260,12 +276,13 @@ pub fn bench_duq_fm(
             format!("{lambda} is not a number >= 0"),
         ));
     }
-    if steps == 0 || repeats == 0 || ds.is_empty() {
+    if steps == 0 || repeats == 0 || train_raw.is_empty() {
         return Err(crate::Error::config(
             "bench",
             "steps and repeats must be at least 1, the data not empty",
         ));
     }
+    let ds = crate::data::Normalizer::fit(train_raw).apply(train_raw)?;
     let ids: Vec<usize> = (0..ds.len().min(2048)).collect();
     let x = ds.batch(&ids, device)?;
     let y = ds.batch_labels(&ids, device)?;

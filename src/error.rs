@@ -76,6 +76,16 @@ pub enum Error {
     /// A tensor operation failed.
     #[error("tensor operation failed: {0}")]
     Candle(#[from] candle_core::Error),
+    /// What the library was doing when `inner` happened (which data, checkpoint or run).
+    // The inner error is part of the message, as with `Io`, so printing this error alone says
+    // everything; [`Error::kind`] reaches the inner one.
+    #[error("{context}: {inner}")]
+    Context {
+        /// What was being done: `loading the data DIR`, `scoring hf:OWNER/NAME`, ...
+        context: String,
+        /// What went wrong.
+        inner: Box<Error>,
+    },
 }
 
 /// What is wrong with a data file.
@@ -162,12 +172,41 @@ impl Error {
         }
     }
 
+    /// The error under any [`Error::Context`] layers: what decides how a caller reacts (bad
+    /// settings, an interruption) whatever was being done.
+    pub fn kind(&self) -> &Error {
+        match self {
+            Error::Context { inner, .. } => inner.kind(),
+            e => e,
+        }
+    }
+
+    /// `self`, saying it happened while doing `context`.
+    pub fn context(self, context: impl Into<String>) -> Self {
+        Error::Context {
+            context: context.into(),
+            inner: Box::new(self),
+        }
+    }
+
     /// A state/checkpoint error for `path`.
     pub fn state(path: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
         Error::State {
             path: path.into(),
             problem: problem.into(),
         }
+    }
+}
+
+/// Adds what was being done to a library error, as `anyhow::Context` does in a binary.
+pub trait ResultExt<T> {
+    /// On an error, says it happened while doing `context()`.
+    fn context_with<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> ResultExt<T> for std::result::Result<T, E> {
+    fn context_with<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T> {
+        self.map_err(|e| e.into().context(context()))
     }
 }
 
@@ -214,4 +253,27 @@ pub fn quiet_contained_panics() {
             previous(info)
         }
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_layers_keep_the_cause_in_the_message_and_in_kind() {
+        let e: Result<()> = Err(Error::config("seeds", "0 is not in 1..=100000"));
+        let e = e
+            .context_with(|| "loading the data d")
+            .context_with(|| "curve run in out")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "curve run in out: loading the data d: invalid setting `seeds`: 0 is not in 1..=100000"
+        );
+        assert!(matches!(e.kind(), Error::Config { field: "seeds", .. }));
+        // Not chained as a source: a printer walking `source()` says the cause once.
+        assert!(std::error::Error::source(&e).is_none());
+        let io = Error::io("f.csv", std::io::Error::other("gone"));
+        assert!(matches!(io.kind(), Error::Io { .. }));
+    }
 }

@@ -14,11 +14,11 @@ use crate::data::Dataset;
 use crate::duq::cnn::{train_duq, DuqCnn, DuqCnnArch};
 use crate::duq::net::{train_duq_resnet, DuqResNet, DuqResNetArch};
 use crate::duq::DuqSettings;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::nn::resnet::{resnet, ResNetConfig};
 use crate::nn::{Classifier, Cnn, CnnConfig, Mlp, MlpConfig};
 use crate::observe::Observer;
-use crate::train::{fit_softmax, ModelBuilder, TrainParams, TrainRngs, Trained};
+use crate::train::{fit_softmax, ModelBuilder, TrainConfig, TrainParams, TrainRngs, Trained};
 use candle_core::Device;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
@@ -428,6 +428,36 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
+    /// The settings this model trains with: `steps`, `batch_size` or the model's own default,
+    /// and Adam's `lr` and `anchor` for the softmax models. DUQ trains with SGD at its own
+    /// schedule and its own loss, so a rate or an anchor given for it is refused, not ignored.
+    pub fn train_config(
+        self,
+        steps: usize,
+        batch_size: Option<usize>,
+        lr: Option<f64>,
+        anchor: Option<f64>,
+    ) -> Result<TrainConfig> {
+        if self.is_duq() && lr.is_some() {
+            return Err(Error::config(
+                "lr",
+                "--lr sets Adam's rate of the softmax models; DUQ trains with SGD at its own schedule",
+            ));
+        }
+        if self.is_duq() && anchor.is_some() {
+            return Err(Error::config(
+                "anchor",
+                "--anchor regularises the softmax models' Adam training; DUQ trains with its own loss",
+            ));
+        }
+        Ok(TrainConfig {
+            steps,
+            batch_size: batch_size.unwrap_or(self.default_batch_size()),
+            lr: lr.unwrap_or(TrainConfig::default().lr),
+            anchor,
+        })
+    }
+
     /// Every built-in model, in the order commands list them.
     pub const ALL: [ModelKind; 9] = [
         ModelKind::Cnn,

@@ -192,6 +192,25 @@ impl StrategyKind {
     }
 }
 
+/// The scorers of `kinds` with `settings`, for commands that score items one at a time
+/// (`score`, `ood`, `calibrate`): a strategy that only picks whole batches is refused.
+pub fn per_item_scorers(
+    kinds: &[StrategyKind],
+    settings: &ScorerSettings,
+) -> Result<Vec<Arc<dyn Scorer>>> {
+    kinds
+        .iter()
+        .map(|k| {
+            k.scorer(settings).ok_or_else(|| {
+                Error::config(
+                    "scorer",
+                    format!("`{k}` picks a whole batch (a strategy for `alkit curve`), it gives no per-item score"),
+                )
+            })
+        })
+        .collect()
+}
+
 impl FromStr for StrategyKind {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {

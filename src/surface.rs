@@ -65,6 +65,43 @@ pub enum SurfaceModel {
     },
 }
 
+impl SurfaceModel {
+    /// DUQ with `penalty` and otherwise its defaults.
+    pub fn duq(penalty: crate::duq::Penalty) -> SurfaceModel {
+        SurfaceModel::Duq(DuqConfig {
+            settings: crate::duq::DuqSettings {
+                penalty,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    /// The two-moons softmax MLP: three hidden layers of 25.
+    pub fn mlp() -> SurfaceModel {
+        SurfaceModel::Mlp(vec![25, 25, 25])
+    }
+
+    /// The two-moons MC-dropout MLP: four hidden layers of 25, dropout 0.205, `samples`
+    /// passes.
+    pub fn mc_dropout(samples: usize) -> SurfaceModel {
+        SurfaceModel::McDropout {
+            hidden: vec![25, 25, 25, 25],
+            p: 0.205,
+            samples,
+        }
+    }
+
+    /// A deep ensemble of `members` two-moons MLPs, anchored with `tau` when given.
+    pub fn ensemble(members: usize, anchor: Option<f64>) -> SurfaceModel {
+        SurfaceModel::Ensemble {
+            hidden: vec![25, 25, 25],
+            members,
+            anchor,
+        }
+    }
+}
+
 /// Surface settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SurfaceSpec {

@@ -334,6 +334,39 @@ pub fn load(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<L
     load_planned(source, hub, observer, None)
 }
 
+/// Parses the data source named `name` (a folder, a file or `hf:OWNER/NAME`) and loads it, read
+/// through `pre` when given (a checkpoint's preprocessing: a timm model's resize, crop and
+/// channels); errors say which source.
+pub fn load_named(
+    name: &str,
+    pre: Option<&Preprocess>,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<(Source, Loaded)> {
+    use crate::error::ResultExt;
+    let source = Source::parse(name).context_with(|| format!("data source {name}"))?;
+    let loaded = match pre {
+        Some(p) => super::stream::load_prepared(&source, hub, observer, p),
+        None => load(&source, hub, observer),
+    }
+    .context_with(|| format!("loading the data {name}"))?;
+    Ok((source, loaded))
+}
+
+/// The train and test splits of the source named `name` ([`load_named`]).
+pub fn load_splits(
+    name: &str,
+    pre: Option<&Preprocess>,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<Splits> {
+    use crate::error::ResultExt;
+    let (source, loaded) = load_named(name, pre, hub, observer)?;
+    loaded
+        .splits(&source)
+        .context_with(|| format!("loading the data {name}"))
+}
+
 /// [`load`], image sources (folders, Parquet, Hub Parquet) decoded by `plan` when given instead
 /// of the plan their headers suggest (a checkpoint's preprocessing, say).
 pub(crate) fn load_planned(
@@ -373,11 +406,6 @@ pub(crate) fn load_planned(
         }),
         Source::Hub(repo) => load_hub(repo, hub, observer, plan),
     }
-}
-
-/// Loads a source that must have a labeled train and test split.
-pub fn load_splits(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<Splits> {
-    load(source, hub, observer)?.splits(source)
 }
 
 fn is_image(p: &Path) -> bool {

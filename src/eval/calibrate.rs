@@ -6,15 +6,17 @@
 //! Files written to the output folder: `metrics.json`, `reliability.svg/png`,
 //! `rejection.svg/png`.
 
-use super::{create_out, scoring};
+use super::{create_out, scoring, ModelSource};
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
-use crate::error::{Error, Result};
-use crate::fsutil::write_json;
+use crate::error::{Error, Result, ResultExt};
+use crate::fsutil::{check_output_dir, write_json};
+use crate::hub::Hub;
 use crate::metrics::{
     auroc, ece_mce, fit_temperature, nll_brier, raulc, rejection_curve, reliability,
     temperature_scale, Bin, CalibrationMetrics,
 };
+use crate::observe::Observer;
 use crate::observe::Silent;
 use crate::plot::{Figure, Panel, Series};
 use crate::predict::{log_probs_of, probs_from_log};
@@ -23,6 +25,48 @@ use alkit_acquisition::{Evidence, Scorer};
 use candle_core::Device;
 use std::path::Path;
 use std::sync::Arc;
+
+/// `alkit calibrate`: the model of `source` (its checkpoint, or one trained on `data`'s train
+/// split and saved to `out/model`, less the last tenth with `temperature`), `data`'s test split
+/// normalised with its statistics, and [`run`] into `out`; with `temperature` the
+/// temperature is fitted on the last tenth of the train split, which a model trained here
+/// never saw. Refuses an `out` that would overwrite an input before anything is read;
+/// downloads and training report to `observer`.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate(
+    source: &ModelSource,
+    data: &str,
+    temperature: bool,
+    scorers: &[Arc<dyn Scorer>],
+    out: &Path,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<CalibrationReport> {
+    let mut inputs = vec![Path::new(data)];
+    inputs.extend(source.checkpoint.as_deref().map(Path::new));
+    check_output_dir("out", out, &inputs, false)?;
+    let holdout_of = |n: usize| if temperature { n / 10 } else { 0 };
+    let (ck, splits) = source.model_and_data(
+        &[data],
+        scorers,
+        |n| Some(n - holdout_of(n)),
+        &out.join("model"),
+        hub,
+        device,
+        observer,
+    )?;
+    let splits = &splits[0];
+    let n_train = splits.train.len();
+    let test = ck.config.normalizer.apply(&splits.test)?;
+    let train = ck.config.normalizer.apply(&splits.train)?;
+    let val: Vec<usize> = (n_train - holdout_of(n_train)..n_train).collect();
+    let holdout = temperature.then_some(Holdout {
+        data: &train,
+        val: &val,
+    });
+    run(&ck, &test, holdout, scorers, source.seed, out, device).context_with(|| "calibration")
+}
 
 /// Temperature scaling: the held-out items `data[val]` (normalised) the temperature is
 /// fitted on by NLL.

@@ -8,12 +8,14 @@
 
 pub mod calibrate;
 pub mod ood;
+pub mod score;
 pub mod scores_file;
 pub mod shard;
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::data::{Dataset, Normalizer};
-use crate::error::{Error, Result};
+use crate::data::source::load_splits;
+use crate::data::{Dataset, Normalizer, Splits};
+use crate::error::{Error, Result, ResultExt};
 use crate::fsutil::write_csv;
 use crate::hub::Hub;
 use crate::models::{Arch, ModelKind};
@@ -79,6 +81,63 @@ pub fn prepare(
         device,
         observer,
     )
+}
+
+impl ModelSource {
+    /// The model and the data sets named by `data` (each with a test split) read for it. A
+    /// checkpoint is opened first and the data read through its preprocessing (a timm model's
+    /// resize and crop); without one the data are read as stored and `model` is trained on the
+    /// first one's `train[..limit(n)]` and saved to `save_to` ([`prepare`]). Scorers the model
+    /// cannot serve (`duq` without DUQ, MC dropout without dropout) are refused before anything
+    /// trains. Downloads and training report to `observer`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn model_and_data(
+        &self,
+        data: &[&str],
+        scorers: &[Arc<dyn Scorer>],
+        limit: impl Fn(usize) -> Option<usize>,
+        save_to: &Path,
+        hub: &Hub,
+        device: &Device,
+        observer: &mut dyn Observer,
+    ) -> Result<(Checkpoint, Vec<Splits>)> {
+        let check = |arch: &Arch| -> Result<()> {
+            for s in scorers {
+                arch.check_needs(s.name(), &s.needs())?;
+            }
+            Ok(())
+        };
+        let Some(c) = &self.checkpoint else {
+            let splits = data
+                .iter()
+                .map(|d| load_splits(d, None, hub, observer))
+                .collect::<Result<Vec<_>>>()?;
+            let first = splits
+                .first()
+                .ok_or_else(|| Error::config("data", "no data set to evaluate on"))?;
+            check(&Arch::for_data(self.model, &first.train))?;
+            let limit = limit(first.train.len());
+            let ck = prepare(self, &first.train, limit, save_to, hub, device, observer)
+                .context_with(|| format!("training the model saved to {}", save_to.display()))?;
+            return Ok((ck, splits));
+        };
+        let ck = checkpoint::open_ensemble(std::slice::from_ref(c), hub, device, observer)
+            .context_with(|| format!("loading the checkpoint {c}"))?;
+        check(&ck.config.arch)?;
+        let pre = ck.config.preprocess;
+        let splits = data
+            .iter()
+            .map(|d| load_splits(d, pre.as_ref(), hub, observer))
+            .collect::<Result<Vec<_>>>()?;
+        // The first data set's labels are scored against the model's classes; the others
+        // (OOD data) only need its item shape, which their evaluation checks.
+        if let (Some(first), Some(name)) = (splits.first(), data.first()) {
+            for split in [&first.train, &first.test] {
+                check_fits(&ck, c, split).context_with(|| format!("evaluating on {name}"))?;
+            }
+        }
+        Ok((ck, splits))
+    }
 }
 
 /// Checks that the checkpoint `name` takes `data`'s items and has a class for each of its

@@ -5,15 +5,17 @@
 //! Files written to the output folder: `ood.csv` (one row per scorer), `metrics.json`,
 //! `scores.csv` (`split,index,<scorer>...`), `roc.svg/png` and `hist.svg/png`.
 
-use super::{create_out, score_all, scoring};
+use super::{create_out, score_all, scoring, ModelSource};
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
-use crate::error::{Error, Result};
-use crate::fsutil::{write_atomic, write_json};
+use crate::error::{Error, Result, ResultExt};
+use crate::fsutil::{check_output_dir, write_atomic, write_json};
+use crate::hub::Hub;
 use crate::metrics::{ood_metrics, roc_curve, OodMetrics};
+use crate::observe::Observer;
 use crate::observe::Silent;
 use crate::plot::{Figure, Panel, Series};
-use crate::predict::evaluate;
+use crate::predict;
 use alkit_acquisition::Scorer;
 use candle_core::Device;
 use std::path::Path;
@@ -30,6 +32,39 @@ pub struct OodReport {
     pub ood_items: usize,
     /// One row per scorer, in the order given.
     pub rows: Vec<(String, OodMetrics)>,
+}
+
+/// `alkit ood`: the model of `source` (its checkpoint, or one trained on `id_data`'s train split
+/// and saved to `out/model`), both data sets' test splits normalised with its statistics, and
+/// [`run`] into `out`. Refuses an `out` that would overwrite an input before anything is read;
+/// downloads and training report to `observer`.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate(
+    source: &ModelSource,
+    id_data: &str,
+    ood_data: &str,
+    scorers: &[Arc<dyn Scorer>],
+    out: &Path,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<OodReport> {
+    let mut inputs = vec![Path::new(id_data), Path::new(ood_data)];
+    inputs.extend(source.checkpoint.as_deref().map(Path::new));
+    check_output_dir("out", out, &inputs, false)?;
+    let (ck, splits) = source.model_and_data(
+        &[id_data, ood_data],
+        scorers,
+        |_| None,
+        &out.join("model"),
+        hub,
+        device,
+        observer,
+    )?;
+    let norm = &ck.config.normalizer;
+    let (id_test, ood_test) = (norm.apply(&splits[0].test)?, norm.apply(&splits[1].test)?);
+    run(&ck, &id_test, &ood_test, scorers, source.seed, out, device)
+        .context_with(|| format!("OOD evaluation against {ood_data}"))
 }
 
 /// Scores `id_test` and `ood_test` (both normalised with the model's statistics) with each
@@ -57,7 +92,7 @@ pub fn run(
     let scoring = scoring(model, device);
     let id_scores = score_all(&scoring, id_test, scorers, seed)?;
     let ood_scores = score_all(&scoring, ood_test, scorers, seed)?;
-    let id_accuracy = evaluate(
+    let id_accuracy = predict::evaluate(
         model.model.as_ref(),
         id_test,
         scoring.batch,

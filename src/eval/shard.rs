@@ -118,6 +118,27 @@ impl Shard {
         Ok(None)
     }
 
+    /// The shard a run scores: `given` (`I/N`, as `--shard` takes it) when set, else the
+    /// scheduler's through `env` ([`Shard::from_env`]). `shards` without `given` is read with
+    /// a Kubernetes `JOB_COMPLETION_INDEX` and refused when that is not set.
+    pub fn resolve(
+        given: Option<&str>,
+        shards: Option<usize>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<Shard>> {
+        if let Some(s) = given {
+            return Shard::parse(s).map(Some);
+        }
+        let shard = Shard::from_env(env, shards)?;
+        if shards.is_some() && shard.is_none() {
+            return Err(Error::config(
+                "shards",
+                "--shards N is read with JOB_COMPLETION_INDEX, which is not set; use --shard I/N",
+            ));
+        }
+        Ok(shard)
+    }
+
     /// True when item `id` belongs to this shard.
     pub fn holds(&self, id: &str) -> bool {
         shard_of(id, self.count) == self.index

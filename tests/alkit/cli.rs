@@ -135,6 +135,26 @@ fn cli_train_then_score_writes_one_row_per_item() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(&csv).unwrap();
+    // The command is the library's score job and nothing else: the same job through
+    // `alkit::eval::score::run` writes the same bytes.
+    let job = alkit::eval::score::ScoreJob {
+        checkpoints: vec![ck.to_string_lossy().into_owned()],
+        data: "data".into(),
+        split: alkit::eval::score::Split::Test,
+        scorers: vec![kind("entropy"), kind("margin")],
+        settings: Default::default(),
+        top: None,
+        candidates: None,
+        batch: None,
+        chunk: 16384,
+        seed: 0,
+        shard: None,
+        out: dir.join("library.csv"),
+    };
+    let hub = alkit::hub::Hub::new(dir.join("no-hub"), true);
+    let r = alkit::eval::score::run(&job, &hub, &Device::Cpu, &mut alkit::observe::Silent).unwrap();
+    assert_eq!((r.scored, r.rows), (500, 500));
+    assert_eq!(std::fs::read_to_string(&job.out).unwrap(), text);
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("index,id,entropy,margin"));
     let rows: Vec<&str> = lines.collect();

@@ -1844,6 +1844,37 @@ y,bird
             ["out", "input"]
         ),
         case!(
+            // A settings error raised under the library's context ("evaluating on ...") keeps
+            // its exit code: the binary reads `Error::kind`.
+            "calibrate-checkpoint-on-other-items",
+            |d, _| {
+                for split in ["train", "test"] {
+                    for class in ["a", "b"] {
+                        let dir = d.join("f").join(split).join(class);
+                        std::fs::create_dir_all(&dir).unwrap();
+                        png_of(&dir.join("1.png"), 8, 8);
+                        png_of(&dir.join("2.png"), 8, 8);
+                    }
+                }
+            },
+            [
+                "calibrate",
+                "--checkpoint",
+                "{ck}",
+                "--data",
+                "{d}/f",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            [
+                "evaluating on",
+                "/f",
+                "expects items [1, 28, 28]",
+                "[1, 8, 8]"
+            ]
+        ),
+        case!(
             "flag-calibrate-out-is-session",
             none,
             ["calibrate", "--checkpoint", "{ck}", "--out", "{sess}"],

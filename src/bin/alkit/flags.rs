@@ -558,15 +558,144 @@ impl ModelSource {
     }
 }
 
-/// Refuses `--lr` for DUQ, which trains with SGD at its own schedule (`lr` 0.05, dropping at
-/// its milestones): a flag that does not apply to the chosen model is an error, not ignored.
-pub(crate) fn lr_for(kind: ModelKind, lr: Option<f64>) -> Result<f64> {
-    match (kind, lr) {
-        (k, Some(_)) if k.is_duq() => Err(alkit::Error::config(
-            "lr",
-            "--lr sets Adam's rate of the softmax models; DUQ trains with SGD at its own schedule",
-        )
-        .into()),
-        (_, lr) => Ok(lr.unwrap_or(alkit::train::TrainConfig::default().lr)),
+impl CurveArgs {
+    /// The settings of a new curve (`--resume` takes every setting from its folder instead).
+    pub(crate) fn options(&self) -> Result<alkit::curve::CurveOptions> {
+        Ok(alkit::curve::CurveOptions {
+            data: self.data.clone(),
+            stream: self.stream,
+            model: self.model.map(ModelArg::kind),
+            strategies: self.scorer.clone(),
+            seed: self.seed,
+            seeds: self.seeds,
+            initial: self.initial,
+            query: self.query,
+            cycles: self.cycles,
+            steps: self.steps,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            ensemble: self.ensemble.map(|k| k as usize),
+            anchor: self.anchor,
+            subsample: self.subsample,
+            scorers: self.scorer_flags.settings()?,
+        })
+    }
+
+    /// The first flag given beside `--resume` that would set what the run folder already
+    /// holds.
+    pub(crate) fn given_with_resume(&self) -> Option<&'static str> {
+        [
+            ("--data", self.data.is_some()),
+            ("--scorer", self.scorer.is_some()),
+            ("--seeds", self.seeds.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--initial", self.initial.is_some()),
+            ("--query", self.query.is_some()),
+            ("--cycles", self.cycles.is_some()),
+            ("--steps", self.steps.is_some()),
+            ("--batch-size", self.batch_size.is_some()),
+            ("--lr", self.lr.is_some()),
+            ("--model", self.model.is_some()),
+            ("--ensemble", self.ensemble.is_some()),
+            ("--anchor", self.anchor.is_some()),
+            ("--subsample", self.subsample.is_some()),
+        ]
+        .into_iter()
+        .find(|g| g.1)
+        .map(|g| g.0)
+        .or(self.scorer_flags.given())
+    }
+}
+
+impl ScoreArgs {
+    /// The library's score job; the shard from `--shard`, or the scheduler's environment.
+    pub(crate) fn job(&self) -> Result<alkit::eval::score::ScoreJob> {
+        use alkit::eval::score::Split;
+        let shard = alkit::eval::shard::Shard::resolve(self.shard.as_deref(), self.shards, &|k| {
+            std::env::var(k).ok()
+        })?;
+        Ok(alkit::eval::score::ScoreJob {
+            checkpoints: self
+                .checkpoint
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+            data: self.data.to_string_lossy().into_owned(),
+            split: match self.split {
+                SplitArg::Train => Split::Train,
+                SplitArg::Test => Split::Test,
+            },
+            scorers: self.scorer.clone(),
+            settings: self.scorer_flags.settings()?,
+            top: self.top,
+            candidates: self.candidates,
+            batch: self.batch,
+            chunk: self.chunk,
+            seed: self.seed,
+            shard,
+            out: self.out.clone(),
+        })
+    }
+}
+
+impl SurfaceArgs {
+    /// The surface's spec: the model the flags name, scored as they say (DUQ by its own
+    /// certainty, the others by entropy unless `--scorer`).
+    pub(crate) fn spec(&self) -> Result<alkit::surface::SurfaceSpec> {
+        use alkit::surface::{SurfaceModel, SurfaceScore, SurfaceSpec};
+        if self.dataset != "moons" {
+            return Err(alkit::Error::config(
+                "dataset",
+                format!("`{}` is not available; only `moons`", self.dataset),
+            )
+            .into());
+        }
+        for (field, v) in [
+            ("mc_samples", self.mc_samples as u64),
+            ("members", self.members as u64),
+            ("seeds", self.seeds),
+        ] {
+            if v == 0 {
+                return Err(alkit::Error::config(field, "must be at least 1").into());
+            }
+        }
+        let is_duq = matches!(self.model, SurfaceModelArg::Duq);
+        let score = match (self.scorer, is_duq) {
+            (None | Some(SurfaceScorerArg::Duq), true) => SurfaceScore::MaxProb,
+            (Some(SurfaceScorerArg::Duq), false) => {
+                return Err(alkit::Error::config("scorer", "duq needs --model duq").into())
+            }
+            (Some(_), true) => {
+                return Err(alkit::Error::config("scorer", "--model duq is scored by duq").into())
+            }
+            (None | Some(SurfaceScorerArg::Entropy), false) => SurfaceScore::Entropy,
+            (Some(SurfaceScorerArg::MaxProb), false) => SurfaceScore::MaxProb,
+            (Some(SurfaceScorerArg::ClassVariance), false) => SurfaceScore::ClassVariance,
+            (Some(SurfaceScorerArg::Bald), false) => SurfaceScore::Bald,
+        };
+        let model = match self.model {
+            SurfaceModelArg::Duq => SurfaceModel::duq(match self.penalty {
+                PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
+                PenaltyArg::Squared => alkit::duq::Penalty::Squared,
+                PenaltyArg::OneSided => alkit::duq::Penalty::OneSided,
+                PenaltyArg::None => alkit::duq::Penalty::None,
+            }),
+            SurfaceModelArg::Mlp => SurfaceModel::mlp(),
+            SurfaceModelArg::McDropout => SurfaceModel::mc_dropout(self.mc_samples),
+            SurfaceModelArg::Ensemble => SurfaceModel::ensemble(self.members, None),
+            SurfaceModelArg::AnchoredEnsemble => {
+                SurfaceModel::ensemble(self.members, Some(self.anchor))
+            }
+        };
+        let spec = SurfaceSpec {
+            model,
+            score,
+            points: self.points,
+            noise: self.noise,
+            steps: self.steps,
+            seed: self.seed,
+        };
+        spec.validate()?;
+        Ok(spec)
     }
 }

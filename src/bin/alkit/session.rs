@@ -4,17 +4,12 @@
 //! recorded there, does one thing through [`alkit::session::Learner`] and saves the state
 //! atomically; `label` serves the page of [`alkit::serve`] until it is stopped.
 
-use super::{load_source, DownloadBar, ModelArg, ScorerFlags};
-use alkit::data::Source;
+use super::{Bars, ModelArg, ScorerFlags};
 use alkit::hub::Hub;
-use alkit::models::Arch;
 use alkit::observe::Observer;
 use alkit::serve::{LabelServer, ServeEvent, ServeSettings};
-use alkit::session::{
-    lock, read_answer_csv, Learner, QueryRequest, SessionConfig, SessionLock, STATE_FILE,
-};
+use alkit::session::{Learner, QueryRequest, SessionLock, SessionOptions, STATE_FILE};
 use alkit::strategies::{ScorerSettings, StrategyKind};
-use alkit::train::TrainConfig;
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use std::io::Write;
@@ -168,176 +163,38 @@ pub struct StatusArgs {
     json: bool,
 }
 
-/// Locks the session folder `dir` and loads its session, over its pool in memory or, with
-/// `stream`, read from the source whenever needed.
-fn open(dir: &Path, stream: bool) -> Result<(SessionLock, Learner)> {
-    if !dir.join(STATE_FILE).is_file() {
-        bail!(
-            "--state {}: not a session folder (no {STATE_FILE}; run `alkit init`)",
-            dir.display()
-        );
-    }
-    let held = lock(dir).with_context(|| format!("--state {}", dir.display()))?;
-    let path = dir.join(STATE_FILE);
-    let state: alkit::session::SessionState =
-        alkit::fsutil::read_json(&path).with_context(|| {
-            format!(
-                "--state {}: not a session folder (run `alkit init`)",
-                dir.display()
-            )
-        })?;
-    if !stream {
-        let (_, loaded) = load_source(&state.source)?;
-        return Ok((held, Learner::resume(state, loaded, &path)?));
-    }
-    let name = state.source.clone();
-    let source = Source::parse(&name).with_context(|| format!("data source {name}"))?;
-    let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
-    let test = alkit::data::source::load_test(&source, &hub, &mut bar)
-        .with_context(|| format!("loading the test split of {name}"))?;
-    let open = alkit::data::stream::opener(source, hub);
-    let learner = Learner::resume_streamed(state, open, test, &path, &mut bar)
-        .with_context(|| format!("reading the pool {name}"))?;
-    Ok((held, learner))
+/// Locks the session folder `dir` and loads its session (see [`alkit::session::open`]).
+fn open(dir: &Path, stream: bool, observer: &mut dyn Observer) -> Result<(SessionLock, Learner)> {
+    Ok(alkit::session::open(
+        dir,
+        stream,
+        &Hub::from_env(),
+        observer,
+    )?)
 }
 
-/// A new session's pool, before the session is made.
-enum Pool {
-    Memory(alkit::data::Loaded),
-    Streamed(alkit::data::reader::Opener, Option<alkit::data::Items>),
-}
-
-pub fn init(a: InitArgs) -> Result<()> {
-    let state_file = a.state.join(STATE_FILE);
-    if state_file.exists() && !a.force {
-        bail!(
-            "{} already holds a session; pass --force to replace it",
-            a.state.display()
-        );
-    }
-    // Record an absolute path so later commands work from any folder.
-    let source = if a.pool.starts_with("hf:") {
-        a.pool.clone()
-    } else {
-        std::fs::canonicalize(&a.pool)
-            .with_context(|| format!("--pool {}", a.pool))?
-            .to_string_lossy()
-            .into_owned()
-    };
-    // The pool decoded in memory, or with --stream opened and listed only: its item shape,
-    // the classes it names and the labels it gives (class subfolders, CSV label cells).
-    let (src, pool, shape, named, given) = if a.stream {
-        let src = Source::parse(&source).with_context(|| format!("data source {source}"))?;
-        if matches!(src, Source::Csv(_)) {
-            bail!(
-                "--stream: a CSV pool's label cells are read with the whole file; run `alkit \
-                 init` without --stream (query, label and teach still take --stream)"
-            );
-        }
-        let (hub, mut bar) = (Hub::from_env(), DownloadBar::default());
-        let shape = alkit::data::stream::open(&src, &hub, &mut bar)
-            .with_context(|| format!("reading the data {source}"))?
-            .item_shape()
-            .to_vec();
-        let test = alkit::data::source::load_test(&src, &hub, &mut bar)
-            .with_context(|| format!("loading the test split of {source}"))?;
-        let (named, given) = alkit::data::source::listed_labels(&src)
-            .with_context(|| format!("listing {source}"))?
-            .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
-        let open = alkit::data::stream::opener(src.clone(), hub);
-        (src, Pool::Streamed(open, test), shape, named, given)
-    } else {
-        let (src, loaded) = load_source(&source)?;
-        let shape = loaded.pool.item_shape.clone();
-        let (named, given) = (
-            Some(loaded.pool.classes.clone()),
-            loaded.pool.given_labels(),
-        );
-        (src, Pool::Memory(loaded), shape, named, given)
-    };
-    let classes = match (a.classes.clone(), named) {
-        (Some(c), _) | (None, Some(c)) => c,
-        (None, None) => bail!(
-            "--stream: give the class list with --classes a,b,... ({source} names its classes \
-             only when read whole)"
-        ),
-    };
-    if classes.len() < 2 {
-        return Err(alkit::Error::config(
-            "classes",
-            format!(
-                "{source} names {} class(es); give the class list with --classes a,b,... \
-                 (for an image folder, or create one subfolder per class)",
-                classes.len()
-            ),
-        )
-        .into());
-    }
-    let mut seeds = if src.labels_are_given() {
-        given
-    } else {
-        Vec::new()
-    };
-    if let Some(p) = &a.labels {
-        seeds.extend(read_answer_csv(p)?.into_iter().map(|(_, id, l)| (id, l)));
-    }
-    let arch = match a.model {
-        None => Arch::default_for(&shape, classes.len()),
-        Some(m) => Arch::for_shape(m.kind(), &shape, classes.len()),
-    };
-    let lr = super::lr_for(arch.kind(), a.lr)?;
-    let batch_size = a.batch_size.unwrap_or(arch.kind().default_batch_size());
-    let config = SessionConfig {
-        arch: arch.with_batch(batch_size),
-        train: TrainConfig {
-            steps: a.steps,
-            batch_size,
-            lr,
-            anchor: None,
-        },
+pub fn init(a: InitArgs, quiet: bool) -> Result<()> {
+    let options = SessionOptions {
+        pool: a.pool,
+        labels: a.labels,
+        classes: a.classes,
+        model: a.model.map(ModelArg::kind),
+        steps: a.steps,
+        batch_size: a.batch_size,
+        lr: a.lr,
         seed: a.seed,
-        batch: alkit::predict::default_batch(shape.iter().product()),
-        ensemble: match a.ensemble {
-            Some(k) if !(1..=alkit::train::MAX_MEMBERS).contains(&k) => {
-                return Err(alkit::Error::config(
-                    "ensemble",
-                    format!("{k} members; expected 1 to {}", alkit::train::MAX_MEMBERS),
-                )
-                .into())
-            }
-            k => k,
-        },
+        ensemble: a.ensemble,
+        stream: a.stream,
     };
-    let learner = match pool {
-        Pool::Memory(loaded) => Learner::new(&source, loaded, classes, &seeds, config),
-        Pool::Streamed(open, test) => Learner::new_streamed(
-            &source,
-            open,
-            test,
-            classes,
-            &seeds,
-            config,
-            &mut DownloadBar::default(),
-        ),
-    }
-    .with_context(|| format!("starting a session on {source}"))?;
-    let n = learner.state().pool_size;
-    // Nothing is written before the pool and the settings are known to be good; then the
-    // folder is held while the session is written (a page may already serve an old one).
-    std::fs::create_dir_all(&a.state).with_context(|| format!("--state {}", a.state.display()))?;
-    let _held = lock(&a.state).with_context(|| format!("--state {}", a.state.display()))?;
-    if state_file.exists() && !a.force {
-        bail!(
-            "{} already holds a session; pass --force to replace it",
-            a.state.display()
-        );
-    }
-    learner.save(&a.state)?;
-    let st = learner.state();
+    let mut bars = Bars::new(quiet, 0);
+    let learner = options.start(&a.state, a.force, &Hub::from_env(), &mut bars);
+    bars.finish();
+    let st = learner?.state().clone();
     writeln!(
         std::io::stdout().lock(),
-        "session in {}: {n} items, {} classes, {} labeled",
+        "session in {}: {} items, {} classes, {} labeled",
         a.state.display(),
+        st.pool_size,
         st.classes.len(),
         st.labeled.len()
     )?;
@@ -350,7 +207,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     if a.format == BatchFormat::LabelStudio {
         alkit::fsutil::check_output("out", &a.out.with_extension("xml"), &[&state_file, &model])?;
     }
-    let (_held, mut learner) = open(&a.state, a.stream)?;
+    let (_held, mut learner) = open(&a.state, a.stream, observer)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
         ..a.scorer_flags.settings()?
@@ -386,8 +243,11 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     Ok(())
 }
 
-pub fn teach(a: TeachArgs) -> Result<()> {
-    let (_held, mut learner) = open(&a.state, a.stream)?;
+pub fn teach(a: TeachArgs, quiet: bool) -> Result<()> {
+    let mut bars = Bars::new(quiet, 0);
+    let opened = open(&a.state, a.stream, &mut bars);
+    bars.finish();
+    let (_held, mut learner) = opened?;
     let is_json = a
         .labels
         .extension()
@@ -417,14 +277,17 @@ pub fn teach(a: TeachArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn label(a: LabelArgs, device: &Device) -> Result<()> {
+pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
     if !a.host.is_loopback() && !a.allow_remote {
         bail!(
             "--host {}: other machines could reach the page; pass --allow-remote to mean it",
             a.host
         );
     }
-    let (held, learner) = open(&a.state, a.stream)?;
+    let mut bars = Bars::new(quiet, 0);
+    let opened = open(&a.state, a.stream, &mut bars);
+    bars.finish();
+    let (held, learner) = opened?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
         ..a.scorer_flags.settings()?

@@ -2,77 +2,72 @@
 //! observer events. The library itself never prints.
 
 use alkit::observe::{Control, Event, Observer};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-#[derive(Default)]
-pub(crate) struct DownloadBar {
-    pub(crate) bar: Option<ProgressBar>,
-}
-
-impl Observer for DownloadBar {
-    fn on(&mut self, event: &Event<'_>) -> Control {
-        if let Event::Download { file, done, total } = event {
-            let bar = self.bar.get_or_insert_with(|| {
-                let b = ProgressBar::new(*total);
-                b.set_style(
-                    ProgressStyle::with_template(
-                        "{msg:>30} [{bar:30.cyan/blue}] {bytes}/{total_bytes} {bytes_per_sec} (eta {eta})",
-                    )
-                    .expect("valid template")
-                    .progress_chars("=> "),
-                );
-                b
-            });
-            bar.set_message(file.to_string());
-            bar.set_length(*total);
-            bar.set_position(*done);
-            if *done >= *total && *total > 0 {
-                bar.finish_and_clear();
-                self.bar = None;
-            }
-        }
-        Control::Continue
-    }
-}
-
-/// indicatif progress bars fed by library events.
+/// indicatif progress bars fed by library events: each bar appears with the first event
+/// that needs it (cycles of a run, the steps of a training or a scoring, a Hub download),
+/// none with `quiet`.
 pub(crate) struct Bars {
-    pub(crate) multi: MultiProgress,
-    pub(crate) overall: ProgressBar,
-    pub(crate) step: ProgressBar,
-    pub(crate) label: String,
+    multi: MultiProgress,
+    total_cycles: usize,
+    overall: Option<ProgressBar>,
+    step: Option<ProgressBar>,
+    download: Option<ProgressBar>,
+    label: String,
+}
+
+fn bar(template: &str) -> ProgressBar {
+    let b = ProgressBar::new(1);
+    b.set_style(
+        ProgressStyle::with_template(template)
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    b
 }
 
 impl Bars {
+    /// Bars for a job of `total_cycles` acquisition cycles (0 when it runs none).
     pub(crate) fn new(quiet: bool, total_cycles: usize) -> Self {
         let multi = MultiProgress::new();
         if quiet {
-            multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            multi.set_draw_target(ProgressDrawTarget::hidden());
         }
-        let overall = multi.add(ProgressBar::new(total_cycles as u64));
-        overall.set_style(
-            ProgressStyle::with_template("{prefix:>24} [{bar:30.cyan/blue}] {pos}/{len} cycles  {elapsed_precise} (eta {eta})")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        overall.set_prefix("total");
-        let step = multi.add(ProgressBar::new(1));
-        step.set_style(
-            ProgressStyle::with_template("{prefix:>24} [{bar:30.green/white}] {pos}/{len} {msg}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
         Self {
             multi,
-            overall,
-            step,
+            total_cycles,
+            overall: None,
+            step: None,
+            download: None,
             label: String::new(),
         }
     }
 
+    fn overall(&mut self) -> &ProgressBar {
+        let (multi, total) = (&self.multi, self.total_cycles as u64);
+        self.overall.get_or_insert_with(|| {
+            let b = multi.insert(0, bar("{prefix:>24} [{bar:30.cyan/blue}] {pos}/{len} cycles  {elapsed_precise} (eta {eta})"));
+            b.set_length(total);
+            b.set_prefix("total");
+            b
+        })
+    }
+
+    fn step(&mut self) -> &ProgressBar {
+        let multi = &self.multi;
+        self.step.get_or_insert_with(|| {
+            multi.add(bar("{prefix:>24} [{bar:30.green/white}] {pos}/{len} {msg}"))
+        })
+    }
+
+    /// Clears every bar.
     pub(crate) fn finish(&self) {
-        self.step.finish_and_clear();
-        self.overall.finish_and_clear();
+        for b in [&self.download, &self.step, &self.overall]
+            .into_iter()
+            .flatten()
+        {
+            b.finish_and_clear();
+        }
         let _ = self.multi.clear();
     }
 }
@@ -87,29 +82,46 @@ impl Observer for Bars {
                 ..
             } => {
                 self.label = format!("{strategy} seed {seed}");
-                self.overall.inc(*from_cycle as u64);
+                self.overall().inc(*from_cycle as u64);
             }
             Event::CycleStarted { cycle, labeled } => {
-                self.step
-                    .set_prefix(format!("{} c{cycle} ({labeled} lab.)", self.label));
-                self.step.set_position(0);
-                self.step.set_message("training");
+                let prefix = format!("{} c{cycle} ({labeled} lab.)", self.label);
+                let step = self.step();
+                step.set_prefix(prefix);
+                step.set_position(0);
+                step.set_message("training");
             }
             Event::TrainStep { step, steps, loss } => {
-                self.step.set_length(*steps as u64);
-                self.step.set_position(*step as u64);
+                let bar = self.step();
+                bar.set_length(*steps as u64);
+                bar.set_position(*step as u64);
                 if let Some(l) = loss {
-                    self.step.set_message(format!("training, loss {l:.3}"));
+                    bar.set_message(format!("training, loss {l:.3}"));
                 }
             }
             Event::Scoring { done, total } => {
-                self.step.set_length(*total as u64);
-                self.step.set_position(*done as u64);
-                self.step.set_message("scoring");
+                let bar = self.step();
+                bar.set_length(*total as u64);
+                bar.set_position(*done as u64);
+                bar.set_message("scoring");
             }
             Event::CycleFinished { record } => {
-                self.overall.inc(1);
-                self.overall.set_message(format!("acc {:.3}", record.acc));
+                let overall = self.overall();
+                overall.inc(1);
+                overall.set_message(format!("acc {:.3}", record.acc));
+            }
+            Event::Download { file, done, total } => {
+                let multi = &self.multi;
+                let bar = self.download.get_or_insert_with(|| {
+                    multi.add(bar("{msg:>30} [{bar:30.cyan/blue}] {bytes}/{total_bytes} {bytes_per_sec} (eta {eta})"))
+                });
+                bar.set_message(file.to_string());
+                bar.set_length(*total);
+                bar.set_position(*done);
+                if *done >= *total && *total > 0 {
+                    bar.finish_and_clear();
+                    self.download = None;
+                }
             }
             _ => {}
         }

@@ -15,6 +15,10 @@
 //! through this API. [`Learner::save`] writes `session.json` atomically after every change;
 //! the model of the last query is saved beside it as a checkpoint.
 
+mod setup;
+
+pub use setup::{open, SessionOptions};
+
 use crate::checkpoint;
 use crate::data::dataset::MAX_CLASSES;
 use crate::data::reader::{hash_item, survey, Opener, PoolReader, SourceReader, StreamedPool};

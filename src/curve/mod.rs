@@ -9,7 +9,11 @@
 //!   cycles `1..=cycles` (the paper's Table 3 convention);
 //! - `curve.svg`, `curve.png`: mean ± std of ACC and NLL against the labeled count.
 
-use crate::acquire::{run, LoopConfig, RunContext, RunState};
+mod setup;
+
+pub use setup::{resume, run, CurveData, CurveOptions};
+
+use crate::acquire::{run as run_one, LoopConfig, RunContext, RunState};
 use crate::data::{Dataset, PoolReader};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_atomic, write_json};
@@ -181,7 +185,7 @@ pub fn run_curve(
                 fresh
             };
             if !state.is_complete() {
-                run(&ctx, strategy, &mut state, Some(&path), observer)?;
+                run_one(&ctx, strategy, &mut state, Some(&path), observer)?;
             }
             states.push(state);
             write_atomic(&out.join("curve.csv"), curve_csv(&states).as_bytes())?;

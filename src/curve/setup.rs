@@ -1,0 +1,235 @@
+//! Setting a curve run up: what it runs on ([`CurveData`]: the normalised splits, the pool in
+//! memory or streamed from its source) and its [`CurveSpec`] from the settings a person gives
+//! ([`CurveOptions`]: every default filled in, every combination checked once, before anything
+//! is read or written), or from the folder of a run to resume; then [`run`], which writes every
+//! pool scoring too when asked.
+
+use super::{remove_outputs, run_curve, CurveSpec, SaveScores, MAX_SEEDS};
+use crate::acquire::{LoopConfig, RunState};
+use crate::data::{Dataset, Normalizer, PoolReader, Source};
+use crate::error::{Error, Result, ResultExt};
+use crate::hub::Hub;
+use crate::models::{Arch, ModelKind};
+use crate::observe::Observer;
+use crate::strategies::{ScorerSettings, StrategyKind};
+use candle_core::Device;
+use std::path::{Path, PathBuf};
+
+/// What a curve runs on: the normalised splits, the pool in memory or streamed.
+pub struct CurveData {
+    /// The training split, normalised, every item labeled.
+    pub train: Box<dyn PoolReader>,
+    /// The test split, normalised.
+    pub test: Dataset,
+    /// Fitted on the training split.
+    pub norm: Normalizer,
+    /// Shape of one item.
+    pub item_shape: Vec<usize>,
+    /// Number of classes.
+    pub classes: usize,
+}
+
+impl CurveData {
+    /// Loads the data source `data` (a folder, a file or `hf:OWNER/NAME`, with a train and a
+    /// test split), or with `stream` reads its training split once (labels from the label files
+    /// or listing, the normaliser from one pass) to stream it during the run.
+    pub fn load(
+        data: &Path,
+        stream: bool,
+        hub: &Hub,
+        observer: &mut dyn Observer,
+    ) -> Result<CurveData> {
+        let name = data.to_string_lossy().into_owned();
+        if !stream {
+            let splits = crate::data::source::load_splits(&name, None, hub, observer)?;
+            let norm = Normalizer::fit(&splits.train);
+            return Ok(CurveData {
+                item_shape: splits.train.item_shape().to_vec(),
+                classes: splits.train.classes(),
+                train: Box::new(norm.apply(&splits.train)?),
+                test: norm.apply(&splits.test)?,
+                norm,
+            });
+        }
+        let source = Source::parse(&name).context_with(|| format!("data source {name}"))?;
+        let s = crate::data::reader::stream_splits(&source, hub, observer)
+            .context_with(|| format!("reading the data {name}"))?;
+        Ok(CurveData {
+            item_shape: s.train.item_shape().to_vec(),
+            classes: s.classes,
+            train: Box::new(s.train),
+            test: s.test,
+            norm: s.normalizer,
+        })
+    }
+}
+
+/// A new curve's settings as a person gives them; `None` takes the default.
+#[derive(Debug, Clone, Default)]
+pub struct CurveOptions {
+    /// The data source [default: `data`, the folder shipped with alkit].
+    pub data: Option<PathBuf>,
+    /// Read the pool a chunk at a time instead of decoding it into memory.
+    pub stream: bool,
+    /// The model trained every cycle [default: the CNN].
+    pub model: Option<ModelKind>,
+    /// Strategies to compare [default: [`StrategyKind::defaults`]].
+    pub strategies: Option<Vec<StrategyKind>>,
+    /// First seed [default: 0].
+    pub seed: Option<u64>,
+    /// Seeds, one run per strategy and seed [default: 1; at most [`MAX_SEEDS`]].
+    pub seeds: Option<u64>,
+    /// Labeled items to start from.
+    pub initial: Option<usize>,
+    /// Items acquired per cycle.
+    pub query: Option<usize>,
+    /// Acquisition cycles.
+    pub cycles: Option<usize>,
+    /// Optimiser steps per training.
+    pub steps: Option<usize>,
+    /// Mini-batch size [default: the model's].
+    pub batch_size: Option<usize>,
+    /// Adam's learning rate (softmax models only).
+    pub lr: Option<f64>,
+    /// Train a deep ensemble of this many members every cycle.
+    pub ensemble: Option<usize>,
+    /// Anchored training's `tau` (softmax models only).
+    pub anchor: Option<f64>,
+    /// Score a seeded random subsample of this many candidates each cycle.
+    pub subsample: Option<usize>,
+    /// The parameterised scorers' settings (`members` is set here from `ensemble`).
+    pub scorers: ScorerSettings,
+}
+
+impl CurveOptions {
+    /// The run's spec over `on`, the data of [`CurveOptions::data`].
+    pub fn spec(&self, on: &CurveData) -> Result<CurveSpec> {
+        let seeds = self.seed_list()?;
+        let defaults = LoopConfig::default();
+        let model = Arch::for_shape(
+            self.model.unwrap_or(ModelKind::Cnn),
+            &on.item_shape,
+            on.classes,
+        );
+        let train = self.train(model.kind())?;
+        Ok(CurveSpec {
+            data: self.data_path(),
+            model: model.with_batch(train.batch_size),
+            strategies: self
+                .strategies
+                .clone()
+                .unwrap_or_else(StrategyKind::defaults),
+            seeds,
+            config: LoopConfig {
+                initial: self.initial.unwrap_or(defaults.initial),
+                query: self.query.unwrap_or(defaults.query),
+                cycles: self.cycles.unwrap_or(defaults.cycles),
+                train,
+                batch: crate::predict::default_batch(on.item_shape.iter().product()),
+                ensemble: self.ensemble,
+                subsample: self.subsample,
+            },
+            scorers: ScorerSettings {
+                members: self.ensemble.is_some(),
+                ..self.scorers
+            },
+        })
+    }
+
+    /// Starts a run in `out`: refuses an `out` that would overwrite the data or another run
+    /// (with `force`, a previous run there is cleared, once everything else checked out), loads
+    /// the data and builds the spec.
+    pub fn start(
+        &self,
+        out: &Path,
+        force: bool,
+        hub: &Hub,
+        observer: &mut dyn Observer,
+    ) -> Result<(CurveSpec, CurveData)> {
+        let data = self.data_path();
+        crate::fsutil::check_output_dir("out", out, &[&data], true)?;
+        // Settings that need no data are checked before it is read.
+        self.seed_list()?;
+        self.train(self.model.unwrap_or(ModelKind::Cnn))?;
+        let on = CurveData::load(&data, self.stream, hub, observer)?;
+        let spec = self.spec(&on)?;
+        if force && out.join("run.json").exists() {
+            remove_outputs(out).context_with(|| format!("--force: clearing {}", out.display()))?;
+        }
+        Ok((spec, on))
+    }
+
+    /// The seeds `seed, seed + 1, ...`, checked.
+    fn seed_list(&self) -> Result<Vec<u64>> {
+        let seed = self.seed.unwrap_or(0);
+        let seeds = self.seeds.unwrap_or(1);
+        if seeds == 0 || seeds > MAX_SEEDS {
+            return Err(Error::config(
+                "seeds",
+                format!("{seeds} is not in 1..={MAX_SEEDS}"),
+            ));
+        }
+        if seed.checked_add(seeds - 1).is_none() {
+            return Err(Error::config(
+                "seed",
+                format!(
+                    "seeds {seed}, {seed}+1, ... would pass the largest seed, {}",
+                    u64::MAX
+                ),
+            ));
+        }
+        Ok((0..seeds).map(|k| seed + k).collect())
+    }
+
+    /// The training settings of `kind`, checked.
+    fn train(&self, kind: ModelKind) -> Result<crate::train::TrainConfig> {
+        kind.train_config(
+            self.steps.unwrap_or(LoopConfig::default().train.steps),
+            self.batch_size,
+            self.lr,
+            self.anchor,
+        )
+    }
+
+    fn data_path(&self) -> PathBuf {
+        self.data.clone().unwrap_or_else(|| PathBuf::from("data"))
+    }
+}
+
+/// The spec and the data of the run in `dir`, to resume it (streamed with `stream`).
+pub fn resume(
+    dir: &Path,
+    stream: bool,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<(CurveSpec, CurveData)> {
+    let spec: CurveSpec = crate::fsutil::read_json(&dir.join("run.json"))
+        .context_with(|| format!("--resume {}: not a run folder", dir.display()))?;
+    let on = CurveData::load(&spec.data, stream, hub, observer)?;
+    Ok((spec, on))
+}
+
+/// Runs (or with `resume` continues) `spec` over `on` into `out` ([`run_curve`]); with
+/// `save_scores` every pool scoring is written under `out/scores` ([`SaveScores`]).
+pub fn run(
+    spec: &CurveSpec,
+    on: &CurveData,
+    out: &Path,
+    resume: bool,
+    save_scores: bool,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Vec<RunState>> {
+    let (train, test, std) = (on.train.as_ref(), &on.test, &on.norm.std);
+    let run_in = || format!("curve run in {}", out.display());
+    if !save_scores {
+        return run_curve(spec, train, test, std, out, resume, device, observer)
+            .context_with(run_in);
+    }
+    let mut saver = SaveScores::new(out.join("scores"), observer);
+    let r = run_curve(spec, train, test, std, out, resume, device, &mut saver);
+    if let Some(e) = saver.error.take() {
+        return Err(e.context("--save-scores"));
+    }
+    r.context_with(run_in)
+}

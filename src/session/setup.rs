@@ -1,0 +1,218 @@
+//! Opening and starting sessions from what a person names: a session folder to lock and
+//! resume ([`open`]), or a pool, seed labels and settings to start one from
+//! ([`SessionOptions::start`]), the pool in memory or streamed from its source. Every
+//! setting is checked before anything is written, and nothing replaces a session unless asked.
+
+use super::{lock, read_answer_csv, Learner, SessionConfig, SessionLock, SessionState, STATE_FILE};
+use crate::data::source::{listed_labels, load_named, load_test};
+use crate::data::Source;
+use crate::error::{DataProblem, Error, Result, ResultExt};
+use crate::hub::Hub;
+use crate::models::{Arch, ModelKind};
+use crate::observe::Observer;
+use std::path::{Path, PathBuf};
+
+/// Locks the session folder `dir` and loads its session, over its pool in memory or, with
+/// `stream`, read from the source whenever needed (Hub files through `hub`, downloads and the
+/// pool's check reported to `observer`).
+pub fn open(
+    dir: &Path,
+    stream: bool,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<(SessionLock, Learner)> {
+    let not_a_session = "not a session folder (run `alkit init`)";
+    let path = dir.join(STATE_FILE);
+    if !path.is_file() {
+        return Err(Error::state(
+            dir,
+            format!("not a session folder (no {STATE_FILE}; run `alkit init`)"),
+        ));
+    }
+    let held = lock(dir).context_with(|| format!("--state {}", dir.display()))?;
+    let state: SessionState = crate::fsutil::read_json(&path)
+        .context_with(|| format!("--state {}: {not_a_session}", dir.display()))?;
+    if !stream {
+        let (_, loaded) = load_named(&state.source, None, hub, observer)?;
+        return Ok((held, Learner::resume(state, loaded, &path)?));
+    }
+    let name = state.source.clone();
+    let source = Source::parse(&name).context_with(|| format!("data source {name}"))?;
+    let test = load_test(&source, hub, observer)
+        .context_with(|| format!("loading the test split of {name}"))?;
+    let open = crate::data::stream::opener(source, hub.clone());
+    let learner = Learner::resume_streamed(state, open, test, &path, observer)
+        .context_with(|| format!("reading the pool {name}"))?;
+    Ok((held, learner))
+}
+
+/// A new session as a person describes it; `None` takes the default.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// The pool: an image folder (labeled ones in `CLASS/` subfolders), an IDX folder, a
+    /// safetensors, CSV or Parquet file, or `hf:OWNER/NAME`.
+    pub pool: String,
+    /// Seed labels: a CSV with columns `id,label` (label = class name).
+    pub labels: Option<PathBuf>,
+    /// Class names [default: the source's classes].
+    pub classes: Option<Vec<String>>,
+    /// The model trained every round [default: [`Arch::default_for`] the items].
+    pub model: Option<ModelKind>,
+    /// Optimiser steps per training.
+    pub steps: usize,
+    /// Mini-batch size [default: the model's].
+    pub batch_size: Option<usize>,
+    /// Adam's learning rate (softmax models only).
+    pub lr: Option<f64>,
+    /// Seed of every random choice in the session.
+    pub seed: u64,
+    /// Train a deep ensemble of this many members every round.
+    pub ensemble: Option<usize>,
+    /// Read the pool a chunk at a time instead of decoding it into memory.
+    pub stream: bool,
+}
+
+impl SessionOptions {
+    /// Starts the session in the folder `dir`: the pool read (or with `stream` opened and
+    /// listed: its item shape, the classes it names and the labels it gives), the seeds and
+    /// settings checked, then `dir` created, locked and the session saved. An existing session
+    /// there is refused unless `force`.
+    pub fn start(
+        &self,
+        dir: &Path,
+        force: bool,
+        hub: &Hub,
+        observer: &mut dyn Observer,
+    ) -> Result<Learner> {
+        let state_file = dir.join(STATE_FILE);
+        let taken = || Error::state(dir, "already holds a session; pass --force to replace it");
+        if state_file.exists() && !force {
+            return Err(taken());
+        }
+        // Record an absolute path so later commands work from any folder.
+        let source = if self.pool.starts_with("hf:") {
+            self.pool.clone()
+        } else {
+            std::fs::canonicalize(&self.pool)
+                .map_err(|e| Error::io(&self.pool, e))
+                .context_with(|| format!("--pool {}", self.pool))?
+                .to_string_lossy()
+                .into_owned()
+        };
+        let learner = if self.stream {
+            let src = Source::parse(&source).context_with(|| format!("data source {source}"))?;
+            if matches!(src, Source::Csv(_)) {
+                return Err(Error::data(
+                    &source,
+                    DataProblem::Other(
+                        "--stream: a CSV pool's label cells are read with the whole file; run \
+                         `alkit init` without --stream (query, label and teach still take \
+                         --stream)"
+                            .into(),
+                    ),
+                ));
+            }
+            let shape = crate::data::stream::open(&src, hub, observer)
+                .context_with(|| format!("reading the data {source}"))?
+                .item_shape()
+                .to_vec();
+            let test = load_test(&src, hub, observer)
+                .context_with(|| format!("loading the test split of {source}"))?;
+            let (named, given) = listed_labels(&src)
+                .context_with(|| format!("listing {source}"))?
+                .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
+            let classes = self.classes(&source, named)?;
+            let seeds = self.seeds(&src, given)?;
+            let config = self.config(&shape, classes.len())?;
+            let open = crate::data::stream::opener(src, hub.clone());
+            Learner::new_streamed(&source, open, test, classes, &seeds, config, observer)
+        } else {
+            let (src, loaded) = load_named(&source, None, hub, observer)?;
+            let shape = loaded.pool.item_shape.clone();
+            let classes = self.classes(&source, Some(loaded.pool.classes.clone()))?;
+            let seeds = self.seeds(&src, loaded.pool.given_labels())?;
+            let config = self.config(&shape, classes.len())?;
+            Learner::new(&source, loaded, classes, &seeds, config)
+        }
+        .context_with(|| format!("starting a session on {source}"))?;
+        // Nothing is written before the pool and the settings are known to be good; then the
+        // folder is held while the session is written (a page may already serve an old one).
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(dir, e))
+            .context_with(|| format!("--state {}", dir.display()))?;
+        let _held = lock(dir).context_with(|| format!("--state {}", dir.display()))?;
+        if state_file.exists() && !force {
+            return Err(taken());
+        }
+        learner.save(dir)?;
+        Ok(learner)
+    }
+
+    /// The class list: given, or the one the source names.
+    fn classes(&self, source: &str, named: Option<Vec<String>>) -> Result<Vec<String>> {
+        let classes = match (self.classes.clone(), named) {
+            (Some(c), _) | (None, Some(c)) => c,
+            (None, None) => {
+                return Err(Error::data(
+                    source,
+                    DataProblem::Other(
+                        "--stream: give the class list with --classes a,b,... (this source \
+                         names its classes only when read whole)"
+                            .into(),
+                    ),
+                ))
+            }
+        };
+        if classes.len() < 2 {
+            return Err(Error::config(
+                "classes",
+                format!(
+                    "{source} names {} class(es); give the class list with --classes a,b,... \
+                     (for an image folder, or create one subfolder per class)",
+                    classes.len()
+                ),
+            ));
+        }
+        Ok(classes)
+    }
+
+    /// The seed labels `(id, class)`: those the source gives (when its labels are given by a
+    /// person: class subfolders, CSV label cells), then those of [`SessionOptions::labels`].
+    fn seeds(&self, src: &Source, given: Vec<(String, String)>) -> Result<Vec<(String, String)>> {
+        let mut seeds = if src.labels_are_given() {
+            given
+        } else {
+            Vec::new()
+        };
+        if let Some(p) = &self.labels {
+            seeds.extend(read_answer_csv(p)?.into_iter().map(|(_, id, l)| (id, l)));
+        }
+        Ok(seeds)
+    }
+
+    /// The session's model and training settings for items of `shape` in `classes` classes.
+    fn config(&self, shape: &[usize], classes: usize) -> Result<SessionConfig> {
+        let arch = match self.model {
+            None => Arch::default_for(shape, classes),
+            Some(m) => Arch::for_shape(m, shape, classes),
+        };
+        let train = arch
+            .kind()
+            .train_config(self.steps, self.batch_size, self.lr, None)?;
+        if let Some(k) = self.ensemble {
+            if !(1..=crate::train::MAX_MEMBERS).contains(&k) {
+                return Err(Error::config(
+                    "ensemble",
+                    format!("{k} members; expected 1 to {}", crate::train::MAX_MEMBERS),
+                ));
+            }
+        }
+        Ok(SessionConfig {
+            arch: arch.with_batch(train.batch_size),
+            train,
+            seed: self.seed,
+            batch: crate::predict::default_batch(shape.iter().product()),
+            ensemble: self.ensemble,
+        })
+    }
+}
