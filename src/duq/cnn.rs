@@ -409,6 +409,11 @@ fn packed_parts(wmat: &Tensor, params: &Tensor) -> Result<[Tensor; 2]> {
 /// A `(cout, cin, k, k)` weight as the conv ops' `wmat (cout, k*k*cin)`, columns in im2col's
 /// `(ki, kj, c)` order.
 fn wmat_of(weight: &Tensor) -> Result<Tensor> {
+    // On the CPU one parallel pass each way (candle's backward of the permute is a strided
+    // add on one thread), with the same values and gradient.
+    if let Some(m) = crate::kernels::transpose::weight_matrix(weight)? {
+        return Ok(m);
+    }
     let (out, cin, k, _) = weight.dims4()?;
     Ok(weight.permute((0, 2, 3, 1))?.reshape((out, k * k * cin))?)
 }
@@ -488,7 +493,15 @@ impl CnnFeatures {
             }
         }
         let last_shape = a.dims4()?;
-        let fc_pre = self.fc.forward(&flatten_nchw_order(&a)?)?;
+        // candle_nn's `Linear::forward`, with the product as `kernels::transpose::matmul_t`
+        // (the same values; the weight's gradient without candle's strided add).
+        let fc_pre = match self.fc.bias() {
+            Some(bias) => {
+                crate::kernels::transpose::matmul_t(&flatten_nchw_order(&a)?, self.fc.weight())?
+                    .broadcast_add(bias)?
+            }
+            None => self.fc.forward(&flatten_nchw_order(&a)?)?,
+        };
         let f = fc_pre.relu()?;
         Ok((
             f,

@@ -298,7 +298,9 @@ impl RbfHead {
     /// Kernel values for features `f (b, d)`.
     pub fn forward(&self, f: &Tensor) -> Result<HeadOutput> {
         let b = f.dim(0)?;
-        let z = f.matmul(&self.w.t()?)?.reshape((b, self.classes, self.n))?;
+        // `f W^T`; on the CPU W's gradient comes back in W's layout (no strided add).
+        let z =
+            crate::kernels::transpose::matmul_t(f, &self.w)?.reshape((b, self.classes, self.n))?;
         let diff = z.broadcast_sub(&self.centroids()?.unsqueeze(0)?)?;
         // The mean of squares over the embedding: on the CPU one op each way (candle's
         // backward of `sqr` + `sum` makes four single-threaded passes over `(b, c, n)`), with

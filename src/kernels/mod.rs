@@ -245,6 +245,7 @@ macro_rules! dispatch2 {
 // definition only).
 pub(crate) mod rbf;
 pub(crate) mod relu;
+pub(crate) mod transpose;
 
 // ---------------------------------------------------------------- im2col / col2im
 

@@ -348,6 +348,11 @@ pub fn nchw_to_nhwc(x: &Tensor) -> Result<Tensor> {
 /// `(b, h, w, c)` -> `(b, c*h*w)` in PyTorch's NCHW flatten order, so `fc` weights trained in
 /// PyTorch after `x.flatten(1)` load unchanged.
 pub fn flatten_nchw_order(x: &Tensor) -> Result<Tensor> {
+    // On the CPU one parallel pass each way, with the values and gradients of the composition
+    // below (its backward adds a strided permutation on one thread).
+    if let Some(flat) = kernels::transpose::flatten_nchw(x)? {
+        return Ok(flat);
+    }
     let (b, h, w, c) = x.dims4()?;
     x.permute((0, 3, 1, 2))?
         .contiguous()?
