@@ -1,14 +1,18 @@
-//! `x w^T` with a backward that hands `w` its gradient in `w`'s own layout: [`MatmulT`].
+//! Transpositions that keep candle's strided views out of the training graph: [`MatmulT`],
+//! `x w^T` whose backward hands `w` its gradient in `w`'s own layout, and [`Transpose`], each
+//! item's matrix transposed (the NCHW flatten of an NHWC batch, a convolution weight as its
+//! `(out, kh kw in)` matrix).
 //!
-//! Why: a linear layer's `x.matmul(&w.t())` puts candle's strided `t()` view in the graph, and
-//! its backward adds the transposed gradient into a zero-filled buffer through candle's
-//! per-element strided index, on one thread: for DUQ's head weight `(c n, d)` and the
-//! Fashion-MNIST CNN's fc weight (about 600,000 elements each) a few milliseconds of every
-//! training step. [`MatmulT`] computes the product with candle's own matmul on the same
-//! transposed layout, so its values are candle's, and in the backward takes `x^T dz` as
-//! candle does and transposes it in parallel tiles, adding zero to each element as candle's
-//! zero-filled accumulator does (which turns `-0` into `+0`): the gradients keep every bit,
-//! and candle is left a contiguous add.
+//! Why: `x.matmul(&w.t())`, `permute` and the copies after them put strided views in the
+//! graph, and candle's backward adds each transposed gradient into a zero-filled buffer
+//! through its per-element strided index, on one thread: for DUQ's head weight `(c n, d)`,
+//! the Fashion-MNIST CNN's fc weight (about 600,000 elements each), its flatten and its conv
+//! weights a few milliseconds of every training step. [`MatmulT`] computes the product with
+//! candle's own matmul on the same transposed layout, so its values are candle's, and in the
+//! backward takes `dz w` and `x^T dz` as candle does and transposes the latter in parallel
+//! tiles; [`Transpose`] moves values the same way. Both add zero to each gradient element as
+//! candle's zero-filled accumulator does (which turns `-0` into `+0`): values and gradients
+//! keep every bit, and candle is left contiguous adds.
 
 use super::{contiguous, entry, Elem};
 use candle_core::{
