@@ -208,14 +208,11 @@ pub fn bench_strategies(
             format!("`{name}` picks at random: there is no scoring to time"),
         ));
     }
-    let batch_size = cfg.model.default_batch_size();
-    let arch = Arch::for_data(cfg.model, ds).with_batch(batch_size);
-    let params = crate::train::TrainConfig {
-        steps: cfg.train_steps.max(1),
-        batch_size,
-        ..Default::default()
-    }
-    .validate()?;
+    let params = cfg
+        .model
+        .train_config(cfg.train_steps.max(1), None, None, None)?
+        .validate()?;
+    let arch = Arch::for_data(cfg.model, ds).with_batch(params.config().batch_size);
     let seed_set: Vec<usize> = (0..ds.len().min(1000)).collect();
     let trained = crate::round::fit(
         &arch,

@@ -22,7 +22,7 @@ use crate::models::{Arch, ModelKind};
 use crate::observe::{Observer, Silent};
 use crate::predict::Scoring;
 use crate::rng::{stream, Purpose};
-use crate::train::{train, TrainConfig, TrainRngs};
+use crate::train::{train, TrainRngs};
 use alkit_acquisition::Scorer;
 use candle_core::Device;
 use std::path::Path;
@@ -43,32 +43,21 @@ pub struct ModelSource {
     pub seed: u64,
 }
 
-/// The checkpoint of `source`, or `source.model` trained here on `train_raw[..limit]` (all of
-/// it when `limit` is `None`, normalised with statistics of the whole split) and saved as a
-/// checkpoint in `save_to` before anything else happens. A checkpoint must take items of
-/// `train_raw`'s shape.
-pub fn prepare(
+/// `source.model` trained here on `train_raw[..limit]` (all of it when `limit` is `None`,
+/// normalised with statistics of the whole split) and saved as a checkpoint in `save_to`
+/// before anything else happens.
+fn train_and_save(
     source: &ModelSource,
     train_raw: &Dataset,
     limit: Option<usize>,
     save_to: &Path,
-    hub: &Hub,
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Checkpoint> {
-    if let Some(name) = &source.checkpoint {
-        let c = checkpoint::open(name, hub, device, observer)?;
-        check_fits(&c, name, train_raw)?;
-        return Ok(c);
-    }
-    let params = TrainConfig {
-        steps: source.steps,
-        batch_size: source
-            .batch_size
-            .unwrap_or(source.model.default_batch_size()),
-        ..TrainConfig::default()
-    }
-    .validate()?;
+    let params = source
+        .model
+        .train_config(source.steps, source.batch_size, None, None)?
+        .validate()?;
     let n = limit.unwrap_or(train_raw.len()).min(train_raw.len());
     let ids: Vec<usize> = (0..n).collect();
     fit_and_save(
@@ -87,7 +76,7 @@ impl ModelSource {
     /// The model and the data sets named by `data` (each with a test split) read for it. A
     /// checkpoint is opened first and the data read through its preprocessing (a timm model's
     /// resize and crop); without one the data are read as stored and `model` is trained on the
-    /// first one's `train[..limit(n)]` and saved to `save_to` ([`prepare`]). Scorers the model
+    /// first one's `train[..limit(n)]` and saved to `save_to` (`train_and_save`). Scorers the model
     /// cannot serve (`duq` without DUQ, MC dropout without dropout) are refused before anything
     /// trains. Downloads and training report to `observer`.
     #[allow(clippy::too_many_arguments)]
@@ -117,7 +106,7 @@ impl ModelSource {
                 .ok_or_else(|| Error::config("data", "no data set to evaluate on"))?;
             check(&Arch::for_data(self.model, &first.train))?;
             let limit = limit(first.train.len());
-            let ck = prepare(self, &first.train, limit, save_to, hub, device, observer)
+            let ck = train_and_save(self, &first.train, limit, save_to, device, observer)
                 .context_with(|| format!("training the model saved to {}", save_to.display()))?;
             return Ok((ck, splits));
         };

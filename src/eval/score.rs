@@ -227,6 +227,10 @@ pub fn run(
     let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
     let joint =
         joint.map(|j| j.resolve(&scored, job.checkpoints.len(), ck.model.classes(), job.seed));
+    // Rows of the table or shard: the kept best `top` (BatchBALD's candidates), else every item.
+    let kept = plan
+        .top
+        .map_or(scored.ids.len(), |k| k.min(scored.ids.len()));
     let Some(shard) = job.shard else {
         if let (Some(j), Some(top)) = (joint, job.top) {
             let mut header = vec!["index", "id"];
@@ -250,9 +254,7 @@ pub fn run(
         )?;
         return Ok(ScoreReport {
             scored: scored.count,
-            rows: job
-                .top
-                .map_or(scored.ids.len(), |k| k.min(scored.ids.len())),
+            rows: kept,
         });
     };
     let run = [
@@ -288,8 +290,6 @@ pub fn run(
     )?;
     Ok(ScoreReport {
         scored: scored.count,
-        rows: plan
-            .top
-            .map_or(scored.ids.len(), |k| k.min(scored.ids.len())),
+        rows: kept,
     })
 }

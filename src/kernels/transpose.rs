@@ -231,6 +231,17 @@ mod tests {
             .collect()
     }
 
+    /// `f(x)` and the gradient of `sum(f(x) * seed)` with respect to `x`, as bits.
+    fn value_and_grad(
+        x: &Var,
+        seed: &Tensor,
+        f: impl Fn(&Tensor) -> Tensor,
+    ) -> (Vec<u64>, Vec<u64>) {
+        let y = f(x.as_tensor());
+        let g = (&y * seed).unwrap().sum_all().unwrap().backward().unwrap();
+        (bits(&y), bits(g.get(x.as_tensor()).unwrap()))
+    }
+
     /// The transposition adds zero as candle's zero-filled accumulator does: `-0` becomes `+0`,
     /// every other value is moved unchanged (a gradient of products summed by gemm holds no
     /// `-0`, so this case is built by hand).
@@ -290,27 +301,16 @@ mod tests {
                     .unwrap()
                     .to_dtype(dtype)
                     .unwrap();
-                let run = |ours: bool| {
-                    let flat = if ours {
-                        flatten_nchw(x.as_tensor()).unwrap().unwrap()
-                    } else {
-                        x.as_tensor()
-                            .permute((0, 3, 1, 2))
-                            .unwrap()
-                            .contiguous()
-                            .unwrap()
-                            .reshape((b, n))
-                            .unwrap()
-                    };
-                    let g = (&flat * &seed)
+                let ours = value_and_grad(&x, &seed, |t| flatten_nchw(t).unwrap().unwrap());
+                let candle = value_and_grad(&x, &seed, |t| {
+                    t.permute((0, 3, 1, 2))
                         .unwrap()
-                        .sum_all()
+                        .contiguous()
                         .unwrap()
-                        .backward()
-                        .unwrap();
-                    (bits(&flat), bits(g.get(x.as_tensor()).unwrap()))
-                };
-                assert_eq!(run(true), run(false), "({b}, {h}, {w}, {c}) {dtype:?}");
+                        .reshape((b, n))
+                        .unwrap()
+                });
+                assert_eq!(ours, candle, "({b}, {h}, {w}, {c}) {dtype:?}");
             }
         }
     }
@@ -333,20 +333,14 @@ mod tests {
                     .unwrap()
                     .to_dtype(dtype)
                     .unwrap();
-                let run = |ours: bool| {
-                    let m = if ours {
-                        weight_matrix(w.as_tensor()).unwrap().unwrap()
-                    } else {
-                        w.as_tensor()
-                            .permute((0, 2, 3, 1))
-                            .unwrap()
-                            .reshape((o, k * k * i))
-                            .unwrap()
-                    };
-                    let g = (&m * &seed).unwrap().sum_all().unwrap().backward().unwrap();
-                    (bits(&m), bits(g.get(w.as_tensor()).unwrap()))
-                };
-                assert_eq!(run(true), run(false), "({o}, {i}, {k}, {k}) {dtype:?}");
+                let ours = value_and_grad(&w, &seed, |t| weight_matrix(t).unwrap().unwrap());
+                let candle = value_and_grad(&w, &seed, |t| {
+                    t.permute((0, 2, 3, 1))
+                        .unwrap()
+                        .reshape((o, k * k * i))
+                        .unwrap()
+                });
+                assert_eq!(ours, candle, "({o}, {i}, {k}, {k}) {dtype:?}");
             }
         }
     }

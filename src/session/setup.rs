@@ -94,8 +94,7 @@ impl SessionOptions {
             self.pool.clone()
         } else {
             std::fs::canonicalize(&self.pool)
-                .map_err(|e| Error::io(&self.pool, e))
-                .context_with(|| format!("--pool {}", self.pool))?
+                .map_err(|e| Error::io(&self.pool, e).context("--pool"))?
                 .to_string_lossy()
                 .into_owned()
         };
@@ -137,9 +136,7 @@ impl SessionOptions {
         .context_with(|| format!("starting a session on {source}"))?;
         // Nothing is written before the pool and the settings are known to be good; then the
         // folder is held while the session is written (a page may already serve an old one).
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io(dir, e))
-            .context_with(|| format!("--state {}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e).context("--state"))?;
         let _held = lock(dir).context_with(|| format!("--state {}", dir.display()))?;
         if state_file.exists() && !force {
             return Err(taken());
