@@ -1,8 +1,9 @@
 # The DUQ reference two-moons recipe (y0ast/deterministic-uncertainty-quantification,
 # two_moons.ipynb) in PyTorch, with alkit's evaluation protocol: 1,000 training points,
 # noise 0.1, auroc_far = AUROC of 1,000 held-out moons vs 1,000 annulus points (r 2..4).
-# Not part of the test suite: an independent reference for README's two-moons table.
-# Usage: python duq_two_moons.py N_TRAIN SEED_FROM SEED_TO   (README: 1000 0 40; torch 2.15)
+# Not part of the test suite: an independent reference for the two-moons table of
+# docs/reproductions.md.
+# Usage: python duq_two_moons.py N_TRAIN SEED_FROM SEED_TO   (that table: 1000 0 200; torch 2.15)
 import math, sys, torch, torch.nn as nn, torch.nn.functional as F
 torch.set_num_threads(1)
 def make_moons(n, noise, g):
