@@ -8,14 +8,47 @@
 //! error and leaves nothing in the cache; redirects are followed a bounded number of times.
 //! hf-hub's own downloader takes those headers as they come (a commit hash of `../..` places
 //! files outside the cache, a redirect without `Location` panics), so alkit speaks HTTP itself
-//! through `ureq`, the client hf-hub already brings, and keeps hf-hub for the cache layout and
-//! the token.
+//! through `ureq` and keeps hf-hub for the cache layout and the token. The three URL paths
+//! ([`Remote`]) are written here too: hf-hub offers them only with its `ureq` feature, which
+//! would compile its downloader and a progress-bar crate into every library user.
 
+use super::{HubRepo, RepoKind};
 use crate::observe::{Control, Event, Observer};
-use hf_hub::Repo;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// A repository as the endpoint's URLs name it.
+pub struct Remote<'a> {
+    /// The repository and its revision.
+    pub repo: &'a HubRepo,
+    /// Dataset or model.
+    pub kind: RepoKind,
+}
+
+impl Remote<'_> {
+    /// `OWNER/NAME` for a model, `datasets/OWNER/NAME` for a dataset.
+    fn path(&self) -> String {
+        match self.kind {
+            RepoKind::Model => self.repo.id.clone(),
+            RepoKind::Dataset => format!("datasets/{}", self.repo.id),
+        }
+    }
+
+    /// The revision as one URL path segment (a branch name's `/` escaped).
+    fn revision(&self) -> String {
+        self.repo.revision.replace('/', "%2F")
+    }
+
+    /// The API's path of the repository's metadata at its revision.
+    fn api_path(&self) -> String {
+        let kind = match self.kind {
+            RepoKind::Model => "models",
+            RepoKind::Dataset => "datasets",
+        };
+        format!("{kind}/{}/revision/{}", self.repo.id, self.revision())
+    }
+}
 
 /// The largest repository listing read (the Hub's listing of a large dataset is a few MB).
 pub const MAX_LISTING: u64 = 32 << 20;
@@ -138,8 +171,8 @@ impl Client {
     }
 
     /// Every file name of `repo` at its revision, from the endpoint's API.
-    pub fn list(&self, repo: &Repo) -> Result<Vec<String>, String> {
-        let url = format!("{}/api/{}", self.base, repo.api_url());
+    pub fn list(&self, repo: &Remote) -> Result<Vec<String>, String> {
+        let url = format!("{}/api/{}", self.base, repo.api_path());
         let (resp, _) = self.get(&url, None, true)?;
         let mut body = Vec::new();
         resp.into_reader()
@@ -181,7 +214,7 @@ impl Client {
     /// COMMIT. Reports bytes to `observer`, which may stop the download (nothing is kept then).
     pub fn download(
         &self,
-        repo: &Repo,
+        repo: &Remote,
         repo_dir: &Path,
         file: &str,
         observer: &mut dyn Observer,
@@ -192,8 +225,8 @@ impl Client {
         let url = format!(
             "{}/{}/resolve/{}/{}",
             self.base,
-            repo.url(),
-            repo.url_revision(),
+            repo.path(),
+            repo.revision(),
             encode_path(file)
         );
         let (head, cdn) = self.get(&url, Some("bytes=0-0"), false)?;
@@ -241,7 +274,7 @@ impl Client {
         let parent = pointer.parent().expect("inside the snapshot");
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         link(&blob, &pointer, file).map_err(|e| format!("{}: {e}", pointer.display()))?;
-        let refs = repo_dir.join("refs").join(repo.revision());
+        let refs = repo_dir.join("refs").join(&repo.repo.revision);
         if let Some(p) = refs.parent() {
             std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -321,5 +354,35 @@ fn link(blob: &Path, pointer: &Path, file: &str) -> std::io::Result<()> {
     {
         let _ = file;
         std::fs::copy(blob, pointer).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths_are_the_hubs() {
+        // The paths huggingface_hub and hf-hub request: models at the root, datasets under
+        // `datasets/`, a branch name's `/` escaped in both the file and the API path.
+        let mnist = HubRepo::parse("ylecun/mnist").unwrap();
+        let d = Remote {
+            repo: &mnist,
+            kind: RepoKind::Dataset,
+        };
+        assert_eq!(d.path(), "datasets/ylecun/mnist");
+        assert_eq!(d.revision(), "main");
+        assert_eq!(d.api_path(), "datasets/ylecun/mnist/revision/main");
+        let pr = HubRepo::parse("timm/resnet18.a1_in1k@refs/pr/1").unwrap();
+        let m = Remote {
+            repo: &pr,
+            kind: RepoKind::Model,
+        };
+        assert_eq!(m.path(), "timm/resnet18.a1_in1k");
+        assert_eq!(m.revision(), "refs%2Fpr%2F1");
+        assert_eq!(
+            m.api_path(),
+            "models/timm/resnet18.a1_in1k/revision/refs%2Fpr%2F1"
+        );
     }
 }

@@ -216,7 +216,7 @@ impl Hub {
         let online_err = if self.offline {
             None
         } else {
-            match self.client().list(&self.repo(repo, kind)) {
+            match self.client().list(&fetch::Remote { repo, kind }) {
                 Ok(files) => return Ok(files),
                 Err(e) => Some(e),
             }
@@ -266,7 +266,7 @@ impl Hub {
         }
         self.client()
             .download(
-                &self.repo(repo, kind),
+                &fetch::Remote { repo, kind },
                 &self.repo_dir(repo, kind),
                 file,
                 observer,
