@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 /// The resampling filter of a resize, by torchvision's (Pillow's) names; each is widened by
 /// the scale factor when shrinking, as Pillow does, so every source pixel counts (see
-/// [`resample`]).
+/// [`resample`](crate::data::resample)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Filter {
