@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
 
     let source = Source::parse(&pool_dir.to_string_lossy())?;
-    let loaded = load(&source, &Hub::from_env(), &mut Silent)?;
+    let loaded = load(&source, &Hub::from_env(), &mut Silent, None)?;
     let classes: Vec<String> = (0..10).map(|c| c.to_string()).collect();
     let seeds = loaded.pool.given_labels();
     let config = SessionConfig {

@@ -152,9 +152,9 @@ pub fn image(data: &[u8]) {
 /// problems in another order, e.g. a corrupt image before a skipped label class.)
 fn streams_as_loaded(source: &alkit::data::Source) {
     let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
-    let whole = alkit::data::source::load(source, &hub, &mut alkit::observe::Silent);
-    let streamed =
-        alkit::data::stream::open(source, &hub, &mut alkit::observe::Silent).and_then(|mut st| {
+    let whole = alkit::data::source::load(source, &hub, &mut alkit::observe::Silent, None);
+    let streamed = alkit::data::source::open(source, &hub, &mut alkit::observe::Silent, None)
+        .and_then(|mut st| {
             let (mut ids, mut x) = (Vec::new(), Vec::new());
             while let Some(c) = st.next_chunk(3)? {
                 ids.extend(c.ids);
@@ -270,7 +270,11 @@ pub fn session_json(data: &[u8]) {
         "session-pool.csv",
         b"id,label,a,b\np0,cat,0.1,0.2\np1,dog,0.3,0.1\np2,,0.5,0.5\np3,,0.9,0.1\np4,,0.2,0.8\np5,,0.4,0.4\n",
     );
-    let items = alkit::data::source::load_csv(&pool).expect("fixed pool");
+    let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
+    let csv = alkit::data::Source::Csv(pool);
+    let items = alkit::data::source::load(&csv, &hub, &mut alkit::observe::Silent, None)
+        .expect("fixed pool")
+        .pool;
     std::fs::create_dir_all(&dir).expect("scratch");
     std::fs::write(dir.join(alkit::session::STATE_FILE), data).expect("scratch write");
     let loaded = alkit::data::Loaded {

@@ -1,6 +1,6 @@
 //! In-memory datasets, per-channel normalisation, and loading a folder of IDX files.
 
-use super::idx;
+use crate::data::idx;
 use crate::error::{DataProblem, Error, Result};
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};

@@ -6,6 +6,7 @@
 //! (alpha is dropped). Errors name the file and say what is wrong; nothing panics on a corrupt
 //! file.
 
+pub use crate::data::resample::Filter;
 use crate::error::{contain, DataProblem, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
@@ -127,32 +128,6 @@ pub fn header(bytes: &[u8], path: &Path) -> Result<Header> {
         })
     } else {
         Err(bad(path, "neither a PNG nor a JPEG image"))
-    }
-}
-
-/// The resampling filter of a resize, by torchvision's (Pillow's) names; each is widened by
-/// the scale factor when shrinking, as Pillow does, so every source pixel counts (see
-/// [`resample`](super::resample)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Filter {
-    /// The triangle (tent) filter, PIL's `BILINEAR`.
-    Bilinear,
-    /// The cubic convolution with `a = -0.5` (Catmull-Rom), PIL's `BICUBIC`.
-    Bicubic,
-    /// Lanczos with three lobes, PIL's `LANCZOS`.
-    Lanczos,
-}
-
-impl Filter {
-    /// The filter of a torchvision/timm interpolation name (`bilinear`, `bicubic`, `lanczos`).
-    pub fn from_name(name: &str) -> Option<Filter> {
-        match name {
-            "bilinear" => Some(Filter::Bilinear),
-            "bicubic" => Some(Filter::Bicubic),
-            "lanczos" => Some(Filter::Lanczos),
-            _ => None,
-        }
     }
 }
 
@@ -289,7 +264,7 @@ impl Image {
             }
         } else {
             for plane in self.pixels.chunks_exact(h * w) {
-                let scaled = super::resample::resample(plane, (h, w), (sh, sw), pre.filter);
+                let scaled = crate::data::resample::resample(plane, (h, w), (sh, sw), pre.filter);
                 for y in top..top + side {
                     pixels.extend_from_slice(&scaled[y * sw + left..y * sw + left + side]);
                 }
@@ -476,7 +451,7 @@ pub fn encode_png(item: &[f32], shape: &[usize]) -> Result<Vec<u8>> {
 /// be in `[0, 1]` (not normalised).
 pub fn write_image_folder(
     dir: &Path,
-    ds: &crate::data::Dataset,
+    ds: &crate::data::dataset::Dataset,
     items: &[(usize, Option<String>)],
 ) -> Result<Vec<String>> {
     items

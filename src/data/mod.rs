@@ -1,14 +1,23 @@
-//! Data: IDX files, in-memory datasets, normalisation and the labeled/unlabeled pool.
+//! Data: item sources read whole or in chunks, in-memory datasets, normalisation and the
+//! labeled/unlabeled pool.
 //!
 //! A [`Dataset`] holds `f32` features `(n, *item_shape)` (images as `(c, h, w)` scaled to
 //! `[0, 1]`, vectors as `(d,)`) and `u32` labels. Normalisation statistics are fitted on the
 //! training split only ([`Normalizer::fit`]) and applied unchanged to test and OOD data.
+//!
+//! The files form one direction, each using only those listed before it: `resample`, `idx`,
+//! `pool`; `dataset` (IDX folders as data sets), `moons`, `image`, `labels`, `plan`; `stream`
+//! (the item-stream contract); `prepared`; `source/` (one file per source kind, and the
+//! dispatcher in `source/mod.rs`); `reader` (what a round reads of a pool).
 
 pub mod dataset;
 pub mod idx;
 pub mod image;
+mod labels;
 pub mod moons;
+mod plan;
 pub mod pool;
+mod prepared;
 pub mod reader;
 pub mod resample;
 pub mod source;
@@ -17,4 +26,5 @@ pub mod stream;
 pub use dataset::{load_idx_dir, Dataset, Fnv1a, Normalizer, NormalizerFit, Splits};
 pub use pool::{Candidates, Pool};
 pub use reader::{PoolReader, StreamedPool};
-pub use source::{Items, Loaded, Source};
+pub use source::Source;
+pub use stream::{Items, Loaded};

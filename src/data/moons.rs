@@ -3,7 +3,7 @@
 //! `(1 - cos t, 1 - sin t - 0.5)`, `t` evenly spaced on `[0, pi]`, plus Gaussian noise, then
 //! shuffled; all draws from the caller's seeded RNG.
 
-use super::Dataset;
+use crate::data::dataset::Dataset;
 use crate::error::Result;
 use crate::rng::{normal, shuffle, Rng};
 

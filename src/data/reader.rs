@@ -8,9 +8,11 @@
 //! every gather or visit, so peak memory is set by the part size, not the pool. Both hand the
 //! same normalised values to the same calls, so a round over either picks the same items.
 
-use super::stream::ItemStream;
-use super::{Dataset, Normalizer, NormalizerFit};
+use crate::data::dataset::{Dataset, Fnv1a, Normalizer, NormalizerFit};
+use crate::data::source::{self, Source};
+use crate::data::stream::ItemStream;
 use crate::error::{DataProblem, Error, Result};
+use crate::hub::Hub;
 use crate::observe::{Observer, Silent};
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -92,6 +94,13 @@ impl PoolReader for Dataset {
 /// the observer.
 pub type Opener = Arc<dyn Fn(&mut dyn Observer) -> Result<Box<dyn ItemStream>> + Send + Sync>;
 
+/// Opens `source`'s pool afresh whenever called (a [`StreamedPool`] reads it once per pass);
+/// Hub files come from `hub`'s cache, fetched if missing (reported to the observer the call is
+/// given).
+pub fn opener(source: Source, hub: Hub) -> Opener {
+    Arc::new(move |observer| source::open(&source, &hub, observer, None))
+}
+
 /// Items read from the source per stream call.
 const READ_CHUNK: usize = 4096;
 
@@ -116,7 +125,7 @@ pub fn survey(open: &Opener, observer: &mut dyn Observer, fit: bool, hash: bool)
     let item_shape = stream.item_shape().to_vec();
     let d: usize = item_shape.iter().product();
     let mut fitted = fit.then(|| NormalizerFit::new(&item_shape));
-    let mut h = hash.then(super::Fnv1a::default);
+    let mut h = hash.then(Fnv1a::default);
     let mut ids = Vec::with_capacity(stream.len());
     while let Some(c) = stream.next_chunk(READ_CHUNK)? {
         if let Some(f) = fitted.as_mut() {
@@ -138,7 +147,7 @@ pub fn survey(open: &Opener, observer: &mut dyn Observer, fit: bool, hash: bool)
 }
 
 /// Adds one item to an item-by-item pool fingerprint: its id, a zero byte, its values' bits.
-pub(crate) fn hash_item(h: &mut super::Fnv1a, id: &str, x: &[f32]) {
+pub(crate) fn hash_item(h: &mut Fnv1a, id: &str, x: &[f32]) {
     use std::hash::Hasher;
     h.write(id.as_bytes());
     h.write(&[0]);
@@ -347,7 +356,7 @@ impl PoolReader for StreamedPool {
 
     fn fingerprint(&self) -> Result<u64> {
         use std::hash::Hasher;
-        let mut h = super::Fnv1a::default();
+        let mut h = Fnv1a::default();
         for &d in self.item_shape() {
             h.write(&(d as u64).to_le_bytes());
         }
@@ -404,7 +413,7 @@ impl PoolReader for StreamedPool {
 
 /// A data set's splits for a simulated run whose pool stays with its source (`curve
 /// --stream`): the training split as a [`StreamedPool`] holding every item's label (from the
-/// label files or listing, [`pool_labels`](super::source::pool_labels)), the test split and the
+/// label files or listing, [`pool_labels`](source::pool_labels)), the test split and the
 /// normaliser fitted on the training split (one pass, which also collects the ids).
 pub struct StreamedSplits {
     /// The training split, normalised, every label set.
@@ -418,16 +427,16 @@ pub struct StreamedSplits {
 }
 
 /// Opens `source` as [`StreamedSplits`]; Hub files through `hub`. Every item of both splits
-/// must be labeled, as [`Loaded::splits`](super::source::Loaded::splits) asks.
+/// must be labeled, as [`Loaded::splits`](crate::data::Loaded::splits) asks.
 pub fn stream_splits(
-    source: &super::Source,
-    hub: &crate::hub::Hub,
+    source: &Source,
+    hub: &Hub,
     observer: &mut dyn Observer,
 ) -> Result<StreamedSplits> {
     let name = source.to_string();
     let problem = |what: String| Error::data(PathBuf::from(&name), DataProblem::Other(what));
-    let labels = super::source::pool_labels(source, hub, observer)?;
-    let test = super::source::load_test(source, hub, observer)?.ok_or_else(|| {
+    let labels = source::pool_labels(source, hub, observer)?;
+    let test = source::load_test(source, hub, observer)?.ok_or_else(|| {
         problem(
             "has no test split (use an IDX folder, a folder with train/ and test/ subfolders, \
              or a Hub dataset)"
@@ -437,7 +446,7 @@ pub fn stream_splits(
     if let Some(i) = test.labels.iter().position(Option::is_none) {
         return Err(problem(format!("item `{}` has no label", test.ids[i])));
     }
-    let open = super::stream::opener(source.clone(), hub.clone());
+    let open = opener(source.clone(), hub.clone());
     let found = survey(&open, observer, true, false)?;
     let ids = found.ids;
     if ids.len() != labels.labels.len() {

@@ -11,7 +11,33 @@
 //! `Resample.c` step by step and matches it bit for bit (tests/alkit/timm.rs compares with
 //! what Pillow wrote).
 
-use super::image::Filter;
+use serde::{Deserialize, Serialize};
+
+/// The resampling filter of a resize, by torchvision's (Pillow's) names; each is widened by
+/// the scale factor when shrinking, as Pillow does, so every source pixel counts (see
+/// [`resample`](crate::data::resample)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Filter {
+    /// The triangle (tent) filter, PIL's `BILINEAR`.
+    Bilinear,
+    /// The cubic convolution with `a = -0.5` (Catmull-Rom), PIL's `BICUBIC`.
+    Bicubic,
+    /// Lanczos with three lobes, PIL's `LANCZOS`.
+    Lanczos,
+}
+
+impl Filter {
+    /// The filter of a torchvision/timm interpolation name (`bilinear`, `bicubic`, `lanczos`).
+    pub fn from_name(name: &str) -> Option<Filter> {
+        match name {
+            "bilinear" => Some(Filter::Bilinear),
+            "bicubic" => Some(Filter::Bicubic),
+            "lanczos" => Some(Filter::Lanczos),
+            _ => None,
+        }
+    }
+}
 
 /// Fixed-point precision of the weights: `32 - 8 - 2` bits, Pillow's for 8-bit images.
 const PRECISION_BITS: u32 = 22;

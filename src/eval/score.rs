@@ -147,11 +147,7 @@ pub fn run(
     // model) has every item resized and cropped as it says.
     let pre = ck.config.preprocess;
     let open = |observer: &mut dyn Observer| -> Result<Box<dyn ItemStream>> {
-        match &pre {
-            Some(p) => crate::data::stream::open_preprocessed(&source, hub, observer, p),
-            None => crate::data::stream::open(&source, hub, observer),
-        }
-        .context_with(loading)
+        crate::data::source::open(&source, hub, observer, pre.as_ref()).context_with(loading)
     };
     let streamed = match job.split {
         Split::Train if noisy.is_none() => Some(open(observer)?),

@@ -40,7 +40,7 @@ pub fn open(
     let source = Source::parse(&name).context_with(|| format!("data source {name}"))?;
     let test = load_test(&source, hub, observer)
         .context_with(|| format!("loading the test split of {name}"))?;
-    let open = crate::data::stream::opener(source, hub.clone());
+    let open = crate::data::reader::opener(source, hub.clone());
     let learner = Learner::resume_streamed(state, open, test, &path, observer)
         .context_with(|| format!("reading the pool {name}"))?;
     Ok((held, learner))
@@ -111,7 +111,7 @@ impl SessionOptions {
                     ),
                 ));
             }
-            let shape = crate::data::stream::open(&src, hub, observer)
+            let shape = crate::data::source::open(&src, hub, observer, None)
                 .context_with(|| format!("reading the data {source}"))?
                 .item_shape()
                 .to_vec();
@@ -123,7 +123,7 @@ impl SessionOptions {
             let classes = self.classes(&source, named)?;
             let seeds = self.seeds(&src, given)?;
             let config = self.config(&shape, classes.len())?;
-            let open = crate::data::stream::opener(src, hub.clone());
+            let open = crate::data::reader::opener(src, hub.clone());
             Learner::new_streamed(&source, open, test, classes, &seeds, config, observer)
         } else {
             let (src, loaded) = load_named(&source, None, hub, observer)?;

@@ -278,7 +278,7 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     let candidates: Vec<usize> = (0..ds.len()).filter(|i| i % 5 != 0).take(300).collect();
     // The same pool read from its IDX files a chunk at a time (a streamed session's pool).
     let reader = alkit::data::reader::SourceReader::new(
-        alkit::data::stream::opener(
+        alkit::data::reader::opener(
             alkit::data::Source::Idx(data_dir()),
             alkit::hub::Hub::new(dir.join("nohub"), true),
         ),

@@ -23,7 +23,13 @@ fn session(dir: &std::path::Path, ensemble: Option<usize>) -> Learner {
     let pool = dir.join("pool");
     write_image_folder(&pool, &train, &items).unwrap();
     let source = Source::Images(pool.clone());
-    let loaded = load_source(&source, &Hub::new(dir.join("nohub"), true), &mut Silent).unwrap();
+    let loaded = load_source(
+        &source,
+        &Hub::new(dir.join("nohub"), true),
+        &mut Silent,
+        None,
+    )
+    .unwrap();
     let seeds = loaded.pool.given_labels();
     let config = SessionConfig {
         arch: Arch::default_for(&loaded.pool.item_shape, 10),
@@ -182,7 +188,13 @@ fn ids_that_need_quoting_survive_query_then_teach() {
     }
     std::fs::write(&pool, text).unwrap();
     let source = Source::parse(&pool.to_string_lossy()).unwrap();
-    let loaded = load_source(&source, &Hub::new(dir.join("nohub"), true), &mut Silent).unwrap();
+    let loaded = load_source(
+        &source,
+        &Hub::new(dir.join("nohub"), true),
+        &mut Silent,
+        None,
+    )
+    .unwrap();
     let seeds = loaded.pool.given_labels();
     assert_eq!(loaded.pool.ids, ids);
     let config = SessionConfig {
@@ -357,6 +369,7 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
         &Source::Images(pool.clone()),
         &Hub::new(dir.join("nohub"), true),
         &mut Silent,
+        None,
     )
     .unwrap();
     let mut export = Vec::new();
@@ -430,7 +443,7 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
 /// from the folder's listing), then resumed from the saved state as a streamed session.
 fn streamed_twin(learner: &Learner, pool: &std::path::Path) -> Learner {
     let source = Source::Images(pool.to_path_buf());
-    let open = alkit::data::stream::opener(source.clone(), Hub::new(pool.join("nohub"), true));
+    let open = alkit::data::reader::opener(source.clone(), Hub::new(pool.join("nohub"), true));
     let given = alkit::data::source::listed_labels(&source)
         .unwrap()
         .unwrap()

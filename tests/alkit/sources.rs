@@ -13,7 +13,7 @@ fn hub_dataset_and_checkpoint_load_offline_from_a_local_cache() {
     install_hub_dataset(&cache, "datasets--ylecun--mnist", &fx, "mnist");
     let hub = Hub::new(&cache, true);
     let src = Source::parse("hf:ylecun/mnist").unwrap();
-    let loaded = load_source(&src, &hub, &mut Silent).unwrap();
+    let loaded = load_source(&src, &hub, &mut Silent, None).unwrap();
     let (train, test) = shipped();
     let test_items = loaded.test.as_ref().unwrap();
     assert_eq!((loaded.pool.len(), test_items.len()), (64, 16));
@@ -124,13 +124,13 @@ fn pool_sources_give_stable_ids_and_the_same_pixels() {
     let src = Source::parse(&folder.to_string_lossy()).unwrap();
     assert!(matches!(src, Source::Images(_)) && src.labels_are_given());
     let hub = Hub::new(dir.join("nohub"), true);
-    let a = load_source(&src, &hub, &mut Silent).unwrap().pool;
+    let a = load_source(&src, &hub, &mut Silent, None).unwrap().pool;
     // Ids are relative paths in sorted order, and loading twice gives the same order.
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(a.ids, sorted);
     assert_eq!(
-        load_source(&src, &hub, &mut Silent).unwrap().pool.ids,
+        load_source(&src, &hub, &mut Silent, None).unwrap().pool.ids,
         a.ids
     );
     assert!(a.classes.contains(&"zz-empty".to_string()));
@@ -171,6 +171,7 @@ fn pool_sources_give_stable_ids_and_the_same_pixels() {
         &Source::parse(&st.to_string_lossy()).unwrap(),
         &hub,
         &mut Silent,
+        None,
     )
     .unwrap()
     .pool;
@@ -194,6 +195,7 @@ fn pool_sources_give_stable_ids_and_the_same_pixels() {
         &Source::parse(&csv.to_string_lossy()).unwrap(),
         &hub,
         &mut Silent,
+        None,
     )
     .unwrap()
     .pool;
@@ -206,6 +208,7 @@ fn pool_sources_give_stable_ids_and_the_same_pixels() {
         &Source::parse(&csv.to_string_lossy()).unwrap(),
         &hub,
         &mut Silent,
+        None,
     )
     .unwrap_err()
     .to_string();
@@ -334,7 +337,13 @@ fn scripted_png_session_matches_the_library_session_and_bad_rows_change_nothing(
 
     // The same session through the library, in one process: the same final state.
     let source = Source::parse(&cli_state.source).unwrap();
-    let loaded = load_source(&source, &Hub::new(dir.join("nohub"), true), &mut Silent).unwrap();
+    let loaded = load_source(
+        &source,
+        &Hub::new(dir.join("nohub"), true),
+        &mut Silent,
+        None,
+    )
+    .unwrap();
     let seeds = loaded.pool.given_labels();
     let config = SessionConfig {
         arch: alkit::models::Arch::default_for(&loaded.pool.item_shape, 10),
@@ -692,6 +701,7 @@ fn a_folder_of_photos_of_mixed_sizes_is_scaled_to_one_square_size() {
         &Source::parse(&pool.to_string_lossy()).unwrap(),
         &Hub::new(dir.join("nohub"), true),
         &mut Silent,
+        None,
     )
     .unwrap();
     let items = loaded.pool;
@@ -725,6 +735,7 @@ fn a_folder_of_photos_of_mixed_sizes_is_scaled_to_one_square_size() {
         &Source::parse(&same.to_string_lossy()).unwrap(),
         &Hub::new(dir.join("nohub"), true),
         &mut Silent,
+        None,
     )
     .unwrap();
     assert_eq!(kept.pool.item_shape, vec![1, 28, 28]);
@@ -750,7 +761,7 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
     write_split_folder(&dir.join("ok"), &train, &test);
     let hub = alkit::hub::Hub::new(dir.join("hub"), true);
     let source = Source::parse(dir.join("ok").to_str().unwrap()).unwrap();
-    let loaded = load(&source, &hub, &mut Silent).unwrap();
+    let loaded = load(&source, &hub, &mut Silent, None).unwrap();
     let splits = loaded.splits(&source).unwrap();
     assert_eq!(loaded.pool.classes, ["0", "1", "2"]);
     assert_eq!(loaded.pool.ids[0], "train/0/00000.png");
@@ -793,7 +804,9 @@ fn a_train_test_image_folder_is_a_data_set_with_a_test_split() {
     // naming the folder and the culprit.
     let refused = |name: &str| {
         let source = Source::parse(dir.join(name).to_str().unwrap()).unwrap();
-        load(&source, &hub, &mut Silent).unwrap_err().to_string()
+        load(&source, &hub, &mut Silent, None)
+            .unwrap_err()
+            .to_string()
     };
     write_split_folder(&dir.join("extra"), &make(&[0, 1]), &make(&[2]));
     let e = refused("extra");
@@ -831,7 +844,7 @@ fn cifar10_from_the_hub_runs_the_acquisition_curve_on_colour_images() {
     install_hub_dataset(&cache, "datasets--uoft-cs--cifar10", &fx, "plain_text");
     let hub = Hub::new(&cache, true);
     let src = Source::parse("hf:uoft-cs/cifar10").unwrap();
-    let loaded = load_source(&src, &hub, &mut Silent).unwrap();
+    let loaded = load_source(&src, &hub, &mut Silent, None).unwrap();
     assert_eq!(loaded.pool.item_shape, vec![3, 32, 32]);
     assert_eq!(loaded.pool.classes[0], "airplane");
     assert_eq!(loaded.pool.classes[9], "truck");

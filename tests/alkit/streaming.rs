@@ -4,8 +4,7 @@
 
 use super::*;
 use alkit::data::image::{encode_png, write_image_folder};
-use alkit::data::source::load as load_source;
-use alkit::data::stream;
+use alkit::data::source::{self, load as load_source};
 use alkit::hub::Hub;
 use std::io::Read;
 
@@ -50,7 +49,7 @@ fn write_parquet_groups(path: &Path, groups: impl Iterator<Item = Vec<(Vec<u8>, 
 
 /// Every chunk of `src`'s stream, `chunk` items at a time, concatenated: (ids, x, item shape).
 fn streamed(src: &Source, hub: &Hub, chunk: usize) -> (Vec<String>, Vec<f32>, Vec<usize>) {
-    let mut st = stream::open(src, hub, &mut Silent).unwrap();
+    let mut st = source::open(src, hub, &mut Silent, None).unwrap();
     let shape = st.item_shape().to_vec();
     let n = st.len();
     let (mut ids, mut x) = (Vec::new(), Vec::new());
@@ -65,7 +64,7 @@ fn streamed(src: &Source, hub: &Hub, chunk: usize) -> (Vec<String>, Vec<f32>, Ve
 }
 
 fn assert_streams_as_loaded(src: &Source, hub: &Hub) {
-    let whole = load_source(src, hub, &mut Silent).unwrap().pool;
+    let whole = load_source(src, hub, &mut Silent, None).unwrap().pool;
     for chunk in [1, 7, 1000, 1 << 20] {
         let (ids, x, shape) = streamed(src, hub, chunk);
         assert_eq!(ids, whole.ids, "{src}, chunks of {chunk}: ids");
@@ -120,7 +119,9 @@ fn every_source_kind_streams_exactly_the_items_it_loads() {
         encode_png(&big, &[1, 40, 30]).unwrap(),
     )
     .unwrap();
-    let whole = load_source(&src(&folder), &hub, &mut Silent).unwrap().pool;
+    let whole = load_source(&src(&folder), &hub, &mut Silent, None)
+        .unwrap()
+        .pool;
     assert_eq!(whole.item_shape, vec![3, 64, 64]);
     assert_streams_as_loaded(&src(&folder), &hub);
 
@@ -155,7 +156,9 @@ fn every_source_kind_streams_exactly_the_items_it_loads() {
     let (ids, x, _) = streamed(&Source::parse("hf:me/two").unwrap(), &hub2, 7);
     assert_eq!(ids.len(), 100);
     assert_streams_as_loaded(&Source::parse("hf:me/two").unwrap(), &hub2);
-    let whole = load_source(&src(&pq), &hub, &mut Silent).unwrap().pool;
+    let whole = load_source(&src(&pq), &hub, &mut Silent, None)
+        .unwrap()
+        .pool;
     assert!(x == whole.x, "two shards stream the one table's pixels");
 
     // CSV: an id and a label column, quoting, a blank line.
@@ -186,7 +189,7 @@ fn a_stream_refuses_what_the_loader_refuses_naming_the_same_place() {
     let src = |p: &Path| Source::parse(&p.to_string_lossy()).unwrap();
     // Reads every chunk; the first error.
     let stream_error = |s: &Source| -> String {
-        match stream::open(s, &hub, &mut Silent) {
+        match source::open(s, &hub, &mut Silent, None) {
             Err(e) => e.to_string(),
             Ok(mut st) => loop {
                 match st.next_chunk(3) {
@@ -198,7 +201,9 @@ fn a_stream_refuses_what_the_loader_refuses_naming_the_same_place() {
         }
     };
     let same = |s: &Source| {
-        let whole = load_source(s, &hub, &mut Silent).unwrap_err().to_string();
+        let whole = load_source(s, &hub, &mut Silent, None)
+            .unwrap_err()
+            .to_string();
         assert_eq!(stream_error(s), whole, "{s}");
     };
     let csv = dir.join("bad.csv");

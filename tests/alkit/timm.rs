@@ -140,7 +140,7 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
     // The photos (RGB 97x80 shrunk, grayscale 50x120 enlarged and replicated, RGB 64x64
     // enlarged) prepared exactly as Pillow prepares them for timm.
     let source = Source::Images(fixtures().join("timm_photos"));
-    let mut st = alkit::data::stream::open_preprocessed(&source, &hub, &mut Silent, &pre).unwrap();
+    let mut st = alkit::data::source::open(&source, &hub, &mut Silent, Some(&pre)).unwrap();
     assert_eq!(st.item_shape(), [3, 64, 64]);
     let chunk = alkit::data::stream::drain(st.as_mut()).unwrap().unwrap();
     assert_eq!(chunk.ids, ["a.png", "b.png", "c.png"]);
