@@ -18,14 +18,19 @@
 //! The weight enters as the matrix `wmat (cout, k*k*cin)` in im2col's `(ki, kj, c)` column
 //! order (`weight.permute((0, 2, 3, 1)).reshape(...)` of a PyTorch `(cout, cin, k, k)`
 //! weight). Work is split over two halves of the batch on rayon's pool
-//! (`kernels::join`); within a half, chunks of images are processed in turn, each output chunk
-//! zero-filled just before (`kernels::fill`).
+//! (`threading::join`); within a half, chunks of images are processed in turn, each output chunk
+//! zero-filled just before (`output::fill`).
 
+use super::dispatch::with_float;
+use super::elem::Elem;
+use super::enabled::entry;
+use super::gemm::{gemm_nt, gemm_strided};
+use super::im2col::for_taps;
+use super::output::{fill, Part};
+use super::storage::{into_storage, storage_slice, with_cpu_slices};
+use super::threading::join;
 use super::winograd::{self, Variant, Wino};
-use super::{fill, for_taps, gemm_nt, gemm_strided, storage_slice, with_cpu_slices, Elem, Part};
-use candle_core::{
-    backend::BackendStorage, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
-};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, WithDType};
 use std::ops::Range;
 
 /// Fewest input and output channels for which a 3x3 convolution runs in Winograd form.
@@ -214,7 +219,7 @@ fn for_chunks<T: Elem, S>(
     };
     fill(g.b * per, |all| {
         let (p0, p1) = all.split_at(h0.len() * per);
-        super::join(|| half(h0, p0), || half(h1, p1));
+        join(|| half(h0, p0), || half(h1, p1));
     })
     .0
 }
@@ -237,7 +242,7 @@ fn sum_chunks<T: Elem, S>(
         acc
     };
     let [h0, h1] = g.halves();
-    let (mut a, b) = super::join(|| half(h0), || half(h1));
+    let (mut a, b) = join(|| half(h0), || half(h1));
     a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
     a
 }
@@ -447,21 +452,12 @@ fn forward(
             conv_k(a, w, g)
         }
     }
-    let out = match s1.dtype() {
-        DType::F32 => CpuStorage::F32(run(
-            storage_slice(s1, l1, op)?,
-            storage_slice(s2, l2, op)?,
-            &g,
-            transposed,
-        )),
-        DType::F64 => CpuStorage::F64(run(
-            storage_slice(s1, l1, op)?,
-            storage_slice(s2, l2, op)?,
-            &g,
-            transposed,
-        )),
-        dt => candle_core::bail!("{op} supports f32 and f64, got {dt:?}"),
-    };
+    let out = with_float!(op, [s1, s2], |T| into_storage(run::<T>(
+        storage_slice(s1, l1, op)?,
+        storage_slice(s2, l2, op)?,
+        &g,
+        transposed,
+    )));
     let shape = if transposed {
         Shape::from((g.b, g.h, g.w, g.cin))
     } else {
@@ -486,11 +482,9 @@ fn bwd_either(
     };
     let grad = grad.contiguous()?;
     let how = (transposed, want_first || first.track_op());
-    match first.dtype() {
-        DType::F32 => backward::<f32>(first, wmat, &grad, &g, how),
-        DType::F64 => backward::<f64>(first, wmat, &grad, &g, how),
-        dt => candle_core::bail!("{op} supports f32 and f64, got {dt:?}"),
-    }
+    with_float!(op, first.dtype(), |T| backward::<T>(
+        first, wmat, &grad, &g, how
+    ))
 }
 
 /// The gradients of `y = conv(x, wmat)` for `dL/dy (b, oh, ow, cout)`: `dL/dx` (`None` when
@@ -601,15 +595,11 @@ pub(crate) fn candidate_weight_grad_norms(
             .collect()
     }
     let n = m / copies;
-    match x.dtype() {
-        DType::F32 => {
-            with_cpu_slices::<f32, _>(&[&x, &gy], "conv site", |s| norms(s[0], s[1], &one, n))
-        }
-        DType::F64 => {
-            with_cpu_slices::<f64, _>(&[&x, &gy], "conv site", |s| norms(s[0], s[1], &one, n))
-        }
-        dt => candle_core::bail!("conv site supports f32 and f64, got {dt:?}"),
-    }
+    with_float!("conv site", x.dtype(), |T| with_cpu_slices::<T, _>(
+        &[&x, &gy],
+        "conv site",
+        |s| norms(s[0], s[1], &one, n)
+    ))
 }
 
 impl CustomOp2 for Conv {
@@ -623,7 +613,7 @@ impl CustomOp2 for Conv {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        crate::kernels::entry(self.name())?;
+        entry(self.name())?;
         forward((self.k, self.pad, false), (s1, l1), (s2, l2), self.name())
     }
     fn bwd(
@@ -641,23 +631,13 @@ impl CustomOp2 for Conv {
             }
             let g = geometry(x.dims(), wmat.dims(), self.k, self.pad, self.name())?;
             let grad = grad.contiguous()?;
-            let dx = match x.dtype() {
-                DType::F32 => Tensor::from_vec(
-                    with_cpu_slices::<f32, _>(&[&grad, wmat], self.name(), |s| {
-                        conv_t_k(s[0], s[1], &g)
-                    })?,
-                    x.shape(),
-                    x.device(),
-                )?,
-                DType::F64 => Tensor::from_vec(
-                    with_cpu_slices::<f64, _>(&[&grad, wmat], self.name(), |s| {
-                        conv_t_k(s[0], s[1], &g)
-                    })?,
-                    x.shape(),
-                    x.device(),
-                )?,
-                dt => candle_core::bail!("{} supports f32 and f64, got {dt:?}", self.name()),
-            };
+            let dx = with_float!(self.name(), x.dtype(), |T| Tensor::from_vec(
+                with_cpu_slices::<T, _>(&[&grad, wmat], self.name(), |s| {
+                    conv_t_k(s[0], s[1], &g)
+                })?,
+                x.shape(),
+                x.device(),
+            )?);
             return Ok((Some(dx), None));
         }
         let (dx, dw) = bwd_either(
@@ -682,7 +662,7 @@ impl CustomOp2 for ConvT {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        crate::kernels::entry(self.name())?;
+        entry(self.name())?;
         forward((self.k, self.pad, true), (s1, l1), (s2, l2), self.name())
     }
     fn bwd(
@@ -706,6 +686,7 @@ impl CustomOp2 for ConvT {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::DType;
     use candle_core::Var;
 
     use crate::rng::randn_f64 as randn;

@@ -11,7 +11,7 @@
 //! Each function handles a chunk of images on the calling thread; [`super::conv`] splits the
 //! batch.
 
-use super::Elem;
+use super::elem::Elem;
 
 /// Output channels per register block; the kernels apply when `cout` is a multiple of it.
 pub(crate) const LANES: usize = 16;

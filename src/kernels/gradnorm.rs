@@ -8,7 +8,9 @@
 //! REGrad*'s perturbed copies exactly. `nn::gradnorm::autograd_grad_norms` is the generic
 //! reference it is tested against.
 
-use super::{gemm_nt, im2col_one, Elem};
+use super::elem::Elem;
+use super::gemm::gemm_nt;
+use super::im2col::im2col_one;
 use rayon::prelude::*;
 
 /// Raw gradient evidence: squared norms `(n, rows, layers)` and GradNorm's L1 values `(n,)`.

@@ -13,10 +13,12 @@
 //! when compiled with AVX2 enabled (`-C target-cpu`), and then differs from these ops by
 //! rounding.
 
-use super::{contiguous, entry, Elem};
-use candle_core::{
-    backend::BackendStorage, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor,
-};
+use super::dispatch::with_float;
+use super::elem::Elem;
+use super::enabled::entry;
+use super::storage::{into_storage, storage_slice};
+use super::threading::par_chunks;
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
 /// Rows of `n` per parallel piece.
 const ROWS: usize = 64;
@@ -32,7 +34,7 @@ pub struct SumSquaresGrad;
 
 fn sum_squares_k<T: Elem>(d: &[T], n: usize) -> Vec<T> {
     let mut out = vec![T::ZERO; d.len() / n];
-    super::par_chunks(&mut out, ROWS, |i, o| {
+    par_chunks(&mut out, ROWS, |i, o| {
         for (r, s) in o.iter_mut().enumerate() {
             let at = (i * ROWS + r) * n;
             let mut acc = T::ZERO;
@@ -48,7 +50,7 @@ fn sum_squares_k<T: Elem>(d: &[T], n: usize) -> Vec<T> {
 fn grad_k<T: Elem>(d: &[T], g: &[T], n: usize) -> Vec<T> {
     let (two, zero) = (T::from_f64(2.0), T::from_f64(0.0));
     let mut out = vec![T::ZERO; d.len()];
-    super::par_chunks(&mut out, ROWS * n, |i, o| {
+    par_chunks(&mut out, ROWS * n, |i, o| {
         for (r, row) in o.chunks_exact_mut(n).enumerate() {
             let row_at = i * ROWS + r;
             let gr = T::ZERO + g[row_at];
@@ -76,10 +78,10 @@ impl CustomOp1 for SumSquares {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         entry(self.name())?;
         let (n, shape) = split_last(l, self.name())?;
-        let out = dispatch1!(s, self.name(), |v| sum_squares_k(
-            contiguous(v, l, self.name())?,
+        let out = with_float!(self.name(), [s], |T| into_storage(sum_squares_k(
+            storage_slice::<T>(s, l, self.name())?,
             n
-        ));
+        )));
         Ok((out, shape))
     }
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -112,11 +114,11 @@ impl CustomOp2 for SumSquaresGrad {
             );
         }
         let name = self.name();
-        let out = dispatch2!(s1, s2, name, |d, g| grad_k(
-            contiguous(d, l1, name)?,
-            contiguous(g, l2, name)?,
+        let out = with_float!(name, [s1, s2], |T| into_storage(grad_k(
+            storage_slice::<T>(s1, l1, name)?,
+            storage_slice::<T>(s2, l2, name)?,
             n
-        ));
+        )));
         Ok((out, l1.shape().clone()))
     }
     /// Exact at second order: `2 g grad` for `d`, `sum_i 2 d_i grad_i` for `g` (candle ops).

@@ -6,10 +6,12 @@
 //! backward, which in a gradient-evidence pass (one backward per class) is a large part of the
 //! cost of a residual network.
 
-use super::{contiguous, entry, par_chunks, Elem};
-use candle_core::{
-    backend::BackendStorage, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor,
-};
+use super::dispatch::with_float;
+use super::elem::Elem;
+use super::enabled::entry;
+use super::storage::{into_storage, storage_slice};
+use super::threading::par_chunks;
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
 /// Elements per parallel piece (small tensors stay on one thread).
 const PIECE: usize = 1 << 16;
@@ -50,7 +52,13 @@ impl CustomOp1 for Relu {
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         entry(self.name())?;
-        let out = dispatch1!(s, self.name(), |v| relu_k(contiguous(v, l, self.name())?));
+        let out = with_float!(self.name(), [s], |T| into_storage(relu_k(storage_slice::<
+            T,
+        >(
+            s,
+            l,
+            self.name()
+        )?)));
         Ok((out, l.shape().clone()))
     }
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -80,10 +88,10 @@ impl CustomOp2 for ReluMask {
             );
         }
         let name = self.name();
-        let out = dispatch2!(s1, s2, name, |y, g| mask_k(
-            contiguous(y, l1, name)?,
-            contiguous(g, l2, name)?
-        ));
+        let out = with_float!(name, [s1, s2], |T| into_storage(mask_k(
+            storage_slice::<T>(s1, l1, name)?,
+            storage_slice::<T>(s2, l2, name)?
+        )));
         Ok((out, l1.shape().clone()))
     }
     fn bwd(
@@ -143,10 +151,10 @@ impl CustomOp2 for ChannelScale {
             );
         }
         let name = self.name();
-        let out = dispatch2!(s1, s2, name, |x, s| scale_k(
-            contiguous(x, l1, name)?,
-            contiguous(s, l2, name)?
-        ));
+        let out = with_float!(name, [s1, s2], |T| into_storage(scale_k(
+            storage_slice::<T>(s1, l1, name)?,
+            storage_slice::<T>(s2, l2, name)?
+        )));
         Ok((out, l1.shape().clone()))
     }
     fn bwd(

@@ -14,7 +14,10 @@
 //! candle's zero-filled accumulator does (which turns `-0` into `+0`): values and gradients
 //! keep every bit, and candle is left contiguous adds.
 
-use super::{contiguous, entry, Elem};
+use super::dispatch::with_float;
+use super::elem::Elem;
+use super::enabled::{entry, supported};
+use super::storage::{into_storage, storage_slice};
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor,
 };
@@ -100,7 +103,7 @@ impl CustomOp2 for MatmulT {
             );
         }
         if m * n == 0 || k == 0 {
-            let zeros = dispatch1!(s1, self.name(), |_v| vec![0.0; m * n]);
+            let zeros = with_float!(self.name(), [s1], |T| into_storage::<T>(vec![0.0; m * n]));
             return Ok((zeros, Shape::from((m, n))));
         }
         // The layout `w.t()` has, for the product candle computes with it.
@@ -148,12 +151,12 @@ impl CustomOp1 for Transpose {
                 self.cols
             );
         }
-        let out = dispatch1!(s, self.name(), |v| transpose_k(
-            contiguous(v, l, self.name())?,
+        let out = with_float!(self.name(), [s], |T| into_storage(transpose_k(
+            storage_slice::<T>(s, l, self.name())?,
             self.rows,
             self.cols,
             self.plus_zero
-        ));
+        )));
         Ok((out, Shape::from(self.shape.clone())))
     }
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -172,7 +175,7 @@ impl CustomOp1 for Transpose {
 /// `(h w, c)` on the CPU, which moves the values as candle's permute and copy do and hands the
 /// gradient back as candle's backward of them does (zero added), without its strided add.
 pub(crate) fn flatten_nchw(x: &Tensor) -> Result<Option<Tensor>> {
-    if !super::supported(x) {
+    if !supported(x) {
         return Ok(None);
     }
     let (b, h, w, c) = x.dims4()?;
@@ -190,7 +193,7 @@ pub(crate) fn flatten_nchw(x: &Tensor) -> Result<Option<Tensor>> {
 /// `(ki, kj, c)` order (candle's `permute((0, 2, 3, 1))` and reshape): [`Transpose`] of each
 /// output channel's `(in, kh kw)` on the CPU, without the strided add in its backward.
 pub(crate) fn weight_matrix(w: &Tensor) -> Result<Option<Tensor>> {
-    if !super::supported(w) {
+    if !supported(w) {
         return Ok(None);
     }
     let (out, cin, kh, kw) = w.dims4()?;
@@ -207,7 +210,7 @@ pub(crate) fn weight_matrix(w: &Tensor) -> Result<Option<Tensor>> {
 /// `x (m, k) w^T` for `w (n, k)`: [`MatmulT`] on the CPU, candle's `x.matmul(&w.t())`
 /// elsewhere (and where the kernels are off). Same values and gradients either way.
 pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if super::supported(x) && x.rank() == 2 && w.rank() == 2 && x.dtype() == w.dtype() {
+    if supported(x) && x.rank() == 2 && w.rank() == 2 && x.dtype() == w.dtype() {
         x.apply_op2(w, MatmulT)
     } else {
         x.matmul(&w.t()?)

@@ -37,7 +37,10 @@
 //! into a zero frame, output tiles straight into the result where they fit), through
 //! [`tile_pass`], whose 1-D passes go over blocks of channels in local arrays.
 
-use super::{fill, gemm_strided, Elem, Part};
+use super::elem::Elem;
+use super::gemm::gemm_strided;
+use super::output::{fill, Part};
+use super::threading::join;
 use std::marker::PhantomData;
 
 /// Transformed positions times tiles per chunk: a chunk's transformed inputs stay near 1 MB
@@ -586,7 +589,7 @@ fn weight_transform<T: Elem, const N: usize, const O: usize, X: Tile<N, O>>(
     };
     fill(g.cin * per, |all| {
         let (a, b) = all.split_at(half * per);
-        crate::kernels::join(|| run(0, a), || run(half, b));
+        join(|| run(0, a), || run(half, b));
     })
     .0
 }
