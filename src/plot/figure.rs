@@ -1,7 +1,11 @@
 //! A figure of side-by-side panels of lines with shaded bands, and its layout into drawing
 //! primitives (axes, ticks, labels, legend) that the SVG and PNG backends share.
 
-use super::{Anchor, Prim, Rgb};
+use super::{font, Anchor, Prim, Rgb};
+
+/// Font sizes in pixels per em: tick labels, axis labels and legend entries; panel titles.
+const LABEL: f64 = 12.0;
+const TITLE: f64 = 15.0;
 
 /// One line (and optional band) in a panel.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +138,7 @@ impl Figure {
                     x: x0 - 6.0,
                     y: sy(t) + 4.0,
                     s: fmt_tick(t),
-                    size: 8.0,
+                    size: LABEL,
                     anchor: Anchor::End,
                     vertical: false,
                 });
@@ -149,7 +153,7 @@ impl Figure {
                     x: sx(t),
                     y: y1 + 16.0,
                     s: fmt_tick(t),
-                    size: 8.0,
+                    size: LABEL,
                     anchor: Anchor::Middle,
                     vertical: false,
                 });
@@ -163,7 +167,7 @@ impl Figure {
                 x: (x0 + x1) / 2.0,
                 y: 18.0,
                 s: panel.title.clone(),
-                size: 16.0,
+                size: TITLE,
                 anchor: Anchor::Middle,
                 vertical: false,
             });
@@ -171,7 +175,7 @@ impl Figure {
                 x: (x0 + x1) / 2.0,
                 y: h - 12.0,
                 s: panel.x_label.clone(),
-                size: 8.0,
+                size: LABEL,
                 anchor: Anchor::Middle,
                 vertical: false,
             });
@@ -179,19 +183,18 @@ impl Figure {
                 x: pi as f64 * pw + 14.0,
                 y: (y0 + y1) / 2.0,
                 s: panel.y_label.clone(),
-                size: 8.0,
+                size: LABEL,
                 anchor: Anchor::Middle,
                 vertical: true,
             });
             // Legend box (drawn under the entries, over the grid and bands).
-            let legend_w = 40.0
-                + 7.0
-                    * panel
-                        .series
-                        .iter()
-                        .map(|s| s.name.chars().count())
-                        .max()
-                        .unwrap_or(0) as f64;
+            // The key (5..23), a gap, the longest name from 27, and a margin.
+            let legend_w = 35.0
+                + panel
+                    .series
+                    .iter()
+                    .map(|s| font::width(&s.name, LABEL))
+                    .fold(0.0, f64::max);
             let legend_h = 8.0 + 14.0 * panel.series.len() as f64;
             let mut entries = Vec::new();
             for (si, s) in panel.series.iter().enumerate() {
@@ -228,7 +231,7 @@ impl Figure {
                     x: x0 + 30.0,
                     y: ly,
                     s: s.name.clone(),
-                    size: 8.0,
+                    size: LABEL,
                     anchor: Anchor::Start,
                     vertical: false,
                 });

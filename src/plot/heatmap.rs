@@ -70,7 +70,7 @@ pub fn heatmap_png(
         (left + size / 2) as f64,
         20.0,
         title,
-        2,
+        15.0,
         Anchor::Middle,
         false,
     );

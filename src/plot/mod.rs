@@ -2,10 +2,12 @@
 //!
 //! Small on purpose: alkit needs curves (mean ± std per strategy), ROC and reliability plots,
 //! not a plotting framework. A [`Figure`] of [`Panel`]s is laid out once into the drawing
-//! primitives below, then written by two backends: SVG with vector text ([`svg`]) and an RGB
-//! raster encoded as PNG ([`raster`]).
+//! primitives below, then written by two backends: SVG with vector text (`svg.rs`) and an RGB
+//! raster encoded as PNG (`raster.rs`), its text anti-aliased from the embedded DejaVu Sans
+//! (`font.rs`), so no system fonts are needed.
 
 mod figure;
+mod font;
 mod heatmap;
 mod raster;
 mod svg;
@@ -31,7 +33,7 @@ enum Prim {
         color: Rgb,
         alpha: f64,
     },
-    /// One line of text; `(x, y)` is on the baseline, `size` 8 for labels and 16 for titles.
+    /// One line of text; `(x, y)` is on the baseline, `size` in pixels per em.
     Text {
         x: f64,
         y: f64,

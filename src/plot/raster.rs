@@ -1,7 +1,7 @@
 //! The PNG backend: an RGB raster that primitives are drawn on with anti-aliased edges, encoded
 //! by the `png` crate.
 
-use super::{Anchor, Prim, Rgb};
+use super::{font, Anchor, Prim, Rgb};
 
 /// A `w` x `h` PNG drawing `prims` on white.
 pub(super) fn render(w: u32, h: u32, prims: &[Prim]) -> Vec<u8> {
@@ -21,14 +21,7 @@ pub(super) fn render(w: u32, h: u32, prims: &[Prim]) -> Vec<u8> {
                 size,
                 anchor,
                 vertical,
-            } => c.text(
-                *x,
-                *y,
-                s,
-                (size / 8.0).round().max(1.0) as usize,
-                *anchor,
-                *vertical,
-            ),
+            } => c.text(*x, *y, s, *size, *anchor, *vertical),
         }
     }
     c.png()
@@ -127,47 +120,34 @@ impl Canvas {
         }
     }
 
-    /// Text in the 8x8 bitmap font, scaled by `scale`; `y` is the baseline.
+    /// `s` in the plot font at `size` pixels per em, anti-aliased; `(x, y)` is on the baseline
+    /// at the `anchor` point. Vertical text reads upwards, its baseline at `x`.
     pub(super) fn text(
         &mut self,
         x: f64,
         y: f64,
         s: &str,
-        scale: usize,
+        size: f64,
         anchor: Anchor,
         vertical: bool,
     ) {
-        let adv = 7 * scale; // 8-pixel cells look loose; glyphs use 7 columns
-        let total = (s.chars().count() * adv) as f64;
+        const INK: Rgb = (30, 30, 30);
         let shift = match anchor {
             Anchor::Start => 0.0,
-            Anchor::Middle => total / 2.0,
-            Anchor::End => total,
+            Anchor::Middle => font::width(s, size) / 2.0,
+            Anchor::End => font::width(s, size),
         };
-        for (i, ch) in s.chars().enumerate() {
-            let glyph = font8x8::legacy::BASIC_LEGACY
-                .get(ch as usize)
-                .copied()
-                .unwrap_or([0; 8]);
-            for (row, bits) in glyph.iter().enumerate() {
-                for col in 0..8 {
-                    if bits & (1 << col) == 0 {
-                        continue;
-                    }
-                    for sy in 0..scale {
-                        for sx in 0..scale {
-                            let u = (i * adv + col * scale + sx) as f64 - shift;
-                            let v = (row * scale + sy) as f64 - 7.0 * scale as f64;
-                            let (px, py) = if vertical {
-                                (x + v, y - u)
-                            } else {
-                                (x + u, y + v)
-                            };
-                            self.blend(px as i64, py as i64, (30, 30, 30), 1.0);
-                        }
-                    }
-                }
-            }
+        if vertical {
+            // Laid out horizontally from the origin, then turned a quarter counter-clockwise
+            // about (x, y): the pixel (u, v) lands on (x + v, y - u - 1).
+            let (x, y) = (x.round() as i64, y.round() as i64);
+            font::draw(s, size, -shift, 0.0, |u, v, c| {
+                self.blend(x + v, y - u - 1, INK, c);
+            });
+        } else {
+            font::draw(s, size, x - shift, y, |px, py, c| {
+                self.blend(px, py, INK, c);
+            });
         }
     }
 
@@ -235,7 +215,8 @@ mod tests {
                 }
             }
         }
-        c.text(10.0, 40.0, "ab", 1, Anchor::Start, false);
+        c.text(10.0, 40.0, "ab", 12.0, Anchor::Start, false);
+        c.text(60.0, 80.0, "cd", 12.0, Anchor::Middle, true);
         let png = c.png();
         let mut dec = png::Decoder::new(std::io::Cursor::new(&png))
             .read_info()

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 
 /// A `w` x `h` SVG document drawing `prims` on white.
 pub(super) fn render(w: u32, h: u32, prims: &[Prim]) -> String {
+    let family = super::font::FAMILY;
     let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"{family}, sans-serif\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>\n"
     );
     let pts = |p: &[(f64, f64)]| {
         p.iter()
@@ -52,8 +53,7 @@ pub(super) fn render(w: u32, h: u32, prims: &[Prim]) -> String {
                     .replace('&', "&amp;")
                     .replace('<', "&lt;")
                     .replace('>', "&gt;");
-                let px = if *size > 10.0 { 15 } else { 12 };
-                let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{y:.1}\" font-size=\"{px}\" text-anchor=\"{a}\"{rot}>{text}</text>");
+                let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{y:.1}\" font-size=\"{size}\" text-anchor=\"{a}\"{rot}>{text}</text>");
             }
         }
     }
