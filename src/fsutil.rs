@@ -69,16 +69,23 @@ where
     R: IntoIterator<Item = Vec<F>>,
     F: AsRef<[u8]>,
 {
-    let err = |e: csv::Error| Error::io(path, std::io::Error::other(e));
-    let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(header).map_err(err)?;
-    for row in rows {
-        w.write_record(&row).map_err(err)?;
-    }
-    let bytes = w
-        .into_inner()
-        .map_err(|e| Error::io(path, std::io::Error::other(e.to_string())))?;
+    let bytes = csv_bytes(header, rows).map_err(|e| Error::io(path, std::io::Error::other(e)))?;
     write_atomic(path, &bytes)
+}
+
+/// The bytes of a CSV table: `header`, then one record per row, each ended by `\n`, a field
+/// quoted only where RFC 4180 needs it (so ordinary numbers and names come out as written).
+fn csv_bytes<R, F>(header: &[&str], rows: R) -> std::result::Result<Vec<u8>, csv::Error>
+where
+    R: IntoIterator<Item = Vec<F>>,
+    F: AsRef<[u8]>,
+{
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(header)?;
+    for row in rows {
+        w.write_record(&row)?;
+    }
+    w.into_inner().map_err(|e| e.into_error().into())
 }
 
 /// The path as the file system resolves it, for comparing paths: canonical when it exists,
@@ -218,5 +225,25 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn csv_fields_are_written_as_given_and_quoted_only_where_needed() {
+        let rows = vec![
+            vec!["0.500000".to_string(), "train/7".to_string()],
+            vec!["NaN".to_string(), "a,\"b\"\nc".to_string()],
+        ];
+        let bytes = csv_bytes(&["acc", "id"], rows.clone()).unwrap();
+        assert_eq!(
+            String::from_utf8(bytes.clone()).unwrap(),
+            "acc,id\n0.500000,train/7\nNaN,\"a,\"\"b\"\"\nc\"\n"
+        );
+        let mut rd = csv::Reader::from_reader(&bytes[..]);
+        assert_eq!(rd.headers().unwrap(), vec!["acc", "id"]);
+        let back: Vec<Vec<String>> = rd
+            .records()
+            .map(|r| r.unwrap().iter().map(String::from).collect())
+            .collect();
+        assert_eq!(back, rows);
     }
 }

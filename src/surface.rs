@@ -532,15 +532,23 @@ pub fn run_seeds(
     spec.validate()?;
     std::fs::create_dir_all(out).map_err(|e| crate::Error::io(out, e))?;
     let mut spec = spec.clone();
-    let mut csv = String::from("seed,accuracy,auroc_far\n");
+    let mut rows = Vec::new();
     let (mut acc, mut far) = (Vec::new(), Vec::new());
     for seed in first..first.saturating_add(seeds) {
         spec.seed = seed;
         let s = moons_surface(&spec, device)?;
         write(&s, &out.join(format!("seed{seed}")))?;
         done(seed, &s);
-        csv.push_str(&format!("{seed},{},{}\n", s.accuracy, s.auroc_far));
-        crate::fsutil::write_atomic(&out.join("seeds.csv"), csv.as_bytes())?;
+        rows.push(vec![
+            seed.to_string(),
+            s.accuracy.to_string(),
+            s.auroc_far.to_string(),
+        ]);
+        crate::fsutil::write_csv(
+            &out.join("seeds.csv"),
+            &["seed", "accuracy", "auroc_far"],
+            rows.iter().cloned(),
+        )?;
         acc.push(s.accuracy);
         far.push(s.auroc_far);
     }

@@ -16,7 +16,7 @@ pub use setup::{resume, run, CurveData, CurveOptions};
 use crate::acquire::{run as run_one, LoopConfig, RunContext, RunState};
 use crate::data::{Dataset, PoolReader};
 use crate::error::{Error, Result};
-use crate::fsutil::{read_json, write_atomic, write_json};
+use crate::fsutil::{read_json, write_csv, write_json};
 use crate::models::Arch;
 use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
@@ -188,27 +188,35 @@ pub fn run_curve(
                 run_one(&ctx, strategy, &mut state, Some(&path), observer)?;
             }
             states.push(state);
-            write_atomic(&out.join("curve.csv"), curve_csv(&states).as_bytes())?;
+            write_curve_csv(&out.join("curve.csv"), &states)?;
         }
     }
     let rows = summarize(&states);
-    write_atomic(&out.join("summary.csv"), summary_csv(&rows).as_bytes())?;
+    write_summary_csv(&out.join("summary.csv"), &rows)?;
     curve_figure(&states).save(out, "curve")?;
     Ok(states)
 }
 
-/// `curve.csv` for `states`.
-pub fn curve_csv(states: &[RunState]) -> String {
-    let mut s = String::from("scorer,seed,cycle,labeled,acc,nll,train_s,score_s\n");
-    for st in states {
-        for r in &st.records {
-            s.push_str(&format!(
-                "{},{},{},{},{:.6},{:.6},{:.3},{:.3}\n",
-                st.strategy, st.seed, r.cycle, r.labeled, r.acc, r.nll, r.train_s, r.score_s
-            ));
-        }
-    }
-    s
+/// Writes `curve.csv` for `states` to `path`.
+pub fn write_curve_csv(path: &Path, states: &[RunState]) -> Result<()> {
+    let header = [
+        "scorer", "seed", "cycle", "labeled", "acc", "nll", "train_s", "score_s",
+    ];
+    let rows = states.iter().flat_map(|st| {
+        st.records.iter().map(|r| {
+            vec![
+                st.strategy.clone(),
+                st.seed.to_string(),
+                r.cycle.to_string(),
+                r.labeled.to_string(),
+                format!("{:.6}", r.acc),
+                format!("{:.6}", r.nll),
+                format!("{:.3}", r.train_s),
+                format!("{:.3}", r.score_s),
+            ]
+        })
+    });
+    write_csv(path, &header, rows)
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {
@@ -265,16 +273,29 @@ pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
         .collect()
 }
 
-/// `summary.csv` for `rows`.
-pub fn summary_csv(rows: &[SummaryRow]) -> String {
-    let mut s = String::from("scorer,seeds,acc_mean,acc_std,nll_mean,nll_std,final_acc\n");
-    for r in rows {
-        s.push_str(&format!(
-            "{},{},{:.6},{:.6},{:.6},{:.6},{:.6}\n",
-            r.strategy, r.seeds, r.acc_mean, r.acc_std, r.nll_mean, r.nll_std, r.final_acc
-        ));
-    }
-    s
+/// Writes `summary.csv` for `rows` to `path`.
+pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
+    let header = [
+        "scorer",
+        "seeds",
+        "acc_mean",
+        "acc_std",
+        "nll_mean",
+        "nll_std",
+        "final_acc",
+    ];
+    let rows = rows.iter().map(|r| {
+        vec![
+            r.strategy.clone(),
+            r.seeds.to_string(),
+            format!("{:.6}", r.acc_mean),
+            format!("{:.6}", r.acc_std),
+            format!("{:.6}", r.nll_mean),
+            format!("{:.6}", r.nll_std),
+            format!("{:.6}", r.final_acc),
+        ]
+    });
+    write_csv(path, &header, rows)
 }
 
 /// Two panels (ACC, NLL against labeled count), one line per strategy with a ± std band.
@@ -393,11 +414,11 @@ impl Observer for SaveScores<'_> {
                     .join(&self.run.0)
                     .join(format!("seed{}", self.run.1))
                     .join(format!("cycle{cycle}.csv"));
-                let mut s = String::from("index,score\n");
-                for (i, v) in indices.iter().zip(scores.iter()) {
-                    s.push_str(&format!("{i},{v}\n"));
-                }
-                if let Err(e) = write_atomic(&path, s.as_bytes()) {
+                let rows = indices
+                    .iter()
+                    .zip(scores.iter())
+                    .map(|(i, v)| vec![i.to_string(), v.to_string()]);
+                if let Err(e) = write_csv(&path, &["index", "score"], rows) {
                     self.error = Some(e);
                     return Control::Stop;
                 }

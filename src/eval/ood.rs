@@ -9,7 +9,7 @@ use super::{create_out, score_all, scoring, ModelSource};
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
 use crate::error::{Error, Result, ResultExt};
-use crate::fsutil::{check_output_dir, write_atomic, write_json};
+use crate::fsutil::{check_output_dir, write_csv, write_json};
 use crate::hub::Hub;
 use crate::metrics::{ood_metrics, roc_curve, OodMetrics};
 use crate::observe::Observer;
@@ -121,35 +121,37 @@ pub fn run(
         hists.push(histogram_panel(s.name(), &id_scores[i], &ood_scores[i]));
     }
     create_out(out)?;
-    let mut csv = String::from("scorer,auroc,aupr_in,aupr_out,fpr95\n");
     let mut json = serde_json::Map::new();
     for (name, m) in &rows {
-        csv.push_str(&format!(
-            "{name},{:.6},{:.6},{:.6},{:.6}\n",
-            m.auroc, m.aupr_in, m.aupr_out, m.fpr95
-        ));
         json.insert(
             name.clone(),
             serde_json::to_value(m).map_err(|e| Error::config("metrics", e.to_string()))?,
         );
     }
-    write_atomic(&out.join("ood.csv"), csv.as_bytes())?;
+    let table = rows.iter().map(|(name, m)| {
+        let cells = [m.auroc, m.aupr_in, m.aupr_out, m.fpr95].map(|v| format!("{v:.6}"));
+        std::iter::once(name.clone())
+            .chain(cells)
+            .collect::<Vec<_>>()
+    });
+    let header = ["scorer", "auroc", "aupr_in", "aupr_out", "fpr95"];
+    write_csv(&out.join("ood.csv"), &header, table)?;
     write_json(&out.join("metrics.json"), &serde_json::Value::Object(json))?;
-    let mut scores_csv = String::from("split,index");
-    for s in scorers {
-        scores_csv.push_str(&format!(",{}", s.name()));
-    }
-    scores_csv.push('\n');
-    for (split, cols) in [("id", &id_scores), ("ood", &ood_scores)] {
-        for k in 0..cols.first().map_or(0, Vec::len) {
-            scores_csv.push_str(&format!("{split},{k}"));
-            for c in cols.iter() {
-                scores_csv.push_str(&format!(",{}", c[k]));
-            }
-            scores_csv.push('\n');
-        }
-    }
-    write_atomic(&out.join("scores.csv"), scores_csv.as_bytes())?;
+    let header: Vec<&str> = ["split", "index"]
+        .into_iter()
+        .chain(scorers.iter().map(|s| s.name()))
+        .collect();
+    let score_rows = [("id", &id_scores), ("ood", &ood_scores)]
+        .into_iter()
+        .flat_map(|(split, cols)| {
+            (0..cols.first().map_or(0, Vec::len)).map(move |k| {
+                [split.to_string(), k.to_string()]
+                    .into_iter()
+                    .chain(cols.iter().map(|c| c[k].to_string()))
+                    .collect::<Vec<_>>()
+            })
+        });
+    write_csv(&out.join("scores.csv"), &header, score_rows)?;
     Figure {
         panels: vec![roc],
         panel_width: 520,

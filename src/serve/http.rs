@@ -112,31 +112,23 @@ pub fn query_param(query: &str, name: &str) -> Option<String> {
 /// Decodes `%XX` escapes and `+` (a space in a query string); `None` on a bad escape or
 /// bytes that are not UTF-8.
 pub fn percent_decode(s: &str) -> Option<String> {
+    // The crate passes a malformed escape through as it stands; refused here instead, so that
+    // a query never means something other than what its sender encoded.
     let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = b.get(i + 1..i + 3)?;
-                if !hex.iter().all(u8::is_ascii_hexdigit) {
-                    return None;
-                }
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
+    let malformed = b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !b
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    // `+` is replaced before decoding, so that an encoded `%2B` stays a plus sign.
+    percent_encoding::percent_decode_str(&s.replace('+', " "))
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
 }
 
 /// The value of cookie `name` in the request's `Cookie` header.
@@ -203,6 +195,10 @@ mod tests {
         assert_eq!(query_param("id=%+1", "id"), None);
         assert_eq!(query_param("x=1", "id"), None);
         assert_eq!(query_param("id", "id").as_deref(), Some(""));
+        assert_eq!(query_param("id=a%2Bb+c", "id").as_deref(), Some("a+b c"));
+        assert_eq!(query_param("id=%41%", "id"), None);
+        assert_eq!(query_param("id=%%41", "id"), None);
+        assert_eq!(query_param("id=%C3%A9", "id").as_deref(), Some("é"));
     }
 
     #[test]

@@ -1,0 +1,286 @@
+//! A figure of side-by-side panels of lines with shaded bands, and its layout into drawing
+//! primitives (axes, ticks, labels, legend) that the SVG and PNG backends share.
+
+use super::{font, Anchor, Prim, Rgb};
+
+/// Font sizes in pixels per em: tick labels, axis labels and legend entries; panel titles.
+const LABEL: f64 = 12.0;
+const TITLE: f64 = 15.0;
+
+/// One line (and optional band) in a panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// `(x, y)` points, drawn in order.
+    pub points: Vec<(f64, f64)>,
+    /// `(x, low, high)` shaded band behind the line (e.g. mean ± std).
+    pub band: Vec<(f64, f64, f64)>,
+}
+
+/// One set of axes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Panel {
+    /// Title above the axes.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+/// Panels side by side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// The panels, left to right.
+    pub panels: Vec<Panel>,
+    /// Width of one panel in pixels.
+    pub panel_width: u32,
+    /// Height in pixels.
+    pub height: u32,
+}
+
+/// The tab10 palette.
+const PALETTE: [Rgb; 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
+/// "Nice" tick positions covering `[lo, hi]`.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let span = (hi - lo).max(1e-12);
+    let raw = span / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| span / s <= 6.0)
+        .unwrap_or(10.0 * mag);
+    let first = (lo / step).ceil() * step;
+    (0..)
+        .map(|i| first + i as f64 * step)
+        .take_while(|v| *v <= hi + step * 1e-9)
+        .collect()
+}
+
+fn fmt_tick(v: f64) -> String {
+    if v.abs() >= 1000.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if (v * 10.0 - (v * 10.0).round()).abs() < 1e-9 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+impl Figure {
+    fn width(&self) -> u32 {
+        self.panel_width * self.panels.len().max(1) as u32
+    }
+
+    /// The figure as drawing primitives, back to front.
+    pub(super) fn layout(&self) -> Vec<Prim> {
+        let mut out = Vec::new();
+        let (pw, h) = (f64::from(self.panel_width), f64::from(self.height));
+        let (ml, mr, mt, mb) = (64.0, 16.0, 30.0, 48.0);
+        for (pi, panel) in self.panels.iter().enumerate() {
+            let x0 = pi as f64 * pw + ml;
+            let (x1, y0, y1) = ((pi + 1) as f64 * pw - mr, mt, h - mb);
+            let all_x = panel
+                .series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.0));
+            let all_y = panel.series.iter().flat_map(|s| {
+                s.points
+                    .iter()
+                    .map(|p| p.1)
+                    .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+            });
+            let (mut xl, mut xh) = all_x.fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| {
+                (a.0.min(v), a.1.max(v))
+            });
+            let (mut yl, mut yh) = all_y
+                .filter(|v| v.is_finite())
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| {
+                    (a.0.min(v), a.1.max(v))
+                });
+            if !xl.is_finite() {
+                (xl, xh) = (0.0, 1.0);
+            }
+            if !yl.is_finite() {
+                (yl, yh) = (0.0, 1.0);
+            }
+            if xh - xl < 1e-12 {
+                (xl, xh) = (xl - 0.5, xh + 0.5);
+            }
+            let pad = ((yh - yl) * 0.05).max(1e-6);
+            (yl, yh) = (yl - pad, yh + pad);
+            let sx = |v: f64| x0 + (v - xl) / (xh - xl) * (x1 - x0);
+            let sy = |v: f64| y1 - (v - yl) / (yh - yl) * (y1 - y0);
+            // Grid and ticks.
+            for t in ticks(yl, yh) {
+                out.push(Prim::Line {
+                    pts: vec![(x0, sy(t)), (x1, sy(t))],
+                    color: (225, 225, 225),
+                    width: 1.0,
+                });
+                out.push(Prim::Text {
+                    x: x0 - 6.0,
+                    y: sy(t) + 4.0,
+                    s: fmt_tick(t),
+                    size: LABEL,
+                    anchor: Anchor::End,
+                    vertical: false,
+                });
+            }
+            for t in ticks(xl, xh) {
+                out.push(Prim::Line {
+                    pts: vec![(sx(t), y0), (sx(t), y1)],
+                    color: (225, 225, 225),
+                    width: 1.0,
+                });
+                out.push(Prim::Text {
+                    x: sx(t),
+                    y: y1 + 16.0,
+                    s: fmt_tick(t),
+                    size: LABEL,
+                    anchor: Anchor::Middle,
+                    vertical: false,
+                });
+            }
+            out.push(Prim::Line {
+                pts: vec![(x0, y0), (x0, y1), (x1, y1), (x1, y0), (x0, y0)],
+                color: (60, 60, 60),
+                width: 1.0,
+            });
+            out.push(Prim::Text {
+                x: (x0 + x1) / 2.0,
+                y: 18.0,
+                s: panel.title.clone(),
+                size: TITLE,
+                anchor: Anchor::Middle,
+                vertical: false,
+            });
+            out.push(Prim::Text {
+                x: (x0 + x1) / 2.0,
+                y: h - 12.0,
+                s: panel.x_label.clone(),
+                size: LABEL,
+                anchor: Anchor::Middle,
+                vertical: false,
+            });
+            out.push(Prim::Text {
+                x: pi as f64 * pw + 14.0,
+                y: (y0 + y1) / 2.0,
+                s: panel.y_label.clone(),
+                size: LABEL,
+                anchor: Anchor::Middle,
+                vertical: true,
+            });
+            // Legend box (drawn under the entries, over the grid and bands).
+            // The key (5..23), a gap, the longest name from 27, and a margin.
+            let legend_w = 35.0
+                + panel
+                    .series
+                    .iter()
+                    .map(|s| font::width(&s.name, LABEL))
+                    .fold(0.0, f64::max);
+            let legend_h = 8.0 + 14.0 * panel.series.len() as f64;
+            let mut entries = Vec::new();
+            for (si, s) in panel.series.iter().enumerate() {
+                let color = PALETTE[si % PALETTE.len()];
+                if !s.band.is_empty() {
+                    let mut pts: Vec<(f64, f64)> =
+                        s.band.iter().map(|b| (sx(b.0), sy(b.2))).collect();
+                    pts.extend(s.band.iter().rev().map(|b| (sx(b.0), sy(b.1))));
+                    out.push(Prim::Fill {
+                        pts,
+                        color,
+                        alpha: 0.18,
+                    });
+                }
+                let pts: Vec<(f64, f64)> = s
+                    .points
+                    .iter()
+                    .filter(|p| p.1.is_finite())
+                    .map(|p| (sx(p.0), sy(p.1)))
+                    .collect();
+                out.push(Prim::Line {
+                    pts,
+                    color,
+                    width: 2.0,
+                });
+                // Legend, top-left inside the axes.
+                let ly = y0 + 14.0 + 14.0 * si as f64;
+                entries.push(Prim::Line {
+                    pts: vec![(x0 + 8.0, ly - 4.0), (x0 + 26.0, ly - 4.0)],
+                    color,
+                    width: 2.0,
+                });
+                entries.push(Prim::Text {
+                    x: x0 + 30.0,
+                    y: ly,
+                    s: s.name.clone(),
+                    size: LABEL,
+                    anchor: Anchor::Start,
+                    vertical: false,
+                });
+            }
+            if !panel.series.is_empty() {
+                let (lx, ly) = (x0 + 3.0, y0 + 3.0);
+                out.push(Prim::Fill {
+                    pts: vec![
+                        (lx, ly),
+                        (lx + legend_w, ly),
+                        (lx + legend_w, ly + legend_h),
+                        (lx, ly + legend_h),
+                    ],
+                    color: (255, 255, 255),
+                    alpha: 0.85,
+                });
+                out.extend(entries);
+            }
+        }
+        out
+    }
+
+    /// The figure as an SVG document.
+    pub fn to_svg(&self) -> String {
+        super::svg::render(self.width(), self.height, &self.layout())
+    }
+
+    /// The figure as a PNG file's bytes.
+    pub fn to_png(&self) -> Vec<u8> {
+        super::raster::render(self.width(), self.height, &self.layout())
+    }
+
+    /// Writes `dir/STEM.svg` and `dir/STEM.png`, each atomically.
+    pub fn save(&self, dir: &std::path::Path, stem: &str) -> crate::Result<()> {
+        crate::fsutil::write_atomic(&dir.join(format!("{stem}.svg")), self.to_svg().as_bytes())?;
+        crate::fsutil::write_atomic(&dir.join(format!("{stem}.png")), &self.to_png())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_nice() {
+        let close = |a: Vec<f64>, b: &[f64]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9)
+        };
+        assert!(close(ticks(0.0, 1.0), &[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]));
+        assert!(close(ticks(20.0, 220.0), &[50.0, 100.0, 150.0, 200.0]));
+    }
+}
