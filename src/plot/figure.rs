@@ -273,6 +273,7 @@ impl Figure {
 
 #[cfg(test)]
 mod tests {
+    use super::super::raster::Canvas;
     use super::*;
 
     #[test]
@@ -282,5 +283,51 @@ mod tests {
         };
         assert!(close(ticks(0.0, 1.0), &[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]));
         assert!(close(ticks(20.0, 220.0), &[50.0, 100.0, 150.0, 200.0]));
+    }
+
+    fn figure() -> Figure {
+        Figure {
+            panels: vec![Panel {
+                title: "t".into(),
+                x_label: "x".into(),
+                y_label: "y".into(),
+                series: vec![Series {
+                    name: "a".into(),
+                    points: vec![(0.0, 0.0), (1.0, 1.0)],
+                    band: vec![(0.0, -0.1, 0.1), (1.0, 0.9, 1.1)],
+                }],
+            }],
+            panel_width: 120,
+            height: 90,
+        }
+    }
+
+    /// The raster backend's PNG holds exactly the pixels it drew (tested here, where a
+    /// figure's layout is at hand, so that `raster` needs nothing of `figure`).
+    #[test]
+    fn png_decodes_to_the_drawn_pixels() {
+        let fig = figure();
+        let mut c = Canvas::new(120, 90);
+        let prims = fig.layout();
+        for prim in &prims {
+            if let Prim::Line { pts, color, width } = prim {
+                for seg in pts.windows(2) {
+                    c.segment(seg[0], seg[1], *color, *width);
+                }
+            }
+        }
+        c.text(10.0, 40.0, "ab", 12.0, Anchor::Start, false);
+        c.text(60.0, 80.0, "cd", 12.0, Anchor::Middle, true);
+        let png = c.png();
+        let mut dec = png::Decoder::new(std::io::Cursor::new(&png))
+            .read_info()
+            .unwrap();
+        let mut buf = vec![0; dec.output_buffer_size().unwrap()];
+        let info = dec.next_frame(&mut buf).unwrap();
+        assert_eq!((info.width, info.height), (120, 90));
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        assert_eq!(&buf[..info.buffer_size()], &c.rgb()[..]);
+        assert!(fig.to_png().starts_with(b"\x89PNG\r\n\x1a\n"));
+        assert!(fig.to_svg().contains("<polyline"));
     }
 }

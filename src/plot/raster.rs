@@ -58,7 +58,13 @@ impl Canvas {
     }
 
     /// A thick antialiased segment: coverage from the distance to the segment.
-    fn segment(&mut self, (ax, ay): (f64, f64), (bx, by): (f64, f64), color: Rgb, width: f64) {
+    pub(super) fn segment(
+        &mut self,
+        (ax, ay): (f64, f64),
+        (bx, by): (f64, f64),
+        color: Rgb,
+        width: f64,
+    ) {
         let r = width / 2.0;
         let (minx, maxx) = (
             (ax.min(bx) - r - 1.0).floor() as i64,
@@ -173,60 +179,10 @@ impl Canvas {
 
     /// The raster's bytes, row-major RGB.
     #[cfg(test)]
-    fn rgb(&self) -> Vec<u8> {
+    pub(super) fn rgb(&self) -> Vec<u8> {
         self.px
             .iter()
             .flat_map(|p| p.map(|v| v.round().clamp(0.0, 255.0) as u8))
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn figure() -> super::super::Figure {
-        use super::super::{Figure, Panel, Series};
-        Figure {
-            panels: vec![Panel {
-                title: "t".into(),
-                x_label: "x".into(),
-                y_label: "y".into(),
-                series: vec![Series {
-                    name: "a".into(),
-                    points: vec![(0.0, 0.0), (1.0, 1.0)],
-                    band: vec![(0.0, -0.1, 0.1), (1.0, 0.9, 1.1)],
-                }],
-            }],
-            panel_width: 120,
-            height: 90,
-        }
-    }
-
-    #[test]
-    fn png_decodes_to_the_drawn_pixels() {
-        let fig = figure();
-        let mut c = Canvas::new(120, 90);
-        let prims = fig.layout();
-        for prim in &prims {
-            if let Prim::Line { pts, color, width } = prim {
-                for seg in pts.windows(2) {
-                    c.segment(seg[0], seg[1], *color, *width);
-                }
-            }
-        }
-        c.text(10.0, 40.0, "ab", 12.0, Anchor::Start, false);
-        c.text(60.0, 80.0, "cd", 12.0, Anchor::Middle, true);
-        let png = c.png();
-        let mut dec = png::Decoder::new(std::io::Cursor::new(&png))
-            .read_info()
-            .unwrap();
-        let mut buf = vec![0; dec.output_buffer_size().unwrap()];
-        let info = dec.next_frame(&mut buf).unwrap();
-        assert_eq!((info.width, info.height), (120, 90));
-        assert_eq!(info.color_type, png::ColorType::Rgb);
-        assert_eq!(&buf[..info.buffer_size()], &c.rgb()[..]);
-        assert!(fig.to_png().starts_with(b"\x89PNG\r\n\x1a\n"));
-        assert!(fig.to_svg().contains("<polyline"));
     }
 }

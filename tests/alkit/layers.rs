@@ -1,6 +1,8 @@
 //! The layer order of ARCHITECTURE.md, kept true: every `crate::` path in the library's
 //! sources (comments and strings aside) may name only modules of its own layer or a lower one,
-//! and the top-level modules form no cycle.
+//! the top-level modules form no cycle, and inside every folder the sibling files form no
+//! cycle either (`super::`, `self::` and `crate::` paths, and names a folder's `mod.rs`
+//! re-exports from one of its files, all count).
 
 use super::tmp;
 use std::collections::{BTreeMap, BTreeSet};
@@ -281,6 +283,296 @@ fn the_layer_check_catches_a_planted_upward_import() {
     assert!(cycle(&dir).is_some_and(|c| c.contains("nn") && c.contains("acquire")));
     // Strings and comments are not imports.
     assert!(crate_refs(&code_only("// crate::acquire\nlet s = \"crate::curve\";")).is_empty());
+}
+
+/// The module path of a library file: `data/source.rs` -> `[data, source]`,
+/// `data/source/mod.rs` -> `[data, source]`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The identifiers of a path that starts at `rest` (`a::b::C`), up to a group or anything
+/// else.
+fn path_segments(rest: &str) -> Vec<String> {
+    let mut segs = Vec::new();
+    let mut rest = rest;
+    loop {
+        let id = first_ident(rest);
+        if id.is_empty() {
+            break;
+        }
+        rest = &rest.trim_start()[id.len()..];
+        segs.push(id);
+        match rest.strip_prefix("::") {
+            Some(r) if !r.starts_with('{') => rest = r,
+            _ => break,
+        }
+    }
+    segs
+}
+
+/// The items of a `{a, b::c, d as e}` group that starts right after its `{`, split at
+/// depth-0 commas.
+fn group_items(group: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut depth = 0;
+    let mut item = String::new();
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut item));
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    items.push(item);
+    items.retain(|i| !i.trim().is_empty());
+    items
+}
+
+/// Every absolute path that the code of module `module` names through `crate::`, `self::`
+/// or `super::` paths.
+fn absolute_refs(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let Some(found) = ["crate::", "self::", "super::"]
+            .iter()
+            .filter_map(|k| rest.find(k).map(|i| (i, *k)))
+            .min()
+        else {
+            break;
+        };
+        let (i, key) = found;
+        let before = rest[..i].chars().last();
+        at += i + key.len();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue; // `alkit_crate::`, or the `super::` of `super::super::` seen already
+        }
+        // `module` is the path of the module the file defines (a folder's for its `mod.rs`),
+        // so `self` is that path and `super` its parent either way.
+        let mut base: Vec<String> = match key {
+            "crate::" => Vec::new(),
+            "self::" => module.to_vec(),
+            _ => module[..module.len().saturating_sub(1)].to_vec(),
+        };
+        let mut tail = &code[at..];
+        if key == "super::" {
+            while let Some(t) = tail.strip_prefix("super::") {
+                base.pop();
+                tail = t;
+            }
+        }
+        // The path's leading identifiers, then a `{...}` group if one follows a `::`.
+        let mut lead = Vec::new();
+        let mut t = tail;
+        let mut group = None;
+        loop {
+            if let Some(g) = t.strip_prefix('{') {
+                group = Some(g);
+                break;
+            }
+            let id = first_ident(t);
+            if id.is_empty() || !t.starts_with(id.as_str()) {
+                break;
+            }
+            t = &t[id.len()..];
+            lead.push(id);
+            match t.strip_prefix("::") {
+                Some(r) => t = r,
+                None => break,
+            }
+        }
+        let prefix: Vec<String> = base.into_iter().chain(lead).collect();
+        match group {
+            Some(g) => {
+                for item in group_items(g) {
+                    let mut p = prefix.clone();
+                    p.extend(path_segments(item.trim_start()));
+                    out.push(p);
+                }
+            }
+            None => out.push(prefix),
+        }
+    }
+    out
+}
+
+/// A cycle among the files of one folder, for every folder that has one
+/// (`folder: a -> b -> a`).
+fn folder_cycles(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut modules: BTreeMap<Vec<String>, (String, bool)> = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        if first == "bin" || first == "lib.rs" {
+            continue;
+        }
+        let is_dir = rel.file_name().is_some_and(|n| n == "mod.rs");
+        let code = code_only(&std::fs::read_to_string(&f).unwrap());
+        modules.insert(module_path(rel), (code, is_dir));
+    }
+    // Each folder's files (child modules), and the names its `mod.rs` re-exports from them.
+    let mut children: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
+    for m in modules.keys().filter(|m| m.len() > 1) {
+        children
+            .entry(m[..m.len() - 1].to_vec())
+            .or_default()
+            .insert(m[m.len() - 1].clone());
+    }
+    let mut reexports: BTreeMap<(Vec<String>, String), String> = BTreeMap::new();
+    for (folder, kids) in &children {
+        let Some((code, true)) = modules.get(folder) else {
+            continue;
+        };
+        // A `mod.rs` names its own files by relative `use` paths (`pub use source::Items`).
+        let mut code = code.clone();
+        for k in kids {
+            code = code.replace(&format!("use {k}::"), &format!("use self::{k}::"));
+        }
+        for p in absolute_refs(&code, folder) {
+            if p.len() >= folder.len() + 2
+                && p[..folder.len()] == folder[..]
+                && kids.contains(&p[folder.len()])
+            {
+                let name = p.last().unwrap().clone();
+                reexports.insert((folder.clone(), name), p[folder.len()].clone());
+            }
+        }
+    }
+    let mut bad = Vec::new();
+    for (folder, kids) in &children {
+        let d = folder.len();
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (m, (code, _)) in &modules {
+            if m.len() <= d || m[..d] != folder[..] {
+                continue; // outside the folder, or its own mod.rs
+            }
+            for r in absolute_refs(code, m) {
+                if r.len() <= d || r[..d] != folder[..] {
+                    continue;
+                }
+                let target = if kids.contains(&r[d]) {
+                    r[d].clone()
+                } else if let Some(k) = reexports.get(&(folder.clone(), r[d].clone())) {
+                    k.clone()
+                } else {
+                    continue;
+                };
+                if target != m[d] {
+                    graph.entry(m[d].clone()).or_default().insert(target);
+                }
+            }
+        }
+        // Every distinct cycle, each found from one of its files.
+        let mut seen: BTreeSet<BTreeSet<String>> = BTreeSet::new();
+        for start in graph.keys() {
+            let mut from = graph.clone();
+            from.retain(|k, _| k >= start);
+            if let Some(c) = graph_cycle(&from) {
+                let members: BTreeSet<String> = c.split(" -> ").map(str::to_string).collect();
+                if seen.insert(members) {
+                    bad.push(format!("src/{}: {c}", folder.join("/")));
+                }
+            }
+        }
+    }
+    bad
+}
+
+/// A cycle of `graph`, if any (as a path `a -> b -> ... -> a`).
+fn graph_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(at) = stack.iter().position(|s| s == n) {
+            let mut path = stack[at..].to_vec();
+            path.push(n.to_string());
+            return Some(path.join(" -> "));
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_files_of_a_folder_form_no_cycle() {
+    let bad = folder_cycles(&src_dir());
+    assert!(
+        bad.is_empty(),
+        "import cycles inside folders:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_folder_check_catches_a_planted_cycle_and_reads_every_path_form() {
+    // Two sibling files that name each other, each in another of the path forms.
+    let dir = tmp("folder-cycle");
+    let f = dir.join("kernels");
+    std::fs::create_dir_all(&f).unwrap();
+    std::fs::write(
+        f.join("mod.rs"),
+        "mod a;\nmod b;\nmod c;\npub use c::Thing;\n",
+    )
+    .unwrap();
+    std::fs::write(f.join("a.rs"), "use super::{b::Bee, other};\n").unwrap();
+    std::fs::write(f.join("b.rs"), "fn f() { crate::kernels::Thing::new() }\n").unwrap();
+    std::fs::write(
+        f.join("c.rs"),
+        "// super::a is a comment\nfn g() { let _ = \"super::a\"; }\n",
+    )
+    .unwrap();
+    assert!(folder_cycles(&dir).is_empty(), "{:?}", folder_cycles(&dir));
+    std::fs::write(f.join("c.rs"), "use super::a::X;\n").unwrap();
+    let bad = folder_cycles(&dir);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].starts_with("src/kernels: "), "{bad:?}");
+    for m in ["a", "b", "c"] {
+        assert!(bad[0].contains(m), "{bad:?}");
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {
