@@ -27,11 +27,11 @@ use crate::data::{Dataset, Fnv1a, Normalizer};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
 use crate::models::Arch;
-use crate::nn::init::Params;
+use crate::nn::init::Weights;
 use crate::observe::Observer;
-use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs, Scoring};
+use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs};
 use crate::rng::Purpose;
-use crate::round::{fit, pick, pick_random, subsample, Picked, Strategy};
+use crate::round::{self, pick_random, Acquisition, Picked, RoundSettings, Strategy};
 use crate::train::{TrainConfig, Trained, MAX_MEMBERS};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -793,7 +793,7 @@ impl Learner {
     /// `--checkpoint DIR/model/m0,DIR/model/m1,...`).
     pub fn save(&self, dir: &Path) -> Result<()> {
         if let Some(t) = &self.last_model {
-            let members: Vec<(PathBuf, Params)> = match self.state.config.ensemble {
+            let members: Vec<(PathBuf, Weights)> = match self.state.config.ensemble {
                 None => vec![(dir.join("model"), t.params.clone())],
                 Some(k) => (0..k)
                     .map(|m| {
@@ -914,57 +914,57 @@ impl Learner {
             )
         } else {
             let params = cfg.train.validate()?;
-            let (train_on, rows) = self.features.reader().rows(&lab)?;
-            let train_on: &Dataset = &train_on;
-            let trained = fit(
-                &cfg.arch,
-                cfg.ensemble,
-                train_on,
-                &rows,
-                &params,
-                (seed, key),
+            let settings = RoundSettings {
+                pool: self.features.reader(),
+                model: &cfg.arch,
+                ensemble: cfg.ensemble,
+                train: &params,
+                input_std: &self.state.normalizer.std,
+                batch: cfg.batch,
                 device,
-                observer,
-            )?;
-            let lp = log_probs_of(
-                trained.model.as_ref(),
-                train_on,
-                &rows,
-                cfg.batch,
-                device,
-                observer,
-            )?;
-            let ylab: Vec<u32> = rows.iter().map(|&i| train_on.labels()[i]).collect();
-            let fit_metrics = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
-            let test = match &self.test {
-                Some(t) => Some(evaluate(
-                    trained.model.as_ref(),
-                    t,
-                    cfg.batch,
-                    device,
-                    observer,
-                )?),
-                None => None,
             };
-            let scoring = Scoring::of_trained(
-                &trained,
-                &cfg.arch,
-                cfg.ensemble,
-                &self.state.normalizer.std,
-                cfg.batch,
-                device,
-            );
-            let scored = subsample(&cand, request.subsample, (seed, key));
-            let picked = pick(
-                &request.strategy,
-                &scoring,
-                self.features.reader(),
-                &scored,
-                request.n,
-                (seed, key),
+            let acquisition = Acquisition {
+                strategy: &request.strategy,
+                candidates: &cand,
+                subsample: request.subsample,
+                n: request.n,
+                key,
                 round,
+            };
+            let test_set = self.test.as_ref();
+            let outcome = round::run(
+                &settings,
+                &lab,
+                (seed, key),
+                Some(acquisition),
                 observer,
+                |trained, train_on, rows, observer| {
+                    let lp = log_probs_of(
+                        trained.model.as_ref(),
+                        train_on,
+                        rows,
+                        cfg.batch,
+                        device,
+                        observer,
+                    )?;
+                    let ylab: Vec<u32> = rows.iter().map(|&i| train_on.labels()[i]).collect();
+                    let fit_metrics = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
+                    let test = match test_set {
+                        Some(t) => Some(evaluate(
+                            trained.model.as_ref(),
+                            t,
+                            cfg.batch,
+                            device,
+                            observer,
+                        )?),
+                        None => None,
+                    };
+                    Ok((fit_metrics, test))
+                },
             )?;
+            let (fit_metrics, test) = outcome.measured;
+            let picked = outcome.picked.expect("the round acquired");
+            let trained = outcome.trained;
             self.last_model = Some(trained);
             (
                 picked,

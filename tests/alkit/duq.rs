@@ -674,8 +674,17 @@ fn train_briefly(
     .validate()
     .unwrap();
     let ids: Vec<usize> = (0..n).collect();
-    let rngs = alkit::train::TrainRngs::for_cycle(0, 0);
-    alkit::train::train(arch, data, &ids, &params, rngs, &Device::Cpu, &mut Silent)
+    let key = (0, 0);
+    alkit::train::train(
+        arch,
+        None,
+        data,
+        &ids,
+        &params,
+        key,
+        &Device::Cpu,
+        &mut Silent,
+    )
 }
 
 /// Saves `trained` (built from `arch`, inputs normalised by `norm`) as a checkpoint in `dir`,
