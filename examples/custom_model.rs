@@ -17,7 +17,7 @@ use alkit::observe::Silent;
 use alkit::predict::Scoring;
 use alkit::rng::{stream, Purpose};
 use alkit::train::ModelBuilder;
-use alkit::train::{train, TrainConfig, TrainRngs};
+use alkit::train::{train, TrainConfig};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
 
@@ -74,10 +74,11 @@ fn main() -> Result<(), alkit::Error> {
     .validate()?;
     let trained = train(
         &builder,
+        None,
         &train_ds,
         &labeled,
         &params,
-        TrainRngs::for_cycle(0, 0),
+        (0, 0),
         &device,
         &mut Silent,
     )?;

@@ -14,7 +14,7 @@
 
 use alkit::data::moons::{annulus, moons};
 use alkit::duq::{check_input_gradient, Duq, DuqSettings, Extractor};
-use alkit::nn::init::{seeded, Params};
+use alkit::nn::init::{seeded, Weights};
 use alkit::observe::Silent;
 use alkit::rng::{stream, Purpose, Rng};
 use candle_core::{DType, Device, Module, Tensor, Var};
@@ -23,7 +23,7 @@ use candle_core::{DType, Device, Module, Tensor, Var};
 struct ResTanh {
     embed: candle_nn::Linear,
     blocks: Vec<candle_nn::Linear>,
-    params: Params,
+    params: Weights,
 }
 
 impl ResTanh {

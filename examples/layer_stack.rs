@@ -22,7 +22,7 @@ use alkit::nn::net::{
 };
 use alkit::nn::{grad_norms, Classifier, Mode};
 use alkit::observe::Silent;
-use alkit::train::{train, ModelBuilder, TrainConfig, TrainRngs};
+use alkit::train::{train, ModelBuilder, TrainConfig};
 use candle_core::{Device, Tensor};
 use candle_nn::{ModuleT, VarBuilder};
 use std::time::Instant;
@@ -140,8 +140,16 @@ fn main() -> Result<(), alkit::Error> {
         ..TrainConfig::default()
     }
     .validate()?;
-    let rngs = TrainRngs::for_cycle(0, 0);
-    let trained = train(&builder, &ds, &labeled, &params, rngs, &device, &mut Silent)?;
+    let trained = train(
+        &builder,
+        None,
+        &ds,
+        &labeled,
+        &params,
+        (0, 0),
+        &device,
+        &mut Silent,
+    )?;
     let model = trained.model.as_ref();
     let candidates: Vec<usize> = (200..264).collect();
     let x: Tensor = ds.batch(&candidates, &device)?;

@@ -25,7 +25,7 @@ use alkit::nn::CnnConfig;
 use alkit::observe::Silent;
 use alkit::predict::Scoring;
 use alkit::rng::{stream, Purpose};
-use alkit::train::{train, TrainConfig, TrainRngs};
+use alkit::train::{train, TrainConfig};
 use candle_core::Device;
 use std::path::PathBuf;
 
@@ -48,15 +48,7 @@ fn main() -> Result<(), alkit::Error> {
                 ..TrainConfig::default()
             }
             .validate()?;
-            let t = train(
-                &arch,
-                &ds,
-                &ids,
-                &cfg,
-                TrainRngs::for_cycle(0, 0),
-                &device,
-                &mut Silent,
-            )?;
+            let t = train(&arch, None, &ds, &ids, &cfg, (0, 0), &device, &mut Silent)?;
             let path = work.join("weights.safetensors");
             std::fs::create_dir_all(&work).map_err(|e| alkit::Error::io(&work, e))?;
             let named: std::collections::HashMap<String, candle_core::Tensor> = t

@@ -12,9 +12,9 @@ use crate::error::{Error, Result};
 use crate::fsutil::write_json;
 pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
-use crate::predict::{evaluate, Scoring};
+use crate::predict::evaluate;
 use crate::rng::Purpose;
-use crate::round::{fit, pick, pick_random, subsample, Strategy};
+use crate::round::{self, pick_random, Acquisition, RoundSettings, Strategy};
 use crate::train::{ModelBuilder, TrainConfig, TrainParams};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -328,25 +328,43 @@ pub fn run(
         };
         check(observer, &ev)?;
         let t0 = Instant::now();
-        let (data, rows) = ctx.train.rows(&labeled)?;
-        let trained = fit(
-            ctx.model,
-            cfg.ensemble,
-            &data,
-            &rows,
-            &ctx.params.train,
+        let settings = RoundSettings {
+            pool: ctx.train,
+            model: ctx.model,
+            ensemble: cfg.ensemble,
+            train: &ctx.params.train,
+            input_std: ctx.input_std,
+            batch: cfg.batch,
+            device: ctx.device,
+        };
+        let cand = pool.candidates();
+        let acquisition = (cycle < cfg.cycles).then(|| Acquisition {
+            strategy,
+            candidates: cand.indices(),
+            subsample: cfg.subsample,
+            n: cfg.query,
+            key: cycle as u64 + 1,
+            round: cycle,
+        });
+        let outcome = round::run(
+            &settings,
+            &labeled,
             (seed, cycle as u64),
-            ctx.device,
+            acquisition,
             observer,
+            |trained, _, _, observer| {
+                let train_s = t0.elapsed().as_secs_f64();
+                let m = evaluate(
+                    trained.model.as_ref(),
+                    ctx.test,
+                    cfg.batch,
+                    ctx.device,
+                    observer,
+                )?;
+                Ok((train_s, m, Instant::now()))
+            },
         )?;
-        let train_s = t0.elapsed().as_secs_f64();
-        let m = evaluate(
-            trained.model.as_ref(),
-            ctx.test,
-            cfg.batch,
-            ctx.device,
-            observer,
-        )?;
+        let (train_s, m, t1) = outcome.measured;
         let record = CycleRecord {
             cycle,
             labeled: labeled.len(),
@@ -360,28 +378,7 @@ pub fn run(
             },
         };
         let mut pending = 0.0;
-        if cycle < cfg.cycles {
-            let t1 = Instant::now();
-            let cand = pool.candidates();
-            let scoring = Scoring::of_trained(
-                &trained,
-                ctx.model,
-                cfg.ensemble,
-                ctx.input_std,
-                cfg.batch,
-                ctx.device,
-            );
-            let scored = subsample(cand.indices(), cfg.subsample, (seed, cycle as u64 + 1));
-            let picked = pick(
-                strategy,
-                &scoring,
-                ctx.train,
-                &scored,
-                cfg.query,
-                (seed, cycle as u64 + 1),
-                cycle,
-                observer,
-            )?;
+        if let Some(picked) = outcome.picked {
             pool.acquire(&picked.indices, cycle + 1)?;
             pending = t1.elapsed().as_secs_f64();
         }

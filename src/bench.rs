@@ -188,7 +188,7 @@ pub fn bench_strategies(
     device: &candle_core::Device,
 ) -> Result<StrategyBench> {
     use crate::models::Arch;
-    use crate::strategies::Built;
+    use crate::round::Pick;
     if cfg.items == 0 || cfg.batch == 0 || cfg.repeats == 0 || train_raw.is_empty() {
         return Err(crate::Error::config(
             "bench",
@@ -198,11 +198,11 @@ pub fn bench_strategies(
     let norm = crate::data::Normalizer::fit(train_raw);
     let (ds, input_std) = bench_data(cfg.model, &norm.apply(train_raw)?, &norm.std, cfg.items)?;
     let (ds, input_std) = (&ds, input_std.as_slice());
-    let built: Vec<(String, Built)> = kinds
+    let built: Vec<(String, Pick)> = kinds
         .iter()
         .map(|k| (k.name().to_string(), k.build(settings)))
         .collect();
-    if let Some((name, _)) = built.iter().find(|(_, b)| matches!(b, Built::Random)) {
+    if let Some((name, _)) = built.iter().find(|(_, b)| matches!(b, Pick::Random)) {
         return Err(crate::Error::config(
             "scorer",
             format!("`{name}` picks at random: there is no scoring to time"),
@@ -214,7 +214,7 @@ pub fn bench_strategies(
         .validate()?;
     let arch = Arch::for_data(cfg.model, ds).with_batch(params.config().batch_size);
     let seed_set: Vec<usize> = (0..ds.len().min(1000)).collect();
-    let trained = crate::round::fit(
+    let trained = crate::train::train(
         &arch,
         cfg.ensemble,
         ds,
@@ -228,7 +228,7 @@ pub fn bench_strategies(
     let scoring = Scoring::of_trained(&trained, &arch, cfg.ensemble, input_std, cfg.batch, device);
     let mut results = Vec::new();
     for (_, b) in &built {
-        if let Built::Scorer(s) = b {
+        if let Pick::Scored { scorer: s, .. } = b {
             results.push(bench_scoring(
                 &scoring,
                 ds,
@@ -239,7 +239,7 @@ pub fn bench_strategies(
         }
     }
     for (_, b) in &built {
-        if let Built::Batch(sel) = b {
+        if let Pick::Batch(sel) = b {
             results.push(bench_batch_selection(
                 &scoring,
                 ds,

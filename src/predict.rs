@@ -4,7 +4,7 @@
 use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::nn::gradnorm::autograd_grad_norms;
-use crate::nn::init::Params;
+use crate::nn::init::Weights;
 use crate::nn::layers::log_probs;
 use crate::nn::{grad_norms, kernel_values, mc_dropout_logits, member_logits, Classifier};
 use crate::observe::{check, Event, Observer};
@@ -91,7 +91,7 @@ pub struct Scoring<'a> {
     pub model: &'a dyn Classifier,
     /// Its `Var`-backed parameters, for models without a gradient fast path and for
     /// weight-noise samples.
-    pub params: Option<&'a Params>,
+    pub params: Option<&'a Weights>,
     /// What built the model, to rebuild it with perturbed weights (weight-noise samples).
     pub builder: Option<&'a dyn ModelBuilder>,
     /// Per-channel standard deviation of the normaliser (`(c,)`).
@@ -103,7 +103,7 @@ pub struct Scoring<'a> {
 }
 
 impl<'a> Scoring<'a> {
-    /// Scoring through a model `round::fit` (or `train`) just trained from `builder`: its
+    /// Scoring through a model [`crate::train::train`] just trained from `builder`: its
     /// gradients through its parameters, perturbation scorers rebuilding it from `builder`,
     /// except for an ensemble (`ensemble = Some(_)`), whose members one builder cannot rebuild.
     pub fn of_trained(

@@ -1,8 +1,8 @@
-//! One acquisition round, the only one in the crate: fit the round's model on the labeled
-//! items ([`fit`]), gather the evidence the strategy needs for the candidates, score them and
-//! select a batch ([`pick`]). The simulated loop (`acquire`) and labeling sessions (`session`)
-//! both run their rounds through these two functions, so every strategy, ensembles and
-//! BatchBALD included, works the same in both.
+//! One acquisition round, the only one in the crate ([`run`]): fit the round's model on the
+//! labeled items, let the caller measure it, gather the evidence the strategy needs for the
+//! candidates, score them and select a batch ([`pick`]). The simulated loop (`acquire`) and
+//! labeling sessions (`session`) both run their rounds through [`run`], so every strategy,
+//! ensembles and BatchBALD included, works the same in both.
 //!
 //! [`pick`] is also the only place where a selection's positions (into the candidate list)
 //! become dataset indices: callers get indices back, never positions. A scored strategy's
@@ -15,7 +15,7 @@
 //! and weight-noise samples see every candidate at once, so they read all of them together.
 //!
 //! Randomness: a round draws from the streams of `(seed, key)` (see [`crate::rng::stream`]):
-//! training from [`TrainRngs::for_cycle`] (or per member), evidence noise from
+//! training from [`crate::train::TrainRngs::for_cycle`] (or per member), evidence noise from
 //! `Purpose::Perturb` and the selection from `Purpose::Select`. Callers choose the keys, which
 //! is how the loop and sessions keep their documented stream layouts.
 
@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::observe::{check, Event, Observer};
 use crate::predict::Scoring;
 use crate::rng::{stream, Purpose};
-use crate::train::{train, train_ensemble, ModelBuilder, TrainParams, TrainRngs, Trained};
+use crate::train::{train, ModelBuilder, TrainParams, Trained};
 use alkit_acquisition::{BatchSelector, Scorer, Selection};
 use candle_core::Device;
 use std::sync::Arc;
@@ -103,40 +103,105 @@ impl Strategy {
     }
 }
 
-/// Trains the round's model on `data[labeled]`: one model from the streams of
-/// `(seed, key)`, or, with `ensemble = Some(k)`, `k` members from their own streams.
-#[allow(clippy::too_many_arguments)]
-pub fn fit(
-    model: &dyn ModelBuilder,
-    ensemble: Option<usize>,
-    data: &Dataset,
+/// What every round of a loop or session trains and how it gathers evidence.
+pub struct RoundSettings<'a> {
+    /// The pool, with every label the round may train on: in memory or streamed.
+    pub pool: &'a dyn PoolReader,
+    /// Makes and trains the round's fresh model.
+    pub model: &'a dyn ModelBuilder,
+    /// `Some(k)`: an ensemble of `k` members instead of one model.
+    pub ensemble: Option<usize>,
+    /// Validated training settings.
+    pub train: &'a TrainParams,
+    /// Per-channel standard deviation the inputs were normalised with (perturbation scale).
+    pub input_std: &'a [f32],
+    /// Evidence batch size.
+    pub batch: usize,
+    /// Where tensors live.
+    pub device: &'a Device,
+}
+
+/// The acquisition half of a round: `n` items picked by `strategy` among `candidates` (or
+/// the `subsample` of them [`subsample`] draws), from the streams of `(seed, key)`.
+pub struct Acquisition<'a> {
+    /// How the items are chosen.
+    pub strategy: &'a Strategy,
+    /// Ascending pool indices of the unlabeled items it may pick.
+    pub candidates: &'a [usize],
+    /// Score only this many candidates, drawn at random (`None`: all).
+    pub subsample: Option<usize>,
+    /// How many to pick.
+    pub n: usize,
+    /// The stream key of the subsample, evidence noise and selection.
+    pub key: u64,
+    /// The round number [`Event::Scored`] reports.
+    pub round: usize,
+}
+
+/// What a round gave: its model, what the caller measured of it, and the picks.
+pub struct Outcome<T> {
+    /// The round's model.
+    pub trained: Trained,
+    /// What the caller's `after_fit` returned.
+    pub measured: T,
+    /// The picks, when the round acquired.
+    pub picked: Option<Picked>,
+}
+
+/// One acquisition round, the one the loop and sessions both run: trains a fresh model (or
+/// ensemble) on the pool's items `labeled` from the streams of `(seed, key)` (through
+/// [`train`]), lets the caller measure it (`after_fit` gets the model and the data set and
+/// rows it trained on), then, with an `acquisition`, gathers the evidence its strategy needs
+/// and picks ([`pick`]).
+pub fn run<T>(
+    settings: &RoundSettings<'_>,
     labeled: &[usize],
-    params: &TrainParams,
     (seed, key): (u64, u64),
-    device: &Device,
+    acquisition: Option<Acquisition<'_>>,
     observer: &mut dyn Observer,
-) -> Result<Trained> {
-    match ensemble {
-        None => train(
-            model,
-            data,
-            labeled,
-            params,
-            TrainRngs::for_cycle(seed, key),
-            device,
-            observer,
-        ),
-        Some(k) => train_ensemble(
-            model,
-            k,
-            data,
-            labeled,
-            params,
-            (seed, key),
-            device,
-            observer,
-        ),
-    }
+    after_fit: impl FnOnce(&Trained, &Dataset, &[usize], &mut dyn Observer) -> Result<T>,
+) -> Result<Outcome<T>> {
+    let (data, rows) = settings.pool.rows(labeled)?;
+    let trained = train(
+        settings.model,
+        settings.ensemble,
+        &data,
+        &rows,
+        settings.train,
+        (seed, key),
+        settings.device,
+        observer,
+    )?;
+    let measured = after_fit(&trained, &data, &rows, observer)?;
+    let picked = match acquisition {
+        None => None,
+        Some(a) => {
+            let scoring = Scoring::of_trained(
+                &trained,
+                settings.model,
+                settings.ensemble,
+                settings.input_std,
+                settings.batch,
+                settings.device,
+            );
+            let scored = subsample(a.candidates, a.subsample, (seed, a.key));
+            Some(pick(
+                a.strategy,
+                &scoring,
+                settings.pool,
+                &scored,
+                a.n,
+                (seed, a.key),
+                a.round,
+                observer,
+            )?)
+        }
+    };
+    Ok(Outcome {
+        trained,
+        measured,
+        picked,
+    })
 }
 
 /// The candidates a round scores: all of them, or with `m = Some(M)` (baal's `max_sample`)

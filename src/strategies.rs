@@ -7,24 +7,14 @@
 //! crate) plus one line in [`REGISTRY`]; the CLI's help and `alkit scorers` list the entries.
 
 use crate::error::{Error, Result};
-use crate::round::Strategy;
+use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
-    BatchBald, BatchSelector, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest,
-    NeGrad, PerturbKl, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
+    BatchBald, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl,
+    ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::str::FromStr;
 use std::sync::Arc;
-
-/// What a registry entry builds.
-pub enum Built {
-    /// A scorer: one score per candidate, then the settings' selection mode.
-    Scorer(Arc<dyn Scorer>),
-    /// A joint batch criterion with its own selection (BatchBALD).
-    Batch(Arc<dyn BatchSelector>),
-    /// Uniformly random picks.
-    Random,
-}
 
 /// One named strategy.
 pub struct Entry {
@@ -33,14 +23,18 @@ pub struct Entry {
     /// One line for help texts.
     pub about: &'static str,
     /// Builds it from the settings.
-    pub build: fn(&ScorerSettings) -> Built,
+    pub build: fn(&ScorerSettings) -> Pick,
 }
 
-fn scorer(s: impl Scorer + 'static) -> Built {
-    Built::Scorer(Arc::new(s))
+/// A scorer with top-k selection ([`StrategyKind::strategy`] applies the settings' mode).
+fn scorer(s: impl Scorer + 'static) -> Pick {
+    Pick::Scored {
+        scorer: Arc::new(s),
+        selection: Selection::TopK,
+    }
 }
 
-fn regrad(s: &ScorerSettings, perturbations: usize) -> Built {
+fn regrad(s: &ScorerSettings, perturbations: usize) -> Pick {
     scorer(ReGrad {
         lambda: s.lambda,
         request: GradRequest {
@@ -53,7 +47,7 @@ fn regrad(s: &ScorerSettings, perturbations: usize) -> Built {
 
 /// A sample scorer over MC-dropout passes, or over an ensemble's members when the loop
 /// trains one.
-fn sample(s: &ScorerSettings, score: SampleScore) -> Built {
+fn sample(s: &ScorerSettings, score: SampleScore) -> Pick {
     scorer(if s.members {
         SampleScorer::members(score)
     } else {
@@ -61,8 +55,8 @@ fn sample(s: &ScorerSettings, score: SampleScore) -> Built {
     })
 }
 
-fn batchbald(s: &ScorerSettings) -> Built {
-    Built::Batch(Arc::new(if s.members {
+fn batchbald(s: &ScorerSettings) -> Pick {
+    Pick::Batch(Arc::new(if s.members {
         BatchBald::members()
     } else {
         BatchBald::mc_dropout(s.mc_samples)
@@ -75,7 +69,7 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "entropy", about: "predictive entropy", build: |_| scorer(Builtin::Entropy) },
     Entry { name: "margin", about: "one minus the gap between the two most likely classes", build: |_| scorer(Builtin::Margin) },
     Entry { name: "least-confidence", about: "one minus the largest probability", build: |_| scorer(Builtin::LeastConfidence) },
-    Entry { name: "random", about: "uniformly random picks", build: |_| Built::Random },
+    Entry { name: "random", about: "uniformly random picks", build: |_| Pick::Random },
     Entry { name: "regrad-star", about: "REGrad* (Wang & Ji 2024): layer-weighted gradient norms averaged over perturbed copies", build: |s| regrad(s, s.perturbations.max(1)) },
     Entry { name: "regrad", about: "REGrad: layer-weighted per-class gradient norms", build: |s| regrad(s, 0) },
     Entry { name: "exgrad", about: "ExGrad: expected gradient norm", build: |_| scorer(ExGrad) },
@@ -151,7 +145,7 @@ impl StrategyKind {
     }
 
     /// What the entry builds with `s`.
-    pub fn build(self, s: &ScorerSettings) -> Built {
+    pub fn build(self, s: &ScorerSettings) -> Pick {
         (self.0.build)(s)
     }
 
@@ -159,8 +153,8 @@ impl StrategyKind {
     /// and the joint batch criteria).
     pub fn scorer(self, s: &ScorerSettings) -> Option<Arc<dyn Scorer>> {
         match self.build(s) {
-            Built::Scorer(sc) => Some(sc),
-            Built::Batch(_) | Built::Random => None,
+            Pick::Scored { scorer, .. } => Some(scorer),
+            Pick::Batch(_) | Pick::Random => None,
         }
     }
 
@@ -169,7 +163,7 @@ impl StrategyKind {
     /// random. A scorer with `--select batchbald` is a settings error.
     pub fn strategy(self, s: &ScorerSettings) -> Result<Strategy> {
         Ok(match self.build(s) {
-            Built::Scorer(sc) => {
+            Pick::Scored { scorer: sc, .. } => {
                 let name = match s.select {
                     SelectKind::TopK => self.name().to_string(),
                     other => format!("{}-{}", other.name(), self.name()),
@@ -186,8 +180,8 @@ impl StrategyKind {
                 })?;
                 Strategy::scored(sc, selection).named(name)
             }
-            Built::Batch(b) => Strategy::batch(b),
-            Built::Random => Strategy::random(),
+            Pick::Batch(b) => Strategy::batch(b),
+            Pick::Random => Strategy::random(),
         })
     }
 }

@@ -19,7 +19,7 @@ use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, MlpConfig, Mode};
 use crate::observe::Silent;
 use crate::rng::{stream, Purpose, Rng};
-use crate::train::{train, TrainConfig, TrainRngs};
+use crate::train::{train, TrainConfig};
 use candle_core::{DType, Device, Tensor, Var, D};
 use serde::Serialize;
 
@@ -280,12 +280,19 @@ fn fit(spec: &SurfaceSpec, train_ds: &Dataset, device: &Device) -> Result<Fitted
         }
         .validate()?;
         let all: Vec<usize> = (0..train_ds.len()).collect();
-        // Member k: its own init and batch-order streams.
-        let rngs = TrainRngs {
-            init: stream(seed, Purpose::Init, 1000 + k),
-            batches: stream(seed, Purpose::Train, 1000 + k),
-        };
-        Ok(train(&arch, train_ds, &all, &params, rngs, device, &mut Silent)?.model)
+        // Member k: its own init and batch-order streams, those of key 1000 + k.
+        let key = (seed, 1000 + k);
+        Ok(train(
+            &arch,
+            None,
+            train_ds,
+            &all,
+            &params,
+            key,
+            device,
+            &mut Silent,
+        )?
+        .model)
     };
     Ok(match &spec.model {
         SurfaceModel::Duq(cfg) => {

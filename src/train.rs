@@ -1,6 +1,6 @@
-//! The one training entry: [`train`] makes a fresh model from a [`ModelBuilder`] and fits it
-//! on a labeled subset with the model's own loss and optimiser ([`ModelBuilder::fit`]);
-//! [`train_ensemble`] does it once per member.
+//! The one training entry: [`train`] makes a fresh model (or an ensemble's members) from a
+//! [`ModelBuilder`] and fits it on a labeled subset with the model's own loss and optimiser
+//! ([`ModelBuilder::fit`]).
 //!
 //! The default recipe ([`fit_softmax`]): softmax cross-entropy and Adam, fixed number of optimiser steps whatever the labeled-set size (so a 20-item seed set
 //! is trained as much as a 220-item one), mini-batches drawn epoch by epoch from a seeded
@@ -9,7 +9,7 @@
 
 use crate::data::Dataset;
 use crate::error::{Error, Result};
-use crate::nn::init::{seeded, Params};
+use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, Ensemble, Mode};
 use crate::observe::{check, Event, Observer};
@@ -88,7 +88,7 @@ pub struct Trained {
     /// The model.
     pub model: Box<dyn Classifier>,
     /// Its parameters by name (for checkpoints).
-    pub params: Params,
+    pub params: Weights,
     /// Loss of the last mini-batch.
     pub final_loss: f32,
 }
@@ -126,20 +126,27 @@ pub fn member_seed(seed: u64, member: u64) -> u64 {
 /// larger count read from a file or flag is a mistake, not a plan).
 pub const MAX_MEMBERS: usize = 256;
 
-/// Trains `members` models from `builder` on `data[indices]`, member `k` from the streams of
-/// [`TrainRngs::for_member`]`(seed, cycle, k)` (its own initialisation, batch order and dropout
-/// masks), into an [`Ensemble`]. Parameters are named `m{k}.{name}`.
+/// The one training entry: trains a fresh model from `builder` on `data[indices]` (features
+/// already normalised) with the model's own loss and optimiser ([`ModelBuilder::fit`]): one
+/// model from the streams of [`TrainRngs::for_cycle`]`(seed, key)`, or, with
+/// `ensemble = Some(k)`, `k` members, member `m` from the streams of
+/// [`TrainRngs::for_member`]`(seed, key, m)` (its own initialisation, batch order and dropout
+/// masks), into an [`Ensemble`] whose parameters are named `m{m}.{name}`.
 #[allow(clippy::too_many_arguments)]
-pub fn train_ensemble(
+pub fn train(
     builder: &dyn ModelBuilder,
-    members: usize,
+    ensemble: Option<usize>,
     data: &Dataset,
     indices: &[usize],
     params: &TrainParams,
-    (seed, cycle): (u64, u64),
+    (seed, key): (u64, u64),
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Trained> {
+    let Some(members) = ensemble else {
+        let rngs = TrainRngs::for_cycle(seed, key);
+        return builder.fit(data, indices, params, rngs, device, observer);
+    };
     if !(1..=MAX_MEMBERS).contains(&members) {
         return Err(Error::config(
             "ensemble",
@@ -150,15 +157,15 @@ pub fn train_ensemble(
     let mut member_params = Vec::with_capacity(members);
     let mut final_loss = 0f32;
     for k in 0..members {
-        let rngs = TrainRngs::for_member(seed, cycle, k as u64);
-        let t = train(builder, data, indices, params, rngs, device, observer)?;
+        let rngs = TrainRngs::for_member(seed, key, k as u64);
+        let t = builder.fit(data, indices, params, rngs, device, observer)?;
         final_loss += t.final_loss / members as f32;
         member_params.push(t.params);
         models.push(t.model);
     }
     Ok(Trained {
         model: Box::new(Ensemble::new(models)?),
-        params: Params::of_members(&member_params),
+        params: Weights::of_members(&member_params),
         final_loss,
     })
 }
@@ -192,20 +199,6 @@ pub trait ModelBuilder: Send + Sync {
             observer,
         )
     }
-}
-
-/// Trains a fresh model from `builder` on `data[indices]` (features already normalised): the
-/// one training entry, through [`ModelBuilder::fit`].
-pub fn train(
-    builder: &dyn ModelBuilder,
-    data: &Dataset,
-    indices: &[usize],
-    params: &TrainParams,
-    rngs: TrainRngs,
-    device: &Device,
-    observer: &mut dyn Observer,
-) -> Result<Trained> {
-    builder.fit(data, indices, params, rngs, device, observer)
 }
 
 /// Builds a model with `build` from the seeded initialisation stream and trains it with

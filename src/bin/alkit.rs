@@ -178,7 +178,7 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
     let mut inputs = vec![a.data.as_path()];
     inputs.extend(a.indices.as_deref());
     alkit::fsutil::check_output("out", &a.out, &inputs)?;
-    let kind = a.model.kind();
+    let kind = a.model;
     let params = kind
         .train_config(a.steps, a.batch_size, a.lr, None)?
         .validate()?;
@@ -278,7 +278,7 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
         members: a.ensemble.is_some(),
         ..a.scorer_flags.settings()?
     };
-    let model = a.model.kind();
+    let model = a.model;
     let cfg = alkit::bench::ScoringBench {
         items: a.n,
         batch: a.batch as usize,

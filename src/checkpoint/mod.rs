@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_atomic, write_json};
 use crate::hub::{Hub, HubRepo, RepoKind};
 use crate::models::Arch;
-use crate::nn::init::Params;
+use crate::nn::init::Weights;
 use crate::nn::{Classifier, Ensemble};
 use crate::observe::Observer;
 use crate::train::ModelBuilder;
@@ -67,7 +67,7 @@ pub struct Checkpoint {
     /// The model, ready for inference.
     pub model: Box<dyn Classifier>,
     /// Its parameters as `Var`s (for gradient evidence through autograd).
-    pub params: Params,
+    pub params: Weights,
 }
 
 const FORMAT: u32 = 1;
@@ -77,7 +77,7 @@ const FORMAT: u32 = 1;
 pub fn save(
     dir: &Path,
     arch: &Arch,
-    params: &Params,
+    params: &Weights,
     normalizer: &Normalizer,
     item_shape: &[usize],
     classes: Vec<String>,
@@ -204,7 +204,7 @@ pub fn import(
     save(
         out,
         arch,
-        &Params::from_named(named),
+        &Weights::from_named(named),
         normalizer,
         item_shape,
         classes,
@@ -399,7 +399,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     Ok(Checkpoint {
         config,
         model,
-        params: Params::from_named(named),
+        params: Weights::from_named(named),
     })
 }
 
@@ -462,6 +462,6 @@ pub fn open_ensemble(
     Ok(Checkpoint {
         config,
         model: Box::new(Ensemble::new(members)?),
-        params: Params::of_members(&member_params),
+        params: Weights::of_members(&member_params),
     })
 }

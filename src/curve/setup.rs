@@ -107,7 +107,7 @@ impl CurveOptions {
         let seeds = self.seed_list()?;
         let defaults = LoopConfig::default();
         let model = Arch::for_shape(
-            self.model.unwrap_or(ModelKind::Cnn),
+            self.model.unwrap_or(ModelKind::named("cnn")),
             &on.item_shape,
             on.classes,
         );
@@ -150,7 +150,7 @@ impl CurveOptions {
         crate::fsutil::check_output_dir("out", out, &[&data], true)?;
         // Settings that need no data are checked before it is read.
         self.seed_list()?;
-        self.train(self.model.unwrap_or(ModelKind::Cnn))?;
+        self.train(self.model.unwrap_or(ModelKind::named("cnn")))?;
         let on = CurveData::load(&data, self.stream, hub, observer)?;
         let spec = self.spec(&on)?;
         if force && out.join("run.json").exists() {

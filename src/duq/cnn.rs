@@ -25,7 +25,7 @@
 use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
 use crate::error::{Error, Result};
 use crate::kernels::conv::{Conv, ConvT};
-use crate::nn::init::{seeded, Params};
+use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::{flatten_nchw_order, im2col, linear, max_pool2x2, nchw_to_nhwc};
 use crate::observe::Observer;
 use crate::rng::Rng;
@@ -426,7 +426,7 @@ pub struct CnnFeatures {
     fc: candle_nn::Linear,
     /// Every variable the model's `VarBuilder` created, by name, the head's included (empty
     /// for a model loaded from a checkpoint).
-    params: Params,
+    params: Weights,
 }
 
 /// What the CNN's input gradient needs from a forward pass.
@@ -599,11 +599,11 @@ impl Duq<CnnFeatures> {
     /// `b{1,2,3}.bn.{weight,bias,running_mean,running_var}`, `fc1.{weight,bias}`,
     /// `head.{weight,m,counts}`.
     pub fn new(arch: &DuqCnnArch, vb: candle_nn::VarBuilder) -> Result<Self> {
-        Self::build(arch, vb, Params::from_named(Vec::new()))
+        Self::build(arch, vb, Weights::from_named(Vec::new()))
     }
 
     /// `new` with the variables `params` lists (those `vb` created, for training).
-    fn build(arch: &DuqCnnArch, vb: candle_nn::VarBuilder, params: Params) -> Result<Self> {
+    fn build(arch: &DuqCnnArch, vb: candle_nn::VarBuilder, params: Weights) -> Result<Self> {
         let cfg = &arch.duq;
         cfg.settings.validate()?;
         let [c, h, w] = arch.item_shape;
@@ -664,7 +664,7 @@ impl Duq<CnnFeatures> {
 
     /// Every tensor by name with its current value (trained weights, running statistics,
     /// centroid state): what a checkpoint saves.
-    pub fn state(&self) -> Result<Params> {
+    pub fn state(&self) -> Result<Weights> {
         let mut named: Vec<(String, Tensor)> = Vec::new();
         for (i, bl) in self.extractor().blocks.iter().enumerate() {
             let p = format!("b{}", i + 1);
@@ -684,7 +684,7 @@ impl Duq<CnnFeatures> {
         named.push(("head.weight".into(), self.head().weight().clone()));
         named.push(("head.m".into(), m.clone()));
         named.push(("head.counts".into(), counts.clone()));
-        Ok(Params::from_named(
+        Ok(Weights::from_named(
             named
                 .into_iter()
                 .map(|(n, t)| Ok((n, Var::from_tensor(&t.detach().copy()?)?)))
@@ -703,7 +703,7 @@ impl Duq<CnnFeatures> {
 
     /// Every variable by name (PyTorch-style `b1.conv.weight`, `b1.bn.weight`, ...,
     /// `head.weight`), running statistics and centroid state included.
-    pub fn params(&self) -> &Params {
+    pub fn params(&self) -> &Weights {
         &self.extractor().params
     }
 }
@@ -721,7 +721,7 @@ pub fn train_duq(
     (init, mut batches): (Rng, Rng),
     device: &Device,
     observer: &mut dyn Observer,
-) -> Result<(DuqCnn, Params)> {
+) -> Result<(DuqCnn, Weights)> {
     if indices.is_empty() {
         return Err(Error::config(
             "labeled",

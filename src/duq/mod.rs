@@ -33,7 +33,7 @@ pub mod net;
 pub use extractor::{check_input_gradient, Duq, DuqLoss, DuqOutput, Extractor};
 
 use crate::error::{Error, Result};
-use crate::nn::init::{seeded, Params};
+use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::linear;
 use crate::rng::{normal, Rng};
 use candle_core::{DType, Device, Module, Tensor, Var, D};
@@ -496,7 +496,7 @@ fn sgd_cpu(
 /// the last hidden layer. Its cache holds the pre-activations `(b, width)` of each layer.
 pub struct ReluMlp {
     layers: Vec<candle_nn::Linear>,
-    params: Params,
+    params: Weights,
 }
 
 impl ReluMlp {

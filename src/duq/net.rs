@@ -11,7 +11,7 @@
 
 use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
 use crate::error::{Error, Result};
-use crate::nn::init::{seeded, Params};
+use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::nchw_to_nhwc;
 use crate::nn::net::{Ctx, Layer, Sequential, Tape};
 use crate::nn::resnet::{resnet_trunk, ResNetConfig};
@@ -32,7 +32,7 @@ impl NetExtractor {
     /// `body` giving `features` features; its trainable variables are those of `params` (the
     /// builder's parameters, batch-norm buffers left out). A stack with dropout is refused:
     /// DUQ's passes draw no masks, so the dropout would silently do nothing.
-    pub fn new(body: Sequential, features: usize, params: &Params) -> Result<Self> {
+    pub fn new(body: Sequential, features: usize, params: &Weights) -> Result<Self> {
         if body.first_stochastic().is_some() {
             return Err(Error::config(
                 "duq",
@@ -130,7 +130,7 @@ impl Duq<NetExtractor> {
         cfg: &ResNetConfig,
         duq: &DuqSettings,
         vb: VarBuilder,
-        params: &Params,
+        params: &Weights,
     ) -> Result<Self> {
         let (trunk, features) = resnet_trunk(cfg, vb.clone())?;
         // Before the head exists in `params`: the extractor's variables are the trunk's, and
@@ -187,14 +187,19 @@ impl Duq<NetExtractor> {
     /// The model `arch` describes with every tensor from `vb` (loaded from a checkpoint): the
     /// trunk by torchvision's names, the head as `duq.{weight,m,counts}`.
     pub fn resnet_from(arch: &DuqResNetArch, vb: VarBuilder) -> Result<Self> {
-        Self::resnet(&arch.resnet, &arch.duq, vb, &Params::from_named(Vec::new()))
+        Self::resnet(
+            &arch.resnet,
+            &arch.duq,
+            vb,
+            &Weights::from_named(Vec::new()),
+        )
     }
 
     /// Every tensor by name with its current value, the centroid state included: what a
     /// checkpoint saves. `params` are the variables the model was built from (a seeded
     /// builder's): the trunk's running statistics and the head's `W` share their storage, the
     /// centroid sums and counts are replaced at each update and are taken from the head.
-    pub fn state(&self, params: &Params) -> Result<Params> {
+    pub fn state(&self, params: &Weights) -> Result<Weights> {
         let (m, counts) = self.head().buffers();
         let mut named = Vec::new();
         for (name, var) in params.named() {
@@ -205,7 +210,7 @@ impl Duq<NetExtractor> {
             };
             named.push((name, Var::from_tensor(&t.detach().copy()?)?));
         }
-        Ok(Params::from_named(named))
+        Ok(Weights::from_named(named))
     }
 }
 
@@ -222,7 +227,7 @@ pub fn train_duq_resnet(
     (init, mut batches): (Rng, Rng),
     device: &Device,
     observer: &mut dyn Observer,
-) -> Result<(DuqResNet, Params)> {
+) -> Result<(DuqResNet, Weights)> {
     let (vb, params) = seeded(init, DType::F32, device);
     let mut model = Duq::resnet(&arch.resnet, &arch.duq, vb, &params)?;
     model.fit_steps(

@@ -22,7 +22,7 @@ use crate::models::{Arch, ModelKind};
 use crate::observe::{Observer, Silent};
 use crate::predict::Scoring;
 use crate::rng::{stream, Purpose};
-use crate::train::{train, TrainRngs};
+use crate::train::train;
 use alkit_acquisition::Scorer;
 use candle_core::Device;
 use std::path::Path;
@@ -175,10 +175,11 @@ fn fit_and_save(
     let arch = Arch::for_data(kind, &train_ds).with_batch(params.config().batch_size);
     let trained = train(
         &arch,
+        None,
         &train_ds,
         ids,
         params,
-        TrainRngs::for_cycle(seed, 0),
+        (seed, 0),
         device,
         observer,
     )?;

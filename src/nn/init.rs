@@ -3,7 +3,7 @@
 //! Candle's CPU generator cannot be seeded, so `VarMap`'s random init is not reproducible.
 //! [`seeded`] returns a `VarBuilder` whose backend draws every parameter from alkit's ChaCha
 //! stream (honouring candle's [`Init`] hints, so `candle_nn::linear` and friends work
-//! unchanged) and a [`Params`] handle that lists the created [`Var`]s by name, for the
+//! unchanged) and a [`Weights`] handle that lists the created [`Var`]s by name, for the
 //! optimiser and for checkpoints. Same seed, same model, bit for bit.
 
 use crate::rng::{normal, uniform, Rng};
@@ -19,16 +19,17 @@ struct State {
     vars: Vec<(String, Var)>,
 }
 
-/// The trainable parameters a seeded [`VarBuilder`] created, by full name.
+/// A model's weights: the trainable parameters a seeded [`VarBuilder`] created (or a
+/// checkpoint loaded), by full name.
 #[derive(Clone)]
-pub struct Params {
+pub struct Weights {
     state: Arc<Mutex<State>>,
 }
 
-impl Params {
+impl Weights {
     /// Wraps existing `(name, var)` pairs (e.g. loaded from a checkpoint).
-    pub fn from_named(vars: Vec<(String, Var)>) -> Params {
-        Params {
+    pub fn from_named(vars: Vec<(String, Var)>) -> Weights {
+        Weights {
             state: Arc::new(Mutex::new(State {
                 rng: Rng::seed_from_u64(0),
                 vars,
@@ -58,9 +59,9 @@ impl Params {
     }
 
     /// One ensemble's parameters from its members': member `k`'s `name` becomes `m{k}.name`,
-    /// the one naming of ensemble parameters (inverse: [`Params::member`]).
-    pub fn of_members<'a>(members: impl IntoIterator<Item = &'a Params>) -> Params {
-        Params::from_named(
+    /// the one naming of ensemble parameters (inverse: [`Weights::member`]).
+    pub fn of_members<'a>(members: impl IntoIterator<Item = &'a Weights>) -> Weights {
+        Weights::from_named(
             members
                 .into_iter()
                 .enumerate()
@@ -73,11 +74,11 @@ impl Params {
         )
     }
 
-    /// Member `k`'s parameters of an ensemble's (see [`Params::of_members`]), names without
+    /// Member `k`'s parameters of an ensemble's (see [`Weights::of_members`]), names without
     /// the `m{k}.` prefix.
-    pub fn member(&self, k: usize) -> Params {
+    pub fn member(&self, k: usize) -> Weights {
         let prefix = format!("m{k}.");
-        Params::from_named(
+        Weights::from_named(
             self.named()
                 .into_iter()
                 .filter_map(|(n, v)| n.strip_prefix(&prefix).map(|n| (n.to_string(), v)))
@@ -102,7 +103,7 @@ pub fn is_buffer(name: &str) -> bool {
 }
 
 struct Backend {
-    params: Params,
+    params: Weights,
 }
 
 fn fans(shape: &Shape) -> (usize, usize) {
@@ -183,8 +184,8 @@ impl SimpleBackend for Backend {
 }
 
 /// A `VarBuilder` drawing fresh parameters from `rng`, plus the handle listing them.
-pub fn seeded(rng: Rng, dtype: DType, device: &Device) -> (VarBuilder<'static>, Params) {
-    let params = Params {
+pub fn seeded(rng: Rng, dtype: DType, device: &Device) -> (VarBuilder<'static>, Weights) {
+    let params = Weights {
         state: Arc::new(Mutex::new(State {
             rng,
             vars: Vec::new(),

@@ -3,7 +3,10 @@
 //! ([`SessionOptions::start`]), the pool in memory or streamed from its source. Every
 //! setting is checked before anything is written, and nothing replaces a session unless asked.
 
-use super::{lock, read_answer_csv, Learner, SessionConfig, SessionLock, SessionState, STATE_FILE};
+use super::learner::Learner;
+use super::lock::{lock, SessionLock};
+use super::state::{SessionConfig, SessionState, STATE_FILE};
+use super::teach::read_answer_csv;
 use crate::data::source::{listed_labels, load_named, load_test};
 use crate::data::Source;
 use crate::error::{DataProblem, Error, Result, ResultExt};

@@ -48,7 +48,7 @@ fn every_scorer_agrees_on_the_generic_path_without_reaching_a_cpu_kernel() {
     let x = train.features()[..n * 784].to_vec();
     let sub = Dataset::new(x, train.labels()[..n].to_vec(), vec![1, 28, 28], 10).unwrap();
     let mut worst = Vec::new();
-    for kind in [ModelKind::Cnn, ModelKind::Mlp] {
+    for kind in ["cnn", "mlp"].map(|n| n.parse::<ModelKind>().unwrap()) {
         let out = dir.join(format!("{kind:?}"));
         let splits = load_idx_dir(&data_dir()).unwrap();
         let params = TrainConfig {
@@ -75,8 +75,8 @@ fn every_scorer_agrees_on_the_generic_path_without_reaching_a_cpu_kernel() {
             let settings = ScorerSettings::default();
             // One scorer per kind of evidence (each gradient scorer costs a backward per
             // candidate and class on the generic path).
-            let names: &[&str] = match kind {
-                ModelKind::Cnn => &[
+            let names: &[&str] = match kind.name() {
+                "cnn" => &[
                     "entropy",
                     "margin",
                     "regrad",
@@ -261,7 +261,7 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     .unwrap();
     let out = dir.join("cnn");
     alkit::eval::train_checkpoint(
-        ModelKind::Cnn,
+        "cnn".parse::<ModelKind>().unwrap(),
         &splits,
         None,
         &params,

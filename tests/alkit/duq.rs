@@ -674,8 +674,17 @@ fn train_briefly(
     .validate()
     .unwrap();
     let ids: Vec<usize> = (0..n).collect();
-    let rngs = alkit::train::TrainRngs::for_cycle(0, 0);
-    alkit::train::train(arch, data, &ids, &params, rngs, &Device::Cpu, &mut Silent)
+    let key = (0, 0);
+    alkit::train::train(
+        arch,
+        None,
+        data,
+        &ids,
+        &params,
+        key,
+        &Device::Cpu,
+        &mut Silent,
+    )
 }
 
 /// Saves `trained` (built from `arch`, inputs normalised by `norm`) as a checkpoint in `dir`,
@@ -916,7 +925,7 @@ fn resnets_and_duq_resnet_run_every_command_on_colour_images() {
     let sq = colour_squares(30, 1);
     let norm = Normalizer::fit(&sq);
     let train = norm.apply(&sq).unwrap();
-    let arch = Arch::for_data(alkit::models::ModelKind::DuqResnet18, &train).with_batch(8);
+    let arch = Arch::for_data("duq-resnet18".parse().unwrap(), &train).with_batch(8);
     let trained = train_briefly(&arch, &train, 30, (3, 8)).unwrap();
     let names: Vec<String> = trained.params.named().into_iter().map(|(n, _)| n).collect();
     for n in [

@@ -14,7 +14,7 @@ use candle_nn::VarBuilder;
 
 /// Batch-norm statistics and affine parameters moved off their initial values (so eval mode
 /// is not the identity), reproducibly.
-fn perturb_batch_norms(params: &alkit::nn::init::Params, seed: u64) {
+fn perturb_batch_norms(params: &alkit::nn::init::Weights, seed: u64) {
     for (i, (name, var)) in params.named().into_iter().enumerate() {
         let n = var.elem_count();
         let r = randn64(&[n], seed + i as u64).reshape(var.shape()).unwrap();
@@ -62,7 +62,7 @@ fn with_copies(x: &Tensor, copies: usize, seed: u64) -> Tensor {
 /// copy and with three perturbed copies, on the CPU kernels and on the generic path.
 fn assert_batched_norms_match_autograd(
     net: &Net,
-    params: &alkit::nn::init::Params,
+    params: &alkit::nn::init::Weights,
     x: &Tensor,
     what: &str,
 ) {
@@ -88,7 +88,7 @@ fn assert_batched_norms_match_autograd(
     }
 }
 
-fn f64_builder(seed: u64) -> (VarBuilder<'static>, alkit::nn::init::Params) {
+fn f64_builder(seed: u64) -> (VarBuilder<'static>, alkit::nn::init::Weights) {
     seeded(stream(seed, Purpose::Init, 0), DType::F64, &Device::Cpu)
 }
 

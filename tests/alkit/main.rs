@@ -304,7 +304,7 @@ use alkit::acquisition::{Evidence, GradNorms, GradRequest, Needs, Probs, ReGrad,
 use alkit::nn::gradnorm::{autograd_grad_norms, GradOut};
 use alkit::predict::Scoring;
 
-fn named_tensors(p: &alkit::nn::init::Params) -> Vec<(String, Tensor)> {
+fn named_tensors(p: &alkit::nn::init::Weights) -> Vec<(String, Tensor)> {
     p.named()
         .into_iter()
         .map(|(n, v)| (n, v.as_tensor().clone()))
@@ -410,7 +410,7 @@ fn two_class_correct(k: &[f32], labels: &[u32]) -> usize {
 struct TanhNet {
     l1: candle_nn::Linear,
     l2: candle_nn::Linear,
-    params: alkit::nn::init::Params,
+    params: alkit::nn::init::Weights,
     bug: Bug,
 }
 

@@ -449,9 +449,9 @@ fn mc_dropout_scorers_refuse_a_model_without_dropout() {
         };
         for name in ["bald", "mc-entropy", "batchbald"] {
             let needs = match kind(name).build(&settings) {
-                alkit::strategies::Built::Scorer(s) => s.needs(),
-                alkit::strategies::Built::Batch(b) => b.needs(),
-                alkit::strategies::Built::Random => unreachable!(),
+                alkit::round::Pick::Scored { scorer, .. } => scorer.needs(),
+                alkit::round::Pick::Batch(b) => b.needs(),
+                alkit::round::Pick::Random => unreachable!(),
             };
             let mut rng = stream(0, Purpose::Perturb, 0);
             let got = scoring.evidence(&train, &idx, needs, &mut rng, &mut Silent);

@@ -5,6 +5,7 @@ use crate::session;
 use alkit::models::ModelKind;
 use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
 use anyhow::Result;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -34,42 +35,13 @@ pub(crate) enum DeviceArg {
     Auto,
 }
 
-#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub(crate) enum ModelArg {
-    /// The REGrad paper's small CNN (image inputs).
-    Cnn,
-    /// A ReLU MLP 256-128 (any input, flattened).
-    Mlp,
-    /// DUQ (van Amersfoort et al. 2020) on the paper's Fashion-MNIST CNN with batch norm: RBF head, BCE + gradient penalty (lambda 0.05), SGD lr 0.05 momentum 0.9, dropping x0.2 at 1/3 and 2/3 of the steps; score it with `duq`.
-    Duq,
-    /// ResNet-18 (BasicBlock, torchvision's names): the CIFAR stem (3x3, no max-pool) below 64 pixels a side, ImageNet's above; softmax, Adam.
-    Resnet18,
-    /// ResNet-34 (BasicBlock).
-    Resnet34,
-    /// ResNet-50 (Bottleneck).
-    Resnet50,
-    /// DUQ on ResNet-18's trunk (the DUQ paper's CIFAR-10 model): centroids of size 512, length scale 0.1, two-sided penalty lambda 0.75, SGD lr 0.05 momentum 0.9 weight decay 5e-4, dropping x0.2 at 1/3 and 2/3 of the steps; score it with `duq`.
-    DuqResnet18,
-    /// DUQ on ResNet-34's trunk.
-    DuqResnet34,
-    /// DUQ on ResNet-50's trunk (centroids of size 2048).
-    DuqResnet50,
-}
-
-impl ModelArg {
-    pub(crate) fn kind(self) -> ModelKind {
-        match self {
-            ModelArg::Cnn => ModelKind::Cnn,
-            ModelArg::Mlp => ModelKind::Mlp,
-            ModelArg::Duq => ModelKind::Duq,
-            ModelArg::Resnet18 => ModelKind::Resnet18,
-            ModelArg::Resnet34 => ModelKind::Resnet34,
-            ModelArg::Resnet50 => ModelKind::Resnet50,
-            ModelArg::DuqResnet18 => ModelKind::DuqResnet18,
-            ModelArg::DuqResnet34 => ModelKind::DuqResnet34,
-            ModelArg::DuqResnet50 => ModelKind::DuqResnet50,
-        }
-    }
+/// `--model`: the library's registry of built-in models, its names and help as the choices.
+pub(crate) fn model_kind() -> impl clap::builder::TypedValueParser<Value = ModelKind> {
+    let names = ModelKind::all().map(|k| PossibleValue::new(k.name()).help(k.about()));
+    PossibleValuesParser::new(names).map(|name| {
+        name.parse::<ModelKind>()
+            .expect("the parser admits registry names only")
+    })
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -201,8 +173,8 @@ pub(crate) struct ModelSource {
     #[arg(long)]
     pub(crate) checkpoint: Option<PathBuf>,
     /// Architecture to train when no checkpoint is given. [default: cnn]
-    #[arg(long, value_enum)]
-    pub(crate) model: Option<ModelArg>,
+    #[arg(long, value_parser = model_kind())]
+    pub(crate) model: Option<ModelKind>,
     /// Optimiser steps when training here (Adam; SGD for duq). [default: 2000]
     #[arg(long)]
     pub(crate) steps: Option<usize>,
@@ -362,8 +334,8 @@ pub(crate) struct CurveArgs {
     #[arg(long)]
     pub(crate) lr: Option<f64>,
     /// Model trained each cycle. [default: cnn]
-    #[arg(long, value_enum)]
-    pub(crate) model: Option<ModelArg>,
+    #[arg(long, value_parser = model_kind())]
+    pub(crate) model: Option<ModelKind>,
     /// Train a deep ensemble of K members each cycle (different initialisations and batch orders); bald, batchbald, class-variance, ... then read one draw per member instead of MC dropout, and ACC/NLL are the ensemble's.
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
     pub(crate) ensemble: Option<u64>,
@@ -396,8 +368,8 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
     /// Architecture.
-    #[arg(long, value_enum, default_value_t = ModelArg::Cnn)]
-    pub(crate) model: ModelArg,
+    #[arg(long, value_parser = model_kind(), default_value = "cnn")]
+    pub(crate) model: ModelKind,
     /// Adam steps.
     #[arg(long, default_value_t = 2000)]
     pub(crate) steps: usize,
@@ -500,8 +472,8 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) train_steps: Option<usize>,
     /// The built-in model timed; the ResNets on 3x32x32 items (synthetic when --data is not colour images).
-    #[arg(long, value_enum, default_value = "cnn")]
-    pub(crate) model: ModelArg,
+    #[arg(long, value_parser = model_kind(), default_value = "cnn")]
+    pub(crate) model: ModelKind,
     /// Print one JSON object {"scorer": samples_per_s, ...} on stdout instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -550,7 +522,9 @@ impl ModelSource {
                 .checkpoint
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned()),
-            model: self.model.unwrap_or(ModelArg::Cnn).kind(),
+            model: self
+                .model
+                .unwrap_or_else(|| ModelKind::from_name("cnn").expect("cnn is built in")),
             steps: self.steps.unwrap_or(2000),
             batch_size: self.batch_size,
             seed: self.seed,
@@ -564,7 +538,7 @@ impl CurveArgs {
         Ok(alkit::curve::CurveOptions {
             data: self.data.clone(),
             stream: self.stream,
-            model: self.model.map(ModelArg::kind),
+            model: self.model,
             strategies: self.scorer.clone(),
             seed: self.seed,
             seeds: self.seeds,

@@ -4,7 +4,7 @@
 //! recorded there, does one thing through [`alkit::session::Learner`] and saves the state
 //! atomically; `label` serves the page of [`alkit::serve`] until it is stopped.
 
-use super::{Bars, ModelArg, ScorerFlags};
+use super::{Bars, ScorerFlags};
 use alkit::hub::Hub;
 use alkit::observe::Observer;
 use alkit::serve::{LabelServer, ServeEvent, ServeSettings};
@@ -32,8 +32,8 @@ pub struct InitArgs {
     #[arg(long)]
     state: PathBuf,
     /// Model trained each round [default: cnn for images of at least 10x10, else mlp].
-    #[arg(long, value_enum)]
-    model: Option<ModelArg>,
+    #[arg(long, value_parser = super::model_kind())]
+    model: Option<alkit::models::ModelKind>,
     /// Adam steps per training (from scratch each round).
     #[arg(long, default_value_t = 500)]
     steps: usize,
@@ -178,7 +178,7 @@ pub fn init(a: InitArgs, quiet: bool) -> Result<()> {
         pool: a.pool,
         labels: a.labels,
         classes: a.classes,
-        model: a.model.map(ModelArg::kind),
+        model: a.model,
         steps: a.steps,
         batch_size: a.batch_size,
         lr: a.lr,

@@ -1,0 +1,185 @@
+//! What every built-in model says about itself: the [`BuiltinModel`] trait its settings type
+//! implements (how it is sized for data, built, trained, what evidence it can give), and
+//! [`ModelKind`], a name users type (`--model`) with what that name means.
+//!
+//! Each built-in model is one file beside this one (`cnn.rs`, `mlp.rs`, `duq.rs`, `resnet.rs`,
+//! `duq_resnet.rs`) implementing the trait for its settings type, and one line in the registry
+//! (`models/mod.rs`).
+
+use crate::duq::DuqSettings;
+use crate::error::{Error, Result};
+use crate::train::{ModelBuilder, TrainConfig, TrainParams};
+
+/// One name of the model registry: what users type and what the binary's help says of it.
+#[derive(Debug)]
+pub struct KindInfo {
+    /// The name users type (`--model`).
+    pub name: &'static str,
+    /// One line on what it is (the command line's help).
+    pub about: &'static str,
+    /// DUQ: trained with its own loss and SGD schedule, scored by `duq`.
+    pub duq: bool,
+    /// One of the ResNets, DUQ's included (timed on colour 32x32 items by `alkit bench`).
+    pub resnet: bool,
+    /// The training batch size when none is given.
+    pub default_batch: fn() -> usize,
+}
+
+/// A built-in model a user can name (`--model`): an entry of the registry, parsed from its
+/// name ([`std::str::FromStr`]) and listed by [`ModelKind::all`].
+#[derive(Clone, Copy)]
+pub struct ModelKind(&'static KindInfo);
+
+impl PartialEq for ModelKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ModelKind {}
+
+impl std::fmt::Debug for ModelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl std::fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl ModelKind {
+    /// The kind `info` describes (an entry of a built-in model's file).
+    pub(super) const fn new(info: &'static KindInfo) -> Self {
+        Self(info)
+    }
+
+    /// The name users type.
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// One line on what it is.
+    pub fn about(self) -> &'static str {
+        self.0.about
+    }
+
+    /// Whether this is one of the ResNets, DUQ's included (timed on colour 32x32 items by
+    /// `alkit bench`).
+    pub fn is_resnet(self) -> bool {
+        self.0.resnet
+    }
+
+    /// Whether this model is DUQ (trained with its own loss and SGD schedule, scored by `duq`).
+    pub fn is_duq(self) -> bool {
+        self.0.duq
+    }
+
+    /// The training batch size when none is given: DUQ's paper settings (128), else
+    /// [`TrainConfig`]'s (32).
+    pub fn default_batch_size(self) -> usize {
+        (self.0.default_batch)()
+    }
+
+    /// The settings this model trains with: `steps`, `batch_size` or the model's own default,
+    /// and Adam's `lr` and `anchor` for the softmax models. DUQ trains with SGD at its own
+    /// schedule and its own loss, so a rate or an anchor given for it is refused, not ignored.
+    pub fn train_config(
+        self,
+        steps: usize,
+        batch_size: Option<usize>,
+        lr: Option<f64>,
+        anchor: Option<f64>,
+    ) -> Result<TrainConfig> {
+        if self.is_duq() && lr.is_some() {
+            return Err(Error::config(
+                "lr",
+                "--lr sets Adam's rate of the softmax models; DUQ trains with SGD at its own schedule",
+            ));
+        }
+        if self.is_duq() && anchor.is_some() {
+            return Err(Error::config(
+                "anchor",
+                "--anchor regularises the softmax models' Adam training; DUQ trains with its own loss",
+            ));
+        }
+        Ok(TrainConfig {
+            steps,
+            batch_size: batch_size.unwrap_or(self.default_batch_size()),
+            lr: lr.unwrap_or(TrainConfig::default().lr),
+            anchor,
+        })
+    }
+}
+
+/// A built-in architecture's settings type: everything the registry asks of a model besides
+/// building and training it ([`ModelBuilder`], whose default `fit` is the softmax recipe).
+pub trait BuiltinModel: ModelBuilder {
+    /// The names this type serves, in the order commands list them.
+    fn kinds() -> &'static [KindInfo]
+    where
+        Self: Sized;
+
+    /// `kind` (one of [`BuiltinModel::kinds`]) sized for items of `item_shape` and `classes`
+    /// classes, with its default settings.
+    fn for_shape(kind: ModelKind, item_shape: &[usize], classes: usize) -> Self
+    where
+        Self: Sized;
+
+    /// The name of these settings.
+    fn kind(&self) -> ModelKind;
+
+    /// Number of classes (outputs).
+    fn classes(&self) -> usize;
+
+    /// An upper bound on the number of weights, from the settings alone (nothing is
+    /// allocated); `None` when it overflows.
+    fn weights_bound(&self) -> Option<u128>;
+
+    /// Whether the model has a dropout layer with a positive rate (what MC-dropout draws need).
+    fn has_dropout(&self) -> bool {
+        false
+    }
+
+    /// DUQ's settings, for the DUQ models.
+    fn duq_settings(&self) -> Option<&DuqSettings> {
+        None
+    }
+
+    /// Records `batch` as the batch size it trains at, for models whose settings carry one
+    /// (DUQ's); the softmax models carry none.
+    fn set_batch(&mut self, _batch: usize) {}
+}
+
+/// Refuses a DUQ training whose batch size is not the one its settings record: the
+/// architecture records the one it trains with (so that a checkpoint's config says how it was
+/// trained); a training asking for another is a caller's mistake, not something to pick
+/// between silently.
+pub(super) fn check_duq_batch(params: &TrainParams, settings: &DuqSettings) -> Result<()> {
+    let cfg = params.config();
+    if cfg.batch_size != settings.batch {
+        return Err(Error::config(
+            "batch_size",
+            format!(
+                "{} for a DUQ model whose settings say {}; build it with \
+                 Arch::with_batch",
+                cfg.batch_size, settings.batch
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `a * b` in `u128`, `None` on overflow (for [`BuiltinModel::weights_bound`]).
+pub(super) fn mul(a: usize, b: usize) -> Option<u128> {
+    (a as u128).checked_mul(b as u128)
+}
+
+/// The sum of the terms, `None` when one is `None` or the sum overflows.
+pub(super) fn sum(terms: impl IntoIterator<Item = Option<u128>>) -> Option<u128> {
+    terms
+        .into_iter()
+        .try_fold(0u128, |acc, x| acc.checked_add(x?))
+}

@@ -1,0 +1,234 @@
+//! A session's round: what a query asks for, the batch it returns, and [`Learner::query`]
+//! through the crate's one round ([`crate::round::run`]).
+
+use super::learner::Learner;
+use super::state::{Pending, Round};
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+use crate::observe::Observer;
+use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs};
+use crate::rng::Purpose;
+use crate::round::{self, pick_random, Acquisition, Picked, RoundSettings, Strategy};
+use candle_core::Device;
+use std::collections::HashSet;
+
+/// What one query asks for.
+#[derive(Clone)]
+pub struct QueryRequest {
+    /// How the batch is chosen: any strategy of the loop (see [`crate::strategies`]),
+    /// BatchBALD and ensemble draws included.
+    pub strategy: Strategy,
+    /// How many items to return.
+    pub n: usize,
+    /// Also offer items queried earlier and not yet answered.
+    pub include_pending: bool,
+    /// Score a seeded random subset of this many candidates instead of all of them (see
+    /// [`crate::round::subsample`]); `None`: all.
+    pub subsample: Option<usize>,
+}
+
+/// One item of a query's batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    /// The item's id.
+    pub id: String,
+    /// Its position in the pool source.
+    pub index: usize,
+    /// Its score (`None` for random picks and joint batch criteria, which score no single
+    /// item).
+    pub score: Option<f32>,
+}
+
+impl Learner {
+    /// Trains on the labeled items, scores the others and returns the next batch (best
+    /// first), recording it as pending. Before any label exists the batch is drawn at random.
+    pub fn query(
+        &mut self,
+        request: &QueryRequest,
+        device: &Device,
+        observer: &mut dyn Observer,
+    ) -> Result<Vec<Query>> {
+        let round = self.state.rounds.len() + 1;
+        if let Some(needs) = request.strategy.needs() {
+            self.state
+                .config
+                .arch
+                .check_needs(request.strategy.name(), &needs)?;
+        }
+        let cand = self.candidates(request.include_pending);
+        if request.n == 0 || request.n > cand.len() {
+            return Err(Error::config(
+                "n",
+                format!(
+                    "asked for {} items; {} are unlabeled and not pending",
+                    request.n,
+                    cand.len()
+                ),
+            ));
+        }
+        if request.subsample.is_some_and(|m| m < request.n) {
+            return Err(Error::config(
+                "subsample",
+                format!(
+                    "{} items cannot yield a batch of {}",
+                    request.subsample.unwrap_or(0),
+                    request.n
+                ),
+            ));
+        }
+        let cfg = self.state.config.clone();
+        let seed = cfg.seed;
+        let key = round as u64;
+        let lab = self.labeled_indices();
+        let (picked, scorer, record) = if lab.is_empty() {
+            self.last_model = None;
+            let picks = pick_random(&cand, request.n, (seed, Purpose::Select, key))?;
+            let none = (None, None, None);
+            (
+                Picked {
+                    indices: picks,
+                    scores: None,
+                },
+                "random".to_string(),
+                none,
+            )
+        } else {
+            let params = cfg.train.validate()?;
+            let settings = RoundSettings {
+                pool: self.features.reader(),
+                model: &cfg.arch,
+                ensemble: cfg.ensemble,
+                train: &params,
+                input_std: &self.state.normalizer.std,
+                batch: cfg.batch,
+                device,
+            };
+            let acquisition = Acquisition {
+                strategy: &request.strategy,
+                candidates: &cand,
+                subsample: request.subsample,
+                n: request.n,
+                key,
+                round,
+            };
+            let test_set = self.test.as_ref();
+            let outcome = round::run(
+                &settings,
+                &lab,
+                (seed, key),
+                Some(acquisition),
+                observer,
+                |trained, train_on, rows, observer| {
+                    let lp = log_probs_of(
+                        trained.model.as_ref(),
+                        train_on,
+                        rows,
+                        cfg.batch,
+                        device,
+                        observer,
+                    )?;
+                    let ylab: Vec<u32> = rows.iter().map(|&i| train_on.labels()[i]).collect();
+                    let fit_metrics = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
+                    let test = match test_set {
+                        Some(t) => Some(evaluate(
+                            trained.model.as_ref(),
+                            t,
+                            cfg.batch,
+                            device,
+                            observer,
+                        )?),
+                        None => None,
+                    };
+                    Ok((fit_metrics, test))
+                },
+            )?;
+            let (fit_metrics, test) = outcome.measured;
+            let picked = outcome.picked.expect("the round acquired");
+            let trained = outcome.trained;
+            self.last_model = Some(trained);
+            (
+                picked,
+                request.strategy.name().to_string(),
+                (
+                    Some(fit_metrics.acc),
+                    test.map(|m| m.acc),
+                    test.map(|m| m.nll),
+                ),
+            )
+        };
+        let out: Vec<Query> = picked
+            .indices
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| Query {
+                id: self.items.ids()[i].clone(),
+                index: i,
+                score: picked.scores.as_ref().map(|s| s[k]),
+            })
+            .collect();
+        let chosen: HashSet<&str> = out.iter().map(|q| q.id.as_str()).collect();
+        self.state
+            .pending
+            .retain(|p| !chosen.contains(p.id.as_str()));
+        self.state.pending.extend(out.iter().map(|q| Pending {
+            id: q.id.clone(),
+            round,
+            score: q.score,
+        }));
+        self.state.rounds.push(Round {
+            round,
+            scorer,
+            labeled: lab.len(),
+            queried: out.len(),
+            fit_acc: record.0,
+            test_acc: record.1,
+            test_nll: record.2,
+        });
+        Ok(out)
+    }
+
+    /// The last query's model's prediction for pool items `indices`: `(class, probability)`
+    /// of the most probable class each, or `None` when the last query trained no model (a
+    /// random first round, or a session just loaded).
+    pub fn predicted(
+        &self,
+        indices: &[usize],
+        device: &Device,
+    ) -> Result<Option<Vec<(usize, f32)>>> {
+        let Some(t) = &self.last_model else {
+            return Ok(None);
+        };
+        let c = t.model.classes();
+        let (data, rows) = self.features.reader().rows(indices)?;
+        let data: &Dataset = &data;
+        let lp = log_probs_of(
+            t.model.as_ref(),
+            data,
+            &rows,
+            self.state.config.batch,
+            device,
+            &mut crate::observe::Silent,
+        )?;
+        Ok(Some(
+            lp.chunks_exact(c)
+                .map(|row| {
+                    // First maximum wins, as everywhere else.
+                    let (k, v) =
+                        row.iter()
+                            .enumerate()
+                            .fold(
+                                (0, f32::NEG_INFINITY),
+                                |b, (k, &v)| {
+                                    if v > b.1 {
+                                        (k, v)
+                                    } else {
+                                        b
+                                    }
+                                },
+                            );
+                    (k, v.exp())
+                })
+                .collect(),
+        ))
+    }
+}

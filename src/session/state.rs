@@ -1,0 +1,255 @@
+//! A session's state as `session.json` records it: the settings, the labeled items, the
+//! pending queries and one record per round, with the checks a state read from disk passes.
+
+use crate::data::dataset::MAX_CLASSES;
+use crate::data::Normalizer;
+use crate::error::{Error, Result};
+use crate::models::Arch;
+use crate::train::{TrainConfig, MAX_MEMBERS};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+/// State format: 2 hashes the pool item by item (id, then values), so a streamed pool is
+/// checked in one pass; format 1 (ids, then all values) is still read, checked on a pool in
+/// memory and written back as format 2.
+pub(super) const FORMAT: u32 = 2;
+/// Name of the state file inside a session folder.
+pub const STATE_FILE: &str = "session.json";
+
+/// A labeled item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Labeled {
+    /// The item's id.
+    pub id: String,
+    /// Its class name.
+    pub label: String,
+    /// The round its label was taught after (0 = given at init).
+    pub round: usize,
+    /// The person's note on the item, if they left one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One answer to teach: an item's id, its class name and an optional note; `row` is its
+/// line (CSV), task (Label Studio) or answer number in errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Where the answer came from, for errors: a 1-based line, task or answer number.
+    pub row: usize,
+    /// The item's id.
+    pub id: String,
+    /// Its class name.
+    pub label: String,
+    /// An optional note (at most [`MAX_NOTE`] characters, no control characters).
+    pub note: Option<String>,
+}
+
+impl Answer {
+    /// An answer without a note.
+    pub fn new(row: usize, id: impl Into<String>, label: impl Into<String>) -> Answer {
+        Answer {
+            row,
+            id: id.into(),
+            label: label.into(),
+            note: None,
+        }
+    }
+}
+
+/// The longest note kept with an answer, in characters.
+pub const MAX_NOTE: usize = 2000;
+
+/// What [`Learner::undo`](super::Learner::undo) needs to take one answer of
+/// [`Learner::teach_one`](super::Learner::teach_one) back: the item
+/// and the pending entry (with its place in the pending list) that the answer removed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Undo {
+    /// The answered item's id.
+    pub id: String,
+    pub(super) removed: Vec<(usize, Pending)>,
+}
+
+/// An item queried and not yet answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The item's id.
+    pub id: String,
+    /// The query round that asked for it (from 1).
+    pub round: usize,
+    /// Its score then (`null` for random picks and joint batch criteria).
+    pub score: Option<f32>,
+}
+
+/// One query round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    /// Round number, from 1.
+    pub round: usize,
+    /// Scorer that ranked the pool (`random` before any label exists).
+    pub scorer: String,
+    /// Labeled items the model was trained on.
+    pub labeled: usize,
+    /// Items returned.
+    pub queried: usize,
+    /// Accuracy on the labeled items (training fit).
+    pub fit_acc: Option<f64>,
+    /// Accuracy on the source's test split, when it has one.
+    pub test_acc: Option<f64>,
+    /// NLL on the source's test split, when it has one.
+    pub test_nll: Option<f64>,
+}
+
+/// Settings fixed when a session starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionConfig {
+    /// The model trained every round.
+    pub arch: Arch,
+    /// How it is trained (from scratch every round).
+    pub train: TrainConfig,
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Inference batch size.
+    pub batch: usize,
+    /// Train a deep ensemble of this many members every round (sample scorers and BatchBALD
+    /// then read the members' draws); `None`: one model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ensemble: Option<usize>,
+}
+
+/// Everything a session is: written to `session.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// State format version.
+    pub format: u32,
+    /// The pool's source, as given.
+    pub source: String,
+    /// Items in the pool.
+    pub pool_size: usize,
+    /// Hash of the pool's ids and features: a changed pool is refused. Format 2 hashes each
+    /// item's id and values in turn (one pass over a streamed pool), format 1 every id, then
+    /// every value.
+    pub pool_fingerprint: u64,
+    /// Class names; answers must use one of them.
+    pub classes: Vec<String>,
+    /// Settings.
+    pub config: SessionConfig,
+    /// Normalisation fitted on the whole pool at init.
+    pub normalizer: Normalizer,
+    /// Labeled items, in the order they were taught.
+    pub labeled: Vec<Labeled>,
+    /// Queried items awaiting an answer.
+    pub pending: Vec<Pending>,
+    /// One record per query.
+    pub rounds: Vec<Round>,
+}
+
+impl SessionState {
+    /// Checks that the state is one alkit could have written, before any of it is used: at
+    /// least two distinct, non-empty class names (at most [`MAX_CLASSES`]) matching the
+    /// model's outputs, valid training settings, a sound normaliser for `channels`, labeled
+    /// and pending ids distinct and disjoint with tags up to the last round, rounds numbered
+    /// `1, 2, ...` with non-decreasing label counts, scores finite. `origin` names the file.
+    pub fn check_consistent(&self, channels: usize, origin: &Path) -> Result<()> {
+        let bad = |m: String| Err(Error::state(origin, m));
+        if self.classes.len() < 2 || self.classes.len() > MAX_CLASSES {
+            return bad(format!(
+                "{} classes; a session has 2 to {MAX_CLASSES}",
+                self.classes.len()
+            ));
+        }
+        let mut names = HashSet::new();
+        if let Some(c) = self
+            .classes
+            .iter()
+            .find(|c| c.trim().is_empty() || !names.insert(c.as_str()))
+        {
+            return bad(format!("class name `{c}` is empty or given twice"));
+        }
+        if self.config.arch.classes() != self.classes.len() {
+            return bad(format!(
+                "the model has {} outputs for {} classes",
+                self.config.arch.classes(),
+                self.classes.len()
+            ));
+        }
+        self.config
+            .train
+            .validate()
+            .map_err(|e| Error::state(origin, format!("training settings: {e}")))?;
+        if self.config.batch == 0 {
+            return bad("inference batch size 0".into());
+        }
+        if let Some(k) = self.config.ensemble {
+            if !(1..=MAX_MEMBERS).contains(&k) {
+                return bad(format!("an ensemble of {k} members (1 to {MAX_MEMBERS})"));
+            }
+        }
+        self.normalizer
+            .check(channels)
+            .map_err(|m| Error::state(origin, m))?;
+        let rounds = self.rounds.len();
+        for (k, r) in self.rounds.iter().enumerate() {
+            if r.round != k + 1 {
+                return bad(format!("round record {} says round {}", k + 1, r.round));
+            }
+            if k > 0 && r.labeled < self.rounds[k - 1].labeled {
+                return bad(format!(
+                    "round {} trained on {} labels, fewer than round {}'s {}",
+                    r.round,
+                    r.labeled,
+                    k,
+                    self.rounds[k - 1].labeled
+                ));
+            }
+            if r.labeled > self.labeled.len() {
+                return bad(format!(
+                    "round {} trained on {} labels; the session holds {}",
+                    r.round,
+                    r.labeled,
+                    self.labeled.len()
+                ));
+            }
+        }
+        let mut ids = HashSet::new();
+        for l in &self.labeled {
+            if !ids.insert(l.id.as_str()) {
+                return bad(format!("item `{}` is labeled twice", l.id));
+            }
+            if l.round > rounds {
+                return bad(format!(
+                    "`{}` is tagged round {} of {rounds}",
+                    l.id, l.round
+                ));
+            }
+        }
+        let mut pending = HashSet::new();
+        for p in &self.pending {
+            if ids.contains(p.id.as_str()) || !pending.insert(p.id.as_str()) {
+                return bad(format!(
+                    "item `{}` is pending twice or pending and labeled",
+                    p.id
+                ));
+            }
+            if p.round == 0 || p.round > rounds {
+                return bad(format!(
+                    "pending `{}` is tagged round {} of {rounds}",
+                    p.id, p.round
+                ));
+            }
+            if p.score.is_some_and(|v| !v.is_finite()) {
+                return bad(format!("pending `{}` has a non-finite score", p.id));
+            }
+        }
+        Ok(())
+    }
+
+    /// Labeled items per class name.
+    pub fn per_class(&self) -> BTreeMap<&str, usize> {
+        let mut m: BTreeMap<&str, usize> = self.classes.iter().map(|c| (c.as_str(), 0)).collect();
+        for l in &self.labeled {
+            *m.entry(l.label.as_str()).or_default() += 1;
+        }
+        m
+    }
+}

@@ -1,0 +1,246 @@
+//! Answers into a session: taught a whole batch at a time, every row checked before any is
+//! applied; one answer at a time for the labeling page, with its undo; answer files read.
+
+use super::learner::Learner;
+use super::query::Query;
+use super::state::{Answer, Labeled, Pending, Undo, MAX_NOTE};
+use crate::data::source::read_csv;
+use crate::error::{Error, Result};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+impl Learner {
+    /// Teaches the seed labels `(id, class name)` as round 0.
+    pub(super) fn seeded(mut self, seeds: &[(String, String)]) -> Result<Learner> {
+        let rows: Vec<Answer> = seeds
+            .iter()
+            .enumerate()
+            .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
+            .collect();
+        self.teach_rows(&rows, Path::new("seed labels"), 0)?;
+        Ok(self)
+    }
+
+    /// Teaches `(row, id, class name)` answers read from `origin` (a file; `row` its line or
+    /// task number in errors); all are checked before any is applied.
+    pub fn teach_from(&mut self, rows: &[(usize, String, String)], origin: &Path) -> Result<usize> {
+        let rows: Vec<Answer> = rows
+            .iter()
+            .map(|(r, id, c)| Answer::new(*r, id.clone(), c.clone()))
+            .collect();
+        self.teach_answers(&rows, origin)
+    }
+
+    /// Teaches `answers` read from `origin` (a file, or what a page sent); all are checked
+    /// before any is applied.
+    pub fn teach_answers(&mut self, answers: &[Answer], origin: &Path) -> Result<usize> {
+        let round = self.state.rounds.len();
+        self.teach_rows(answers, origin, round)
+    }
+
+    /// Teaches one answer, checked as [`Learner::teach_answers`] checks a file's rows, and
+    /// returns what [`Learner::undo`] needs to take it back.
+    pub fn teach_one(&mut self, answer: &Answer, origin: &Path) -> Result<Undo> {
+        let removed: Vec<(usize, Pending)> = self
+            .state
+            .pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.id == answer.id)
+            .map(|(k, p)| (k, p.clone()))
+            .collect();
+        self.teach_answers(std::slice::from_ref(answer), origin)?;
+        Ok(Undo {
+            id: answer.id.clone(),
+            removed,
+        })
+    }
+
+    /// Takes back the answer `undo` came from: it must be the last label taught, in the
+    /// current round. The item is unlabeled again and its pending entry is back in its place.
+    pub fn undo(&mut self, undo: Undo) -> Result<()> {
+        let round = self.state.rounds.len();
+        match self.state.labeled.last() {
+            Some(l) if l.id == undo.id && l.round == round && round > 0 => {}
+            _ => {
+                return Err(Error::config(
+                    "undo",
+                    format!(
+                        "`{}` is not the last label taught in round {round}; only that one \
+                         can be taken back",
+                        undo.id
+                    ),
+                ))
+            }
+        }
+        self.state.labeled.pop();
+        let i = self
+            .items
+            .position(&undo.id)
+            .ok_or_else(|| Error::config("undo", format!("`{}` is not in the pool", undo.id)))?;
+        self.features.set_labels(&[(i, 0)])?;
+        for (k, p) in undo.removed {
+            let at = k.min(self.state.pending.len());
+            self.state.pending.insert(at, p);
+        }
+        Ok(())
+    }
+
+    /// Writes a query's batch to `out` atomically as CSV: `id,index,path,score` (the image's
+    /// path for image-folder pools, else empty; the score empty for random picks and joint
+    /// criteria), best first, quoted as RFC 4180 requires so that `teach` reads every id back.
+    pub fn write_batch(&self, out: &Path, batch: &[Query]) -> Result<()> {
+        let folder = match crate::data::source::Source::parse(&self.state.source) {
+            Ok(crate::data::source::Source::Images(dir)) => Some(dir),
+            _ => None,
+        };
+        let rows = batch.iter().map(|q| {
+            let path = folder
+                .as_ref()
+                .map(|d| d.join(&q.id).to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let score = q.score.map(|v| v.to_string()).unwrap_or_default();
+            vec![q.id.clone(), q.index.to_string(), path, score]
+        });
+        crate::fsutil::write_csv(out, &["id", "index", "path", "score"], rows)
+    }
+
+    /// Teaches `(id, class name)` answers; all are checked before any is applied.
+    pub fn teach(&mut self, answers: &[(String, String)]) -> Result<usize> {
+        let rows: Vec<Answer> = answers
+            .iter()
+            .enumerate()
+            .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
+            .collect();
+        let round = self.state.rounds.len();
+        self.teach_rows(&rows, Path::new("answers"), round)
+    }
+
+    /// Teaches the answers in a CSV file with columns `id,label` and an optional `note`
+    /// (label = class name); every row is checked before any is applied, and an error names
+    /// the file and line.
+    pub fn teach_csv(&mut self, path: &Path) -> Result<usize> {
+        let rows = read_answers(path)?;
+        let round = self.state.rounds.len();
+        self.teach_rows(&rows, path, round)
+    }
+
+    fn teach_rows(&mut self, rows: &[Answer], origin: &Path, round: usize) -> Result<usize> {
+        let row_err = |row: usize, problem: String| Error::Row {
+            path: origin.to_path_buf(),
+            row,
+            problem,
+        };
+        let labeled: HashMap<&str, &Labeled> = self
+            .state
+            .labeled
+            .iter()
+            .map(|l| (l.id.as_str(), l))
+            .collect();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut labels = Vec::with_capacity(rows.len());
+        for Answer {
+            row,
+            id,
+            label: class,
+            note,
+        } in rows
+        {
+            if let Some(n) = note {
+                if n.chars().count() > MAX_NOTE || n.chars().any(char::is_control) {
+                    return Err(row_err(
+                        *row,
+                        format!(
+                            "the note on `{id}` is longer than {MAX_NOTE} characters or holds \
+                             control characters"
+                        ),
+                    ));
+                }
+            }
+            let Some(i) = self.items.position(id) else {
+                return Err(row_err(*row, format!("unknown id `{id}`")));
+            };
+            if let Some(prev) = seen.insert(id.as_str(), *row) {
+                return Err(row_err(
+                    *row,
+                    format!("id `{id}` appears twice (also row {prev})"),
+                ));
+            }
+            if let Some(l) = labeled.get(id.as_str()) {
+                return Err(row_err(
+                    *row,
+                    format!(
+                        "id `{id}` is already labeled `{}` (round {})",
+                        l.label, l.round
+                    ),
+                ));
+            }
+            let Some(c) = self.state.classes.iter().position(|k| k == class) else {
+                return Err(row_err(
+                    *row,
+                    format!(
+                        "label `{class}` is not one of the classes {:?}",
+                        self.state.classes
+                    ),
+                ));
+            };
+            labels.push((i, c as u32));
+        }
+        self.features.set_labels(&labels)?;
+        let taught: HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+        self.state
+            .pending
+            .retain(|p| !taught.contains(p.id.as_str()));
+        self.state.labeled.extend(rows.iter().map(|a| Labeled {
+            id: a.id.clone(),
+            label: a.label.clone(),
+            round,
+            note: a.note.clone(),
+        }));
+        Ok(rows.len())
+    }
+}
+
+/// Reads `id,label` rows (header required, extra columns ignored) with their line numbers.
+pub fn read_answer_csv(path: &Path) -> Result<Vec<(usize, String, String)>> {
+    Ok(read_answers(path)?
+        .into_iter()
+        .map(|a| (a.row, a.id, a.label))
+        .collect())
+}
+
+/// Reads `id,label` rows and the optional `note` column (header required, other columns
+/// ignored; an empty note is none) with their line numbers.
+pub fn read_answers(path: &Path) -> Result<Vec<Answer>> {
+    let (header, rows) = read_csv(path)?;
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| Error::Row {
+                path: PathBuf::from(path),
+                row: 1,
+                problem: format!("the header has no `{name}` column (expected id,label)"),
+            })
+    };
+    let (ic, lc) = (col("id")?, col("label")?);
+    let nc = header.iter().position(|h| h == "note");
+    rows.into_iter()
+        .map(|(n, r)| {
+            if r[lc].is_empty() {
+                return Err(Error::Row {
+                    path: PathBuf::from(path),
+                    row: n,
+                    problem: format!("id `{}` has an empty label", r[ic]),
+                });
+            }
+            let note = nc.map(|c| r[c].clone()).filter(|s| !s.is_empty());
+            Ok(Answer {
+                row: n,
+                id: r[ic].clone(),
+                label: r[lc].clone(),
+                note,
+            })
+        })
+        .collect()
+}
