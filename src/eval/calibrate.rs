@@ -6,7 +6,8 @@
 //! Files written to the output folder: `metrics.json`, `reliability.svg/png`,
 //! `rejection.svg/png`.
 
-use super::{create_out, scoring, ModelSource};
+use super::create_out;
+use super::model::{scoring, ModelSource};
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
 use crate::error::{Error, Result, ResultExt};

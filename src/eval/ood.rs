@@ -5,7 +5,9 @@
 //! Files written to the output folder: `ood.csv` (one row per scorer), `metrics.json`,
 //! `scores.csv` (`split,index,<scorer>...`), `roc.svg/png` and `hist.svg/png`.
 
-use super::{create_out, score_all, scoring, ModelSource};
+use super::create_out;
+use super::model::{scoring, ModelSource};
+use super::score::score_all;
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
 use crate::error::{Error, Result, ResultExt};

@@ -9,17 +9,22 @@
 //! [`super::shard::merge`]. Every error says which checkpoint or data source it is about.
 
 use super::shard::{self, Shard};
-use super::{draws_noise, joint_rows, score_chunks, write_scores, ChunkPlan, JointPlan};
 use crate::data::stream::{Chunk, ItemStream};
 use crate::data::Source;
+use crate::data::{Dataset, Normalizer};
 use crate::error::{Error, Result, ResultExt};
+use crate::fsutil::write_csv;
 use crate::hub::Hub;
 use crate::observe::Observer;
+use crate::observe::Silent;
 use crate::predict::Scoring;
+use crate::rng::{stream, Purpose};
 use crate::strategies::{per_item_scorers, ScorerSettings, SelectKind, StrategyKind};
+use alkit_acquisition::Scorer;
 use alkit_acquisition::Selection;
 use candle_core::Device;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Which split of a data source is scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,4 +293,375 @@ pub fn run(
         scored: scored.count,
         rows: kept,
     })
+}
+
+/// Every item of `ds` scored by each scorer: `(scorer, item)`. Each scorer draws its noise
+/// from the same stream `(seed, Perturb, 0)`, so a scorer's scores do not depend on which
+/// others run beside it.
+pub fn score_all(
+    scoring: &Scoring<'_>,
+    ds: &Dataset,
+    scorers: &[Arc<dyn Scorer>],
+    seed: u64,
+) -> Result<Vec<Vec<f32>>> {
+    Ok(score_keeping_draws(scoring, ds, scorers, seed, false)?.0)
+}
+
+/// Stochastic predictions of items, item by item: what BatchBALD chooses from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Draws {
+    /// `(n, s, c)`: item `i`'s `s` draws of `c` class probabilities, contiguous.
+    pub values: Vec<f32>,
+    /// Draws per item.
+    pub draws: usize,
+    /// Classes per draw.
+    pub classes: usize,
+}
+
+impl Draws {
+    /// Values per item.
+    pub fn width(&self) -> usize {
+        self.draws * self.classes
+    }
+}
+
+/// [`score_all`], and with `draws` the first scorer's stochastic predictions.
+fn score_keeping_draws(
+    scoring: &Scoring<'_>,
+    ds: &Dataset,
+    scorers: &[Arc<dyn Scorer>],
+    seed: u64,
+    draws: bool,
+) -> Result<(Vec<Vec<f32>>, Option<Draws>)> {
+    let all: Vec<usize> = (0..ds.len()).collect();
+    let mut kept = None;
+    let cols = scorers
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let mut rng = stream(seed, Purpose::Perturb, 0);
+            let ev = scoring.evidence(ds, &all, s.needs(), &mut rng, &mut Silent)?;
+            if draws && k == 0 {
+                let samples = ev.samples.as_ref().ok_or_else(|| {
+                    Error::config(
+                        "select",
+                        format!("`{}` gives no draws to choose a batch from", s.name()),
+                    )
+                })?;
+                let d = samples.draws();
+                let (n, sd, c) = (samples.n(), d.len(), d.first().map_or(0, |p| p.classes()));
+                let mut flat = Vec::with_capacity(n * sd * c);
+                for i in 0..n {
+                    for p in d {
+                        flat.extend_from_slice(p.row(i));
+                    }
+                }
+                kept = Some(Draws {
+                    values: flat,
+                    draws: sd,
+                    classes: c,
+                });
+            }
+            Ok(s.score(&ev)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((cols, kept))
+}
+
+/// True when a scorer's evidence draws noise over its whole batch (input or weight noise,
+/// MC-dropout masks, REGrad*'s copies): its scores then depend on how the pool is cut into
+/// batches, so such scorers see the pool whole and cannot be sharded.
+pub fn draws_noise(scorer: &dyn Scorer) -> bool {
+    let n = scorer.needs();
+    n.grads.is_some_and(|g| g.perturbations > 0)
+        || n.samples
+            .is_some_and(|r| !matches!(r, alkit_acquisition::SampleRequest::Members))
+}
+
+/// What scoring a pool kept: the items' positions, ids, scores `(scorer, item)` and, when a
+/// selection will rank them, their selection keys (see [`shard::selection_keys`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scored {
+    /// Positions in the pool.
+    pub indices: Vec<usize>,
+    /// Ids.
+    pub ids: Vec<String>,
+    /// One column per scorer.
+    pub cols: Vec<Vec<f32>>,
+    /// Selection keys, when ranked.
+    pub keys: Option<Vec<f64>>,
+    /// Items scored (this shard's, all when unsharded), before any were dropped for `top`.
+    pub count: usize,
+    /// With [`ChunkPlan::draws`], each kept item's draws.
+    pub draws: Option<Draws>,
+}
+
+/// How [`score_chunks`] scores and what it keeps.
+pub struct ChunkPlan<'a> {
+    /// The scorers; the first ranks.
+    pub scorers: &'a [Arc<dyn Scorer>],
+    /// Seed of the scorers' noise and of the selection's.
+    pub seed: u64,
+    /// Normalisation of the model's inputs.
+    pub normalizer: &'a Normalizer,
+    /// Shape of one item.
+    pub item_shape: &'a [usize],
+    /// Only this shard's items (by id).
+    pub shard: Option<shard::Shard>,
+    /// How items are ranked when `top` is set or the run is sharded.
+    pub selection: alkit_acquisition::Selection,
+    /// Keep only the best `top` by key.
+    pub top: Option<usize>,
+    /// Keep the first scorer's draws of every kept item (for a joint choice).
+    pub draws: bool,
+}
+
+/// Scores a pool read chunk by chunk from `next` (called with nothing; `None` ends it),
+/// keeping per chunk only the plan's shard and, with `top`, a running best `top` by key:
+/// memory is the chunk, the model and what is kept, not the pool. Scores equal those of
+/// the whole pool in one chunk for scorers that draw no noise ([`draws_noise`]); the caller
+/// passes such scorers one chunk holding everything.
+pub fn score_chunks(
+    scoring: &Scoring<'_>,
+    plan: &ChunkPlan<'_>,
+    next: &mut dyn FnMut() -> Result<Option<crate::data::stream::Chunk>>,
+) -> Result<Scored> {
+    let sharded = plan.shard.is_some();
+    let ranked = plan.top.is_some() || sharded;
+    // Keys of one item alone allow a running best-`top`; softrank's need every score.
+    let running = plan
+        .top
+        .filter(|_| plan.selection.log_weight(0.5).is_some());
+    let mut out = Scored {
+        cols: vec![Vec::new(); plan.scorers.len()],
+        keys: ranked.then(Vec::new),
+        ..Scored::default()
+    };
+    let len: usize = plan.item_shape.iter().product();
+    while let Some(chunk) = next()? {
+        let keep: Vec<usize> = (0..chunk.ids.len())
+            .filter(|&i| plan.shard.is_none_or(|s| s.holds(&chunk.ids[i])))
+            .collect();
+        if keep.is_empty() {
+            continue;
+        }
+        out.count += keep.len();
+        let x: Vec<f32> = if keep.len() == chunk.ids.len() {
+            chunk.x
+        } else {
+            keep.iter()
+                .flat_map(|&i| chunk.x[i * len..(i + 1) * len].iter().copied())
+                .collect()
+        };
+        let raw = Dataset::new(x, vec![0; keep.len()], plan.item_shape.to_vec(), 1)?;
+        let ds = plan.normalizer.apply(&raw)?;
+        drop(raw);
+        let (cols, draws) = score_keeping_draws(scoring, &ds, plan.scorers, plan.seed, plan.draws)?;
+        if let Some(d) = draws {
+            let all = out.draws.get_or_insert(Draws {
+                values: Vec::new(),
+                ..d
+            });
+            all.values.extend(d.values);
+        }
+        let ids: Vec<String> = keep.iter().map(|&i| chunk.ids[i].clone()).collect();
+        if let (Some(keys), Some(first)) = (out.keys.as_mut(), cols.first()) {
+            if running.is_some() || sharded {
+                keys.extend(shard::selection_keys(
+                    first,
+                    &ids,
+                    &plan.selection,
+                    plan.seed,
+                    sharded,
+                )?);
+            }
+        }
+        out.indices.extend(keep.iter().map(|&i| chunk.start + i));
+        out.ids.extend(ids);
+        for (o, c) in out.cols.iter_mut().zip(cols) {
+            o.extend(c);
+        }
+        if let (Some(k), Some(keys)) = (running, out.keys.as_ref()) {
+            if out.ids.len() > 2 * k + 1024 {
+                let mut order: Vec<usize> = (0..out.ids.len()).collect();
+                order.sort_by(|&a, &b| {
+                    keys[b]
+                        .total_cmp(&keys[a])
+                        .then(out.indices[a].cmp(&out.indices[b]))
+                });
+                order.truncate(k);
+                order.sort_unstable();
+                out = Scored {
+                    indices: order.iter().map(|&i| out.indices[i]).collect(),
+                    ids: order.iter().map(|&i| out.ids[i].clone()).collect(),
+                    cols: out
+                        .cols
+                        .iter()
+                        .map(|c| order.iter().map(|&i| c[i]).collect())
+                        .collect(),
+                    keys: Some(order.iter().map(|&i| keys[i]).collect()),
+                    count: out.count,
+                    draws: out.draws.map(|d| {
+                        let w = d.width();
+                        Draws {
+                            values: order
+                                .iter()
+                                .flat_map(|&i| d.values[i * w..(i + 1) * w].iter().copied())
+                                .collect(),
+                            ..d
+                        }
+                    }),
+                };
+            }
+        }
+    }
+    if ranked && running.is_none() && !sharded {
+        // Softrank: every score is kept, the keys come from the ranks of all of them.
+        if let Some(first) = out.cols.first() {
+            out.keys = Some(shard::selection_keys(
+                first,
+                &out.ids,
+                &plan.selection,
+                plan.seed,
+                false,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
+/// `alkit score --select batchbald`: BALD scored per item, the best `candidates` kept with
+/// their draws, then BatchBALD's greedy choice of `top` among them (see [`shard`]'s docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JointPlan {
+    /// Items chosen.
+    pub top: usize,
+    /// Candidates of the greedy choice.
+    pub candidates: usize,
+}
+
+impl JointPlan {
+    /// Checks the settings: the one scorer `bald`, `top` given, `candidates` (default
+    /// `10 top`) at least `top`.
+    pub fn new(
+        scorers: &[crate::strategies::StrategyKind],
+        top: Option<usize>,
+        candidates: Option<usize>,
+    ) -> Result<JointPlan> {
+        if scorers.len() != 1 || scorers[0].name() != "bald" {
+            return Err(Error::config(
+                "select",
+                "--select batchbald chooses from BALD's draws: give --scorer bald alone",
+            ));
+        }
+        let top = top.filter(|&k| k > 0).ok_or_else(|| {
+            Error::config(
+                "select",
+                "--select batchbald chooses a batch: give its size with --top",
+            )
+        })?;
+        let candidates = candidates.unwrap_or(top.saturating_mul(10));
+        if candidates < top {
+            return Err(Error::config(
+                "candidates",
+                format!("{candidates} candidates cannot hold a batch of {top}"),
+            ));
+        }
+        Ok(JointPlan { top, candidates })
+    }
+
+    /// The joint choice's record, from what scoring kept (`(members, classes)` when it kept
+    /// no item, a shard of none).
+    pub fn resolve(
+        &self,
+        scored: &Scored,
+        members: usize,
+        classes: usize,
+        seed: u64,
+    ) -> shard::Joint {
+        let (draws, classes) = scored
+            .draws
+            .as_ref()
+            .map_or((members, classes), |d| (d.draws, d.classes));
+        shard::Joint {
+            candidates: self.candidates,
+            draws,
+            classes,
+            seed,
+        }
+    }
+}
+
+/// The unsharded joint choice from a [`score_chunks`] run that kept its best candidates with
+/// their draws: rows `index,id,<scores>` of the `top` items picked, in the order picked, each
+/// field as a shard file writes it (so the merge of shards gives the same bytes).
+pub fn joint_rows(scored: &Scored, joint: &shard::Joint, top: usize) -> Result<Vec<Vec<String>>> {
+    let (draws, keys) = match (&scored.draws, &scored.keys) {
+        (Some(d), Some(k)) => (d, k),
+        _ => {
+            return Err(Error::config(
+                "select",
+                "scoring kept no draws to choose from",
+            ))
+        }
+    };
+    let w = draws.width();
+    let cands = (0..scored.ids.len())
+        .map(|i| shard::Candidate {
+            index: scored.indices[i],
+            key: keys[i],
+            fields: [scored.indices[i].to_string(), scored.ids[i].clone()]
+                .into_iter()
+                .chain(scored.cols.iter().map(|c| c[i].to_string()))
+                .collect(),
+            draws: draws.values[i * w..(i + 1) * w].to_vec(),
+        })
+        .collect();
+    Ok(shard::joint_pick(cands, joint, top)?
+        .into_iter()
+        .map(|c| c.fields)
+        .collect())
+}
+
+/// Writes a score table to `out` atomically: header `index,id,<name>...`, one row per item
+/// (`indices[i]` its position in the pool, `cols[k][i]` scorer `k`'s score), in the given
+/// order (the pool's), or with `top = Some(k)` the
+/// `k` items with the highest `keys` (the first scorer's scores when `None`; ties by index).
+/// Fields are quoted as RFC 4180 requires, so an id with a comma reads back.
+pub fn write_scores(
+    out: &Path,
+    indices: &[usize],
+    ids: &[String],
+    names: &[&str],
+    cols: &[Vec<f32>],
+    top: Option<usize>,
+    keys: Option<&[f64]>,
+) -> Result<()> {
+    if cols.len() != names.len()
+        || indices.len() != ids.len()
+        || cols.iter().any(|c| c.len() != ids.len())
+    {
+        return Err(Error::config(
+            "scores",
+            "one column of one score per item per scorer",
+        ));
+    }
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    if let (Some(k), Some(first)) = (top, cols.first()) {
+        let by: Vec<f64> = match keys {
+            Some(k) if k.len() == ids.len() => k.to_vec(),
+            Some(_) => return Err(Error::config("keys", "one key per item")),
+            None => first.iter().map(|&v| f64::from(v)).collect(),
+        };
+        order.sort_by(|&x, &y| by[y].total_cmp(&by[x]).then(x.cmp(&y)));
+        order.truncate(k);
+    }
+    let mut header = vec!["index", "id"];
+    header.extend(names);
+    let rows = order.into_iter().map(|i| {
+        let mut row = vec![indices[i].to_string(), ids[i].clone()];
+        row.extend(cols.iter().map(|c| c[i].to_string()));
+        row
+    });
+    write_csv(out, &header, rows)
 }

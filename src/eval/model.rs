@@ -1,0 +1,159 @@
+//! Where an experiment's model comes from ([`ModelSource`]: a checkpoint, or one trained here
+//! and saved at once, so a long training is never lost), the checks that it fits the data, and
+//! its scoring context.
+
+use super::train::fit_and_save;
+use crate::checkpoint::{self, Checkpoint};
+use crate::data::source::load_splits;
+use crate::data::{Dataset, Splits};
+use crate::error::{Error, Result, ResultExt};
+use crate::hub::Hub;
+use crate::models::{Arch, ModelKind};
+use crate::observe::Observer;
+use crate::predict::Scoring;
+use alkit_acquisition::Scorer;
+use candle_core::Device;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Where an experiment's model comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSource {
+    /// A checkpoint folder or `hf:OWNER/NAME[@REV]`; `None`: train `model` here.
+    pub checkpoint: Option<String>,
+    /// The built-in model to train when no checkpoint is given.
+    pub model: ModelKind,
+    /// Optimiser steps when training here.
+    pub steps: usize,
+    /// Mini-batch size when training here (`None`: 32, or DUQ's own 128).
+    pub batch_size: Option<usize>,
+    /// Seed of the training and of the scorers' noise.
+    pub seed: u64,
+}
+
+/// `source.model` trained here on `train_raw[..limit]` (all of it when `limit` is `None`,
+/// normalised with statistics of the whole split) and saved as a checkpoint in `save_to`
+/// before anything else happens.
+fn train_and_save(
+    source: &ModelSource,
+    train_raw: &Dataset,
+    limit: Option<usize>,
+    save_to: &Path,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    let params = source
+        .model
+        .train_config(source.steps, source.batch_size, None, None)?
+        .validate()?;
+    let n = limit.unwrap_or(train_raw.len()).min(train_raw.len());
+    let ids: Vec<usize> = (0..n).collect();
+    fit_and_save(
+        source.model,
+        train_raw,
+        &ids,
+        &params,
+        source.seed,
+        save_to,
+        device,
+        observer,
+    )
+}
+
+impl ModelSource {
+    /// The model and the data sets named by `data` (each with a test split) read for it. A
+    /// checkpoint is opened first and the data read through its preprocessing (a timm model's
+    /// resize and crop); without one the data are read as stored and `model` is trained on the
+    /// first one's `train[..limit(n)]` and saved to `save_to` (`train_and_save`). Scorers the model
+    /// cannot serve (`duq` without DUQ, MC dropout without dropout) are refused before anything
+    /// trains. Downloads and training report to `observer`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn model_and_data(
+        &self,
+        data: &[&str],
+        scorers: &[Arc<dyn Scorer>],
+        limit: impl Fn(usize) -> Option<usize>,
+        save_to: &Path,
+        hub: &Hub,
+        device: &Device,
+        observer: &mut dyn Observer,
+    ) -> Result<(Checkpoint, Vec<Splits>)> {
+        let check = |arch: &Arch| -> Result<()> {
+            for s in scorers {
+                arch.check_needs(s.name(), &s.needs())?;
+            }
+            Ok(())
+        };
+        let Some(c) = &self.checkpoint else {
+            let splits = data
+                .iter()
+                .map(|d| load_splits(d, None, hub, observer))
+                .collect::<Result<Vec<_>>>()?;
+            let first = splits
+                .first()
+                .ok_or_else(|| Error::config("data", "no data set to evaluate on"))?;
+            check(&Arch::for_data(self.model, &first.train))?;
+            let limit = limit(first.train.len());
+            let ck = train_and_save(self, &first.train, limit, save_to, device, observer)
+                .context_with(|| format!("training the model saved to {}", save_to.display()))?;
+            return Ok((ck, splits));
+        };
+        let ck = checkpoint::open_ensemble(std::slice::from_ref(c), hub, device, observer)
+            .context_with(|| format!("loading the checkpoint {c}"))?;
+        check(&ck.config.arch)?;
+        let pre = ck.config.preprocess;
+        let splits = data
+            .iter()
+            .map(|d| load_splits(d, pre.as_ref(), hub, observer))
+            .collect::<Result<Vec<_>>>()?;
+        // The first data set's labels are scored against the model's classes; the others
+        // (OOD data) only need its item shape, which their evaluation checks.
+        if let (Some(first), Some(name)) = (splits.first(), data.first()) {
+            for split in [&first.train, &first.test] {
+                check_fits(&ck, c, split).context_with(|| format!("evaluating on {name}"))?;
+            }
+        }
+        Ok((ck, splits))
+    }
+}
+
+/// Checks that the checkpoint `name` takes `data`'s items and has a class for each of its
+/// labels (a model of 5 classes evaluated on data of 12 is refused, not indexed past its
+/// outputs).
+pub fn check_fits(ck: &Checkpoint, name: &str, data: &Dataset) -> Result<()> {
+    if ck.config.item_shape != data.item_shape() {
+        return Err(Error::config(
+            "checkpoint",
+            format!(
+                "{name} expects items {:?}, the data has {:?}",
+                ck.config.item_shape,
+                data.item_shape()
+            ),
+        ));
+    }
+    if data.classes() > ck.model.classes() {
+        return Err(Error::config(
+            "checkpoint",
+            format!(
+                "{name} has {} classes, the data {}: its labels would point past the model's outputs",
+                ck.model.classes(),
+                data.classes()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The scoring context of a checkpoint's model: gradients through its parameters,
+/// perturbation scorers through its architecture (inference batch
+/// [`crate::predict::default_batch`] of its items).
+pub fn scoring<'a>(ck: &'a Checkpoint, device: &'a Device) -> Scoring<'a> {
+    Scoring {
+        model: ck.model.as_ref(),
+        params: Some(&ck.params),
+        builder: Some(&ck.config.arch),
+        input_std: &ck.config.normalizer.std,
+        batch: crate::predict::default_batch(ck.config.item_shape.iter().product()),
+        device,
+    }
+}
