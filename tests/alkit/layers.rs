@@ -87,24 +87,7 @@ fn crate_refs(code: &str) -> BTreeSet<String> {
             continue; // e.g. `alkit_crate::`
         }
         if let Some(group) = rest.strip_prefix('{') {
-            // Top-level items of the group: split at depth-0 commas.
-            let mut depth = 0;
-            let mut item = String::new();
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        refs.insert(first_ident(&item));
-                        item.clear();
-                        continue;
-                    }
-                    _ => {}
-                }
-                item.push(c);
-            }
-            refs.insert(first_ident(&item));
+            refs.extend(group_items(group).iter().map(|item| first_ident(item)));
         } else {
             refs.insert(first_ident(rest));
         }
@@ -199,34 +182,7 @@ fn cycle(src: &Path) -> Option<String> {
                 .filter(|r| *r != module && layer_of(r).is_some()),
         );
     }
-    fn visit(
-        n: &str,
-        g: &BTreeMap<String, BTreeSet<String>>,
-        stack: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<String> {
-        if let Some(at) = stack.iter().position(|s| s == n) {
-            let mut path = stack[at..].to_vec();
-            path.push(n.to_string());
-            return Some(path.join(" -> "));
-        }
-        if done.contains(n) {
-            return None;
-        }
-        stack.push(n.to_string());
-        for m in g.get(n).into_iter().flatten() {
-            if let Some(c) = visit(m, g, stack, done) {
-                return Some(c);
-            }
-        }
-        stack.pop();
-        done.insert(n.to_string());
-        None
-    }
-    let mut done = BTreeSet::new();
-    graph
-        .keys()
-        .find_map(|n| visit(n, &graph, &mut Vec::new(), &mut done))
+    graph_cycle(&graph)
 }
 
 fn src_dir() -> PathBuf {
