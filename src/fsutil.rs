@@ -61,7 +61,8 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     serde_json::from_str(&s).map_err(|e| Error::state(path, format!("invalid JSON: {e}")))
 }
 
-/// Writes a CSV file atomically (see [`write_atomic`]): `header`, then one record per row,
+/// Writes a CSV file atomically (a temporary file renamed over `path`, so a reader never sees
+/// half of it): `header`, then one record per row,
 /// fields quoted as RFC 4180 requires (a comma, quote or line break inside a field reads back
 /// intact).
 pub fn write_csv<R, F>(path: &Path, header: &[&str], rows: R) -> Result<()>
@@ -122,16 +123,16 @@ fn is_state_file(path: &Path) -> bool {
     }
 }
 
-/// Refuses, before any work, an output path (given with `flag`) that is one of the command's
+/// Refuses, before any work, an output path (the setting `setting`) that is one of the command's
 /// `inputs` (files, or folders whose files it reads) or one of alkit's state files, so that no
 /// command can overwrite what it reads or lose a run, a session or a checkpoint.
-pub fn check_output(flag: &'static str, out: &Path, inputs: &[&Path]) -> Result<()> {
+pub fn check_output(setting: &'static str, out: &Path, inputs: &[&Path]) -> Result<()> {
     let o = resolved(out);
     for input in inputs {
         let i = resolved(input);
         if o == i || (i.is_dir() && o.starts_with(&i) && o.exists()) {
             return Err(Error::config(
-                flag,
+                setting,
                 format!(
                     "{} is an input of this command ({}); write elsewhere",
                     out.display(),
@@ -142,7 +143,7 @@ pub fn check_output(flag: &'static str, out: &Path, inputs: &[&Path]) -> Result<
     }
     if is_state_file(&o) {
         return Err(Error::config(
-            flag,
+            setting,
             format!(
                 "{} is alkit state (a run, a session or a checkpoint); write elsewhere",
                 out.display()
@@ -152,13 +153,13 @@ pub fn check_output(flag: &'static str, out: &Path, inputs: &[&Path]) -> Result<
     Ok(())
 }
 
-/// Refuses, before any work, an output folder (given with `flag`) that would put the
+/// Refuses, before any work, an output folder (the setting `setting`) that would put the
 /// command's files over what it reads or over alkit state: the folder is an input, lies inside
 /// an input folder, or holds an input; or it holds a session (`session.json`), a checkpoint
 /// (`config.json` + `model.safetensors`) or, unless `run_ok` (curve's own folder, which it
 /// resumes), a curve run (`run.json`).
 pub fn check_output_dir(
-    flag: &'static str,
+    setting: &'static str,
     out: &Path,
     inputs: &[&Path],
     run_ok: bool,
@@ -166,7 +167,7 @@ pub fn check_output_dir(
     let o = resolved(out);
     let refuse = |what: String| {
         Err(Error::config(
-            flag,
+            setting,
             format!("{}: {what}; write elsewhere", out.display()),
         ))
     };

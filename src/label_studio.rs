@@ -200,8 +200,8 @@ pub fn read_export(path: &Path) -> Result<Export> {
             None => {
                 return Err(bad(
                     task,
-                    "has no `data.alkit_id` (import the task file `alkit query --format \
-                     label-studio` wrote)"
+                    "has no `data.alkit_id` (import the Label Studio task file alkit \
+                     wrote for a query)"
                         .into(),
                 ))
             }

@@ -153,7 +153,12 @@ impl Scoring<'_> {
             for chunk in indices.chunks(self.batch.max(1)) {
                 let rows = full_batch(chunk, self.batch.max(1));
                 let kv = kernel_values(self.model, &data.batch(&rows, self.device)?)?.ok_or_else(
-                    || Error::config("scorer", "`duq` needs a DUQ model (`--model duq`)"),
+                    || {
+                        Error::config(
+                            "scorer",
+                            "`duq` needs a DUQ model (model `duq`, setting `model`)",
+                        )
+                    },
                 )?;
                 let kv = kv.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
                 k.extend_from_slice(&kv[..chunk.len() * c]);
@@ -307,7 +312,7 @@ impl Scoring<'_> {
                         "MC-dropout draws are all identical: this model has no active dropout; \
                          bald, batchbald, mc-entropy, class-variance, variation-ratio and \
                          mc-max-prob need a model with dropout (the standard CNN) or an \
-                         ensemble (--ensemble K)",
+                         ensemble (setting `ensemble`)",
                     ));
                 }
             }
@@ -316,7 +321,7 @@ impl Scoring<'_> {
                     member_logits(self.model, &data.batch(chunk, self.device)?)?.ok_or_else(|| {
                         Error::config(
                             "ensemble",
-                            "member samples need an ensemble model (e.g. `--ensemble 5`)",
+                            "member samples need an ensemble model (setting `ensemble`, e.g. 5 members)",
                         )
                     })
                 })?;

@@ -79,7 +79,7 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "exgrad-v", about: "ExGrad's V-term", build: |_| scorer(ExGradV) },
     Entry { name: "perturb-x", about: "expected KL under input noise", build: |s| scorer(PerturbKl { request: SampleRequest::InputNoise { sigma: s.perturb_x_sigma, samples: s.perturb_samples } }) },
     Entry { name: "perturb-theta", about: "expected KL under weight noise", build: |s| scorer(PerturbKl { request: SampleRequest::WeightNoise { sigma: s.perturb_theta_sigma, samples: s.perturb_samples } }) },
-    Entry { name: "bald", about: "BALD: mutual information over MC-dropout or ensemble draws (joint with --select batchbald)", build: |s| if s.select == SelectKind::BatchBald { batchbald(s) } else { sample(s, SampleScore::Bald) } },
+    Entry { name: "bald", about: "BALD: mutual information over MC-dropout or ensemble draws (joint with setting `select` batchbald)", build: |s| if s.select == SelectKind::BatchBald { batchbald(s) } else { sample(s, SampleScore::Bald) } },
     Entry { name: "batchbald", about: "BatchBALD (Kirsch et al. 2019): greedy joint mutual information of the batch", build: batchbald },
     Entry { name: "mc-entropy", about: "entropy of the MC-dropout or ensemble mean", build: |s| sample(s, SampleScore::MeanEntropy) },
     Entry { name: "class-variance", about: "class variance over draws", build: |s| sample(s, SampleScore::ClassVariance) },
@@ -160,7 +160,7 @@ impl StrategyKind {
 
     /// The runnable strategy: the scorer with `s.select` (named `<select>-<name>` unless
     /// top-k), a joint batch criterion (its own selection; `s.select` does not apply), or
-    /// random. A scorer with `--select batchbald` is a settings error.
+    /// random. A scorer under the `batchbald` selection is a settings error.
     pub fn strategy(self, s: &ScorerSettings) -> Result<Strategy> {
         Ok(match self.build(s) {
             Pick::Scored { scorer: sc, .. } => {
@@ -198,7 +198,7 @@ pub fn per_item_scorers(
             k.scorer(settings).ok_or_else(|| {
                 Error::config(
                     "scorer",
-                    format!("`{k}` picks a whole batch (a strategy for `alkit curve`), it gives no per-item score"),
+                    format!("`{k}` picks a whole batch (a strategy for a learning curve), it gives no per-item score"),
                 )
             })
         })

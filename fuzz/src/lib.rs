@@ -288,10 +288,10 @@ pub fn session_json(data: &[u8]) {
 pub fn run_json(data: &[u8]) {
     init();
     let p = put("run-state.json", data);
-    if let Ok(state) = alkit::fsutil::read_json::<alkit::acquire::RunState>(&p) {
+    if let Ok(state) = serde_json::from_slice::<alkit::acquire::RunState>(data) {
         let _ = state.check_consistent(&p);
     }
-    let _ = alkit::fsutil::read_json::<alkit::curve::CurveSpec>(&p);
+    let _ = serde_json::from_slice::<alkit::curve::CurveSpec>(data);
 }
 
 /// The `hf:OWNER/NAME[@REV]` parser and the offline cache lookup it feeds: whatever the name,

@@ -15,6 +15,8 @@ use clap::Parser;
 mod flags;
 #[path = "alkit/session.rs"]
 mod session;
+#[path = "alkit/settings.rs"]
+mod settings;
 #[path = "alkit/ui.rs"]
 mod ui;
 
@@ -32,7 +34,11 @@ fn main() {
     let code = match dispatch(cli) {
         Ok(()) => 0,
         Err(e) => {
-            let _ = writeln!(std::io::stderr().lock(), "error: {e:#}");
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "error: {}",
+                settings::in_flags(&format!("{e:#}"))
+            );
             exit_code(&e)
         }
     };
@@ -77,7 +83,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Scorers => {
             let mut so = std::io::stdout().lock();
             for k in StrategyKind::all() {
-                writeln!(so, "{:<18} {}", k.name(), k.about())?;
+                writeln!(so, "{:<18} {}", k.name(), settings::in_flags(k.about()))?;
             }
             Ok(())
         }
@@ -177,7 +183,7 @@ fn print_summary(rows: &[SummaryRow]) {
 fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
     let mut inputs = vec![a.data.as_path()];
     inputs.extend(a.indices.as_deref());
-    alkit::fsutil::check_output("out", &a.out, &inputs)?;
+    alkit::output::check_output("out", &a.out, &inputs)?;
     let kind = a.model;
     let params = kind
         .train_config(a.steps, a.batch_size, a.lr, None)?
@@ -227,10 +233,10 @@ fn merge_cmd(a: MergeArgs) -> Result<()> {
         .flat_map(|p| [p.clone(), alkit::eval::shard::manifest_path(p)])
         .collect();
     let refs: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
-    alkit::fsutil::check_output("out", &a.out, &refs)?;
+    alkit::output::check_output("out", &a.out, &refs)?;
     let (header, rows) = alkit::eval::shard::merge(&a.shards, a.top)?;
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    alkit::fsutil::write_csv(&a.out, &header, rows)?;
+    alkit::output::write_csv(&a.out, &header, rows)?;
     Ok(())
 }
 
@@ -430,7 +436,7 @@ fn metrics_cmd(a: MetricsArgs) -> Result<()> {
 }
 
 fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
-    alkit::fsutil::check_output_dir("out", &a.out, &[], false)?;
+    alkit::output::check_output_dir("out", &a.out, &[], false)?;
     let spec = a.spec()?;
     let line = |s: &alkit::surface::Surface, dir: &Path| {
         let _ = writeln!(

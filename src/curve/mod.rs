@@ -151,7 +151,7 @@ pub fn run_curve(
         if spec_path.exists() {
             return Err(Error::state(
                 &spec_path,
-                "this folder already holds a run; continue it with --resume or choose another --out",
+                "this folder already holds a run; continue it (setting `resume`) or choose another output folder",
             ));
         }
         write_json(&spec_path, spec)?;

@@ -154,7 +154,12 @@ impl CurveOptions {
         let on = CurveData::load(&data, self.stream, hub, observer)?;
         let spec = self.spec(&on)?;
         if force && out.join("run.json").exists() {
-            remove_outputs(out).context_with(|| format!("--force: clearing {}", out.display()))?;
+            remove_outputs(out).context_with(|| {
+                format!(
+                    "clearing {} to start again (setting `force`)",
+                    out.display()
+                )
+            })?;
         }
         Ok((spec, on))
     }
@@ -204,7 +209,7 @@ pub fn resume(
     observer: &mut dyn Observer,
 ) -> Result<(CurveSpec, CurveData)> {
     let spec: CurveSpec = crate::fsutil::read_json(&dir.join("run.json"))
-        .context_with(|| format!("--resume {}: not a run folder", dir.display()))?;
+        .context_with(|| format!("resuming {}: not a run folder", dir.display()))?;
     let on = CurveData::load(&spec.data, stream, hub, observer)?;
     Ok((spec, on))
 }
@@ -229,7 +234,7 @@ pub fn run(
     let mut saver = SaveScores::new(out.join("scores"), observer);
     let r = run_curve(spec, train, test, std, out, resume, device, &mut saver);
     if let Some(e) = saver.error.take() {
-        return Err(e.context("--save-scores"));
+        return Err(e.context("saving the scores of every round (setting `save_scores`)"));
     }
     r.context_with(run_in)
 }

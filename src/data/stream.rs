@@ -288,7 +288,7 @@ pub(crate) fn labels_beside_values(path: &Path) -> Error {
     Error::data(
         path,
         DataProblem::Other(
-            "keeps its labels beside its values: read it whole (drop --stream)".into(),
+            "keeps its labels beside its values: read it whole (setting `stream` off)".into(),
         ),
     )
 }

@@ -106,7 +106,7 @@ pub fn run(
     if job.batch == Some(0) || job.chunk == 0 {
         return Err(Error::config(
             "batch",
-            "--batch and --chunk must be at least 1",
+            "setting `batch` and setting `chunk` must be at least 1",
         ));
     }
     let mut inputs: Vec<&Path> = job.checkpoints.iter().map(Path::new).collect();
@@ -126,7 +126,7 @@ pub fn run(
         return Err(Error::config(
             "select",
             format!(
-                "--select {} draws a batch: give its size with --top",
+                "selection `{}` draws a batch: give its size (setting `top`)",
                 settings.select.name()
             ),
         ));
@@ -184,7 +184,7 @@ pub fn run(
                         Split::Test => loaded.test.ok_or_else(|| {
                             Error::config(
                                 "split",
-                                format!("{name} has no test split; drop --split test"),
+                                format!("{name} has no test split; score its pool (split `train`)"),
                             )
                         })?,
                     };
@@ -551,13 +551,13 @@ impl JointPlan {
         if scorers.len() != 1 || scorers[0].name() != "bald" {
             return Err(Error::config(
                 "select",
-                "--select batchbald chooses from BALD's draws: give --scorer bald alone",
+                "selection `batchbald` chooses from BALD's draws: give the scorer `bald` alone (setting `scorer`)",
             ));
         }
         let top = top.filter(|&k| k > 0).ok_or_else(|| {
             Error::config(
                 "select",
-                "--select batchbald chooses a batch: give its size with --top",
+                "selection `batchbald` chooses a batch: give its size (setting `top`)",
             )
         })?;
         let candidates = candidates.unwrap_or(top.saturating_mul(10));

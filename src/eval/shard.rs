@@ -110,7 +110,7 @@ impl Shard {
             let count = shards.ok_or_else(|| {
                 Error::config(
                     "shards",
-                    "JOB_COMPLETION_INDEX is set: give the Job's completions as --shards N",
+                    "JOB_COMPLETION_INDEX is set: give the Job's completions as the shard count (setting `shards`)",
                 )
             })?;
             return Shard::new(index, count, "shards").map(Some);
@@ -133,7 +133,7 @@ impl Shard {
         if shards.is_some() && shard.is_none() {
             return Err(Error::config(
                 "shards",
-                "--shards N is read with JOB_COMPLETION_INDEX, which is not set; use --shard I/N",
+                "a shard count is read with JOB_COMPLETION_INDEX, which is not set; give the shard as I/N (setting `shard`)",
             ));
         }
         Ok(shard)
@@ -399,7 +399,7 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
             } else if m.pool != m0.pool {
                 Some("the pool size")
             } else if m.top != m0.top {
-                Some("--top")
+                Some("the batch size (setting `top`)")
             } else if m.run != m0.run || m.joint != m0.joint {
                 Some("the data, checkpoint, scorers, selection or seed")
             } else {

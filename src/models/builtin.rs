@@ -96,13 +96,13 @@ impl ModelKind {
         if self.is_duq() && lr.is_some() {
             return Err(Error::config(
                 "lr",
-                "--lr sets Adam's rate of the softmax models; DUQ trains with SGD at its own schedule",
+                "the learning rate sets Adam's rate of the softmax models; DUQ trains with SGD at its own schedule",
             ));
         }
         if self.is_duq() && anchor.is_some() {
             return Err(Error::config(
                 "anchor",
-                "--anchor regularises the softmax models' Adam training; DUQ trains with its own loss",
+                "the anchor regularises the softmax models' Adam training; DUQ trains with its own loss",
             ));
         }
         Ok(TrainConfig {

@@ -181,7 +181,7 @@ impl Arch {
             return Err(crate::Error::config(
                 "scorer",
                 format!(
-                    "`{name}` reads DUQ's kernel values; --model {model} is not a DUQ model \
+                    "`{name}` reads DUQ's kernel values; model `{model}` is not a DUQ model \
                      (duq, duq-resnet18, ...)"
                 ),
             ));
@@ -194,8 +194,8 @@ impl Arch {
             return Err(crate::Error::config(
                 "scorer",
                 format!(
-                    "`{name}` needs MC-dropout draws; --model {model} has no dropout layer, so \
-                     every draw would be the same: use --ensemble K for its draws, or a model \
+                    "`{name}` needs MC-dropout draws; model `{model}` has no dropout layer, so \
+                     every draw would be the same: use an ensemble (setting `ensemble`) for its draws, or a model \
                      with dropout (cnn)"
                 ),
             ));

@@ -347,7 +347,7 @@ impl App {
                 if !given.is_some_and(|t| http::same_token(&t, &self.token)) {
                     return Reply::error(
                         403,
-                        "wrong or missing token: open the URL `alkit label` printed",
+                        "wrong or missing token: open the page's URL with its token",
                     );
                 }
                 match path {

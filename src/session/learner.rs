@@ -251,8 +251,8 @@ impl Learner {
             return Err(Error::state(
                 origin,
                 format!(
-                    "session format {} predates streamed pools; run one command on it without \
-                     --stream first (it is then written as format {FORMAT})",
+                    "session format {} predates streamed pools; run one command on it with \
+                     the pool read whole (setting `stream` off) first (it is then written as format {FORMAT})",
                     state.format
                 ),
             ));

@@ -29,8 +29,8 @@ pub fn lock(dir: &Path) -> Result<SessionLock> {
         Ok(()) => Ok(SessionLock { _file: file }),
         Err(std::fs::TryLockError::WouldBlock) => Err(Error::state(
             &path,
-            "another alkit process (`alkit label`, `query` or `teach`) is using this session; \
-             let it finish or stop it first",
+            "another process (a labeling page, a query or answers being taught) is using \
+             this session; let it finish or stop it first",
         )),
         Err(std::fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
     }

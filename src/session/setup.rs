@@ -24,17 +24,17 @@ pub fn open(
     hub: &Hub,
     observer: &mut dyn Observer,
 ) -> Result<(SessionLock, Learner)> {
-    let not_a_session = "not a session folder (run `alkit init`)";
+    let not_a_session = "not a session folder";
     let path = dir.join(STATE_FILE);
     if !path.is_file() {
         return Err(Error::state(
             dir,
-            format!("not a session folder (no {STATE_FILE}; run `alkit init`)"),
+            format!("not a session folder (no {STATE_FILE}: start a session there first)"),
         ));
     }
-    let held = lock(dir).context_with(|| format!("--state {}", dir.display()))?;
+    let held = lock(dir).context_with(|| format!("session {}", dir.display()))?;
     let state: SessionState = crate::fsutil::read_json(&path)
-        .context_with(|| format!("--state {}: {not_a_session}", dir.display()))?;
+        .context_with(|| format!("session {}: {not_a_session}", dir.display()))?;
     if !stream {
         let (_, loaded) = load_named(&state.source, None, hub, observer)?;
         return Ok((held, Learner::resume(state, loaded, &path)?));
@@ -88,7 +88,12 @@ impl SessionOptions {
         observer: &mut dyn Observer,
     ) -> Result<Learner> {
         let state_file = dir.join(STATE_FILE);
-        let taken = || Error::state(dir, "already holds a session; pass --force to replace it");
+        let taken = || {
+            Error::state(
+                dir,
+                "already holds a session; replace it only on purpose (setting `force`)",
+            )
+        };
         if state_file.exists() && !force {
             return Err(taken());
         }
@@ -97,7 +102,7 @@ impl SessionOptions {
             self.pool.clone()
         } else {
             std::fs::canonicalize(&self.pool)
-                .map_err(|e| Error::io(&self.pool, e).context("--pool"))?
+                .map_err(|e| Error::io(&self.pool, e).context("the pool"))?
                 .to_string_lossy()
                 .into_owned()
         };
@@ -107,9 +112,9 @@ impl SessionOptions {
                 return Err(Error::data(
                     &source,
                     DataProblem::Other(
-                        "--stream: a CSV pool's label cells are read with the whole file; run \
-                         `alkit init` without --stream (query, label and teach still take \
-                         --stream)"
+                        "a CSV pool's label cells are read with the whole file: start the session \
+                         with the pool read whole (setting `stream` off); later rounds may \
+                         still stream it"
                             .into(),
                     ),
                 ));
@@ -139,8 +144,9 @@ impl SessionOptions {
         .context_with(|| format!("starting a session on {source}"))?;
         // Nothing is written before the pool and the settings are known to be good; then the
         // folder is held while the session is written (a page may already serve an old one).
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e).context("--state"))?;
-        let _held = lock(dir).context_with(|| format!("--state {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(dir, e).context("creating the session folder"))?;
+        let _held = lock(dir).context_with(|| format!("session {}", dir.display()))?;
         if state_file.exists() && !force {
             return Err(taken());
         }
@@ -156,8 +162,8 @@ impl SessionOptions {
                 return Err(Error::data(
                     source,
                     DataProblem::Other(
-                        "--stream: give the class list with --classes a,b,... (this source \
-                         names its classes only when read whole)"
+                        "a streamed pool needs its class list given (setting `classes`): \
+                         this source names its classes only when read whole"
                             .into(),
                     ),
                 ))
@@ -167,7 +173,7 @@ impl SessionOptions {
             return Err(Error::config(
                 "classes",
                 format!(
-                    "{source} names {} class(es); give the class list with --classes a,b,... \
+                    "{source} names {} class(es); give the class list (setting `classes`) \
                      (for an image folder, or create one subfolder per class)",
                     classes.len()
                 ),

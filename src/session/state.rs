@@ -3,7 +3,7 @@
 
 use crate::data::dataset::MAX_CLASSES;
 use crate::data::Normalizer;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ResultExt};
 use crate::models::Arch;
 use crate::train::{TrainConfig, MAX_MEMBERS};
 use serde::{Deserialize, Serialize};
@@ -145,6 +145,14 @@ pub struct SessionState {
 }
 
 impl SessionState {
+    /// What the session folder `dir` holds (its `session.json`), read without taking its lock
+    /// or loading its pool: for reports on a session, not for continuing it (see
+    /// [`crate::session::open`]).
+    pub fn read(dir: &Path) -> Result<SessionState> {
+        crate::fsutil::read_json(&dir.join(STATE_FILE))
+            .context_with(|| format!("session {}: not a session folder", dir.display()))
+    }
+
     /// Checks that the state is one alkit could have written, before any of it is used: at
     /// least two distinct, non-empty class names (at most [`MAX_CLASSES`]) matching the
     /// model's outputs, valid training settings, a sound normaliser for `channels`, labeled

@@ -49,7 +49,8 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
     )
     .unwrap_err();
     assert!(matches!(err, Error::Interrupted), "{err}");
-    let saved: RunState = alkit::fsutil::read_json(&state_path(&c, "random", 5)).unwrap();
+    let saved: RunState =
+        serde_json::from_slice(&std::fs::read(state_path(&c, "random", 5)).unwrap()).unwrap();
     assert_eq!(saved.records.len(), 2, "cycles 0 and 1 saved, cycle 2 not");
     run_curve(
         &killed_spec,
@@ -75,7 +76,7 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
 
     // A fresh run refuses a folder that holds one; resuming a different experiment is refused.
     let e = run_small(&spec, &train, &test, &a).unwrap_err();
-    assert!(e.to_string().contains("--resume"), "{e}");
+    assert!(e.to_string().contains("setting `resume`"), "{e}");
     let mut other = spec.clone();
     other.config.query = 11;
     assert!(run_curve(

@@ -1705,7 +1705,7 @@ y,bird
             none,
             ["surface", "--mc-samples", "0", "--out", "{d}/o"],
             2,
-            ["mc_samples"]
+            ["--mc-samples"]
         ),
         case!(
             "flag-surface-seeds-0",

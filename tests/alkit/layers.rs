@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "core",
-        &["error", "rng", "fsutil", "observe", "metrics", "plot"],
+        &[
+            "error", "rng", "fsutil", "observe", "output", "metrics", "plot",
+        ],
     ),
     ("kernels", &["kernels"]),
     ("data", &["data", "hub"]),

@@ -18,6 +18,7 @@ mod shards;
 mod sources;
 mod streaming;
 mod timm;
+mod words;
 
 use alkit::acquire::{run, LoopConfig, RunContext, RunState};
 use alkit::curve::{run_curve, state_path, CurveSpec};

@@ -434,8 +434,7 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
         std::fs::read(state.join("session.json")).unwrap(),
         std::fs::read(twin.join("session.json")).unwrap()
     );
-    let st: alkit::session::SessionState =
-        alkit::fsutil::read_json(&state.join("session.json")).unwrap();
+    let st: alkit::session::SessionState = alkit::session::SessionState::read(&state).unwrap();
     assert_eq!((st.labeled.len(), st.pending.len()), (28, 0));
 }
 
@@ -664,7 +663,7 @@ fn query_teach_and_label_studio_with_stream_write_what_they_write_in_memory() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("format 1") && err.contains("without --stream"),
+        err.contains("format 1") && err.contains("`--stream` off"),
         "{err}"
     );
     assert!(!dir.join("refused.csv").exists());

@@ -453,7 +453,7 @@ fn batchbald_across_shards_picks_what_the_unsharded_run_picks() {
                 "--top",
                 "5",
             ],
-            "--scorer bald",
+            "`bald` alone",
         ),
         (vec!["--checkpoint", &members, "--scorer", "bald"], "--top"),
         (

@@ -10,7 +10,7 @@ use alkit::observe::Observer;
 use alkit::serve::{LabelServer, ServeEvent, ServeSettings};
 use alkit::session::{Learner, QueryRequest, SessionLock, SessionOptions, STATE_FILE};
 use alkit::strategies::{ScorerSettings, StrategyKind};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use candle_core::Device;
 use std::io::Write;
 use std::net::IpAddr;
@@ -203,9 +203,9 @@ pub fn init(a: InitArgs, quiet: bool) -> Result<()> {
 
 pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Result<()> {
     let (state_file, model) = (a.state.join(STATE_FILE), a.state.join("model"));
-    alkit::fsutil::check_output("out", &a.out, &[&state_file, &model])?;
+    alkit::output::check_output("out", &a.out, &[&state_file, &model])?;
     if a.format == BatchFormat::LabelStudio {
-        alkit::fsutil::check_output("out", &a.out.with_extension("xml"), &[&state_file, &model])?;
+        alkit::output::check_output("out", &a.out.with_extension("xml"), &[&state_file, &model])?;
     }
     let (_held, mut learner) = open(&a.state, a.stream, observer)?;
     let settings = ScorerSettings {
@@ -353,9 +353,7 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
 }
 
 pub fn status(a: StatusArgs) -> Result<()> {
-    let path = a.state.join(STATE_FILE);
-    let st: alkit::session::SessionState = alkit::fsutil::read_json(&path)
-        .with_context(|| format!("--state {}: not a session folder", a.state.display()))?;
+    let st = alkit::session::SessionState::read(&a.state)?;
     let mut so = std::io::stdout().lock();
     if a.json {
         let v = serde_json::json!({
