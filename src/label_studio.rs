@@ -207,26 +207,66 @@ pub fn read_export(path: &Path) -> Result<Export> {
             }
         };
         let mut votes: BTreeMap<String, usize> = BTreeMap::new();
-        for a in t
-            .get("annotations")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        // A field of the wrong JSON type is refused, not read as "no answer": an export
+        // edited or produced by another tool would otherwise teach nothing and succeed.
+        let annotations = match t.get("annotations") {
+            None | Some(Value::Null) => &[][..],
+            Some(Value::Array(a)) => a.as_slice(),
+            Some(other) => {
+                return Err(bad(
+                    task,
+                    format!("`{id}`: `annotations` is {}, not a list", json_kind(other)),
+                ))
+            }
+        };
+        for a in annotations {
             if a.get("was_cancelled").and_then(Value::as_bool) == Some(true) {
                 continue;
             }
-            let choices: Vec<&str> = a
-                .get("result")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter(|r| r.get("type").and_then(Value::as_str) == Some("choices"))
-                .filter_map(|r| r.pointer("/value/choices").and_then(Value::as_array))
-                .flatten()
-                .map(|c| c.as_str().ok_or(()))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|_| bad(task, format!("`{id}`: a choice is not a string")))?;
+            let results = match a.get("result") {
+                None | Some(Value::Null) => &[][..],
+                Some(Value::Array(r)) => r.as_slice(),
+                Some(other) => {
+                    return Err(bad(
+                        task,
+                        format!(
+                            "`{id}`: an annotation's `result` is {}, not a list",
+                            json_kind(other)
+                        ),
+                    ))
+                }
+            };
+            let mut choices: Vec<&str> = Vec::new();
+            for r in results {
+                if r.get("type").and_then(Value::as_str) != Some("choices") {
+                    continue;
+                }
+                let list = match r.pointer("/value/choices") {
+                    Some(Value::Array(list)) => list,
+                    Some(other) => {
+                        return Err(bad(
+                            task,
+                            format!(
+                                "`{id}`: `value.choices` is {}, not a list of class names",
+                                json_kind(other)
+                            ),
+                        ))
+                    }
+                    None => {
+                        return Err(bad(
+                            task,
+                            format!("`{id}`: a `choices` result has no `value.choices`"),
+                        ))
+                    }
+                };
+                for c in list {
+                    choices.push(
+                        c.as_str().ok_or_else(|| {
+                            bad(task, format!("`{id}`: a choice is not a string"))
+                        })?,
+                    );
+                }
+            }
             match choices.as_slice() {
                 [] => {}
                 [c] => *votes.entry(c.to_string()).or_default() += 1,
@@ -261,4 +301,16 @@ pub fn read_export(path: &Path) -> Result<Export> {
         rows.push((task, id, winners[0].clone()));
     }
     Ok(Export { rows, unanswered })
+}
+
+/// What a JSON value is, for messages about a field of the wrong type.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
 }

@@ -129,17 +129,19 @@ impl SessionOptions {
                 .context_with(|| format!("listing {source}"))?
                 .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
             let classes = self.classes(&source, named)?;
-            let seeds = self.seeds(&src, given)?;
+            let (seeds, listed) = self.seeds(&src, given)?;
             let config = self.config(&shape, classes.len())?;
             let open = crate::data::reader::opener(src, hub.clone());
             Learner::new_streamed(&source, open, test, classes, &seeds, config, observer)
+                .and_then(|l| self.taught_listed(l, &listed))
         } else {
             let (src, loaded) = load_named(&source, None, hub, observer)?;
             let shape = loaded.pool.item_shape.clone();
             let classes = self.classes(&source, Some(loaded.pool.classes.clone()))?;
-            let seeds = self.seeds(&src, loaded.pool.given_labels())?;
+            let (seeds, listed) = self.seeds(&src, loaded.pool.given_labels())?;
             let config = self.config(&shape, classes.len())?;
             Learner::new(&source, loaded, classes, &seeds, config)
+                .and_then(|l| self.taught_listed(l, &listed))
         }
         .context_with(|| format!("starting a session on {source}"))?;
         // Nothing is written before the pool and the settings are known to be good; then the
@@ -182,18 +184,38 @@ impl SessionOptions {
         Ok(classes)
     }
 
-    /// The seed labels `(id, class)`: those the source gives (when its labels are given by a
-    /// person: class subfolders, CSV label cells), then those of [`SessionOptions::labels`].
-    fn seeds(&self, src: &Source, given: Vec<(String, String)>) -> Result<Vec<(String, String)>> {
-        let mut seeds = if src.labels_are_given() {
+    /// The seed labels: those the source gives (when its labels are given by a person: class
+    /// subfolders, CSV label cells) as `(id, class)`, and the rows `(line, id, class)` of
+    /// [`SessionOptions::labels`], read first so that a bad file stops the start early.
+    #[allow(clippy::type_complexity)]
+    fn seeds(
+        &self,
+        src: &Source,
+        given: Vec<(String, String)>,
+    ) -> Result<(Vec<(String, String)>, Vec<(usize, String, String)>)> {
+        let given = if src.labels_are_given() {
             given
         } else {
             Vec::new()
         };
+        let listed = match &self.labels {
+            Some(p) => read_answer_csv(p)?,
+            None => Vec::new(),
+        };
+        Ok((given, listed))
+    }
+
+    /// `learner` with the seed labels of the labels file taught, checked as one batch after
+    /// those the source gives: an error names the file's own line.
+    fn taught_listed(
+        &self,
+        mut learner: Learner,
+        listed: &[(usize, String, String)],
+    ) -> Result<Learner> {
         if let Some(p) = &self.labels {
-            seeds.extend(read_answer_csv(p)?.into_iter().map(|(_, id, l)| (id, l)));
+            learner.teach_from(listed, p)?;
         }
-        Ok(seeds)
+        Ok(learner)
     }
 
     /// The session's model and training settings for items of `shape` in `classes` classes.

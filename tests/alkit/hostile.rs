@@ -410,6 +410,70 @@ fn cases() -> Vec<Case> {
             ["p.safetensors", "label 10000000 at item 0"]
         ),
         case!(
+            "st-tensor-named-twice",
+            |d, _| {
+                let t = r#"{"dtype":"F32","shape":[2,4],"data_offsets":[0,32]}"#;
+                let y = r#"{"dtype":"I64","shape":[2],"data_offsets":[32,48]}"#;
+                let mut h = format!(r#"{{"x":{t},"x":{t},"y":{y}}}"#).into_bytes();
+                while h.len() % 8 != 0 {
+                    h.push(b' ');
+                }
+                let mut b = (h.len() as u64).to_le_bytes().to_vec();
+                b.extend(h);
+                b.extend(f32s(&[0.5; 8]));
+                b.extend(i64s(&[0, 1]));
+                std::fs::write(d.join("p.safetensors"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.safetensors", "--state", "{d}/s"],
+            1,
+            ["p.safetensors", "`x` twice"]
+        ),
+        case!(
+            "st-tensor-named-twice-streamed",
+            |d, _| {
+                let t = r#"{"dtype":"F32","shape":[2,4],"data_offsets":[0,32]}"#;
+                let y = r#"{"dtype":"I64","shape":[2],"data_offsets":[32,48]}"#;
+                let mut h = format!(r#"{{"x":{t},"x":{t},"y":{y}}}"#).into_bytes();
+                while h.len() % 8 != 0 {
+                    h.push(b' ');
+                }
+                let mut b = (h.len() as u64).to_le_bytes().to_vec();
+                b.extend(h);
+                b.extend(f32s(&[0.5; 8]));
+                b.extend(i64s(&[0, 1]));
+                std::fs::write(d.join("p.safetensors"), b).unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.safetensors",
+                "--state",
+                "{d}/s",
+                "--stream",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            ["p.safetensors", "`x` twice"]
+        ),
+        case!(
+            "csv-column-twice-streamed",
+            |d, _| {
+                std::fs::write(d.join("p.csv"), "id,a,b,a\nx,1,2,3\ny,4,5,6\n").unwrap();
+            },
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--data",
+                "{d}/p.csv",
+                "--out",
+                "{d}/s.csv"
+            ],
+            1,
+            ["p.csv:1", "`a` twice"]
+        ),
+        case!(
             "st-negative-label",
             |d, _| {
                 std::fs::write(d.join("p.safetensors"), st_pool(&[0, -1])).unwrap();
@@ -1379,6 +1443,30 @@ fn cases() -> Vec<Case> {
             ["e.json:1", "no majority"]
         ),
         case!(
+            "teach-label-studio-choices-not-a-list",
+            |d, fx| {
+                sess_copy(d, fx);
+                let e = serde_json::json!([{"data": {"alkit_id": "p4"}, "annotations": [
+                    {"was_cancelled": false, "result": [{"type": "choices", "from_name": "label",
+                     "to_name": "text", "value": {"choices": "cat"}}]}]}]);
+                std::fs::write(d.join("e.json"), e.to_string()).unwrap();
+            },
+            ["teach", "--state", "{d}/sess", "--labels", "{d}/e.json"],
+            1,
+            ["e.json:1", "`value.choices` is a string"]
+        ),
+        case!(
+            "teach-label-studio-annotations-not-a-list",
+            |d, fx| {
+                sess_copy(d, fx);
+                let e = serde_json::json!([{"data": {"alkit_id": "p4"}, "annotations": {"0": 1}}]);
+                std::fs::write(d.join("e.json"), e.to_string()).unwrap();
+            },
+            ["teach", "--state", "{d}/sess", "--labels", "{d}/e.json"],
+            1,
+            ["e.json:1", "`annotations` is an object"]
+        ),
+        case!(
             "teach-label-studio-unknown-class",
             |d, fx| {
                 sess_copy(d, fx);
@@ -1487,6 +1575,19 @@ fn cases() -> Vec<Case> {
             ["metrics", "--scores", "{d}/m.csv"],
             1,
             ["m.csv:3"]
+        ),
+        case!(
+            "metrics-column-twice",
+            |d, _| {
+                std::fs::write(
+                    d.join("m.csv"),
+                    "score,is_ood,score\n0.1,1,0.9\n0.2,0,0.3\n",
+                )
+                .unwrap();
+            },
+            ["metrics", "--scores", "{d}/m.csv"],
+            1,
+            ["m.csv:1", "`score` twice"]
         ),
         case!(
             "metrics-no-score",
@@ -1610,7 +1711,7 @@ y,bird
                 "{d}/l.csv"
             ],
             1,
-            ["bird"]
+            ["l.csv:3", "bird"]
         ),
         case!(
             "init-over-a-session",

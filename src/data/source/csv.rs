@@ -102,7 +102,10 @@ pub(crate) fn read_csv_from(path: &Path, bytes: &[u8]) -> Result<(Vec<String>, V
         let line = rec.position().map_or(0, line_of);
         let fields: Vec<String> = rec.iter().map(str::to_string).collect();
         match &header {
-            None => header = Some(fields),
+            None => {
+                unique_columns(&fields).map_err(|p| bad(line, p))?;
+                header = Some(fields)
+            }
             Some(h) if h.len() != fields.len() => {
                 return Err(bad(
                     line,
@@ -115,6 +118,22 @@ pub(crate) fn read_csv_from(path: &Path, bytes: &[u8]) -> Result<(Vec<String>, V
     let header = header
         .ok_or_else(|| Error::data(path, DataProblem::Other("is empty (no header)".into())))?;
     Ok((header, rows))
+}
+
+/// Refuses a header that names a column twice: a reader that looks a column up by name would
+/// take one of them and silently drop the other.
+fn unique_columns(header: &[String]) -> std::result::Result<(), String> {
+    let mut seen = std::collections::HashMap::with_capacity(header.len());
+    for (j, name) in header.iter().enumerate() {
+        if let Some(k) = seen.insert(name.as_str(), j) {
+            return Err(format!(
+                "the header names column `{name}` twice (columns {} and {}): rename one",
+                k + 1,
+                j + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Item indices into a split of `n` items: one per line, or the `index` column of a CSV with
@@ -342,7 +361,18 @@ impl CsvRecords {
             }
             let pos = rec.position().cloned().unwrap_or_else(csv::Position::new);
             match self.header_len {
-                None => self.header_len = Some(rec.len()),
+                None => {
+                    let names: Vec<String> = rec.iter().map(str::to_string).collect();
+                    if let Err(problem) = unique_columns(&names) {
+                        let row = self.line_of(&pos);
+                        return Err(Error::Row {
+                            path: self.path.clone(),
+                            row,
+                            problem,
+                        });
+                    }
+                    self.header_len = Some(rec.len())
+                }
                 Some(h) if h != rec.len() => {
                     let row = self.line_of(&pos);
                     return Err(Error::Row {

@@ -88,6 +88,41 @@ fn x_item_shape(shape: &[usize]) -> Vec<usize> {
     }
 }
 
+/// The first name a safetensors header gives twice, if any. A JSON object may repeat a key and
+/// parsers keep one of them silently, so a file naming `x` twice would be read as whichever
+/// came last.
+fn repeated_key(header: &[u8]) -> Option<String> {
+    struct FirstRepeat;
+    impl<'de> serde::de::Visitor<'de> for FirstRepeat {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Option<String>, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            let mut repeat = None;
+            while let Some(k) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if repeat.is_none() && !seen.insert(k.clone()) {
+                    repeat = Some(k);
+                }
+            }
+            Ok(repeat)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(header);
+    serde::Deserializer::deserialize_map(&mut de, FirstRepeat)
+        .ok()
+        .flatten()
+}
+
+fn repeated(key: &str) -> String {
+    format!("not a valid safetensors file: its header names `{key}` twice")
+}
+
 /// Reads `x` (f32 or u8, `(n, ...)`) and optional `y` (any integer type, `(n,)`).
 fn load_safetensors(path: &Path) -> Result<Items> {
     use safetensors::{Dtype, SafeTensors};
@@ -95,6 +130,11 @@ fn load_safetensors(path: &Path) -> Result<Items> {
     let bad = |m: String| Error::data(path, DataProblem::Other(m));
     let st = SafeTensors::deserialize(&bytes)
         .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+    // The crate checked the header's length against the file.
+    let hlen = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
+    if let Some(key) = repeated_key(&bytes[8..8 + hlen as usize]) {
+        return Err(bad(repeated(&key)));
+    }
     let (_, meta) = SafeTensors::read_metadata(&bytes)
         .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
     let xv = st
@@ -243,6 +283,9 @@ impl SafetensorsStream {
             .map_err(|e| Error::io(path, e))?;
         let v: Value = serde_json::from_slice(&header)
             .map_err(|e| bad(path, format!("not a safetensors file: header: {e}")))?;
+        if let Some(key) = repeated_key(&header) {
+            return Err(bad(path, repeated(&key)));
+        }
         let obj = v
             .as_object()
             .ok_or_else(|| bad(path, "not a safetensors file: the header is not an object"))?;
