@@ -115,25 +115,43 @@ pub struct Survey {
     /// The item-by-item fingerprint (each item's id, a zero byte, its values' bits), when
     /// asked for.
     pub fingerprint: Option<u64>,
+    /// Each item's content hash ([`content_hash`]) `(n,)`, when asked for: what names the
+    /// items that changed once a fingerprint differs.
+    pub item_hashes: Option<Vec<u64>>,
 }
 
-/// Reads the pool of `open` once, collecting its ids and, as asked, fitting the normaliser
-/// (`fit`) and hashing every item (`hash`): what a streamed session or run needs before its
-/// first round.
-pub fn survey(open: &Opener, observer: &mut dyn Observer, fit: bool, hash: bool) -> Result<Survey> {
+/// What [`survey`] computes beside the ids.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SurveyOf {
+    /// Fit the normaliser.
+    pub normalizer: bool,
+    /// The item-by-item fingerprint.
+    pub fingerprint: bool,
+    /// Each item's content hash.
+    pub item_hashes: bool,
+}
+
+/// Reads the pool of `open` once, collecting its ids and what `of` asks for: the normaliser
+/// fitted, every item hashed into the fingerprint, each item's content hash. What a streamed
+/// session or run needs before its first round.
+pub fn survey(open: &Opener, observer: &mut dyn Observer, of: SurveyOf) -> Result<Survey> {
     let mut stream = open(observer)?;
     let item_shape = stream.item_shape().to_vec();
     let d: usize = item_shape.iter().product();
-    let mut fitted = fit.then(|| NormalizerFit::new(&item_shape));
-    let mut h = hash.then(Fnv1a::default);
+    let mut fitted = of.normalizer.then(|| NormalizerFit::new(&item_shape));
+    let mut h = of.fingerprint.then(Fnv1a::default);
+    let mut each = of.item_hashes.then(|| Vec::with_capacity(stream.len()));
     let mut ids = Vec::with_capacity(stream.len());
     while let Some(c) = stream.next_chunk(READ_CHUNK)? {
         if let Some(f) = fitted.as_mut() {
             f.add(&c.x);
         }
-        if let Some(h) = h.as_mut() {
-            for (id, x) in c.ids.iter().zip(c.x.chunks_exact(d.max(1))) {
+        for (id, x) in c.ids.iter().zip(c.x.chunks_exact(d.max(1))) {
+            if let Some(h) = h.as_mut() {
                 hash_item(h, id, x);
+            }
+            if let Some(e) = each.as_mut() {
+                e.push(content_hash(x));
             }
         }
         ids.extend(c.ids);
@@ -143,7 +161,19 @@ pub fn survey(open: &Opener, observer: &mut dyn Observer, fit: bool, hash: bool)
         ids,
         normalizer: fitted.map(|f| f.finish()),
         fingerprint: h.map(|h| std::hash::Hasher::finish(&h)),
+        item_hashes: each,
     })
+}
+
+/// The hash of one item's values (their bits), without its id: the same content under
+/// another id hashes the same.
+pub fn content_hash(x: &[f32]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = Fnv1a::default();
+    for v in x {
+        h.write(&v.to_bits().to_le_bytes());
+    }
+    h.finish()
 }
 
 /// Adds one item to an item-by-item pool fingerprint: its id, a zero byte, its values' bits.
@@ -447,7 +477,14 @@ pub fn stream_splits(
         return Err(problem(format!("item `{}` has no label", test.ids[i])));
     }
     let open = opener(source.clone(), hub.clone());
-    let found = survey(&open, observer, true, false)?;
+    let found = survey(
+        &open,
+        observer,
+        SurveyOf {
+            normalizer: true,
+            ..SurveyOf::default()
+        },
+    )?;
     let ids = found.ids;
     if ids.len() != labels.labels.len() {
         return Err(problem(format!(

@@ -1,11 +1,12 @@
 //! The [`Learner`]: a session's pool, state and last model; starting one, resuming one
 //! (the pool checked against the state) and saving it.
 
+use super::index::{self, content_hashes, describe_change, INDEX_FILE};
 use super::pool::{fingerprint, Features, PoolItems, Values};
 use super::state::{SessionConfig, SessionState, FORMAT, STATE_FILE};
 use crate::checkpoint;
 use crate::data::dataset::MAX_CLASSES;
-use crate::data::reader::{survey, Opener, SourceReader, StreamedPool};
+use crate::data::reader::{survey, Opener, SourceReader, StreamedPool, SurveyOf};
 use crate::data::{Dataset, Normalizer};
 use crate::data::{Items, Loaded};
 use crate::error::{Error, Result};
@@ -24,6 +25,17 @@ pub struct Learner {
     pub(super) test: Option<Dataset>,
     pub(super) state: SessionState,
     pub(super) last_model: Option<Trained>,
+    /// Each item's content hash, when the session folder's pool index is still to be
+    /// written (a new session, or an older one without an index), and whether it was.
+    pub(super) index: Option<PendingIndex>,
+}
+
+/// Content hashes for the pool index, and whether a save wrote them.
+pub(super) type PendingIndex = (Arc<Vec<u64>>, Arc<std::sync::atomic::AtomicBool>);
+
+/// The pool index to write on the next save.
+fn pending(hashes: Vec<u64>) -> Option<PendingIndex> {
+    Some((Arc::new(hashes), Arc::default()))
 }
 
 /// The checks of a new session's classes and settings, before the pool is read.
@@ -74,27 +86,44 @@ fn check_format(state: &SessionState, origin: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks the state against a pool of items of `shape` with `(size, fingerprint)`.
+/// Checks the state against a pool of items of `shape` with `(size, fingerprint)`; on a
+/// mismatch, `now` gives the pool's ids and content hashes so that the session's pool index
+/// (beside `origin`) can name what changed.
 fn check_pool(
     state: &SessionState,
     shape: &[usize],
     (size, fp): (usize, u64),
     origin: &Path,
+    now: impl FnOnce() -> Result<(Vec<String>, Vec<u64>)>,
 ) -> Result<()> {
     let channels = shape.first().copied().unwrap_or(0);
     state.check_consistent(channels, origin)?;
     state.config.arch.check_input(shape)?;
     if size != state.pool_size || fp != state.pool_fingerprint {
+        let (ids, hashes) = now()?;
+        let what = describe_change(
+            &origin.with_file_name(INDEX_FILE),
+            state.pool_fingerprint,
+            &ids,
+            &hashes,
+        )
+        .unwrap_or_else(|| "different content".into());
         return Err(Error::state(
             origin,
             format!(
-                "the pool `{}` changed since the session started ({} items then, {size} now, \
-                 or different content)",
+                "the pool `{}` changed since the session started ({} items then, {size} now): \
+                 {what}",
                 state.source, state.pool_size
             ),
         ));
     }
     Ok(())
+}
+
+/// The folder of a state file given as `origin`, when it names one (a session being started
+/// has none yet).
+fn folder_of(origin: &Path) -> Option<&Path> {
+    origin.parent().filter(|p| !p.as_os_str().is_empty())
 }
 
 /// The taught labels as `(index, class)`. Only these count: the source's own labels (ground
@@ -167,7 +196,10 @@ impl Learner {
             pending: Vec::new(),
             rounds: Vec::new(),
         };
-        Learner::resume(state, loaded, Path::new(STATE_FILE))?.seeded(seeds)
+        let hashes = content_hashes(&loaded.pool);
+        let mut learner = Learner::resume(state, loaded, Path::new(STATE_FILE))?;
+        learner.index = pending(hashes);
+        learner.seeded(seeds)
     }
 
     /// [`Learner::new`] over a pool read from its source (`open` opens it at its first item),
@@ -185,7 +217,15 @@ impl Learner {
         observer: &mut dyn Observer,
     ) -> Result<Learner> {
         check_new(&classes, &config)?;
-        let found = survey(&open, observer, true, true)?;
+        let found = survey(
+            &open,
+            observer,
+            SurveyOf {
+                normalizer: true,
+                fingerprint: true,
+                item_hashes: true,
+            },
+        )?;
         let state = SessionState {
             format: FORMAT,
             source: source.to_string(),
@@ -198,8 +238,11 @@ impl Learner {
             pending: Vec::new(),
             rounds: Vec::new(),
         };
+        let hashes = found.item_hashes.unwrap_or_default();
         let reader = SourceReader::new(open, source, found.ids, found.item_shape);
-        Learner::streamed(state, reader, test, Path::new(STATE_FILE))?.seeded(seeds)
+        let mut learner = Learner::streamed(state, reader, test, Path::new(STATE_FILE))?;
+        learner.index = pending(hashes);
+        learner.seeded(seeds)
     }
 
     /// Continues a saved session over the same pool, decoded in memory. `origin` names the
@@ -208,11 +251,16 @@ impl Learner {
         check_format(&state, origin)?;
         let shape = loaded.pool.item_shape.clone();
         let found = (loaded.pool.len(), fingerprint(&loaded.pool, state.format));
-        check_pool(&state, &shape, found, origin)?;
+        check_pool(&state, &shape, found, origin, || {
+            Ok((loaded.pool.ids.clone(), content_hashes(&loaded.pool)))
+        })?;
         if state.format != FORMAT {
             state.format = FORMAT;
             state.pool_fingerprint = fingerprint(&loaded.pool, FORMAT);
         }
+        let index = folder_of(origin)
+            .filter(|dir| !index::is_current(dir, state.pool_fingerprint))
+            .and_then(|_| pending(content_hashes(&loaded.pool)));
         let test = test_set(&state, loaded.test.as_ref(), &shape)?;
         let raw = Dataset::new(
             loaded.pool.x.clone(),
@@ -230,6 +278,7 @@ impl Learner {
             test,
             state,
             last_model: None,
+            index,
         })
     }
 
@@ -257,11 +306,37 @@ impl Learner {
                 ),
             ));
         }
-        let found = survey(&open, observer, false, true)?;
+        // An older session without a pool index gets one: its content hashes are taken in the
+        // same pass.
+        let missing =
+            folder_of(origin).is_some_and(|d| !index::is_current(d, state.pool_fingerprint));
+        let of = SurveyOf {
+            fingerprint: true,
+            item_hashes: missing,
+            ..SurveyOf::default()
+        };
+        let found = survey(&open, observer, of)?;
         let fp = found.fingerprint.expect("the survey hashed");
-        check_pool(&state, &found.item_shape, (found.ids.len(), fp), origin)?;
+        check_pool(
+            &state,
+            &found.item_shape,
+            (found.ids.len(), fp),
+            origin,
+            || {
+                // Read again, only to say what changed.
+                let again = SurveyOf {
+                    item_hashes: true,
+                    ..SurveyOf::default()
+                };
+                let s = survey(&open, observer, again)?;
+                Ok((s.ids, s.item_hashes.unwrap_or_default()))
+            },
+        )?;
+        let hashes = found.item_hashes;
         let reader = SourceReader::new(open, state.source.clone(), found.ids, found.item_shape);
-        Learner::streamed(state, reader, test, origin)
+        let mut learner = Learner::streamed(state, reader, test, origin)?;
+        learner.index = hashes.and_then(pending);
+        Ok(learner)
     }
 
     /// A streamed learner over a pool read once already (the state's checks made again, the
@@ -278,6 +353,7 @@ impl Learner {
             &shape,
             (reader.len(), state.pool_fingerprint),
             origin,
+            || Ok((Vec::new(), Vec::new())),
         )?;
         let reader = Arc::new(reader);
         let items = PoolItems::new(Values::Streamed {
@@ -293,6 +369,7 @@ impl Learner {
             test,
             state,
             last_model: None,
+            index: None,
         })
     }
 
@@ -326,6 +403,12 @@ impl Learner {
                     self.items.item_shape(),
                     self.state.classes.clone(),
                 )?;
+            }
+        }
+        if let Some((hashes, written)) = &self.index {
+            if !written.load(std::sync::atomic::Ordering::Acquire) {
+                index::write(dir, self.state.pool_fingerprint, self.items.ids(), hashes)?;
+                written.store(true, std::sync::atomic::Ordering::Release);
             }
         }
         write_json(&dir.join(STATE_FILE), &self.state)

@@ -20,6 +20,7 @@
 //! resuming and saving a session), `query` (a round), `teach` (answers in, checked first),
 //! `setup` (a session from a source and settings, or from its folder).
 
+mod index;
 mod learner;
 mod lock;
 mod pool;
@@ -28,6 +29,7 @@ mod setup;
 mod state;
 mod teach;
 
+pub use index::INDEX_FILE;
 pub use learner::Learner;
 pub use lock::{lock, SessionLock, LOCK_FILE};
 pub use pool::PoolItems;

@@ -1377,7 +1377,64 @@ fn cases() -> Vec<Case> {
                 "{d}/q.csv"
             ],
             1,
-            ["sess/session.json", "changed since the session started"]
+            [
+                "sess/session.json",
+                "changed since the session started",
+                "1 changed (`p3`)"
+            ]
+        ),
+        case!(
+            "sess-pool-items-removed-added-renamed",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                let pool = d.join("pool.csv");
+                let edited = POOL
+                    .replace("p5,,0.4,0.4\n", "p6,,0.7,0.7\np7,,0.6,0.6\n")
+                    .replace("p4,", "q4,");
+                std::fs::write(&pool, edited).unwrap();
+                edit_json(&s.join("session.json"), |v| {
+                    v["source"] = pool.display().to_string().into();
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            [
+                "6 items then, 7 now",
+                "1 removed (`p5`)",
+                "2 added (`p6`, `p7`)",
+                "1 renamed (`p4` -> `q4`)"
+            ]
+        ),
+        case!(
+            "sess-pool-item-removed-streamed",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                let pool = d.join("pool.csv");
+                std::fs::write(&pool, POOL.replace("p2,,0.5,0.5\n", "")).unwrap();
+                edit_json(&s.join("session.json"), |v| {
+                    v["source"] = pool.display().to_string().into();
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--stream",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["6 items then, 5 now", "1 removed (`p2`)"]
         ),
         case!(
             "sess-query-out-is-state",
