@@ -276,21 +276,26 @@ fn validate_config(config: &CheckpointConfig, path: &Path) -> Result<()> {
 /// The largest `config.json` read (a timm head's label names included).
 const MAX_CONFIG_BYTES: u64 = 64 << 20;
 
-/// Loads a checkpoint folder onto `device`: alkit's own, or a timm model's (see [`timm`]).
-pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
-    let cfg_path = dir.join("config.json");
-    let size = std::fs::metadata(&cfg_path)
-        .map_err(|e| Error::io(&cfg_path, e))?
+/// A `config.json` parsed, refused unread above [`MAX_CONFIG_BYTES`].
+fn read_config_value(path: &Path) -> Result<serde_json::Value> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
         .len();
     if size > MAX_CONFIG_BYTES {
         return Err(Error::state(
-            &cfg_path,
+            path,
             format!(
                 "{size} bytes; a checkpoint configuration of at most {MAX_CONFIG_BYTES} is read"
             ),
         ));
     }
-    let value: serde_json::Value = read_json(&cfg_path)?;
+    read_json(path)
+}
+
+/// Loads a checkpoint folder onto `device`: alkit's own, or a timm model's (see [`timm`]).
+pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
+    let cfg_path = dir.join("config.json");
+    let value = read_config_value(&cfg_path)?;
     // A state dict saved elsewhere: any float dtype, PyTorch's batch counters beside it.
     let foreign = timm::is_timm(&value);
     let config: CheckpointConfig = if foreign {
