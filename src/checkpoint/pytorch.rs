@@ -572,6 +572,13 @@ fn state_dict(m: &Machine, root: usize, path: &Path) -> Result<Vec<(String, Tens
                     format!("the checkpoint's `{k}` is not a state dict"),
                 ))
             }
+            // A dictionary of objects in place of tensors: the first is named.
+            None if dict
+                .iter()
+                .any(|&(_, v)| matches!(m.objs[v], Obj::Opaque(_))) =>
+            {
+                dict
+            }
             None => {
                 return Err(Error::state(
                     path,
