@@ -15,7 +15,7 @@
 //! holding one (`{"state_dict": ...}`, `{"model": ...}`, `{"model_state_dict": ...}`).
 //!
 //! Every size is checked against the bytes that hold it before anything is allocated: the
-//! pickle is read whole up to [`MAX_PICKLE_BYTES`], every object it builds costs at least one
+//! pickle is read whole up to 64 MiB, every object it builds costs at least one
 //! of its bytes, a storage's declared element count must match its stored bytes, and a
 //! tensor's view (offset, shape, strides) must lie inside its storage and be no larger than
 //! it. candle's own `pickle` module was not used because it panics on short argument tuples,
@@ -679,7 +679,9 @@ fn tensor(
         }
         want = want.saturating_mul(d);
     }
-    if contiguous {
+    if count == 0 {
+        // Nothing to read (its offset is not checked against the storage then).
+    } else if contiguous {
         let start = t.offset as usize * elem;
         out.extend_from_slice(&bytes[start..start + count * elem]);
     } else {

@@ -447,7 +447,7 @@ fn timm_defaults_are_timms_own() {
             filter: Filter::from_name(dc["interpolation"].as_str().unwrap()).unwrap(),
             channels: input[0],
         };
-        let pre = ck.preprocess.clone().unwrap();
+        let pre = ck.preprocess.unwrap();
         assert_eq!(pre, want, "{name}");
         let stats = |k: &str| -> Vec<f32> {
             dc[k]
