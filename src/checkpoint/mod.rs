@@ -327,8 +327,8 @@ fn weights_without_config(path: &Path, format: pytorch::Format) -> Error {
         format!(
             "{what}, without the config.json that says which network it holds. Write one at {}: \
              for a timm or torchvision ResNet `{{\"architecture\": \"resnet18\", \"num_classes\": 10}}` \
-             (resnet34 and resnet50 alike; timm's defaults fill the rest) and open this file \
-             again; for alkit's own architectures, checkpoint::import writes a checkpoint \
+             with its own class count (resnet34 and resnet50 alike; timm's defaults fill the \
+             rest) and open this file again; for alkit's own architectures, checkpoint::import writes a checkpoint \
              folder from it",
             config.display()
         ),
