@@ -90,6 +90,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("parquet", parquet),
     ("checkpoint_config", checkpoint_config),
     ("checkpoint_weights", checkpoint_weights),
+    ("pytorch_weights", pytorch_weights),
     ("session_json", session_json),
     ("run_json", run_json),
     ("hf_name", hf_name),
@@ -260,6 +261,13 @@ pub fn checkpoint_weights(data: &[u8]) {
                 .expect("zeros");
         let _ = ck.model.predict(&x);
     }
+}
+
+/// A PyTorch weights file (`torch.save`'s zip archive or legacy format), read to tensors.
+pub fn pytorch_weights(data: &[u8]) {
+    init();
+    let p = put("weights.pth", data);
+    let _ = alkit::checkpoint::pytorch::read(&p);
 }
 
 /// A session's `session.json`, resumed over a fixed 6-item CSV pool.

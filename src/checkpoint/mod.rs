@@ -1,4 +1,5 @@
-//! Checkpoints: `model.safetensors` + `config.json` in a folder.
+//! Checkpoints: `config.json` + `model.safetensors` (or PyTorch's `pytorch_model.bin`) in a
+//! folder.
 //!
 //! `config.json` holds the architecture ([`Arch`]), the normalisation statistics, the item
 //! shape, the class names, the alkit version and the list of tensors with their shapes; nothing
@@ -8,8 +9,11 @@
 //! expected shapes. [`open`] also takes `hf:OWNER/NAME` model repositories, and
 //! [`open_ensemble`] several checkpoints as one deep ensemble. A folder or repository in
 //! timm's layout (its own `config.json`) is read through [`timm`]: its weights by their
-//! state-dict names, its evaluation transform as the checkpoint's [`Preprocess`].
+//! state-dict names, its evaluation transform as the checkpoint's [`Preprocess`]. Weights may
+//! also be PyTorch's own files (`pytorch_model.bin`, a `.pth` with a `config.json` beside it,
+//! or [`import`]'s input), read by [`pytorch`] without running any of their code.
 
+pub mod pytorch;
 pub mod timm;
 
 use crate::data::image::Preprocess;
@@ -131,8 +135,9 @@ pub fn save(
     Ok(config)
 }
 
-/// Converts bare weights (a safetensors file of named tensors, e.g. a PyTorch `state_dict`
-/// saved with `safetensors.torch.save_file`) into a checkpoint folder for `arch`.
+/// Converts bare weights (a file of named tensors: a PyTorch `state_dict` saved with
+/// `torch.save` or `safetensors.torch.save_file`, or a training checkpoint holding one) into a
+/// checkpoint folder for `arch`.
 ///
 /// The names and shapes must be exactly those `arch` defines (see [`crate::nn::Cnn`] and
 /// [`crate::nn::Mlp`]; PyTorch's names for the same layers); any other dtype is converted to
@@ -153,8 +158,7 @@ pub fn import(
     );
     arch.build(vb)
         .map_err(|e| Error::config("arch", format!("cannot be built: {e}")))?;
-    let tensors = candle_core::safetensors::load(weights, &Device::Cpu)
-        .map_err(|e| Error::state(weights, format!("unreadable safetensors file: {e}")))?;
+    let tensors = read_weights(weights, &Device::Cpu)?;
     let mut named = Vec::new();
     for (name, var) in expected.named() {
         let t = tensors
@@ -276,21 +280,91 @@ fn validate_config(config: &CheckpointConfig, path: &Path) -> Result<()> {
 /// The largest `config.json` read (a timm head's label names included).
 const MAX_CONFIG_BYTES: u64 = 64 << 20;
 
-/// Loads a checkpoint folder onto `device`: alkit's own, or a timm model's (see [`timm`]).
-pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
-    let cfg_path = dir.join("config.json");
-    let size = std::fs::metadata(&cfg_path)
-        .map_err(|e| Error::io(&cfg_path, e))?
+/// A `config.json` parsed, refused unread above [`MAX_CONFIG_BYTES`].
+fn read_config_value(path: &Path) -> Result<serde_json::Value> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
         .len();
     if size > MAX_CONFIG_BYTES {
         return Err(Error::state(
-            &cfg_path,
+            path,
             format!(
                 "{size} bytes; a checkpoint configuration of at most {MAX_CONFIG_BYTES} is read"
             ),
         ));
     }
-    let value: serde_json::Value = read_json(&cfg_path)?;
+    read_json(path)
+}
+
+/// The weights file names a checkpoint folder may hold, in the order looked for: alkit's and
+/// timm's safetensors, then the `pytorch_model.bin` that timm's `save_pretrained` and
+/// `push_to_hub` write when not told to write safetensors.
+pub const WEIGHTS_FILES: [&str; 2] = ["model.safetensors", "pytorch_model.bin"];
+
+/// A weights file's tensors by name, on `device`: safetensors or PyTorch's own format
+/// (either of `torch.save`'s), recognised by its first bytes.
+pub fn read_weights(path: &Path, device: &Device) -> Result<HashMap<String, candle_core::Tensor>> {
+    match pytorch::sniff(path)? {
+        Some(pytorch::Format::TorchZip | pytorch::Format::TorchLegacy) => pytorch::read(path)?
+            .into_iter()
+            .map(|(k, t)| Ok((k, t.to_device(device)?)))
+            .collect(),
+        _ => candle_core::safetensors::load(path, device)
+            .map_err(|e| Error::state(path, format!("unreadable safetensors file: {e}"))),
+    }
+}
+
+/// What to do with a weights file given where a checkpoint folder is expected and no
+/// `config.json` beside it: the one file that says what network the weights are for.
+fn weights_without_config(path: &Path, format: pytorch::Format) -> Error {
+    let what = match format {
+        pytorch::Format::Safetensors => "a safetensors weights file",
+        _ => "a PyTorch weights file (torch.save)",
+    };
+    let config = path.with_file_name("config.json");
+    Error::state(
+        path,
+        format!(
+            "{what}, without the config.json that says which network it holds. Write one at {}: \
+             for a timm or torchvision ResNet `{{\"architecture\": \"resnet18\", \"num_classes\": 10}}` \
+             with its own class count (resnet34 and resnet50 alike; timm's defaults fill the \
+             rest) and open this file again; for alkit's own architectures, checkpoint::import writes a checkpoint \
+             folder from it",
+            config.display()
+        ),
+    )
+}
+
+/// Loads a checkpoint onto `device`: a folder holding `config.json` (alkit's own, or a timm
+/// model's: see [`timm`]) and one of [`WEIGHTS_FILES`], or a weights file (safetensors or
+/// PyTorch's) with a `config.json` beside it.
+pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
+    if dir.is_file() {
+        let Some(format) = pytorch::sniff(dir)? else {
+            return Err(Error::state(
+                dir,
+                "neither a checkpoint folder nor a weights file (safetensors or PyTorch's)",
+            ));
+        };
+        let config = dir.with_file_name("config.json");
+        if !config.is_file() {
+            return Err(weights_without_config(dir, format));
+        }
+        return load_from(&config, dir, device);
+    }
+    let cfg_path = dir.join("config.json");
+    let weights = WEIGHTS_FILES
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| dir.join(WEIGHTS_FILES[0]));
+    load_from(&cfg_path, &weights, device)
+}
+
+/// Loads the checkpoint `cfg_path` describes with the weights in `path`.
+fn load_from(cfg_path: &Path, path: &Path, device: &Device) -> Result<Checkpoint> {
+    let cfg_path = cfg_path.to_path_buf();
+    let value = read_config_value(&cfg_path)?;
     // A state dict saved elsewhere: any float dtype, PyTorch's batch counters beside it.
     let foreign = timm::is_timm(&value);
     let config: CheckpointConfig = if foreign {
@@ -309,15 +383,19 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
         ));
     }
     validate_config(&config, &cfg_path)?;
-    let path = dir.join("model.safetensors");
     if !path.is_file() {
         return Err(Error::io(
-            &path,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "missing"),
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "missing (a checkpoint's weights are {})",
+                    WEIGHTS_FILES.join(" or ")
+                ),
+            ),
         ));
     }
-    let mut tensors = candle_core::safetensors::load(&path, device)
-        .map_err(|e| Error::state(&path, format!("unreadable safetensors file: {e}")))?;
+    let mut tensors = read_weights(path, device)?;
     if foreign {
         tensors.retain(|k, _| !is_batch_counter(k, &config.tensors));
     }
@@ -325,13 +403,13 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
         match tensors.get(&t.name) {
             None => {
                 return Err(Error::state(
-                    &path,
+                    path,
                     format!("tensor `{}` is missing", t.name),
                 ))
             }
             Some(x) if x.dims() != t.shape.as_slice() => {
                 return Err(Error::state(
-                    &path,
+                    path,
                     format!(
                         "tensor `{}` has shape {:?}, config.json says {:?}",
                         t.name,
@@ -342,7 +420,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
             }
             Some(x) if foreign && !x.dtype().is_float() => {
                 return Err(Error::state(
-                    &path,
+                    path,
                     format!("tensor `{}` is {:?}, not floating point", t.name, x.dtype()),
                 ))
             }
@@ -350,7 +428,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
             // written by alkit for this config (its bytes would be read as something else).
             Some(x) if !foreign && x.dtype() != DType::F32 => {
                 return Err(Error::state(
-                    &path,
+                    path,
                     format!(
                         "tensor `{}` is {:?}; a checkpoint holds F32 tensors (`checkpoint::import` converts \
                          foreign weights)",
@@ -366,7 +444,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
         .keys()
         .find(|k| !config.tensors.iter().any(|t| &t.name == *k))
     {
-        return Err(Error::state(&path, format!("unexpected tensor `{extra}`")));
+        return Err(Error::state(path, format!("unexpected tensor `{extra}`")));
     }
     let mut named = Vec::with_capacity(config.tensors.len());
     let mut as_tensors = HashMap::new();
@@ -380,7 +458,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
             .count();
         if bad > 0 {
             return Err(Error::state(
-                &path,
+                path,
                 format!(
                     "tensor `{}` holds {bad} values that are NaN or infinite",
                     t.name
@@ -395,7 +473,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     let model = config
         .arch
         .build(vb)
-        .map_err(|e| Error::state(&path, format!("tensors do not fit the architecture: {e}")))?;
+        .map_err(|e| Error::state(path, format!("tensors do not fit the architecture: {e}")))?;
     Ok(Checkpoint {
         config,
         model,
@@ -403,8 +481,10 @@ pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
     })
 }
 
-/// Opens a checkpoint by name: a folder, or `hf:OWNER/NAME[@REV]` for a model repository on
-/// the Hub (its `config.json` and `model.safetensors` fetched through `hub`'s cache first).
+/// Opens a checkpoint by name: a folder or weights file (see [`load`]), or `hf:OWNER/NAME[@REV]`
+/// for a model repository on the Hub (its `config.json` and weights fetched through `hub`'s
+/// cache first: `model.safetensors`, or `pytorch_model.bin` where the repository has no
+/// safetensors).
 pub fn open(
     name: &str,
     hub: &Hub,
@@ -415,13 +495,15 @@ pub fn open(
         return load(Path::new(name), device);
     };
     let repo = HubRepo::parse(repo)?;
-    let mut dir = None;
-    for file in ["config.json", "model.safetensors"] {
-        let p = hub.get(&repo, RepoKind::Model, file, observer)?;
-        dir = p.parent().map(Path::to_path_buf);
-    }
-    let dir = dir.ok_or_else(|| Error::config("checkpoint", format!("{name}: no folder")))?;
-    load(&dir, device)
+    let config = hub.get(&repo, RepoKind::Model, "config.json", observer)?;
+    let weights = match hub.get(&repo, RepoKind::Model, WEIGHTS_FILES[0], observer) {
+        Ok(p) => p,
+        // The first error stands when neither file can be had.
+        Err(e) => hub
+            .get(&repo, RepoKind::Model, WEIGHTS_FILES[1], observer)
+            .map_err(|_| e)?,
+    };
+    load_from(&config, &weights, device)
 }
 
 /// Opens one checkpoint, or several of the same architecture and normalisation as one deep

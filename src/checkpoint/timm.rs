@@ -22,9 +22,21 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::path::Path;
 
-/// timm's defaults when `pretrained_cfg` leaves a key out (`timm.data.resolve_data_config`).
+/// What timm takes for a key `pretrained_cfg` leaves out. A repository's `config.json` becomes
+/// timm's `PretrainedCfg(**pretrained_cfg)` (`timm/models/_builder.py`, `resolve_pretrained_cfg`
+/// lines 394-397), so an absent key takes that dataclass's default
+/// (`timm/models/_pretrained.py` lines 29-42: input_size `(3, 224, 224)`, interpolation
+/// `bicubic`, crop_pct 0.875, crop_mode `center`, ImageNet's mean and std, num_classes 1000),
+/// and `timm.data.resolve_data_config` (`timm/data/config.py` lines 29-96) falls back to the
+/// same values for a key that is null, empty or zero. These are the same for every
+/// architecture: timm reads its registry's per-architecture configuration (`resnet18.a1_in1k`:
+/// crop_pct 0.95) only for a model created by name, never for one created from a
+/// `config.json` (checked against timm by `tests/reference/timm_defaults.py`).
 const DEFAULT_SIZE: usize = 224;
 const DEFAULT_CROP_PCT: f64 = 0.875;
+const DEFAULT_INTERPOLATION: &str = "bicubic";
+const DEFAULT_CROP_MODE: &str = "center";
+const DEFAULT_CLASSES: usize = 1000;
 const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
@@ -52,10 +64,11 @@ struct TimmConfig {
     label_names: Option<Vec<String>>,
     #[serde(default)]
     model_args: Map<String, Value>,
-    #[serde(default)]
-    pretrained_cfg: PretrainedCfg,
 }
 
+/// The keys of timm's `PretrainedCfg` that say how an image is prepared and what the head is.
+/// Others (`test_input_size`, `test_crop_pct`, ...) are not read: timm's evaluation transform
+/// uses them only when asked for the test size (`resolve_data_config(use_test_size=True)`).
 #[derive(Deserialize, Default)]
 struct PretrainedCfg {
     input_size: Option<Vec<usize>>,
@@ -65,6 +78,8 @@ struct PretrainedCfg {
     mean: Option<Vec<f64>>,
     std: Option<Vec<f64>>,
     num_classes: Option<usize>,
+    label_names: Option<Vec<String>>,
+    labels: Option<Vec<String>>,
 }
 
 /// True when a parsed `config.json` is timm's (it names an `architecture` and is not alkit's,
@@ -73,12 +88,37 @@ pub(crate) fn is_timm(value: &Value) -> bool {
     value.get("architecture").is_some() && value.get("format").is_none()
 }
 
+/// Reads a timm `config.json` as the checkpoint configuration it describes: the
+/// architecture, classes, normalisation and preprocessing that [`super::load`] uses for a
+/// timm folder, without reading any weights.
+pub fn read_config(path: &Path) -> Result<CheckpointConfig> {
+    config(super::read_config_value(path)?, path)
+}
+
 /// The checkpoint configuration a timm `config.json` (parsed as `value`, read from `path`)
 /// describes; its tensor list is the architecture's, by torchvision's names.
 pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
     let bad = |m: String| Error::state(path, m);
-    let cfg: TimmConfig = serde_json::from_value(value)
-        .map_err(|e| bad(format!("not a timm model configuration: {e}")))?;
+    let not_timm = |e: serde_json::Error| bad(format!("not a timm model configuration: {e}"));
+    // timm's `_parse_model_cfg` (`timm/models/_hub.py` lines 165-174): a config without
+    // `pretrained_cfg` is the older single dict, whose own keys are the pretrained
+    // configuration (`labels` for `label_names`).
+    let legacy = value.get("pretrained_cfg").is_none();
+    let pc: PretrainedCfg = match value.get("pretrained_cfg") {
+        None => PretrainedCfg::deserialize(&value).map_err(not_timm)?,
+        Some(Value::Object(_)) => {
+            PretrainedCfg::deserialize(&value["pretrained_cfg"]).map_err(not_timm)?
+        }
+        Some(v) => return Err(bad(format!("pretrained_cfg is {v}, not a dictionary"))),
+    };
+    let key = |k: &str| {
+        if legacy {
+            k.to_string()
+        } else {
+            format!("pretrained_cfg.{k}")
+        }
+    };
+    let cfg: TimmConfig = serde_json::from_value(value).map_err(not_timm)?;
     let depth = match cfg.architecture.as_str() {
         "resnet18" => 18,
         "resnet34" => 34,
@@ -125,19 +165,20 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
             "global pooling `{p}`: alkit's ResNets average (`avg`)"
         )));
     }
-    // One class count, wherever it is given.
+    // One class count, wherever it is given (timm's default where none is).
     let counts = [
         ("num_classes", cfg.num_classes),
         ("model_args.num_classes", arg_usize("num_classes")?),
-        ("pretrained_cfg.num_classes", cfg.pretrained_cfg.num_classes),
+        (
+            "pretrained_cfg.num_classes",
+            pc.num_classes.filter(|_| !legacy),
+        ),
     ];
     let given: Vec<(&str, usize)> = counts
         .iter()
         .filter_map(|(k, v)| v.map(|v| (*k, v)))
         .collect();
-    let Some(&(_, classes)) = given.first() else {
-        return Err(bad("no num_classes".into()));
-    };
+    let classes = given.first().map_or(DEFAULT_CLASSES, |g| g.1);
     if let Some((k, v)) = given.iter().find(|(_, v)| *v != classes) {
         return Err(bad(format!("{k} is {v} where {} is {classes}", given[0].0)));
     }
@@ -146,7 +187,6 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
             "num_classes {classes}: a classifier head of 1 to {MAX_CLASSES} classes is read"
         )));
     }
-    let pc = &cfg.pretrained_cfg;
     let in_chans = arg_usize("in_chans")?;
     let input = match &pc.input_size {
         Some(s) => s.clone(),
@@ -154,39 +194,56 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
     };
     let [channels, h, w] = input[..] else {
         return Err(bad(format!(
-            "pretrained_cfg.input_size is {input:?}, not [channels, height, width]"
+            "{} is {input:?}, not [channels, height, width]",
+            key("input_size")
         )));
     };
     if in_chans.is_some_and(|c| c != channels) {
         return Err(bad(format!(
-            "model_args.in_chans is {} where pretrained_cfg.input_size has {channels} channels",
-            in_chans.unwrap_or(0)
+            "model_args.in_chans is {} where {} has {channels} channels",
+            in_chans.unwrap_or(0),
+            key("input_size")
         )));
     }
     if h != w {
         return Err(bad(format!(
-            "pretrained_cfg.input_size is {h}x{w}: alkit prepares square inputs only"
+            "{} is {h}x{w}: alkit prepares square inputs only",
+            key("input_size")
         )));
     }
-    let crop_pct = pc.crop_pct.unwrap_or(DEFAULT_CROP_PCT);
+    // `resolve_data_config` takes a value only when Python reads it as true: a zero crop or
+    // an empty name is the default.
+    let crop_pct = pc
+        .crop_pct
+        .filter(|&c| c != 0.0)
+        .unwrap_or(DEFAULT_CROP_PCT);
     if !(crop_pct > 0.0 && crop_pct <= 1.0) {
         return Err(bad(format!(
-            "pretrained_cfg.crop_pct is {crop_pct}: a crop of a fraction in (0, 1] is taken \
-             (a larger one would pad the image)"
+            "{} is {crop_pct}: a crop of a fraction in (0, 1] is taken \
+             (a larger one would pad the image)",
+            key("crop_pct")
         )));
     }
-    let interpolation = pc.interpolation.as_deref().unwrap_or("bicubic");
-    let filter = Filter::from_name(interpolation).ok_or_else(|| {
+    let named = |v: &Option<String>, default| {
+        v.as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(default)
+            .to_string()
+    };
+    let interpolation = named(&pc.interpolation, DEFAULT_INTERPOLATION);
+    let filter = Filter::from_name(&interpolation).ok_or_else(|| {
         bad(format!(
-            "pretrained_cfg.interpolation `{interpolation}` is not bilinear, bicubic or lanczos"
+            "{} `{interpolation}` is not bilinear, bicubic or lanczos",
+            key("interpolation")
         ))
     })?;
-    let mode = match pc.crop_mode.as_deref().unwrap_or("center") {
+    let mode = match named(&pc.crop_mode, DEFAULT_CROP_MODE).as_str() {
         "center" => CropMode::Center,
         "squash" => CropMode::Squash,
         other => {
             return Err(bad(format!(
-                "pretrained_cfg.crop_mode `{other}` is not center or squash"
+                "{} `{other}` is not center or squash",
+                key("crop_mode")
             )))
         }
     };
@@ -203,16 +260,22 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
         filter,
         channels,
     };
-    pre.check()
-        .map_err(|m| bad(format!("pretrained_cfg asks for {m}")))?;
-    let stats = |given: &Option<Vec<f64>>, default: [f32; 3], key: &str| -> Result<Vec<f32>> {
+    pre.check().map_err(|m| {
+        let what = if legacy {
+            "the configuration"
+        } else {
+            "pretrained_cfg"
+        };
+        bad(format!("{what} asks for {m}"))
+    })?;
+    let stats = |given: &Option<Vec<f64>>, default: [f32; 3], name: &str| -> Result<Vec<f32>> {
         let v: Vec<f32> = match given {
-            Some(v) => v.iter().map(|&x| x as f32).collect(),
-            None if channels == 3 => default.to_vec(),
-            None => {
+            Some(v) if !v.is_empty() => v.iter().map(|&x| x as f32).collect(),
+            _ if channels == 3 => default.to_vec(),
+            _ => {
                 return Err(bad(format!(
-                    "pretrained_cfg.{key} is missing, and timm's default is for 3 channels, \
-                     not {channels}"
+                    "{} is missing, and timm's default is for 3 channels, not {channels}",
+                    key(name)
                 )))
             }
         };
@@ -233,7 +296,9 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
         in_channels: channels,
         classes,
     });
-    let classes_named = match cfg.label_names {
+    // timm: the top-level `label_names` over the pretrained configuration's.
+    let legacy_labels = pc.labels.filter(|_| legacy);
+    let classes_named = match cfg.label_names.or(pc.label_names).or(legacy_labels) {
         Some(names) => names,
         None => (0..classes).map(|c| c.to_string()).collect(),
     };

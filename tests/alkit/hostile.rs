@@ -188,6 +188,74 @@ fn ck_copy(d: &Path, fx: &Fx) -> PathBuf {
     dir
 }
 
+/// A checkpoint copy whose weights are `pytorch_model.bin` holding `bytes`.
+fn ck_with_bin(d: &Path, fx: &Fx, bytes: &[u8]) {
+    let c = ck_copy(d, fx);
+    std::fs::remove_file(c.join("model.safetensors")).unwrap();
+    std::fs::write(c.join("pytorch_model.bin"), bytes).unwrap();
+}
+
+/// A fixture written by torch.save (tests/fixtures/pytorch).
+fn torch_fixture(name: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pytorch")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// A zip archive laid out as torch.save writes it: `archive/data.pkl` and the storages.
+fn torch_zip(pickle: &[u8], storages: &[(&str, &[u8])]) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    z.start_file("archive/data.pkl", opts).unwrap();
+    z.write_all(pickle).unwrap();
+    for (key, bytes) in storages {
+        z.start_file(format!("archive/data/{key}"), opts).unwrap();
+        z.write_all(bytes).unwrap();
+    }
+    z.finish().unwrap().into_inner()
+}
+
+/// Pickle bytes (protocol 2) of an integer, as LONG1 of 8 bytes.
+fn pkl_int(v: i64) -> Vec<u8> {
+    let mut b = vec![0x8a, 8];
+    b.extend_from_slice(&v.to_le_bytes());
+    b
+}
+
+fn pkl_str(s: &str) -> Vec<u8> {
+    let mut b = vec![b'X'];
+    b.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    b.extend_from_slice(s.as_bytes());
+    b
+}
+
+/// The pickle of `{name: tensor}`: a 1-d float tensor of `size` elements at `offset` in
+/// storage `"0"`, which declares `numel` elements.
+fn pkl_one_tensor(name: &str, numel: i64, offset: i64, size: i64) -> Vec<u8> {
+    let mut b = vec![0x80, 2, b'}', b'('];
+    b.extend(pkl_str(name));
+    b.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n(");
+    b.push(b'(');
+    b.extend(pkl_str("storage"));
+    b.extend_from_slice(b"ctorch\nFloatStorage\n");
+    b.extend(pkl_str("0"));
+    b.extend(pkl_str("cpu"));
+    b.extend(pkl_int(numel));
+    b.extend_from_slice(b"tQ");
+    b.extend(pkl_int(offset));
+    b.extend(pkl_int(size));
+    b.push(0x85);
+    b.extend(pkl_int(1));
+    b.push(0x85);
+    b.extend_from_slice(&[0x89, b'N', b't', b'R', b'u', b'.']);
+    b
+}
+
 fn sess_copy(d: &Path, fx: &Fx) -> PathBuf {
     let dir = d.join("sess");
     copy_dir(&fx.sess(), &dir);
@@ -1220,6 +1288,110 @@ fn cases() -> Vec<Case> {
             ],
             2,
             ["bald", "dropout"]
+        ),
+        // ------------------------------------------------ PyTorch weight files (torch.save)
+        case!(
+            "pt-truncated-zip",
+            |d, fx| {
+                let b = torch_fixture("state_dict.pth");
+                ck_with_bin(d, fx, &b[..b.len() / 2]);
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/pytorch_model.bin", "zip"]
+        ),
+        case!(
+            "pt-legacy-truncated",
+            |d, fx| {
+                let b = torch_fixture("legacy.pth");
+                ck_with_bin(d, fx, &b[..b.len() - 9]);
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/pytorch_model.bin", "cut short"]
+        ),
+        case!(
+            "pt-global-not-a-tensor",
+            |d, fx| {
+                let mut p = vec![0x80, 2, b'}'];
+                p.extend(pkl_str("fc1.weight"));
+                p.extend_from_slice(b"cos\nsystem\n");
+                p.extend(pkl_str("touch pwned"));
+                p.extend_from_slice(&[0x85, b'R', b's', b'.']);
+                ck_with_bin(d, fx, &torch_zip(&p, &[]));
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            [
+                "ck/pytorch_model.bin",
+                "`fc1.weight` is a `os.system`, not a tensor"
+            ]
+        ),
+        case!(
+            "pt-storage-of-2^40-floats",
+            |d, fx| {
+                let p = pkl_one_tensor("fc1.weight", 1 << 40, 0, 1 << 40);
+                ck_with_bin(d, fx, &torch_zip(&p, &[("0", &[0; 16])]));
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            [
+                "ck/pytorch_model.bin",
+                "`fc1.weight`",
+                "declares 1099511627776 elements"
+            ]
+        ),
+        case!(
+            "pt-view-past-its-storage",
+            |d, fx| {
+                let p = pkl_one_tensor("fc1.weight", 4, 2, 4);
+                ck_with_bin(d, fx, &torch_zip(&p, &[("0", &[0; 16])]));
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            [
+                "ck/pytorch_model.bin",
+                "`fc1.weight`",
+                "reaches past its storage"
+            ]
+        ),
+        case!(
+            "pt-memo-doubling",
+            |d, fx| {
+                // Each step makes a pair of the previous object twice: 2^60 leaves if copied.
+                let mut p = vec![0x80, 2, b']', b'q', 0];
+                for _ in 0..60 {
+                    p.extend_from_slice(&[b'h', 0, b'h', 0, 0x86, b'q', 0]);
+                }
+                p.push(b'.');
+                ck_with_bin(d, fx, &torch_zip(&p, &[]));
+            },
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            ["ck/pytorch_model.bin", "neither a state dict"]
+        ),
+        case!(
+            "pt-whole-model",
+            |d, fx| ck_with_bin(d, fx, &torch_fixture("whole_model.pth")),
+            ["score", "--checkpoint", "{d}/ck", "--out", "{d}/s.csv"],
+            1,
+            [
+                "ck/pytorch_model.bin",
+                "whole pickled model (`__main__.Mlp`)",
+                "torch.save(model.state_dict()"
+            ]
+        ),
+        case!(
+            "pt-pth-without-config",
+            |d, _| std::fs::write(d.join("x.pth"), torch_fixture("state_dict.pth")).unwrap(),
+            ["score", "--checkpoint", "{d}/x.pth", "--out", "{d}/s.csv"],
+            1,
+            [
+                "x.pth",
+                "PyTorch weights file",
+                "config.json",
+                "\"architecture\""
+            ]
         ),
         // ------------------------------------------------------------------- sessions
         case!(

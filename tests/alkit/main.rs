@@ -12,6 +12,7 @@ mod hostile;
 mod label_page;
 mod layer_library;
 mod layers;
+mod pytorch;
 mod scorers;
 mod sessions;
 mod shards;
