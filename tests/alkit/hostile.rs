@@ -856,6 +856,24 @@ fn cases() -> Vec<Case> {
             ["b.png"]
         ),
         case!(
+            // A photo cut short: libjpeg would fill the rest grey; refused as Pillow refuses it.
+            "jpg-truncated",
+            |d, _| {
+                let dir = d.join("imgs/cat");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                let jpeg = std::fs::read(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/pillow_images/jpeg_420.jpg"),
+                )
+                .unwrap();
+                std::fs::write(dir.join("cut.jpg"), &jpeg[..jpeg.len() * 2 / 3]).unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["cut.jpg", "truncated"]
+        ),
+        case!(
             "images-none",
             |d, _| {
                 std::fs::create_dir_all(d.join("imgs/cat")).unwrap();
