@@ -874,6 +874,20 @@ fn cases() -> Vec<Case> {
             ["cut.jpg", "truncated"]
         ),
         case!(
+            // A GIF deep in a class folder: the folder is refused naming it, not read without it.
+            "images-nested-gif",
+            |d, _| {
+                let dir = d.join("imgs/cat/2024/garden");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                png_of(&dir.join("a.png"), 4, 4);
+                std::fs::write(dir.join("b.gif"), b"GIF89a").unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["imgs", "cat/2024/garden/b.gif", "does not decode"]
+        ),
+        case!(
             "images-none",
             |d, _| {
                 std::fs::create_dir_all(d.join("imgs/cat")).unwrap();
