@@ -67,6 +67,15 @@ pub enum Event<'a> {
         /// The record.
         record: &'a CycleRecord,
     },
+    /// Files of a data source left out of its items because they are not images (an image
+    /// folder's notes, metadata, sidecar files), told once per read so that nothing is
+    /// skipped unsaid; the binary names them in one line.
+    LeftOut {
+        /// The data source (a folder).
+        source: &'a str,
+        /// The files, relative to `source`, in its order.
+        files: &'a [String],
+    },
 }
 
 /// What the observer wants the library to do next.

@@ -1,17 +1,27 @@
-//! Decoding PNG and JPEG images into `(c, h, w)` pixels, and writing grayscale PNGs.
+//! Decoding PNG, JPEG and WebP images into `(c, h, w)` pixels as Pillow decodes them, and
+//! writing grayscale PNGs.
 //!
 //! Pools of images (a folder a person labels, or the image column of a Hub dataset) arrive as
-//! encoded files. Decoding normalises every supported colour type to 8 bits per channel:
-//! grayscale (with or without alpha) becomes one channel, RGB/RGBA/palette/CMYK become three
-//! (alpha is dropped). Errors name the file and say what is wrong; nothing panics on a corrupt
-//! file.
+//! encoded files, and a model trained in PyTorch saw them through timm's loader,
+//! `Image.open(f).convert("RGB")`: so every file gives Pillow's pixels of that call, byte for
+//! byte (measured on the corpus of `tests/reference/pillow_images.py`; docs/data.md has the
+//! table). Grayscale files (PNG `1`, `L`, `LA`, `I;16`; grayscale JPEG) stay one channel, which
+//! is Pillow's `convert("L")` of them too and replicates into its `convert("RGB")`; the rest
+//! become three: alpha dropped (not composited), palettes looked up (their transparency
+//! ignored), 16-bit gray saturated at 255 and 16-bit colour cut to its high byte, CMYK and YCCK
+//! JPEGs through Pillow's inverted-CMYK formula. The EXIF orientation tag is not applied:
+//! neither Pillow's `open`/`convert` nor timm's loader applies it. What cannot be decoded as
+//! Pillow would (GIF, BMP, TIFF and the like; 12-bit, lossless or arithmetic-coded JPEGs; an
+//! animated WebP; a truncated or corrupt file) is refused with an error naming the file and
+//! the reason, never turned into black or grey pixels. Nothing panics on a corrupt file.
 
 pub use crate::data::resample::Filter;
 use crate::error::{contain, DataProblem, Error, Result};
 use serde::{Deserialize, Serialize};
+use std::cell::Cell;
 use std::io::Cursor;
 use std::path::Path;
-
+use std::rc::Rc;
 /// One decoded image: 8-bit pixels in channel-major `(c, h, w)` order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Image {
@@ -64,20 +74,62 @@ fn bad(path: &Path, what: impl Into<String>) -> Error {
     Error::data(path, DataProblem::Other(what.into()))
 }
 
-/// Decodes a PNG or JPEG (detected from the content, not the name). `path` names the image in
-/// errors (a file, or `file.parquet#row` for embedded bytes).
-pub fn decode(bytes: &[u8], path: &Path) -> Result<Image> {
-    if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
-        check_png_chunks(bytes, path)?;
-        contain(path, "the PNG decoder", || decode_png(bytes, path))
-    } else if bytes.starts_with(&[0xff, 0xd8]) {
-        contain(path, "the JPEG decoder", || decode_jpeg(bytes, path))
+/// The image formats alkit decodes, told by their first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoded {
+    Png,
+    Jpeg,
+    WebP,
+}
+
+/// What the first bytes say the file is, or an error naming the format alkit does not read
+/// (or saying it is no image alkit knows).
+fn sniff(bytes: &[u8], path: &Path) -> Result<Encoded> {
+    if bytes.starts_with(b"\x89PNG") {
+        return Ok(Encoded::Png);
+    }
+    if bytes.starts_with(&[0xff, 0xd8]) {
+        return Ok(Encoded::Jpeg);
+    }
+    if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        return Ok(Encoded::WebP);
+    }
+    let other = if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        "a GIF image"
+    } else if bytes.starts_with(b"BM") {
+        "a BMP image"
+    } else if bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*") {
+        "a TIFF image"
+    } else if bytes.len() >= 12 && &bytes[4..8] == b"ftyp" {
+        "an HEIF/AVIF image"
+    } else if bytes.starts_with(b"\0\0\0\x0cjP  ") || bytes.starts_with(&[0xff, 0x4f, 0xff, 0x51]) {
+        "a JPEG 2000 image"
+    } else if bytes.starts_with(&[0xff, 0x0a]) || bytes.starts_with(b"\0\0\0\x0cJXL ") {
+        "a JPEG XL image"
     } else {
-        Err(bad(path, "neither a PNG nor a JPEG image"))
+        return Err(bad(path, "neither a PNG, a JPEG nor a WebP image"));
+    };
+    Err(bad(
+        path,
+        format!("{other}: alkit reads PNG, JPEG and WebP images (convert it to PNG)"),
+    ))
+}
+
+/// Decodes a PNG, JPEG or WebP (detected from the content, not the name) into Pillow's pixels
+/// of it (see the module docs). `path` names the image in errors (a file, or
+/// `file.parquet#row` for embedded bytes).
+pub fn decode(bytes: &[u8], path: &Path) -> Result<Image> {
+    match sniff(bytes, path)? {
+        Encoded::Png => {
+            check_png_chunks(bytes, path)?;
+            contain(path, "the PNG decoder", || decode_png(bytes, path))
+        }
+        Encoded::Jpeg => contain(path, "the JPEG decoder", || decode_jpeg(bytes, path)),
+        Encoded::WebP => contain(path, "the WebP decoder", || decode_webp(bytes, path)),
     }
 }
 
-/// What a PNG's or JPEG's header says of the image [`decode`] would give.
+/// What an image's header says of the image [`decode`] would give.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Header {
     /// Rows.
@@ -88,46 +140,46 @@ pub struct Header {
     pub channels: usize,
 }
 
-/// The [`Header`] of a PNG or JPEG, without decoding the pixels (and after the same checks as
-/// [`decode`]).
+/// The [`Header`] of a PNG, JPEG or WebP, without decoding the pixels (and after the same
+/// checks of the header as [`decode`]).
 pub fn header(bytes: &[u8], path: &Path) -> Result<Header> {
-    if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
-        check_png_chunks(bytes, path)?;
-        contain(path, "the PNG decoder", || {
-            let reader = png::Decoder::new(Cursor::new(bytes))
-                .read_info()
-                .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
-            let h = reader.info();
-            check_size(path, u64::from(h.width), u64::from(h.height))?;
-            let channels = match h.color_type {
-                png::ColorType::Grayscale | png::ColorType::GrayscaleAlpha => 1,
-                png::ColorType::Rgb | png::ColorType::Rgba | png::ColorType::Indexed => 3,
-            };
-            Ok(Header {
-                height: h.height as usize,
-                width: h.width as usize,
-                channels,
+    match sniff(bytes, path)? {
+        Encoded::Png => {
+            check_png_chunks(bytes, path)?;
+            contain(path, "the PNG decoder", || {
+                let reader = png::Decoder::new(Cursor::new(bytes))
+                    .read_info()
+                    .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
+                let h = reader.info();
+                check_size(path, u64::from(h.width), u64::from(h.height))?;
+                let channels = match h.color_type {
+                    png::ColorType::Grayscale | png::ColorType::GrayscaleAlpha => 1,
+                    png::ColorType::Rgb | png::ColorType::Rgba | png::ColorType::Indexed => 3,
+                };
+                Ok(Header {
+                    height: h.height as usize,
+                    width: h.width as usize,
+                    channels,
+                })
             })
-        })
-    } else if bytes.starts_with(&[0xff, 0xd8]) {
-        contain(path, "the JPEG decoder", || {
-            let mut d = jpeg_decoder::Decoder::new(Cursor::new(bytes));
-            d.read_info()
-                .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
-            let h = d.info().ok_or_else(|| bad(path, "JPEG without a header"))?;
-            check_size(path, u64::from(h.width), u64::from(h.height))?;
-            let channels = match h.pixel_format {
-                jpeg_decoder::PixelFormat::L8 | jpeg_decoder::PixelFormat::L16 => 1,
-                jpeg_decoder::PixelFormat::RGB24 | jpeg_decoder::PixelFormat::CMYK32 => 3,
-            };
+        }
+        Encoded::Jpeg => {
+            let f = jpeg_frame(bytes, path)?;
             Ok(Header {
-                height: usize::from(h.height),
-                width: usize::from(h.width),
-                channels,
+                height: f.height,
+                width: f.width,
+                channels: if f.components == 1 { 1 } else { 3 },
             })
-        })
-    } else {
-        Err(bad(path, "neither a PNG nor a JPEG image"))
+        }
+        Encoded::WebP => contain(path, "the WebP decoder", || {
+            let d = webp_decoder(bytes, path)?;
+            let (w, h) = d.dimensions();
+            Ok(Header {
+                height: h as usize,
+                width: w as usize,
+                channels: 3,
+            })
+        }),
     }
 }
 
@@ -314,14 +366,19 @@ fn planar(interleaved: &[u8], hw: usize, c_in: usize, c_out: usize) -> Vec<u8> {
     out
 }
 
+/// A PNG as Pillow's `convert` sees it: bit depths below 8 scaled to 0..255, palettes looked
+/// up (tRNS ignored), alpha dropped, 16-bit gray (Pillow's `I;16`) saturated at 255 and 16-bit
+/// colour (and gray with alpha, which Pillow opens as RGBA) cut to its high byte.
 fn decode_png(bytes: &[u8], path: &Path) -> Result<Image> {
     let mut decoder = png::Decoder::new(Cursor::new(bytes));
-    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    decoder.set_transformations(png::Transformations::EXPAND);
     let mut reader = decoder
         .read_info()
         .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
     let header = reader.info();
     check_size(path, u64::from(header.width), u64::from(header.height))?;
+    // A tRNS chunk turns plain gray into gray + alpha under EXPAND; Pillow still reads `I;16`.
+    let gray_source = header.color_type == png::ColorType::Grayscale;
     let size = reader
         .output_buffer_size()
         .ok_or_else(|| bad(path, "PNG too large"))?;
@@ -330,62 +387,354 @@ fn decode_png(bytes: &[u8], path: &Path) -> Result<Image> {
         .next_frame(&mut buf)
         .map_err(|e| bad(path, format!("invalid PNG: {e}")))?;
     let (h, w) = (info.height as usize, info.width as usize);
-    let (c_in, c_out) = match info.color_type {
+    let (color, depth) = reader.output_color_type();
+    let samples: Vec<u8> = match depth {
+        png::BitDepth::Sixteen if gray_source => buf[..info.buffer_size()]
+            .chunks_exact(2)
+            .map(|s| u16::from_be_bytes([s[0], s[1]]).min(255) as u8)
+            .collect(),
+        png::BitDepth::Sixteen => buf[..info.buffer_size()]
+            .chunks_exact(2)
+            .map(|s| s[0])
+            .collect(),
+        _ => {
+            buf.truncate(info.buffer_size());
+            buf
+        }
+    };
+    let (c_in, c_out) = match color {
         png::ColorType::Grayscale => (1, 1),
         png::ColorType::GrayscaleAlpha => (2, 1),
         png::ColorType::Rgb => (3, 3),
         png::ColorType::Rgba => (4, 3),
         png::ColorType::Indexed => return Err(bad(path, "palette PNG was not expanded")),
     };
-    let pixels = planar(&buf[..info.buffer_size()], h * w, c_in, c_out);
+    if samples.len() < h * w * c_in {
+        return Err(bad(path, "PNG data shorter than its header says"));
+    }
     Ok(Image {
         channels: c_out,
         height: h,
         width: w,
+        pixels: planar(&samples, h * w, c_in, c_out),
+    })
+}
+
+/// What a JPEG's frame header (SOF) says, read by walking its marker segments.
+#[derive(Debug, Clone, Copy)]
+struct JpegFrame {
+    height: usize,
+    width: usize,
+    components: u8,
+}
+
+/// Walks a JPEG's marker segments up to its first scan and reads the frame header, refusing by
+/// name what Pillow refuses or alkit's libjpeg does not decode (every JPEG process but the
+/// baseline, extended and progressive Huffman ones: lossless, hierarchical, arithmetic-coded;
+/// a sample precision other than 8 bits; 2 or more than 4 components) and a size above
+/// [`MAX_PIXELS`], before anything is decoded.
+fn jpeg_frame(bytes: &[u8], path: &Path) -> Result<JpegFrame> {
+    let invalid = |what: String| bad(path, format!("invalid JPEG: {what}"));
+    let mut at = 2;
+    let mut frame = None;
+    loop {
+        // Fill bytes (0xff) may precede a marker; anything else between segments is what
+        // libjpeg warns about, and a warning refuses the file (see `decode_jpeg`).
+        while bytes.get(at) == Some(&0xff) && bytes.get(at + 1) == Some(&0xff) {
+            at += 1;
+        }
+        let marker = match bytes.get(at..at + 2) {
+            Some([0xff, m]) => *m,
+            Some(_) => return Err(invalid(format!("no marker at byte {at}"))),
+            None => return Err(invalid("the file ends before its first scan".into())),
+        };
+        at += 2;
+        if matches!(marker, 0x01 | 0xd0..=0xd8) {
+            continue;
+        }
+        if marker == 0xd9 {
+            return Err(invalid("the image ends (EOI) before its first scan".into()));
+        }
+        let len = match bytes.get(at..at + 2) {
+            Some(l) => usize::from(u16::from_be_bytes([l[0], l[1]])),
+            None => return Err(invalid("the file ends inside a marker".into())),
+        };
+        let Some(body) = bytes.get(at + 2..at + len).filter(|_| len >= 2) else {
+            return Err(invalid(format!(
+                "the segment of marker 0xff{marker:02x} runs past the end of the file"
+            )));
+        };
+        if marker == 0xda {
+            return frame.ok_or_else(|| invalid("a scan before the frame header".into()));
+        }
+        if (0xc0..=0xcf).contains(&marker) && !matches!(marker, 0xc4 | 0xc8 | 0xcc) {
+            let process = match marker {
+                0xc0..=0xc2 => None,
+                0xc3 => Some("lossless"),
+                0xc5..=0xc7 => Some("hierarchical"),
+                _ => Some("arithmetic-coded"),
+            };
+            if let Some(process) = process {
+                return Err(bad(
+                    path,
+                    format!(
+                        "a {process} JPEG (frame type 0xff{marker:02x}): alkit decodes baseline \
+                         and progressive Huffman-coded JPEGs (re-save it as one)"
+                    ),
+                ));
+            }
+            if body.len() < 6 {
+                return Err(invalid("a frame header of fewer than 6 bytes".into()));
+            }
+            let precision = body[0];
+            let height = u16::from_be_bytes([body[1], body[2]]);
+            let width = u16::from_be_bytes([body[3], body[4]]);
+            let components = body[5];
+            if precision != 8 {
+                return Err(bad(
+                    path,
+                    format!("a {precision}-bit JPEG: Pillow and alkit read 8-bit JPEGs only"),
+                ));
+            }
+            if !matches!(components, 1 | 3 | 4) {
+                return Err(bad(
+                    path,
+                    format!(
+                        "a JPEG of {components} components: Pillow and alkit read 1 (gray), 3 \
+                         (colour) or 4 (CMYK)"
+                    ),
+                ));
+            }
+            check_size(path, u64::from(width), u64::from(height))?;
+            frame.get_or_insert(JpegFrame {
+                height: usize::from(height),
+                width: usize::from(width),
+                components,
+            });
+        }
+        at += len;
+    }
+}
+
+thread_local! {
+    /// libjpeg's warnings during this thread's current JPEG decode (see [`jpeg_errors`]).
+    static JPEG_WARNINGS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// libjpeg stops on a fatal error by unwinding (mozjpeg's `unwinding` build); the message is
+/// recovered by a second decode under mozjpeg's own error manager (see [`decode_jpeg`]).
+extern "C-unwind" fn jpeg_fatal(_cinfo: &mut mozjpeg_sys::jpeg_common_struct) {
+    std::panic::resume_unwind(Box::new("libjpeg stopped"));
+}
+
+/// Counts warnings (level -1: corrupt data libjpeg decodes past, a premature end); trace
+/// messages (levels 0 and up) are ignored.
+extern "C-unwind" fn jpeg_message(
+    _cinfo: &mut mozjpeg_sys::jpeg_common_struct,
+    level: std::os::raw::c_int,
+) {
+    if level < 0 {
+        JPEG_WARNINGS.with(|w| w.set(w.get().saturating_add(1)));
+    }
+}
+
+extern "C-unwind" fn jpeg_nothing(_cinfo: &mut mozjpeg_sys::jpeg_common_struct) {}
+
+/// An error manager that counts libjpeg's warnings where mozjpeg's own silences them, built
+/// without `unsafe`: libjpeg calls only `error_exit`, `emit_message`, `output_message` and
+/// `reset_error_mgr`; `format_message` and the message tables serve printing, which alkit does
+/// not ask of it.
+fn jpeg_errors() -> mozjpeg_sys::jpeg_error_mgr {
+    mozjpeg_sys::jpeg_error_mgr {
+        error_exit: Some(jpeg_fatal),
+        emit_message: Some(jpeg_message),
+        output_message: Some(jpeg_nothing),
+        format_message: None,
+        reset_error_mgr: Some(jpeg_nothing),
+        msg_code: 0,
+        msg_parm: Default::default(),
+        trace_level: 0,
+        num_warnings: 0,
+        jpeg_message_table: std::ptr::null(),
+        last_jpeg_message: 0,
+        addon_message_table: std::ptr::null(),
+        first_addon_message: 0,
+        last_addon_message: 0,
+    }
+}
+
+/// The JPEG's bytes as libjpeg reads them, noting whether it asked for more than there is (a
+/// truncated file: mozjpeg then feeds libjpeg an end-of-image marker and a warning, and the
+/// rest of the image would come out grey).
+struct Watched<'a> {
+    rest: &'a [u8],
+    ran_out: Rc<Cell<bool>>,
+}
+
+impl std::io::Read for Watched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.rest.read(buf)
+    }
+}
+
+impl std::io::BufRead for Watched<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.rest.is_empty() {
+            self.ran_out.set(true);
+        }
+        Ok(self.rest)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.rest = &self.rest[n.min(self.rest.len())..];
+    }
+}
+
+/// Pillow's CMYK to RGB (`Convert.c`, `cmyk2rgb`), on samples as Pillow reads a JPEG's:
+/// inverted first (`CMYK;I`, the Adobe convention, which Pillow assumes for every CMYK JPEG).
+fn cmyk_to_rgb(stored: [u8; 4]) -> [u8; 3] {
+    let muldiv255 = |a: u32, b: u32| {
+        let t = a * b + 128;
+        ((t >> 8) + t) >> 8
+    };
+    let nk = u32::from(stored[3]); // 255 - k, k = 255 - stored
+    [0, 1, 2].map(|i| (nk - muldiv255(255 - u32::from(stored[i]), nk)) as u8)
+}
+
+/// Pixels of one JPEG through libjpeg as Pillow asks for them: gray as gray, three components
+/// as RGB (libjpeg's YCbCr conversion and fancy upsampling, as in Pillow), four as CMYK (YCCK
+/// converted by libjpeg) and then Pillow's formula.
+fn jpeg_pixels<R: std::io::BufRead>(
+    d: mozjpeg::Decompress<R>,
+    frame: JpegFrame,
+) -> std::io::Result<(usize, Vec<u8>)> {
+    use mozjpeg::ColorSpace as C;
+    let hw = frame.height * frame.width;
+    let (channels, interleaved, c_in) = match frame.components {
+        1 => {
+            let mut s = d.to_colorspace(C::JCS_GRAYSCALE)?;
+            let px: Vec<u8> = s.read_scanlines()?;
+            s.finish()?;
+            (1, px, 1)
+        }
+        4 => {
+            let mut s = d.to_colorspace(C::JCS_CMYK)?;
+            let px: Vec<[u8; 4]> = s.read_scanlines()?;
+            s.finish()?;
+            (3, px.into_iter().flat_map(cmyk_to_rgb).collect(), 3)
+        }
+        _ => {
+            let mut s = d.rgb()?;
+            let px: Vec<u8> = s.read_scanlines()?;
+            s.finish()?;
+            (3, px, 3)
+        }
+    };
+    if interleaved.len() != hw * c_in {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok((channels, planar(&interleaved, hw, c_in, channels)))
+}
+
+/// A JPEG through libjpeg (mozjpeg's build of libjpeg-turbo, the decoder inside Pillow): the
+/// frame header checked first ([`jpeg_frame`]), then decoded under an error manager that
+/// counts warnings. A truncated file is refused, as Pillow refuses it; so is a file libjpeg
+/// warns about (corrupt entropy data, stray bytes between segments), which Pillow would decode
+/// with the damaged part grey or shifted: alkit refuses it rather than score such pixels.
+fn decode_jpeg(bytes: &[u8], path: &Path) -> Result<Image> {
+    let frame = jpeg_frame(bytes, path)?;
+    let ran_out = Rc::new(Cell::new(false));
+    let source = Watched {
+        rest: bytes,
+        ran_out: Rc::clone(&ran_out),
+    };
+    JPEG_WARNINGS.with(|w| w.set(0));
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let d = mozjpeg::Decompress::with_err(jpeg_errors()).from_reader(source)?;
+        if (d.height(), d.width()) != (frame.height, frame.width) {
+            return Err(std::io::Error::other("two frame headers disagree"));
+        }
+        jpeg_pixels(d, frame)
+    }));
+    let warnings = JPEG_WARNINGS.with(Cell::get);
+    if ran_out.get() {
+        return Err(bad(
+            path,
+            "truncated JPEG: the file ends before the image does (Pillow refuses it too)",
+        ));
+    }
+    let (channels, pixels) = match decoded {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return Err(bad(path, format!("invalid JPEG: {e}"))),
+        Err(_) => {
+            // libjpeg's own words, from a second run under mozjpeg's error manager.
+            contain(path, "libjpeg", || {
+                let d = mozjpeg::Decompress::new_mem(bytes)
+                    .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
+                jpeg_pixels(d, frame).map_err(|e| bad(path, format!("invalid JPEG: {e}")))
+            })?;
+            return Err(bad(path, "invalid JPEG: libjpeg stopped on it"));
+        }
+    };
+    if warnings > 0 {
+        return Err(bad(
+            path,
+            format!(
+                "corrupt JPEG data: libjpeg warned {warnings} time(s) (damaged entropy data or \
+                 stray bytes between segments); Pillow would decode it with the damaged part \
+                 grey or shifted, alkit refuses it (re-save the image to read it)"
+            ),
+        ));
+    }
+    Ok(Image {
+        channels,
+        height: frame.height,
+        width: frame.width,
         pixels,
     })
 }
 
-fn decode_jpeg(bytes: &[u8], path: &Path) -> Result<Image> {
-    let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
-    decoder
-        .read_info()
-        .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
-    let header = decoder
-        .info()
-        .ok_or_else(|| bad(path, "JPEG without a header"))?;
-    check_size(path, u64::from(header.width), u64::from(header.height))?;
-    let data = decoder
-        .decode()
-        .map_err(|e| bad(path, format!("invalid JPEG: {e}")))?;
-    let info = decoder
-        .info()
-        .ok_or_else(|| bad(path, "JPEG without a header"))?;
-    let (h, w) = (usize::from(info.height), usize::from(info.width));
-    let hw = h * w;
-    let (channels, pixels) = match info.pixel_format {
-        jpeg_decoder::PixelFormat::L8 => (1, data[..hw.min(data.len())].to_vec()),
-        jpeg_decoder::PixelFormat::L16 => (1, data.chunks_exact(2).map(|p| p[0]).collect()),
-        jpeg_decoder::PixelFormat::RGB24 => (3, planar(&data, hw, 3, 3)),
-        jpeg_decoder::PixelFormat::CMYK32 => {
-            let rgb: Vec<u8> = data
-                .chunks_exact(4)
-                .flat_map(|p| {
-                    let k = u16::from(p[3]);
-                    [0, 1, 2].map(|i| (u16::from(p[i]) * k / 255) as u8)
-                })
-                .collect();
-            (3, planar(&rgb, hw, 3, 3))
-        }
-    };
-    if pixels.len() != channels * hw {
-        return Err(bad(path, "JPEG data shorter than its header says"));
+/// A WebP's decoder with its headers read and its size checked.
+fn webp_decoder<'a>(
+    bytes: &'a [u8],
+    path: &Path,
+) -> Result<image_webp::WebPDecoder<Cursor<&'a [u8]>>> {
+    let d = image_webp::WebPDecoder::new(Cursor::new(bytes))
+        .map_err(|e| bad(path, format!("invalid WebP: {e}")))?;
+    let (w, h) = d.dimensions();
+    check_size(path, u64::from(w), u64::from(h))?;
+    if d.is_animated() {
+        return Err(bad(
+            path,
+            format!(
+                "an animated WebP ({} frames): alkit reads still images (save one frame)",
+                d.num_frames()
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+/// A still WebP (lossy or lossless) as RGB, alpha dropped as Pillow's `convert("RGB")` drops it.
+fn decode_webp(bytes: &[u8], path: &Path) -> Result<Image> {
+    let mut d = webp_decoder(bytes, path)?;
+    let (w, h) = d.dimensions();
+    let (h, w) = (h as usize, w as usize);
+    let size = d
+        .output_buffer_size()
+        .ok_or_else(|| bad(path, "WebP too large"))?;
+    let mut buf = vec![0u8; size];
+    d.read_image(&mut buf)
+        .map_err(|e| bad(path, format!("invalid WebP: {e}")))?;
+    let c_in = if d.has_alpha() { 4 } else { 3 };
+    if buf.len() != h * w * c_in {
+        return Err(bad(path, "WebP data shorter than its header says"));
     }
     Ok(Image {
-        channels,
+        channels: 3,
         height: h,
         width: w,
-        pixels,
+        pixels: planar(&buf, h * w, c_in, 3),
     })
 }
 

@@ -988,6 +988,38 @@ fn cases() -> Vec<Case> {
             ["b.png"]
         ),
         case!(
+            // A photo cut short: libjpeg would fill the rest grey; refused as Pillow refuses it.
+            "jpg-truncated",
+            |d, _| {
+                let dir = d.join("imgs/cat");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                let jpeg = std::fs::read(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/fixtures/pillow_images/jpeg_420.jpg"),
+                )
+                .unwrap();
+                std::fs::write(dir.join("cut.jpg"), &jpeg[..jpeg.len() * 2 / 3]).unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["cut.jpg", "truncated"]
+        ),
+        case!(
+            // A GIF deep in a class folder: the folder is refused naming it, not read without it.
+            "images-nested-gif",
+            |d, _| {
+                let dir = d.join("imgs/cat/2024/garden");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                png_of(&dir.join("a.png"), 4, 4);
+                std::fs::write(dir.join("b.gif"), b"GIF89a").unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["imgs", "cat/2024/garden/b.gif", "does not decode"]
+        ),
+        case!(
             "images-none",
             |d, _| {
                 std::fs::create_dir_all(d.join("imgs/cat")).unwrap();

@@ -9,6 +9,7 @@ mod duq;
 mod fuzz_corpora;
 mod gradients;
 mod hostile;
+mod images;
 mod label_page;
 mod layer_library;
 mod layers;

@@ -14,6 +14,8 @@ pub(crate) struct Bars {
     step: Option<ProgressBar>,
     download: Option<ProgressBar>,
     label: String,
+    /// Notes printed already (a source read twice is noted once).
+    noted: std::collections::HashSet<String>,
 }
 
 fn bar(template: &str) -> ProgressBar {
@@ -40,6 +42,7 @@ impl Bars {
             step: None,
             download: None,
             label: String::new(),
+            noted: std::collections::HashSet::new(),
         }
     }
 
@@ -121,6 +124,29 @@ impl Observer for Bars {
                 if *done >= *total && *total > 0 {
                     bar.finish_and_clear();
                     self.download = None;
+                }
+            }
+            Event::LeftOut { source, files } => {
+                const SHOWN: usize = 5;
+                let mut names = files
+                    .iter()
+                    .take(SHOWN)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if files.len() > SHOWN {
+                    names.push_str(&format!(" and {} more", files.len() - SHOWN));
+                }
+                let line = format!(
+                    "note: {source}: {} file(s) left out, not images: {names}",
+                    files.len()
+                );
+                if self.noted.insert(line.clone()) {
+                    // Printed even with --quiet: it says what the results leave out.
+                    self.multi.suspend(|| {
+                        use std::io::Write;
+                        let _ = writeln!(std::io::stderr().lock(), "{line}");
+                    });
                 }
             }
             _ => {}

@@ -1,7 +1,14 @@
-//! Image folders: PNG/JPEG images at the top of a folder are unlabeled, those in `CLASS/`
-//! subfolders carry the label `CLASS`; other files are ignored. Class names are the names of the
-//! (visible) subfolders, sorted, empty ones included; ids are paths relative to the folder, in
-//! sorted order. Images of one size up to [`MAX_SIDE_AS_IS`](crate::data::plan::MAX_SIDE_AS_IS)
+//! Image folders, read as torchvision's `ImageFolder` reads them: every visible subfolder of
+//! the folder is a class (empty ones included, names sorted), and every PNG, JPEG or WebP
+//! image anywhere below it, however deeply nested, carries that class; images at the top of
+//! the folder are unlabeled. Ids are paths relative to the folder with `/` between the parts,
+//! in sorted order, so a flat folder keeps the ids it always had. Hidden entries (names
+//! starting with `.`) are skipped at every level; a folder reached twice through a link is
+//! read once. A file in an image format alkit does not decode (GIF, BMP, TIFF, ...) refuses
+//! the folder, naming it, rather than leave the image out; any other file (notes, metadata,
+//! sidecars) is left out and named in one [`Event::LeftOut`] to the observer of a read.
+//!
+//! Images of one size up to [`MAX_SIDE_AS_IS`](crate::data::plan::MAX_SIDE_AS_IS)
 //! are read as they are; otherwise each is scaled to [`FIT_SIDE`](crate::data::plan::FIT_SIDE)
 //! on both sides (see
 //! [`Image::preprocess`](crate::data::image::Image::preprocess) with
@@ -18,7 +25,8 @@ use crate::data::plan::{ImagePlan, PlanBuilder};
 use crate::data::stream::{drain, Chunk, Format, ItemStream, Items, Listed, Loaded, PoolLabels};
 use crate::error::{DataProblem, Error, Result};
 use crate::hub::Hub;
-use crate::observe::Observer;
+use crate::observe::{check, Event, Observer};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// A folder of images (see the module docs).
@@ -36,25 +44,29 @@ impl Format for Folder<'_> {
     fn open(
         &self,
         _hub: &Hub,
-        _observer: &mut dyn Observer,
+        observer: &mut dyn Observer,
         plan: Option<&ImagePlan>,
     ) -> Result<Box<dyn ItemStream>> {
-        Ok(Box::new(FolderStream::open(self.0)?.with(plan)))
+        let folder = ImageFolder::list(self.0)?;
+        folder.tell_left_out(observer)?;
+        Ok(Box::new(FolderStream::of(folder).with(plan)))
     }
 
     fn load(
         &self,
         _hub: &Hub,
-        _observer: &mut dyn Observer,
+        observer: &mut dyn Observer,
         plan: Option<&ImagePlan>,
     ) -> Result<Loaded> {
         let dir = self.0;
         if split_folder(dir)? {
-            return load_split_folder(dir, plan);
+            return load_split_folder(dir, plan, observer);
         }
         // Not a split folder (asked above): listed as it is, without asking again.
+        let folder = ImageFolder::list_plain(dir)?;
+        folder.tell_left_out(observer)?;
         Ok(Loaded {
-            pool: folder_items(ImageFolder::list_plain(dir)?.planned(plan))?,
+            pool: folder_items(folder.planned(plan))?,
             test: None,
         })
     }
@@ -93,15 +105,111 @@ impl Format for Folder<'_> {
     }
 }
 
-fn is_image(p: &Path) -> bool {
-    p.extension()
-        .map(|e| {
-            matches!(
-                e.to_string_lossy().to_ascii_lowercase().as_str(),
-                "png" | "jpg" | "jpeg"
-            )
-        })
-        .unwrap_or(false)
+/// The extensions of the images alkit decodes (PNG, JPEG, WebP), lower case.
+const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp"];
+
+/// Extensions of image formats Pillow (and so timm's loader) reads and alkit does not: a
+/// folder holding one is refused, naming it, rather than read without it.
+const OTHER_IMAGE_EXTENSIONS: &[&str] = &[
+    "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm", "ico", "tga", "jp2", "avif", "heic",
+    "heif", "jxl",
+];
+
+/// What a file of an image folder is, by its extension (the content is checked on decoding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileKind {
+    /// A PNG, JPEG or WebP image.
+    Image,
+    /// An image in a format alkit does not decode.
+    OtherImage,
+    /// Not an image.
+    Other,
+}
+
+fn file_kind(p: &Path) -> FileKind {
+    let ext = p
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    if IMAGE_EXTENSIONS.contains(&ext.as_str()) {
+        FileKind::Image
+    } else if OTHER_IMAGE_EXTENSIONS.contains(&ext.as_str()) {
+        FileKind::OtherImage
+    } else {
+        FileKind::Other
+    }
+}
+
+fn is_hidden(name: &str) -> bool {
+    name.starts_with('.')
+}
+
+/// `names` as one line: the first few, then how many more.
+fn few(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut line = names
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        line.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    line
+}
+
+/// The files of an image folder's tree, found by [`walk`].
+#[derive(Default)]
+struct Walk {
+    /// Images with their class, ids relative to the folder.
+    images: Vec<(String, Option<u32>)>,
+    /// Images in formats alkit does not decode.
+    unsupported: Vec<String>,
+    /// Files that are not images.
+    left_out: Vec<String>,
+    /// Folders read (canonical paths), so a link back up is not followed round.
+    seen: HashSet<PathBuf>,
+}
+
+/// A folder's visible entries, sorted.
+fn entries(d: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut v: Vec<(String, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(d).map_err(|e| Error::io(d, e))? {
+        let p = e.map_err(|e| Error::io(d, e))?.path();
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if !is_hidden(&name) {
+            v.push((name, p));
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Every file below `dir` (whose id prefix is `prefix`, ending in `/`), sorted into `w`, each
+/// image with `label`.
+fn walk(dir: &Path, prefix: &str, label: Option<u32>, w: &mut Walk) -> Result<()> {
+    let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+    if !w.seen.insert(canonical) {
+        return Ok(());
+    }
+    for (name, p) in entries(dir)? {
+        let id = format!("{prefix}{name}");
+        if p.is_dir() {
+            walk(&p, &format!("{id}/"), label, w)?;
+            continue;
+        }
+        match file_kind(&p) {
+            FileKind::Image if p.is_file() => w.images.push((id, label)),
+            FileKind::OtherImage => w.unsupported.push(id),
+            _ => w.left_out.push(id),
+        }
+    }
+    Ok(())
 }
 
 /// Every image of a listed folder decoded: its stream drained.
@@ -137,7 +245,7 @@ pub(crate) fn split_folder(dir: &Path) -> Result<bool> {
             .into_owned();
         if p.is_dir() && !name.starts_with('.') {
             subfolders.push(name);
-        } else if p.is_file() && is_image(&p) {
+        } else if p.is_file() && file_kind(&p) != FileKind::Other {
             return Ok(false);
         }
     }
@@ -164,10 +272,19 @@ pub(crate) fn split_folder(dir: &Path) -> Result<bool> {
 /// Both splits of a [split folder](split_folder), ids `train/CLASS/FILE` and `test/CLASS/FILE`,
 /// classes those of `train/` (the test split may lack some, not add any) and one item shape in
 /// both, or an error naming the folder.
-fn load_split_folder(dir: &Path, plan: Option<&ImagePlan>) -> Result<Loaded> {
-    let read = |split: &str| folder_items(ImageFolder::list_split(dir, split)?.planned(plan));
+fn load_split_folder(
+    dir: &Path,
+    plan: Option<&ImagePlan>,
+    observer: &mut dyn Observer,
+) -> Result<Loaded> {
+    let mut read = |split: &str| {
+        let folder = ImageFolder::list_split(dir, split)?;
+        folder.tell_left_out(observer)?;
+        folder_items(folder.planned(plan))
+    };
     let pool = read("train")?;
-    let test = onto_train(dir, &pool.classes, &pool.item_shape, read("test")?)?;
+    let test = read("test")?;
+    let test = onto_train(dir, &pool.classes, &pool.item_shape, test)?;
     Ok(Loaded {
         pool,
         test: Some(test),
@@ -219,6 +336,8 @@ struct ImageFolder {
     labels: Vec<Option<u32>>,
     classes: Vec<String>,
     plan: ImagePlan,
+    /// Files that are not images, left out (ids relative to `dir`).
+    left_out: Vec<String>,
 }
 
 impl ImageFolder {
@@ -252,48 +371,66 @@ impl ImageFolder {
             ));
         }
         f.ids = f.ids.iter().map(|id| format!("{split}/{id}")).collect();
+        f.left_out = f
+            .left_out
+            .iter()
+            .map(|id| format!("{split}/{id}"))
+            .collect();
         f.dir = dir.to_path_buf();
         Ok(f)
     }
 
     fn list_plain(dir: &Path) -> Result<ImageFolder> {
-        let read = |d: &Path| -> Result<Vec<PathBuf>> {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(d)
-                .map_err(|e| Error::io(d, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .collect();
-            v.sort();
-            Ok(v)
-        };
-        let entries = read(dir)?;
+        let top = entries(dir)?;
         // Every visible subfolder is a class, empty ones included: a person declares the class
         // list by creating the folders.
-        let classes: Vec<String> = entries
+        let classes: Vec<String> = top
             .iter()
-            .filter(|p| p.is_dir())
-            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .filter(|n| !n.starts_with('.'))
+            .filter(|(_, p)| p.is_dir())
+            .map(|(name, _)| name.clone())
             .collect();
         check_class_count(classes.len(), dir)?;
-        let mut files: Vec<(String, Option<u32>)> = Vec::new();
-        for p in entries.iter().filter(|p| p.is_file() && is_image(p)) {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            files.push((name.into_owned(), None));
-        }
-        for (c, class) in classes.iter().enumerate() {
-            for p in read(&dir.join(class))?
-                .into_iter()
-                .filter(|p| p.is_file() && is_image(p))
-            {
-                let name = p.file_name().unwrap_or_default().to_string_lossy();
-                files.push((format!("{class}/{name}"), Some(c as u32)));
+        let mut w = Walk::default();
+        let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+        w.seen.insert(canonical);
+        for (name, p) in top.iter().filter(|(_, p)| !p.is_dir()) {
+            match file_kind(p) {
+                FileKind::Image if p.is_file() => w.images.push((name.clone(), None)),
+                FileKind::OtherImage => w.unsupported.push(name.clone()),
+                _ => w.left_out.push(name.clone()),
             }
         }
-        files.sort_by(|a, b| a.0.cmp(&b.0));
-        if files.is_empty() {
+        for (c, class) in classes.iter().enumerate() {
+            walk(
+                &dir.join(class),
+                &format!("{class}/"),
+                Some(c as u32),
+                &mut w,
+            )?;
+        }
+        w.unsupported.sort();
+        w.left_out.sort();
+        if !w.unsupported.is_empty() {
             return Err(Error::data(
                 dir,
-                DataProblem::Other("holds no .png/.jpg/.jpeg images".into()),
+                DataProblem::Other(format!(
+                    "holds {} image(s) in a format alkit does not decode: {} (alkit reads PNG, \
+                     JPEG and WebP: convert them, or move them out of the folder)",
+                    w.unsupported.len(),
+                    few(&w.unsupported)
+                )),
+            ));
+        }
+        let mut files = w.images;
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        if files.is_empty() {
+            let others = match w.left_out.len() {
+                0 => String::new(),
+                n => format!(" ({n} other file(s): {})", few(&w.left_out)),
+            };
+            return Err(Error::data(
+                dir,
+                DataProblem::Other(format!("holds no .png/.jpg/.jpeg/.webp images{others}")),
             ));
         }
         // Headers first: a folder of photos of mixed (or large) sizes is scaled to one square
@@ -311,7 +448,22 @@ impl ImageFolder {
             labels,
             classes,
             plan: plan.plan(true),
+            left_out: w.left_out,
         })
+    }
+
+    /// Tells `observer` of the files left out because they are not images, if any.
+    fn tell_left_out(&self, observer: &mut dyn Observer) -> Result<()> {
+        if self.left_out.is_empty() {
+            return Ok(());
+        }
+        check(
+            observer,
+            &Event::LeftOut {
+                source: &self.dir.display().to_string(),
+                files: &self.left_out,
+            },
+        )
     }
 
     /// Images in the folder.
@@ -335,11 +487,6 @@ struct FolderStream {
 }
 
 impl FolderStream {
-    /// Lists `dir` and reads every image's header (see the module docs).
-    fn open(dir: &Path) -> Result<FolderStream> {
-        ImageFolder::list(dir).map(FolderStream::of)
-    }
-
     /// A listed folder's images, decoded by its plan.
     fn of(folder: ImageFolder) -> FolderStream {
         FolderStream {
