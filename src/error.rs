@@ -39,6 +39,17 @@ pub enum Error {
         /// Why it is invalid.
         problem: String,
     },
+    /// An environment variable a scheduler (or its user) set is invalid or inconsistent with
+    /// another: the variable, as the user's words, not a setting.
+    #[error("environment variable {name}={value}: {problem}")]
+    Env {
+        /// The variable, e.g. `SLURM_ARRAY_TASK_COUNT`.
+        name: &'static str,
+        /// Its value, as set.
+        value: String,
+        /// Why it is refused.
+        problem: String,
+    },
     /// A saved run state or checkpoint is unreadable or does not match the current run.
     #[error("{}: {problem}", path.display())]
     State {
@@ -186,6 +197,15 @@ impl Error {
         Error::Context {
             context: context.into(),
             inner: Box::new(self),
+        }
+    }
+
+    /// An error about environment variable `name`, set to `value`.
+    pub fn env(name: &'static str, value: impl Into<String>, problem: impl Into<String>) -> Self {
+        Error::Env {
+            name,
+            value: value.into(),
+            problem: problem.into(),
         }
     }
 

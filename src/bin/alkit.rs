@@ -52,7 +52,7 @@ fn exit_code(e: &anyhow::Error) -> i32 {
         .find_map(|c| c.downcast_ref::<alkit::Error>())
         .map(alkit::Error::kind)
     {
-        Some(alkit::Error::Config { .. }) => 2,
+        Some(alkit::Error::Config { .. } | alkit::Error::Env { .. }) => 2,
         Some(alkit::Error::Interrupted) => 130,
         _ => 1,
     }

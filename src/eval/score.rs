@@ -223,6 +223,20 @@ pub fn run(
         top: joint.map_or(job.top, |j| Some(j.candidates)),
         draws: joint.is_some(),
     };
+    // A shard's content hashes: the weights' files and, inside `score_chunks`, every item
+    // of the split (see `shard::Manifest`).
+    let checkpoint_hash = match job.shard {
+        Some(_) => Some(
+            crate::checkpoint::content_hash(&job.checkpoints, hub, observer)
+                .context_with(|| format!("hashing the checkpoint {}", job.checkpoints.join(",")))?,
+        ),
+        None => None,
+    };
+    if job.shard.is_some() {
+        // From here the old result is void: a run killed before it writes leaves the shard
+        // unfinished (no manifest), never a stale result that looks finished.
+        let _ = std::fs::remove_file(shard::manifest_path(&job.out));
+    }
     let scored =
         score_chunks(&scoring, &plan, &mut next).context_with(|| format!("scoring {name}"))?;
     let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
@@ -271,12 +285,14 @@ pub fn run(
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     let manifest = shard::Manifest {
-        format: 1,
+        format: shard::FORMAT,
         shard,
         top: plan.top,
         items: scored.count,
         pool,
         run,
+        checkpoint_hash: format!("{:016x}", checkpoint_hash.unwrap_or_default()),
+        pool_fingerprint: format!("{:016x}", scored.fingerprint.unwrap_or_default()),
         joint,
     };
     shard::write_shard(
@@ -394,6 +410,9 @@ pub struct Scored {
     pub count: usize,
     /// With [`ChunkPlan::draws`], each kept item's draws.
     pub draws: Option<Draws>,
+    /// When sharded, the fingerprint of every item read (the whole split, not only the
+    /// shard's: each item's id and values, as a streamed session fingerprints its pool).
+    pub fingerprint: Option<u64>,
 }
 
 /// How [`score_chunks`] scores and what it keeps.
@@ -438,7 +457,13 @@ pub fn score_chunks(
         ..Scored::default()
     };
     let len: usize = plan.item_shape.iter().product();
+    let mut fingerprint = sharded.then(crate::data::Fnv1a::default);
     while let Some(chunk) = next()? {
+        if let Some(h) = fingerprint.as_mut() {
+            for (id, x) in chunk.ids.iter().zip(chunk.x.chunks_exact(len.max(1))) {
+                crate::data::reader::hash_item(h, id, x);
+            }
+        }
         let keep: Vec<usize> = (0..chunk.ids.len())
             .filter(|&i| plan.shard.is_none_or(|s| s.holds(&chunk.ids[i])))
             .collect();
@@ -501,6 +526,7 @@ pub fn score_chunks(
                         .collect(),
                     keys: Some(order.iter().map(|&i| keys[i]).collect()),
                     count: out.count,
+                    fingerprint: None,
                     draws: out.draws.map(|d| {
                         let w = d.width();
                         Draws {
@@ -515,6 +541,7 @@ pub fn score_chunks(
             }
         }
     }
+    out.fingerprint = fingerprint.map(|h| std::hash::Hasher::finish(&h));
     if ranked && running.is_none() && !sharded {
         // Softrank: every score is kept, the keys come from the ranks of all of them.
         if let Some(first) = out.cols.first() {

@@ -31,11 +31,14 @@ use crate::rng::{stream, Purpose};
 use alkit_acquisition::{gumbel, BatchBald, BatchSelector, Evidence, Probs, Samples, Selection};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
-const FORMAT: u32 = 1;
+/// The manifest format this version writes and merges: 2 added the content hashes
+/// (`checkpoint_hash`, `pool_fingerprint`); a format-1 manifest records paths only and is
+/// refused.
+pub const FORMAT: u32 = 2;
 
 /// Most shards a run may have.
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -77,42 +80,104 @@ impl Shard {
     /// `SLURM_ARRAY_TASK_MIN`, default 0, of `SLURM_ARRAY_TASK_COUNT`), or a Kubernetes Indexed
     /// Job (`JOB_COMPLETION_INDEX` of `shards`, which the Job's `completions` must equal).
     /// `Ok(None)` when neither is set.
+    ///
+    /// A Slurm array must be contiguous (`SLURM_ARRAY_TASK_MAX - SLURM_ARRAY_TASK_MIN + 1 ==
+    /// SLURM_ARRAY_TASK_COUNT`, step 1) and hold more than one task: a one-task array is what
+    /// a rerun of task `I` of a larger array gets (`sbatch --array=I`), and it says nothing of the
+    /// shard count (shard 0 of 1 would score the whole pool into shard `I`'s file), so it is
+    /// refused; such a rerun names its shard and count explicitly. Errors name the variable.
     pub fn from_env(
         env: &dyn Fn(&str) -> Option<String>,
         shards: Option<usize>,
     ) -> Result<Option<Shard>> {
-        let num = |name: &'static str| -> Result<Option<usize>> {
+        let num = |name: &'static str| -> Result<Option<(usize, String)>> {
             env(name)
-                .map(|v| {
-                    v.trim().parse::<usize>().map_err(|_| {
-                        Error::config("shard", format!("{name}=`{v}` is not a whole number"))
-                    })
+                .map(|v| match v.trim().parse::<usize>() {
+                    Ok(n) => Ok((n, v)),
+                    Err(_) => Err(Error::env(name, &v, "not a whole number")),
                 })
                 .transpose()
         };
-        if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
-            let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-            let count = num("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
-                Error::config(
-                    "shard",
-                    "SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not",
+        if let Some((id, id_v)) = num("SLURM_ARRAY_TASK_ID")? {
+            let min = num("SLURM_ARRAY_TASK_MIN")?.map_or(0, |m| m.0);
+            let (count, count_v) = num("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
+                Error::env(
+                    "SLURM_ARRAY_TASK_ID",
+                    &id_v,
+                    "SLURM_ARRAY_TASK_COUNT is not set, so the shard count is unknown",
                 )
             })?;
+            let count_err = |p: String| Error::env("SLURM_ARRAY_TASK_COUNT", &count_v, p);
+            if count == 0 {
+                return Err(count_err("a job array has at least one task".into()));
+            }
+            if count > MAX_SHARDS {
+                return Err(count_err(format!("at most {MAX_SHARDS} shards")));
+            }
+            if let Some((step, step_v)) = num("SLURM_ARRAY_TASK_STEP")? {
+                if step != 1 {
+                    return Err(Error::env(
+                        "SLURM_ARRAY_TASK_STEP",
+                        step_v,
+                        "an array with a step cannot be sharded from its variables: number \
+                         the tasks 0 to N-1 (or 1 to N)",
+                    ));
+                }
+            }
+            if let Some((max, _)) = num("SLURM_ARRAY_TASK_MAX")? {
+                if max.checked_sub(min).map(|d| d + 1) != Some(count) {
+                    return Err(count_err(format!(
+                        "the array's ids run from SLURM_ARRAY_TASK_MIN={min} to \
+                         SLURM_ARRAY_TASK_MAX={max} in {count} tasks: an array with gaps \
+                         cannot be sharded from its variables; give the shard as I/N \
+                         (setting `shard`)"
+                    )));
+                }
+            }
+            if count == 1 {
+                return Err(count_err(format!(
+                    "a one-task array (task {id} alone, as when one task of a larger array is \
+                     rerun) does not say how many shards the run has; give the shard and the \
+                     count as {id}/N (setting `shard`)"
+                )));
+            }
             let index = id.checked_sub(min).ok_or_else(|| {
-                Error::config(
-                    "shard",
-                    format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"),
+                Error::env(
+                    "SLURM_ARRAY_TASK_ID",
+                    &id_v,
+                    format!("below SLURM_ARRAY_TASK_MIN={min}"),
                 )
             })?;
+            if index >= count {
+                return Err(Error::env(
+                    "SLURM_ARRAY_TASK_ID",
+                    &id_v,
+                    format!(
+                        "past the array: SLURM_ARRAY_TASK_MIN={min} and \
+                         SLURM_ARRAY_TASK_COUNT={count} give the ids {min} to {}",
+                        min + count - 1
+                    ),
+                ));
+            }
             return Shard::new(index, count, "shard").map(Some);
         }
-        if let Some(index) = num("JOB_COMPLETION_INDEX")? {
+        if let Some((index, index_v)) = num("JOB_COMPLETION_INDEX")? {
             let count = shards.ok_or_else(|| {
                 Error::config(
                     "shards",
                     "JOB_COMPLETION_INDEX is set: give the Job's completions as the shard count (setting `shards`)",
                 )
             })?;
+            if index >= count {
+                return Err(Error::env(
+                    "JOB_COMPLETION_INDEX",
+                    index_v,
+                    format!(
+                        "not below the shard count {count} (setting `shards`): the Job's \
+                         completions and the shard count must be equal"
+                    ),
+                ));
+            }
             return Shard::new(index, count, "shards").map(Some);
         }
         Ok(None)
@@ -225,6 +290,14 @@ pub struct Manifest {
     /// What produced the scores, to be equal across shards: data, split, checkpoints,
     /// scorers and their settings, selection and seed.
     pub run: BTreeMap<String, String>,
+    /// The content of the checkpoint files the shard was scored with
+    /// ([`crate::checkpoint::content_hash`], 16 hex digits): equal paths are not equal
+    /// weights when a checkpoint was retrained in place.
+    pub checkpoint_hash: String,
+    /// The fingerprint of every item of the scored split in order, ids and values
+    /// (`data::reader::hash_item`, the fingerprint a streamed session takes of its pool; 16 hex
+    /// digits): every shard reads the whole pool, so all of them must see the same one.
+    pub pool_fingerprint: String,
     /// A joint (BatchBALD) choice: the rows are candidates with their draws.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint: Option<Joint>,
@@ -301,6 +374,33 @@ pub fn joint_pick(mut cands: Vec<Candidate>, joint: &Joint, top: usize) -> Resul
     Ok(picks.into_iter().filter_map(|i| slots[i].take()).collect())
 }
 
+/// Reads the manifest `path`, refusing another format first (a format-1 manifest, from an
+/// alkit that recorded paths but not contents, has no hashes to compare).
+pub fn read_manifest(path: &Path) -> Result<Manifest> {
+    let v: serde_json::Value = read_json(path)?;
+    match v.get("format").and_then(serde_json::Value::as_u64) {
+        Some(f) if f == u64::from(FORMAT) => {}
+        Some(1) => {
+            return Err(Error::state(
+                path,
+                "manifest format 1 (an older alkit) records the checkpoint and pool by path, \
+                 not by content, so shards scored with different weights or items cannot be \
+                 told apart: score this shard again",
+            ))
+        }
+        f => {
+            return Err(Error::state(
+                path,
+                format!(
+                    "manifest format {}: this alkit merges format {FORMAT}",
+                    f.map_or("(none)".to_string(), |f| f.to_string())
+                ),
+            ))
+        }
+    }
+    serde_json::from_value(v).map_err(|e| Error::state(path, format!("invalid manifest: {e}")))
+}
+
 /// The manifest path of shard file `out`: `OUT.shard.json`.
 pub fn manifest_path(out: &Path) -> PathBuf {
     let mut name = out.file_name().unwrap_or_default().to_os_string();
@@ -375,8 +475,12 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
     let mut seen: BTreeMap<usize, PathBuf> = BTreeMap::new();
     let mut header: Option<Vec<String>> = None;
     let mut rows: Vec<(f64, usize, Vec<String>)> = Vec::new();
+    // Where each item's row was read (file, line), by position and by id: a row given twice
+    // names both places.
+    let mut at_index: HashMap<usize, (usize, usize)> = HashMap::new();
+    let mut at_id: HashMap<String, (usize, usize)> = HashMap::new();
     let mut items = 0usize;
-    for f in files {
+    for (fi, f) in files.iter().enumerate() {
         let mp = manifest_path(f);
         if !mp.is_file() {
             return Err(Error::state(
@@ -387,10 +491,7 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
                 ),
             ));
         }
-        let m: Manifest = read_json(&mp)?;
-        if m.format != FORMAT {
-            return Err(Error::state(&mp, format!("manifest format {}", m.format)));
-        }
+        let m = read_manifest(&mp)?;
         Shard::new(m.shard.index, m.shard.count, "shard")
             .map_err(|e| Error::state(&mp, e.to_string()))?;
         if let Some((p0, m0)) = &first {
@@ -411,6 +512,7 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
                     format!("{what} differs from {}'s", p0.display()),
                 ));
             }
+            content_agrees(&mp, &m, p0, m0)?;
         }
         if let Some(prev) = seen.insert(m.shard.index, f.clone()) {
             return Err(Error::state(
@@ -477,6 +579,20 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
                 .and_then(|k| k.parse().ok())
                 .filter(|k: &f64| !k.is_nan())
                 .ok_or_else(|| bad("the key is not a number".into()))?;
+            if let Some((pf, pl)) = at_index.insert(index, (fi, line)) {
+                return Err(bad(format!(
+                    "item {index} `{}` is also at {}:{pl}",
+                    r[1],
+                    files[pf].display()
+                )));
+            }
+            if let Some((pf, pl)) = at_id.insert(r[1].clone(), (fi, line)) {
+                return Err(bad(format!(
+                    "id `{}` is also at {}:{pl}",
+                    r[1],
+                    files[pf].display()
+                )));
+            }
             rows.push((key, index, r));
         }
         if first.is_none() {
@@ -505,13 +621,6 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     rows.truncate(m0.joint.map_or(top, |j| j.candidates));
-    let mut seen_index = std::collections::HashSet::new();
-    if let Some(r) = rows.iter().find(|r| !seen_index.insert(r.1)) {
-        return Err(Error::state(
-            &p0,
-            format!("item {} appears in two shards", r.1),
-        ));
-    }
     let mut header = header.unwrap_or_default();
     let Some(joint) = m0.joint else {
         return Ok((header, rows.into_iter().map(|r| r.2).collect()));
@@ -549,6 +658,41 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
     Ok((header, picks.into_iter().map(|c| c.fields).collect()))
 }
 
+/// Refuses shard `mp` (manifest `m`) when its checkpoint's or pool's content differs from
+/// that of the first shard `p0` (manifest `m0`): the paths and settings agreed, the files did
+/// not (a checkpoint retrained in place, a pool rewritten in place with as many items).
+fn content_agrees(mp: &Path, m: &Manifest, p0: &Path, m0: &Manifest) -> Result<()> {
+    let differs = |what: &str, hash: &str, mine: &str, first: &str, redo: &str| {
+        Error::state(
+            mp,
+            format!(
+                "the {what}'s content ({hash} {mine}) differs from {}'s ({first}): it \
+                 changed between the shards' runs; score every shard again {redo}",
+                p0.display()
+            ),
+        )
+    };
+    if m.checkpoint_hash != m0.checkpoint_hash {
+        return Err(differs(
+            "checkpoint",
+            "hash",
+            &m.checkpoint_hash,
+            &m0.checkpoint_hash,
+            "with one checkpoint",
+        ));
+    }
+    if m.pool_fingerprint != m0.pool_fingerprint {
+        return Err(differs(
+            "pool",
+            "fingerprint",
+            &m.pool_fingerprint,
+            &m0.pool_fingerprint,
+            "on one pool",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,6 +723,73 @@ mod tests {
         assert!(Shard::from_env(&k8s, None).is_err());
         assert!(Shard::from_env(&env(&[("SLURM_ARRAY_TASK_ID", "0")]), None).is_err());
         assert_eq!(Shard::from_env(&env(&[]), None).unwrap(), None);
+        let full = env(&[
+            ("SLURM_ARRAY_TASK_ID", "15"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "15"),
+            ("SLURM_ARRAY_TASK_COUNT", "16"),
+            ("SLURM_ARRAY_TASK_STEP", "1"),
+        ]);
+        assert_eq!(
+            Shard::from_env(&full, None).unwrap(),
+            Some(Shard {
+                index: 15,
+                count: 16
+            })
+        );
+        // Each refusal names the variable the scheduler set.
+        for (vars, says) in [
+            (
+                env(&[
+                    ("SLURM_ARRAY_TASK_ID", "0"),
+                    ("SLURM_ARRAY_TASK_COUNT", "0"),
+                ]),
+                "SLURM_ARRAY_TASK_COUNT=0",
+            ),
+            (
+                env(&[
+                    ("SLURM_ARRAY_TASK_ID", "4"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ]),
+                "SLURM_ARRAY_TASK_ID=4: past the array",
+            ),
+            (
+                // `sbatch --array=5`, a rerun of one task.
+                env(&[
+                    ("SLURM_ARRAY_TASK_ID", "5"),
+                    ("SLURM_ARRAY_TASK_MIN", "5"),
+                    ("SLURM_ARRAY_TASK_MAX", "5"),
+                    ("SLURM_ARRAY_TASK_COUNT", "1"),
+                ]),
+                "SLURM_ARRAY_TASK_COUNT=1",
+            ),
+            (
+                // `sbatch --array=3,7`.
+                env(&[
+                    ("SLURM_ARRAY_TASK_ID", "3"),
+                    ("SLURM_ARRAY_TASK_MIN", "3"),
+                    ("SLURM_ARRAY_TASK_MAX", "7"),
+                    ("SLURM_ARRAY_TASK_COUNT", "2"),
+                ]),
+                "gaps",
+            ),
+            (
+                env(&[
+                    ("SLURM_ARRAY_TASK_ID", "2"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                    ("SLURM_ARRAY_TASK_STEP", "2"),
+                ]),
+                "SLURM_ARRAY_TASK_STEP=2",
+            ),
+        ] {
+            let e = Shard::from_env(&vars, None).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains("--"), "a library message names no flag: {e}");
+        }
+        let e = Shard::from_env(&env(&[("JOB_COMPLETION_INDEX", "4")]), Some(4))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("JOB_COMPLETION_INDEX=4"), "{e}");
     }
 
     #[test]

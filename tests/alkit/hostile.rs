@@ -299,22 +299,75 @@ fn run_copy(d: &Path, fx: &Fx) -> PathBuf {
 type Setup = fn(&Path, &Fx);
 
 /// One row: a name, what to put in the case folder, the arguments (`{d}` the case folder,
-/// `{data}` `{ck}` `{sess}` `{pool}` `{run}` the fixtures), the exit code, and what stderr
-/// must name.
+/// `{data}` `{ck}` `{sess}` `{pool}` `{run}` the fixtures), the exit code, what stderr
+/// must name, and the environment a scheduler set (none but for the `env` rows).
 struct Case {
     name: &'static str,
     setup: Setup,
     args: &'static [&'static str],
     code: i32,
     says: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
 }
 
 fn none(_: &Path, _: &Fx) {}
 
 macro_rules! case {
     ($name:literal, $setup:expr, [$($a:literal),* $(,)?], $code:literal, [$($s:literal),* $(,)?]) => {
-        Case { name: $name, setup: $setup, args: &[$($a),*], code: $code, says: &[$($s),*] }
+        case!($name, $setup, [$($a),*], $code, [$($s),*], env [])
     };
+    ($name:literal, $setup:expr, [$($a:literal),* $(,)?], $code:literal, [$($s:literal),* $(,)?],
+     env [$(($k:literal, $v:literal)),* $(,)?]) => {
+        Case {
+            name: $name,
+            setup: $setup,
+            args: &[$($a),*],
+            code: $code,
+            says: &[$($s),*],
+            env: &[$(($k, $v)),*],
+        }
+    };
+}
+
+/// The variables a scheduler sets to say which shard a process is: removed from every case's
+/// environment (the suite may itself run inside a job array), then set as the row says.
+const SCHEDULER_VARS: [&str; 6] = [
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_STEP",
+    "JOB_COMPLETION_INDEX",
+];
+
+/// Three finished shards `{d}/s{i}.csv` of `pool` scored with `ck`, the best 40 by entropy;
+/// `between` runs after shards 0 and 1, before shard 2.
+fn shards_with(d: &Path, ck: &Path, pool: &Path, between: impl FnOnce()) {
+    let score = |i: usize| {
+        let (spec, out) = (format!("{i}/3"), d.join(format!("s{i}.csv")));
+        let s = |p: &Path| p.display().to_string();
+        ok(&[
+            "score",
+            "--checkpoint",
+            &s(ck),
+            "--data",
+            &s(pool),
+            "--top",
+            "40",
+            "--shard",
+            &spec,
+            "--out",
+            &s(&out),
+        ]);
+    };
+    score(0);
+    score(1);
+    between();
+    score(2);
+}
+
+fn shards(d: &Path, fx: &Fx) {
+    shards_with(d, &fx.ck(), &fx.data(), || {});
 }
 
 fn cases() -> Vec<Case> {
@@ -2281,6 +2334,190 @@ y,bird
             2,
             ["ensemble", "1000000"]
         ),
+        // ------------------------------------------------------------------ shards and merge
+        case!(
+            "merge-checkpoint-retrained-in-place",
+            |d, fx| {
+                let ck = ck_copy(d, fx);
+                shards_with(d, &ck, &fx.data(), || {
+                    // New weights, same shapes, same path: a retraining in place.
+                    edit_weights(&ck, |v| {
+                        for t in v.iter_mut() {
+                            t.3[..4].copy_from_slice(&0.25f32.to_le_bytes());
+                        }
+                    })
+                });
+            },
+            [
+                "merge",
+                "--top",
+                "40",
+                "--out",
+                "{d}/m.csv",
+                "{d}/s0.csv",
+                "{d}/s1.csv",
+                "{d}/s2.csv"
+            ],
+            1,
+            ["s2.csv.shard.json", "checkpoint's content", "s0.csv"]
+        ),
+        case!(
+            "merge-pool-rewritten-in-place",
+            |d, fx| {
+                let pool = idx_copy(d, fx);
+                shards_with(d, &fx.ck(), &pool, || {
+                    // One pixel of one image changed, as many items: the same path and size.
+                    edit_idx(&pool, "train-images-idx3-ubyte", |b| b[16 + 300] ^= 0x40)
+                });
+            },
+            [
+                "merge",
+                "--top",
+                "40",
+                "--out",
+                "{d}/m.csv",
+                "{d}/s0.csv",
+                "{d}/s1.csv",
+                "{d}/s2.csv"
+            ],
+            1,
+            ["s2.csv.shard.json", "pool's content", "s0.csv"]
+        ),
+        case!(
+            "merge-manifest-format-1",
+            |d, fx| {
+                shards(d, fx);
+                edit_json(&d.join("s1.csv.shard.json"), |v| {
+                    let m = v.as_object_mut().unwrap();
+                    m.insert("format".into(), 1.into());
+                    m.remove("checkpoint_hash");
+                    m.remove("pool_fingerprint");
+                });
+            },
+            [
+                "merge",
+                "--top",
+                "40",
+                "--out",
+                "{d}/m.csv",
+                "{d}/s0.csv",
+                "{d}/s1.csv",
+                "{d}/s2.csv"
+            ],
+            1,
+            ["s1.csv.shard.json", "format 1", "score this shard again"]
+        ),
+        case!(
+            "merge-row-duplicated",
+            |d, fx| {
+                shards(d, fx);
+                // Shard 2's last row replaced by its first: the count still matches.
+                let p = d.join("s2.csv");
+                let text = std::fs::read_to_string(&p).unwrap();
+                let mut lines: Vec<&str> = text.lines().collect();
+                let n = lines.len();
+                lines[n - 1] = lines[1];
+                std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+            },
+            [
+                "merge",
+                "--top",
+                "40",
+                "--out",
+                "{d}/m.csv",
+                "{d}/s0.csv",
+                "{d}/s1.csv",
+                "{d}/s2.csv"
+            ],
+            1,
+            ["s2.csv:41:", "is also at", "s2.csv:2"]
+        ),
+        case!(
+            "env-slurm-task-count-0",
+            none,
+            ["score", "--checkpoint", "{ck}", "--data", "{data}", "--out", "{d}/o.csv"],
+            2,
+            ["SLURM_ARRAY_TASK_COUNT=0", "at least one task"],
+            env [("SLURM_ARRAY_TASK_ID", "0"), ("SLURM_ARRAY_TASK_COUNT", "0")]
+        ),
+        case!(
+            "env-slurm-task-id-past-the-array",
+            none,
+            ["score", "--checkpoint", "{ck}", "--data", "{data}", "--out", "{d}/o.csv"],
+            2,
+            ["SLURM_ARRAY_TASK_ID=7", "past the array", "0 to 3"],
+            env [
+                ("SLURM_ARRAY_TASK_ID", "7"),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_COUNT", "4")
+            ]
+        ),
+        case!(
+            "env-slurm-one-task-rerun",
+            none,
+            ["score", "--checkpoint", "{ck}", "--data", "{data}", "--out", "{d}/o.csv"],
+            2,
+            ["SLURM_ARRAY_TASK_COUNT=1", "one-task array", "5/N"],
+            env [
+                ("SLURM_ARRAY_TASK_ID", "5"),
+                ("SLURM_ARRAY_TASK_MIN", "5"),
+                ("SLURM_ARRAY_TASK_MAX", "5"),
+                ("SLURM_ARRAY_TASK_COUNT", "1")
+            ]
+        ),
+        case!(
+            "env-slurm-array-with-gaps",
+            none,
+            ["score", "--checkpoint", "{ck}", "--data", "{data}", "--out", "{d}/o.csv"],
+            2,
+            ["SLURM_ARRAY_TASK_COUNT=2", "SLURM_ARRAY_TASK_MAX=7", "gaps"],
+            env [
+                ("SLURM_ARRAY_TASK_ID", "3"),
+                ("SLURM_ARRAY_TASK_MIN", "3"),
+                ("SLURM_ARRAY_TASK_MAX", "7"),
+                ("SLURM_ARRAY_TASK_COUNT", "2")
+            ]
+        ),
+        case!(
+            "env-slurm-array-step-2",
+            none,
+            ["score", "--checkpoint", "{ck}", "--data", "{data}", "--out", "{d}/o.csv"],
+            2,
+            ["SLURM_ARRAY_TASK_STEP=2", "step"],
+            env [
+                ("SLURM_ARRAY_TASK_ID", "2"),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_MAX", "6"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ("SLURM_ARRAY_TASK_STEP", "2")
+            ]
+        ),
+        case!(
+            "env-slurm-task-id-not-a-number",
+            none,
+            ["score", "--checkpoint", "{ck}", "--data", "{data}", "--out", "{d}/o.csv"],
+            2,
+            ["SLURM_ARRAY_TASK_ID=x1", "not a whole number"],
+            env [("SLURM_ARRAY_TASK_ID", "x1"), ("SLURM_ARRAY_TASK_COUNT", "4")]
+        ),
+        case!(
+            "env-k8s-index-past-completions",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--data",
+                "{data}",
+                "--shards",
+                "16",
+                "--out",
+                "{d}/o.csv"
+            ],
+            2,
+            ["JOB_COMPLETION_INDEX=16", "shard count 16"],
+            env[("JOB_COMPLETION_INDEX", "16")]
+        ),
     ]
 }
 
@@ -2424,14 +2661,17 @@ fn run_case(c: &Case, root: &Path, fx: &Fx, hub: &str) -> std::result::Result<()
         .collect();
     // Cases named hub-* talk to the hostile endpoint; every other case is offline.
     let online = c.name.starts_with("hub-");
-    let o = alkit_cmd()
-        .arg("-q")
+    let mut cmd = alkit_cmd();
+    cmd.arg("-q")
         .args(&args)
         .env("HF_HUB_OFFLINE", if online { "0" } else { "1" })
         .env("HF_ENDPOINT", hub)
-        .env("HF_HUB_CACHE", d.join("hub-cache"))
-        .output()
-        .unwrap();
+        .env("HF_HUB_CACHE", d.join("hub-cache"));
+    for k in SCHEDULER_VARS {
+        cmd.env_remove(k);
+    }
+    cmd.envs(c.env.iter().copied());
+    let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     if o.status.code() != Some(c.code) {
         return Err(format!(

@@ -489,3 +489,68 @@ fn batchbald_across_shards_picks_what_the_unsharded_run_picks() {
         fails(&args, 2, says);
     }
 }
+
+/// docs/sharding.md shows the scheduler recipes as they are: each block announced by
+/// `<!-- the file PATH, ... -->` holds exactly the file PATH, and every file of
+/// `deploy/slurm/`, `deploy/k8s/` and `deploy/Dockerfile` is shown.
+#[test]
+fn the_docs_show_the_scheduler_recipes_as_they_are() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/sharding.md")).unwrap();
+    let marker = "<!-- the file ";
+    let mut shown = std::collections::BTreeSet::new();
+    for (at, _) in doc.match_indices(marker) {
+        let rest = &doc[at + marker.len()..];
+        let path = rest.split([',', ' ']).next().unwrap();
+        let body = rest.split_once("\n```").unwrap().1;
+        let body = body.split_once('\n').unwrap().1;
+        let body = &body[..body.find("```\n").expect("a closing fence")];
+        let file = std::fs::read_to_string(root.join(path)).unwrap_or_default();
+        assert_eq!(body, file, "docs/sharding.md's copy of {path}");
+        shown.insert(path.to_string());
+    }
+    let mut files = vec!["deploy/Dockerfile".to_string()];
+    for dir in ["deploy/slurm", "deploy/k8s"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            files.push(format!("{dir}/{name}"));
+        }
+    }
+    for f in files {
+        assert!(shown.contains(&f), "docs/sharding.md does not show {f}");
+    }
+}
+
+/// What the checkpoint's content hash costs: a 45 MB `model.safetensors` (a ResNet-18's size)
+/// hashed as a shard hashes it. A measurement, run by hand:
+/// `cargo test --release --test alkit -- --ignored hashing_a_45_mb_checkpoint`.
+#[test]
+#[ignore]
+fn hashing_a_45_mb_checkpoint() {
+    let dir = tmp("hash45");
+    let ck = dir.join("ck");
+    std::fs::create_dir_all(&ck).unwrap();
+    let mut bytes = vec![0u8; 45 << 20];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in bytes.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(ck.join("model.safetensors"), &bytes).unwrap();
+    std::fs::write(ck.join("config.json"), b"{}").unwrap();
+    let names = [ck.to_string_lossy().into_owned()];
+    let hub = alkit::hub::Hub::new(dir.join("cache"), true);
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        alkit::checkpoint::content_hash(&names, &hub, &mut alkit::observe::Silent).unwrap();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("content hash of 45 MiB: median {:.3} s of 5", times[2]);
+    }
+}
