@@ -9,12 +9,19 @@
 //! `alkit query`, while the page shows its progress.
 //!
 //! It lives here, above the loops, because it drives a session; the HTTP details (token,
-//! host, bodies) are in [`http`]. The server is `tiny_http`: synchronous, a handful of small
-//! dependencies and no async runtime, which a page with one person behind it does not need.
-//! One thread handles requests in order, so two tabs are serialised; the session folder is
+//! host, bodies) are in [`http`], the connections and their bounds ([`Limits`]) in `conn.rs`.
+//! The server is the standard library's sockets and `httparse` for request heads: synchronous,
+//! no async runtime (a page with one person behind it does not need one), and every
+//! connection on its own thread from a bounded number, each held to a deadline, so that a
+//! stalled or slow client never delays another's answer. Requests run concurrently; each
+//! change takes the session's state lock for the whole of its check and save, so two tabs
+//! cannot interleave inside an answer, and the session folder is
 //! [`lock`](crate::session::lock)ed for the server's life against other processes.
 
+mod conn;
 pub mod http;
+
+pub use conn::Limits;
 
 use crate::data::source::Source;
 use crate::error::{Error, Result};
@@ -26,10 +33,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
-use tiny_http::Method;
 
 /// The page, with `__ALKIT_TOKEN__` standing for the session's token.
 const PAGE: &str = include_str!("page.html");
@@ -49,6 +57,8 @@ pub struct ServeSettings {
     pub request: QueryRequest,
     /// Where training and scoring run.
     pub device: Device,
+    /// How long and how many connections a client may hold ([`Limits::default`]).
+    pub limits: Limits,
 }
 
 /// What the server reports as it goes (the binary prints these).
@@ -98,10 +108,36 @@ pub type Events = Arc<dyn Fn(&ServeEvent<'_>) + Send + Sync>;
 
 /// A labeling page bound to its port (see the module docs).
 pub struct LabelServer {
-    server: tiny_http::Server,
+    listener: TcpListener,
+    limits: Limits,
+    stop: Arc<AtomicBool>,
     app: Arc<App>,
     url: String,
     addr: SocketAddr,
+}
+
+/// Stops a [`LabelServer::run`] from another thread.
+#[derive(Clone)]
+pub struct Stopper {
+    stop: Arc<AtomicBool>,
+    addr: SocketAddr,
+}
+
+impl Stopper {
+    /// Makes `run` return: no connection is accepted after this; those being served finish
+    /// on their own threads within their bounds.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // `accept` blocks: one connection wakes it to see the flag.
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+                SocketAddr::V6(_) => IpAddr::from([0, 0, 0, 0, 0, 0, 0, 1]),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1));
+    }
 }
 
 enum Action {
@@ -208,18 +244,17 @@ impl LabelServer {
         settings: ServeSettings,
         events: Events,
     ) -> Result<LabelServer> {
+        settings.limits.check()?;
         let token = http::new_token()?;
-        let server = tiny_http::Server::http(SocketAddr::new(settings.host, settings.port))
-            .map_err(|e| {
-                Error::config(
-                    "port",
-                    format!("cannot listen on {}:{}: {e}", settings.host, settings.port),
-                )
-            })?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| Error::config("host", "the server is not listening on an IP address"))?;
+        let cannot = |e: std::io::Error| {
+            Error::config(
+                "port",
+                format!("cannot listen on {}:{}: {e}", settings.host, settings.port),
+            )
+        };
+        let listener =
+            TcpListener::bind(SocketAddr::new(settings.host, settings.port)).map_err(cannot)?;
+        let addr = listener.local_addr().map_err(cannot)?;
         let port = addr.port();
         let hosts = settings.host.is_loopback().then(|| {
             vec![
@@ -273,7 +308,9 @@ impl LabelServer {
             _lock: lock,
         };
         Ok(LabelServer {
-            server,
+            listener,
+            limits: settings.limits,
+            stop: Arc::new(AtomicBool::new(false)),
             app: Arc::new(app),
             url,
             addr,
@@ -290,8 +327,18 @@ impl LabelServer {
         self.addr
     }
 
-    /// Serves until the listener fails (in practice, until the process is stopped). With
-    /// nothing pending, the first batch is queried at once in the background.
+    /// What stops [`LabelServer::run`] from another thread.
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            stop: Arc::clone(&self.stop),
+            addr: self.addr,
+        }
+    }
+
+    /// Serves until [`Stopper::stop`] or the listener fails (in practice, until the process
+    /// is stopped). With nothing pending, the first batch is queried at once in the
+    /// background. Each connection is served on its own thread within the settings'
+    /// [`Limits`].
     pub fn run(self) -> Result<()> {
         {
             let mut inner = guard(&self.app.inner);
@@ -299,14 +346,13 @@ impl LabelServer {
                 self.app.start_round(&mut inner);
             }
         }
-        loop {
-            let mut request = self.server.recv().map_err(|e| Error::Io {
-                path: PathBuf::from(format!("http://{}", self.addr)),
-                cause: e,
-            })?;
-            let reply = self.app.route(&mut request);
-            reply.send(request);
-        }
+        let app = Arc::clone(&self.app);
+        let handler: Arc<conn::Handler> =
+            Arc::new(move |req: &mut http::Request<'_>| app.route(req));
+        conn::serve(&self.listener, &self.limits, &self.stop, &handler).map_err(|e| Error::Io {
+            path: PathBuf::from(format!("http://{}", self.addr)),
+            cause: e,
+        })
     }
 }
 
@@ -330,7 +376,7 @@ struct IdBody {
 struct Empty {}
 
 impl App {
-    fn route(self: &Arc<Self>, req: &mut tiny_http::Request) -> Reply {
+    fn route(self: &Arc<Self>, req: &mut http::Request<'_>) -> Reply {
         if let Some(hosts) = &self.hosts {
             let host = http::header(req, "Host").unwrap_or("");
             if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
@@ -339,8 +385,8 @@ impl App {
         }
         let url = req.url().to_string();
         let (path, query) = http::split_url(&url);
-        let get = *req.method() == Method::Get || *req.method() == Method::Head;
-        let post = *req.method() == Method::Post;
+        let get = matches!(req.method(), "GET" | "HEAD");
+        let post = req.method() == "POST";
         match path {
             "/" | "/api/state" | "/api/item" if get => {
                 let given = http::query_param(query, "token").or_else(|| http::cookie(req, COOKIE));

@@ -1,23 +1,28 @@
 //! `alkit label`: the labeling page, tested as a person and as an attacker would use it.
 //!
-//! The server runs as the real binary. Requests go over loopback through `ureq`, or as raw
-//! bytes where a client would tidy them (a foreign `Host`, `..` in the path). The browser
+//! The server runs as the real binary, or through the library where a test shortens its
+//! bounds (`serve::Limits`). Requests go over loopback through `ureq`, or as raw bytes where a
+//! client would tidy them (a foreign `Host`, `..` in the path) or stall. The browser
 //! test drives Debian's headless Chromium through ChromeDriver's WebDriver protocol; it runs
 //! wherever `chromedriver` is on the PATH and must run where `ALKIT_REQUIRE_BROWSER=1`
 //! (`.ci/run` installs both and sets it).
 
-use super::{alkit_cmd, data_dir, shipped, tmp, Scratch};
+use super::{alkit_cmd, data_dir, kind, shipped, tmp, Scratch};
 use alkit::data::image::write_image_folder;
+use alkit::serve::{LabelServer, Limits, ServeSettings, Stopper};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A running `alkit label`, killed when dropped.
+/// A running labeling page: `alkit label` (killed when dropped) or a `LabelServer` run by
+/// this process (stopped when dropped).
 struct Server {
-    child: Child,
+    child: Option<Child>,
+    library: Option<(Stopper, JoinHandle<alkit::Result<()>>)>,
     port: u16,
     token: String,
     url: String,
@@ -25,8 +30,14 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some((stopper, run)) = self.library.take() {
+            stopper.stop();
+            let _ = run.join();
+        }
     }
 }
 
@@ -57,7 +68,44 @@ fn start(state: &Path, extra: &[&str]) -> Server {
         .parse()
         .unwrap();
     Server {
-        child,
+        child: Some(child),
+        library: None,
+        port,
+        token,
+        url,
+    }
+}
+
+/// The page of the session in `state` run through the library with `limits`, batches of 5
+/// at random.
+fn start_library(state: &Path, limits: Limits) -> Server {
+    let hub = alkit::hub::Hub::from_env();
+    let (lock, learner) =
+        alkit::session::open(state, false, &hub, &mut alkit::observe::Silent).unwrap();
+    let strategy = kind("random")
+        .strategy(&alkit::strategies::ScorerSettings::default())
+        .unwrap();
+    let settings = ServeSettings {
+        host: [127, 0, 0, 1].into(),
+        port: 0,
+        request: alkit::session::QueryRequest {
+            strategy,
+            n: 5,
+            include_pending: false,
+            subsample: None,
+        },
+        device: candle_core::Device::Cpu,
+        limits,
+    };
+    let server =
+        LabelServer::bind(state, lock, learner, settings, std::sync::Arc::new(|_| {})).unwrap();
+    let url = server.url().to_string();
+    let token = url.rsplit_once("token=").unwrap().1.to_string();
+    let (port, stopper) = (server.addr().port(), server.stopper());
+    let run = std::thread::spawn(move || server.run());
+    Server {
+        child: None,
+        library: Some((stopper, run)),
         port,
         token,
         url,
@@ -269,7 +317,30 @@ fn the_label_page_serves_nothing_outside_the_pool() {
         srv.port
     );
     assert_eq!(raw(srv.port, &rebound), 421);
+    // A client stalling its head or its body delays nobody (the server's bounds are tested
+    // with shorter deadlines through the library, below).
+    let give_up = Duration::from_secs(30);
+    let host = format!("Host: 127.0.0.1:{}\r\n", srv.port);
+    let head = format!("GET /api/state?token={t} HTTP/1.1\r\n{host}X-Slow: ");
+    let post = format!("POST /api/skip HTTP/1.1\r\n{host}X-Alkit-Token: {t}\r\n");
+    let body = format!("{post}Content-Length: 2000\r\n\r\n{{");
+    let chunked = format!("{post}Transfer-Encoding: chunked\r\n\r\n1\r\n{{\r\n");
+    let stalled = [
+        stall(srv.port, head, b"abc", give_up),
+        stall(srv.port, body, b" ", give_up),
+        stall(srv.port, chunked, b"1\r\n \r\n", give_up),
+    ];
+    std::thread::sleep(Duration::from_millis(300));
+    let (s, secs) = timed(|| http("GET", &srv.at(&format!("/api/state?token={t}")), &[], None).0);
+    assert_eq!(s, 200);
+    assert!(
+        secs < 2.0,
+        "the state took {secs:.2} s beside stalled clients"
+    );
     drop(srv);
+    for c in stalled {
+        let _ = c.join();
+    }
 }
 
 #[test]
@@ -376,6 +447,284 @@ fn a_label_page_killed_mid_batch_loses_no_answer_and_resumes_the_batch() {
     assert!(v["rounds"][1]["test_acc"].is_number());
     assert_eq!(ids(&v, "batch").len(), 5);
     assert!(state.join("model/model.safetensors").is_file());
+    drop(srv);
+}
+
+// ------------------------------------------------------------------ stalled clients
+
+/// What a stalling client saw: the status it was answered, if any, and when the server
+/// closed its connection (EOF or reset), counted from its connect.
+struct Stalled {
+    status: Option<u16>,
+    closed_after: Duration,
+}
+
+/// A client that connects, sends `head`, then one byte of `drip` (round and round) every
+/// 500 ms while reading what comes back, until the server closes the connection or
+/// `give_up` passes.
+fn stall(port: u16, head: String, drip: &'static [u8], give_up: Duration) -> JoinHandle<Stalled> {
+    std::thread::spawn(move || {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let t0 = Instant::now();
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut got = Vec::new();
+        let mut sent = s.write_all(head.as_bytes()).is_ok();
+        let mut next = drip.iter().cycle();
+        let mut buf = [0u8; 4096];
+        while sent && t0.elapsed() < give_up {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if let Some(&b) = next.next() {
+                        sent = s.write_all(&[b]).is_ok();
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let status = String::from_utf8_lossy(&got)
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok());
+        Stalled {
+            status,
+            closed_after: t0.elapsed(),
+        }
+    })
+}
+
+/// A whole response to a request written byte for byte: `(status, head, body)`.
+fn raw_whole(port: u16, request: &[u8]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = s.write_all(request);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let end = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head in {:?}", String::from_utf8_lossy(&out)));
+    let head = String::from_utf8_lossy(&out[..end]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, head, out[end + 4..].to_vec())
+}
+
+/// `(status, seconds)` of a request through ureq.
+fn timed(f: impl FnOnce() -> u16) -> (u16, f64) {
+    let t0 = Instant::now();
+    let s = f();
+    (s, t0.elapsed().as_secs_f64())
+}
+
+#[test]
+fn stalled_and_slowloris_clients_never_delay_the_page_and_are_closed_at_their_deadline() {
+    let dir = tmp("label-stall");
+    let state = dir.join("s");
+    init(&state, &data_dir(), &["--steps", "20"]);
+    let deadline = Duration::from_secs(3);
+    let cap = 16;
+    let srv = start_library(
+        &state,
+        Limits {
+            request_timeout: deadline,
+            max_connections: cap,
+            ..Limits::default()
+        },
+    );
+    let batch = ids(&srv.ready(), "batch");
+    let (port, t) = (srv.port, srv.token.clone());
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    let give_up = deadline + Duration::from_secs(8);
+    // Four slowloris heads (a header a byte every 500 ms), three chunked bodies that never
+    // end, one connection that sends nothing.
+    let slow: Vec<_> = (0..4)
+        .map(|_| {
+            let head = format!("GET /api/state?token={t} HTTP/1.1\r\n{host}X-Slow: ");
+            stall(port, head, b"abcdefgh", give_up)
+        })
+        .collect();
+    let chunked: Vec<_> = (0..3)
+        .map(|_| {
+            let head = format!(
+                "POST /api/answer HTTP/1.1\r\n{host}X-Alkit-Token: {t}\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+            );
+            stall(port, head, b"1\r\nx\r\n", give_up)
+        })
+        .collect();
+    let silent = stall(port, String::new(), b"", give_up);
+    // A body that stops short of its Content-Length.
+    let short = stall(
+        port,
+        format!(
+            "POST /api/answer HTTP/1.1\r\n{host}X-Alkit-Token: {t}\r\n\
+             Content-Length: 20\r\n\r\n{{}}"
+        ),
+        b"",
+        give_up,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Meanwhile the person's page reads and answers at once.
+    let (s, secs) = timed(|| http("GET", &srv.at(&format!("/api/state?token={t}")), &[], None).0);
+    assert_eq!(s, 200);
+    assert!(
+        secs < 2.0,
+        "the state took {secs:.2} s beside stalled clients"
+    );
+    let (s, secs) = timed(|| {
+        srv.post("/api/answer", &json!({"id": batch[0], "label": "3"}))
+            .0
+    });
+    assert_eq!(s, 200);
+    assert!(
+        secs < 2.0,
+        "an answer took {secs:.2} s beside stalled clients"
+    );
+
+    // Past the cap, connections are answered 503 at once, never queued: 20 idle ones on top
+    // of the (at least 6) stalled ones still open.
+    std::thread::sleep(Duration::from_millis(200));
+    let idle: Vec<_> = (0..20)
+        .map(|_| stall(port, String::new(), b"", give_up))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (s, head, _) = raw_whole(
+        port,
+        format!("GET /api/state?token={t} HTTP/1.1\r\n{host}\r\n").as_bytes(),
+    );
+    assert_eq!(s, 503, "{head}");
+    assert!(head.contains("Retry-After: 1"), "{head}");
+
+    // Every stalled connection is closed by the server at its deadline.
+    let late = deadline + Duration::from_millis(2500);
+    for c in slow {
+        let c = c.join().unwrap();
+        assert_eq!(c.status, Some(408), "a slowloris head is answered 408");
+        assert!(
+            c.closed_after >= deadline - Duration::from_millis(300) && c.closed_after < late,
+            "a slowloris head was closed after {:?}",
+            c.closed_after
+        );
+    }
+    for c in chunked {
+        let c = c.join().unwrap();
+        assert_eq!(c.status, Some(411), "a chunked body is refused");
+        assert!(c.closed_after < late, "closed after {:?}", c.closed_after);
+    }
+    let c = silent.join().unwrap();
+    assert_eq!(c.status, None);
+    assert!(
+        c.closed_after >= deadline - Duration::from_millis(300) && c.closed_after < late,
+        "a silent connection was closed after {:?}",
+        c.closed_after
+    );
+    let c = short.join().unwrap();
+    assert_eq!(
+        c.status,
+        Some(408),
+        "a body that stops short is answered 408"
+    );
+    assert!(
+        c.closed_after >= deadline - Duration::from_millis(300) && c.closed_after < late,
+        "a short body was closed after {:?}",
+        c.closed_after
+    );
+    let (mut refused, mut held) = (0, 0);
+    for c in idle {
+        let c = c.join().unwrap();
+        match c.status {
+            Some(503) => {
+                refused += 1;
+                assert!(
+                    c.closed_after < Duration::from_secs(2),
+                    "{:?}",
+                    c.closed_after
+                );
+            }
+            None => {
+                held += 1;
+                assert!(c.closed_after < late, "{:?}", c.closed_after);
+            }
+            other => panic!("an idle connection was answered {other:?}"),
+        }
+    }
+    assert!(refused >= 20 - (cap - 6), "{refused} refused, {held} held");
+    assert!(held > 0, "{refused} refused, {held} held");
+
+    // The page serves on afterwards.
+    let (s, secs) = timed(|| {
+        srv.post("/api/answer", &json!({"id": batch[1], "label": "3"}))
+            .0
+    });
+    assert_eq!(s, 200);
+    assert!(secs < 2.0, "{secs:.2} s");
+    assert_eq!(on_disk(&state)["labeled"].as_array().unwrap().len(), 2);
+
+    // Heads and bodies the server cannot bound or does not speak are refused.
+    let get = format!("GET /api/state?token={t} HTTP/1.1\r\n{host}");
+    let many: String = (0..70).map(|i| format!("X-H{i}: 1\r\n")).collect();
+    let long = format!("X-Long: {}\r\n", "a".repeat(20_000));
+    let post = format!("POST /api/answer HTTP/1.1\r\n{host}X-Alkit-Token: {t}\r\n");
+    for (request, code) in [
+        (format!("{get}{many}\r\n"), 431),
+        (format!("{get}{long}\r\n"), 431),
+        (format!("{post}Content-Length: 12abc\r\n\r\n"), 400),
+        (
+            format!("{post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{{}}"),
+            400,
+        ),
+        (
+            format!("{post}Content-Length: 2\r\nExpect: a-pony\r\n\r\n{{}}"),
+            417,
+        ),
+        (format!("{post}Transfer-Encoding: gzip\r\n\r\n"), 411),
+        (
+            format!("GET /api/state?token={t} HTTP/2.0\r\n{host}\r\n"),
+            505,
+        ),
+        ("GET / HTTP/1.1\r\nHost\r\n\r\n".to_string(), 400),
+        (format!("{post}Content-Length: 99999999999\r\n\r\n"), 413),
+    ] {
+        let (s, head, _) = raw_whole(port, request.as_bytes());
+        assert_eq!(s, code, "{:.120}: {head}", request);
+    }
+    // HEAD has the GET's head and no body; every reply closes its connection.
+    let (s, head, body) = raw_whole(
+        port,
+        format!("HEAD /api/state?token={t} HTTP/1.1\r\n{host}\r\n").as_bytes(),
+    );
+    assert_eq!(s, 200, "{head}");
+    assert!(head.contains("Content-Type: application/json"), "{head}");
+    assert!(head.contains("Connection: close"), "{head}");
+    assert!(!head.contains("Content-Length: 0\r"), "{head}");
+    assert!(body.is_empty());
+    // A client that announces its body and waits for `100 Continue` gets it.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let answer = json!({"id": batch[2], "label": "3"}).to_string();
+    write!(
+        s,
+        "{post}Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        answer.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "HTTP/1.1 100 Continue\r\n");
+    reader.read_line(&mut line).unwrap();
+    s.write_all(answer.as_bytes()).unwrap();
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest:.200}");
+    assert_eq!(on_disk(&state)["labeled"].as_array().unwrap().len(), 3);
     drop(srv);
 }
 

@@ -7,7 +7,7 @@
 use super::{Bars, ScorerFlags};
 use alkit::hub::Hub;
 use alkit::observe::Observer;
-use alkit::serve::{LabelServer, ServeEvent, ServeSettings};
+use alkit::serve::{LabelServer, Limits, ServeEvent, ServeSettings};
 use alkit::session::{Learner, QueryRequest, SessionLock, SessionOptions, STATE_FILE};
 use alkit::strategies::{ScorerSettings, StrategyKind};
 use anyhow::{bail, Result};
@@ -314,6 +314,7 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
         port: a.port,
         request,
         device: device.clone(),
+        limits: Limits::default(),
     };
     let events: alkit::serve::Events = Arc::new(|e: &ServeEvent<'_>| {
         let mut se = std::io::stderr().lock();
