@@ -1073,6 +1073,34 @@ fn cases() -> Vec<Case> {
             ["imgs", "cat/2024/garden/b.gif", "does not decode"]
         ),
         case!(
+            // A link inside a class folder back to another class: its images would be read
+            // again under this class (or, read first, never under their own).
+            "images-link-into-the-tree",
+            |d, _| {
+                std::fs::create_dir_all(d.join("imgs/cat")).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                png_of(&d.join("imgs/cat/a.png"), 4, 4);
+                png_of(&d.join("imgs/dog/b.png"), 4, 4);
+                std::os::unix::fs::symlink("../dog", d.join("imgs/cat/more")).unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["imgs", "cat/more -> dog", "inside itself"]
+        ),
+        case!(
+            "images-dangling-link",
+            |d, _| {
+                std::fs::create_dir_all(d.join("imgs/cat")).unwrap();
+                std::fs::create_dir_all(d.join("imgs/dog")).unwrap();
+                png_of(&d.join("imgs/cat/a.png"), 4, 4);
+                png_of(&d.join("imgs/dog/b.png"), 4, 4);
+                std::os::unix::fs::symlink("gone.png", d.join("imgs/dog/c.png")).unwrap();
+            },
+            ["init", "--pool", "{d}/imgs", "--state", "{d}/s"],
+            1,
+            ["imgs", "dog/c.png", "link(s) to nothing"]
+        ),
+        case!(
             "images-none",
             |d, _| {
                 std::fs::create_dir_all(d.join("imgs/cat")).unwrap();

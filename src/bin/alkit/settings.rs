@@ -19,7 +19,6 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("data", "--data"),
     ("ensemble", "--ensemble"),
     ("force", "--force"),
-    ("host", "--host"),
     ("indices", "--indices"),
     ("initial", "--initial"),
     ("labels", "--labels"),

@@ -3,8 +3,8 @@
 //! image anywhere below it, however deeply nested, carries that class; images at the top of
 //! the folder are unlabeled. Ids are paths relative to the folder with `/` between the parts,
 //! in sorted order, so a flat folder keeps the ids it always had. Hidden entries (names
-//! starting with `.`) are skipped at every level; a folder reached twice through a link is
-//! read once. A file in an image format alkit does not decode (GIF, BMP, TIFF, ...) refuses
+//! starting with `.`) are skipped at every level; links are followed out of the tree, and a
+//! link to a folder inside it, or to nothing, refuses the folder naming the link. A file in an image format alkit does not decode (GIF, BMP, TIFF, ...) refuses
 //! the folder, naming it, rather than leave the image out; any other file (notes, metadata,
 //! sidecars) is left out and named in one [`Event::LeftOut`] to the observer of a read.
 //!
@@ -170,6 +170,12 @@ struct Walk {
     left_out: Vec<String>,
     /// Folders read (canonical paths), so a link back up is not followed round.
     seen: HashSet<PathBuf>,
+    /// The folder's own canonical path: a link to a folder inside it is refused.
+    root: PathBuf,
+    /// Links that point to nothing.
+    broken: Vec<String>,
+    /// Links to a folder inside the tree, as `link -> target` (relative to the folder).
+    inner: Vec<String>,
 }
 
 /// A folder's visible entries, sorted.
@@ -199,7 +205,21 @@ fn walk(dir: &Path, prefix: &str, label: Option<u32>, w: &mut Walk) -> Result<()
     }
     for (name, p) in entries(dir)? {
         let id = format!("{prefix}{name}");
+        let link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+        if link && !p.exists() {
+            w.broken.push(id);
+            continue;
+        }
         if p.is_dir() {
+            if link {
+                // A link into the tree would read its images again, under this folder's class
+                // (or stop them being read under their own): refused, not followed.
+                let target = std::fs::canonicalize(&p).map_err(|e| Error::io(&p, e))?;
+                if let Ok(rel) = target.strip_prefix(&w.root) {
+                    w.inner.push(format!("{id} -> {}", rel.display()));
+                    continue;
+                }
+            }
             walk(&p, &format!("{id}/"), label, w)?;
             continue;
         }
@@ -392,8 +412,14 @@ impl ImageFolder {
         check_class_count(classes.len(), dir)?;
         let mut w = Walk::default();
         let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
-        w.seen.insert(canonical);
+        w.seen.insert(canonical.clone());
+        w.root = canonical;
         for (name, p) in top.iter().filter(|(_, p)| !p.is_dir()) {
+            let link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+            if link && !p.exists() {
+                w.broken.push(name.clone());
+                continue;
+            }
             match file_kind(p) {
                 FileKind::Image if p.is_file() => w.images.push((name.clone(), None)),
                 FileKind::OtherImage => w.unsupported.push(name.clone()),
@@ -401,6 +427,14 @@ impl ImageFolder {
             }
         }
         for (c, class) in classes.iter().enumerate() {
+            let p = dir.join(class);
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+                let target = std::fs::canonicalize(&p).map_err(|e| Error::io(&p, e))?;
+                if let Ok(rel) = target.strip_prefix(&w.root) {
+                    w.inner.push(format!("{class} -> {}", rel.display()));
+                    continue;
+                }
+            }
             walk(
                 &dir.join(class),
                 &format!("{class}/"),
@@ -410,6 +444,29 @@ impl ImageFolder {
         }
         w.unsupported.sort();
         w.left_out.sort();
+        if !w.broken.is_empty() {
+            w.broken.sort();
+            return Err(Error::data(
+                dir,
+                DataProblem::Other(format!(
+                    "holds {} link(s) to nothing: {} (remove them or restore their targets)",
+                    w.broken.len(),
+                    few(&w.broken)
+                )),
+            ));
+        }
+        if !w.inner.is_empty() {
+            w.inner.sort();
+            return Err(Error::data(
+                dir,
+                DataProblem::Other(format!(
+                    "holds {} link(s) to a folder inside itself: {} (its images would be read \
+                     twice, or under another class: remove the links)",
+                    w.inner.len(),
+                    few(&w.inner)
+                )),
+            ));
+        }
         if !w.unsupported.is_empty() {
             return Err(Error::data(
                 dir,
