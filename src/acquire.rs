@@ -104,7 +104,7 @@ impl LoopConfig {
             .cycles
             .checked_mul(self.query)
             .and_then(|q| q.checked_add(self.initial));
-        if !needed.is_some_and(|n| n <= pool) {
+        if needed.is_none_or(|n| n > pool) {
             return Err(Error::config(
                 "cycles",
                 format!(
