@@ -98,8 +98,11 @@ fn check_perturbed_batch(
             "perturbations",
             format!(
                 "{copies} perturbed copies of {rows} items of {item_values} values are more \
-                 than the limit of {} input values per batch",
-                crate::limits::MAX_BATCH_VALUES
+                 than the limit of {} input values per batch: at most {} copies at this batch \
+                 (a smaller setting `batch` allows more)",
+                crate::limits::MAX_BATCH_VALUES,
+                (crate::limits::MAX_BATCH_VALUES / rows.saturating_mul(item_values.max(1)))
+                    .saturating_sub(1)
             ),
         )),
     }
