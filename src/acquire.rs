@@ -88,13 +88,31 @@ impl LoopConfig {
                 ));
             }
         }
-        let needed = self.initial + self.cycles * self.query;
-        if needed > pool {
+        if self.initial > pool {
+            return Err(Error::config(
+                "initial",
+                format!("{} labels needed, the pool has {pool} items", self.initial),
+            ));
+        }
+        if self.query > pool {
+            return Err(Error::config(
+                "query",
+                format!("{} items per batch, the pool has {pool} items", self.query),
+            ));
+        }
+        let needed = self
+            .cycles
+            .checked_mul(self.query)
+            .and_then(|q| q.checked_add(self.initial));
+        if needed.is_none_or(|n| n > pool) {
             return Err(Error::config(
                 "cycles",
                 format!(
-                    "{} + {} x {} = {needed} labels needed, the pool has {pool} items",
-                    self.initial, self.cycles, self.query
+                    "{} + {} x {} = {} labels needed, the pool has {pool} items",
+                    self.initial,
+                    self.cycles,
+                    self.query,
+                    needed.map_or("more than 2^64".to_string(), |n| n.to_string())
                 ),
             ));
         }

@@ -187,17 +187,46 @@ pub fn bench_strategies(
     cfg: &ScoringBench,
     device: &candle_core::Device,
 ) -> Result<StrategyBench> {
+    use crate::limits;
     use crate::models::Arch;
     use crate::round::Pick;
-    if cfg.items == 0 || cfg.batch == 0 || cfg.repeats == 0 || train_raw.is_empty() {
-        return Err(crate::Error::config(
-            "bench",
-            "items, batch and repeats must be at least 1, the data not empty",
-        ));
+    if cfg.items == 0 {
+        return Err(crate::Error::config("n", "must be at least 1"));
     }
+    limits::count(
+        "repeats",
+        cfg.repeats,
+        limits::MAX_REPEATS,
+        "timed passes; the median of more says nothing new",
+    )?;
+    limits::count(
+        "train_steps",
+        cfg.train_steps.max(1),
+        limits::MAX_BENCH_TRAIN_STEPS,
+        "the brief training before timing; `alkit train` trains for longer",
+    )?;
+    settings.validate()?;
+    if train_raw.is_empty() {
+        return Err(crate::Error::config("data", "the data is empty"));
+    }
+    // The items timed and their evidence (probabilities, sample draws) grow with `items`:
+    // checked against the machine before anything is allocated.
+    let classes = train_raw.classes();
+    let samples = settings.mc_samples.max(settings.perturb_samples);
+    let per_item = limits::product(&[4, classes, samples + 1]).and_then(|b| b.checked_add(8));
+    let bytes = per_item.and_then(|b| b.checked_mul(cfg.items as u64));
+    limits::fits(
+        "n",
+        &format!(
+            "{} items with their evidence ({classes} classes, up to {samples} draws)",
+            cfg.items
+        ),
+        bytes,
+    )?;
     let norm = crate::data::Normalizer::fit(train_raw);
     let (ds, input_std) = bench_data(cfg.model, &norm.apply(train_raw)?, &norm.std, cfg.items)?;
     let (ds, input_std) = (&ds, input_std.as_slice());
+    limits::batch("batch", cfg.batch, ds.item_shape().iter().product())?;
     let built: Vec<(String, Pick)> = kinds
         .iter()
         .map(|k| (k.name().to_string(), k.build(settings)))
@@ -273,11 +302,20 @@ pub fn bench_duq_fm(
             format!("{lambda} is not a number >= 0"),
         ));
     }
-    if steps == 0 || repeats == 0 || train_raw.is_empty() {
-        return Err(crate::Error::config(
-            "bench",
-            "steps and repeats must be at least 1, the data not empty",
-        ));
+    crate::limits::count(
+        "steps",
+        steps,
+        crate::limits::MAX_BENCH_TRAIN_STEPS,
+        "steps per timed run; the benchmark times steps, it does not train",
+    )?;
+    crate::limits::count(
+        "repeats",
+        repeats,
+        crate::limits::MAX_REPEATS,
+        "timed passes; the median of more says nothing new",
+    )?;
+    if train_raw.is_empty() {
+        return Err(crate::Error::config("data", "the data is empty"));
     }
     let ds = crate::data::Normalizer::fit(train_raw).apply(train_raw)?;
     let ids: Vec<usize> = (0..ds.len().min(2048)).collect();

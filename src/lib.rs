@@ -30,6 +30,7 @@ mod fsutil;
 pub mod hub;
 mod kernels;
 pub mod label_studio;
+pub mod limits;
 pub mod metrics;
 pub mod models;
 pub mod nn;

@@ -330,35 +330,51 @@ pub struct ScorerSettings {
 }
 
 impl ScorerSettings {
-    /// Checks ranges once: sample and copy counts at least 1, `lambda` and `beta` finite,
+    /// Checks ranges once: sample and copy counts at least 1 and at most
+    /// [`crate::limits::MAX_SAMPLES`] and [`crate::limits::MAX_PERTURBATIONS`], `lambda` and `beta` finite,
     /// noise levels finite and `>= 0`.
     pub fn validate(&self) -> Result<()> {
-        if self.mc_samples == 0 || self.perturb_samples == 0 {
-            return Err(Error::config(
-                "mc_samples",
-                "sample counts must be at least 1",
-            ));
-        }
+        use crate::limits::{self, MAX_PERTURBATIONS, MAX_SAMPLES};
         if self.perturbations == 0 {
             return Err(Error::config(
                 "perturbations",
                 "REGrad* needs at least one perturbed copy (regrad is the unperturbed score)",
             ));
         }
+        limits::count(
+            "perturbations",
+            self.perturbations,
+            MAX_PERTURBATIONS,
+            "perturbed copies per candidate",
+        )?;
+        limits::count(
+            "mc_samples",
+            self.mc_samples,
+            MAX_SAMPLES,
+            "draws per candidate",
+        )?;
+        limits::count(
+            "perturb_samples",
+            self.perturb_samples,
+            MAX_SAMPLES,
+            "draws per candidate",
+        )?;
         if !self.lambda.is_finite() {
             return Err(Error::config("lambda", "must be a finite number"));
         }
         if !self.beta.is_finite() {
             return Err(Error::config("beta", "must be a finite number"));
         }
-        for (name, v) in [
-            ("sigma", self.sigma),
-            ("perturb_x_sigma", self.perturb_x_sigma),
-            ("perturb_theta_sigma", self.perturb_theta_sigma),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(Error::config(name, "must be a finite number >= 0"));
-            }
+        let noise = |v: f32| v.is_finite() && v >= 0.0;
+        let why = "must be a finite number >= 0";
+        if !noise(self.sigma) {
+            return Err(Error::config("sigma", why));
+        }
+        if !noise(self.perturb_x_sigma) {
+            return Err(Error::config("perturb_x_sigma", why));
+        }
+        if !noise(self.perturb_theta_sigma) {
+            return Err(Error::config("perturb_theta_sigma", why));
         }
         Ok(())
     }

@@ -121,44 +121,61 @@ pub struct SurfaceSpec {
 
 impl SurfaceSpec {
     /// Checks the settings before any work: at least 20 training points (the held-out split
-    /// and the far-away points need some) and at most 10,000,000, a finite non-negative noise,
+    /// and the far-away points need some) and at most 10,000,000, a noise in `0..=1000`,
     /// at least one training step, and for the MC-dropout and ensemble models at least one
     /// pass or member (ensembles at most [`crate::train::MAX_MEMBERS`]) and a dropout
     /// probability in `[0, 1)`.
     pub fn validate(&self) -> Result<()> {
-        let bad = |field: &'static str, m: String| Err(crate::Error::config(field, m));
         if !(20..=10_000_000).contains(&self.points) {
-            return bad("points", format!("{} is not in 20..=10000000", self.points));
+            return Err(crate::Error::config(
+                "points",
+                format!("{} is not in 20..=10000000", self.points),
+            ));
         }
-        if !(self.noise.is_finite() && self.noise >= 0.0) {
-            return bad(
+        if !(self.noise.is_finite() && (0.0..=1000.0).contains(&self.noise)) {
+            return Err(crate::Error::config(
                 "noise",
-                format!("{} is not a finite number >= 0", self.noise),
-            );
+                format!(
+                    "{} is not a number in 0..=1000 (the moons are 3 wide)",
+                    self.noise
+                ),
+            ));
         }
-        if self.steps == 0 {
-            return bad("steps", "must be at least 1".into());
-        }
+        crate::limits::count(
+            "steps",
+            self.steps,
+            crate::limits::MAX_STEPS,
+            "training steps",
+        )?;
         match &self.model {
             SurfaceModel::McDropout { samples, p, .. } => {
-                if *samples == 0 {
-                    return bad("mc_samples", "must be at least 1".into());
-                }
+                crate::limits::count(
+                    "mc_samples",
+                    *samples,
+                    crate::limits::MAX_SAMPLES,
+                    "MC-dropout passes",
+                )?;
                 if !(0.0..1.0).contains(p) {
-                    return bad("dropout", format!("{p} is not in [0, 1)"));
+                    return Err(crate::Error::config(
+                        "dropout",
+                        format!("{p} is not in [0, 1)"),
+                    ));
                 }
             }
             SurfaceModel::Ensemble {
                 members, anchor, ..
             } => {
                 if !(1..=crate::train::MAX_MEMBERS).contains(members) {
-                    return bad(
+                    return Err(crate::Error::config(
                         "members",
                         format!("{members} is not in 1..={}", crate::train::MAX_MEMBERS),
-                    );
+                    ));
                 }
                 if anchor.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
-                    return bad("anchor", format!("{anchor:?} is not a number >= 0"));
+                    return Err(crate::Error::config(
+                        "anchor",
+                        format!("{anchor:?} is not a number >= 0"),
+                    ));
                 }
             }
             SurfaceModel::Duq(_) | SurfaceModel::Mlp(_) => {}
@@ -533,8 +550,11 @@ pub fn run_seeds(
     device: &Device,
     done: &mut dyn FnMut(u64, &Surface),
 ) -> Result<SeedsSummary> {
-    if seeds == 0 {
-        return Err(crate::Error::config("seeds", "must be at least 1"));
+    if !(1..=100_000).contains(&seeds) {
+        return Err(crate::Error::config(
+            "seeds",
+            format!("{seeds} is not in 1..=100000"),
+        ));
     }
     spec.validate()?;
     std::fs::create_dir_all(out).map_err(|e| crate::Error::io(out, e))?;

@@ -50,11 +50,15 @@ impl Default for TrainConfig {
 pub struct TrainParams(TrainConfig);
 
 impl TrainConfig {
-    /// Checks ranges: `steps >= 1`, `batch_size >= 1`, `lr` finite and positive.
+    /// Checks ranges: `steps` in `1..=`[`crate::limits::MAX_STEPS`], `batch_size >= 1`, `lr`
+    /// finite and positive.
     pub fn validate(&self) -> Result<TrainParams> {
-        if self.steps == 0 {
-            return Err(Error::config("steps", "must be at least 1"));
-        }
+        crate::limits::count(
+            "steps",
+            self.steps,
+            crate::limits::MAX_STEPS,
+            "training steps",
+        )?;
         if self.batch_size == 0 {
             return Err(Error::config("batch_size", "must be at least 1"));
         }

@@ -144,7 +144,8 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     };
     downloads.finish();
     let (spec, on, out, resume) = started?;
-    let runs = spec.seeds.len() * spec.strategies.len() * (spec.config.cycles + 1);
+    let runs = (spec.seeds.len() * spec.strategies.len())
+        .saturating_mul(spec.config.cycles.saturating_add(1));
     let mut bars = Bars::new(quiet, runs);
     let states = alkit::curve::run(&spec, &on, &out, resume, a.save_scores, device, &mut bars);
     bars.finish();

@@ -74,6 +74,68 @@ pub struct ScoreReport {
     pub rows: usize,
 }
 
+/// REGrad*'s perturbed copies of one gradient batch (at most 256 rows, `perturbations + 1`
+/// copies each) hold at most [`crate::limits::MAX_BATCH_VALUES`] input values.
+fn check_perturbed_batch(
+    scorers: &[std::sync::Arc<dyn Scorer>],
+    batch: usize,
+    item_values: usize,
+) -> Result<()> {
+    let copies = scorers
+        .iter()
+        .filter_map(|s| s.needs().grads)
+        .map(|g| g.perturbations)
+        .max()
+        .unwrap_or(0);
+    if copies == 0 {
+        return Ok(());
+    }
+    let rows = batch.clamp(1, 256);
+    let values = crate::limits::product(&[rows, copies + 1, item_values.max(1)]);
+    match values {
+        Some(v) if v <= crate::limits::MAX_BATCH_VALUES as u64 => Ok(()),
+        _ => Err(Error::config(
+            "perturbations",
+            format!(
+                "{copies} perturbed copies of {rows} items of {item_values} values are more \
+                 than the limit of {} input values per batch: at most {} copies at this batch \
+                 (a smaller setting `batch` allows more)",
+                crate::limits::MAX_BATCH_VALUES,
+                (crate::limits::MAX_BATCH_VALUES / rows.saturating_mul(item_values.max(1)))
+                    .saturating_sub(1)
+            ),
+        )),
+    }
+}
+
+/// The sample draws of `items` candidates at once (`samples x items x classes` of `f32`) fit
+/// in the machine's memory; `field` names what sets `items` when the draws are no scorer's
+/// setting's fault alone.
+fn check_chunk_evidence(
+    scorers: &[std::sync::Arc<dyn Scorer>],
+    items: usize,
+    classes: usize,
+    field: &'static str,
+) -> Result<()> {
+    use alkit_acquisition::SampleRequest as S;
+    for s in scorers {
+        let (setting, samples) = match s.needs().samples {
+            Some(S::McDropout { samples }) => ("mc_samples", samples),
+            Some(S::InputNoise { samples, .. } | S::WeightNoise { samples, .. }) => {
+                ("perturb_samples", samples)
+            }
+            _ => continue,
+        };
+        let bytes = crate::limits::product(&[samples, items, classes, 4]);
+        let what = format!(
+            "{samples} draws of {items} items x {classes} classes (`{}`; setting `{field}`)",
+            s.name()
+        );
+        crate::limits::fits(setting, &what, bytes)?;
+    }
+    Ok(())
+}
+
 /// Hands out a pool's chunks in order (`None` at the end).
 type NextChunk = Box<dyn FnMut() -> Result<Option<Chunk>>>;
 
@@ -85,6 +147,7 @@ pub fn run(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<ScoreReport> {
+    job.settings.validate()?;
     let settings = ScorerSettings {
         members: job.checkpoints.len() > 1,
         ..job.settings
@@ -151,6 +214,14 @@ pub fn run(
     // whole and scored as one chunk. A checkpoint that prepares its own inputs (a timm
     // model) has every item resized and cropped as it says.
     let pre = ck.config.preprocess;
+    // Sizes checked before any item is read: a batch runs at exactly its size, so a batch
+    // too large is refused, never capped.
+    let item_values: usize = ck.config.item_shape.iter().product();
+    let batch = job
+        .batch
+        .unwrap_or_else(|| crate::predict::default_batch(item_values));
+    crate::limits::batch("batch", batch, item_values)?;
+    check_perturbed_batch(&scorers, batch, item_values)?;
     let open = |observer: &mut dyn Observer| -> Result<Box<dyn ItemStream>> {
         crate::data::source::open(&source, hub, observer, pre.as_ref()).context_with(loading)
     };
@@ -158,13 +229,12 @@ pub fn run(
         Split::Train if noisy.is_none() => Some(open(observer)?),
         _ => None,
     };
-    let batch = job
-        .batch
-        .unwrap_or_else(|| crate::predict::default_batch(ck.config.item_shape.iter().product()));
     let (item_shape, pool, mut next): (Vec<usize>, usize, NextChunk) = match streamed {
         Some(mut st) => {
-            // Whole batches per chunk: the batches are then the whole-pool run's.
-            let chunk = job.chunk.div_ceil(batch) * batch;
+            // Whole batches per chunk: the batches are then the whole-pool run's. A chunk
+            // past the pool is the pool (one chunk either way).
+            let chunk = job.chunk.min(st.len().max(1)).div_ceil(batch) * batch;
+            check_chunk_evidence(&scorers, chunk.min(st.len()), ck.model.classes(), "chunk")?;
             (
                 st.item_shape().to_vec(),
                 st.len(),
@@ -192,6 +262,7 @@ pub fn run(
                 }
             };
             let (shape, n) = (st.item_shape().to_vec(), st.len());
+            check_chunk_evidence(&scorers, n, ck.model.classes(), "data")?;
             let mut whole = crate::data::stream::drain(st.as_mut()).context_with(loading)?;
             (shape, n, Box::new(move || Ok(whole.take())))
         }
@@ -507,7 +578,7 @@ pub fn score_chunks(
             o.extend(c);
         }
         if let (Some(k), Some(keys)) = (running, out.keys.as_ref()) {
-            if out.ids.len() > 2 * k + 1024 {
+            if out.ids.len() > k.saturating_mul(2).saturating_add(1024) {
                 let mut order: Vec<usize> = (0..out.ids.len()).collect();
                 order.sort_by(|&a, &b| {
                     keys[b]

@@ -2346,6 +2346,113 @@ y,bird
             ["out"]
         ),
         case!(
+            "flag-score-batch-10^8",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--batch",
+                "100000000",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["--batch", "100000000", "limit"]
+        ),
+        case!(
+            "flag-score-batch-10^6",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--batch",
+                "1000000",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["--batch", "1000000", "limit"]
+        ),
+        case!(
+            "flag-score-perturbations-10^8",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--scorer",
+                "regrad-star",
+                "--perturbations",
+                "100000000",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["--perturbations", "1024"]
+        ),
+        case!(
+            "flag-score-mc-samples-10^8",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--scorer",
+                "bald",
+                "--mc-samples",
+                "100000000",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["--mc-samples", "10000"]
+        ),
+        case!(
+            "flag-bench-n-huge",
+            none,
+            ["bench", "--n", "18446744073709551615"],
+            2,
+            ["--n", "memory"]
+        ),
+        case!(
+            "flag-bench-batch-10^8",
+            none,
+            ["bench", "--batch", "100000000"],
+            2,
+            ["--batch", "limit"]
+        ),
+        case!(
+            "flag-bench-repeats-10^6",
+            none,
+            ["bench", "--repeats", "1000000"],
+            2,
+            ["--repeats", "1000"]
+        ),
+        case!(
+            "flag-train-steps-huge",
+            none,
+            ["train", "--steps", "18446744073709551615", "--out", "{d}/o"],
+            2,
+            ["--steps", "100000000"]
+        ),
+        case!(
+            "flag-surface-mc-samples-huge",
+            none,
+            [
+                "surface",
+                "--model",
+                "mc-dropout",
+                "--mc-samples",
+                "100000000",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["--mc-samples", "10000"]
+        ),
+        case!(
             "flag-ensemble-huge",
             |d, _| {
                 std::fs::write(d.join("p.csv"), POOL).unwrap();

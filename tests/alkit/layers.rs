@@ -13,7 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "core",
         &[
-            "error", "rng", "fsutil", "observe", "output", "metrics", "plot",
+            "error", "rng", "fsutil", "observe", "output", "metrics", "plot", "limits",
         ],
     ),
     ("kernels", &["kernels"]),

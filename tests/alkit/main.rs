@@ -6,6 +6,7 @@ mod cli;
 mod data;
 mod device;
 mod duq;
+mod flag_sizes;
 mod fuzz_corpora;
 mod gradients;
 mod hostile;

@@ -25,13 +25,20 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("lambda", "--lambda"),
     ("lr", "--lr"),
     ("mc_samples", "--mc-samples"),
+    ("members", "--members"),
     ("model", "--model"),
     ("n", "--n"),
+    ("noise", "--noise"),
     ("ood_data", "--ood-data"),
+    ("perturb_samples", "--perturb-samples"),
+    ("perturb_theta_sigma", "--perturb-theta-sigma"),
+    ("perturb_x_sigma", "--perturb-x-sigma"),
     ("perturbations", "--perturbations"),
+    ("points", "--points"),
     ("pool", "--pool"),
     ("port", "--port"),
     ("query", "--query"),
+    ("repeats", "--repeats"),
     ("resume", "--resume"),
     ("save_scores", "--save-scores"),
     ("scorer", "--scorer"),
@@ -41,12 +48,14 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("select", "--select"),
     ("shard", "--shard"),
     ("shards", "--shards"),
+    ("sigma", "--sigma"),
     ("split", "--split"),
     ("steps", "--steps"),
     ("stream", "--stream"),
     ("subsample", "--subsample"),
     ("temperature", "--temperature"),
     ("top", "--top"),
+    ("train_steps", "--train-steps"),
 ];
 
 /// `message` (a library error, printed whole) with every setting it names spoken as this
@@ -126,11 +135,19 @@ mod tests {
                 }
             }
             let squeezed: String = text.split_whitespace().collect::<Vec<_>>().join("");
-            let mut rest = squeezed.as_str();
-            while let Some(i) = rest.find("Error::config(\"") {
-                rest = &rest[i + "Error::config(\"".len()..];
-                if let Some(end) = rest.find('"') {
-                    named.insert(rest[..end].to_owned());
+            // `alkit::limits`' checks take the setting's name as `Error::config` does.
+            for call in [
+                "Error::config(\"",
+                "limits::count(\"",
+                "limits::batch(\"",
+                "limits::fits(\"",
+            ] {
+                let mut rest = squeezed.as_str();
+                while let Some(i) = rest.find(call) {
+                    rest = &rest[i + call.len()..];
+                    if let Some(end) = rest.find('"') {
+                        named.insert(rest[..end].to_owned());
+                    }
                 }
             }
         }

@@ -1,0 +1,193 @@
+//! Bounds on sizes a caller sets with one number, checked before anything is allocated.
+//!
+//! Two kinds of bound, so that an out-of-memory abort is never how alkit says no:
+//!
+//! - **Fixed bounds** where a size only trades speed or evidence quality for work: an
+//!   inference batch holds at most [`MAX_BATCH_VALUES`] input values (16x what
+//!   [`crate::predict::default_batch`] picks), REGrad*'s perturbed copies, sample counts and
+//!   timed repeats have caps of their own. They are the same on every machine, so the same
+//!   command is accepted or refused everywhere. Batches are refused, never capped: a batch
+//!   runs at exactly its size (a partial one padded), which is what makes streamed and
+//!   sharded runs agree to the bit.
+//! - **The machine's memory** for buffers that grow with the data (sample draws
+//!   `samples x items x classes`, a benchmark's items): the bytes are computed first and
+//!   compared with [`memory`], the smaller of the physical memory (`MemTotal` of
+//!   `/proc/meminfo`) and the process's address-space limit (`ulimit -v`, from
+//!   `/proc/self/limits`). Where neither can be read (not Linux) that check is skipped.
+//!
+//! Every refusal is an [`Error::config`] naming the setting, the size asked for and the limit.
+
+use crate::error::{Error, Result};
+
+/// Input values of one inference batch at most (`batch x values per item`): 2^26, 16x the
+/// 2^22 of [`crate::predict::default_batch`]. 256 MiB of `f32` input; a ResNet's activations
+/// are several times that.
+pub const MAX_BATCH_VALUES: usize = 1 << 26;
+
+/// REGrad*'s perturbed copies per candidate at most (published settings use 8 to 32).
+pub const MAX_PERTURBATIONS: usize = 1024;
+
+/// Draws of a sample scorer at most (MC-dropout passes, Perturb-x and Perturb-theta draws;
+/// published settings use 10 to 100).
+pub const MAX_SAMPLES: usize = 10_000;
+
+/// Training steps at most: 10^8 steps are days of training of the largest built-in model
+/// (legitimate runs use thousands to hundreds of thousands); more is a typo, not a request.
+pub const MAX_STEPS: usize = 100_000_000;
+
+/// Timed passes of a benchmark at most (the median of more says nothing new).
+pub const MAX_REPEATS: usize = 1_000;
+
+/// Training steps of the brief training before a benchmark times scoring at most: the
+/// benchmark times scoring, not training (`alkit train` trains for longer).
+pub const MAX_BENCH_TRAIN_STEPS: usize = 100_000;
+
+/// `value` of `field` is at least 1 and at most `max`; `why` says what the bound protects.
+pub fn count(field: &'static str, value: usize, max: usize, why: &str) -> Result<()> {
+    if value == 0 {
+        return Err(Error::config(field, "must be at least 1"));
+    }
+    if value > max {
+        return Err(Error::config(
+            field,
+            format!("{value} is more than the limit of {max} ({why})"),
+        ));
+    }
+    Ok(())
+}
+
+/// An inference batch of `batch` items of `item_values` values each holds at most
+/// [`MAX_BATCH_VALUES`] values (and at least one item).
+pub fn batch(field: &'static str, batch: usize, item_values: usize) -> Result<()> {
+    if batch == 0 {
+        return Err(Error::config(field, "must be at least 1"));
+    }
+    let per = item_values.max(1);
+    let max = (MAX_BATCH_VALUES / per).max(1);
+    if batch > max {
+        return Err(Error::config(
+            field,
+            format!(
+                "a batch of {batch} items of {per} values is more than the limit of \
+                 {MAX_BATCH_VALUES} input values per batch: at most {max} items of this size \
+                 (a batch runs at exactly its size; larger batches only trade memory for speed)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The bytes this process can hold at most: the smaller of the physical memory and the
+/// address-space limit, or `None` where neither is known.
+pub fn memory() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| parse_meminfo(&t));
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| parse_address_limit(&t));
+    match (total, limit) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, bytes.
+fn parse_meminfo(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
+/// The soft `Max address space` of `/proc/self/limits`, bytes (`None` when unlimited).
+fn parse_address_limit(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("Max address space"))?;
+    line["Max address space".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A buffer of `bytes` (`None`: past `u64`) for `what` (the size asked for, in words) fits
+/// in [`memory`]; otherwise a settings error naming `field`. Skipped where the memory is
+/// unknown, but for a size past `u64`.
+pub fn fits(field: &'static str, what: &str, bytes: Option<u64>) -> Result<()> {
+    fits_in(field, what, bytes, memory())
+}
+
+fn fits_in(field: &'static str, what: &str, bytes: Option<u64>, memory: Option<u64>) -> Result<()> {
+    let gb = |b: u64| b as f64 / 1e9;
+    match (bytes, memory) {
+        (None, _) => Err(Error::config(
+            field,
+            format!("{what} would need more than 2^64 bytes of memory"),
+        )),
+        (Some(b), Some(m)) if b > m => Err(Error::config(
+            field,
+            format!(
+                "{what} would need {:.1} GB, more than this machine's memory ({:.1} GB)",
+                gb(b),
+                gb(m)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `a x b x ...` bytes, `None` on overflow.
+pub fn product(factors: &[usize]) -> Option<u64> {
+    factors
+        .iter()
+        .try_fold(1u64, |acc, &f| acc.checked_mul(u64::try_from(f).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_bounded_by_their_values() {
+        assert!(batch("batch", 512, 784).is_ok());
+        assert!(batch("batch", MAX_BATCH_VALUES / 784, 784).is_ok());
+        assert!(batch("batch", MAX_BATCH_VALUES / 784 + 1, 784).is_err());
+        let e = batch("batch", 100_000_000, 784).unwrap_err().to_string();
+        assert!(
+            e.contains("setting `batch`") && e.contains("100000000"),
+            "{e}"
+        );
+        assert!(batch("batch", 0, 784).is_err());
+        // One item always fits, however large.
+        assert!(batch("batch", 1, usize::MAX).is_ok());
+    }
+
+    #[test]
+    fn memory_is_checked_before_allocating() {
+        let e = fits_in("mc_samples", "x", Some(10), Some(5))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("setting `mc_samples`") && e.contains("memory"),
+            "{e}"
+        );
+        assert!(fits_in("mc_samples", "x", Some(5), Some(5)).is_ok());
+        assert!(fits_in("mc_samples", "x", Some(5), None).is_ok());
+        assert!(fits_in("mc_samples", "x", None, None).is_err());
+        assert_eq!(product(&[usize::MAX, 2]), None);
+        assert_eq!(product(&[3, 4]), Some(12));
+    }
+
+    #[test]
+    fn proc_files_parse() {
+        assert_eq!(
+            parse_meminfo("MemTotal:       16384 kB\nMemFree: 1 kB\n"),
+            Some(16384 * 1024)
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max address space         6000000000           unlimited            bytes\n";
+        assert_eq!(parse_address_limit(limits), Some(6_000_000_000));
+        let unlimited =
+            "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(parse_address_limit(unlimited), None);
+    }
+}
