@@ -203,7 +203,7 @@ pub fn bench_strategies(
         "train_steps",
         cfg.train_steps.max(1),
         limits::MAX_BENCH_TRAIN_STEPS,
-        "the brief training before timing; `alkit train` trains for longer",
+        "the brief training before timing; train a checkpoint separately for longer",
     )?;
     settings.validate()?;
     if train_raw.is_empty() {
