@@ -204,7 +204,7 @@ fn every_numeric_flag_at_0_1_huge_nan_and_minus_1_ends_by_itself_and_names_the_f
     let root = tmp("flag-sizes");
     let fx = root.join("fx");
     let data = fx.join("data");
-    copy_tree(&data_dir(), &data);
+    copy_dir(&data_dir(), &data);
     std::fs::write(fx.join("pool.csv"), POOL).unwrap();
     let s = |p: &Path| p.display().to_string();
     for args in [
@@ -285,7 +285,7 @@ fn every_numeric_flag_at_0_1_huge_nan_and_minus_1_ends_by_itself_and_names_the_f
                 let d = root.join("runs").join(k.to_string());
                 std::fs::create_dir_all(&d).unwrap();
                 if *cmd == "query" {
-                    copy_tree(&fx.join("sess"), &d.join("sess"));
+                    copy_dir(&fx.join("sess"), &d.join("sess"));
                 }
                 let base = BASES.iter().find(|(c, _)| c == cmd).unwrap().1;
                 let mut args = vec![cmd.to_string()];
@@ -347,17 +347,4 @@ fn every_numeric_flag_at_0_1_huge_nan_and_minus_1_ends_by_itself_and_names_the_f
         runs.len(),
         failures.join("\n")
     );
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dst = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_tree(&p, &dst);
-        } else {
-            std::fs::copy(&p, &dst).unwrap();
-        }
-    }
 }

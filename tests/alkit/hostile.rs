@@ -42,19 +42,6 @@ fn ok(args: &[&str]) {
     );
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dst = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_dir(&p, &dst);
-        } else {
-            std::fs::copy(&p, &dst).unwrap();
-        }
-    }
-}
-
 /// Every file under `root` with its bytes, but for session lock files: an empty file a
 /// session command may create to hold the folder (`alkit::session::lock`).
 fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {

@@ -4,7 +4,7 @@
 //! cycle either (`super::`, `self::` and `crate::` paths, and names a folder's `mod.rs`
 //! re-exports from one of its files, all count).
 
-use super::tmp;
+use super::{copy_dir, tmp};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -530,18 +530,5 @@ fn the_folder_check_catches_a_planted_cycle_and_reads_every_path_form() {
     assert!(bad[0].starts_with("src/kernels: "), "{bad:?}");
     for m in ["a", "b", "c"] {
         assert!(bad[0].contains(m), "{bad:?}");
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dest = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_dir(&p, &dest);
-        } else {
-            std::fs::copy(&p, &dest).unwrap();
-        }
     }
 }

@@ -86,6 +86,20 @@ impl Drop for Scratch {
     }
 }
 
+/// Copies the tree `from` into `to` (created), files and folders.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dst = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dst);
+        } else {
+            std::fs::copy(&p, &dst).unwrap();
+        }
+    }
+}
+
 /// An empty scratch folder named for the test (and this process), see [`Scratch`].
 fn tmp(name: &str) -> Scratch {
     alkit::tune_allocator();
