@@ -31,11 +31,11 @@ pub struct Learner {
 }
 
 /// Content hashes for the pool index, and whether a save wrote them.
-pub(super) type PendingIndex = (Arc<Vec<u64>>, Arc<std::sync::atomic::AtomicBool>);
+pub(super) type PendingIndex = (Vec<u64>, std::sync::atomic::AtomicBool);
 
 /// The pool index to write on the next save.
 fn pending(hashes: Vec<u64>) -> Option<PendingIndex> {
-    Some((Arc::new(hashes), Arc::default()))
+    Some((hashes, Default::default()))
 }
 
 /// The checks of a new session's classes and settings, before the pool is read.
