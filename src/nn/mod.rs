@@ -89,6 +89,13 @@ pub enum Ask<'a> {
         /// Inputs `(b, *item_shape)`.
         x: &'a Tensor,
     },
+    /// Inference-only penultimate features and the last linear layer ([`LastLayer`]): what
+    /// feature-space selectors and last-layer gradient scores read. Models whose logits are
+    /// not one linear map of features (DUQ's RBF head) answer `None`.
+    LastLayer {
+        /// Inputs `(b, *item_shape)`.
+        x: &'a Tensor,
+    },
 }
 
 impl Ask<'_> {
@@ -98,6 +105,7 @@ impl Ask<'_> {
             Ask::McDropout { .. } => "MC-dropout draws",
             Ask::Members { .. } => "member draws",
             Ask::KernelValues { .. } => "kernel values",
+            Ask::LastLayer { .. } => "features and the last layer",
         }
     }
 }
@@ -110,6 +118,37 @@ pub enum Offer {
     Draws(Vec<Tensor>),
     /// Answers [`Ask::KernelValues`]: `K (b, c)`.
     KernelValues(Tensor),
+    /// Answers [`Ask::LastLayer`].
+    LastLayer(LastLayer),
+}
+
+/// A model's penultimate features and its last linear layer, whose logits are
+/// `h W^T + b` (up to the rounding of the model's own path).
+#[derive(Debug, Clone)]
+pub struct LastLayer {
+    /// Features `(b, d)` the last layer multiplies, detached.
+    pub h: Tensor,
+    /// The last layer's weight `(c, d)`, detached.
+    pub w: Tensor,
+    /// Its bias `(c,)` (zeros when the layer has none), detached.
+    pub b: Tensor,
+}
+
+impl LastLayer {
+    /// Features `h (b, d)` with a last layer's weight `(c, d)` and bias (a bias-free layer
+    /// gets zeros), all detached.
+    pub fn new(h: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Self> {
+        let w = w.detach();
+        let b = match b {
+            Some(b) => b.detach(),
+            None => Tensor::zeros(w.dim(0)?, w.dtype(), w.device())?,
+        };
+        Ok(LastLayer {
+            h: h.detach(),
+            w,
+            b,
+        })
+    }
 }
 
 /// Asks `model`, and checks that an answer is of the kind `unpack` accepts.
@@ -188,6 +227,15 @@ pub fn member_logits(model: &dyn Classifier, x: &Tensor) -> Result<Option<Vec<Te
 pub fn kernel_values(model: &dyn Classifier, x: &Tensor) -> Result<Option<Tensor>> {
     ask(model, Ask::KernelValues { x }, |offer| match offer {
         Offer::KernelValues(k) => Some(k),
+        _ => None,
+    })
+}
+
+/// The model's penultimate features and last layer ([`Ask::LastLayer`]), `None` for models
+/// without one (DUQ, an ensemble, a user model that does not offer them).
+pub fn last_layer(model: &dyn Classifier, x: &Tensor) -> Result<Option<LastLayer>> {
+    ask(model, Ask::LastLayer { x }, |offer| match offer {
+        Offer::LastLayer(l) => Some(l),
         _ => None,
     })
 }
@@ -421,6 +469,11 @@ impl Classifier for Cnn {
             Ask::McDropout { x, samples, rng } => {
                 Ok(Some(Offer::Draws(self.mc_dropout(x, samples, rng)?)))
             }
+            Ask::LastLayer { x } => Ok(Some(Offer::LastLayer(LastLayer::new(
+                &self.eval_features(x)?,
+                self.fc2.weight(),
+                self.fc2.bias(),
+            )?))),
             _ => Ok(None),
         }
     }
@@ -513,17 +566,22 @@ impl Cnn {
         gradnorm::site_grad_norms(&h, &sites, copies, expected)
     }
 
+    /// Eval-mode fc1 features `(b, 128)` after ReLU, detached: the fused kernels where they
+    /// run, candle's ops elsewhere.
+    fn eval_features(&self, x: &Tensor) -> Result<Tensor> {
+        if kernels::supported(x) {
+            return self.features(x);
+        }
+        let x = nchw_to_nhwc(x)?;
+        let x = self
+            .conv2
+            .forward_relu_pool_nhwc(&self.conv1.forward_relu_pool_nhwc(&x)?)?;
+        Ok(self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()?.detach())
+    }
+
     fn mc_dropout(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
         // Dropout sits after fc1 only: compute the features once, redraw only the head.
-        let h = if kernels::supported(x) {
-            self.features(x)?
-        } else {
-            let x = nchw_to_nhwc(x)?;
-            let x = self
-                .conv2
-                .forward_relu_pool_nhwc(&self.conv1.forward_relu_pool_nhwc(&x)?)?;
-            self.fc1.forward(&flatten_nchw_order(&x)?)?.relu()?.detach()
-        };
+        let h = self.eval_features(x)?;
         (0..samples)
             .map(|_| Ok(self.fc2.forward(&dropout(&h, self.dropout, rng)?)?.detach()))
             .collect()
@@ -611,6 +669,20 @@ impl Classifier for Mlp {
                     .collect();
                 Ok(Some(Offer::GradNorms(gradnorm::linear_stack_grad_norms(
                     &layers, x, copies, expected,
+                )?)))
+            }
+            Ask::LastLayer { x } => {
+                let Some((last, hidden)) = self.layers.split_last() else {
+                    return Ok(None);
+                };
+                let mut h = x.flatten_from(1)?.detach();
+                for layer in hidden {
+                    h = layer.forward(&h)?.relu()?;
+                }
+                Ok(Some(Offer::LastLayer(LastLayer::new(
+                    &h,
+                    last.weight(),
+                    last.bias(),
                 )?)))
             }
             _ => Ok(None),

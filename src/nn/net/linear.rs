@@ -30,6 +30,11 @@ impl Linear {
     pub fn weight(&self) -> &Tensor {
         &self.weight
     }
+
+    /// Bias `(out,)`, if the layer has one.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
 }
 
 impl Layer for Linear {
@@ -50,5 +55,8 @@ impl Layer for Linear {
     fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
         tape.site(d)?;
         d.matmul(&tape.param(&self.weight))
+    }
+    fn as_linear(&self) -> Option<&Linear> {
+        Some(self)
     }
 }

@@ -194,6 +194,11 @@ pub trait Layer: Send + Sync {
     fn stochastic(&self) -> bool {
         false
     }
+    /// The layer as a dense [`Linear`] map (a network ending in one offers its features
+    /// and last layer); `None` for every other layer.
+    fn as_linear(&self) -> Option<&Linear> {
+        None
+    }
 }
 
 /// Layers applied in order.
@@ -217,6 +222,11 @@ impl Sequential {
     /// Appends `layer`.
     pub fn push(&mut self, layer: Box<dyn Layer>) {
         self.layers.push(layer);
+    }
+
+    /// The last layer, if any.
+    pub fn last(&self) -> Option<&dyn Layer> {
+        self.layers.last().map(|l| l.as_ref())
     }
 
     /// Number of layers.

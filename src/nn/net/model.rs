@@ -4,7 +4,7 @@
 use super::{Ctx, Layer, Sequential};
 use crate::nn::gradnorm::GradOut;
 use crate::nn::layers::nchw_to_nhwc;
-use crate::nn::{Ask, Classifier, Mode, Offer};
+use crate::nn::{Ask, Classifier, LastLayer, Mode, Offer};
 use crate::rng::Rng;
 use candle_core::{Result, Tensor};
 
@@ -139,6 +139,20 @@ impl Net {
         ))
     }
 
+    /// Inference-mode inputs of the last layer `(b, d)` with its weight and bias, when the
+    /// stack ends in a [`super::Linear`]; `None` otherwise.
+    pub fn last_layer(&self, x: &Tensor) -> Result<Option<LastLayer>> {
+        let Some(linear) = self.body.last().and_then(|l| l.as_linear()) else {
+            return Ok(None);
+        };
+        let h = self.body.forward_range(
+            &Self::input(&x.detach())?,
+            0..self.body.len() - 1,
+            &mut Ctx::inference(),
+        )?;
+        LastLayer::new(&h, linear.weight(), linear.bias()).map(Some)
+    }
+
     /// `samples` MC-dropout logits `(b, c)`: the layers before the first dropout once, the
     /// rest once per sample with masks from `rng`.
     pub fn mc_dropout(&self, x: &Tensor, samples: usize, rng: &mut Rng) -> Result<Vec<Tensor>> {
@@ -188,6 +202,7 @@ impl Classifier for Net {
             Ask::McDropout { x, samples, rng } => {
                 Ok(Some(Offer::Draws(self.mc_dropout(x, samples, rng)?)))
             }
+            Ask::LastLayer { x } => self.last_layer(x).map(|l| l.map(Offer::LastLayer)),
             _ => Ok(None),
         }
     }
