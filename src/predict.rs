@@ -6,12 +6,15 @@ use crate::error::{Error, Result};
 use crate::nn::gradnorm::autograd_grad_norms;
 use crate::nn::init::Weights;
 use crate::nn::layers::log_probs;
-use crate::nn::{grad_norms, kernel_values, mc_dropout_logits, member_logits, Classifier};
+use crate::nn::{
+    grad_norms, kernel_values, last_layer, mc_dropout_logits, member_logits, Classifier,
+};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
 use crate::train::{ModelBuilder, Trained};
 use alkit_acquisition::{
-    Evidence, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
+    Evidence, Features, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest,
+    Samples,
 };
 use candle_core::{DType, Device};
 
@@ -67,6 +70,51 @@ pub fn log_probs_of(
 /// Reports `done` of `total` items scored; `Err(Interrupted)` when the observer stops.
 fn scored(observer: &mut dyn Observer, done: usize, total: usize) -> Result<()> {
     check(observer, &Event::Scoring { done, total })
+}
+
+/// Penultimate features `(n, d)` and the last layer of `data[indices]` (from the model's
+/// [`crate::nn::last_layer`]), in batches of exactly `batch` rows as [`log_probs_of`] runs
+/// them, so an item's features never depend on which items share its batch.
+pub fn features_of(
+    model: &dyn Classifier,
+    data: &Dataset,
+    indices: &[usize],
+    batch: usize,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Features> {
+    let mut h = Vec::new();
+    let mut layer: Option<(usize, Vec<f32>, Vec<f32>)> = None;
+    let batch = batch.max(1);
+    let flat = |t: &candle_core::Tensor| -> Result<Vec<f32>> {
+        Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+    };
+    for chunk in indices.chunks(batch) {
+        let x = data.batch(&full_batch(chunk, batch), device)?;
+        let got = last_layer(model, &x)?.ok_or_else(|| {
+            Error::config(
+                "layers",
+                "this model gives no penultimate features and last linear layer (a DUQ \
+                 model, an ensemble, or a model that does not offer them); last-layer \
+                 scores, embeddings and feature-space selectors need one",
+            )
+        })?;
+        let (_, d) = got.h.dims2()?;
+        if layer.is_none() {
+            layer = Some((d, flat(&got.w)?, flat(&got.b)?));
+        }
+        h.extend_from_slice(&flat(&got.h)?[..chunk.len() * d]);
+        scored(observer, h.len() / d.max(1), indices.len())?;
+    }
+    let (d, w, b) = match layer {
+        Some(l) => l,
+        None => {
+            // No candidate: a one-wide layer of the model's classes keeps the shapes valid.
+            let c = model.classes();
+            (1, vec![0.0; c], vec![0.0; c])
+        }
+    };
+    Ok(Features::new(h, indices.len(), d, w, b)?)
 }
 
 /// Probabilities from log-probabilities, each row renormalised in `f64` so that it sums to 1
@@ -141,8 +189,35 @@ impl Scoring<'_> {
             let lp = log_probs_of(self.model, data, indices, self.batch, self.device, observer)?;
             ev.probs = Some(probs_from_log(&lp, self.model.classes())?);
         }
-        if let Some(req) = needs.grads {
-            ev.grads = Some(self.grad_norms(data, indices, req, rng, observer)?);
+        let last = needs.grads.is_some_and(|g| g.layers == GradLayers::Last);
+        if needs.features || last {
+            ev.features = Some(features_of(
+                self.model,
+                data,
+                indices,
+                self.batch,
+                self.device,
+                observer,
+            )?);
+        }
+        match (needs.grads, &ev.features, &ev.probs) {
+            (Some(req), Some(f), Some(p)) if last => {
+                if req.perturbations > 0 {
+                    return Err(Error::config(
+                        "layers",
+                        "last-layer gradients are taken at the item itself; regrad-star \
+                         perturbs the input and needs every layer (setting `layers` all)",
+                    ));
+                }
+                ev.grads = Some(f.last_layer_grads(p, req.expected)?);
+            }
+            (Some(req), ..) => {
+                ev.grads = Some(self.grad_norms(data, indices, req, rng, observer)?);
+            }
+            (None, ..) => {}
+        }
+        if !needs.features {
+            ev.features = None;
         }
         if let Some(req) = needs.samples {
             ev.samples = Some(self.samples(data, indices, req, rng, observer)?);

@@ -9,8 +9,8 @@
 use crate::error::{Error, Result};
 use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
-    BatchBald, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl,
-    ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
+    AtLastLayer, BatchBald, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad,
+    PerturbKl, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::str::FromStr;
@@ -41,6 +41,7 @@ fn regrad(s: &ScorerSettings, perturbations: usize) -> Pick {
             perturbations,
             sigma: s.sigma,
             expected: false,
+            ..GradRequest::PLAIN
         },
     })
 }
@@ -144,9 +145,38 @@ impl StrategyKind {
         self.0.about
     }
 
-    /// What the entry builds with `s`.
+    /// What the entry builds with `s`: with [`Layers::Last`], a gradient scorer runs over
+    /// the last layer ([`AtLastLayer`], named `<name>@last`).
     pub fn build(self, s: &ScorerSettings) -> Pick {
-        (self.0.build)(s)
+        match ((self.0.build)(s), s.layers) {
+            (Pick::Scored { scorer, selection }, Layers::Last) => Pick::Scored {
+                scorer: match AtLastLayer::new(scorer.clone()) {
+                    Some(last) => Arc::new(last),
+                    None => scorer,
+                },
+                selection,
+            },
+            (pick, _) => pick,
+        }
+    }
+
+    /// Whether the strategy's scorer reads gradient evidence with `s` (so that
+    /// [`Layers::Last`] applies to it).
+    pub fn reads_gradients(self, s: &ScorerSettings) -> bool {
+        match (self.0.build)(s) {
+            Pick::Scored { scorer, .. } => scorer.needs().grads.is_some(),
+            Pick::Batch(_) | Pick::Random => false,
+        }
+    }
+
+    /// The name rows, columns and state files carry with `s`: the registry name, with
+    /// `@last` when [`Layers::Last`] turns it into a last-layer gradient score.
+    pub fn name_with(self, s: &ScorerSettings) -> String {
+        if s.layers == Layers::Last && self.reads_gradients(s) {
+            format!("{}@last", self.name())
+        } else {
+            self.name().to_string()
+        }
     }
 
     /// The scorer, if the strategy scores one candidate at a time with `s` (all but random
@@ -158,15 +188,39 @@ impl StrategyKind {
         }
     }
 
+    /// Refuses [`Layers::Last`] for a scorer that averages gradients over perturbed copies of
+    /// the input (REGrad*): the last layer's closed forms are taken at the item itself.
+    pub fn check_layers(self, s: &ScorerSettings) -> Result<()> {
+        let perturbs = match (self.0.build)(s) {
+            Pick::Scored { scorer, .. } => {
+                scorer.needs().grads.is_some_and(|g| g.perturbations > 0)
+            }
+            Pick::Batch(_) | Pick::Random => false,
+        };
+        if s.layers == Layers::Last && perturbs {
+            return Err(Error::config(
+                "layers",
+                format!(
+                    "`{}` averages gradients over perturbed copies of the input, which the \
+                     last layer's closed forms do not; use regrad, or every layer (setting \
+                     `layers` all)",
+                    self.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The runnable strategy: the scorer with `s.select` (named `<select>-<name>` unless
     /// top-k), a joint batch criterion (its own selection; `s.select` does not apply), or
     /// random. A scorer under the `batchbald` selection is a settings error.
     pub fn strategy(self, s: &ScorerSettings) -> Result<Strategy> {
+        self.check_layers(s)?;
         Ok(match self.build(s) {
             Pick::Scored { scorer: sc, .. } => {
                 let name = match s.select {
-                    SelectKind::TopK => self.name().to_string(),
-                    other => format!("{}-{}", other.name(), self.name()),
+                    SelectKind::TopK => self.name_with(s),
+                    other => format!("{}-{}", other.name(), self.name_with(s)),
                 };
                 let selection = s.select.selection(s.beta).ok_or_else(|| {
                     Error::config(
@@ -195,6 +249,7 @@ pub fn per_item_scorers(
     kinds
         .iter()
         .map(|k| {
+            k.check_layers(settings)?;
             k.scorer(settings).ok_or_else(|| {
                 Error::config(
                     "scorer",
@@ -327,6 +382,55 @@ pub struct ScorerSettings {
     /// MC-dropout passes (set when the loop trains ensembles).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub members: bool,
+    /// The parameters gradient scorers take gradients over.
+    #[serde(default, skip_serializing_if = "Layers::is_all")]
+    pub layers: Layers,
+}
+
+/// Which parameters the gradient scorers (REGrad, ExGrad, the baselines, GradNorm) take
+/// gradients over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layers {
+    /// Every parameterised layer of the network: the papers' scores, for alkit's own models.
+    #[default]
+    All,
+    /// The last linear layer only, exact in closed form over the penultimate features: any
+    /// model that gives its features and last layer (imported, frozen or a head on
+    /// embeddings); scores are named `<scorer>@last`.
+    Last,
+}
+
+impl Layers {
+    /// The name users type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layers::All => "all",
+            Layers::Last => "last",
+        }
+    }
+
+    fn is_all(&self) -> bool {
+        *self == Layers::All
+    }
+
+    /// The acquisition crate's request for these layers.
+    pub fn request(self) -> alkit_acquisition::GradLayers {
+        match self {
+            Layers::All => alkit_acquisition::GradLayers::All,
+            Layers::Last => alkit_acquisition::GradLayers::Last,
+        }
+    }
+}
+
+impl FromStr for Layers {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [Layers::All, Layers::Last]
+            .into_iter()
+            .find(|l| l.name() == s)
+            .ok_or_else(|| format!("unknown layers `{s}`; expected all or last"))
+    }
 }
 
 impl ScorerSettings {
@@ -393,6 +497,7 @@ impl Default for ScorerSettings {
             select: SelectKind::TopK,
             beta: 1.0,
             members: false,
+            layers: Layers::All,
         }
     }
 }

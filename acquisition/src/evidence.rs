@@ -5,7 +5,7 @@
 //! checked once, here, at construction. Keeping these types free of candle means a scorer can be
 //! written and tested against this crate alone.
 
-use crate::ScoreError;
+use crate::{Features, ScoreError};
 
 /// Which pieces of evidence a scorer reads. The model side computes only what is asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -19,6 +19,8 @@ pub struct Needs {
     pub samples: Option<SampleRequest>,
     /// RBF kernel values `(n, c)` of a DUQ model.
     pub kernel: bool,
+    /// Penultimate features `(n, d)` and the last linear layer (see [`Features`]).
+    pub features: bool,
 }
 
 impl Needs {
@@ -28,6 +30,7 @@ impl Needs {
         grads: None,
         samples: None,
         kernel: false,
+        features: false,
     };
 
     /// Kernel values only (DUQ).
@@ -36,6 +39,13 @@ impl Needs {
         grads: None,
         samples: None,
         kernel: true,
+        features: false,
+    };
+
+    /// Probabilities, penultimate features and the last layer.
+    pub const FEATURES: Needs = Needs {
+        features: true,
+        ..Needs::PROBS
     };
 
     /// Probabilities and gradient norms computed as `request` says.
@@ -70,6 +80,7 @@ impl Needs {
             grads,
             samples,
             kernel: self.kernel || other.kernel,
+            features: self.features || other.features,
         })
     }
 }
@@ -152,15 +163,31 @@ pub struct GradRequest {
     pub sigma: f32,
     /// Also compute the expected gradient `sum_c p_c g_c` (NEGrad's row).
     pub expected: bool,
+    /// Which parameters `theta` are: every layer of the network, or only its last linear
+    /// layer (exact closed forms over the penultimate features, see
+    /// [`Features::last_layer_grads`]).
+    pub layers: GradLayers,
 }
 
 impl GradRequest {
-    /// Plain per-class gradients, no perturbation, no expected-gradient row.
+    /// Plain per-class gradients over every layer, no perturbation, no expected-gradient row.
     pub const PLAIN: GradRequest = GradRequest {
         perturbations: 0,
         sigma: 0.0,
         expected: false,
+        layers: GradLayers::All,
     };
+}
+
+/// The parameters gradient evidence is taken over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GradLayers {
+    /// Every parameterised layer of the network (the papers' scores).
+    #[default]
+    All,
+    /// The last linear layer only: what a model known by its features and last layer (an
+    /// imported or frozen network) gives; scorers carry an `@last` suffix.
+    Last,
 }
 
 /// Squared L2 norms of per-candidate parameter gradients, per row and per layer:
@@ -322,6 +349,9 @@ pub struct Evidence {
     pub samples: Option<Samples>,
     /// DUQ kernel values `(n, c)`, present when [`Needs::kernel`] was asked for.
     pub kernel: Option<Kernel>,
+    /// Penultimate features `(n, d)` and the last layer, present when [`Needs::features`]
+    /// was asked for.
+    pub features: Option<Features>,
 }
 
 /// RBF kernel values `K_c(x)` of a DUQ model `(n, c)`, each in `[0, 1]` (rows need not sum to
@@ -369,7 +399,16 @@ impl Evidence {
             grads: None,
             samples: None,
             kernel: None,
+            features: None,
         }
+    }
+
+    /// The features and last layer, or an error naming the scorer that needed them.
+    pub fn features(&self, scorer: &str) -> Result<&Features, ScoreError> {
+        self.features.as_ref().ok_or(ScoreError::Missing {
+            scorer: scorer.to_string(),
+            evidence: "penultimate features and the last layer",
+        })
     }
 
     /// The DUQ kernel values, or an error naming the scorer that needed them.

@@ -51,6 +51,7 @@ impl ReGrad {
             perturbations: 8,
             sigma: 0.02,
             expected: false,
+            ..GradRequest::PLAIN
         },
     };
 }

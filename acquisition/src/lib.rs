@@ -11,6 +11,9 @@
 //!   and the closed set of them as [`Builtin`]) and gradient-based ([`ReGrad`] (REGrad and
 //!   REGrad*), [`ExGrad`], [`UnGrad`], [`NeGrad`], [`GradNorm`], [`ExGradV`], [`PerturbKl`]) and over stochastic predictions
 //!   ([`SampleScorer`]: BALD, entropy of the mean, class variance, variation ratio, max-prob);
+//! - the last-layer view of a network ([`Features`]: penultimate features and the last
+//!   linear layer, with the gradient evidence over that layer in closed form) and
+//!   [`AtLastLayer`], which runs any gradient scorer over it;
 //! - batch selection from scores ([`Selection`]: top-k, random, and the stochastic power /
 //!   softmax / soft-rank modes of Kirsch et al. 2023).
 //!
@@ -29,6 +32,7 @@
 mod batch;
 mod bayes;
 mod evidence;
+mod features;
 mod gradient;
 mod scorers;
 mod selection;
@@ -36,8 +40,9 @@ mod selection;
 pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
 pub use bayes::{SampleScore, SampleScorer};
 pub use evidence::{
-    Evidence, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
+    Evidence, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
 };
+pub use features::{last_layer_norms, AtLastLayer, Features};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
 pub use scorers::{Builtin, DuqCertainty, Entropy, LeastConfidence, Margin};
 pub use selection::{gumbel, Selection};

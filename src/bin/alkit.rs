@@ -22,7 +22,7 @@ mod ui;
 
 use flags::*;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use ui::Bars;
 
 fn main() {
@@ -64,6 +64,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Curve(a) => curve(a, &device, cli.quiet),
         Command::Train(a) => train_cmd(a, &device, cli.quiet),
         Command::Score(a) => score_cmd(a, &device, cli.quiet),
+        Command::Embed(a) => embed_cmd(a, &device, cli.quiet),
         Command::Merge(a) => merge_cmd(a),
         Command::Bench(a) => bench_cmd(a, &device, cli.quiet),
         Command::Ood(a) => ood_cmd(a, &device, cli.quiet),
@@ -82,12 +83,71 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Status(a) => session::status(a),
         Command::Scorers => {
             let mut so = std::io::stdout().lock();
+            let last_layer = alkit::strategies::ScorerSettings {
+                layers: alkit::strategies::Layers::Last,
+                ..Default::default()
+            };
             for k in StrategyKind::all() {
-                writeln!(so, "{:<18} {}", k.name(), settings::in_flags(k.about()))?;
+                let last = if k.reads_gradients(&last_layer) && k.check_layers(&last_layer).is_ok()
+                {
+                    format!(
+                        " (with --layers last: `{}@last`, over the last layer)",
+                        k.name()
+                    )
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    so,
+                    "{:<18} {}{last}",
+                    k.name(),
+                    settings::in_flags(k.about())
+                )?;
             }
             Ok(())
         }
     }
+}
+
+/// The embedding cache when --embed-cache is not given: `$ALKIT_CACHE/embeddings`, else
+/// `$XDG_CACHE_HOME/alkit/embeddings`, else `~/.cache/alkit/embeddings`.
+fn embed_cache() -> Result<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(c) = var("ALKIT_CACHE") {
+        return Ok(c.join("embeddings"));
+    }
+    if let Some(c) = var("XDG_CACHE_HOME") {
+        return Ok(c.join("alkit/embeddings"));
+    }
+    match var("HOME") {
+        Some(h) => Ok(h.join(".cache/alkit/embeddings")),
+        None => bail!("no cache folder: give --embed-cache, or set ALKIT_CACHE or HOME"),
+    }
+}
+
+fn embed_cmd(a: EmbedArgs, device: &Device, quiet: bool) -> Result<()> {
+    let job = alkit::eval::embed::EmbedJob {
+        backbone: a.checkpoint.clone(),
+        data: a.data.to_string_lossy().into_owned(),
+        batch: a.batch,
+        chunk: a.chunk,
+    };
+    let mut bars = Bars::new(quiet, 1);
+    let r = alkit::eval::embed::run(&job, &a.out, &Hub::from_env(), device, &mut bars);
+    bars.finish();
+    let e = r?;
+    writeln!(
+        std::io::stdout().lock(),
+        "embedded {} items ({} features each) into {}",
+        e.items,
+        e.dim,
+        e.path.display()
+    )?;
+    Ok(())
 }
 
 fn make_device(d: DeviceArg) -> Result<Device> {
@@ -136,7 +196,30 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         }
         None => {
             let out = a.out.clone().unwrap_or_else(|| "out/curve".into());
-            let options = a.options()?;
+            let mut options = a.options()?;
+            if let Some(backbone) = &a.backbone {
+                let data = options.data.clone().unwrap_or_else(|| "data".into());
+                let job = alkit::eval::embed::EmbedJob {
+                    backbone: backbone.clone(),
+                    data: data.to_string_lossy().into_owned(),
+                    batch: None,
+                    chunk: 16384,
+                };
+                let cache = match &a.embed_cache {
+                    Some(c) => c.clone(),
+                    None => embed_cache()?,
+                };
+                let mut bars = Bars::new(quiet, 1);
+                let embedded = alkit::eval::embed::cached(&job, &cache, &hub, device, &mut bars);
+                bars.finish();
+                let embedded = embedded.with_context(|| {
+                    format!("embedding {} through --backbone {backbone}", data.display())
+                })?;
+                options.data = Some(embedded.path);
+                if options.model.is_none() {
+                    options.model = "linear".parse().ok();
+                }
+            }
             options
                 .start(&out, a.force, &hub, &mut downloads)
                 .map(|(spec, on)| (spec, on, out, false))

@@ -2,11 +2,13 @@
 //! ([`calibrate`]), each a library experiment like `curve`: it takes a model and data, writes
 //! its tables and plots into a folder and returns what it measured, and the binary only prints.
 //!
-//! One file each: [`model`] (where the model comes from), [`train`] (`alkit train`), [`score`]
+//! One file each: [`model`] (where the model comes from), [`train`] (`alkit train`), [`embed`]
+//! (a frozen backbone's embeddings of a source, cached), [`score`]
 //! (scoring a pool or a split, whole, in chunks or sharded), [`shard`], [`ood`],
 //! [`calibrate`], [`scores_file`].
 
 pub mod calibrate;
+pub mod embed;
 pub mod model;
 pub mod ood;
 pub mod score;

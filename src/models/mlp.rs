@@ -1,18 +1,36 @@
-//! The built-in `mlp`: a ReLU MLP 256-128 on flattened items ([`Mlp`]), trained with the
-//! softmax recipe.
+//! The built-in `mlp` (a ReLU MLP 256-128 on flattened items, [`Mlp`]) and the heads for
+//! embeddings: `linear` (softmax regression, no hidden layer) and `mlp-dropout` (one hidden
+//! layer of 256 with dropout 0.5, so MC-dropout scorers run on the head); all trained with
+//! the softmax recipe.
 
 use super::builtin::{mul, sum, BuiltinModel, KindInfo, ModelKind};
 use crate::nn::{Classifier, Mlp, MlpConfig};
 use crate::train::{ModelBuilder, TrainConfig};
 use candle_nn::VarBuilder;
 
-static KINDS: [KindInfo; 1] = [KindInfo {
-    name: "mlp",
-    about: "A ReLU MLP 256-128 (any input, flattened)",
-    duq: false,
-    resnet: false,
-    default_batch: || TrainConfig::default().batch_size,
-}];
+static KINDS: [KindInfo; 3] = [
+    KindInfo {
+        name: "mlp",
+        about: "A ReLU MLP 256-128 (any input, flattened)",
+        duq: false,
+        resnet: false,
+        default_batch: || TrainConfig::default().batch_size,
+    },
+    KindInfo {
+        name: "linear",
+        about: "Softmax regression (any input, flattened): a linear head on embeddings",
+        duq: false,
+        resnet: false,
+        default_batch: || TrainConfig::default().batch_size,
+    },
+    KindInfo {
+        name: "mlp-dropout",
+        about: "A ReLU MLP 256 with dropout 0.5: a head on embeddings for MC-dropout scorers",
+        duq: false,
+        resnet: false,
+        default_batch: || TrainConfig::default().batch_size,
+    },
+];
 
 impl ModelBuilder for MlpConfig {
     fn build(&self, vb: VarBuilder) -> candle_core::Result<Box<dyn Classifier>> {
@@ -25,17 +43,28 @@ impl BuiltinModel for MlpConfig {
         &KINDS
     }
 
-    fn for_shape(_: ModelKind, item_shape: &[usize], classes: usize) -> Self {
+    fn for_shape(kind: ModelKind, item_shape: &[usize], classes: usize) -> Self {
+        let (hidden, dropout) = match kind.name() {
+            "linear" => (vec![], 0.0),
+            "mlp-dropout" => (vec![256], 0.5),
+            _ => (vec![256, 128], 0.0),
+        };
         MlpConfig {
             inputs: item_shape.iter().product(),
-            hidden: vec![256, 128],
+            hidden,
             classes,
-            dropout: 0.0,
+            dropout,
         }
     }
 
     fn kind(&self) -> ModelKind {
-        ModelKind::new(&KINDS[0])
+        ModelKind::new(if self.hidden.is_empty() {
+            &KINDS[1]
+        } else if self.dropout > 0.0 {
+            &KINDS[2]
+        } else {
+            &KINDS[0]
+        })
     }
 
     fn classes(&self) -> usize {

@@ -43,6 +43,14 @@ const BASES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "embed",
+        &[
+            ("--checkpoint", "{ck}"),
+            ("--data", "{data}"),
+            ("--out", "{d}/e.safetensors"),
+        ],
+    ),
+    (
         "merge",
         &[
             ("--top", "5"),

@@ -168,6 +168,7 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
             perturbations: 4,
             sigma: 0.0,
             expected: false,
+            ..GradRequest::PLAIN
         },
     };
     let mut rng = stream(0, Purpose::Perturb, 0);

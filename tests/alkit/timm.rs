@@ -206,6 +206,28 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
         }
     }
     assert!(worst <= 1e-9, "REGrad evidence against PyTorch: {worst}");
+    // The last layer alone, in closed form over the features the net offers: PyTorch's
+    // autograd of `fc` (the reference's last column).
+    let last = alkit::nn::last_layer(&net, &x).unwrap().unwrap();
+    let h = last.h.to_vec2::<f64>().unwrap();
+    let mut worst = 0f64;
+    for (i, img) in reference["sq"].as_array().unwrap().iter().enumerate() {
+        let p: Vec<f64> = {
+            let e: Vec<f64> = logits[i].iter().map(|v| v.exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|v| v / s).collect()
+        };
+        let mut closed = Vec::new();
+        alkit_acquisition::last_layer_norms(&h[i], &p, false, &mut closed);
+        for (c, row) in img.as_array().unwrap().iter().enumerate() {
+            let b = row.as_array().unwrap()[layers - 1].as_f64().unwrap();
+            worst = worst.max((closed[c] - b).abs() / b.abs().max(1e-300));
+        }
+    }
+    assert!(
+        worst <= 1e-9,
+        "last-layer closed forms against PyTorch's fc gradients: {worst}"
+    );
 
     // The user's command, end to end through the hub cache: entropy as timm's own f32
     // pipeline gives it (transform and model), REGrad* beside it.
@@ -242,6 +264,62 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
         assert!((e - w).abs() <= 2e-5, "{}: entropy {e}, timm {w}", f[1]);
         let r: f64 = f[3].parse().unwrap();
         assert!(r.is_finite() && r > 0.0, "{line}");
+    }
+
+    // A timm backbone frozen: `embed` gives each photo's pooled features through timm's
+    // transform, and the logits they make with `fc` are timm's (f32 against f64).
+    let emb = cache.join("emb.safetensors");
+    let run = alkit_cmd()
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .args([
+            "-q",
+            "embed",
+            "--checkpoint",
+            "hf:test/timm-resnet18",
+            "--data",
+        ])
+        .arg(fixtures().join("timm_photos"))
+        .arg("--out")
+        .arg(&emb)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let items = load_source(
+        &Source::parse(&emb.to_string_lossy()).unwrap(),
+        &hub,
+        &mut Silent,
+        None,
+    )
+    .unwrap()
+    .pool;
+    assert_eq!(items.ids, ["a.png", "b.png", "c.png"]);
+    assert_eq!(items.item_shape, vec![512]);
+    let fc = formula_weights()
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("fc."))
+        .collect::<std::collections::HashMap<_, _>>();
+    let w = fc["fc.weight"].to_vec2::<f64>().unwrap();
+    let b = fc["fc.bias"].to_vec1::<f64>().unwrap();
+    for (i, want) in reference["logits"].as_array().unwrap().iter().enumerate() {
+        let h = &items.x[i * 512..(i + 1) * 512];
+        for (c, want) in want.as_array().unwrap().iter().enumerate() {
+            let z: f64 = b[c]
+                + w[c]
+                    .iter()
+                    .zip(h)
+                    .map(|(a, x)| a * f64::from(*x))
+                    .sum::<f64>();
+            let want = want.as_f64().unwrap();
+            assert!(
+                (z - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "photo {i} class {c}: {z} vs timm {want}"
+            );
+        }
     }
 
     // `ood` and `calibrate` read their data through the checkpoint's transform too: the same
@@ -309,6 +387,49 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
     }
     let o = cli(&["calibrate", "--data", "id", "--out", "c"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A curve on the frozen timm backbone: the photos embedded once through its transform,
+    // a linear head each cycle.
+    let o = alkit_cmd()
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .current_dir(&cache)
+        .args([
+            "-q",
+            "curve",
+            "--data",
+            "id",
+            "--backbone",
+            "hf:test/timm-resnet18",
+        ])
+        .args([
+            "--embed-cache",
+            "embeddings",
+            "--initial",
+            "2",
+            "--query",
+            "1",
+        ])
+        .args([
+            "--cycles",
+            "2",
+            "--scorer",
+            "entropy,regrad",
+            "--layers",
+            "last",
+        ])
+        .args(["--out", "frozen"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let curve = std::fs::read_to_string(cache.join("frozen/curve.csv")).unwrap();
+    assert_eq!(
+        curve
+            .lines()
+            .filter(|l| l.starts_with("regrad@last,"))
+            .count(),
+        3,
+        "{curve}"
+    );
     // Data with a class the model does not have: refused, not indexed past its outputs.
     photo("id", "train/zebra/b.png", "b.png");
     let o = cli(&["calibrate", "--data", "id", "--out", "c2"]);

@@ -3,7 +3,7 @@
 
 use crate::session;
 use alkit::models::ModelKind;
-use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
+use alkit::strategies::{Layers, ScorerSettings, SelectKind, StrategyKind};
 use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -58,6 +58,8 @@ pub(crate) enum Command {
     Train(TrainArgs),
     /// Score every item of any data source with a checkpoint (local, hf:, or several as an ensemble); one CSV row per item.
     Score(ScoreArgs),
+    /// Embed a data source through a frozen backbone's penultimate layer into an embedding file (features, labels, the test split, ids), resumable after a kill.
+    Embed(EmbedArgs),
     /// Merge the results of `alkit score --shard I/N` into exactly the unsharded `score --top K` result.
     Merge(MergeArgs),
     /// Pool-scoring throughput (samples/s) per scorer with the standard CNN (or an ensemble); `--train duq-fm`: DUQ training images/s.
@@ -266,6 +268,9 @@ pub(crate) struct ScorerFlags {
     /// Inverse temperature of the stochastic selection modes. [default: 1]
     #[arg(long)]
     pub(crate) beta: Option<f32>,
+    /// Parameters of the gradient scorers (regrad, exgrad, negrad, ungrad, gradnorm): `all` layers of the network, or the `last` linear layer only, exact in closed form over the penultimate features (any model that gives them: imported, frozen, or a head on embeddings); scores are then named `<scorer>@last`. [default: all]
+    #[arg(long)]
+    pub(crate) layers: Option<Layers>,
 }
 
 impl ScorerFlags {
@@ -293,6 +298,7 @@ impl ScorerFlags {
             select: self.select.unwrap_or(d.select),
             beta: self.beta.unwrap_or(d.beta),
             members: false,
+            layers: self.layers.unwrap_or(d.layers),
         };
         s.validate()?;
         Ok(s)
@@ -360,6 +366,31 @@ pub(crate) struct CurveArgs {
     /// Read the training split from its source a chunk at a time instead of decoding it into memory (IDX, image folders, Hub data sets): memory then follows the labeled items and one chunk, not the pool; each cycle reads the pool twice (to gather the labeled items, to score). The test split is held. Same results as without.
     #[arg(long)]
     pub(crate) stream: bool,
+    /// A frozen backbone (an alkit checkpoint, a weights file with its config.json, or hf:OWNER/NAME): the pool and test split are embedded once through its penultimate layer into --embed-cache (reused while the backbone and the data files are unchanged, resumed after a kill), and each cycle trains only a head on the features (--model, default linear).
+    #[arg(long, value_name = "SRC", conflicts_with = "resume")]
+    pub(crate) backbone: Option<String>,
+    /// Folder of the backbone embeddings' cache. [default: $ALKIT_CACHE/embeddings, else $XDG_CACHE_HOME/alkit/embeddings, else ~/.cache/alkit/embeddings]
+    #[arg(long, value_name = "DIR", requires = "backbone")]
+    pub(crate) embed_cache: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct EmbedArgs {
+    /// The backbone: an alkit checkpoint folder, a weights file with its config.json, or hf:OWNER/NAME.
+    #[arg(long)]
+    pub(crate) checkpoint: String,
+    /// Items to embed (any source; its test split, if any, too). [default: data]
+    #[arg(long, default_value = "data")]
+    pub(crate) data: PathBuf,
+    /// Inference batch size [default: as for score].
+    #[arg(long)]
+    pub(crate) batch: Option<usize>,
+    /// Items embedded between two saves of the progress (rounded up to whole --batch): a kill loses at most this much work.
+    #[arg(long, default_value_t = 16384)]
+    pub(crate) chunk: usize,
+    /// The embedding file to write (never over an existing file; a killed run resumes from OUT.partial/).
+    #[arg(long)]
+    pub(crate) out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -573,6 +604,7 @@ impl CurveArgs {
             ("--ensemble", self.ensemble.is_some()),
             ("--anchor", self.anchor.is_some()),
             ("--subsample", self.subsample.is_some()),
+            ("--backbone", self.backbone.is_some()),
         ]
         .into_iter()
         .find(|g| g.1)

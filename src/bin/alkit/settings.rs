@@ -8,6 +8,7 @@
 /// internals, a checkpoint's normaliser) keep the library's words.
 const SETTING_FLAGS: &[(&str, &str)] = &[
     ("anchor", "--anchor"),
+    ("backbone", "--backbone"),
     ("batch", "--batch"),
     ("batch_size", "--batch-size"),
     ("beta", "--beta"),
@@ -23,6 +24,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("initial", "--initial"),
     ("labels", "--labels"),
     ("lambda", "--lambda"),
+    ("layers", "--layers"),
     ("lr", "--lr"),
     ("mc_samples", "--mc-samples"),
     ("members", "--members"),
@@ -30,6 +32,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("n", "--n"),
     ("noise", "--noise"),
     ("ood_data", "--ood-data"),
+    ("out", "--out"),
     ("perturb_samples", "--perturb-samples"),
     ("perturb_theta_sigma", "--perturb-theta-sigma"),
     ("perturb_x_sigma", "--perturb-x-sigma"),

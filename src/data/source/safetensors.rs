@@ -1,10 +1,14 @@
-//! Safetensors files: a tensor `x` `(n, ...)` of F32 or U8 (U8 scaled by 1/255; `(n, h, w)`
-//! is one-channel images), an optional integer `y` `(n,)`, optional metadata `classes`
-//! (comma-separated); ids are positions. Read whole through the `safetensors` crate; streamed,
-//! by positioned reads of `x` after the header was checked against the file's length (every
-//! tensor's byte range inside the data section, ranges tiling it, sizes matching shapes), so no
-//! chunk read can leave the file. Both share the per-value code, so their items are equal bit
-//! for bit.
+//! Safetensors files, in two layouts. A pool: a tensor `x` `(n, ...)` of F32 or U8 (U8 scaled
+//! by 1/255; `(n, h, w)` is one-channel images) and an optional integer `y` `(n,)`. An
+//! embedding file (features computed elsewhere, e.g. by a PyTorch encoder): `features`
+//! `(n, d)` of F32 or F16 and optional integer `labels` `(n,)`. Either may carry a test split
+//! (`x_test`/`y_test`, or `test_features`/`test_labels`, every item labeled), and metadata:
+//! `classes` (comma-separated) and `ids` (a JSON array of the pool's `n` distinct, non-empty
+//! ids; positions otherwise). Read whole through the `safetensors` crate; streamed, by
+//! positioned reads of the pool's tensor after the header was checked against the file's
+//! length (every tensor's byte range inside the data section, ranges tiling it, sizes
+//! matching shapes), so no chunk read can leave the file. Both share the per-value code, so
+//! their items are equal bit for bit.
 
 use crate::data::labels::{declared_classes, LabelCheck};
 use crate::data::plan::ImagePlan;
@@ -41,10 +45,11 @@ impl Format for Safetensors<'_> {
         _observer: &mut dyn Observer,
         _plan: Option<&ImagePlan>,
     ) -> Result<Loaded> {
-        Ok(Loaded {
-            pool: load_safetensors(self.0)?,
-            test: None,
-        })
+        load_safetensors(self.0)
+    }
+
+    fn load_test(&self, _hub: &Hub, _observer: &mut dyn Observer) -> Result<Option<Items>> {
+        Ok(load_safetensors(self.0)?.test)
     }
 
     fn pool_labels(&self, _hub: &Hub, _observer: &mut dyn Observer) -> Result<PoolLabels> {
@@ -55,28 +60,160 @@ impl Format for Safetensors<'_> {
 /// The largest safetensors header read (the format's own limit is 100 MB).
 const MAX_HEADER: u64 = 100 << 20;
 
-/// Values of a safetensors pool's `x` from its little-endian bytes (`u8s`: U8 scaled by
-/// 1/255, else F32), checked finite; `first` is the flat position of `bytes`' first value in
-/// the tensor, for the error (a streamed chunk starts past 0).
-fn x_values(bytes: &[u8], u8s: bool, first: usize, path: &Path) -> Result<Vec<f32>> {
-    let x: Vec<f32> = if u8s {
-        bytes.iter().map(|&b| f32::from(b) / 255.0).collect()
-    } else {
-        bytes
+/// The value types an items tensor may have.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dtype {
+    F32,
+    F16,
+    U8,
+}
+
+impl Dtype {
+    /// The items tensor `name`'s dtype: U8 only in the pool layout (pixels), F16 only in an
+    /// embedding file.
+    fn of(dtype: &str, names: &Names, path: &Path) -> Result<Dtype> {
+        match (dtype, names.embeddings) {
+            ("F32", _) => Ok(Dtype::F32),
+            ("U8", false) => Ok(Dtype::U8),
+            ("F16", true) => Ok(Dtype::F16),
+            (d, false) => Err(bad(
+                path,
+                format!("tensor `{}` is {d}; expected F32 or U8", names.x),
+            )),
+            (d, true) => Err(bad(
+                path,
+                format!("tensor `{}` is {d}; expected F32 or F16", names.x),
+            )),
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 => 2,
+            Dtype::U8 => 1,
+        }
+    }
+}
+
+/// Values of an items tensor `name` from its little-endian bytes (U8 scaled by 1/255),
+/// checked finite; `first` is the flat position of `bytes`' first value in the tensor, for
+/// the error (a streamed chunk starts past 0).
+fn x_values(bytes: &[u8], dtype: Dtype, name: &str, first: usize, path: &Path) -> Result<Vec<f32>> {
+    let x: Vec<f32> = match dtype {
+        Dtype::U8 => bytes.iter().map(|&b| f32::from(b) / 255.0).collect(),
+        Dtype::F32 => bytes
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
+            .collect(),
+        Dtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
     };
     if let Some(i) = x.iter().position(|v| !v.is_finite()) {
         return Err(Error::data(
             path,
             DataProblem::Other(format!(
-                "tensor `x` holds a non-finite value at flat position {}",
+                "tensor `{name}` holds a non-finite value at flat position {}",
                 first + i
             )),
         ));
     }
     Ok(x)
+}
+
+/// The tensor names of one split in one layout.
+#[derive(Clone, Copy)]
+struct Names {
+    x: &'static str,
+    y: &'static str,
+    embeddings: bool,
+}
+
+const POOL: Names = Names {
+    x: "x",
+    y: "y",
+    embeddings: false,
+};
+const POOL_TEST: Names = Names {
+    x: "x_test",
+    y: "y_test",
+    embeddings: false,
+};
+const EMBEDDINGS: Names = Names {
+    x: "features",
+    y: "labels",
+    embeddings: true,
+};
+const EMBEDDINGS_TEST: Names = Names {
+    x: "test_features",
+    y: "test_labels",
+    embeddings: true,
+};
+
+/// The layout a file's tensor names say (`has` tells whether a tensor is there): the pool's
+/// and its test split's names. A file naming tensors of both layouts is refused, not read as
+/// one of them.
+fn layout(has: impl Fn(&str) -> bool, path: &Path) -> Result<(Names, Names)> {
+    let pool = [POOL.x, POOL.y, POOL_TEST.x, POOL_TEST.y]
+        .iter()
+        .find(|n| has(n));
+    let emb = [
+        EMBEDDINGS.x,
+        EMBEDDINGS.y,
+        EMBEDDINGS_TEST.x,
+        EMBEDDINGS_TEST.y,
+    ]
+    .iter()
+    .find(|n| has(n));
+    match (pool, emb) {
+        (Some(a), Some(b)) => Err(bad(
+            path,
+            format!(
+                "names tensors of both layouts (`{a}` and `{b}`): a pool has `x` and `y`, an \
+                 embedding file `features` and `labels`"
+            ),
+        )),
+        (None, Some(_)) => Ok((EMBEDDINGS, EMBEDDINGS_TEST)),
+        _ => Ok((POOL, POOL_TEST)),
+    }
+}
+
+/// The pool's ids from the metadata `ids` (a JSON array of `n` distinct non-empty strings),
+/// or positions when absent.
+fn metadata_ids(ids: Option<&str>, n: usize, path: &Path) -> Result<Vec<String>> {
+    let Some(text) = ids else {
+        return Ok(position_ids(0, n));
+    };
+    let ids: Vec<String> = serde_json::from_str(text).map_err(|e| {
+        bad(
+            path,
+            format!("metadata `ids` is not a JSON array of strings: {e}"),
+        )
+    })?;
+    if ids.len() != n {
+        return Err(bad(
+            path,
+            format!("metadata `ids` lists {} ids for {n} items", ids.len()),
+        ));
+    }
+    let mut seen = std::collections::HashMap::with_capacity(n);
+    for (i, id) in ids.iter().enumerate() {
+        if id.is_empty() || id.chars().any(char::is_control) {
+            return Err(bad(
+                path,
+                format!("metadata `ids`: id {i} is empty or holds a control character"),
+            ));
+        }
+        if let Some(prev) = seen.insert(id.as_str(), i) {
+            return Err(bad(
+                path,
+                format!("metadata `ids`: id `{id}` is given to items {prev} and {i}"),
+            ));
+        }
+    }
+    Ok(ids)
 }
 
 /// The item shape of a safetensors pool's `x` of shape `(n, ...)`: `(n, h, w)` is one-channel
@@ -123,73 +260,130 @@ fn repeated(key: &str) -> String {
     format!("not a valid safetensors file: its header names `{key}` twice")
 }
 
-/// Reads `x` (f32 or u8, `(n, ...)`) and optional `y` (any integer type, `(n,)`).
-fn load_safetensors(path: &Path) -> Result<Items> {
-    use safetensors::{Dtype, SafeTensors};
+/// Reads the pool and the test split, if the file has one (see the module docs).
+fn load_safetensors(path: &Path) -> Result<Loaded> {
+    use safetensors::SafeTensors;
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let bad = |m: String| Error::data(path, DataProblem::Other(m));
     let st = SafeTensors::deserialize(&bytes)
-        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+        .map_err(|e| bad(path, format!("not a safetensors file: {e}")))?;
     // The crate checked the header's length against the file.
     let hlen = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
     if let Some(key) = repeated_key(&bytes[8..8 + hlen as usize]) {
-        return Err(bad(repeated(&key)));
+        return Err(bad(path, repeated(&key)));
     }
     let (_, meta) = SafeTensors::read_metadata(&bytes)
-        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
-    let xv = st
-        .tensor("x")
-        .map_err(|_| bad("has no tensor `x` (items, ...)".into()))?;
+        .map_err(|e| bad(path, format!("not a safetensors file: {e}")))?;
+    let meta = meta.metadata().clone().unwrap_or_default();
+    let listed = listed_classes(meta.get("classes").map(String::as_str));
+    let (pool_names, test_names) = layout(|n| st.tensor(n).is_ok(), path)?;
+    let pool = load_split(&st, pool_names, listed.clone(), path)?.ok_or_else(|| {
+        bad(
+            path,
+            format!("has no tensor `{}` (items, ...)", pool_names.x),
+        )
+    })?;
+    let pool = Items {
+        ids: metadata_ids(meta.get("ids").map(String::as_str), pool.len(), path)?,
+        ..pool
+    };
+    let test = load_split(&st, test_names, listed, path)?;
+    if let Some(test) = &test {
+        if test.item_shape != pool.item_shape {
+            return Err(bad(
+                path,
+                format!(
+                    "tensor `{}` has items of shape {:?}, the pool {:?}",
+                    test_names.x, test.item_shape, pool.item_shape
+                ),
+            ));
+        }
+        if test.labels.len() != test.len() || test.labels.iter().any(Option::is_none) {
+            return Err(bad(
+                path,
+                format!(
+                    "a test split needs a label per item (tensor `{}`)",
+                    test_names.y
+                ),
+            ));
+        }
+    }
+    Ok(Loaded { pool, test })
+}
+
+/// One split's items (`None` when the file has no tensor `names.x`); ids are positions.
+fn load_split(
+    st: &safetensors::SafeTensors<'_>,
+    names: Names,
+    listed: Option<Vec<String>>,
+    path: &Path,
+) -> Result<Option<Items>> {
+    let Ok(xv) = st.tensor(names.x) else {
+        if st.tensor(names.y).is_ok() {
+            return Err(bad(
+                path,
+                format!("has labels `{}` but no items `{}`", names.y, names.x),
+            ));
+        }
+        return Ok(None);
+    };
     let shape = xv.shape().to_vec();
-    if shape.len() < 2 || shape[0] == 0 {
-        return Err(bad(format!(
-            "tensor `x` has shape {shape:?}; expected (n, ...) with n > 0"
-        )));
+    let rank_ok = if names.embeddings {
+        shape.len() == 2 && shape[1] > 0
+    } else {
+        shape.len() >= 2
+    };
+    if !rank_ok || shape[0] == 0 {
+        let want = if names.embeddings {
+            "(n, d)"
+        } else {
+            "(n, ...)"
+        };
+        return Err(bad(
+            path,
+            format!(
+                "tensor `{}` has shape {shape:?}; expected {want} with n > 0",
+                names.x
+            ),
+        ));
     }
     let n = shape[0];
-    let u8s = match xv.dtype() {
-        Dtype::F32 => false,
-        Dtype::U8 => true,
-        d => return Err(bad(format!("tensor `x` is {d:?}; expected F32 or U8"))),
-    };
-    let x = x_values(xv.data(), u8s, 0, path)?;
+    let dtype = Dtype::of(&format!("{:?}", xv.dtype()), &names, path)?;
+    let x = x_values(xv.data(), dtype, names.x, 0, path)?;
     let item_shape = x_item_shape(&shape);
-    let labels: Vec<Option<u32>> = match st.tensor("y") {
+    let labels: Vec<Option<u32>> = match st.tensor(names.y) {
         Err(_) => vec![None; n],
         Ok(yv) => {
             if yv.shape() != [n] {
-                return Err(bad(format!(
-                    "tensor `y` has shape {:?}; expected ({n},)",
-                    yv.shape()
-                )));
+                return Err(bad(
+                    path,
+                    format!(
+                        "tensor `{}` has shape {:?}; expected ({n},)",
+                        names.y,
+                        yv.shape()
+                    ),
+                ));
             }
             let dtype = format!("{:?}", yv.dtype());
-            y_labels(yv.data(), &dtype, 0, path)?
+            y_labels(yv.data(), &dtype, names.y, 0, path)?
                 .into_iter()
                 .map(Some)
                 .collect()
         }
     };
-    let listed = listed_classes(
-        meta.metadata()
-            .as_ref()
-            .and_then(|m| m.get("classes"))
-            .map(String::as_str),
-    );
     let classes = declared_classes(&labels, listed, "the metadata `classes`", path)?;
-    Ok(Items {
-        ids: (0..n).map(|i| i.to_string()).collect(),
+    Ok(Some(Items {
+        ids: position_ids(0, n),
         x,
         item_shape,
         labels,
         classes,
-    })
+    }))
 }
 
-/// Labels from the little-endian bytes of a safetensors pool's `y` of dtype `dtype` (`U8`,
+/// Labels from the little-endian bytes of a labels tensor `name` of dtype `dtype` (`U8`,
 /// `I32`, `U32` or `I64`), each in `0..=u32::MAX`; `first` is the item of `bytes`' first value,
 /// for the error (a streamed read starts past 0).
-fn y_labels(bytes: &[u8], dtype: &str, first: usize, path: &Path) -> Result<Vec<u32>> {
+fn y_labels(bytes: &[u8], dtype: &str, name: &str, first: usize, path: &Path) -> Result<Vec<u32>> {
     let bad = |m: String| Error::data(path, DataProblem::Other(m));
     let vals: Vec<i64> = match dtype {
         "U8" => bytes.iter().map(|&b| i64::from(b)).collect(),
@@ -205,7 +399,11 @@ fn y_labels(bytes: &[u8], dtype: &str, first: usize, path: &Path) -> Result<Vec<
             .chunks_exact(8)
             .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect(),
-        t => return Err(bad(format!("tensor `y` is {t}; expected an integer type"))),
+        t => {
+            return Err(bad(format!(
+                "tensor `{name}` is {t}; expected an integer type"
+            )))
+        }
     };
     if let Some(i) = vals
         .iter()
@@ -227,20 +425,18 @@ fn listed_classes(classes: Option<&str>) -> Option<Vec<String>> {
         .map(|s| s.split(',').map(|c| c.trim().to_string()).collect())
 }
 
-#[derive(Clone, Copy)]
-enum Dtype {
-    F32,
-    U8,
-}
-
-/// The `x` tensor of a safetensors file, read in chunks.
+/// The items tensor of a safetensors file, read in chunks.
 struct SafetensorsStream {
     path: PathBuf,
     file: std::fs::File,
+    /// The items tensor's name.
+    name: &'static str,
+    /// Every item's id (the metadata's, or positions).
+    ids: Vec<String>,
     dtype: Dtype,
     n: usize,
     item_shape: Vec<usize>,
-    /// Byte offset of `x`'s first item in the file.
+    /// Byte offset of the first item in the file.
     base: u64,
     next: usize,
 }
@@ -291,6 +487,7 @@ impl SafetensorsStream {
             .ok_or_else(|| bad(path, "not a safetensors file: the header is not an object"))?;
         let data_len = len - 8 - hlen;
         let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let (names, _) = layout(|n| obj.contains_key(n), path)?;
         let mut x = None;
         let mut y = None;
         for (name, t) in obj {
@@ -332,9 +529,9 @@ impl SafetensorsStream {
                 ));
             }
             ranges.push((b, e));
-            if name == "x" {
+            if name == names.x {
                 x = Some((dtype.to_string(), shape, b));
-            } else if name == "y" {
+            } else if name == names.y {
                 y = Some((dtype.to_string(), shape, b, e - b));
             }
         }
@@ -355,32 +552,47 @@ impl SafetensorsStream {
                 format!("not a safetensors file: tensors cover {at} of {data_len} data bytes"),
             ));
         }
-        let (dtype, shape, b) = x.ok_or_else(|| bad(path, "has no tensor `x` (items, ...)"))?;
-        let dtype = match dtype.as_str() {
-            "F32" => Dtype::F32,
-            "U8" => Dtype::U8,
-            d => return Err(bad(path, format!("tensor `x` is {d}; expected F32 or U8"))),
+        let (dtype, shape, b) =
+            x.ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?;
+        let dtype = Dtype::of(&dtype, &names, path)?;
+        let rank_ok = if names.embeddings {
+            shape.len() == 2 && shape[1] > 0
+        } else {
+            shape.len() >= 2
         };
-        if shape.len() < 2 || shape[0] == 0 {
+        if !rank_ok || shape[0] == 0 {
+            let want = if names.embeddings {
+                "(n, d)"
+            } else {
+                "(n, ...)"
+            };
             return Err(bad(
                 path,
-                format!("tensor `x` has shape {shape:?}; expected (n, ...) with n > 0"),
+                format!(
+                    "tensor `{}` has shape {shape:?}; expected {want} with n > 0",
+                    names.x
+                ),
             ));
         }
         let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
         let item_shape = x_item_shape(&dims);
         // Labels, as the whole loader checks them: read in blocks, never all at once.
-        let listed = listed_classes(
+        let metadata = |key: &str| {
             obj.get("__metadata__")
-                .and_then(|m| m.get("classes"))
-                .and_then(Value::as_str),
-        );
+                .and_then(|m| m.get(key))
+                .and_then(Value::as_str)
+        };
+        let listed = listed_classes(metadata("classes"));
+        let ids = metadata_ids(metadata("ids"), dims[0], path)?;
         let mut check = LabelCheck::new(listed, "the metadata `classes`", path)?;
         if let Some((ydtype, yshape, yb, ylen)) = y {
             if yshape != [shape[0]] {
                 return Err(bad(
                     path,
-                    format!("tensor `y` has shape {yshape:?}; expected ({},)", shape[0]),
+                    format!(
+                        "tensor `{}` has shape {yshape:?}; expected ({},)",
+                        names.y, shape[0]
+                    ),
                 ));
             }
             let size = elem_size(&ydtype).unwrap_or(1);
@@ -395,21 +607,23 @@ impl SafetensorsStream {
                 if buf.is_empty() {
                     return Err(Error::io(
                         path,
-                        std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tensor `y`"),
+                        std::io::Error::new(std::io::ErrorKind::UnexpectedEof, names.y),
                     ));
                 }
                 let first = (at / size) as usize;
-                for l in y_labels(&buf, &ydtype, first, path)? {
+                for l in y_labels(&buf, &ydtype, names.y, first, path)? {
                     check.add(Some(l))?;
                 }
                 at += buf.len() as u64;
             }
         }
-        // Without `y` every label is absent, which no class rule can refuse.
+        // Without labels every label is absent, which no class rule can refuse.
         check.finish()?;
         Ok(SafetensorsStream {
             path: path.to_path_buf(),
             file,
+            name: names.x,
+            ids,
             dtype,
             n: dims[0],
             item_shape,
@@ -434,21 +648,17 @@ impl ItemStream for SafetensorsStream {
         }
         let (start, k) = (self.next, max.min(self.n - self.next));
         let item: usize = self.item_shape.iter().product();
-        let size = match self.dtype {
-            Dtype::F32 => 4,
-            Dtype::U8 => 1,
-        };
+        let size = self.dtype.size();
         let mut buf = vec![0u8; k * item * size];
         self.file
             .seek(SeekFrom::Start(self.base + (start * item * size) as u64))
             .and_then(|_| self.file.read_exact(&mut buf))
             .map_err(|e| Error::io(&self.path, e))?;
-        let u8s = matches!(self.dtype, Dtype::U8);
-        let x = x_values(&buf, u8s, start * item, &self.path)?;
+        let x = x_values(&buf, self.dtype, self.name, start * item, &self.path)?;
         self.next += k;
         Ok(Some(Chunk {
             start,
-            ids: position_ids(start, k),
+            ids: self.ids[start..start + k].to_vec(),
             x,
         }))
     }

@@ -1,0 +1,495 @@
+//! A frozen backbone's embeddings of a data source (`alkit embed`, and `curve --backbone`
+//! through [`cached`]): every item of the pool and of the test split through the backbone's
+//! penultimate layer ([`crate::predict::features_of`]), written as an embedding file
+//! (docs/data.md) that a head then trains on each cycle.
+//!
+//! The pool is read and embedded a chunk at a time (memory follows the chunk, not the pool),
+//! its features appended to a work folder beside the output with the progress after each
+//! chunk, so a run killed part-way resumes where the last chunk ended and writes the same
+//! bytes (batches run at their full size, as [`crate::predict::features_of`] runs them, and
+//! chunks hold whole batches). The finished file is assembled with its header first and
+//! renamed into place. [`cached`] keeps files in a cache folder under a key of the backbone's content hash,
+//! the source's name and its files' sizes and times: a cached file is reused only while all of
+//! them are unchanged, and its own header's record of them is checked before it is.
+
+use crate::data::source::Source;
+use crate::data::stream::Items;
+use crate::data::{Dataset, Fnv1a};
+use crate::error::{Error, Result, ResultExt};
+use crate::hub::Hub;
+use crate::observe::Observer;
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use std::hash::Hasher;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// What to embed.
+#[derive(Debug, Clone)]
+pub struct EmbedJob {
+    /// The backbone: any checkpoint [`crate::checkpoint::open`] takes (a folder, a weights
+    /// file with its `config.json`, `hf:OWNER/NAME`).
+    pub backbone: String,
+    /// The data source (`--data`).
+    pub data: String,
+    /// Items per forward pass (`None`: [`crate::predict::default_batch`]).
+    pub batch: Option<usize>,
+    /// Items read and embedded between two saves of the progress (rounded up to whole
+    /// batches): a killed run loses at most this much work.
+    pub chunk: usize,
+}
+
+/// An embedding file ready to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Embedded {
+    /// The file.
+    pub path: PathBuf,
+    /// Pool items.
+    pub items: usize,
+    /// Feature dimension `d`.
+    pub dim: usize,
+    /// Whether the backbone ran (false: a cached file was reused).
+    pub computed: bool,
+}
+
+/// What a work folder records after each chunk, and what its file's header records of where
+/// it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Progress {
+    backbone: String,
+    backbone_hash: String,
+    data: String,
+    stamp: String,
+    items: usize,
+    dim: usize,
+    chunk: usize,
+    batch: usize,
+    done: usize,
+}
+
+/// The embedding file of `job` in the folder `cache`, computed (or resumed) only when no
+/// finished file of the same backbone content and source files is there.
+pub fn cached(
+    job: &EmbedJob,
+    cache: &Path,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Embedded> {
+    let backbone_hash = backbone_hash(job, hub, observer)?;
+    let stamp = source_stamp(&job.data)?;
+    let mut h = Fnv1a::default();
+    for part in [job.backbone.as_str(), &backbone_hash, &job.data, &stamp] {
+        h.write(part.as_bytes());
+        h.write(&[0]);
+    }
+    let out = cache.join(format!("{:016x}.safetensors", h.finish()));
+    if out.exists() {
+        return reuse(&out, &backbone_hash, &stamp);
+    }
+    embed(job, &out, backbone_hash, stamp, hub, device, observer)
+}
+
+/// Embeds `job` into the embedding file `out` (resuming `out`'s work folder when a killed
+/// run of the same job left one). An existing `out` is never overwritten.
+pub fn run(
+    job: &EmbedJob,
+    out: &Path,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Embedded> {
+    if out.exists() {
+        return Err(Error::config(
+            "out",
+            format!(
+                "{} exists; embeddings are never written over a file",
+                out.display()
+            ),
+        ));
+    }
+    crate::fsutil::check_output(
+        "out",
+        out,
+        &[Path::new(&job.data), Path::new(&job.backbone)],
+    )?;
+    let backbone_hash = backbone_hash(job, hub, observer)?;
+    let stamp = source_stamp(&job.data)?;
+    embed(job, out, backbone_hash, stamp, hub, device, observer)
+}
+
+fn backbone_hash(job: &EmbedJob, hub: &Hub, observer: &mut dyn Observer) -> Result<String> {
+    let hash = crate::checkpoint::content_hash(std::slice::from_ref(&job.backbone), hub, observer)
+        .context_with(|| format!("hashing the backbone {}", job.backbone))?;
+    Ok(format!("{hash:016x}"))
+}
+
+/// What a source's files look like without reading them: each file's path, size and
+/// modification time (a folder's, recursively, sorted); a Hub name stands for itself.
+fn source_stamp(data: &str) -> Result<String> {
+    let mut h = Fnv1a::default();
+    if !data.starts_with("hf:") {
+        let mut stack = vec![PathBuf::from(data)];
+        let mut files = Vec::new();
+        while let Some(p) = stack.pop() {
+            let meta = std::fs::metadata(&p).map_err(|e| Error::io(&p, e))?;
+            if meta.is_dir() {
+                for e in std::fs::read_dir(&p).map_err(|e| Error::io(&p, e))? {
+                    stack.push(e.map_err(|e| Error::io(&p, e))?.path());
+                }
+            } else {
+                let time = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                files.push((p, meta.len(), time));
+            }
+        }
+        files.sort();
+        for (p, len, time) in files {
+            h.write(p.to_string_lossy().as_bytes());
+            h.write(&len.to_le_bytes());
+            h.write(&time.to_le_bytes());
+        }
+    }
+    Ok(format!("{:016x}", h.finish()))
+}
+
+/// A finished file whose header records the same backbone and source files.
+fn reuse(out: &Path, backbone_hash: &str, stamp: &str) -> Result<Embedded> {
+    let meta = read_header_metadata(out)?;
+    let recorded: Progress = meta
+        .get("alkit_embedding")
+        .and_then(|v| serde_json::from_str(v).ok())
+        .ok_or_else(|| Error::state(out, "a cached embedding file without alkit's record"))?;
+    if recorded.backbone_hash != backbone_hash || recorded.stamp != stamp {
+        return Err(Error::state(
+            out,
+            "a cached embedding file of another backbone or source under this one's key: \
+             remove it",
+        ));
+    }
+    Ok(Embedded {
+        path: out.to_path_buf(),
+        items: recorded.items,
+        dim: recorded.dim,
+        computed: false,
+    })
+}
+
+fn read_header_metadata(path: &Path) -> Result<std::collections::HashMap<String, String>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut n8 = [0u8; 8];
+    f.read_exact(&mut n8).map_err(|e| Error::io(path, e))?;
+    let n = u64::from_le_bytes(n8);
+    if n > 100 << 20 {
+        return Err(Error::state(path, "a safetensors header over 100 MB"));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).map_err(|e| Error::io(path, e))?;
+    #[derive(Deserialize)]
+    struct Header {
+        #[serde(rename = "__metadata__", default)]
+        metadata: std::collections::HashMap<String, String>,
+    }
+    let h: Header = serde_json::from_slice(&header)
+        .map_err(|e| Error::state(path, format!("not a safetensors header: {e}")))?;
+    Ok(h.metadata)
+}
+
+/// The work folder of `out`: its features so far and the progress.
+fn work_dir(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    out.with_file_name(format!("{name}.partial"))
+}
+
+fn embed(
+    job: &EmbedJob,
+    out: &Path,
+    backbone_hash: String,
+    stamp: String,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Embedded> {
+    if job.chunk == 0 || job.batch == Some(0) {
+        return Err(Error::config(
+            "chunk",
+            "setting `chunk` and setting `batch` must be at least 1",
+        ));
+    }
+    let ck = crate::checkpoint::open(&job.backbone, hub, device, observer)
+        .context_with(|| format!("loading the backbone {}", job.backbone))?;
+    let source = Source::parse(&job.data).context_with(|| format!("data source {}", job.data))?;
+    let loading = || format!("loading the data {}", job.data);
+    let pre = ck.config.preprocess;
+    let item_values: usize = ck.config.item_shape.iter().product();
+    let batch = job
+        .batch
+        .unwrap_or_else(|| crate::predict::default_batch(item_values));
+    crate::limits::batch("batch", batch, item_values)?;
+    let chunk = job.chunk.div_ceil(batch).saturating_mul(batch);
+    let mut stream =
+        crate::data::source::open(&source, hub, observer, pre.as_ref()).context_with(loading)?;
+    if stream.item_shape() != ck.config.item_shape {
+        return Err(Error::config(
+            "backbone",
+            format!(
+                "{}: items are {:?}, the backbone {} takes {:?}",
+                job.data,
+                stream.item_shape(),
+                job.backbone,
+                ck.config.item_shape
+            ),
+        ));
+    }
+    let items = stream.len();
+    let work = work_dir(out);
+    std::fs::create_dir_all(&work).map_err(|e| Error::io(&work, e))?;
+    let progress_path = work.join("progress.json");
+    let features_path = work.join("features.f32");
+    let mut progress = Progress {
+        backbone: job.backbone.clone(),
+        backbone_hash,
+        data: job.data.clone(),
+        stamp,
+        items,
+        dim: 0,
+        chunk,
+        batch,
+        done: 0,
+    };
+    if progress_path.exists() {
+        let before: Progress = crate::fsutil::read_json(&progress_path)?;
+        let same = Progress {
+            dim: before.dim,
+            done: before.done,
+            ..progress.clone()
+        };
+        if before != same {
+            return Err(Error::state(
+                &progress_path,
+                "the work of another backbone, source or batching: remove this folder",
+            ));
+        }
+        progress = before;
+    }
+    let mut features = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&features_path)
+        .map_err(|e| Error::io(&features_path, e))?;
+    // Work past the last recorded chunk is discarded: it may be torn.
+    let kept = (progress.done * progress.dim * 4) as u64;
+    features
+        .set_len(kept)
+        .and_then(|_| features.seek(SeekFrom::Start(kept)).map(|_| ()))
+        .map_err(|e| Error::io(&features_path, e))?;
+    let mut ids = Vec::with_capacity(items);
+    let mut at = 0;
+    while let Some(c) = stream.next_chunk(chunk).context_with(loading)? {
+        let k = c.ids.len();
+        ids.extend(c.ids);
+        if at + k <= progress.done {
+            at += k;
+            continue;
+        }
+        let raw = Dataset::new(c.x, vec![0; k], ck.config.item_shape.clone(), 1)?;
+        let ds = ck.config.normalizer.apply(&raw)?;
+        let all: Vec<usize> = (0..k).collect();
+        let f = crate::predict::features_of(ck.model.as_ref(), &ds, &all, batch, device, observer)?;
+        progress.dim = f.dim();
+        let bytes: Vec<u8> = f.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
+        features
+            .write_all(&bytes)
+            .and_then(|_| features.sync_data())
+            .map_err(|e| Error::io(&features_path, e))?;
+        at += k;
+        progress.done = at;
+        crate::fsutil::write_json(&progress_path, &progress)?;
+    }
+    let pool = pool_labels(&source, hub, observer, items).context_with(loading)?;
+    let test = test_split(&source, pre.as_ref(), hub, observer).context_with(loading)?;
+    let test_features = match &test {
+        Some(t) => {
+            if let Some(i) = t.labels.iter().position(Option::is_none) {
+                return Err(Error::config(
+                    "data",
+                    format!("{}: test item `{}` has no label", job.data, t.ids[i]),
+                ));
+            }
+            let raw = t.dataset()?;
+            let ds = ck.config.normalizer.apply(&raw)?;
+            let all: Vec<usize> = (0..ds.len()).collect();
+            Some(crate::predict::features_of(
+                ck.model.as_ref(),
+                &ds,
+                &all,
+                batch,
+                device,
+                observer,
+            )?)
+        }
+        None => None,
+    };
+    let record = serde_json::to_string(&progress)
+        .map_err(|e| Error::state(&progress_path, format!("cannot serialise: {e}")))?;
+    let classes = pool.1;
+    let mut file = EmbeddingFile::new(&features_path, items, progress.dim)?;
+    if let Some(labels) = &pool.0 {
+        file.tensor("labels", "I64", vec![items], i64_bytes(labels));
+    }
+    if let (Some(t), Some(f)) = (&test, &test_features) {
+        let bytes: Vec<u8> = f.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
+        file.tensor("test_features", "F32", vec![t.len(), f.dim()], bytes);
+        let labels: Vec<u32> = t.labels.iter().map(|l| l.unwrap_or(0)).collect();
+        file.tensor("test_labels", "I64", vec![t.len()], i64_bytes(&labels));
+    }
+    file.meta("classes", classes.join(","));
+    file.meta(
+        "ids",
+        serde_json::to_string(&ids).map_err(|e| Error::state(out, format!("ids: {e}")))?,
+    );
+    file.meta("alkit_embedding", record);
+    file.write(out)?;
+    std::fs::remove_dir_all(&work).map_err(|e| Error::io(&work, e))?;
+    Ok(Embedded {
+        path: out.to_path_buf(),
+        items,
+        dim: progress.dim,
+        computed: true,
+    })
+}
+
+/// Every pool item's label when every item has one (an embedding file's `labels` labels all
+/// or none), and the class names.
+fn pool_labels(
+    source: &Source,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+    items: usize,
+) -> Result<(Option<Vec<u32>>, Vec<String>)> {
+    let pl = match crate::data::source::pool_labels(source, hub, observer) {
+        Ok(pl) => pl,
+        // Tensor sources keep labels beside their values: read whole (no backbone involved).
+        Err(_) => {
+            let loaded = crate::data::source::load(source, hub, observer, None)?;
+            crate::data::stream::PoolLabels {
+                labels: loaded.pool.labels,
+                classes: loaded.pool.classes,
+            }
+        }
+    };
+    if pl.labels.len() != items {
+        return Err(Error::config(
+            "data",
+            format!("{} labels for {items} items", pl.labels.len()),
+        ));
+    }
+    let all: Option<Vec<u32>> = pl.labels.iter().copied().collect();
+    Ok((all, pl.classes))
+}
+
+/// The test split through the backbone's preprocessing.
+fn test_split(
+    source: &Source,
+    pre: Option<&crate::data::image::Preprocess>,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<Option<Items>> {
+    match pre {
+        None => crate::data::source::load_test(source, hub, observer),
+        Some(p) => Ok(crate::data::source::load(source, hub, observer, Some(p))?.test),
+    }
+}
+
+fn i64_bytes(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|&l| i64::from(l).to_le_bytes()).collect()
+}
+
+/// A safetensors file written with its pool features copied from the work folder's file, so
+/// the pool is never held in memory: the header (tensor offsets and the metadata) first, then
+/// the data in the header's order.
+struct EmbeddingFile {
+    features: PathBuf,
+    items: usize,
+    dim: usize,
+    rest: Vec<(String, &'static str, Vec<usize>, Vec<u8>)>,
+    meta: std::collections::BTreeMap<String, String>,
+}
+
+impl EmbeddingFile {
+    fn new(features: &Path, items: usize, dim: usize) -> Result<Self> {
+        let len = std::fs::metadata(features)
+            .map_err(|e| Error::io(features, e))?
+            .len();
+        if len != (items * dim * 4) as u64 {
+            return Err(Error::state(
+                features,
+                format!("holds {len} bytes for {items} items of {dim} features"),
+            ));
+        }
+        Ok(Self {
+            features: features.to_path_buf(),
+            items,
+            dim,
+            rest: Vec::new(),
+            meta: Default::default(),
+        })
+    }
+
+    fn tensor(&mut self, name: &str, dtype: &'static str, shape: Vec<usize>, bytes: Vec<u8>) {
+        self.rest.push((name.to_string(), dtype, shape, bytes));
+    }
+
+    fn meta(&mut self, key: &str, value: String) {
+        self.meta.insert(key.to_string(), value);
+    }
+
+    /// Writes the file to a temporary name beside `out`, synced, then renames it.
+    fn write(self, out: &Path) -> Result<()> {
+        let mut header = serde_json::Map::new();
+        header.insert(
+            "__metadata__".into(),
+            serde_json::to_value(&self.meta).unwrap_or_default(),
+        );
+        let mut at = (self.items * self.dim * 4) as u64;
+        header.insert(
+            "features".into(),
+            serde_json::json!({"dtype": "F32", "shape": [self.items, self.dim], "data_offsets": [0, at]}),
+        );
+        for (name, dtype, shape, bytes) in &self.rest {
+            let end = at + bytes.len() as u64;
+            header.insert(
+                name.clone(),
+                serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, end]}),
+            );
+            at = end;
+        }
+        let mut text = serde_json::to_vec(&header)
+            .map_err(|e| Error::state(out, format!("cannot serialise the header: {e}")))?;
+        // The data section starts 8-byte aligned, as safetensors' own writer aligns it.
+        while (text.len() + 8) % 8 != 0 {
+            text.push(b' ');
+        }
+        let tmp = work_dir(out).join("assembled.safetensors");
+        let result = (|| -> std::io::Result<()> {
+            let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            f.write_all(&(text.len() as u64).to_le_bytes())?;
+            f.write_all(&text)?;
+            std::io::copy(&mut std::fs::File::open(&self.features)?, &mut f)?;
+            for (_, _, _, bytes) in &self.rest {
+                f.write_all(bytes)?;
+            }
+            f.into_inner()?.sync_all()?;
+            std::fs::rename(&tmp, out)
+        })();
+        result.map_err(|e| Error::io(out, e))
+    }
+}
