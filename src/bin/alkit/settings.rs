@@ -29,6 +29,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("model", "--model"),
     ("n", "--n"),
     ("noise", "--noise"),
+    ("onnx_features", "--onnx-features"),
     ("ood_data", "--ood-data"),
     ("perturb_samples", "--perturb-samples"),
     ("perturb_theta_sigma", "--perturb-theta-sigma"),
