@@ -215,6 +215,13 @@ pub fn run(
         observer,
     )
     .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))?;
+    // An ONNX model cannot give what needs autograd or rebuilding (gradients through the
+    // network, MC dropout, weight noise): refused before any item is read.
+    if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
+        for s in &scorers {
+            ck.config.arch.check_needs(s.name(), &s.needs())?;
+        }
+    }
     let name = job.data.as_str();
     let source = Source::parse(name).context_with(|| format!("data source {name}"))?;
     let loading = || format!("loading the data {name}");

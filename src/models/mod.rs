@@ -183,13 +183,23 @@ impl Arch {
     /// Refuses, before anything trains, strategy `name` reading evidence this model cannot
     /// give: DUQ's kernel values from a model that is not DUQ, MC-dropout draws from one
     /// without dropout (an ensemble's members give sample scorers their draws instead),
-    /// weight-noise draws from an ONNX model (which alkit cannot rebuild).
+    /// gradients and weight-noise draws from an ONNX model (no autograd, and alkit cannot
+    /// rebuild it).
     pub fn check_needs(&self, name: &str, needs: &alkit_acquisition::Needs) -> Result<()> {
         let model = self.kind().name();
         let weight_noise = matches!(
             needs.samples,
             Some(alkit_acquisition::SampleRequest::WeightNoise { .. })
         );
+        if needs.grads.is_some() && matches!(self, Arch::Onnx(_)) {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` reads gradients through the whole network; an ONNX model runs \
+                     in ONNX Runtime, which has no autograd"
+                ),
+            ));
+        }
         if weight_noise && matches!(self, Arch::Onnx(_)) {
             return Err(crate::Error::config(
                 "scorer",

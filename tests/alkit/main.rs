@@ -14,6 +14,7 @@ mod images;
 mod label_page;
 mod layer_library;
 mod layers;
+mod onnx;
 mod pytorch;
 mod scorers;
 mod sessions;

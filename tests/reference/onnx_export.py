@@ -15,8 +15,8 @@
 # logits output only and a fixed batch of 2 (no dynamic axis, no config.json): alkit must find
 # its features as the last Gemm's input, pad the last batch, and take timm's defaults.
 #
-# Usage: python tests/reference/onnx_export.py  (torch 2.15, timm==1.0.31, onnx, onnxruntime,
-# safetensors, numpy); writes data/onnx/ under the repository root.
+# Usage: python tests/reference/onnx_export.py [DIR]  (torch 2.15, timm==1.0.31, onnx,
+# onnxruntime 1.32, safetensors, numpy); writes data/onnx/ under the repository root, or DIR.
 import json, os, sys
 
 import numpy as np
@@ -28,7 +28,7 @@ from safetensors.numpy import save_file
 from timm.models._hub import save_config_for_hf
 
 here = os.path.dirname(os.path.abspath(__file__))
-out_root = os.path.join(here, "..", "..", "data", "onnx")
+out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "data", "onnx")
 CLASSES = 10
 ITEMS = 3
 
