@@ -161,6 +161,8 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
 
 /// What a timm `config.json` says of a model's data, whatever its architecture: the classes
 /// (count and names), the normalisation and the evaluation transform.
+// Read whole by ONNX models only (feature `onnx`); timm's own checkpoints take its parts.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))]
 pub(crate) struct DataConfig {
     /// The class count of the head (timm's default 1000 where none is given).
     pub(crate) classes: usize,
@@ -176,6 +178,7 @@ pub(crate) struct DataConfig {
 
 /// What a timm `config.json` (or an ONNX model's `config.json` beside it) says of the data a
 /// model of any architecture takes ([`DataConfig`]), timm's defaults where keys are absent.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))]
 pub(crate) fn data_config(value: Value, path: &Path) -> Result<DataConfig> {
     read(value, path, |_| Ok(())).map(|(_, d)| d)
 }
