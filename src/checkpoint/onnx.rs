@@ -1216,6 +1216,39 @@ mod tests {
         assert!(decode_tensor(&t).is_err());
     }
 
+    /// Every prefix of a real model, and copies with bytes flipped, are parsed and searched
+    /// for their last layer without a panic (an error or a graph, nothing else).
+    #[test]
+    fn truncated_and_corrupted_models_never_panic() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/onnx/resnet/model.onnx");
+        let bytes = std::fs::read(path).unwrap();
+        let g = parse_model(&bytes).unwrap();
+        let head = g.head("logits").unwrap();
+        assert_eq!(
+            (head.classes, head.dim, head.features.as_str()),
+            (10, 96, "features")
+        );
+        for cut in (0..bytes.len()).step_by(997) {
+            if let Ok(g) = parse_model(&bytes[..cut]) {
+                let _ = g.head("logits");
+            }
+        }
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..300 {
+            let mut b = bytes.clone();
+            for _ in 0..8 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let i = (state % b.len() as u64) as usize;
+                b[i] = (state >> 32) as u8;
+            }
+            if let Ok(g) = parse_model(&b) {
+                let _ = g.head("logits");
+            }
+        }
+    }
+
     #[test]
     fn an_added_output_parses_back_as_one() {
         let mut m = vec![0x3a, 0x00];
