@@ -76,6 +76,15 @@ pub enum Event<'a> {
         /// The files, relative to `source`, in its order.
         files: &'a [String],
     },
+    /// Something alkit chose for a model or source that nothing named (an ONNX model's
+    /// features, found in its graph as its last layer's input), told once per open so that
+    /// nothing is chosen unsaid; the binary prints it in one line.
+    Chose {
+        /// The model or source (a path).
+        source: &'a str,
+        /// What was chosen, and from what, in words.
+        what: &'a str,
+    },
 }
 
 /// What the observer wants the library to do next.

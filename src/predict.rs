@@ -431,12 +431,17 @@ impl Scoring<'_> {
                 format!("{} values for {ch} channels", self.input_std.len()),
             ));
         }
-        let fallback: Option<Vec<(String, candle_core::Tensor)>> = self.params.map(|p| {
-            p.named()
-                .into_iter()
-                .map(|(n, v)| (n, v.as_tensor().clone()))
-                .collect()
-        });
+        // A model with no parameters to differentiate (an ONNX model's are ONNX Runtime's)
+        // has no fallback: per-candidate autograd would find no layer and score nothing.
+        let fallback: Option<Vec<(String, candle_core::Tensor)>> = self
+            .params
+            .map(|p| {
+                p.named()
+                    .into_iter()
+                    .map(|(n, v)| (n, v.as_tensor().clone()))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|p| !p.is_empty());
         let (mut sq, mut kl, mut shape) = (Vec::new(), Vec::new(), (0, 0));
         let mut done = 0;
         let batch = self.batch.clamp(1, 256);
@@ -455,7 +460,7 @@ impl Scoring<'_> {
                     None => {
                         return Err(Error::config(
                             "model",
-                            "gradient scorers need a model with a gradient fast path or Var-backed parameters",
+                            "gradient scorers over the whole network need a model with a gradient fast path or Var-backed parameters (an ONNX model has neither: ONNX Runtime has no autograd)",
                         ))
                     }
                 },

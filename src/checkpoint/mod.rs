@@ -11,8 +11,12 @@
 //! timm's layout (its own `config.json`) is read through [`timm`]: its weights by their
 //! state-dict names, its evaluation transform as the checkpoint's [`Preprocess`]. Weights may
 //! also be PyTorch's own files (`pytorch_model.bin`, a `.pth` with a `config.json` beside it,
-//! or [`import`]'s input), read by [`pytorch`] without running any of their code.
+//! or [`import`]'s input), read by [`pytorch`] without running any of their code. A `.onnx`
+//! file (or a folder holding `model.onnx`) is an ONNX model run by ONNX Runtime (`onnx`, with
+//! the cargo feature `onnx`).
 
+#[cfg(feature = "onnx")]
+pub mod onnx;
 pub mod pytorch;
 pub mod timm;
 
@@ -75,6 +79,57 @@ pub struct Checkpoint {
 }
 
 const FORMAT: u32 = 1;
+
+/// How checkpoints are opened, beyond their names: what some kinds need said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// An ONNX model's output holding the features its last layer multiplies (`None`: found
+    /// in the graph as that layer's input, and told to the observer).
+    pub onnx_features: Option<String>,
+}
+
+/// The file name of an ONNX model inside a checkpoint folder.
+pub const ONNX_FILE: &str = "model.onnx";
+
+/// Whether `path` names an ONNX model: a `.onnx` file, or a folder holding [`ONNX_FILE`] and
+/// none of [`WEIGHTS_FILES`].
+fn onnx_model(path: &Path) -> Option<PathBuf> {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+    {
+        return Some(path.to_path_buf());
+    }
+    let inside = path.join(ONNX_FILE);
+    (path.is_dir() && inside.is_file() && !WEIGHTS_FILES.iter().any(|f| path.join(f).is_file()))
+        .then_some(inside)
+}
+
+/// Opens the ONNX model at `path` ([`onnx::load`]), or says how to get a build that can.
+#[cfg(feature = "onnx")]
+fn load_onnx(
+    path: &Path,
+    options: &OpenOptions,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    onnx::load(path, options, observer)
+}
+
+/// Without the feature: an error saying how to get a build that runs ONNX models.
+#[cfg(not(feature = "onnx"))]
+fn load_onnx(
+    path: &Path,
+    options: &OpenOptions,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    let _ = (options, observer);
+    Err(Error::state(
+        path,
+        "an ONNX model, and this build of alkit runs none: build it with the cargo feature \
+         `onnx` and install ONNX Runtime with scripts/onnxruntime.sh DIR (then source \
+         DIR/env.sh, which sets ORT_DYLIB_PATH)",
+    ))
+}
 
 /// Writes `dir/model.safetensors` and `dir/config.json` (each atomically); returns the config
 /// written.
@@ -337,8 +392,28 @@ fn weights_without_config(path: &Path, format: pytorch::Format) -> Error {
 
 /// Loads a checkpoint onto `device`: a folder holding `config.json` (alkit's own, or a timm
 /// model's: see [`timm`]) and one of [`WEIGHTS_FILES`], or a weights file (safetensors or
-/// PyTorch's) with a `config.json` beside it.
+/// PyTorch's) with a `config.json` beside it, or an ONNX model (see [`load_with`]).
 pub fn load(dir: &Path, device: &Device) -> Result<Checkpoint> {
+    load_with(
+        dir,
+        &OpenOptions::default(),
+        device,
+        &mut crate::observe::Silent,
+    )
+}
+
+/// [`load`] with `options`: an ONNX model (a `.onnx` file, or a folder holding [`ONNX_FILE`]
+/// and no weights file) is opened as they say, and what was chosen for it unnamed is told to
+/// `observer`.
+pub fn load_with(
+    dir: &Path,
+    options: &OpenOptions,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    if let Some(model) = onnx_model(dir) {
+        return load_onnx(&model, options, observer);
+    }
     if dir.is_file() {
         let Some(format) = pytorch::sniff(dir)? else {
             return Err(Error::state(
@@ -491,8 +566,19 @@ pub fn open(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Checkpoint> {
+    open_with(name, &OpenOptions::default(), hub, device, observer)
+}
+
+/// [`open`] with `options` (see [`load_with`]).
+pub fn open_with(
+    name: &str,
+    options: &OpenOptions,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
     let Some(repo) = name.strip_prefix("hf:") else {
-        return load(Path::new(name), device);
+        return load_with(Path::new(name), options, device, observer);
     };
     let repo = HubRepo::parse(repo)?;
     let config = hub.get(&repo, RepoKind::Model, "config.json", observer)?;
@@ -508,9 +594,19 @@ pub fn open(
 
 /// The files checkpoint `name` is read from: `config.json` and `model.safetensors` of its
 /// folder, or of a Hub repository's cached snapshot (fetched through `hub` when missing, as
-/// [`open`] fetches them).
+/// [`open`] fetches them); for an ONNX model, the `.onnx` file and the `config.json` beside it
+/// where there is one.
 pub fn files(name: &str, hub: &Hub, observer: &mut dyn Observer) -> Result<Vec<PathBuf>> {
     const FILES: [&str; 2] = ["config.json", "model.safetensors"];
+    if let Some(model) = onnx_model(Path::new(name)).filter(|_| !name.starts_with("hf:")) {
+        let config = model.with_file_name("config.json");
+        return Ok(config
+            .is_file()
+            .then_some(config)
+            .into_iter()
+            .chain([model])
+            .collect());
+    }
     let Some(repo) = name.strip_prefix("hf:") else {
         return Ok(FILES.iter().map(|f| Path::new(name).join(f)).collect());
     };
@@ -565,23 +661,38 @@ pub fn open_ensemble(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Checkpoint> {
+    open_ensemble_with(names, &OpenOptions::default(), hub, device, observer)
+}
+
+/// [`open_ensemble`] with `options` (see [`load_with`]); the members must also prepare their
+/// inputs alike (the same preprocessing).
+pub fn open_ensemble_with(
+    names: &[String],
+    options: &OpenOptions,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
     match names {
         [] => return Err(Error::config("checkpoint", "no checkpoint given")),
-        [one] => return open(one, hub, device, observer),
+        [one] => return open_with(one, options, hub, device, observer),
         _ => {}
     }
     let mut members = Vec::new();
     let mut member_params = Vec::new();
     let mut config: Option<CheckpointConfig> = None;
     for name in names {
-        let c = open(name, hub, device, observer)?;
+        let c = open_with(name, options, hub, device, observer)?;
         if let Some(first) = &config {
-            if first.arch != c.config.arch || first.normalizer != c.config.normalizer {
+            if first.arch != c.config.arch
+                || first.normalizer != c.config.normalizer
+                || first.preprocess != c.config.preprocess
+            {
                 return Err(Error::state(
                     name,
                     format!(
-                        "an ensemble's checkpoints must share the architecture and \
-                         normalisation of {}",
+                        "an ensemble's checkpoints must share the architecture, \
+                         normalisation and preprocessing of {}",
                         names[0]
                     ),
                 ));

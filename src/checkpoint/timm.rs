@@ -58,6 +58,9 @@ const HARMLESS_ARGS: &[&str] = &[
 
 #[derive(Deserialize)]
 struct TimmConfig {
+    // Absent only in a configuration read for its data alone (an ONNX model's): `is_timm`
+    // asks for it before a checkpoint is read as timm's.
+    #[serde(default)]
     architecture: String,
     num_classes: Option<usize>,
     global_pool: Option<String>,
@@ -99,6 +102,95 @@ pub fn read_config(path: &Path) -> Result<CheckpointConfig> {
 /// describes; its tensor list is the architecture's, by torchvision's names.
 pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
     let bad = |m: String| Error::state(path, m);
+    let (depth, data) = read(value, path, |cfg| {
+        let depth = match cfg.architecture.as_str() {
+            "resnet18" => 18,
+            "resnet34" => 34,
+            "resnet50" => 50,
+            other => {
+                return Err(bad(format!(
+                    "timm architecture `{other}` is not one alkit builds (resnet18, resnet34, \
+                     resnet50 with timm's default stem and names)"
+                )))
+            }
+        };
+        if let Some(key) = cfg
+            .model_args
+            .keys()
+            .find(|k| !HARMLESS_ARGS.contains(&k.as_str()))
+        {
+            return Err(bad(format!(
+                "model_args.{key} changes the network, and alkit builds timm's `{}` only as \
+                 created with its defaults",
+                cfg.architecture
+            )));
+        }
+        let arg_pool = match cfg.model_args.get("global_pool") {
+            Some(Value::String(s)) => Some(s.clone()),
+            None | Some(Value::Null) => None,
+            Some(v) => return Err(bad(format!("model_args.global_pool is {v}, not a name"))),
+        };
+        if let Some(p) = [arg_pool, cfg.global_pool.clone()]
+            .into_iter()
+            .flatten()
+            .find(|p| p != "avg")
+        {
+            return Err(bad(format!(
+                "global pooling `{p}`: alkit's ResNets average (`avg`)"
+            )));
+        }
+        Ok(depth)
+    })?;
+    let arch = Arch::Resnet(ResNetConfig {
+        depth,
+        stem: Stem::Imagenet,
+        in_channels: data.preprocess.channels,
+        classes: data.classes,
+    });
+    Ok(CheckpointConfig {
+        format: FORMAT,
+        alkit_version: env!("CARGO_PKG_VERSION").into(),
+        tensors: expected_tensors(&arch)?,
+        arch,
+        normalizer: data.normalizer,
+        item_shape: data.preprocess.item_shape(),
+        classes: data.names,
+        preprocess: Some(data.preprocess),
+    })
+}
+
+/// What a timm `config.json` says of a model's data, whatever its architecture: the classes
+/// (count and names), the normalisation and the evaluation transform.
+// Read whole by ONNX models only (feature `onnx`); timm's own checkpoints take its parts.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))]
+pub(crate) struct DataConfig {
+    /// The class count of the head (timm's default 1000 where none is given).
+    pub(crate) classes: usize,
+    /// Whether the file gives the class count (else `classes` is timm's default).
+    pub(crate) classes_given: bool,
+    /// One name per class (`0`, `1`, ... where the file names none).
+    pub(crate) names: Vec<String>,
+    /// The mean and standard deviation.
+    pub(crate) normalizer: Normalizer,
+    /// Resize, crop, channels.
+    pub(crate) preprocess: Preprocess,
+}
+
+/// What a timm `config.json` (or an ONNX model's `config.json` beside it) says of the data a
+/// model of any architecture takes ([`DataConfig`]), timm's defaults where keys are absent.
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))]
+pub(crate) fn data_config(value: Value, path: &Path) -> Result<DataConfig> {
+    read(value, path, |_| Ok(())).map(|(_, d)| d)
+}
+
+/// Reads `value` as timm's configuration: the architecture's own checks `arch` first (on the
+/// top-level keys, before any value of the data is read), then the data configuration.
+fn read<T>(
+    value: Value,
+    path: &Path,
+    arch: impl FnOnce(&TimmConfig) -> Result<T>,
+) -> Result<(T, DataConfig)> {
+    let bad = |m: String| Error::state(path, m);
     let not_timm = |e: serde_json::Error| bad(format!("not a timm model configuration: {e}"));
     // timm's `_parse_model_cfg` (`timm/models/_hub.py` lines 165-174): a config without
     // `pretrained_cfg` is the older single dict, whose own keys are the pretrained
@@ -119,28 +211,7 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
         }
     };
     let cfg: TimmConfig = serde_json::from_value(value).map_err(not_timm)?;
-    let depth = match cfg.architecture.as_str() {
-        "resnet18" => 18,
-        "resnet34" => 34,
-        "resnet50" => 50,
-        other => {
-            return Err(bad(format!(
-                "timm architecture `{other}` is not one alkit builds (resnet18, resnet34, \
-                 resnet50 with timm's default stem and names)"
-            )))
-        }
-    };
-    if let Some(key) = cfg
-        .model_args
-        .keys()
-        .find(|k| !HARMLESS_ARGS.contains(&k.as_str()))
-    {
-        return Err(bad(format!(
-            "model_args.{key} changes the network, and alkit builds timm's `{}` only as \
-             created with its defaults",
-            cfg.architecture
-        )));
-    }
+    let chosen = arch(&cfg)?;
     let arg_usize = |key: &str| -> Result<Option<usize>> {
         match cfg.model_args.get(key) {
             None | Some(Value::Null) => Ok(None),
@@ -151,20 +222,6 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
                 .ok_or_else(|| bad(format!("model_args.{key} is {v}, not a count"))),
         }
     };
-    let arg_pool = match cfg.model_args.get("global_pool") {
-        Some(Value::String(s)) => Some(s.clone()),
-        None | Some(Value::Null) => None,
-        Some(v) => return Err(bad(format!("model_args.global_pool is {v}, not a name"))),
-    };
-    if let Some(p) = [arg_pool, cfg.global_pool.clone()]
-        .into_iter()
-        .flatten()
-        .find(|p| p != "avg")
-    {
-        return Err(bad(format!(
-            "global pooling `{p}`: alkit's ResNets average (`avg`)"
-        )));
-    }
     // One class count, wherever it is given (timm's default where none is).
     let counts = [
         ("num_classes", cfg.num_classes),
@@ -290,28 +347,22 @@ pub(crate) fn config(value: Value, path: &Path) -> Result<CheckpointConfig> {
         mean: stats(&pc.mean, IMAGENET_MEAN, "mean")?,
         std: stats(&pc.std, IMAGENET_STD, "std")?,
     };
-    let arch = Arch::Resnet(ResNetConfig {
-        depth,
-        stem: Stem::Imagenet,
-        in_channels: channels,
-        classes,
-    });
     // timm: the top-level `label_names` over the pretrained configuration's.
     let legacy_labels = pc.labels.filter(|_| legacy);
     let classes_named = match cfg.label_names.or(pc.label_names).or(legacy_labels) {
         Some(names) => names,
         None => (0..classes).map(|c| c.to_string()).collect(),
     };
-    Ok(CheckpointConfig {
-        format: FORMAT,
-        alkit_version: env!("CARGO_PKG_VERSION").into(),
-        tensors: expected_tensors(&arch)?,
-        arch,
-        normalizer,
-        item_shape: pre.item_shape(),
-        classes: classes_named,
-        preprocess: Some(pre),
-    })
+    Ok((
+        chosen,
+        DataConfig {
+            classes,
+            classes_given: !given.is_empty(),
+            names: classes_named,
+            normalizer,
+            preprocess: pre,
+        },
+    ))
 }
 
 /// The tensors `arch` defines, by name, in creation order.

@@ -21,6 +21,8 @@ use std::sync::Arc;
 pub struct ModelSource {
     /// A checkpoint folder or `hf:OWNER/NAME[@REV]`; `None`: train `model` here.
     pub checkpoint: Option<String>,
+    /// How the checkpoint is opened (an ONNX model's features output).
+    pub checkpoint_options: crate::checkpoint::OpenOptions,
     /// The built-in model to train when no checkpoint is given.
     pub model: ModelKind,
     /// Optimiser steps when training here.
@@ -98,8 +100,14 @@ impl ModelSource {
                 .context_with(|| format!("training the model saved to {}", save_to.display()))?;
             return Ok((ck, splits));
         };
-        let ck = checkpoint::open_ensemble(std::slice::from_ref(c), hub, device, observer)
-            .context_with(|| format!("loading the checkpoint {c}"))?;
+        let ck = checkpoint::open_ensemble_with(
+            std::slice::from_ref(c),
+            &self.checkpoint_options,
+            hub,
+            device,
+            observer,
+        )
+        .context_with(|| format!("loading the checkpoint {c}"))?;
         check(&ck.config.arch)?;
         let pre = ck.config.preprocess;
         let splits = data

@@ -38,8 +38,10 @@ pub enum Split {
 /// What to score, with what, and where the table goes.
 #[derive(Debug, Clone)]
 pub struct ScoreJob {
-    /// Checkpoint folders or `hf:OWNER/NAME[@REV]`; several form an ensemble.
+    /// Checkpoint folders, files or `hf:OWNER/NAME[@REV]`; several form an ensemble.
     pub checkpoints: Vec<String>,
+    /// How the checkpoints are opened (an ONNX model's features output).
+    pub checkpoint_options: crate::checkpoint::OpenOptions,
     /// The data source (a folder, a file or `hf:OWNER/NAME`).
     pub data: String,
     /// Its split to score.
@@ -205,8 +207,21 @@ pub fn run(
             ),
         ));
     }
-    let ck = crate::checkpoint::open_ensemble(&job.checkpoints, hub, device, observer)
-        .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))?;
+    let ck = crate::checkpoint::open_ensemble_with(
+        &job.checkpoints,
+        &job.checkpoint_options,
+        hub,
+        device,
+        observer,
+    )
+    .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))?;
+    // An ONNX model cannot give what needs autograd or rebuilding (gradients through the
+    // network, MC dropout, weight noise): refused before any item is read.
+    if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
+        for s in &scorers {
+            ck.config.arch.check_needs(s.name(), &s.needs())?;
+        }
+    }
     let name = job.data.as_str();
     let source = Source::parse(name).context_with(|| format!("data source {name}"))?;
     let loading = || format!("loading the data {name}");

@@ -14,9 +14,11 @@ mod cnn;
 mod duq;
 mod duq_resnet;
 mod mlp;
+mod onnx;
 mod resnet;
 
 pub use builtin::{BuiltinModel, KindInfo, ModelKind};
+pub use onnx::OnnxArch;
 
 use crate::data::Dataset;
 use crate::duq::cnn::DuqCnnArch;
@@ -96,6 +98,9 @@ registry! {
     /// model, trained with DUQ's loss, penalty and SGD; the `duq` scorer reads its kernel
     /// values.
     DuqResnet(DuqResNetArch),
+    /// An ONNX model ([`OnnxArch`]): opened from a `.onnx` file and run by ONNX Runtime,
+    /// never built or trained here (it names no kind users can ask for).
+    Onnx(OnnxArch),
 }
 
 /// The most weights [`Arch::check_input`] lets a model have (2^28, 1 GiB of f32): far above
@@ -122,6 +127,9 @@ impl Arch {
                 ),
             )
         };
+        if let Arch::Onnx(onnx) = self {
+            return onnx.check_input(item_shape);
+        }
         let n: usize = item_shape.iter().product();
         if item_shape.is_empty() || n == 0 || n > 1 << 26 {
             return Err(refuse("the shape is empty or too large".into()));
@@ -174,9 +182,33 @@ impl Arch {
 
     /// Refuses, before anything trains, strategy `name` reading evidence this model cannot
     /// give: DUQ's kernel values from a model that is not DUQ, MC-dropout draws from one
-    /// without dropout (an ensemble's members give sample scorers their draws instead).
+    /// without dropout (an ensemble's members give sample scorers their draws instead),
+    /// gradients and weight-noise draws from an ONNX model (no autograd, and alkit cannot
+    /// rebuild it).
     pub fn check_needs(&self, name: &str, needs: &alkit_acquisition::Needs) -> Result<()> {
         let model = self.kind().name();
+        let weight_noise = matches!(
+            needs.samples,
+            Some(alkit_acquisition::SampleRequest::WeightNoise { .. })
+        );
+        if needs.grads.is_some() && matches!(self, Arch::Onnx(_)) {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` reads gradients through the whole network; an ONNX model runs \
+                     in ONNX Runtime, which has no autograd"
+                ),
+            ));
+        }
+        if weight_noise && matches!(self, Arch::Onnx(_)) {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` perturbs the model's weights; an ONNX model runs in ONNX Runtime \
+                     and cannot be rebuilt with other weights"
+                ),
+            ));
+        }
         if needs.kernel && !self.kind().is_duq() {
             return Err(crate::Error::config(
                 "scorer",

@@ -139,6 +139,7 @@ fn cli_train_then_score_writes_one_row_per_item() {
     // `alkit::eval::score::run` writes the same bytes.
     let job = alkit::eval::score::ScoreJob {
         checkpoints: vec![ck.to_string_lossy().into_owned()],
+        checkpoint_options: Default::default(),
         data: "data".into(),
         split: alkit::eval::score::Split::Test,
         scorers: vec![kind("entropy"), kind("margin")],

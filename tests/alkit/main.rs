@@ -16,6 +16,7 @@ mod label_page;
 mod last_layer;
 mod layer_library;
 mod layers;
+mod onnx;
 mod pytorch;
 mod scorers;
 mod sessions;

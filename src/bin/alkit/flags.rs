@@ -174,6 +174,9 @@ pub(crate) struct ModelSource {
     /// of training a model; a model trained here is saved to `OUT/model`.
     #[arg(long)]
     pub(crate) checkpoint: Option<PathBuf>,
+    /// With an ONNX --checkpoint: the output holding the features its last layer multiplies. [default: that layer's input, found in the graph]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) onnx_features: Option<String>,
     /// Architecture to train when no checkpoint is given. [default: cnn]
     #[arg(long, value_parser = model_kind())]
     pub(crate) model: Option<ModelKind>,
@@ -423,9 +426,12 @@ pub(crate) struct TrainArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct ScoreArgs {
-    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), or hf:OWNER/NAME for a model repository on the Hub. Several, comma-separated, form a deep ensemble: its mean prediction is scored, and bald, class-variance, ... read one draw per member.
+    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), hf:OWNER/NAME for a model repository on the Hub, or an ONNX model (FILE.onnx, a timm config.json beside it for the preprocessing; built with the cargo feature `onnx`). Several, comma-separated, form a deep ensemble: its mean prediction is scored, and bald, class-variance, ... read one draw per member.
     #[arg(long, value_delimiter = ',', required = true)]
     pub(crate) checkpoint: Vec<PathBuf>,
+    /// With ONNX checkpoints (FILE.onnx, or a folder holding model.onnx; built with the cargo feature `onnx`): the output holding the features the last layer multiplies. [default: that layer's input, found in the graph]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) onnx_features: Option<String>,
     /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
@@ -548,11 +554,21 @@ impl ModelSource {
                 .into());
             }
         }
+        if self.checkpoint.is_none() && self.onnx_features.is_some() {
+            return Err(alkit::Error::config(
+                "onnx_features",
+                "names an output of an ONNX --checkpoint, and none is given",
+            )
+            .into());
+        }
         Ok(alkit::eval::ModelSource {
             checkpoint: self
                 .checkpoint
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned()),
+            checkpoint_options: alkit::checkpoint::OpenOptions {
+                onnx_features: self.onnx_features.clone(),
+            },
             model: self
                 .model
                 .unwrap_or_else(|| ModelKind::from_name("cnn").expect("cnn is built in")),
@@ -626,6 +642,9 @@ impl ScoreArgs {
                 .iter()
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
+            checkpoint_options: alkit::checkpoint::OpenOptions {
+                onnx_features: self.onnx_features.clone(),
+            },
             data: self.data.to_string_lossy().into_owned(),
             split: match self.split {
                 SplitArg::Train => Split::Train,

@@ -31,6 +31,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("model", "--model"),
     ("n", "--n"),
     ("noise", "--noise"),
+    ("onnx_features", "--onnx-features"),
     ("ood_data", "--ood-data"),
     ("out", "--out"),
     ("perturb_samples", "--perturb-samples"),

@@ -149,6 +149,15 @@ impl Observer for Bars {
                     });
                 }
             }
+            Event::Chose { source, what } => {
+                let line = format!("note: {source}: {what}");
+                if self.noted.insert(line.clone()) {
+                    self.multi.suspend(|| {
+                        use std::io::Write;
+                        let _ = writeln!(std::io::stderr().lock(), "{line}");
+                    });
+                }
+            }
             _ => {}
         }
         Control::Continue
