@@ -215,13 +215,32 @@ pub fn run(
         observer,
     )
     .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))?;
-    // An ONNX model cannot give what needs autograd or rebuilding (gradients through the
-    // network, MC dropout, weight noise): refused before any item is read.
-    if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
+    // An ONNX model is known by its features and last layer: its gradient scores are the
+    // last layer's (named `<scorer>@last`). What needs autograd through the network or
+    // rebuilding (perturbed-input gradients, MC dropout, weight noise) is refused before
+    // any item is read.
+    let scorers: Vec<Arc<dyn Scorer>> = if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
+        let scorers: Vec<_> = scorers
+            .iter()
+            .cloned()
+            .map(|s| -> Arc<dyn Scorer> {
+                let all = alkit_acquisition::GradLayers::All;
+                if !s.needs().grads.is_some_and(|g| g.layers == all) {
+                    return s;
+                }
+                match alkit_acquisition::AtLastLayer::new(s.clone()) {
+                    Some(last) => Arc::new(last),
+                    None => s,
+                }
+            })
+            .collect();
         for s in &scorers {
             ck.config.arch.check_needs(s.name(), &s.needs())?;
         }
-    }
+        scorers
+    } else {
+        scorers.clone()
+    };
     let name = job.data.as_str();
     let source = Source::parse(name).context_with(|| format!("data source {name}"))?;
     let loading = || format!("loading the data {name}");

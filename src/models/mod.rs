@@ -183,20 +183,34 @@ impl Arch {
     /// Refuses, before anything trains, strategy `name` reading evidence this model cannot
     /// give: DUQ's kernel values from a model that is not DUQ, MC-dropout draws from one
     /// without dropout (an ensemble's members give sample scorers their draws instead),
-    /// gradients and weight-noise draws from an ONNX model (no autograd, and alkit cannot
-    /// rebuild it).
+    /// whole-network gradients and weight-noise draws from an ONNX model (no autograd, and
+    /// alkit cannot rebuild it; its last layer's gradients are closed forms).
     pub fn check_needs(&self, name: &str, needs: &alkit_acquisition::Needs) -> Result<()> {
         let model = self.kind().name();
         let weight_noise = matches!(
             needs.samples,
             Some(alkit_acquisition::SampleRequest::WeightNoise { .. })
         );
-        if needs.grads.is_some() && matches!(self, Arch::Onnx(_)) {
+        let whole_network = needs
+            .grads
+            .is_some_and(|g| g.layers == alkit_acquisition::GradLayers::All);
+        if whole_network && matches!(self, Arch::Onnx(_)) {
             return Err(crate::Error::config(
                 "scorer",
                 format!(
                     "`{name}` reads gradients through the whole network; an ONNX model runs \
-                     in ONNX Runtime, which has no autograd"
+                     in ONNX Runtime, which has no autograd: take them over its last layer \
+                     (setting `layers` last)"
+                ),
+            ));
+        }
+        let perturbed = needs.grads.is_some_and(|g| g.perturbations > 0);
+        if perturbed && matches!(self, Arch::Onnx(_)) {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` averages gradients over perturbed copies of the input; an ONNX \
+                     model gives its last layer's gradients only, at the item itself"
                 ),
             ));
         }

@@ -320,14 +320,39 @@ mod with_runtime {
         let o = score(resnet.to_str().unwrap(), &["--shard", "0/2"], &shard);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert!(Path::new(&format!("{}.shard.json", shard.display())).is_file());
-        // Gradients through the whole network need autograd, which ONNX Runtime lacks.
+        // Gradient scores of a model known by its features and last layer are the last
+        // layer's, named so, and the same with `--layers last` said.
         let grads = dir.join("regrad.csv");
-        let o = score(resnet.to_str().unwrap(), &["--scorer", "regrad"], &grads);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && err.contains("no autograd"), "{err}");
-        assert!(!grads.exists());
-        // So do weight-noise draws (alkit cannot rebuild it) and MC dropout (none to turn on).
+        let o = score(
+            resnet.to_str().unwrap(),
+            &["--scorer", "entropy,regrad,gradnorm"],
+            &grads,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let t = std::fs::read_to_string(&grads).unwrap();
+        assert!(
+            t.starts_with("index,id,entropy,regrad@last,gradnorm@last\n"),
+            "{t}"
+        );
+        for r in t.lines().skip(1) {
+            for v in r.split(',').skip(3) {
+                let v: f64 = v.parse().unwrap();
+                assert!(v.is_finite() && v > 0.0, "{r}");
+            }
+        }
+        let said = dir.join("regrad-last.csv");
+        let o = score(
+            resnet.to_str().unwrap(),
+            &["--scorer", "entropy,regrad,gradnorm", "--layers", "last"],
+            &said,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read_to_string(&said).unwrap(), t);
+        std::fs::remove_file(&grads).unwrap();
+        // Gradients over perturbed inputs need the whole network; weight-noise draws a model
+        // alkit can rebuild; MC dropout a dropout to turn on.
         for (scorer, says) in [
+            ("regrad-star", "perturbed copies"),
             ("perturb-theta", "cannot be rebuilt"),
             ("bald", "no dropout"),
         ] {
