@@ -460,7 +460,7 @@ impl Scoring<'_> {
                     None => {
                         return Err(Error::config(
                             "model",
-                            "gradient scorers over the whole network need a model with a gradient fast path or Var-backed parameters (an ONNX model has neither: ONNX Runtime has no autograd)",
+                            "gradient scorers over the whole network need a model with a gradient fast path or Var-backed parameters (an ONNX model has neither: ONNX Runtime has no autograd); over its last layer they need neither (setting `layers` last)",
                         ))
                     }
                 },

@@ -123,6 +123,31 @@ fn x_values(bytes: &[u8], dtype: Dtype, name: &str, first: usize, path: &Path) -
     Ok(x)
 }
 
+/// Refuses an items tensor that is not `(n, ...)` (a pool) or `(n, d)` (an embedding file)
+/// with `n > 0` and `d > 0`.
+fn check_items_shape(shape: &[usize], names: &Names, path: &Path) -> Result<()> {
+    let rank_ok = if names.embeddings {
+        shape.len() == 2 && shape[1] > 0
+    } else {
+        shape.len() >= 2
+    };
+    if !rank_ok || shape.first() == Some(&0) {
+        let want = if names.embeddings {
+            "(n, d)"
+        } else {
+            "(n, ...)"
+        };
+        return Err(bad(
+            path,
+            format!(
+                "tensor `{}` has shape {shape:?}; expected {want} with n > 0",
+                names.x
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The tensor names of one split in one layout.
 #[derive(Clone, Copy)]
 struct Names {
@@ -327,25 +352,7 @@ fn load_split(
         return Ok(None);
     };
     let shape = xv.shape().to_vec();
-    let rank_ok = if names.embeddings {
-        shape.len() == 2 && shape[1] > 0
-    } else {
-        shape.len() >= 2
-    };
-    if !rank_ok || shape[0] == 0 {
-        let want = if names.embeddings {
-            "(n, d)"
-        } else {
-            "(n, ...)"
-        };
-        return Err(bad(
-            path,
-            format!(
-                "tensor `{}` has shape {shape:?}; expected {want} with n > 0",
-                names.x
-            ),
-        ));
-    }
+    check_items_shape(&shape, &names, path)?;
     let n = shape[0];
     let dtype = Dtype::of(&format!("{:?}", xv.dtype()), &names, path)?;
     let x = x_values(xv.data(), dtype, names.x, 0, path)?;
@@ -555,26 +562,8 @@ impl SafetensorsStream {
         let (dtype, shape, b) =
             x.ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?;
         let dtype = Dtype::of(&dtype, &names, path)?;
-        let rank_ok = if names.embeddings {
-            shape.len() == 2 && shape[1] > 0
-        } else {
-            shape.len() >= 2
-        };
-        if !rank_ok || shape[0] == 0 {
-            let want = if names.embeddings {
-                "(n, d)"
-            } else {
-                "(n, ...)"
-            };
-            return Err(bad(
-                path,
-                format!(
-                    "tensor `{}` has shape {shape:?}; expected {want} with n > 0",
-                    names.x
-                ),
-            ));
-        }
         let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        check_items_shape(&dims, &names, path)?;
         let item_shape = x_item_shape(&dims);
         // Labels, as the whole loader checks them: read in blocks, never all at once.
         let metadata = |key: &str| {
