@@ -48,7 +48,7 @@ pub fn evaluate(
     inputs.extend(source.checkpoint.as_deref().map(Path::new));
     check_output_dir("out", out, &inputs, false)?;
     let holdout_of = |n: usize| if temperature { n / 10 } else { 0 };
-    let (ck, splits) = source.model_and_data(
+    let (ck, splits, scorers) = source.model_and_data(
         &[data],
         scorers,
         |n| Some(n - holdout_of(n)),
@@ -66,7 +66,7 @@ pub fn evaluate(
         data: &train,
         val: &val,
     });
-    run(&ck, &test, holdout, scorers, source.seed, out, device).context_with(|| "calibration")
+    run(&ck, &test, holdout, &scorers, source.seed, out, device).context_with(|| "calibration")
 }
 
 /// Temperature scaling: the held-out items `data[val]` (normalised) the temperature is

@@ -68,7 +68,8 @@ impl ModelSource {
     /// resize and crop); without one the data are read as stored and `model` is trained on the
     /// first one's `train[..limit(n)]` and saved to `save_to` (`train_and_save`). Scorers the model
     /// cannot serve (`duq` without DUQ, MC dropout without dropout) are refused before anything
-    /// trains. Downloads and training report to `observer`.
+    /// trains; the scorers are returned as the model serves them ([`served_scorers`]).
+    /// Downloads and training report to `observer`.
     #[allow(clippy::too_many_arguments)]
     pub fn model_and_data(
         &self,
@@ -79,12 +80,13 @@ impl ModelSource {
         hub: &Hub,
         device: &Device,
         observer: &mut dyn Observer,
-    ) -> Result<(Checkpoint, Vec<Splits>)> {
-        let check = |arch: &Arch| -> Result<()> {
-            for s in scorers {
+    ) -> Result<(Checkpoint, Vec<Splits>, Served)> {
+        let check = |arch: &Arch| -> Result<Served> {
+            let served = served_scorers(arch, scorers);
+            for s in &served {
                 arch.check_needs(s.name(), &s.needs())?;
             }
-            Ok(())
+            Ok(served)
         };
         let Some(c) = &self.checkpoint else {
             let splits = data
@@ -94,11 +96,11 @@ impl ModelSource {
             let first = splits
                 .first()
                 .ok_or_else(|| Error::config("data", "no data set to evaluate on"))?;
-            check(&Arch::for_data(self.model, &first.train))?;
+            let served = check(&Arch::for_data(self.model, &first.train))?;
             let limit = limit(first.train.len());
             let ck = train_and_save(self, &first.train, limit, save_to, device, observer)
                 .context_with(|| format!("training the model saved to {}", save_to.display()))?;
-            return Ok((ck, splits));
+            return Ok((ck, splits, served));
         };
         let ck = checkpoint::open_ensemble_with(
             std::slice::from_ref(c),
@@ -108,7 +110,7 @@ impl ModelSource {
             observer,
         )
         .context_with(|| format!("loading the checkpoint {c}"))?;
-        check(&ck.config.arch)?;
+        let served = check(&ck.config.arch)?;
         let pre = ck.config.preprocess;
         let splits = data
             .iter()
@@ -121,8 +123,28 @@ impl ModelSource {
                 check_fits(&ck, c, split).context_with(|| format!("evaluating on {name}"))?;
             }
         }
-        Ok((ck, splits))
+        Ok((ck, splits, served))
     }
+}
+
+/// Scorers as a model serves them ([`served_scorers`]).
+pub type Served = Vec<Arc<dyn Scorer>>;
+
+/// The scorers as a model of `arch` serves them: an ONNX model, known by its features and
+/// last layer (ONNX Runtime has no autograd), takes the gradient scorers over that layer
+/// (`<name>@last`, [`alkit_acquisition::AtLastLayer`]); any other keeps them as they are.
+pub fn served_scorers(arch: &Arch, scorers: &[Arc<dyn Scorer>]) -> Served {
+    let all = alkit_acquisition::GradLayers::All;
+    scorers
+        .iter()
+        .map(|s| -> Arc<dyn Scorer> {
+            let whole = s.needs().grads.is_some_and(|g| g.layers == all);
+            match alkit_acquisition::AtLastLayer::new(s.clone()) {
+                Some(last) if whole && matches!(arch, Arch::Onnx(_)) => Arc::new(last),
+                _ => s.clone(),
+            }
+        })
+        .collect()
 }
 
 /// Checks that the checkpoint `name` takes `data`'s items and has a class for each of its

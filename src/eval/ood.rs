@@ -54,7 +54,7 @@ pub fn evaluate(
     let mut inputs = vec![Path::new(id_data), Path::new(ood_data)];
     inputs.extend(source.checkpoint.as_deref().map(Path::new));
     check_output_dir("out", out, &inputs, false)?;
-    let (ck, splits) = source.model_and_data(
+    let (ck, splits, scorers) = source.model_and_data(
         &[id_data, ood_data],
         scorers,
         |_| None,
@@ -65,7 +65,7 @@ pub fn evaluate(
     )?;
     let norm = &ck.config.normalizer;
     let (id_test, ood_test) = (norm.apply(&splits[0].test)?, norm.apply(&splits[1].test)?);
-    run(&ck, &id_test, &ood_test, scorers, source.seed, out, device)
+    run(&ck, &id_test, &ood_test, &scorers, source.seed, out, device)
         .context_with(|| format!("OOD evaluation against {ood_data}"))
 }
 

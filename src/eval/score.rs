@@ -219,28 +219,12 @@ pub fn run(
     // last layer's (named `<scorer>@last`). What needs autograd through the network or
     // rebuilding (perturbed-input gradients, MC dropout, weight noise) is refused before
     // any item is read.
-    let scorers: Vec<Arc<dyn Scorer>> = if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
-        let scorers: Vec<_> = scorers
-            .iter()
-            .cloned()
-            .map(|s| -> Arc<dyn Scorer> {
-                let all = alkit_acquisition::GradLayers::All;
-                if !s.needs().grads.is_some_and(|g| g.layers == all) {
-                    return s;
-                }
-                match alkit_acquisition::AtLastLayer::new(s.clone()) {
-                    Some(last) => Arc::new(last),
-                    None => s,
-                }
-            })
-            .collect();
+    let scorers = super::model::served_scorers(&ck.config.arch, &scorers);
+    if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
         for s in &scorers {
             ck.config.arch.check_needs(s.name(), &s.needs())?;
         }
-        scorers
-    } else {
-        scorers.clone()
-    };
+    }
     let name = job.data.as_str();
     let source = Source::parse(name).context_with(|| format!("data source {name}"))?;
     let loading = || format!("loading the data {name}");

@@ -349,6 +349,34 @@ mod with_runtime {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(std::fs::read_to_string(&said).unwrap(), t);
         std::fs::remove_file(&grads).unwrap();
+        // `ood` serves the same last-layer scores (classes `0`, `1` of the model's ten).
+        let id = dir.join("id");
+        for (split, class, from) in [
+            ("train", "0", "cat/0.png"),
+            ("train", "1", "dog/1.png"),
+            ("test", "0", "cat/2.png"),
+            ("test", "1", "dog/3.png"),
+        ] {
+            std::fs::create_dir_all(id.join(split).join(class)).unwrap();
+            std::fs::copy(pool.join(from), id.join(split).join(class).join("x.png")).unwrap();
+        }
+        let o = alkit_cmd()
+            .args(["-q", "ood", "--checkpoint"])
+            .arg(&resnet)
+            .arg("--train-data")
+            .arg(&id)
+            .arg("--ood-data")
+            .arg(&id)
+            .args(["--scorer", "entropy,regrad", "--out"])
+            .arg(dir.join("ood"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let t = std::fs::read_to_string(dir.join("ood/scores.csv")).unwrap();
+        assert!(
+            t.lines().next().unwrap().ends_with("entropy,regrad@last"),
+            "{t}"
+        );
         // Gradients over perturbed inputs need the whole network; weight-noise draws a model
         // alkit can rebuild; MC dropout a dropout to turn on.
         for (scorer, says) in [
