@@ -130,6 +130,18 @@ pub fn run_curve(
     for s in &strategies {
         if let Some(needs) = s.needs() {
             spec.model.check_needs(s.name(), &needs)?;
+            let last = alkit_acquisition::GradLayers::Last;
+            let reads_last_layer = needs.features || needs.grads.is_some_and(|g| g.layers == last);
+            if reads_last_layer && spec.config.ensemble.is_some() {
+                return Err(Error::config(
+                    "layers",
+                    format!(
+                        "`{}` reads the last layer's features, and an ensemble has one per \
+                         member, not one: score one model, or every layer (setting `layers` all)",
+                        s.name()
+                    ),
+                ));
+            }
         }
     }
     if spec.scorers.members != spec.config.ensemble.is_some() {

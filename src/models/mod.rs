@@ -204,6 +204,17 @@ impl Arch {
                 ),
             ));
         }
+        let last = alkit_acquisition::GradLayers::Last;
+        let reads_last_layer = needs.features || needs.grads.is_some_and(|g| g.layers == last);
+        if reads_last_layer && self.kind().is_duq() {
+            return Err(crate::Error::config(
+                "layers",
+                format!(
+                    "`{name}` reads the last linear layer's features; a {model} ends in an RBF \
+                     head, not a linear layer: score its every layer (setting `layers` all)"
+                ),
+            ));
+        }
         let perturbed = needs.grads.is_some_and(|g| g.perturbations > 0);
         if perturbed && matches!(self, Arch::Onnx(_)) {
             return Err(crate::Error::config(

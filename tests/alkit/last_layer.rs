@@ -267,3 +267,31 @@ fn score_with_last_layers_names_its_columns_and_matches_the_full_path_s_last_lay
     assert!(e.contains("`--layers`"), "{e}");
     assert!(!dir.join("star.csv").exists());
 }
+
+#[test]
+fn an_ensemble_or_a_duq_model_is_refused_last_layer_scores_before_anything_trains() {
+    let dir = tmp("last-layer-refused");
+    for (what, args) in [
+        ("ensemble", &["--model", "linear", "--ensemble", "2"][..]),
+        ("duq", &["--model", "duq"][..]),
+    ] {
+        let out = dir.join(what);
+        let o = alkit_cmd()
+            .args(["-q", "curve", "--data"])
+            .arg(data_dir())
+            .args(args)
+            .args([
+                "--scorer", "regrad", "--layers", "last", "--cycles", "1", "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {e}");
+        assert!(
+            e.contains("`--layers`") && e.contains("regrad@last"),
+            "{what}: {e}"
+        );
+        assert!(!out.join("curve.csv").exists(), "{what}");
+    }
+}
