@@ -44,9 +44,37 @@ pub fn default_batch(item_len: usize) -> usize {
     pow2.clamp(1, 512)
 }
 
+/// The rows `rows_of` gives for `data[indices]`, row-major `f32`, run in batches of exactly
+/// `batch` rows (a partial batch is filled with copies of its last item by [`full_batch`], the
+/// extra rows dropped), so that an item's result never depends on which items share its
+/// batch; progress is reported after each batch.
+fn full_batch_rows(
+    data: &Dataset,
+    indices: &[usize],
+    batch: usize,
+    device: &Device,
+    observer: &mut dyn Observer,
+    mut rows_of: impl FnMut(&candle_core::Tensor) -> Result<candle_core::Tensor>,
+) -> Result<Vec<f32>> {
+    let batch = batch.max(1);
+    let mut out = Vec::new();
+    let mut done = 0;
+    for chunk in indices.chunks(batch) {
+        let rows = full_batch(chunk, batch);
+        let v = rows_of(&data.batch(&rows, device)?)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let width = v.len() / rows.len();
+        out.extend_from_slice(&v[..chunk.len() * width]);
+        done += chunk.len();
+        scored(observer, done, indices.len())?;
+    }
+    Ok(out)
+}
+
 /// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of exactly `batch`
-/// rows (a partial batch is filled with copies of its last item, the extra rows dropped), so
-/// that an item's result never depends on which items share its batch.
+/// rows ([`full_batch_rows`]).
 pub fn log_probs_of(
     model: &dyn Classifier,
     data: &Dataset,
@@ -55,16 +83,9 @@ pub fn log_probs_of(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Vec<f32>> {
-    let mut out = Vec::with_capacity(indices.len() * model.classes());
-    let c = model.classes();
-    for chunk in indices.chunks(batch.max(1)) {
-        let x = data.batch(&full_batch(chunk, batch.max(1)), device)?;
-        let lp = log_probs(&model.predict(&x)?)?;
-        let lp = lp.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-        out.extend_from_slice(&lp[..chunk.len() * c]);
-        scored(observer, out.len() / c, indices.len())?;
-    }
-    Ok(out)
+    full_batch_rows(data, indices, batch, device, observer, |x| {
+        Ok(log_probs(&model.predict(x)?)?)
+    })
 }
 
 /// Reports `done` of `total` items scored; `Err(Interrupted)` when the observer stops.
@@ -83,15 +104,12 @@ pub fn features_of(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Features> {
-    let mut h = Vec::new();
     let mut layer: Option<(usize, Vec<f32>, Vec<f32>)> = None;
-    let batch = batch.max(1);
     let flat = |t: &candle_core::Tensor| -> Result<Vec<f32>> {
         Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
     };
-    for chunk in indices.chunks(batch) {
-        let x = data.batch(&full_batch(chunk, batch), device)?;
-        let got = last_layer(model, &x)?.ok_or_else(|| {
+    let h = full_batch_rows(data, indices, batch, device, observer, |x| {
+        let got = last_layer(model, x)?.ok_or_else(|| {
             Error::config(
                 "layers",
                 "this model gives no penultimate features and last linear layer (a DUQ \
@@ -99,13 +117,11 @@ pub fn features_of(
                  scores, embeddings and feature-space selectors need one",
             )
         })?;
-        let (_, d) = got.h.dims2()?;
         if layer.is_none() {
-            layer = Some((d, flat(&got.w)?, flat(&got.b)?));
+            layer = Some((got.h.dims2()?.1, flat(&got.w)?, flat(&got.b)?));
         }
-        h.extend_from_slice(&flat(&got.h)?[..chunk.len() * d]);
-        scored(observer, h.len() / d.max(1), indices.len())?;
-    }
+        Ok(got.h)
+    })?;
     let (d, w, b) = match layer {
         Some(l) => l,
         None => {
@@ -223,23 +239,15 @@ impl Scoring<'_> {
             ev.samples = Some(self.samples(data, indices, req, rng, observer)?);
         }
         if needs.kernel {
-            let c = self.model.classes();
-            let mut k = Vec::with_capacity(indices.len() * c);
-            for chunk in indices.chunks(self.batch.max(1)) {
-                let rows = full_batch(chunk, self.batch.max(1));
-                let kv = kernel_values(self.model, &data.batch(&rows, self.device)?)?.ok_or_else(
-                    || {
-                        Error::config(
-                            "scorer",
-                            "`duq` needs a DUQ model (model `duq`, setting `model`)",
-                        )
-                    },
-                )?;
-                let kv = kv.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                k.extend_from_slice(&kv[..chunk.len() * c]);
-                scored(observer, k.len() / c, indices.len())?;
-            }
-            ev.kernel = Some(Kernel::new(k, indices.len(), c)?);
+            let k = full_batch_rows(data, indices, self.batch, self.device, observer, |x| {
+                kernel_values(self.model, x)?.ok_or_else(|| {
+                    Error::config(
+                        "scorer",
+                        "`duq` needs a DUQ model (model `duq`, setting `model`)",
+                    )
+                })
+            })?;
+            ev.kernel = Some(Kernel::new(k, indices.len(), self.model.classes())?);
         }
         Ok(ev)
     }
