@@ -74,7 +74,8 @@ fn full_batch_rows(
 }
 
 /// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of exactly `batch`
-/// rows ([`full_batch_rows`]).
+/// rows (a partial batch is filled with copies of its last item, the extra rows dropped), so
+/// that an item's result never depends on which items share its batch.
 pub fn log_probs_of(
     model: &dyn Classifier,
     data: &Dataset,
