@@ -90,6 +90,7 @@ fn main() -> Result<(), alkit::Error> {
         input_std: &norm.std,
         batch: 256,
         device: &device,
+        reference: None,
     };
     let candidates: Vec<usize> = (200..232).collect();
     let mut rng = stream(0, Purpose::Perturb, 0);

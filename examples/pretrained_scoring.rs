@@ -84,6 +84,7 @@ fn main() -> Result<(), alkit::Error> {
         input_std: &ck.config.normalizer.std,
         batch: 256,
         device: &device,
+        reference: None,
     };
     let scorers: [(&str, Box<dyn Scorer>); 2] = [
         ("entropy", Box::new(Builtin::Entropy)),

@@ -14,7 +14,7 @@ pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
 use crate::predict::evaluate;
 use crate::rng::Purpose;
-use crate::round::{self, pick_random, Acquisition, RoundSettings, Strategy};
+use crate::round::{self, pick_random, Acquisition, Pick, RoundSettings, Strategy};
 use crate::train::{ModelBuilder, TrainConfig, TrainParams};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,11 @@ pub struct LoopConfig {
     /// of them (see [`crate::round::subsample`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subsample: Option<usize>,
+    /// A strategy that can choose from the items alone (core-set, TypiClust, ProbCover)
+    /// also chooses the `initial` items, from their own vectors ([`crate::round::cold_start`]);
+    /// the others start from the random seed set as usual.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cold_start: bool,
 }
 
 impl Default for LoopConfig {
@@ -54,6 +59,7 @@ impl Default for LoopConfig {
             batch: 512,
             ensemble: None,
             subsample: None,
+            cold_start: false,
         }
     }
 }
@@ -326,7 +332,18 @@ pub fn run(
     let mut pool = Pool::from_labeled(ctx.train.len(), &state.labeled)?;
     if state.labeled.is_empty() {
         let all = pool.candidates();
-        let picks = pick_random(all.indices(), cfg.initial, (seed, Purpose::SeedSet, 0))?;
+        let picks = match strategy.pick() {
+            Pick::Batch(b) if cfg.cold_start && b.cold_start() => round::cold_start(
+                b.as_ref(),
+                ctx.train,
+                all.indices(),
+                ctx.test.classes(),
+                cfg.initial,
+                (seed, Purpose::SeedSet, 0),
+                observer,
+            )?,
+            _ => pick_random(all.indices(), cfg.initial, (seed, Purpose::SeedSet, 0))?,
+        };
         pool.acquire(&picks, 0)?;
         state.labeled = pool.labeled().to_vec();
     }

@@ -13,10 +13,11 @@ use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
 use crate::train::{ModelBuilder, Trained};
 use alkit_acquisition::{
-    Evidence, Features, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest,
+    Evidence, Reference, Features, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest,
     Samples,
 };
 use candle_core::{DType, Device};
+use std::sync::Arc;
 
 /// `chunk` filled up to exactly `batch` rows with copies of its last item. Every batch runs at
 /// `batch` rows and the extra rows are dropped, because candle's CPU matmul picks its kernel
@@ -134,6 +135,35 @@ pub fn features_of(
     Ok(Features::new(h, indices.len(), d, w, b)?)
 }
 
+/// The reference evidence of `data[indices]` through `model`: their penultimate features and
+/// last layer ([`features_of`]) and their labels. A round passes its labeled items, an
+/// evaluation the training split; with no index it is empty (a cold start).
+pub fn reference_of(
+    model: &dyn Classifier,
+    data: &Dataset,
+    indices: &[usize],
+    batch: usize,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Reference> {
+    let features = features_of(model, data, indices, batch, device, observer)?;
+    let features = if indices.is_empty() {
+        // The feature dimension is unknown without a forward pass: ask with one item when
+        // there is one, so that an empty reference still carries the right shapes.
+        match data.len() {
+            0 => features,
+            _ => {
+                let one = features_of(model, data, &[0], batch, device, observer)?;
+                Features::new(vec![], 0, one.dim(), one.weight().to_vec(), one.bias().to_vec())?
+            }
+        }
+    } else {
+        features
+    };
+    let labels = indices.iter().map(|&i| data.labels()[i] as usize).collect();
+    Ok(Reference::new(features, labels)?)
+}
+
 /// Probabilities from log-probabilities, each row renormalised in `f64` so that it sums to 1
 /// to float precision.
 pub fn probs_from_log(log_probs: &[f32], classes: usize) -> Result<Probs> {
@@ -165,6 +195,10 @@ pub struct Scoring<'a> {
     pub batch: usize,
     /// Where tensors live.
     pub device: &'a Device,
+    /// The features and labels of what the model was trained on (the labeled set in a
+    /// round, the training split in an evaluation), for the scores and selectors that ask
+    /// for them ([`Needs::reference`]); [`reference_of`] makes one.
+    pub reference: Option<Arc<Reference>>,
 }
 
 impl<'a> Scoring<'a> {
@@ -186,6 +220,7 @@ impl<'a> Scoring<'a> {
             input_std,
             batch,
             device,
+            reference: None,
         }
     }
 }
@@ -235,6 +270,16 @@ impl Scoring<'_> {
         }
         if !needs.features {
             ev.features = None;
+        }
+        if needs.reference {
+            ev.reference = Some(self.reference.clone().ok_or_else(|| {
+                Error::config(
+                    "scorer",
+                    "this score compares candidates with the items the model was trained on, \
+                     and none were given here (an evaluation reads the data's train split, an \
+                     acquisition round its labeled items)",
+                )
+            })?);
         }
         if let Some(req) = needs.samples {
             ev.samples = Some(self.samples(data, indices, req, rng, observer)?);

@@ -176,7 +176,7 @@ pub fn run<T>(
     let picked = match acquisition {
         None => None,
         Some(a) => {
-            let scoring = Scoring::of_trained(
+            let mut scoring = Scoring::of_trained(
                 &trained,
                 settings.model,
                 settings.ensemble,
@@ -184,6 +184,18 @@ pub fn run<T>(
                 settings.batch,
                 settings.device,
             );
+            // Core-set, TypiClust, ProbCover and the training-statistics detectors compare
+            // candidates with the labeled items, under this round's model.
+            if a.strategy.needs().is_some_and(|n| n.reference) {
+                scoring.reference = Some(Arc::new(crate::predict::reference_of(
+                    trained.model.as_ref(),
+                    &data,
+                    &rows,
+                    settings.batch,
+                    settings.device,
+                    observer,
+                )?));
+            }
             let scored = subsample(a.candidates, a.subsample, (seed, a.key));
             Some(pick(
                 a.strategy,
@@ -353,6 +365,46 @@ impl Observer for Offset<'_> {
             other => self.inner.on(other),
         }
     }
+}
+
+/// A cold start: `n` of the `candidates` (ascending pool indices) chosen by `selector` from
+/// the items' own vectors (as the pool holds them, flattened), with nothing labeled and no
+/// model: the evidence's features are the items under a zero last layer of `classes`
+/// classes (which ProbCover's purity rule clusters into), its reference empty. The
+/// selector draws from `(seed, purpose, key)`. Candidates are read together, like a joint
+/// criterion's.
+pub fn cold_start(
+    selector: &dyn BatchSelector,
+    pool: &dyn PoolReader,
+    candidates: &[usize],
+    classes: usize,
+    n: usize,
+    (seed, purpose, key): (u64, Purpose, u64),
+    observer: &mut dyn Observer,
+) -> Result<Vec<usize>> {
+    let mut rng = stream(seed, purpose, key);
+    let mut picks = Vec::new();
+    pool.parts(candidates, candidates.len().max(1), &mut |data, rows| {
+        let d = data.item_len();
+        let mut h = Vec::with_capacity(rows.len() * d);
+        for &r in rows {
+            h.extend_from_slice(&data.features()[r * d..(r + 1) * d]);
+        }
+        let c = classes.max(1);
+        let zero_layer = |h: Vec<f32>, n: usize| {
+            alkit_acquisition::Features::new(h, n, d, vec![0.0; c * d], vec![0.0; c])
+        };
+        let mut ev = alkit_acquisition::Evidence::default();
+        ev.features = Some(zero_layer(h, rows.len())?);
+        ev.reference = Some(Arc::new(alkit_acquisition::Reference::new(
+            zero_layer(Vec::new(), 0)?,
+            Vec::new(),
+        )?));
+        check(observer, &Event::Scoring { done: rows.len(), total: candidates.len() })?;
+        picks = selector.select(&ev, n, &mut rng)?;
+        Ok(())
+    })?;
+    Ok(picks.into_iter().map(|p| candidates[p]).collect())
 }
 
 /// `n` of the `candidates` uniformly at random from `(seed, purpose, key)`: the seed set of a

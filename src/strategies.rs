@@ -9,8 +9,9 @@
 use crate::error::{Error, Result};
 use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
-    AtLastLayer, BatchBald, Builtin, DuqCertainty, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad,
-    PerturbKl, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, UnGrad,
+    AtLastLayer, Badge, BatchBald, BatchSelector, Builtin, ConformalScore, CoreSet, DuqCertainty,
+    ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad,
+    SampleRequest, SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust, UnGrad,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::str::FromStr;
@@ -64,6 +65,11 @@ fn batchbald(s: &ScorerSettings) -> Pick {
     }))
 }
 
+/// A joint batch selector.
+fn batch(b: impl BatchSelector + 'static) -> Pick {
+    Pick::Batch(Arc::new(b))
+}
+
 /// Every strategy, in the order commands list them: one line each.
 #[rustfmt::skip]
 pub static REGISTRY: &[Entry] = &[
@@ -87,6 +93,21 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "variation-ratio", about: "variation ratio over draws", build: |s| sample(s, SampleScore::VariationRatio) },
     Entry { name: "mc-max-prob", about: "one minus the mean largest probability over draws", build: |s| sample(s, SampleScore::MaxProb) },
     Entry { name: "duq", about: "DUQ: one minus the largest RBF kernel value (needs a DUQ model)", build: |_| scorer(DuqCertainty) },
+    Entry { name: "max-logit", about: "max-logit (Hendrycks et al. 2022): minus the largest logit", build: |_| scorer(PostHoc::MaxLogit) },
+    Entry { name: "energy", about: "energy (Liu et al. 2020): minus the log-sum-exp of the logits", build: |_| scorer(PostHoc::Energy) },
+    Entry { name: "gen", about: "GEN (Liu et al. 2023): generalized entropy of the top 100 probabilities, gamma 0.1", build: |_| scorer(PostHoc::Gen { gamma: 0.1, m: 100 }) },
+    Entry { name: "react", about: "ReAct (Sun et al. 2021): energy of features clipped at the training features' 90th percentile", build: |_| scorer(PostHoc::React { percentile: 90.0 }) },
+    Entry { name: "ash", about: "ASH-S (Djurisic et al. 2023): energy of features pruned to their top 10% and rescaled", build: |_| scorer(PostHoc::Ash { percentile: 90.0 }) },
+    Entry { name: "ash-b", about: "ASH-B (Djurisic et al. 2023, OpenOOD v1.5's ASH): energy of the top 10% set to the row's mean mass", build: |_| scorer(PostHoc::AshB { percentile: 90.0 }) },
+    Entry { name: "scale", about: "SCALE (Xu et al. 2024): energy of features scaled by their top-15% share", build: |_| scorer(PostHoc::Scale { percentile: 85.0 }) },
+    Entry { name: "knn", about: "KNN (Sun et al. 2022): distance to the k-th nearest normalised training feature (setting `knn_k`)", build: |s| scorer(PostHoc::Knn { k: s.knn_k }) },
+    Entry { name: "mahalanobis", about: "Mahalanobis (Lee et al. 2018): smallest distance to a class mean, tied training covariance", build: |_| scorer(PostHoc::Mahalanobis) },
+    Entry { name: "vim", about: "ViM (Wang et al. 2022): virtual-logit residual beyond the principal subspace minus energy (setting `vim_dim`)", build: |s| scorer(PostHoc::Vim { dim: s.vim_dim }) },
+    Entry { name: "conformal-size", about: "size of the APS conformal set at alpha 0.1, calibrated on the labeled items (Romano et al. 2020)", build: |_| scorer(SetSize { score: ConformalScore::Aps, alpha: 0.1 }) },
+    Entry { name: "badge", about: "BADGE (Ash et al. 2020): k-means++ seeding on gradient embeddings", build: |_| batch(Badge) },
+    Entry { name: "coreset", about: "core-set (Sener & Savarese 2018): k-center greedy on the features", build: |_| batch(CoreSet) },
+    Entry { name: "typiclust", about: "TypiClust (Hacohen et al. 2022): the most typical item of each uncovered cluster (cold start)", build: |_| batch(TypiClust::default()) },
+    Entry { name: "probcover", about: "ProbCover (Yehuda et al. 2022): greedy max coverage of feature balls (cold start; setting `probcover_delta`)", build: |s| batch(ProbCover { delta: s.probcover_delta, ..ProbCover::default() }) },
 ];
 
 /// A strategy of the [`REGISTRY`], by name (serialised as its name).
@@ -385,6 +406,14 @@ pub struct ScorerSettings {
     /// The parameters gradient scorers take gradients over.
     #[serde(default, skip_serializing_if = "Layers::is_all")]
     pub layers: Layers,
+    /// KNN's `k`: the neighbour among the training features whose distance is the score.
+    pub knn_k: usize,
+    /// ViM's principal dimension (`None`: the paper's rule for the feature dimension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vim_dim: Option<usize>,
+    /// ProbCover's ball radius on unit-length features (`None`: the purity rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probcover_delta: Option<f32>,
 }
 
 /// Which parameters the gradient scorers (REGrad, ExGrad, the baselines, GradNorm) take
@@ -480,6 +509,18 @@ impl ScorerSettings {
         if !noise(self.perturb_theta_sigma) {
             return Err(Error::config("perturb_theta_sigma", why));
         }
+        limits::count("knn_k", self.knn_k, MAX_SAMPLES, "neighbours")?;
+        if let Some(dim) = self.vim_dim {
+            limits::count("vim_dim", dim, limits::MAX_SAMPLES, "principal dimensions")?;
+        }
+        if let Some(delta) = self.probcover_delta {
+            if !(delta.is_finite() && delta > 0.0 && delta <= 2.0) {
+                return Err(Error::config(
+                    "probcover_delta",
+                    "must be a number in (0, 2]: a radius between unit-length features",
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -498,6 +539,9 @@ impl Default for ScorerSettings {
             beta: 1.0,
             members: false,
             layers: Layers::All,
+            knn_k: 50,
+            vim_dim: None,
+            probcover_delta: None,
         }
     }
 }

@@ -24,6 +24,12 @@ pub trait BatchSelector: Send + Sync {
     fn name(&self) -> &str;
     /// The evidence it reads.
     fn needs(&self) -> Needs;
+    /// Whether it can choose from the items' own vectors alone, before any model is trained
+    /// (a cold start: [`Evidence::features`] then holds the items as stored, under a zero
+    /// last layer of the data's class count, and the reference is empty). False by default.
+    fn cold_start(&self) -> bool {
+        false
+    }
     /// `k` distinct candidate positions, in the order chosen.
     fn select(
         &self,

@@ -5,7 +5,8 @@
 //! checked once, here, at construction. Keeping these types free of candle means a scorer can be
 //! written and tested against this crate alone.
 
-use crate::{Features, ScoreError};
+use crate::{Features, Reference, ScoreError};
+use std::sync::Arc;
 
 /// Which pieces of evidence a scorer reads. The model side computes only what is asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -21,6 +22,8 @@ pub struct Needs {
     pub kernel: bool,
     /// Penultimate features `(n, d)` and the last linear layer (see [`Features`]).
     pub features: bool,
+    /// The features and labels of the items the model was trained on (see [`Reference`]).
+    pub reference: bool,
 }
 
 impl Needs {
@@ -31,6 +34,7 @@ impl Needs {
         samples: None,
         kernel: false,
         features: false,
+        reference: false,
     };
 
     /// Kernel values only (DUQ).
@@ -40,6 +44,7 @@ impl Needs {
         samples: None,
         kernel: true,
         features: false,
+        reference: false,
     };
 
     /// Probabilities, penultimate features and the last layer.
@@ -81,6 +86,7 @@ impl Needs {
             samples,
             kernel: self.kernel || other.kernel,
             features: self.features || other.features,
+            reference: self.reference || other.reference,
         })
     }
 }
@@ -352,6 +358,9 @@ pub struct Evidence {
     /// Penultimate features `(n, d)` and the last layer, present when [`Needs::features`]
     /// was asked for.
     pub features: Option<Features>,
+    /// The training (or labeled) items' features and labels, present when
+    /// [`Needs::reference`] was asked for; shared by every chunk of one scoring.
+    pub reference: Option<Arc<Reference>>,
 }
 
 /// RBF kernel values `K_c(x)` of a DUQ model `(n, c)`, each in `[0, 1]` (rows need not sum to
@@ -400,6 +409,7 @@ impl Evidence {
             samples: None,
             kernel: None,
             features: None,
+            reference: None,
         }
     }
 

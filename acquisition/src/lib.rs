@@ -14,6 +14,11 @@
 //! - the last-layer view of a network ([`Features`]: penultimate features and the last
 //!   linear layer, with the gradient evidence over that layer in closed form) and
 //!   [`AtLastLayer`], which runs any gradient scorer over it;
+//! - post-hoc OOD detectors over features and the last layer ([`PostHoc`]: max-logit,
+//!   energy, GEN, ReAct, ASH, SCALE, KNN, Mahalanobis, ViM), the training statistics some of
+//!   them read ([`Reference`]), and split conformal prediction sets ([`Conformal`]);
+//! - batch selectors over features ([`Badge`], [`CoreSet`], [`TypiClust`], [`ProbCover`])
+//!   beside BatchBALD;
 //! - batch selection from scores ([`Selection`]: top-k, random, and the stochastic power /
 //!   softmax / soft-rank modes of Kirsch et al. 2023).
 //!
@@ -31,13 +36,23 @@
 
 mod batch;
 mod bayes;
+mod conformal;
+mod diverse;
 mod evidence;
 mod features;
 mod gradient;
+mod kernels;
+pub mod linalg;
+mod posthoc;
+mod reference;
 mod scorers;
 mod selection;
 
 pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
+pub use conformal::{Conformal, ConformalScore, SetSize};
+pub use diverse::{kmeans, purity_radius, Badge, CoreSet, ProbCover, TypiClust, MAX_EDGES};
+pub use posthoc::PostHoc;
+pub use reference::Reference;
 pub use bayes::{SampleScore, SampleScorer};
 pub use evidence::{
     Evidence, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
@@ -86,6 +101,14 @@ pub enum ScoreError {
         position: usize,
         /// The value.
         value: f32,
+    },
+    /// A setting of a scorer or selector is out of its range for this evidence.
+    #[error("setting `{setting}`: {why}")]
+    Setting {
+        /// The setting's name.
+        setting: &'static str,
+        /// What is wrong with it.
+        why: String,
     },
     /// More items were requested than there are candidates.
     #[error("cannot select {k} of {n} candidates")]

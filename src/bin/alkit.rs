@@ -464,6 +464,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
         &source,
         &a.data.to_string_lossy(),
         a.temperature,
+        a.conformal,
         &scorers,
         &a.out,
         &Hub::from_env(),
@@ -496,6 +497,34 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
             "{name:<16} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>10.4}",
             m.raulc, m.ece, m.nll, m.brier, m.misclassification_auroc
         )?;
+    }
+    if let Some(first) = r.conformal.first() {
+        writeln!(
+            so,
+            "conformal sets at alpha {} ({} calibration, {} evaluation items of the test split)",
+            first.alpha, first.calibration_items, first.evaluation_items
+        )?;
+        writeln!(
+            so,
+            "{:<8} {:>10} {:>9} {:>9} {:>16}",
+            "score", "threshold", "coverage", "mean size", "worst class cov."
+        )?;
+        for c in &r.conformal {
+            let worst = c
+                .per_class
+                .iter()
+                .filter_map(|k| k.coverage.map(|v| (k.class, v)))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            writeln!(
+                so,
+                "{:<8} {:>10} {:>9.4} {:>9.3} {:>16}",
+                c.score,
+                c.threshold.map_or("inf".to_string(), |t| format!("{t:.4}")),
+                c.coverage,
+                c.mean_size,
+                worst.map_or("-".to_string(), |(k, v)| format!("{v:.4} (class {k})"))
+            )?;
+        }
     }
     writeln!(
         so,

@@ -97,6 +97,8 @@ pub struct CurveOptions {
     pub anchor: Option<f64>,
     /// Score a seeded random subsample of this many candidates each cycle.
     pub subsample: Option<usize>,
+    /// Strategies that can (core-set, TypiClust, ProbCover) choose the initial items too.
+    pub cold_start: bool,
     /// The parameterised scorers' settings (`members` is set here from `ensemble`).
     pub scorers: ScorerSettings,
 }
@@ -128,6 +130,7 @@ impl CurveOptions {
                 batch: crate::predict::default_batch(on.item_shape.iter().product()),
                 ensemble: self.ensemble,
                 subsample: self.subsample,
+                cold_start: self.cold_start,
             },
             scorers: ScorerSettings {
                 members: self.ensemble.is_some(),

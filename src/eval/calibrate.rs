@@ -1,13 +1,16 @@
 //! Calibration: how well the model's probabilities and each scorer's ranking match its
 //! mistakes on a test split: ECE/MCE (15 bins), NLL and Brier of the (optionally
 //! temperature-scaled) probabilities, and per scorer the rAULC and the misclassification AUROC,
-//! with reliability and rejection curves.
+//! with reliability and rejection curves. With a miscoverage level, split conformal prediction
+//! ([`alkit_acquisition::Conformal`]): the test split is cut at random (seeded) into a
+//! calibration half and an evaluation half, and for LAC, APS and RAPS the empirical coverage
+//! and mean set size on the evaluation half are reported, overall and per class.
 //!
 //! Files written to the output folder: `metrics.json`, `reliability.svg/png`,
 //! `rejection.svg/png`.
 
 use super::create_out;
-use super::model::{scoring, ModelSource};
+use super::model::{scoring, training_reference, ModelSource};
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
 use crate::error::{Error, Result, ResultExt};
@@ -22,7 +25,8 @@ use crate::observe::Silent;
 use crate::plot::{Figure, Panel, Series};
 use crate::predict::{log_probs_of, probs_from_log};
 use crate::rng::{stream, Purpose};
-use alkit_acquisition::{Evidence, Scorer};
+use alkit_acquisition::{Conformal, ConformalScore, Evidence, Needs, Probs, Reference, Scorer};
+use serde::Serialize;
 use candle_core::Device;
 use std::path::Path;
 use std::sync::Arc;
@@ -38,6 +42,7 @@ pub fn evaluate(
     source: &ModelSource,
     data: &str,
     temperature: bool,
+    conformal: Option<f64>,
     scorers: &[Arc<dyn Scorer>],
     out: &Path,
     hub: &Hub,
@@ -66,7 +71,14 @@ pub fn evaluate(
         data: &train,
         val: &val,
     });
-    run(&ck, &test, holdout, &scorers, source.seed, out, device).context_with(|| "calibration")
+    let trained: Vec<usize> = (0..n_train - holdout_of(n_train)).collect();
+    let reference = training_reference(&ck, &splits.train, &trained, &scorers, device, observer)?;
+    let options = Options {
+        conformal,
+        seed: source.seed,
+    };
+    run(&ck, &test, holdout, &scorers, reference, options, out, device)
+        .context_with(|| "calibration")
 }
 
 /// Temperature scaling: the held-out items `data[val]` (normalised) the temperature is
@@ -76,6 +88,118 @@ pub struct Holdout<'a> {
     pub data: &'a Dataset,
     /// Their indices (never trained on).
     pub val: &'a [usize],
+}
+
+/// What [`run`] does besides the metrics every calibration reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Options {
+    /// Split conformal prediction at this miscoverage level `alpha` in `(0, 1)`.
+    pub conformal: Option<f64>,
+    /// Keys the scorers' noise and the conformal split.
+    pub seed: u64,
+}
+
+/// One conformal score's sets on the evaluation half of the test split.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConformalRow {
+    /// `lac`, `aps` or `raps`.
+    pub score: String,
+    /// The miscoverage level.
+    pub alpha: f64,
+    /// The calibrated threshold (`null` in JSON when infinite: every class).
+    pub threshold: Option<f64>,
+    /// Calibration items.
+    pub calibration_items: usize,
+    /// Evaluation items.
+    pub evaluation_items: usize,
+    /// Fraction of evaluation items whose set holds their label.
+    pub coverage: f64,
+    /// Mean set size.
+    pub mean_size: f64,
+    /// Per class (by label): evaluation items, coverage and mean set size.
+    pub per_class: Vec<ClassCoverage>,
+}
+
+/// Coverage and set size of one class's evaluation items.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassCoverage {
+    /// The class index.
+    pub class: usize,
+    /// Its evaluation items.
+    pub items: usize,
+    /// Fraction whose set holds the label (`null` in JSON without items).
+    pub coverage: Option<f64>,
+    /// Mean set size (`null` without items).
+    pub mean_size: Option<f64>,
+}
+
+/// RAPS's penalty and free ranks (Angelopoulos et al. 2021's ImageNet choice).
+pub const RAPS: ConformalScore = ConformalScore::Raps {
+    lambda: 0.01,
+    k_reg: 5,
+};
+
+/// Split conformal on `probs (n, c)` with `labels`: a seeded random half calibrates, the other
+/// half is evaluated, for LAC, APS and RAPS ([`RAPS`]).
+pub fn conformal_rows(
+    probs: &Probs,
+    labels: &[u32],
+    alpha: f64,
+    seed: u64,
+) -> Result<Vec<ConformalRow>> {
+    let n = probs.n();
+    if n < 2 {
+        return Err(Error::config(
+            "conformal",
+            format!("the test split has {n} items; a calibration and an evaluation half need 2"),
+        ));
+    }
+    let mut rng = stream(seed, Purpose::Tool, 0);
+    let mut order = rand::seq::index::sample(&mut rng, n, n).into_vec();
+    let (cal, eval) = order.split_at_mut(n / 2);
+    cal.sort_unstable();
+    eval.sort_unstable();
+    let c = probs.classes();
+    let rows_of = |idx: &[usize]| -> Result<Probs> {
+        let data = idx.iter().flat_map(|&i| probs.row(i).iter().copied()).collect();
+        Ok(Probs::new(data, idx.len(), c)?)
+    };
+    let cal_probs = rows_of(cal)?;
+    let cal_labels: Vec<usize> = cal.iter().map(|&i| labels[i] as usize).collect();
+    let mut out = Vec::new();
+    for score in [ConformalScore::Lac, ConformalScore::Aps, RAPS] {
+        let conf = Conformal::calibrate(score, &cal_probs, &cal_labels, alpha)?;
+        let mut per = vec![(0usize, 0usize, 0usize); c];
+        for &i in eval.iter() {
+            let set = conf.set(probs.row(i));
+            let y = labels[i] as usize;
+            let slot = &mut per[y.min(c - 1)];
+            slot.0 += 1;
+            slot.1 += usize::from(set.contains(&y));
+            slot.2 += set.len();
+        }
+        let total = eval.len() as f64;
+        out.push(ConformalRow {
+            score: score.name().into(),
+            alpha,
+            threshold: conf.threshold.is_finite().then_some(conf.threshold),
+            calibration_items: cal.len(),
+            evaluation_items: eval.len(),
+            coverage: per.iter().map(|p| p.1).sum::<usize>() as f64 / total,
+            mean_size: per.iter().map(|p| p.2).sum::<usize>() as f64 / total,
+            per_class: per
+                .iter()
+                .enumerate()
+                .map(|(class, &(items, hit, size))| ClassCoverage {
+                    class,
+                    items,
+                    coverage: (items > 0).then(|| hit as f64 / items as f64),
+                    mean_size: (items > 0).then(|| size as f64 / items as f64),
+                })
+                .collect(),
+        });
+    }
+    Ok(out)
 }
 
 /// What [`run`] measured.
@@ -95,21 +219,28 @@ pub struct CalibrationReport {
     pub brier: f64,
     /// One row per scorer, in the order given.
     pub rows: Vec<(String, CalibrationMetrics)>,
+    /// Conformal sets per score, when asked for.
+    pub conformal: Vec<ConformalRow>,
 }
 
 /// Evaluates `model` on `test` (normalised with its statistics), temperature-scaled on
 /// `holdout` when given, writes the files of the module docs into `out` and returns the
 /// metrics. Probability scorers then score the scaled probabilities; scorers with other
-/// evidence (gradients, samples) score the model itself. `seed` keys the scorers' noise.
+/// evidence (gradients, samples, features) score the model itself. `reference` holds the
+/// training features the detectors that need them read; conformal sets are made from the
+/// (scaled) probabilities.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     model: &Checkpoint,
     test: &Dataset,
     holdout: Option<Holdout<'_>>,
     scorers: &[Arc<dyn Scorer>],
-    seed: u64,
+    reference: Option<Arc<Reference>>,
+    options: Options,
     out: &Path,
     device: &Device,
 ) -> Result<CalibrationReport> {
+    let seed = options.seed;
     let m = model.model.as_ref();
     let all: Vec<usize> = (0..test.len()).collect();
     let c = m.classes();
@@ -144,7 +275,12 @@ pub fn run(
     let (ece, mce) = ece_mce(&confidence, &correct)?;
     let (nll, brier) = nll_brier(probs.as_slice(), c, labels)?;
     let accuracy = correct.iter().filter(|&&k| k).count() as f64 / correct.len().max(1) as f64;
-    let scoring = scoring(model, device);
+    let conformal = match options.conformal {
+        Some(alpha) => conformal_rows(&probs, labels, alpha, seed)?,
+        None => Vec::new(),
+    };
+    let mut scoring = scoring(model, device);
+    scoring.reference = reference;
     let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
     let mut rows = Vec::with_capacity(scorers.len());
     let mut rejection = Panel {
@@ -155,7 +291,7 @@ pub fn run(
     };
     let mut oracle = Vec::new();
     for s in scorers {
-        let probs_only = s.needs().grads.is_none() && s.needs().samples.is_none();
+        let probs_only = s.needs() == Needs::PROBS;
         let scores = if probs_only && temperature.is_some() {
             s.score(&Evidence::from_probs(probs.clone()))?
         } else {
@@ -216,6 +352,12 @@ pub fn run(
     if let Some(t) = temperature {
         json.insert("temperature".into(), serde_json::json!(t));
     }
+    if !conformal.is_empty() {
+        json.insert(
+            "conformal".into(),
+            serde_json::to_value(&conformal).map_err(json_err)?,
+        );
+    }
     write_json(&out.join("metrics.json"), &serde_json::Value::Object(json))?;
     Figure {
         panels: vec![rel],
@@ -237,5 +379,6 @@ pub fn run(
         nll,
         brier,
         rows,
+        conformal,
     })
 }

@@ -174,6 +174,29 @@ pub fn check_fits(ck: &Checkpoint, name: &str, data: &Dataset) -> Result<()> {
     Ok(())
 }
 
+/// The training statistics the `scorers` read, if any does ([`alkit_acquisition::Needs::reference`]):
+/// the features and labels of `train_raw[indices]` (the items the model was trained on, read
+/// as stored) through the checkpoint's model, normalised with its statistics, in one batched
+/// pass. `None` when no scorer asks, so nothing is computed for nothing.
+pub fn training_reference(
+    ck: &Checkpoint,
+    train_raw: &Dataset,
+    indices: &[usize],
+    scorers: &[Arc<dyn Scorer>],
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Option<Arc<alkit_acquisition::Reference>>> {
+    if !scorers.iter().any(|s| s.needs().reference) {
+        return Ok(None);
+    }
+    let train = ck.config.normalizer.apply(train_raw)?;
+    let batch = crate::predict::default_batch(ck.config.item_shape.iter().product());
+    let reference =
+        crate::predict::reference_of(ck.model.as_ref(), &train, indices, batch, device, observer)
+            .context_with(|| "the training split's features (the detectors' statistics)")?;
+    Ok(Some(Arc::new(reference)))
+}
+
 /// The scoring context of a checkpoint's model: gradients through its parameters,
 /// perturbation scorers through its architecture (inference batch
 /// [`crate::predict::default_batch`] of its items).
@@ -185,5 +208,6 @@ pub fn scoring<'a>(ck: &'a Checkpoint, device: &'a Device) -> Scoring<'a> {
         input_std: &ck.config.normalizer.std,
         batch: crate::predict::default_batch(ck.config.item_shape.iter().product()),
         device,
+        reference: None,
     }
 }

@@ -6,7 +6,7 @@
 //! `scores.csv` (`split,index,<scorer>...`), `roc.svg/png` and `hist.svg/png`.
 
 use super::create_out;
-use super::model::{scoring, ModelSource};
+use super::model::{scoring, training_reference, ModelSource};
 use super::score::score_all;
 use crate::checkpoint::Checkpoint;
 use crate::data::Dataset;
@@ -65,18 +65,24 @@ pub fn evaluate(
     )?;
     let norm = &ck.config.normalizer;
     let (id_test, ood_test) = (norm.apply(&splits[0].test)?, norm.apply(&splits[1].test)?);
-    run(&ck, &id_test, &ood_test, &scorers, source.seed, out, device)
+    let train = &splits[0].train;
+    let all: Vec<usize> = (0..train.len()).collect();
+    let reference = training_reference(&ck, train, &all, &scorers, device, observer)?;
+    run(&ck, &id_test, &ood_test, &scorers, reference, source.seed, out, device)
         .context_with(|| format!("OOD evaluation against {ood_data}"))
 }
 
 /// Scores `id_test` and `ood_test` (both normalised with the model's statistics) with each
 /// scorer through `model`, writes the files of the module docs into `out` and returns the
-/// metrics. `seed` keys the scorers' noise.
+/// metrics. `reference` holds the training features the detectors that need them read
+/// ([`training_reference`]); `seed` keys the scorers' noise.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     model: &Checkpoint,
     id_test: &Dataset,
     ood_test: &Dataset,
     scorers: &[Arc<dyn Scorer>],
+    reference: Option<Arc<alkit_acquisition::Reference>>,
     seed: u64,
     out: &Path,
     device: &Device,
@@ -91,7 +97,8 @@ pub fn run(
             ),
         ));
     }
-    let scoring = scoring(model, device);
+    let mut scoring = scoring(model, device);
+    scoring.reference = reference;
     let id_scores = score_all(&scoring, id_test, scorers, seed)?;
     let ood_scores = score_all(&scoring, ood_test, scorers, seed)?;
     let id_accuracy = predict::evaluate(

@@ -154,6 +154,15 @@ pub fn run(
         members: job.checkpoints.len() > 1,
         ..job.settings
     };
+    // A selector over features (BADGE, core-set, TypiClust, ProbCover) chooses the batch
+    // jointly from every item at once.
+    if let [kind] = job.scorers.as_slice() {
+        if let crate::round::Pick::Batch(b) = kind.build(&settings) {
+            if b.needs().features {
+                return select_jointly(job, b.as_ref(), hub, device, observer);
+            }
+        }
+    }
     // BatchBALD chooses among the best `candidates` by BALD, which is scored as usual.
     let joint = (settings.select == SelectKind::BatchBald)
         .then(|| JointPlan::new(&job.scorers, job.top, job.candidates))
@@ -301,6 +310,7 @@ pub fn run(
         input_std: &ck.config.normalizer.std,
         batch,
         device,
+        reference: None,
     };
     let plan = ChunkPlan {
         scorers: &scorers,
@@ -397,6 +407,119 @@ pub fn run(
     Ok(ScoreReport {
         scored: scored.count,
         rows: kept,
+    })
+}
+
+/// `job` with one feature-space batch selector: the split read whole through the checkpoint
+/// (one model), the selector's `top` picks written as rows `index,id,<selector>` in the order
+/// chosen, the last column the pick's rank (1 = first). Nothing of the pool is labeled here,
+/// so core-set, TypiClust and ProbCover start cold (an empty labeled set); the selection draws
+/// from `(seed, Select, 0)`. A joint choice among every item does not shard.
+fn select_jointly(
+    job: &ScoreJob,
+    selector: &dyn alkit_acquisition::BatchSelector,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<ScoreReport> {
+    let name = selector.name();
+    let top = job.top.ok_or_else(|| {
+        Error::config(
+            "top",
+            format!("`{name}` chooses a batch jointly: give its size (setting `top`)"),
+        )
+    })?;
+    if job.shard.is_some() {
+        return Err(Error::config(
+            "shard",
+            format!(
+                "`{name}` chooses jointly among every item, which no shard sees: run it unsharded                  (the per-item scorers shard exactly)"
+            ),
+        ));
+    }
+    if job.checkpoints.len() != 1 {
+        return Err(Error::config(
+            "checkpoint",
+            format!("`{name}` reads one model's features; an ensemble has one per member"),
+        ));
+    }
+    if job.batch == Some(0) {
+        return Err(Error::config("batch", "must be at least 1"));
+    }
+    let mut inputs: Vec<&Path> = job.checkpoints.iter().map(Path::new).collect();
+    inputs.push(Path::new(&job.data));
+    crate::fsutil::check_output("out", &job.out, &inputs)?;
+    let ck = crate::checkpoint::open_ensemble_with(
+        &job.checkpoints,
+        &job.checkpoint_options,
+        hub,
+        device,
+        observer,
+    )
+    .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))?;
+    ck.config.arch.check_needs(name, &selector.needs())?;
+    let data = job.data.as_str();
+    let source = Source::parse(data).context_with(|| format!("data source {data}"))?;
+    let pre = ck.config.preprocess;
+    let mut st = match job.split {
+        Split::Train => crate::data::source::open(&source, hub, observer, pre.as_ref())?,
+        Split::Test => {
+            let (_, loaded) = crate::data::source::load_named(data, pre.as_ref(), hub, observer)?;
+            crate::data::stream::in_memory(loaded.test.ok_or_else(|| {
+                Error::config(
+                    "split",
+                    format!("{data} has no test split; score its pool (split `train`)"),
+                )
+            })?)
+        }
+    };
+    let shape = st.item_shape().to_vec();
+    if shape != ck.config.item_shape {
+        return Err(Error::config(
+            "checkpoint",
+            format!(
+                "{data}: items are {shape:?}, the checkpoint expects {:?}",
+                ck.config.item_shape
+            ),
+        ));
+    }
+    let whole = crate::data::stream::drain(st.as_mut())
+        .context_with(|| format!("loading the data {data}"))?
+        .unwrap_or(Chunk {
+            start: 0,
+            ids: Vec::new(),
+            x: Vec::new(),
+        });
+    let n = whole.ids.len();
+    let raw = Dataset::new(whole.x, vec![0; n], shape.clone(), 1)?;
+    let ds = ck.config.normalizer.apply(&raw)?;
+    let item_values: usize = shape.iter().product();
+    let batch = job
+        .batch
+        .unwrap_or_else(|| crate::predict::default_batch(item_values));
+    crate::limits::batch("batch", batch, item_values)?;
+    let mut scoring = super::model::scoring(&ck, device);
+    scoring.batch = batch;
+    let all: Vec<usize> = (0..n).collect();
+    let nothing = crate::predict::reference_of(ck.model.as_ref(), &ds, &[], batch, device, observer)?;
+    scoring.reference = Some(Arc::new(nothing));
+    let mut noise = stream(job.seed, Purpose::Perturb, 0);
+    let ev = scoring
+        .evidence(&ds, &all, selector.needs(), &mut noise, observer)
+        .context_with(|| format!("scoring {data}"))?;
+    let mut rng = stream(job.seed, Purpose::Select, 0);
+    let picks = selector.select(&ev, top.min(n), &mut rng)?;
+    let rows = picks.iter().enumerate().map(|(rank, &p)| {
+        vec![
+            (whole.start + p).to_string(),
+            whole.ids[p].clone(),
+            (rank + 1).to_string(),
+        ]
+    });
+    write_csv(&job.out, &["index", "id", name], rows)?;
+    Ok(ScoreReport {
+        scored: n,
+        rows: picks.len(),
     })
 }
 

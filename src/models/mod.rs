@@ -210,8 +210,9 @@ impl Arch {
             return Err(crate::Error::config(
                 "layers",
                 format!(
-                    "`{name}` reads the last linear layer's features; a {model} ends in an RBF \
-                     head, not a linear layer: score its every layer (setting `layers` all)"
+                    "`{name}` reads the penultimate features and the last linear layer; a \
+                     {model} ends in an RBF head, not a linear layer (gradient scores: every \
+                     layer, setting `layers` all)"
                 ),
             ));
         }

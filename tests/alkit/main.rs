@@ -220,6 +220,7 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
             batch: 256,
             ensemble: None,
             subsample: None,
+            cold_start: false,
         },
         scorers: Default::default(),
     }

@@ -159,6 +159,7 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
         input_std: &norm.std,
         batch: 64,
         device: &Device::Cpu,
+        reference: None,
     };
     let idx: Vec<usize> = (0..24).collect();
     let plain = ReGrad::DEFAULT;
@@ -447,6 +448,7 @@ fn mc_dropout_scorers_refuse_a_model_without_dropout() {
             input_std: &norm.std,
             batch: 16,
             device: &Device::Cpu,
+            reference: None,
         };
         for name in ["bald", "mc-entropy", "batchbald"] {
             let needs = match kind(name).build(&settings) {

@@ -226,6 +226,9 @@ pub(crate) struct CalibrateArgs {
     /// Temperature-scale the probabilities first, fitting T by NLL on the last 10% of the train split (held out from training when alkit trains the model).
     #[arg(long)]
     pub(crate) temperature: bool,
+    /// Split conformal prediction at miscoverage ALPHA (e.g. 0.1 for 90% sets): a seeded random half of the test split calibrates LAC, APS and RAPS; coverage and mean set size are reported on the other half, overall and per class.
+    #[arg(long, value_name = "ALPHA")]
+    pub(crate) conformal: Option<f64>,
     /// Output folder: metrics.json, reliability.svg/png, rejection.svg/png.
     #[arg(long)]
     pub(crate) out: PathBuf,
@@ -274,6 +277,15 @@ pub(crate) struct ScorerFlags {
     /// Parameters of the gradient scorers (regrad, exgrad, negrad, ungrad, gradnorm): `all` layers of the network, or the `last` linear layer only, exact in closed form over the penultimate features (any model that gives them: imported, frozen, or a head on embeddings); scores are then named `<scorer>@last`. [default: all]
     #[arg(long)]
     pub(crate) layers: Option<Layers>,
+    /// KNN's k: the score is the distance to the k-th nearest normalised training feature. [default: 50]
+    #[arg(long)]
+    pub(crate) knn_k: Option<usize>,
+    /// ViM's principal dimension D (below the feature dimension). [default: 1000 for d >= 2048, 512 for d >= 768, else d/2]
+    #[arg(long)]
+    pub(crate) vim_dim: Option<usize>,
+    /// ProbCover's ball radius on unit-length features, in (0, 2]. [default: the largest radius whose balls are 95% pure under a k-means clustering into as many clusters as classes]
+    #[arg(long)]
+    pub(crate) probcover_delta: Option<f32>,
 }
 
 impl ScorerFlags {
@@ -302,6 +314,9 @@ impl ScorerFlags {
             beta: self.beta.unwrap_or(d.beta),
             members: false,
             layers: self.layers.unwrap_or(d.layers),
+            knn_k: self.knn_k.unwrap_or(d.knn_k),
+            vim_dim: self.vim_dim.or(d.vim_dim),
+            probcover_delta: self.probcover_delta.or(d.probcover_delta),
         };
         s.validate()?;
         Ok(s)
@@ -327,6 +342,9 @@ pub(crate) struct CurveArgs {
     /// Random seed labels before cycle 0 (m1). [default: 20]
     #[arg(long)]
     pub(crate) initial: Option<usize>,
+    /// Cold start: strategies that choose from the items alone (coreset, typiclust, probcover) pick the --initial items too, from the items' own vectors (an embedding file's embeddings, a --backbone's features); the others start from the random seed set.
+    #[arg(long)]
+    pub(crate) cold_start: bool,
     /// Items labeled per cycle (m2). [default: 20]
     #[arg(long)]
     pub(crate) query: Option<usize>,
@@ -598,6 +616,7 @@ impl CurveArgs {
             ensemble: self.ensemble.map(|k| k as usize),
             anchor: self.anchor,
             subsample: self.subsample,
+            cold_start: self.cold_start,
             scorers: self.scorer_flags.settings()?,
         })
     }
@@ -620,6 +639,7 @@ impl CurveArgs {
             ("--ensemble", self.ensemble.is_some()),
             ("--anchor", self.anchor.is_some()),
             ("--subsample", self.subsample.is_some()),
+            ("--cold-start", self.cold_start),
             ("--backbone", self.backbone.is_some()),
         ]
         .into_iter()

@@ -16,12 +16,14 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("checkpoint", "--checkpoint"),
     ("chunk", "--chunk"),
     ("classes", "--classes"),
+    ("conformal", "--conformal"),
     ("cycles", "--cycles"),
     ("data", "--data"),
     ("ensemble", "--ensemble"),
     ("force", "--force"),
     ("indices", "--indices"),
     ("initial", "--initial"),
+    ("knn_k", "--knn-k"),
     ("labels", "--labels"),
     ("lambda", "--lambda"),
     ("layers", "--layers"),
@@ -41,6 +43,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("points", "--points"),
     ("pool", "--pool"),
     ("port", "--port"),
+    ("probcover_delta", "--probcover-delta"),
     ("query", "--query"),
     ("repeats", "--repeats"),
     ("resume", "--resume"),
@@ -60,6 +63,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("temperature", "--temperature"),
     ("top", "--top"),
     ("train_steps", "--train-steps"),
+    ("vim_dim", "--vim-dim"),
 ];
 
 /// `message` (a library error, printed whole) with every setting it names spoken as this

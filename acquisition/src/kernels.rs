@@ -1,0 +1,122 @@
+//! The crate's one call into the `gemm` crate (the matrix multiply candle runs on the CPU, so
+//! it is already in every alkit build): pairwise products of feature rows for the
+//! feature-space detectors and selectors (KNN, k-means, core-set, ProbCover), split over the
+//! machine's cores by rows of the left operand. Each output element is reduced over `k` in
+//! the same blocked order whatever the split, so results do not depend on the core count.
+
+/// `c (m, n) = a (m, k) b (n, k)^T`, all row-major `f32`.
+///
+/// # Panics
+/// Never on well-formed input; a length that does not match its shape is a bug in this crate
+/// and is caught by the assertion before any unsafe call.
+pub(crate) fn matmul_nt(a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) -> Vec<f32> {
+    assert!(
+        a.len() == m * k && b.len() == n * k,
+        "matmul_nt: operands do not match ({m}, {n}, {k})"
+    );
+    let mut c = vec![0f32; m * n];
+    if m == 0 || n == 0 {
+        return c;
+    }
+    if k == 0 {
+        return c;
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    // Below about a million multiply-adds a thread costs more than it saves.
+    let parts = if m * n * k < 1 << 20 { 1 } else { threads.min(m) };
+    let rows = m.div_ceil(parts);
+    std::thread::scope(|s| {
+        for (ai, ci) in a.chunks(rows * k).zip(c.chunks_mut(rows * n)) {
+            s.spawn(move || block(ai, b, ci, (ai.len() / k, n, k)));
+        }
+    });
+    c
+}
+
+/// One row block of [`matmul_nt`] on the current thread.
+#[allow(unsafe_code)]
+fn block(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) {
+    assert!(a.len() == m * k && b.len() == n * k && c.len() == m * n);
+    // SAFETY: the assertion above bounds every access: `c` is (m, n) with row stride n and
+    // column stride 1; `a` is (m, k) with row stride k; `b` is read as the (k, n) matrix
+    // `b^T`, element (p, j) at `j * k + p`, inside its n * k values. The slices are borrowed
+    // for the whole call and `c` is not aliased by `a` or `b`.
+    unsafe {
+        ::gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            k as isize,
+            1,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            ::gemm::Parallelism::None,
+        );
+    }
+}
+
+/// Runs `f(first_row, rows_of_out)` over `out` split into contiguous runs of whole rows of
+/// `width` values, one run per core, on scoped threads. `f` must only depend on the row
+/// numbers it is given, so the result does not depend on the split.
+pub(crate) fn par_rows<T: Send>(
+    out: &mut [T],
+    width: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let width = width.max(1);
+    let n = out.len() / width;
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let parts = if n < 1024 { 1 } else { threads.min(n) };
+    let rows = n.div_ceil(parts.max(1)).max(1);
+    let f = &f;
+    std::thread::scope(|s| {
+        for (i, chunk) in out.chunks_mut(rows * width).enumerate() {
+            s.spawn(move || f(i * rows, chunk));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_match_a_direct_sum_at_every_split() {
+        for (m, n, k) in [(1, 1, 1), (3, 5, 7), (300, 70, 65), (2000, 33, 17)] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+            let b: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+            let c = matmul_nt(&a, &b, (m, n, k));
+            for i in (0..m).step_by(37) {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| f64::from(a[i * k + p]) * f64::from(b[j * k + p]))
+                        .sum();
+                    assert!((f64::from(c[i * n + j]) - want).abs() < 1e-4 * (1.0 + want.abs()));
+                }
+            }
+        }
+        assert!(matmul_nt(&[], &[], (0, 0, 3)).is_empty());
+    }
+
+    #[test]
+    fn row_runs_cover_every_row_once() {
+        let mut out = vec![0usize; 5000 * 3];
+        par_rows(&mut out, 3, |first, rows| {
+            for (r, row) in rows.chunks_mut(3).enumerate() {
+                row.fill(first + r);
+            }
+        });
+        assert!(out.chunks(3).enumerate().all(|(i, r)| r.iter().all(|&v| v == i)));
+    }
+}

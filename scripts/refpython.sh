@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Makes a Python virtual environment with numpy, for the independent numpy reference
+# implementations under tests/reference/ (posthoc.py, diverse.py, conformal.py) that tests
+# compare alkit's scores, batch picks and conformal sets against, and writes an environment
+# file naming its interpreter. Usage:
+#
+#   scripts/refpython.sh [DIR]             # default DIR: .refpython (ignored by git)
+#   source DIR/env.sh                      # ALKIT_PYTHON
+#   cargo test
+#
+# numpy is pinned to one release from PyPI so that every machine computes the references
+# with the same library; the scripts use nothing else (no torch, scikit-learn or faiss), and
+# compute in float64 from the f32 inputs the Rust side hands them.
+set -euo pipefail
+dir="${1:-.refpython}"
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
+[ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
+"$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  --no-warn-script-location --root-user-action=ignore numpy==2.4.6
+"$dir/venv/bin/python" -c 'import numpy' || { echo "numpy does not import in $dir/venv" >&2; exit 1; }
+cat > "$dir/env.sh" <<ENV
+# Written by scripts/refpython.sh: the Python (with numpy) that runs tests/reference/*.py.
+export ALKIT_PYTHON="$dir/venv/bin/python"
+ENV
+echo "Python with numpy $dir/venv/bin/python; now: source $dir/env.sh"
