@@ -13,8 +13,8 @@ use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
 use crate::train::{ModelBuilder, Trained};
 use alkit_acquisition::{
-    Evidence, Reference, Features, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest,
-    Samples,
+    Evidence, Features, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, Reference,
+    SampleRequest, Samples,
 };
 use candle_core::{DType, Device};
 use std::sync::Arc;
@@ -154,7 +154,13 @@ pub fn reference_of(
             0 => features,
             _ => {
                 let one = features_of(model, data, &[0], batch, device, observer)?;
-                Features::new(vec![], 0, one.dim(), one.weight().to_vec(), one.bias().to_vec())?
+                Features::new(
+                    vec![],
+                    0,
+                    one.dim(),
+                    one.weight().to_vec(),
+                    one.bias().to_vec(),
+                )?
             }
         }
     } else {

@@ -400,7 +400,13 @@ pub fn cold_start(
             zero_layer(Vec::new(), 0)?,
             Vec::new(),
         )?));
-        check(observer, &Event::Scoring { done: rows.len(), total: candidates.len() })?;
+        check(
+            observer,
+            &Event::Scoring {
+                done: rows.len(),
+                total: candidates.len(),
+            },
+        )?;
         picks = selector.select(&ev, n, &mut rng)?;
         Ok(())
     })?;

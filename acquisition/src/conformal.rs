@@ -198,10 +198,19 @@ mod tests {
     fn scores_match_hand_worked_values() {
         let p = [0.2f32, 0.5, 0.3];
         let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
-        assert!(close(&ConformalScore::Lac.class_scores(&p), &[0.8, 0.5, 0.7]));
+        assert!(close(
+            &ConformalScore::Lac.class_scores(&p),
+            &[0.8, 0.5, 0.7]
+        ));
         // Order 1, 2, 0: masses 0.5, 0.8, 1.0.
-        assert!(close(&ConformalScore::Aps.class_scores(&p), &[1.0, 0.5, 0.8]));
-        let raps = ConformalScore::Raps { lambda: 0.1, k_reg: 1 };
+        assert!(close(
+            &ConformalScore::Aps.class_scores(&p),
+            &[1.0, 0.5, 0.8]
+        ));
+        let raps = ConformalScore::Raps {
+            lambda: 0.1,
+            k_reg: 1,
+        };
         assert!(close(&raps.class_scores(&p), &[1.2, 0.5, 0.9]));
     }
 

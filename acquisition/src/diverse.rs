@@ -413,7 +413,10 @@ impl TypiClust {
         if features.len() != total * d || m > total {
             return Err(ScoreError::Shape {
                 what: "typiclust clusters",
-                expected: format!("one cluster per feature row ({} rows)", features.len() / d.max(1)),
+                expected: format!(
+                    "one cluster per feature row ({} rows)",
+                    features.len() / d.max(1)
+                ),
                 got: format!("{total} clusters, {m} labeled"),
             });
         }
@@ -427,7 +430,9 @@ impl TypiClust {
                 existing[c] += 1;
             }
         }
-        let mut order: Vec<usize> = (0..ids).filter(|&c| size[c] > self.min_cluster_size).collect();
+        let mut order: Vec<usize> = (0..ids)
+            .filter(|&c| size[c] > self.min_cluster_size)
+            .collect();
         order.sort_by(|&a, &b| {
             existing[a]
                 .cmp(&existing[b])
@@ -440,20 +445,21 @@ impl TypiClust {
             let mut members = Vec::new();
             for shift in 0..order.len() {
                 let c = order[(i + shift) % order.len()];
-                members = (0..total).filter(|&j| !taken[j] && clusters[j] == c).collect();
+                members = (0..total)
+                    .filter(|&j| !taken[j] && clusters[j] == c)
+                    .collect();
                 if !members.is_empty() {
                     break;
                 }
             }
             if members.is_empty() {
-                return Err(ScoreError::Setting {
-                    setting: "typiclust",
-                    why: format!(
-                        "only {} of the {k} items could be picked: the other candidates lie in \
-                         clusters of at most {} items",
-                        picks.len(),
+                return Err(ScoreError::Shape {
+                    what: "typiclust clusters",
+                    expected: format!(
+                        "{k} candidates in clusters of more than {} items",
                         self.min_cluster_size
                     ),
+                    got: format!("{} such candidates", picks.len()),
                 });
             }
             let kk = self.knn.min(members.len() / 2);
@@ -546,7 +552,12 @@ pub const MAX_EDGES: usize = 200_000_000;
 /// `x (n, d)` to the nearest row of another cluster, a ball `{y : |x - y| < delta}` is pure
 /// when `delta <= r_x`; the fraction of pure balls is at least `alpha` up to the
 /// `ceil(alpha n)`-th largest `r_x`, which is returned. Errors when all rows share a cluster.
-pub fn purity_radius(x: &[f32], d: usize, clusters: &[usize], alpha: f32) -> Result<f64, ScoreError> {
+pub fn purity_radius(
+    x: &[f32],
+    d: usize,
+    clusters: &[usize],
+    alpha: f32,
+) -> Result<f64, ScoreError> {
     let n = clusters.len();
     if !(alpha > 0.0 && alpha <= 1.0) || n == 0 {
         return Err(ScoreError::Setting {
@@ -573,7 +584,8 @@ pub fn purity_radius(x: &[f32], d: usize, clusters: &[usize], alpha: f32) -> Res
     if !delta.is_finite() {
         return Err(ScoreError::Setting {
             setting: "probcover_delta",
-            why: "every item lies in one cluster, so no radius is chosen by purity; give one".into(),
+            why: "every item lies in one cluster, so no radius is chosen by purity; give one"
+                .into(),
         });
     }
     Ok(delta)
@@ -582,7 +594,13 @@ pub fn purity_radius(x: &[f32], d: usize, clusters: &[usize], alpha: f32) -> Res
 impl ProbCover {
     /// The radius used on these unit-length rows: the given one, or the purity rule's over a
     /// k-means clustering into `classes` clusters.
-    fn radius(&self, all: &[f32], d: usize, classes: usize, rng: &mut dyn RngCore) -> Result<f64, ScoreError> {
+    fn radius(
+        &self,
+        all: &[f32],
+        d: usize,
+        classes: usize,
+        rng: &mut dyn RngCore,
+    ) -> Result<f64, ScoreError> {
         match self.delta {
             Some(delta) if delta.is_finite() && delta > 0.0 => Ok(f64::from(delta)),
             Some(delta) => Err(ScoreError::Setting {
@@ -729,7 +747,11 @@ mod tests {
         let w = vec![0.5; 2 * d];
         let f = Features::new(h, n, d, w.clone(), vec![0.0, 0.1]).unwrap();
         let m = lab.len() / d;
-        let r = Reference::new(Features::new(lab, m, d, w, vec![0.0, 0.1]).unwrap(), vec![0; m]).unwrap();
+        let r = Reference::new(
+            Features::new(lab, m, d, w, vec![0.0, 0.1]).unwrap(),
+            vec![0; m],
+        )
+        .unwrap();
         Evidence {
             features: Some(f),
             reference: Some(Arc::new(r)),

@@ -23,7 +23,11 @@ pub(crate) fn matmul_nt(a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) 
     }
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
     // Below about a million multiply-adds a thread costs more than it saves.
-    let parts = if m * n * k < 1 << 20 { 1 } else { threads.min(m) };
+    let parts = if m * n * k < 1 << 20 {
+        1
+    } else {
+        threads.min(m)
+    };
     let rows = m.div_ceil(parts);
     std::thread::scope(|s| {
         for (ai, ci) in a.chunks(rows * k).zip(c.chunks_mut(rows * n)) {
@@ -69,11 +73,7 @@ fn block(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) 
 /// Runs `f(first_row, rows_of_out)` over `out` split into contiguous runs of whole rows of
 /// `width` values, one run per core, on scoped threads. `f` must only depend on the row
 /// numbers it is given, so the result does not depend on the split.
-pub(crate) fn par_rows<T: Send>(
-    out: &mut [T],
-    width: usize,
-    f: impl Fn(usize, &mut [T]) + Sync,
-) {
+pub(crate) fn par_rows<T: Send>(out: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let width = width.max(1);
     let n = out.len() / width;
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
@@ -94,8 +94,12 @@ mod tests {
     #[test]
     fn products_match_a_direct_sum_at_every_split() {
         for (m, n, k) in [(1, 1, 1), (3, 5, 7), (300, 70, 65), (2000, 33, 17)] {
-            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
-            let b: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
+                .collect();
+            let b: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0)
+                .collect();
             let c = matmul_nt(&a, &b, (m, n, k));
             for i in (0..m).step_by(37) {
                 for j in 0..n {
@@ -117,6 +121,9 @@ mod tests {
                 row.fill(first + r);
             }
         });
-        assert!(out.chunks(3).enumerate().all(|(i, r)| r.iter().all(|&v| v == i)));
+        assert!(out
+            .chunks(3)
+            .enumerate()
+            .all(|(i, r)| r.iter().all(|&v| v == i)));
     }
 }

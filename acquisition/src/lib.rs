@@ -49,16 +49,16 @@ mod scorers;
 mod selection;
 
 pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
+pub use bayes::{SampleScore, SampleScorer};
 pub use conformal::{Conformal, ConformalScore, SetSize};
 pub use diverse::{kmeans, purity_radius, Badge, CoreSet, ProbCover, TypiClust, MAX_EDGES};
-pub use posthoc::PostHoc;
-pub use reference::Reference;
-pub use bayes::{SampleScore, SampleScorer};
 pub use evidence::{
     Evidence, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
 };
 pub use features::{last_layer_norms, AtLastLayer, Features};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
+pub use posthoc::PostHoc;
+pub use reference::Reference;
 pub use scorers::{Builtin, DuqCertainty, Entropy, LeastConfidence, Margin};
 pub use selection::{gumbel, Selection};
 

@@ -2,7 +2,7 @@
 //! eigendecomposition for covariance pseudo-inverses and ViM's principal subspace), the
 //! numeric helpers the post-hoc scores share (log-sum-exp, numpy's linear percentile), the
 //! one way a uniform number is drawn from the caller's RNG, and squared Euclidean distances
-//! between row sets through [`crate::kernels::matmul_nt`].
+//! between row sets through one matrix multiply (the gemm crate, split over the cores).
 
 use crate::kernels::matmul_nt;
 use crate::ScoreError;
@@ -88,9 +88,14 @@ pub fn row_sq_norms(x: &[f32], d: usize) -> Vec<f64> {
 pub fn normalized(x: &[f32], d: usize, eps: f64) -> Vec<f32> {
     let mut out = x.to_vec();
     for r in out.chunks_exact_mut(d.max(1)) {
-        let norm = r.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+        let norm = r
+            .iter()
+            .map(|&v| f64::from(v) * f64::from(v))
+            .sum::<f64>()
+            .sqrt();
         if norm + eps > 0.0 {
-            r.iter_mut().for_each(|v| *v = (f64::from(*v) / (norm + eps)) as f32);
+            r.iter_mut()
+                .for_each(|v| *v = (f64::from(*v) / (norm + eps)) as f32);
         }
     }
     out

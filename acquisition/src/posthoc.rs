@@ -101,7 +101,10 @@ impl PostHoc {
     pub fn needs_reference(&self) -> bool {
         matches!(
             self,
-            PostHoc::React { .. } | PostHoc::Knn { .. } | PostHoc::Mahalanobis | PostHoc::Vim { .. }
+            PostHoc::React { .. }
+                | PostHoc::Knn { .. }
+                | PostHoc::Mahalanobis
+                | PostHoc::Vim { .. }
         )
     }
 }
@@ -145,11 +148,15 @@ impl Scorer for PostHoc {
             }
             PostHoc::AshB { percentile } => {
                 let k = kept(f.dim(), percentile)?;
-                per_row(f, |h| -logsumexp(&logits(&ash_b(h, k), f.weight(), f.bias())))
+                per_row(f, |h| {
+                    -logsumexp(&logits(&ash_b(h, k), f.weight(), f.bias()))
+                })
             }
             PostHoc::Scale { percentile } => {
                 let k = kept(f.dim(), percentile)?;
-                per_row(f, |h| -logsumexp(&logits(&scale(h, k), f.weight(), f.bias())))
+                per_row(f, |h| {
+                    -logsumexp(&logits(&scale(h, k), f.weight(), f.bias()))
+                })
             }
             PostHoc::React { percentile } => {
                 check_percentile(percentile)?;
@@ -306,7 +313,9 @@ fn knn(f: &Features, r: &Reference, k: usize) -> Result<Vec<f32>, ScoreError> {
         });
     }
     let d = f.dim();
-    let bank = r.memo("knn-bank", |r| Ok(normalized(r.features().as_slice(), d, 1e-10)))?;
+    let bank = r.memo("knn-bank", |r| {
+        Ok(normalized(r.features().as_slice(), d, 1e-10))
+    })?;
     let bank_sq = r.memo("knn-bank-norms", |_| {
         Ok(crate::linalg::row_sq_norms(&bank, d))
     })?;
@@ -345,7 +354,11 @@ fn knn(f: &Features, r: &Reference, k: usize) -> Result<Vec<f32>, ScoreError> {
 fn covariance(x: &[f32], d: usize, center: impl Fn(usize) -> Vec<f64> + Sync) -> Vec<f64> {
     let m = x.len() / d;
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let parts = if m * d * d < 1 << 22 { 1 } else { threads.min(m).max(1) };
+    let parts = if m * d * d < 1 << 22 {
+        1
+    } else {
+        threads.min(m).max(1)
+    };
     let rows = m.div_ceil(parts).max(1);
     let center = &center;
     let partial: Vec<Vec<f64>> = std::thread::scope(|s| {
@@ -446,11 +459,20 @@ fn mahalanobis(f: &Features, r: &Reference) -> Result<Vec<f32>, ScoreError> {
         let rank = s.len();
         let white = |mu: &[f64]| -> Vec<f64> {
             (0..rank)
-                .map(|k| s[k] * u[k * d..(k + 1) * d].iter().zip(mu).map(|(a, b)| a * b).sum::<f64>())
+                .map(|k| {
+                    s[k] * u[k * d..(k + 1) * d]
+                        .iter()
+                        .zip(mu)
+                        .map(|(a, b)| a * b)
+                        .sum::<f64>()
+                })
                 .collect()
         };
         Ok(Gaussian {
-            means: (0..c).filter(|&l| counts[l] > 0).map(|l| white(&means[l])).collect(),
+            means: (0..c)
+                .filter(|&l| counts[l] > 0)
+                .map(|l| white(&means[l]))
+                .collect(),
             u,
             s,
         })
@@ -462,7 +484,12 @@ fn mahalanobis(f: &Features, r: &Reference) -> Result<Vec<f32>, ScoreError> {
             let yi = &y[i * r_dim..(i + 1) * r_dim];
             g.means
                 .iter()
-                .map(|mu| yi.iter().zip(mu).map(|(a, b)| (a - b) * (a - b)).sum::<f64>())
+                .map(|mu| {
+                    yi.iter()
+                        .zip(mu)
+                        .map(|(a, b)| (a - b) * (a - b))
+                        .sum::<f64>()
+                })
                 .fold(f64::INFINITY, f64::min) as f32
         })
         .collect())
@@ -512,7 +539,13 @@ fn vim(f: &Features, r: &Reference, dim: Option<usize>) -> Result<Vec<f32>, Scor
         let mut y = vec![0f64; c];
         for (k, sk) in s.iter().enumerate() {
             let row = &u[k * c..(k + 1) * c];
-            let t: f64 = row.iter().zip(b).map(|(a, &bv)| a * f64::from(bv)).sum::<f64>() * sk * sk;
+            let t: f64 = row
+                .iter()
+                .zip(b)
+                .map(|(a, &bv)| a * f64::from(bv))
+                .sum::<f64>()
+                * sk
+                * sk;
             for (yi, a) in y.iter_mut().zip(row) {
                 *yi += t * a;
             }
@@ -531,13 +564,17 @@ fn vim(f: &Features, r: &Reference, dim: Option<usize>) -> Result<Vec<f32>, Scor
             for (hj, &v) in h.iter_mut().zip(&x[i * d..(i + 1) * d]) {
                 *hj = f64::from(v);
             }
-            logit_sum += logits(&h, w, b).into_iter().fold(f64::NEG_INFINITY, f64::max);
+            logit_sum += logits(&h, w, b)
+                .into_iter()
+                .fold(f64::NEG_INFINITY, f64::max);
             residual_sum += residual(&h, &origin, &ns);
         }
         if residual_sum <= 0.0 {
             return Err(ScoreError::Setting {
                 setting: "vim_dim",
-                why: format!("the training features have no variance beyond {dim} principal dimensions"),
+                why: format!(
+                    "the training features have no variance beyond {dim} principal dimensions"
+                ),
             });
         }
         Ok(VimFit {
@@ -600,7 +637,10 @@ mod tests {
         let out = ash(&[4.0, 1.0, 0.0, 3.0], 2);
         let f = (8.0f64 / 7.0).exp();
         assert_eq!(out, vec![4.0 * f, 0.0, 0.0, 3.0 * f]);
-        assert_eq!(scale(&[4.0, 1.0, 0.0, 3.0], 2), vec![4.0 * f, f, 0.0, 3.0 * f]);
+        assert_eq!(
+            scale(&[4.0, 1.0, 0.0, 3.0], 2),
+            vec![4.0 * f, f, 0.0, 3.0 * f]
+        );
         assert_eq!(ash_b(&[4.0, 1.0, 0.0, 3.0], 2), vec![4.0, 0.0, 0.0, 4.0]);
         assert_eq!(kept(512, 90.0).unwrap(), 51);
         assert_eq!(kept(10, 85.0).unwrap(), 2); // round(8.5) = 8 (ties to even)
@@ -646,6 +686,9 @@ mod tests {
             ..Evidence::default()
         };
         let s = PostHoc::Mahalanobis.score(&ev).unwrap();
-        assert!((s[0] - 4.0).abs() < 1e-5 && (s[1] - 13.0).abs() < 1e-5, "{s:?}");
+        assert!(
+            (s[0] - 4.0).abs() < 1e-5 && (s[1] - 13.0).abs() < 1e-5,
+            "{s:?}"
+        );
     }
 }

@@ -26,8 +26,8 @@ use crate::plot::{Figure, Panel, Series};
 use crate::predict::{log_probs_of, probs_from_log};
 use crate::rng::{stream, Purpose};
 use alkit_acquisition::{Conformal, ConformalScore, Evidence, Needs, Probs, Reference, Scorer};
-use serde::Serialize;
 use candle_core::Device;
+use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -77,8 +77,10 @@ pub fn evaluate(
         conformal,
         seed: source.seed,
     };
-    run(&ck, &test, holdout, &scorers, reference, options, out, device)
-        .context_with(|| "calibration")
+    run(
+        &ck, &test, holdout, &scorers, reference, options, out, device,
+    )
+    .context_with(|| "calibration")
 }
 
 /// Temperature scaling: the held-out items `data[val]` (normalised) the temperature is
@@ -161,7 +163,10 @@ pub fn conformal_rows(
     eval.sort_unstable();
     let c = probs.classes();
     let rows_of = |idx: &[usize]| -> Result<Probs> {
-        let data = idx.iter().flat_map(|&i| probs.row(i).iter().copied()).collect();
+        let data = idx
+            .iter()
+            .flat_map(|&i| probs.row(i).iter().copied())
+            .collect();
         Ok(Probs::new(data, idx.len(), c)?)
     };
     let cal_probs = rows_of(cal)?;

@@ -68,8 +68,17 @@ pub fn evaluate(
     let train = &splits[0].train;
     let all: Vec<usize> = (0..train.len()).collect();
     let reference = training_reference(&ck, train, &all, &scorers, device, observer)?;
-    run(&ck, &id_test, &ood_test, &scorers, reference, source.seed, out, device)
-        .context_with(|| format!("OOD evaluation against {ood_data}"))
+    run(
+        &ck,
+        &id_test,
+        &ood_test,
+        &scorers,
+        reference,
+        source.seed,
+        out,
+        device,
+    )
+    .context_with(|| format!("OOD evaluation against {ood_data}"))
 }
 
 /// Scores `id_test` and `ood_test` (both normalised with the model's statistics) with each

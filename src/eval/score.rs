@@ -501,7 +501,8 @@ fn select_jointly(
     let mut scoring = super::model::scoring(&ck, device);
     scoring.batch = batch;
     let all: Vec<usize> = (0..n).collect();
-    let nothing = crate::predict::reference_of(ck.model.as_ref(), &ds, &[], batch, device, observer)?;
+    let nothing =
+        crate::predict::reference_of(ck.model.as_ref(), &ds, &[], batch, device, observer)?;
     scoring.reference = Some(Arc::new(nothing));
     let mut noise = stream(job.seed, Purpose::Perturb, 0);
     let ev = scoring

@@ -7,6 +7,7 @@ mod data;
 mod device;
 mod duq;
 mod embeddings;
+mod feature_methods;
 mod flag_sizes;
 mod fuzz_corpora;
 mod gradients;
