@@ -414,7 +414,11 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
 
 fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = per_item_scorers(&a.scorer, &a.scorer_flags.settings()?)?;
-    let source = a.source.to_lib()?;
+    let mut source = a.source.to_lib()?;
+    if source.checkpoint.is_some() && source.stats_cache.is_none() {
+        // Without a cache folder (no HOME), the statistics are computed in memory.
+        source.stats_cache = embed_cache().ok();
+    }
     let mut bars = Bars::new(quiet, 1);
     let r = alkit::eval::ood::evaluate(
         &source,
@@ -458,7 +462,11 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
 
 fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = per_item_scorers(&a.scorer, &a.scorer_flags.settings()?)?;
-    let source = a.source.to_lib()?;
+    let mut source = a.source.to_lib()?;
+    if source.checkpoint.is_some() && source.stats_cache.is_none() {
+        // Without a cache folder (no HOME), the statistics are computed in memory.
+        source.stats_cache = embed_cache().ok();
+    }
     let mut bars = Bars::new(quiet, 1);
     let r = alkit::eval::calibrate::evaluate(
         &source,

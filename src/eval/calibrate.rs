@@ -72,7 +72,17 @@ pub fn evaluate(
         val: &val,
     });
     let trained: Vec<usize> = (0..n_train - holdout_of(n_train)).collect();
-    let reference = training_reference(&ck, &splits.train, &trained, &scorers, device, observer)?;
+    let reference = training_reference(
+        source,
+        &ck,
+        data,
+        &splits.train,
+        &trained,
+        &scorers,
+        hub,
+        device,
+        observer,
+    )?;
     let options = Options {
         conformal,
         seed: source.seed,

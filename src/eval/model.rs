@@ -31,6 +31,11 @@ pub struct ModelSource {
     pub batch_size: Option<usize>,
     /// Seed of the training and of the scorers' noise.
     pub seed: u64,
+    /// Where a checkpoint's training features (the detectors' statistics) are cached: an
+    /// embedding file keyed by the checkpoint's content hash and the data's files, as
+    /// [`super::embed::cached`] keeps them, reused by every later evaluation of the same
+    /// checkpoint on the same data. `None`: computed in memory each run.
+    pub stats_cache: Option<std::path::PathBuf>,
 }
 
 /// `source.model` trained here on `train_raw[..limit]` (all of it when `limit` is `None`,
@@ -176,24 +181,95 @@ pub fn check_fits(ck: &Checkpoint, name: &str, data: &Dataset) -> Result<()> {
 
 /// The training statistics the `scorers` read, if any does ([`alkit_acquisition::Needs::reference`]):
 /// the features and labels of `train_raw[indices]` (the items the model was trained on, read
-/// as stored) through the checkpoint's model, normalised with its statistics, in one batched
-/// pass. `None` when no scorer asks, so nothing is computed for nothing.
+/// as stored from the source `data`) through the checkpoint's model, normalised with its
+/// statistics, in one batched pass. With a checkpoint, the whole split and
+/// [`ModelSource::stats_cache`], the features come from (or go to) the cache. `None` when no
+/// scorer asks, so nothing is computed for nothing.
+#[allow(clippy::too_many_arguments)]
 pub fn training_reference(
+    source: &ModelSource,
     ck: &Checkpoint,
+    data: &str,
     train_raw: &Dataset,
     indices: &[usize],
     scorers: &[Arc<dyn Scorer>],
+    hub: &Hub,
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Option<Arc<alkit_acquisition::Reference>>> {
     if !scorers.iter().any(|s| s.needs().reference) {
         return Ok(None);
     }
-    let train = ck.config.normalizer.apply(train_raw)?;
     let batch = crate::predict::default_batch(ck.config.item_shape.iter().product());
-    let reference =
-        crate::predict::reference_of(ck.model.as_ref(), &train, indices, batch, device, observer)
-            .context_with(|| "the training split's features (the detectors' statistics)")?;
+    let what = || "the training split's features (the detectors' statistics)";
+    let whole =
+        indices.len() == train_raw.len() && indices.iter().enumerate().all(|(i, &j)| i == j);
+    let cache = match (&source.checkpoint, &source.stats_cache) {
+        (Some(c), Some(dir))
+            if whole && source.checkpoint_options == crate::checkpoint::OpenOptions::default() =>
+        {
+            Some((c, dir))
+        }
+        _ => None,
+    };
+    let reference = match cache {
+        Some((c, dir)) => {
+            let job = super::embed::EmbedJob {
+                backbone: c.clone(),
+                data: data.to_string(),
+                batch: Some(batch),
+                chunk: 16384,
+            };
+            let file = super::embed::cached(&job, dir, hub, device, observer).context_with(what)?;
+            let (_, loaded) =
+                crate::data::source::load_named(&file.path.to_string_lossy(), None, hub, observer)
+                    .context_with(what)?;
+            let pool = loaded.pool;
+            if pool.len() != train_raw.len() || pool.item_shape != [file.dim] {
+                return Err(Error::state(
+                    &file.path,
+                    format!(
+                        "the cached features hold {} items of {:?}, the train split {} items",
+                        pool.len(),
+                        pool.item_shape,
+                        train_raw.len()
+                    ),
+                ));
+            }
+            // The last layer, from one item through the model.
+            let len = train_raw.item_len();
+            let one = Dataset::new(
+                train_raw.features()[..len].to_vec(),
+                train_raw.labels()[..1].to_vec(),
+                train_raw.item_shape().to_vec(),
+                train_raw.classes(),
+            )?;
+            let one = ck.config.normalizer.apply(&one)?;
+            let layer =
+                crate::predict::features_of(ck.model.as_ref(), &one, &[0], 1, device, observer)?;
+            let features = alkit_acquisition::Features::new(
+                pool.x,
+                train_raw.len(),
+                file.dim,
+                layer.weight().to_vec(),
+                layer.bias().to_vec(),
+            )?;
+            let labels = train_raw.labels().iter().map(|&l| l as usize).collect();
+            alkit_acquisition::Reference::new(features, labels)?
+        }
+        None => {
+            let train = ck.config.normalizer.apply(train_raw)?;
+            crate::predict::reference_of(
+                ck.model.as_ref(),
+                &train,
+                indices,
+                batch,
+                device,
+                observer,
+            )
+            .context_with(what)?
+        }
+    };
     Ok(Some(Arc::new(reference)))
 }
 

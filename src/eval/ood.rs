@@ -67,7 +67,9 @@ pub fn evaluate(
     let (id_test, ood_test) = (norm.apply(&splits[0].test)?, norm.apply(&splits[1].test)?);
     let train = &splits[0].train;
     let all: Vec<usize> = (0..train.len()).collect();
-    let reference = training_reference(&ck, train, &all, &scorers, device, observer)?;
+    let reference = training_reference(
+        source, &ck, id_data, train, &all, &scorers, hub, device, observer,
+    )?;
     run(
         &ck,
         &id_test,

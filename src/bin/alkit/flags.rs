@@ -189,6 +189,9 @@ pub(crate) struct ModelSource {
     /// Seed of training and of the scorers' noise.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// With --checkpoint: folder where the training split's features (what knn, mahalanobis, vim and react fit on) are cached, keyed by the checkpoint's content and the data's files. [default: $ALKIT_CACHE/embeddings, else $XDG_CACHE_HOME/alkit/embeddings, else ~/.cache/alkit/embeddings]
+    #[arg(long)]
+    pub(crate) embed_cache: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -593,6 +596,7 @@ impl ModelSource {
             steps: self.steps.unwrap_or(2000),
             batch_size: self.batch_size,
             seed: self.seed,
+            stats_cache: self.embed_cache.clone(),
         })
     }
 }
