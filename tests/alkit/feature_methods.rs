@@ -527,6 +527,25 @@ fn ood_and_calibrate_report_every_detector_and_conformal_sets() {
             "{name} separates inverted digits: AUROC {auroc}"
         );
     }
+    // The saved model evaluated again with its training statistics cached (computed into the
+    // cache, then read from it): the same scores, byte for byte, as computed in memory.
+    let first = std::fs::read(dir.join("ood/scores.csv")).unwrap();
+    for run in ["again", "cached"] {
+        let o = alkit_cmd()
+            .args(["-q", "ood", "--train-data", "data", "--ood-data"])
+            .arg(&ood)
+            .arg("--checkpoint")
+            .arg(dir.join("ood/model"))
+            .args(["--scorer", detectors, "--embed-cache"])
+            .arg(dir.join("cache"))
+            .arg("--out")
+            .arg(dir.join(run))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(std::fs::read(dir.join(run).join("scores.csv")).unwrap() == first, "{run}");
+    }
+    assert_eq!(std::fs::read_dir(dir.join("cache")).unwrap().count(), 1);
     let o = alkit_cmd()
         .args([
             "-q",
