@@ -41,7 +41,9 @@ pub struct Query {
 
 impl Learner {
     /// Trains on the labeled items, scores the others and returns the next batch (best
-    /// first), recording it as pending. Before any label exists the batch is drawn at random.
+    /// first), recording it as pending. Before any label exists the batch is drawn at random,
+    /// or chosen from the items alone by a cold-start selector (core-set, TypiClust,
+    /// ProbCover: [`crate::round::cold_start`]).
     pub fn query(
         &mut self,
         request: &QueryRequest,
@@ -82,14 +84,33 @@ impl Learner {
         let lab = self.labeled_indices();
         let (picked, scorer, record) = if lab.is_empty() {
             self.last_model = None;
-            let picks = pick_random(&cand, request.n, (seed, Purpose::Select, key))?;
+            // A cold start: a selector that chooses from the items alone (core-set,
+            // TypiClust, ProbCover) picks the first batch; any other strategy starts at random.
+            let (picks, name) = match request.strategy.pick() {
+                round::Pick::Batch(b) if b.cold_start() => (
+                    round::cold_start(
+                        b.as_ref(),
+                        self.features.reader(),
+                        &cand,
+                        cfg.arch.classes(),
+                        request.n,
+                        (seed, Purpose::Select, key),
+                        observer,
+                    )?,
+                    request.strategy.name().to_string(),
+                ),
+                _ => (
+                    pick_random(&cand, request.n, (seed, Purpose::Select, key))?,
+                    "random".to_string(),
+                ),
+            };
             let none = (None, None, None);
             (
                 Picked {
                     indices: picks,
                     scores: None,
                 },
-                "random".to_string(),
+                name,
                 none,
             )
         } else {

@@ -543,7 +543,10 @@ fn ood_and_calibrate_report_every_detector_and_conformal_sets() {
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert!(std::fs::read(dir.join(run).join("scores.csv")).unwrap() == first, "{run}");
+        assert!(
+            std::fs::read(dir.join(run).join("scores.csv")).unwrap() == first,
+            "{run}"
+        );
     }
     assert_eq!(std::fs::read_dir(dir.join("cache")).unwrap().count(), 1);
     let o = alkit_cmd()
@@ -647,6 +650,36 @@ fn cold_starts_and_joint_picks_run_from_the_command_line_deterministically() {
     assert_ne!(initial("typiclust"), initial("random"));
     assert_ne!(initial("probcover"), initial("random"));
     assert_eq!(initial("badge"), initial("random"));
+    // A labeling session's first batch, before any label: chosen by a cold-start selector,
+    // drawn at random for any other strategy.
+    let first_batch = |scorer: &str| -> String {
+        let state = dir.join(format!("session-{scorer}"));
+        let o = alkit_cmd()
+            .args(["-q", "init", "--pool"])
+            .arg(embeddings())
+            .args(["--model", "linear", "--state"])
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = dir.join(format!("{scorer}-batch.csv"));
+        let o = alkit_cmd()
+            .args(["-q", "query", "--state"])
+            .arg(&state)
+            .args(["--scorer", scorer, "--n", "6", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .contains(&format!("by {scorer}"))
+            .then_some(())
+            .unwrap_or_else(|| panic!("{scorer}: {}", String::from_utf8_lossy(&o.stdout)));
+        std::fs::read_to_string(out).unwrap()
+    };
+    let typi = first_batch("typiclust");
+    assert_eq!(typi.lines().count(), 7);
+    assert_ne!(typi, first_batch("coreset"));
     // `score --top K` picks jointly, unsharded, and refuses a shard by name.
     let ck = dir.join("head");
     let o = alkit_cmd()
