@@ -10,7 +10,9 @@
 //! - [`TypiClust`] (Hacohen et al. 2022): k-means of the unit-length features into
 //!   `labeled + k` clusters (at most 500),
 //!   then from the least-covered, largest clusters the most typical point (highest inverse
-//!   mean squared distance to its 20 nearest cluster mates), as the authors' code does.
+//!   mean squared distance to its 20 nearest cluster mates), as the authors' code does
+//!   (clusters of at most 5 items are used only once the others are exhausted, where the
+//!   authors' code has no pick).
 //! - [`ProbCover`] (Yehuda et al. 2022): max coverage of `delta`-balls around the unit-length
 //!   features, greedy; `delta` given, or the largest one whose balls are `alpha`-pure
 //!   (0.95) with respect to a k-means clustering into as many clusters as classes.
@@ -430,37 +432,39 @@ impl TypiClust {
                 existing[c] += 1;
             }
         }
-        let mut order: Vec<usize> = (0..ids)
-            .filter(|&c| size[c] > self.min_cluster_size)
-            .collect();
-        order.sort_by(|&a, &b| {
-            existing[a]
-                .cmp(&existing[b])
-                .then(size[b].cmp(&size[a]))
-                .then(a.cmp(&b))
-        });
+        let key = |a: &usize, b: &usize| {
+            existing[*a]
+                .cmp(&existing[*b])
+                .then(size[*b].cmp(&size[*a]))
+                .then(a.cmp(b))
+        };
+        // The authors' clusters: more than `min_cluster_size` items, fewest labeled first,
+        // then largest. The small ones are visited only once those have no untaken item left
+        // (where the authors' code stops), in the same order.
+        let (mut order, mut small): (Vec<usize>, Vec<usize>) =
+            (0..ids).partition(|&c| size[c] > self.min_cluster_size);
+        order.sort_by(key);
+        small.sort_by(key);
         let mut taken: Vec<bool> = (0..total).map(|i| i < m).collect();
         let mut picks = Vec::with_capacity(k);
         for i in 0..k {
             let mut members = Vec::new();
-            for shift in 0..order.len() {
-                let c = order[(i + shift) % order.len()];
-                members = (0..total)
-                    .filter(|&j| !taken[j] && clusters[j] == c)
-                    .collect();
+            for list in [&order, &small] {
+                for shift in 0..list.len() {
+                    let c = list[(i + shift) % list.len()];
+                    members = (0..total)
+                        .filter(|&j| !taken[j] && clusters[j] == c)
+                        .collect();
+                    if !members.is_empty() {
+                        break;
+                    }
+                }
                 if !members.is_empty() {
                     break;
                 }
             }
             if members.is_empty() {
-                return Err(ScoreError::Shape {
-                    what: "typiclust clusters",
-                    expected: format!(
-                        "{k} candidates in clusters of more than {} items",
-                        self.min_cluster_size
-                    ),
-                    got: format!("{} such candidates", picks.len()),
-                });
+                return Err(ScoreError::TooMany { k, n: picks.len() });
             }
             let kk = self.knn.min(members.len() / 2);
             let best = if kk == 0 {

@@ -67,7 +67,8 @@ pub enum PostHoc {
         /// Percentile defining the top entries (85 in OpenOOD).
         percentile: f32,
     },
-    /// Distance to the `k`-th nearest normalised training feature.
+    /// Distance to the `k`-th nearest normalised training feature (the farthest, when there
+    /// are fewer than `k`).
     Knn {
         /// `k` (50 in the paper for CIFAR-10).
         k: usize,
@@ -306,12 +307,14 @@ const KNN_BLOCK: usize = 256;
 
 fn knn(f: &Features, r: &Reference, k: usize) -> Result<Vec<f32>, ScoreError> {
     let m = r.len();
-    if k == 0 || k > m {
+    if k == 0 {
         return Err(ScoreError::Setting {
             setting: "knn_k",
-            why: format!("k = {k} needs between 1 and the {m} training rows"),
+            why: "k must be at least 1".into(),
         });
     }
+    // Fewer training rows than k (an early acquisition round): the farthest one.
+    let k = k.min(m);
     let d = f.dim();
     let bank = r.memo("knn-bank", |r| {
         Ok(normalized(r.features().as_slice(), d, 1e-10))
@@ -669,7 +672,11 @@ mod tests {
         let q = [1.0 / 5f64.sqrt(), 2.0 / 5f64.sqrt()];
         let want = (q[0] * q[0] + (q[1] - 1.0) * (q[1] - 1.0)).sqrt();
         assert!((f64::from(s[0]) - want).abs() < 1e-6);
-        assert!(PostHoc::Knn { k: 3 }.score(&ev).is_err());
+        // Two training rows: k = 3 takes the second, the farthest.
+        let far = ((q[0] - 1.0) * (q[0] - 1.0) + q[1] * q[1]).sqrt();
+        let s3 = PostHoc::Knn { k: 3 }.score(&ev).unwrap();
+        assert!((f64::from(s3[0]) - far).abs() < 1e-6);
+        assert!(PostHoc::Knn { k: 0 }.score(&ev).is_err());
     }
 
     #[test]
