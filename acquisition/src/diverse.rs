@@ -53,6 +53,29 @@ fn labeled<'a>(ev: &'a Evidence, name: &str, f: &Features) -> Result<&'a [f32], 
     Ok(r.features().as_slice())
 }
 
+/// What core-set, TypiClust and ProbCover read: the candidates' features and the labeled
+/// items' (the reference).
+const FEATURES_AND_LABELED: Needs = Needs {
+    reference: true,
+    ..Needs::FEATURES
+};
+
+/// The labeled rows then the candidates' rows, each scaled to unit length: `(all (m + n, d),
+/// m)`, with the candidates' features; `k` checked against the candidates.
+fn unit_rows<'a>(
+    ev: &'a Evidence,
+    name: &str,
+    k: usize,
+) -> Result<(Vec<f32>, usize, &'a Features), ScoreError> {
+    let f = ev.features(name)?;
+    let lab = labeled(ev, name, f)?;
+    check_k(k, f.n())?;
+    let mut all = Vec::with_capacity(lab.len() + f.as_slice().len());
+    all.extend_from_slice(lab);
+    all.extend_from_slice(f.as_slice());
+    Ok((normalized(&all, f.dim(), 0.0), lab.len() / f.dim(), f))
+}
+
 /// Position of the largest value among those `allowed` (first on ties).
 fn argmax(values: &[f64], allowed: impl Fn(usize) -> bool) -> Option<usize> {
     let mut best: Option<usize> = None;
@@ -262,10 +285,7 @@ impl BatchSelector for CoreSet {
         "coreset"
     }
     fn needs(&self) -> Needs {
-        Needs {
-            reference: true,
-            ..Needs::FEATURES
-        }
+        FEATURES_AND_LABELED
     }
     fn cold_start(&self) -> bool {
         true
@@ -499,10 +519,7 @@ impl BatchSelector for TypiClust {
         "typiclust"
     }
     fn needs(&self) -> Needs {
-        Needs {
-            reference: true,
-            ..Needs::FEATURES
-        }
+        FEATURES_AND_LABELED
     }
     fn cold_start(&self) -> bool {
         true
@@ -513,19 +530,12 @@ impl BatchSelector for TypiClust {
         k: usize,
         rng: &mut dyn RngCore,
     ) -> Result<Vec<usize>, ScoreError> {
-        let f = ev.features(self.name())?;
-        let lab = labeled(ev, self.name(), f)?;
-        let d = f.dim();
-        let m = lab.len() / d;
-        check_k(k, f.n())?;
+        let (all, m, f) = unit_rows(ev, self.name(), k)?;
         if k == 0 {
             return Ok(vec![]);
         }
-        let mut all = Vec::with_capacity(lab.len() + f.as_slice().len());
-        all.extend_from_slice(lab);
-        all.extend_from_slice(f.as_slice());
+        let d = f.dim();
         // The authors cluster unit-length self-supervised features.
-        let all = normalized(&all, d, 0.0);
         let clusters = kmeans(&all, d, (m + k).min(self.max_clusters).min(m + f.n()), rng)?;
         self.select_from_clusters(&all, d, &clusters, m, k)
     }
@@ -713,10 +723,7 @@ impl BatchSelector for ProbCover {
         "probcover"
     }
     fn needs(&self) -> Needs {
-        Needs {
-            reference: true,
-            ..Needs::FEATURES
-        }
+        FEATURES_AND_LABELED
     }
     fn cold_start(&self) -> bool {
         true
@@ -727,15 +734,8 @@ impl BatchSelector for ProbCover {
         k: usize,
         rng: &mut dyn RngCore,
     ) -> Result<Vec<usize>, ScoreError> {
-        let f = ev.features(self.name())?;
-        let lab = labeled(ev, self.name(), f)?;
+        let (all, m, f) = unit_rows(ev, self.name(), k)?;
         let d = f.dim();
-        let m = lab.len() / d;
-        check_k(k, f.n())?;
-        let mut all = Vec::with_capacity(lab.len() + f.as_slice().len());
-        all.extend_from_slice(lab);
-        all.extend_from_slice(f.as_slice());
-        let all = normalized(&all, d, 0.0);
         let delta = self.radius(&all, d, f.classes(), rng)?;
         Self::select_with_radius(&all, d, m, k, delta, rng)
     }

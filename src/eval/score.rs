@@ -138,6 +138,30 @@ fn check_chunk_evidence(
     Ok(())
 }
 
+/// Refuses an output file that would overwrite the job's checkpoint or data.
+fn check_out(job: &ScoreJob) -> Result<()> {
+    let mut inputs: Vec<&Path> = job.checkpoints.iter().map(Path::new).collect();
+    inputs.push(Path::new(&job.data));
+    crate::fsutil::check_output("out", &job.out, &inputs)
+}
+
+/// The job's checkpoint (several: an ensemble), opened as its options say.
+fn open_checkpoint(
+    job: &ScoreJob,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<crate::checkpoint::Checkpoint> {
+    crate::checkpoint::open_ensemble_with(
+        &job.checkpoints,
+        &job.checkpoint_options,
+        hub,
+        device,
+        observer,
+    )
+    .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))
+}
+
 /// Hands out a pool's chunks in order (`None` at the end).
 type NextChunk = Box<dyn FnMut() -> Result<Option<Chunk>>>;
 
@@ -183,9 +207,7 @@ pub fn run(
             "setting `batch` and setting `chunk` must be at least 1",
         ));
     }
-    let mut inputs: Vec<&Path> = job.checkpoints.iter().map(Path::new).collect();
-    inputs.push(Path::new(&job.data));
-    crate::fsutil::check_output("out", &job.out, &inputs)?;
+    check_out(job)?;
     let selection = match (joint, settings.select.selection(settings.beta)) {
         (Some(_), _) => Selection::TopK,
         (None, Some(s)) => s,
@@ -216,14 +238,7 @@ pub fn run(
             ),
         ));
     }
-    let ck = crate::checkpoint::open_ensemble_with(
-        &job.checkpoints,
-        &job.checkpoint_options,
-        hub,
-        device,
-        observer,
-    )
-    .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))?;
+    let ck = open_checkpoint(job, hub, device, observer)?;
     // An ONNX model is known by its features and last layer: its gradient scores are the
     // last layer's (named `<scorer>@last`). What needs autograd through the network or
     // rebuilding (perturbed-input gradients, MC dropout, weight noise) is refused before
@@ -446,17 +461,8 @@ fn select_jointly(
     if job.batch == Some(0) {
         return Err(Error::config("batch", "must be at least 1"));
     }
-    let mut inputs: Vec<&Path> = job.checkpoints.iter().map(Path::new).collect();
-    inputs.push(Path::new(&job.data));
-    crate::fsutil::check_output("out", &job.out, &inputs)?;
-    let ck = crate::checkpoint::open_ensemble_with(
-        &job.checkpoints,
-        &job.checkpoint_options,
-        hub,
-        device,
-        observer,
-    )
-    .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))?;
+    check_out(job)?;
+    let ck = open_checkpoint(job, hub, device, observer)?;
     ck.config.arch.check_needs(name, &selector.needs())?;
     let data = job.data.as_str();
     let source = Source::parse(data).context_with(|| format!("data source {data}"))?;
