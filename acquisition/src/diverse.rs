@@ -24,7 +24,7 @@
 //! point is covered) comes from the caller's RNG through [`crate::linalg::unit`]; with the
 //! same draws the selections are exactly reproducible.
 
-use crate::kernels::par_rows;
+use crate::kernels::{dot, par_rows, sq_dist};
 use crate::linalg::{normalized, row_sq_norms, sq_distances, unit};
 use crate::{BatchSelector, Evidence, Features, Needs, Reference, ScoreError};
 use rand::RngCore;
@@ -159,17 +159,8 @@ impl BatchSelector for Badge {
             par_rows(&mut d2, 1, |start, part| {
                 for (i, slot) in part.iter_mut().enumerate() {
                     let i = start + i;
-                    let qq: f64 = q[i * c..(i + 1) * c]
-                        .iter()
-                        .zip(qj)
-                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                        .sum();
-                    let hh: f64 = f
-                        .row(i)
-                        .iter()
-                        .zip(hj)
-                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                        .sum();
+                    let qq = f64::from(dot(&q[i * c..(i + 1) * c], qj));
+                    let hh = f64::from(dot(f.row(i), hj));
                     let dist = (norms[i] + own - 2.0 * qq * hh).max(0.0);
                     if dist < *slot {
                         *slot = dist;
@@ -260,15 +251,7 @@ impl CoreSet {
             let centre = f.row(next);
             par_rows(&mut min_d, 1, |start, part| {
                 for (i, slot) in part.iter_mut().enumerate() {
-                    let dist: f64 = f
-                        .row(start + i)
-                        .iter()
-                        .zip(centre)
-                        .map(|(&a, &b)| {
-                            let t = f64::from(a) - f64::from(b);
-                            t * t
-                        })
-                        .sum();
+                    let dist = f64::from(sq_dist(f.row(start + i), centre));
                     if dist < *slot {
                         *slot = dist;
                     }
@@ -327,14 +310,7 @@ pub fn kmeans(
         let centre = centres[centres.len() - d..].to_vec();
         par_rows(&mut d2, 1, |start, part| {
             for (i, slot) in part.iter_mut().enumerate() {
-                let dist: f64 = row(start + i)
-                    .iter()
-                    .zip(&centre)
-                    .map(|(&a, &b)| {
-                        let t = f64::from(a) - f64::from(b);
-                        t * t
-                    })
-                    .sum();
+                let dist = f64::from(sq_dist(row(start + i), &centre));
                 *slot = slot.min(dist);
             }
         });

@@ -31,15 +31,21 @@ pub(crate) fn matmul_nt(a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) 
     let rows = m.div_ceil(parts);
     std::thread::scope(|s| {
         for (ai, ci) in a.chunks(rows * k).zip(c.chunks_mut(rows * n)) {
-            s.spawn(move || block(ai, b, ci, (ai.len() / k, n, k)));
+            s.spawn(move || matmul_nt_serial(ai, b, ci, (ai.len() / k, n, k)));
         }
     });
     c
 }
 
-/// One row block of [`matmul_nt`] on the current thread.
+/// [`matmul_nt`] on the current thread, into `c (m, n)` (for callers that split the work
+/// themselves).
 #[allow(unsafe_code)]
-fn block(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) {
+pub(crate) fn matmul_nt_serial(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+) {
     assert!(a.len() == m * k && b.len() == n * k && c.len() == m * n);
     // SAFETY: the assertion above bounds every access: `c` is (m, n) with row stride n and
     // column stride 1; `a` is (m, k) with row stride k; `b` is read as the (k, n) matrix
@@ -71,20 +77,69 @@ fn block(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) 
 }
 
 /// Runs `f(first_row, rows_of_out)` over `out` split into contiguous runs of whole rows of
-/// `width` values, one run per core, on scoped threads. `f` must only depend on the row
-/// numbers it is given, so the result does not depend on the split.
+/// `width` values, one run per core, on scoped threads (one run below 1024 rows). `f` must
+/// only depend on the row numbers it is given, so the result does not depend on the split.
 pub(crate) fn par_rows<T: Send>(out: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    par_rows_min(out, width, 512, f)
+}
+
+/// [`par_rows`] with at least `min_rows` rows per run: heavy rows split from `2 min_rows`.
+pub(crate) fn par_rows_min<T: Send>(
+    out: &mut [T],
+    width: usize,
+    min_rows: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
     let width = width.max(1);
     let n = out.len() / width;
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let parts = if n < 1024 { 1 } else { threads.min(n) };
-    let rows = n.div_ceil(parts.max(1)).max(1);
+    let parts = threads.min(n / min_rows.max(1)).max(1);
+    let rows = n.div_ceil(parts).max(1);
     let f = &f;
     std::thread::scope(|s| {
         for (i, chunk) in out.chunks_mut(rows * width).enumerate() {
             s.spawn(move || f(i * rows, chunk));
         }
     });
+}
+
+/// `a . b` in `f32` over eight lanes (summed in a fixed order), the vectorisable inner
+/// product of the selectors' per-pick passes, which read every candidate's features once
+/// per pick and are bound by memory, not arithmetic.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `|a - b|^2` in `f32` over eight lanes, like [`dot`].
+pub(crate) fn sq_dist(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| (x - y) * (x - y))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            let t = x[l] - y[l];
+            acc[l] += t * t;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
@@ -111,6 +166,18 @@ mod tests {
             }
         }
         assert!(matmul_nt(&[], &[], (0, 0, 3)).is_empty());
+    }
+
+    #[test]
+    fn lane_sums_match_direct_sums() {
+        for len in [0, 1, 7, 8, 9, 33] {
+            let a: Vec<f32> = (0..len).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let b: Vec<f32> = (0..len).map(|i| 2.0 - i as f32 * 0.25).collect();
+            let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - want).abs() < 1e-4);
+            let want: f32 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+            assert!((sq_dist(&a, &b) - want).abs() < 1e-3);
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //! labels of the data the model was trained on, fitted once per reference
 //! ([`Reference::memo`]). They never fit on the candidates being scored.
 
-use crate::kernels::{matmul_nt, par_rows};
+use crate::kernels::{matmul_nt_serial, par_rows, par_rows_min};
 use crate::linalg::{eigh, logits, logsumexp, normalized, percentile, pinvh_factor};
 use crate::{Evidence, Features, Needs, Reference, ScoreError, Scorer};
 
@@ -302,8 +302,51 @@ fn scale(h: &[f64], k: usize) -> Vec<f64> {
     h.iter().map(|v| v * factor).collect()
 }
 
-/// Queries scored against the bank at once (bounds the `(block, m)` distance matrix).
-const KNN_BLOCK: usize = 256;
+/// Queries scored against the bank at once, per core.
+const KNN_BLOCK: usize = 512;
+/// Bank rows per product: a `(KNN_BLOCK, KNN_TILE)` buffer of 4 MiB.
+const KNN_TILE: usize = 2048;
+
+/// The `k` smallest values offered so far, kept loosely: values below the threshold go to a
+/// list that is cut back to the `k` smallest (lowering the threshold) when it holds `4 k`.
+struct Kept {
+    k: usize,
+    values: Vec<f32>,
+    threshold: f32,
+}
+
+impl Kept {
+    fn new(k: usize) -> Self {
+        Self {
+            k,
+            values: Vec::with_capacity(4 * k),
+            threshold: f32::INFINITY,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.values.clear();
+        self.threshold = f32::INFINITY;
+    }
+
+    fn offer(&mut self, v: f32) {
+        if v < self.threshold {
+            self.values.push(v);
+            if self.values.len() == 4 * self.k {
+                self.values
+                    .select_nth_unstable_by(self.k - 1, f32::total_cmp);
+                self.values.truncate(self.k);
+                self.threshold = self.values[self.k - 1];
+            }
+        }
+    }
+
+    /// The `k`-th smallest value offered (the list holds at least `k`: the bank has `k` rows).
+    fn kth(&mut self) -> f32 {
+        let k = self.k.min(self.values.len()).max(1);
+        *self.values.select_nth_unstable_by(k - 1, f32::total_cmp).1
+    }
+}
 
 fn knn(f: &Features, r: &Reference, k: usize) -> Result<Vec<f32>, ScoreError> {
     let m = r.len();
@@ -322,32 +365,46 @@ fn knn(f: &Features, r: &Reference, k: usize) -> Result<Vec<f32>, ScoreError> {
     let bank_sq = r.memo("knn-bank-norms", |_| {
         Ok(crate::linalg::row_sq_norms(&bank, d))
     })?;
+    let bank_sq: Vec<f32> = bank_sq.iter().map(|&v| v as f32).collect();
     let queries = normalized(f.as_slice(), d, 1e-10);
     let q_sq = crate::linalg::row_sq_norms(&queries, d);
-    let mut out = Vec::with_capacity(f.n());
-    for (bi, block) in queries.chunks(KNN_BLOCK * d).enumerate() {
-        let rows = block.len() / d;
-        let mut dots = matmul_nt(block, &bank, (rows, m, d));
-        let mut kth = vec![0f32; rows];
-        par_rows(&mut kth, 1, |first, part| {
-            let mut buf = Vec::with_capacity(m);
-            for (i, o) in part.iter_mut().enumerate() {
-                let row = first + i;
-                let qn = q_sq[bi * KNN_BLOCK + row];
-                buf.clear();
-                buf.extend(
-                    dots[row * m..(row + 1) * m]
-                        .iter()
-                        .zip(bank_sq.iter())
-                        .map(|(&g, &bn)| (qn + bn - 2.0 * f64::from(g)).max(0.0)),
+    // Each core takes a contiguous run of queries, KNN_BLOCK at a time, and walks the bank in
+    // tiles of KNN_TILE rows: one product per tile (a buffer that stays in cache), whose
+    // values `|b|^2 - 2 q.b` pass through a per-query threshold into a short candidate list,
+    // cut back to the k smallest whenever it fills.
+    let mut out = vec![0f32; f.n()];
+    par_rows_min(&mut out, 1, 32, |first, part| {
+        let block = KNN_BLOCK.min(part.len());
+        let tile = KNN_TILE.min(m);
+        let mut dots = vec![0f32; block * tile];
+        let mut kept: Vec<Kept> = (0..block).map(|_| Kept::new(k)).collect();
+        for (bi, chunk) in part.chunks_mut(KNN_BLOCK).enumerate() {
+            let q0 = first + bi * KNN_BLOCK;
+            let rows = chunk.len();
+            let queries = &queries[q0 * d..(q0 + rows) * d];
+            kept.iter_mut().for_each(Kept::clear);
+            for t0 in (0..m).step_by(tile) {
+                let cols = tile.min(m - t0);
+                let dots = &mut dots[..rows * cols];
+                matmul_nt_serial(
+                    queries,
+                    &bank[t0 * d..(t0 + cols) * d],
+                    dots,
+                    (rows, cols, d),
                 );
-                let (_, v, _) = buf.select_nth_unstable_by(k - 1, f64::total_cmp);
-                *o = v.sqrt() as f32;
+                for (i, kq) in kept.iter_mut().take(rows).enumerate() {
+                    let norms = &bank_sq[t0..t0 + cols];
+                    for (&g, &bn) in dots[i * cols..(i + 1) * cols].iter().zip(norms) {
+                        kq.offer(bn - 2.0 * g);
+                    }
+                }
             }
-        });
-        dots.clear();
-        out.extend(kth);
-    }
+            for (i, o) in chunk.iter_mut().enumerate() {
+                let v = kept[i].kth();
+                *o = (q_sq[q0 + i] + f64::from(v)).max(0.0).sqrt() as f32;
+            }
+        }
+    });
     Ok(out)
 }
 
