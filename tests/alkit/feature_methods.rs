@@ -671,10 +671,8 @@ fn cold_starts_and_joint_picks_run_from_the_command_line_deterministically() {
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout)
-            .contains(&format!("by {scorer}"))
-            .then_some(())
-            .unwrap_or_else(|| panic!("{scorer}: {}", String::from_utf8_lossy(&o.stdout)));
+        let said = String::from_utf8_lossy(&o.stdout);
+        assert!(said.contains(&format!("by {scorer}")), "{scorer}: {said}");
         std::fs::read_to_string(out).unwrap()
     };
     let typi = first_batch("typiclust");
