@@ -114,7 +114,9 @@ impl Conformal {
             .map(|(p, &y)| score.class_scores(p)[y])
             .collect();
         scores.sort_by(f64::total_cmp);
-        let rank = ((n as f64 + 1.0) * (1.0 - alpha)).ceil() as usize;
+        // The tolerance keeps a product that is an integer in exact arithmetic (n = 99 at
+        // alpha 0.01) from rounding up to the next rank.
+        let rank = ((n as f64 + 1.0) * (1.0 - alpha) - 1e-9).ceil() as usize;
         let threshold = if rank > n {
             f64::INFINITY
         } else {

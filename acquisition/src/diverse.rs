@@ -210,8 +210,23 @@ impl BatchSelector for Badge {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CoreSet;
 
-/// Candidate rows whose distances to the labeled set are computed at once.
-const BLOCK: usize = 1024;
+/// Checks that `x` holds whole rows of `d > 0` values: their count.
+fn rows_of(x: &[f32], d: usize, what: &'static str) -> Result<usize, ScoreError> {
+    if d == 0 || x.len() % d != 0 {
+        return Err(ScoreError::Shape {
+            what,
+            expected: format!("rows of d = {d} > 0 values"),
+            got: format!("{} values", x.len()),
+        });
+    }
+    Ok(x.len() / d)
+}
+
+/// Rows whose distances to `others` rows are computed at once: at most 1024, and at most
+/// 2^24 distances (64 MiB) in all.
+fn block_rows(others: usize) -> usize {
+    ((1usize << 24) / others.max(1)).clamp(1, 1024)
+}
 
 impl CoreSet {
     /// The picks and the covering radius they leave: the largest Euclidean distance from a
@@ -229,11 +244,12 @@ impl CoreSet {
         let x = f.as_slice();
         let mut min_d = vec![f64::INFINITY; n];
         if !lab.is_empty() {
-            for (b, block) in x.chunks(BLOCK * d).enumerate() {
+            let m = lab.len() / d;
+            let rows = block_rows(m);
+            for (b, block) in x.chunks(rows * d).enumerate() {
                 let dist = sq_distances(block, lab, d);
-                let m = lab.len() / d;
                 for (i, row) in dist.chunks(m).enumerate() {
-                    min_d[b * BLOCK + i] =
+                    min_d[b * rows + i] =
                         row.iter().fold(f64::INFINITY, |a, &v| a.min(f64::from(v)));
                 }
             }
@@ -297,7 +313,7 @@ pub fn kmeans(
     k: usize,
     rng: &mut dyn RngCore,
 ) -> Result<Vec<usize>, ScoreError> {
-    let n = x.len() / d.max(1);
+    let n = rows_of(x, d, "k-means rows")?;
     if k == 0 || k > n {
         return Err(ScoreError::TooMany { k, n });
     }
@@ -335,7 +351,8 @@ pub fn kmeans(
     let mut assign = vec![usize::MAX; n];
     for _ in 0..KMEANS_ITERATIONS {
         let mut changed = false;
-        for (b, block) in x.chunks(BLOCK * d).enumerate() {
+        let rows = block_rows(k);
+        for (b, block) in x.chunks(rows * d).enumerate() {
             let dist = sq_distances(block, &centres, d);
             for (i, r) in dist.chunks(k).enumerate() {
                 let mut best = 0;
@@ -344,7 +361,7 @@ pub fn kmeans(
                         best = j;
                     }
                 }
-                let slot = &mut assign[b * BLOCK + i];
+                let slot = &mut assign[b * rows + i];
                 changed |= *slot != best;
                 *slot = best;
             }
@@ -470,16 +487,22 @@ impl TypiClust {
                     .iter()
                     .flat_map(|&j| features[j * d..(j + 1) * d].iter().copied())
                     .collect();
-                let dist = sq_distances(&rows, &rows, d);
                 let s = members.len();
                 let mut typ = Vec::with_capacity(s);
                 let mut buf = Vec::with_capacity(s);
-                for r in dist.chunks(s) {
-                    buf.clear();
-                    buf.extend(r.iter().map(|&v| f64::from(v)));
-                    buf.sort_by(f64::total_cmp);
-                    let mean = buf[1..=kk].iter().sum::<f64>() / kk as f64;
-                    typ.push(1.0 / (mean + 1e-5));
+                // Members' rows a block at a time against all members: memory follows
+                // `block_rows`, not the cluster's size squared.
+                for part in rows.chunks(block_rows(s) * d) {
+                    let dist = sq_distances(part, &rows, d);
+                    for r in dist.chunks(s) {
+                        buf.clear();
+                        buf.extend(r.iter().map(|&v| f64::from(v)));
+                        // The kk + 1 smallest (the member itself first), in ascending order.
+                        buf.select_nth_unstable_by(kk, f64::total_cmp);
+                        buf[..=kk].sort_by(f64::total_cmp);
+                        let mean = buf[1..=kk].iter().sum::<f64>() / kk as f64;
+                        typ.push(1.0 / (mean + 1e-5));
+                    }
                 }
                 members[argmax(&typ, |_| true).unwrap_or(0)]
             };
@@ -549,6 +572,13 @@ pub fn purity_radius(
     alpha: f32,
 ) -> Result<f64, ScoreError> {
     let n = clusters.len();
+    if rows_of(x, d, "purity rows")? != n {
+        return Err(ScoreError::Shape {
+            what: "purity clusters",
+            expected: format!("one cluster per row ({} rows)", x.len() / d),
+            got: format!("{n} clusters"),
+        });
+    }
     if !(alpha > 0.0 && alpha <= 1.0) || n == 0 {
         return Err(ScoreError::Setting {
             setting: "probcover_alpha",
@@ -556,11 +586,12 @@ pub fn purity_radius(
         });
     }
     let mut r = vec![f64::INFINITY; n];
-    for (b, block) in x.chunks(BLOCK * d).enumerate() {
+    let rows = block_rows(n);
+    for (b, block) in x.chunks(rows * d).enumerate() {
         let dist = sq_distances(block, x, d);
         for (i, row) in dist.chunks(n).enumerate() {
-            let ci = clusters[b * BLOCK + i];
-            r[b * BLOCK + i] = row
+            let ci = clusters[b * rows + i];
+            r[b * rows + i] = row
                 .iter()
                 .zip(clusters)
                 .filter(|(_, &cj)| cj != ci)
@@ -615,15 +646,22 @@ impl ProbCover {
         delta: f64,
         rng: &mut dyn RngCore,
     ) -> Result<Vec<usize>, ScoreError> {
-        let total = all.len() / d;
-        let n = total - m;
+        let total = rows_of(all, d, "probcover rows")?;
+        let n = total.checked_sub(m).ok_or(ScoreError::Shape {
+            what: "probcover rows",
+            expected: format!("at least the {m} labeled rows"),
+            got: format!("{total} rows"),
+        })?;
         check_k(k, n)?;
+        if k == 0 {
+            return Ok(vec![]);
+        }
         // Out-edges i -> j for |x_i - x_j| < delta, in CSR form, then their transpose.
         let limit = delta * delta;
         let mut offsets = Vec::with_capacity(total + 1);
         offsets.push(0usize);
         let mut targets: Vec<u32> = Vec::new();
-        for block in all.chunks(BLOCK * d) {
+        for block in all.chunks(block_rows(total) * d) {
             let dist = sq_distances(block, all, d);
             for row in dist.chunks(total) {
                 targets.extend(
@@ -711,6 +749,9 @@ impl BatchSelector for ProbCover {
         rng: &mut dyn RngCore,
     ) -> Result<Vec<usize>, ScoreError> {
         let (all, m, f) = unit_rows(ev, self.name(), k)?;
+        if k == 0 {
+            return Ok(vec![]);
+        }
         let d = f.dim();
         let delta = self.radius(&all, d, f.classes(), rng)?;
         Self::select_with_radius(&all, d, m, k, delta, rng)

@@ -1,8 +1,10 @@
 //! The crate's one call into the `gemm` crate (the matrix multiply candle runs on the CPU, so
 //! it is already in every alkit build): pairwise products of feature rows for the
 //! feature-space detectors and selectors (KNN, k-means, core-set, ProbCover), split over the
-//! machine's cores by rows of the left operand. Each output element is reduced over `k` in
-//! the same blocked order whatever the split, so results do not depend on the core count.
+//! machine's cores in fixed tiles of rows of the left operand. gemm chooses its blocking from
+//! the shape of each call, so the calls' shapes never depend on the core count: every product
+//! is made of the same [`TILE`]-row calls, whichever thread runs them, and results are the
+//! same bytes on any number of cores.
 
 /// `c (m, n) = a (m, k) b (n, k)^T`, all row-major `f32`.
 ///
@@ -11,31 +13,36 @@
 /// and is caught by the assertion before any unsafe call.
 pub(crate) fn matmul_nt(a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) -> Vec<f32> {
     assert!(
-        a.len() == m * k && b.len() == n * k,
+        Some(a.len()) == m.checked_mul(k) && Some(b.len()) == n.checked_mul(k),
         "matmul_nt: operands do not match ({m}, {n}, {k})"
     );
     let mut c = vec![0f32; m * n];
-    if m == 0 || n == 0 {
+    if m == 0 || n == 0 || k == 0 {
         return c;
     }
-    if k == 0 {
-        return c;
-    }
+    // Whole tiles per thread; one thread below about a million multiply-adds.
+    let tiles = m.div_ceil(TILE);
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    // Below about a million multiply-adds a thread costs more than it saves.
     let parts = if m * n * k < 1 << 20 {
         1
     } else {
-        threads.min(m)
+        threads.min(tiles)
     };
-    let rows = m.div_ceil(parts);
+    let rows = tiles.div_ceil(parts) * TILE;
     std::thread::scope(|s| {
         for (ai, ci) in a.chunks(rows * k).zip(c.chunks_mut(rows * n)) {
-            s.spawn(move || matmul_nt_serial(ai, b, ci, (ai.len() / k, n, k)));
+            s.spawn(move || {
+                for (at, ct) in ai.chunks(TILE * k).zip(ci.chunks_mut(TILE * n)) {
+                    matmul_nt_serial(at, b, ct, (at.len() / k, n, k));
+                }
+            });
         }
     });
     c
 }
+
+/// Rows of the left operand per gemm call in [`matmul_nt`].
+pub(crate) const TILE: usize = 256;
 
 /// [`matmul_nt`] on the current thread, into `c (m, n)` (for callers that split the work
 /// themselves).
@@ -46,7 +53,11 @@ pub(crate) fn matmul_nt_serial(
     c: &mut [f32],
     (m, n, k): (usize, usize, usize),
 ) {
-    assert!(a.len() == m * k && b.len() == n * k && c.len() == m * n);
+    assert!(
+        Some(a.len()) == m.checked_mul(k)
+            && Some(b.len()) == n.checked_mul(k)
+            && Some(c.len()) == m.checked_mul(n)
+    );
     // SAFETY: the assertion above bounds every access: `c` is (m, n) with row stride n and
     // column stride 1; `a` is (m, k) with row stride k; `b` is read as the (k, n) matrix
     // `b^T`, element (p, j) at `j * k + p`, inside its n * k values. The slices are borrowed
@@ -83,7 +94,9 @@ pub(crate) fn par_rows<T: Send>(out: &mut [T], width: usize, f: impl Fn(usize, &
     par_rows_min(out, width, 512, f)
 }
 
-/// [`par_rows`] with at least `min_rows` rows per run: heavy rows split from `2 min_rows`.
+/// [`par_rows`] with at least `min_rows` rows per run (heavy rows split from `2 min_rows`),
+/// each run starting at a multiple of `min_rows`: a caller that works in blocks of
+/// `min_rows` rows gets the same blocks on any number of cores.
 pub(crate) fn par_rows_min<T: Send>(
     out: &mut [T],
     width: usize,
@@ -91,10 +104,11 @@ pub(crate) fn par_rows_min<T: Send>(
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
     let width = width.max(1);
+    let min_rows = min_rows.max(1);
     let n = out.len() / width;
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let parts = threads.min(n / min_rows.max(1)).max(1);
-    let rows = n.div_ceil(parts).max(1);
+    let parts = threads.min(n / min_rows).max(1);
+    let rows = n.div_ceil(parts).div_ceil(min_rows).max(1) * min_rows;
     let f = &f;
     std::thread::scope(|s| {
         for (i, chunk) in out.chunks_mut(rows * width).enumerate() {

@@ -373,7 +373,7 @@ fn knn(f: &Features, r: &Reference, k: usize) -> Result<Vec<f32>, ScoreError> {
     // values `|b|^2 - 2 q.b` pass through a per-query threshold into a short candidate list,
     // cut back to the k smallest whenever it fills.
     let mut out = vec![0f32; f.n()];
-    par_rows_min(&mut out, 1, 32, |first, part| {
+    par_rows_min(&mut out, 1, KNN_BLOCK, |first, part| {
         let block = KNN_BLOCK.min(part.len());
         let tile = KNN_TILE.min(m);
         let mut dots = vec![0f32; block * tile];
@@ -413,49 +413,34 @@ fn knn(f: &Features, r: &Reference, k: usize) -> Result<Vec<f32>, ScoreError> {
 /// fixed order.
 fn covariance(x: &[f32], d: usize, center: impl Fn(usize) -> Vec<f64> + Sync) -> Vec<f64> {
     let m = x.len() / d;
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let parts = if m * d * d < 1 << 22 {
-        1
-    } else {
-        threads.min(m).max(1)
-    };
-    let rows = m.div_ceil(parts).max(1);
-    let center = &center;
-    let partial: Vec<Vec<f64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..m)
-            .step_by(rows)
-            .map(|start| {
-                s.spawn(move || {
-                    let mut acc = vec![0f64; d * d];
-                    let mut z = vec![0f64; d];
-                    for i in start..(start + rows).min(m) {
-                        let c = center(i);
-                        for (j, zj) in z.iter_mut().enumerate() {
-                            *zj = f64::from(x[i * d + j]) - c[j];
-                        }
-                        for a in 0..d {
-                            let za = z[a];
-                            if za != 0.0 {
-                                for (acc_ab, zb) in acc[a * d..a * d + a + 1].iter_mut().zip(&z) {
-                                    *acc_ab += za * zb;
-                                }
-                            }
+    let mut cov = vec![0f64; d * d];
+    // Samples a block at a time (centred once), the lower triangle's rows split over the
+    // cores: each entry is summed by one thread in sample order, so the bytes do not depend
+    // on the core count, and memory is one (d, d) matrix.
+    const SAMPLES: usize = 256;
+    let mut z = vec![0f64; SAMPLES * d];
+    for start in (0..m).step_by(SAMPLES) {
+        let rows = SAMPLES.min(m - start);
+        for (r, zr) in z.chunks_mut(d).take(rows).enumerate() {
+            let c = center(start + r);
+            for (j, zj) in zr.iter_mut().enumerate() {
+                *zj = f64::from(x[(start + r) * d + j]) - c[j];
+            }
+        }
+        let z = &z[..rows * d];
+        crate::kernels::par_rows_min(&mut cov, d, 16, |first, part| {
+            for (ai, row) in part.chunks_mut(d).enumerate() {
+                let a = first + ai;
+                for zr in z.chunks_exact(d) {
+                    let za = zr[a];
+                    if za != 0.0 {
+                        for (acc, zb) in row[..=a].iter_mut().zip(zr) {
+                            *acc += za * zb;
                         }
                     }
-                    acc
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    let mut cov = vec![0f64; d * d];
-    for p in partial {
-        for (c, v) in cov.iter_mut().zip(p) {
-            *c += v;
-        }
+                }
+            }
+        });
     }
     for a in 0..d {
         for b in 0..=a {

@@ -200,6 +200,12 @@ pub fn training_reference(
     if !scorers.iter().any(|s| s.needs().reference) {
         return Ok(None);
     }
+    if indices.is_empty() {
+        return Err(Error::config(
+            "data",
+            "the train split holds no item to fit the detectors' statistics on",
+        ));
+    }
     let batch = crate::predict::default_batch(ck.config.item_shape.iter().product());
     let what = || "the training split's features (the detectors' statistics)";
     let whole =

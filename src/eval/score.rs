@@ -207,6 +207,18 @@ pub fn run(
             "setting `batch` and setting `chunk` must be at least 1",
         ));
     }
+    // Scoring a pool reads no training items, which these compare with.
+    if let Some(s) = scorers.iter().find(|s| s.needs().reference) {
+        return Err(Error::config(
+            "scorer",
+            format!(
+                "`{}` compares each item with the features of the items the model was trained \
+                 on, and scoring a pool reads none: evaluate it against a train split (OOD \
+                 detection or calibration)",
+                s.name()
+            ),
+        ));
+    }
     check_out(job)?;
     let selection = match (joint, settings.select.selection(settings.beta)) {
         (Some(_), _) => Selection::TopK,
@@ -448,7 +460,8 @@ fn select_jointly(
         return Err(Error::config(
             "shard",
             format!(
-                "`{name}` chooses jointly among every item, which no shard sees: run it unsharded                  (the per-item scorers shard exactly)"
+                "`{name}` chooses jointly among every item, which no shard sees: run it unsharded \
+                 (the per-item scorers shard exactly)"
             ),
         ));
     }

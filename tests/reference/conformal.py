@@ -25,6 +25,7 @@ Run with numpy only (scripts/refpython.sh makes a virtual environment with it).
 
 import json
 import math
+from fractions import Fraction
 import sys
 
 import numpy as np
@@ -60,7 +61,9 @@ def main():
     cal = all_scores(f64(a["cal_probs"], n_cal, c), method, lam, k_reg)
     labels = np.asarray(a["cal_labels"], dtype=np.int64).reshape(n_cal)
     cal_scores = np.sort(cal[np.arange(n_cal), labels])
-    index = math.ceil((n_cal + 1) * (1 - a["alpha"]))
+    # Exact rational arithmetic on alpha as written (0.1 is one tenth, not its binary
+    # approximation), so an integer (n + 1)(1 - alpha) is not rounded up to the next rank.
+    index = math.ceil((n_cal + 1) * (1 - Fraction(repr(a["alpha"]))))
     if index < 1:
         raise ValueError(f"alpha {a['alpha']} leaves no calibration score to take")
     qhat = float(cal_scores[index - 1]) if index <= n_cal else math.inf
