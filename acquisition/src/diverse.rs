@@ -212,7 +212,7 @@ pub struct CoreSet;
 
 /// Checks that `x` holds whole rows of `d > 0` values: their count.
 fn rows_of(x: &[f32], d: usize, what: &'static str) -> Result<usize, ScoreError> {
-    if d == 0 || x.len() % d != 0 {
+    if d == 0 || !x.len().is_multiple_of(d) {
         return Err(ScoreError::Shape {
             what,
             expected: format!("rows of d = {d} > 0 values"),
