@@ -162,6 +162,47 @@ fn open_checkpoint(
     .context_with(|| format!("loading the checkpoint {}", job.checkpoints.join(",")))
 }
 
+/// The job's split read whole: a train split through the checkpoint's preprocessing chunk by
+/// chunk when it has one, otherwise decoded straight through it (never resampled twice).
+fn read_whole(
+    job: &ScoreJob,
+    source: &Source,
+    pre: Option<&crate::data::image::Preprocess>,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<Box<dyn ItemStream>> {
+    let name = job.data.as_str();
+    if job.split == Split::Train && pre.is_some() {
+        return crate::data::source::open(source, hub, observer, pre)
+            .context_with(|| format!("loading the data {name}"));
+    }
+    let (_, loaded) = crate::data::source::load_named(name, pre, hub, observer)?;
+    let items = match job.split {
+        Split::Train => loaded.pool,
+        Split::Test => loaded.test.ok_or_else(|| {
+            Error::config(
+                "split",
+                format!("{name} has no test split; score its pool (split `train`)"),
+            )
+        })?,
+    };
+    Ok(crate::data::stream::in_memory(items))
+}
+
+/// Refuses items of another shape than the checkpoint takes, naming the data.
+fn check_item_shape(ck: &crate::checkpoint::Checkpoint, name: &str, shape: &[usize]) -> Result<()> {
+    if shape != ck.config.item_shape {
+        return Err(Error::config(
+            "checkpoint",
+            format!(
+                "{name}: items are {shape:?}, the checkpoint expects {:?}",
+                ck.config.item_shape
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Hands out a pool's chunks in order (`None` at the end).
 type NextChunk = Box<dyn FnMut() -> Result<Option<Chunk>>>;
 
@@ -296,40 +337,14 @@ pub fn run(
             )
         }
         None => {
-            let mut st = match job.split {
-                Split::Train if pre.is_some() => open(observer)?,
-                _ => {
-                    // The split decoded straight through the checkpoint's preprocessing (never
-                    // resampled twice).
-                    let (_, loaded) =
-                        crate::data::source::load_named(name, pre.as_ref(), hub, observer)?;
-                    let items = match job.split {
-                        Split::Train => loaded.pool,
-                        Split::Test => loaded.test.ok_or_else(|| {
-                            Error::config(
-                                "split",
-                                format!("{name} has no test split; score its pool (split `train`)"),
-                            )
-                        })?,
-                    };
-                    crate::data::stream::in_memory(items)
-                }
-            };
+            let mut st = read_whole(job, &source, pre.as_ref(), hub, observer)?;
             let (shape, n) = (st.item_shape().to_vec(), st.len());
             check_chunk_evidence(&scorers, n, ck.model.classes(), "data")?;
             let mut whole = crate::data::stream::drain(st.as_mut()).context_with(loading)?;
             (shape, n, Box::new(move || Ok(whole.take())))
         }
     };
-    if item_shape != ck.config.item_shape {
-        return Err(Error::config(
-            "checkpoint",
-            format!(
-                "{name}: items are {item_shape:?}, the checkpoint expects {:?}",
-                ck.config.item_shape
-            ),
-        ));
-    }
+    check_item_shape(&ck, name, &item_shape)?;
     let scoring = Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),
@@ -480,28 +495,9 @@ fn select_jointly(
     let data = job.data.as_str();
     let source = Source::parse(data).context_with(|| format!("data source {data}"))?;
     let pre = ck.config.preprocess;
-    let mut st = match job.split {
-        Split::Train => crate::data::source::open(&source, hub, observer, pre.as_ref())?,
-        Split::Test => {
-            let (_, loaded) = crate::data::source::load_named(data, pre.as_ref(), hub, observer)?;
-            crate::data::stream::in_memory(loaded.test.ok_or_else(|| {
-                Error::config(
-                    "split",
-                    format!("{data} has no test split; score its pool (split `train`)"),
-                )
-            })?)
-        }
-    };
+    let mut st = read_whole(job, &source, pre.as_ref(), hub, observer)?;
     let shape = st.item_shape().to_vec();
-    if shape != ck.config.item_shape {
-        return Err(Error::config(
-            "checkpoint",
-            format!(
-                "{data}: items are {shape:?}, the checkpoint expects {:?}",
-                ck.config.item_shape
-            ),
-        ));
-    }
+    check_item_shape(&ck, data, &shape)?;
     let whole = crate::data::stream::drain(st.as_mut())
         .context_with(|| format!("loading the data {data}"))?
         .unwrap_or(Chunk {
