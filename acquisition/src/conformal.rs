@@ -16,7 +16,7 @@
 //! class scoring `<= q`. For exchangeable calibration and test items the set covers the label
 //! with probability `>= 1 - alpha` (and below `1 - alpha + 1 / (n + 1)` without ties).
 
-use crate::linalg::{logits, logsumexp};
+use crate::linalg::{logits, softmax};
 use crate::{Evidence, Needs, Probs, ScoreError, Scorer};
 
 /// How a class's non-conformity is scored (module docs).
@@ -158,9 +158,11 @@ fn softmax_rows(f: &crate::Features) -> Result<Probs, ScoreError> {
     for i in 0..f.n() {
         h.clear();
         h.extend(f.row(i).iter().map(|&v| f64::from(v)));
-        let z = logits(&h, f.weight(), f.bias());
-        let lse = logsumexp(&z);
-        out.extend(z.iter().map(|v| (v - lse).exp() as f32));
+        out.extend(
+            softmax(&logits(&h, f.weight(), f.bias()))
+                .iter()
+                .map(|&p| p as f32),
+        );
     }
     Probs::new(out, f.n(), c)
 }

@@ -25,7 +25,7 @@
 //! same draws the selections are exactly reproducible.
 
 use crate::kernels::{dot, par_rows, sq_dist};
-use crate::linalg::{normalized, row_sq_norms, sq_distances, unit};
+use crate::linalg::{normalized, row_sq_norms, softmax, sq_distances, unit};
 use crate::{BatchSelector, Evidence, Features, Needs, Reference, ScoreError};
 use rand::RngCore;
 
@@ -133,11 +133,10 @@ impl BatchSelector for Badge {
                 h.clear();
                 h.extend(f.row(first + i).iter().map(|&v| f64::from(v)));
                 let z = crate::linalg::logits(&h, f.weight(), f.bias());
-                let lse = crate::linalg::logsumexp(&z);
                 let mut top = 0;
-                for (j, (o, zj)) in qi.iter_mut().zip(&z).enumerate() {
-                    *o = (zj - lse).exp() as f32;
-                    if *zj > z[top] {
+                for (j, (o, p)) in qi.iter_mut().zip(softmax(&z)).enumerate() {
+                    *o = p as f32;
+                    if z[j] > z[top] {
                         top = j;
                     }
                 }

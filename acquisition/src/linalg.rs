@@ -24,6 +24,12 @@ pub fn logsumexp(z: &[f64]) -> f64 {
     max + z.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
 }
 
+/// `softmax(z)`: `exp(z_c - log sum exp z)` in `f64`.
+pub fn softmax(z: &[f64]) -> Vec<f64> {
+    let lse = logsumexp(z);
+    z.iter().map(|v| (v - lse).exp()).collect()
+}
+
 /// Logits `z = W h + b` of one row `h (d,)` with `W (c, d)`, `b (c,)`, in `f64`.
 pub fn logits(h: &[f64], w: &[f32], b: &[f32]) -> Vec<f64> {
     let d = h.len();

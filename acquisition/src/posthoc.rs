@@ -28,7 +28,7 @@
 //! ([`Reference::memo`]). They never fit on the candidates being scored.
 
 use crate::kernels::{matmul_nt_serial, par_rows, par_rows_min};
-use crate::linalg::{eigh, logits, logsumexp, normalized, percentile, pinvh_factor};
+use crate::linalg::{eigh, logits, logsumexp, normalized, pinvh_factor, softmax};
 use crate::{Evidence, Features, Needs, Reference, ScoreError, Scorer};
 
 /// A post-hoc OOD detector with its setting (see the module docs for each formula).
@@ -163,7 +163,10 @@ impl Scorer for PostHoc {
                 check_percentile(percentile)?;
                 let r = reference(ev, self.name(), f)?;
                 let t = *r.memo(&format!("react-{percentile}"), |r| {
-                    Ok(percentile_of(r.features().as_slice(), percentile))
+                    Ok(crate::linalg::percentile(
+                        r.features().as_slice(),
+                        f64::from(percentile),
+                    ))
                 })?;
                 per_row(f, |h| {
                     let clipped: Vec<f64> = h.iter().map(|&v| v.min(t)).collect();
@@ -182,10 +185,6 @@ impl Scorer for PostHoc {
         }
         Ok(scores)
     }
-}
-
-fn percentile_of(values: &[f32], q: f32) -> f64 {
-    percentile(values, f64::from(q))
 }
 
 fn check_percentile(q: f32) -> Result<(), ScoreError> {
@@ -249,9 +248,7 @@ fn per_row(f: &Features, score: impl Fn(&[f64]) -> f64 + Sync) -> Vec<f32> {
 fn gen(f: &Features, gamma: f64, m: usize) -> Vec<f32> {
     let m = m.clamp(1, f.classes());
     per_row(f, |h| {
-        let z = logits(h, f.weight(), f.bias());
-        let lse = logsumexp(&z);
-        let mut p: Vec<f64> = z.iter().map(|v| (v - lse).exp()).collect();
+        let mut p = softmax(&logits(h, f.weight(), f.bias()));
         p.sort_by(|a, b| b.total_cmp(a));
         p[..m]
             .iter()
