@@ -39,9 +39,10 @@ pub fn stream(seed: u64, purpose: Purpose, cycle: u64) -> Rng {
     rng
 }
 
-/// Uniform `f64` in `[0, 1)` with 53 random bits.
+/// Uniform `f64` in `[0, 1)` with 53 random bits: the acquisition crate's one draw
+/// ([`alkit_acquisition::linalg::unit`]), so the library and the selectors draw alike.
 pub fn uniform(rng: &mut dyn RngCore) -> f64 {
-    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    alkit_acquisition::linalg::unit(rng)
 }
 
 /// Standard normal draw (Box-Muller; one value per call, the pair's second half discarded so
