@@ -330,10 +330,104 @@ pub fn pinvh_factor(a: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), ScoreEr
     Ok((u, s))
 }
 
+/// `pinv(W) b`: the least-squares solution of least norm of `W x = b` for `W (c, d)` row-major
+/// and `b (c,)`, in `f64`, with numpy's `pinv` cutoff (singular values at most `1e-15` times the
+/// largest count as zero). Computed by one-sided Jacobi on the rows of `W`, never through
+/// `W W^T`: a last layer with a condition number of `1e8` (seen on real embeddings) would
+/// square to `1e16` and lose its small directions.
+pub fn pinv_apply(w: &[f32], c: usize, d: usize, b: &[f32]) -> Vec<f64> {
+    // Columns of A = W^T (the rows of W), rotated until orthogonal: A V = U S.
+    let mut a: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
+    let mut v = vec![0f64; c * c];
+    for i in 0..c {
+        v[i * c + i] = 1.0;
+    }
+    let rotate = |m: &mut [f64], len: usize, p: usize, q: usize, cs: f64, sn: f64| {
+        for k in 0..len {
+            let (x, y) = (m[p * len + k], m[q * len + k]);
+            m[p * len + k] = cs * x - sn * y;
+            m[q * len + k] = sn * x + cs * y;
+        }
+    };
+    for _sweep in 0..60 {
+        let mut rotated = false;
+        for p in 0..c {
+            for q in p + 1..c {
+                let (ap, aq) = (&a[p * d..(p + 1) * d], &a[q * d..(q + 1) * d]);
+                let alpha: f64 = ap.iter().map(|x| x * x).sum();
+                let beta: f64 = aq.iter().map(|x| x * x).sum();
+                let gamma: f64 = ap.iter().zip(aq).map(|(x, y)| x * y).sum();
+                if gamma == 0.0 || gamma.abs() <= f64::EPSILON * (alpha * beta).sqrt() {
+                    continue;
+                }
+                rotated = true;
+                let zeta = (beta - alpha) / (2.0 * gamma);
+                let t = zeta.signum() / (zeta.abs() + (1.0 + zeta * zeta).sqrt());
+                let cs = 1.0 / (1.0 + t * t).sqrt();
+                let sn = cs * t;
+                rotate(&mut a, d, p, q, cs, sn);
+                rotate(&mut v, c, p, q, cs, sn);
+            }
+        }
+        if !rotated {
+            break;
+        }
+    }
+    let sigma: Vec<f64> = (0..c)
+        .map(|k| {
+            a[k * d..(k + 1) * d]
+                .iter()
+                .map(|x| x * x)
+                .sum::<f64>()
+                .sqrt()
+        })
+        .collect();
+    let cutoff = 1e-15 * sigma.iter().copied().fold(0.0, f64::max);
+    let mut x = vec![0f64; d];
+    for k in 0..c {
+        if sigma[k] > cutoff {
+            let vb: f64 = (0..c).map(|i| v[k * c + i] * f64::from(b[i])).sum();
+            let scale = vb / (sigma[k] * sigma[k]);
+            for (xj, aj) in x.iter_mut().zip(&a[k * d..(k + 1) * d]) {
+                *xj += scale * aj;
+            }
+        }
+    }
+    x
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn pinv_apply_solves_ill_conditioned_and_rank_deficient_layers() {
+        // W = diag(1, 1e-8) padded to (2, 3): W x = b exactly, x in the row space (x_2 = 0).
+        let w = [1.0f32, 0.0, 0.0, 0.0, 1e-8, 0.0];
+        let x = pinv_apply(&w, 2, 3, &[2.0, 3e-8]);
+        assert!((x[0] - 2.0).abs() < 1e-12 && (x[1] - 3.0).abs() < 1e-6 && x[2] == 0.0);
+        // Two equal rows: rank 1, least squares of least norm: x = (b1 + b2) / 4 * (1, 1).
+        let x = pinv_apply(&[1.0, 1.0, 1.0, 1.0], 2, 2, &[1.0, 3.0]);
+        assert!((x[0] - 1.0).abs() < 1e-12 && (x[1] - 1.0).abs() < 1e-12);
+        // Random rows rotated to be nearly dependent: W x reproduces b.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let (c, d) = (10, 32);
+        let mut w: Vec<f32> = (0..c * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for k in 0..d {
+            w[9 * d + k] = w[8 * d + k] + 1e-5 * w[9 * d + k];
+        }
+        let b: Vec<f32> = (0..c).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let x = pinv_apply(&w, c, d, &b);
+        for i in 0..c {
+            let wx: f64 = (0..d).map(|k| f64::from(w[i * d + k]) * x[k]).sum();
+            assert!(
+                (wx - f64::from(b[i])).abs() < 1e-6,
+                "row {i}: {wx} vs {}",
+                b[i]
+            );
+        }
+    }
 
     #[test]
     fn eigenpairs_reconstruct_random_symmetric_matrices() {

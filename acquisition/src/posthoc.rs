@@ -568,32 +568,10 @@ fn vim(f: &Features, r: &Reference, dim: Option<usize>) -> Result<Vec<f32>, Scor
     let fit = r.memo(&format!("vim-{dim}"), |r| {
         let (w, b) = (r.features().weight(), r.features().bias());
         let c = b.len();
-        // o = -pinv(W) b = -W^T (W W^T)^+ b.
-        let mut gram = vec![0f64; c * c];
-        for i in 0..c {
-            for j in 0..c {
-                gram[i * c + j] = (0..d)
-                    .map(|k| f64::from(w[i * d + k]) * f64::from(w[j * d + k]))
-                    .sum();
-            }
-        }
-        let (u, s) = pinvh_factor(&gram, c)?;
-        let mut y = vec![0f64; c];
-        for (k, sk) in s.iter().enumerate() {
-            let row = &u[k * c..(k + 1) * c];
-            let t: f64 = row
-                .iter()
-                .zip(b)
-                .map(|(a, &bv)| a * f64::from(bv))
-                .sum::<f64>()
-                * sk
-                * sk;
-            for (yi, a) in y.iter_mut().zip(row) {
-                *yi += t * a;
-            }
-        }
-        let origin: Vec<f64> = (0..d)
-            .map(|k| -(0..c).map(|i| f64::from(w[i * d + k]) * y[i]).sum::<f64>())
+        // o = -pinv(W) b.
+        let origin: Vec<f64> = crate::linalg::pinv_apply(w, c, d, b)
+            .into_iter()
+            .map(|v| -v)
             .collect();
         let x = r.features().as_slice();
         let cov = covariance(x, d, |_| origin.clone());
