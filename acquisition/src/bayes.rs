@@ -76,55 +76,63 @@ impl Scorer for SampleScorer {
         let s = ev.samples(self.name())?;
         let draws = s.draws();
         let (n, c, t) = (s.n(), draws[0].classes(), draws.len() as f64);
-        Ok((0..n)
-            .map(|i| {
-                let mut mean = vec![0f64; c];
-                for d in draws {
-                    for (m, &v) in mean.iter_mut().zip(d.row(i)) {
-                        *m += f64::from(v) / t;
-                    }
-                }
-                let h_mean = -mean
-                    .iter()
-                    .map(|&v| if v > 0.0 { v * v.ln() } else { 0.0 })
-                    .sum::<f64>();
-                let v = match self.score {
-                    SampleScore::Bald => {
-                        h_mean - draws.iter().map(|d| entropy(d.row(i))).sum::<f64>() / t
-                    }
-                    SampleScore::MeanEntropy => h_mean,
-                    SampleScore::ClassVariance => {
-                        (0..c)
-                            .map(|k| {
-                                draws
-                                    .iter()
-                                    .map(|d| (f64::from(d.row(i)[k]) - mean[k]).powi(2))
-                                    .sum::<f64>()
-                                    / t
-                            })
-                            .sum::<f64>()
-                            / c as f64
-                    }
-                    SampleScore::VariationRatio => {
-                        let mut votes = vec![0usize; c];
-                        for d in draws {
-                            let r = d.row(i);
-                            let arg = (0..c).fold(0, |b, k| if r[k] > r[b] { k } else { b });
-                            votes[arg] += 1;
-                        }
-                        1.0 - *votes.iter().max().unwrap_or(&0) as f64 / t
-                    }
-                    SampleScore::MaxProb => {
-                        1.0 - draws
+        // Items are scored independently, so the cores split them without changing a bit.
+        let mut out = vec![0f32; n];
+        crate::kernels::par_rows(&mut out, 1, |start, part| {
+            for (o, i) in part.iter_mut().zip(start..) {
+                *o = self.item(draws, i, c, t);
+            }
+        });
+        Ok(out)
+    }
+}
+
+impl SampleScorer {
+    /// The score of item `i` from its `t` draws of `c` classes.
+    fn item(&self, draws: &[crate::Probs], i: usize, c: usize, t: f64) -> f32 {
+        let mut mean = vec![0f64; c];
+        for d in draws {
+            for (m, &v) in mean.iter_mut().zip(d.row(i)) {
+                *m += f64::from(v) / t;
+            }
+        }
+        let h_mean = -mean
+            .iter()
+            .map(|&v| if v > 0.0 { v * v.ln() } else { 0.0 })
+            .sum::<f64>();
+        let v = match self.score {
+            SampleScore::Bald => h_mean - draws.iter().map(|d| entropy(d.row(i))).sum::<f64>() / t,
+            SampleScore::MeanEntropy => h_mean,
+            SampleScore::ClassVariance => {
+                (0..c)
+                    .map(|k| {
+                        draws
                             .iter()
-                            .map(|d| d.row(i).iter().fold(0f64, |m, &v| m.max(f64::from(v))))
+                            .map(|d| (f64::from(d.row(i)[k]) - mean[k]).powi(2))
                             .sum::<f64>()
                             / t
-                    }
-                };
-                v.max(0.0) as f32
-            })
-            .collect())
+                    })
+                    .sum::<f64>()
+                    / c as f64
+            }
+            SampleScore::VariationRatio => {
+                let mut votes = vec![0usize; c];
+                for d in draws {
+                    let r = d.row(i);
+                    let arg = (0..c).fold(0, |b, k| if r[k] > r[b] { k } else { b });
+                    votes[arg] += 1;
+                }
+                1.0 - *votes.iter().max().unwrap_or(&0) as f64 / t
+            }
+            SampleScore::MaxProb => {
+                1.0 - draws
+                    .iter()
+                    .map(|d| d.row(i).iter().fold(0f64, |m, &v| m.max(f64::from(v))))
+                    .sum::<f64>()
+                    / t
+            }
+        };
+        v.max(0.0) as f32
     }
 }
 
