@@ -20,7 +20,7 @@
 
 use crate::data::image::encode_png;
 use crate::error::{Error, Result};
-use crate::session::{Learner, Query};
+use crate::session::{BatchFormat, Learner, Query};
 use base64::Engine;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -312,5 +312,39 @@ fn json_kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
+    }
+}
+
+/// Writes a query's `batch` to `out` in `format` (Label Studio's tasks carry the predictions
+/// of the model the query trained, computed on `device`).
+pub fn write_batch(
+    learner: &Learner,
+    format: BatchFormat,
+    out: &Path,
+    batch: &[Query],
+    device: &candle_core::Device,
+) -> Result<()> {
+    match format {
+        BatchFormat::Csv => learner.write_batch(out, batch),
+        BatchFormat::LabelStudio => {
+            let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
+            let predicted = learner.predicted(&indices, device)?;
+            write_tasks(learner, batch, predicted.as_deref(), out)
+        }
+    }
+}
+
+/// Teaches `learner` the answers in `path`: Label Studio's JSON export (a `.json` file) or a
+/// CSV of `id,label` rows; checked whole, one bad row changes nothing. Returns the answers
+/// taught and the tasks of an export that had no answer.
+pub fn teach_file(learner: &mut Learner, path: &Path) -> Result<(usize, usize)> {
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if is_json {
+        let export = read_export(path)?;
+        Ok((learner.teach_from(&export.rows, path)?, export.unanswered))
+    } else {
+        Ok((learner.teach_csv(path)?, 0))
     }
 }

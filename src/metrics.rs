@@ -262,6 +262,30 @@ pub fn reliability(confidence: &[f32], correct: &[bool], bins: usize) -> Result<
         .collect())
 }
 
+/// Per row of `probs` whether its most likely class (the first of equal ones) is its label,
+/// and its confidence (the largest probability): what ECE, rAULC and the misclassification
+/// AUROC read. `labels` has one label per row (the caller checks).
+pub fn correct_and_confidence(
+    probs: &alkit_acquisition::Probs,
+    labels: &[u32],
+) -> (Vec<bool>, Vec<f32>) {
+    let correct = probs
+        .rows()
+        .zip(labels)
+        .map(|(r, &y)| {
+            r.iter()
+                .enumerate()
+                .fold(0, |b, (i, &v)| if v > r[b] { i } else { b })
+                == y as usize
+        })
+        .collect();
+    let confidence = probs
+        .rows()
+        .map(|r| r.iter().cloned().fold(0.0, f32::max))
+        .collect();
+    (correct, confidence)
+}
+
 /// Expected and maximum calibration error over 15 bins.
 pub fn ece_mce(confidence: &[f32], correct: &[bool]) -> Result<(f64, f64)> {
     let bins = reliability(confidence, correct, 15)?;

@@ -273,20 +273,7 @@ pub fn run(
     };
     let probs = probs_from_log(&lp, c)?;
     let labels = test.labels();
-    let correct: Vec<bool> = probs
-        .rows()
-        .zip(labels)
-        .map(|(r, &y)| {
-            r.iter()
-                .enumerate()
-                .fold(0, |b, (i, &v)| if v > r[b] { i } else { b })
-                == y as usize
-        })
-        .collect();
-    let confidence: Vec<f32> = probs
-        .rows()
-        .map(|r| r.iter().cloned().fold(0.0, f32::max))
-        .collect();
+    let (correct, confidence) = crate::metrics::correct_and_confidence(&probs, labels);
     let (ece, mce) = ece_mce(&confidence, &correct)?;
     let (nll, brier) = nll_brier(probs.as_slice(), c, labels)?;
     let accuracy = correct.iter().filter(|&&k| k).count() as f64 / correct.len().max(1) as f64;

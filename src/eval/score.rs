@@ -138,6 +138,30 @@ fn check_chunk_evidence(
     Ok(())
 }
 
+/// Refuses batch and chunk sizes of 0, and scorers that compare items with the training
+/// items' features: scoring a pool reads none.
+fn check_pool_scoring(job: &ScoreJob, scorers: &[Arc<dyn Scorer>]) -> Result<()> {
+    if job.batch == Some(0) || job.chunk == 0 {
+        return Err(Error::config(
+            "batch",
+            "setting `batch` and setting `chunk` must be at least 1",
+        ));
+    }
+    // Scoring a pool reads no training items, which these compare with.
+    if let Some(s) = scorers.iter().find(|s| s.needs().reference) {
+        return Err(Error::config(
+            "scorer",
+            format!(
+                "`{}` compares each item with the features of the items the model was trained \
+                 on, and scoring a pool reads none: evaluate it against a train split (OOD \
+                 detection or calibration)",
+                s.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses an output file that would overwrite the job's checkpoint or data.
 fn check_out(job: &ScoreJob) -> Result<()> {
     let mut inputs: Vec<&Path> = job.checkpoints.iter().map(Path::new).collect();
@@ -242,24 +266,7 @@ pub fn run(
         )?,
         None => per_item_scorers(&job.scorers, &settings)?,
     };
-    if job.batch == Some(0) || job.chunk == 0 {
-        return Err(Error::config(
-            "batch",
-            "setting `batch` and setting `chunk` must be at least 1",
-        ));
-    }
-    // Scoring a pool reads no training items, which these compare with.
-    if let Some(s) = scorers.iter().find(|s| s.needs().reference) {
-        return Err(Error::config(
-            "scorer",
-            format!(
-                "`{}` compares each item with the features of the items the model was trained \
-                 on, and scoring a pool reads none: evaluate it against a train split (OOD \
-                 detection or calibration)",
-                s.name()
-            ),
-        ));
-    }
+    check_pool_scoring(job, &scorers)?;
     check_out(job)?;
     let selection = match (joint, settings.select.selection(settings.beta)) {
         (Some(_), _) => Selection::TopK,
@@ -291,12 +298,192 @@ pub fn run(
             ),
         ));
     }
+    let plan_top = joint.map_or(job.top, |j| Some(j.candidates));
+    let pass = score_split(
+        job,
+        &scorers,
+        noisy.is_some(),
+        (selection, plan_top, joint.is_some()),
+        hub,
+        device,
+        observer,
+    )?;
+    let Pass {
+        scored,
+        scorers,
+        classes,
+        batch,
+        pool,
+        checkpoint_hash,
+    } = pass;
+    let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
+    let joint = joint.map(|j| j.resolve(&scored, job.checkpoints.len(), classes, job.seed));
+    // Rows of the table or shard: the kept best `top` (BatchBALD's candidates), else every item.
+    let kept = plan_top.map_or(scored.ids.len(), |k| k.min(scored.ids.len()));
+    let Some(shard) = job.shard else {
+        if let (Some(j), Some(top)) = (joint, job.top) {
+            let mut header = vec!["index", "id"];
+            header.extend(&names);
+            let rows = joint_rows(&scored, &j, top)?;
+            let n = rows.len();
+            crate::fsutil::write_csv(&job.out, &header, rows)?;
+            return Ok(ScoreReport {
+                scored: scored.count,
+                rows: n,
+            });
+        }
+        write_scores(
+            &job.out,
+            &scored.indices,
+            &scored.ids,
+            &names,
+            &scored.cols,
+            job.top,
+            scored.keys.as_deref(),
+        )?;
+        return Ok(ScoreReport {
+            scored: scored.count,
+            rows: kept,
+        });
+    };
+    let run = [
+        ("data", job.data.clone()),
+        ("split", format!("{:?}", job.split)),
+        ("checkpoint", job.checkpoints.join(",")),
+        ("scorers", names.join(",")),
+        ("settings", format!("{settings:?}")),
+        ("seed", job.seed.to_string()),
+        ("batch", batch.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let manifest = shard::Manifest {
+        format: shard::FORMAT,
+        shard,
+        top: plan_top,
+        items: scored.count,
+        pool,
+        run,
+        checkpoint_hash: format!("{:016x}", checkpoint_hash.unwrap_or_default()),
+        pool_fingerprint: format!("{:016x}", scored.fingerprint.unwrap_or_default()),
+        joint,
+    };
+    shard::write_shard(
+        &job.out,
+        &manifest,
+        &names,
+        &scored.indices,
+        &scored.ids,
+        &scored.cols,
+        scored.keys.as_deref().unwrap_or_default(),
+        scored.draws.as_ref().map(|d| d.values.as_slice()),
+    )?;
+    Ok(ScoreReport {
+        scored: scored.count,
+        rows: kept,
+    })
+}
+
+/// Every item's scores, kept in memory rather than written: what [`table`] returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScoreTable {
+    /// The items' positions in the split, in the split's order.
+    pub indices: Vec<usize>,
+    /// Their ids.
+    pub ids: Vec<String>,
+    /// The scorers' names as a table's header gives them (`<name>@last` for last-layer
+    /// gradient scores).
+    pub names: Vec<String>,
+    /// One column per scorer, one score per item: `cols[k][i]` is scorer `k`'s score of item
+    /// `i`, the value `run` writes in that cell.
+    pub cols: Vec<Vec<f32>>,
+}
+
+/// `job` scored as [`run`] scores it, every item of the split kept in memory in the split's
+/// order, for a program that wants the numbers rather than a file (`job.out` is not written
+/// nor read). A selection of a batch (`top`, a stochastic or BatchBALD selection, a joint
+/// selector) and a shard are refused: they choose rows of a file; choose from the scores.
+pub fn table(
+    job: &ScoreJob,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<ScoreTable> {
+    job.settings.validate()?;
+    let settings = ScorerSettings {
+        members: job.checkpoints.len() > 1,
+        ..job.settings
+    };
+    let chooses = |what: &str| {
+        Error::config(
+            "scorer",
+            format!("{what} chooses a batch; scoring every item keeps them all (select from the scores afterwards)"),
+        )
+    };
+    if job.top.is_some() {
+        return Err(chooses("setting `top`"));
+    }
+    if job.shard.is_some() {
+        return Err(Error::config(
+            "shard",
+            "a shard is written for a merge; score every item in one call",
+        ));
+    }
+    if settings.select != SelectKind::TopK {
+        return Err(chooses(&format!("selection `{}`", settings.select.name())));
+    }
+    let scorers = per_item_scorers(&job.scorers, &settings)?;
+    check_pool_scoring(job, &scorers)?;
+    let noisy = scorers.iter().any(|s| draws_noise(s.as_ref()));
+    let pass = score_split(
+        job,
+        &scorers,
+        noisy,
+        (Selection::TopK, None, false),
+        hub,
+        device,
+        observer,
+    )?;
+    Ok(ScoreTable {
+        indices: pass.scored.indices,
+        ids: pass.scored.ids,
+        names: pass.scorers.iter().map(|s| s.name().to_string()).collect(),
+        cols: pass.scored.cols,
+    })
+}
+
+/// What [`score_split`] scored, with what it learned on the way.
+struct Pass {
+    scored: Scored,
+    /// The scorers as the model serves them (`<name>@last` for an ONNX model's gradients).
+    scorers: Vec<Arc<dyn Scorer>>,
+    classes: usize,
+    batch: usize,
+    /// Items in the split.
+    pool: usize,
+    /// The checkpoint's content hash, for a shard's manifest.
+    checkpoint_hash: Option<u64>,
+}
+
+/// Opens `job`'s checkpoint and data and scores the split with `scorers` (checked by the
+/// caller), streamed unless `noisy`, ranking by `selection` and keeping the best `top` (with
+/// their draws when `draws`).
+fn score_split(
+    job: &ScoreJob,
+    scorers: &[Arc<dyn Scorer>],
+    noisy: bool,
+    (selection, top, draws): (Selection, Option<usize>, bool),
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Pass> {
     let ck = open_checkpoint(job, hub, device, observer)?;
     // An ONNX model is known by its features and last layer: its gradient scores are the
     // last layer's (named `<scorer>@last`). What needs autograd through the network or
     // rebuilding (perturbed-input gradients, MC dropout, weight noise) is refused before
     // any item is read.
-    let scorers = super::model::served_scorers(&ck.config.arch, &scorers);
+    let scorers = super::model::served_scorers(&ck.config.arch, scorers);
     if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
         for s in &scorers {
             ck.config.arch.check_needs(s.name(), &s.needs())?;
@@ -321,7 +508,7 @@ pub fn run(
         crate::data::source::open(&source, hub, observer, pre.as_ref()).context_with(loading)
     };
     let streamed = match job.split {
-        Split::Train if noisy.is_none() => Some(open(observer)?),
+        Split::Train if !noisy => Some(open(observer)?),
         _ => None,
     };
     let (item_shape, pool, mut next): (Vec<usize>, usize, NextChunk) = match streamed {
@@ -361,8 +548,8 @@ pub fn run(
         item_shape: &item_shape,
         shard: job.shard,
         selection,
-        top: joint.map_or(job.top, |j| Some(j.candidates)),
-        draws: joint.is_some(),
+        top,
+        draws,
     };
     // A shard's content hashes: the weights' files and, inside `score_chunks`, every item
     // of the split (see `shard::Manifest`).
@@ -380,75 +567,13 @@ pub fn run(
     }
     let scored =
         score_chunks(&scoring, &plan, &mut next).context_with(|| format!("scoring {name}"))?;
-    let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
-    let joint =
-        joint.map(|j| j.resolve(&scored, job.checkpoints.len(), ck.model.classes(), job.seed));
-    // Rows of the table or shard: the kept best `top` (BatchBALD's candidates), else every item.
-    let kept = plan
-        .top
-        .map_or(scored.ids.len(), |k| k.min(scored.ids.len()));
-    let Some(shard) = job.shard else {
-        if let (Some(j), Some(top)) = (joint, job.top) {
-            let mut header = vec!["index", "id"];
-            header.extend(&names);
-            let rows = joint_rows(&scored, &j, top)?;
-            let n = rows.len();
-            crate::fsutil::write_csv(&job.out, &header, rows)?;
-            return Ok(ScoreReport {
-                scored: scored.count,
-                rows: n,
-            });
-        }
-        write_scores(
-            &job.out,
-            &scored.indices,
-            &scored.ids,
-            &names,
-            &scored.cols,
-            job.top,
-            scored.keys.as_deref(),
-        )?;
-        return Ok(ScoreReport {
-            scored: scored.count,
-            rows: kept,
-        });
-    };
-    let run = [
-        ("data", name.to_string()),
-        ("split", format!("{:?}", job.split)),
-        ("checkpoint", job.checkpoints.join(",")),
-        ("scorers", names.join(",")),
-        ("settings", format!("{settings:?}")),
-        ("seed", job.seed.to_string()),
-        ("batch", batch.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let manifest = shard::Manifest {
-        format: shard::FORMAT,
-        shard,
-        top: plan.top,
-        items: scored.count,
+    Ok(Pass {
+        scored,
+        classes: ck.model.classes(),
+        batch,
         pool,
-        run,
-        checkpoint_hash: format!("{:016x}", checkpoint_hash.unwrap_or_default()),
-        pool_fingerprint: format!("{:016x}", scored.fingerprint.unwrap_or_default()),
-        joint,
-    };
-    shard::write_shard(
-        &job.out,
-        &manifest,
-        &names,
-        &scored.indices,
-        &scored.ids,
-        &scored.cols,
-        scored.keys.as_deref().unwrap_or_default(),
-        scored.draws.as_ref().map(|d| d.values.as_slice()),
-    )?;
-    Ok(ScoreReport {
-        scored: scored.count,
-        rows: kept,
+        checkpoint_hash,
+        scorers,
     })
 }
 

@@ -20,6 +20,7 @@
 //! resuming and saving a session), `query` (a round), `teach` (answers in, checked first),
 //! `setup` (a session from a source and settings, or from its folder).
 
+mod batch_file;
 mod index;
 mod learner;
 mod lock;
@@ -29,6 +30,7 @@ mod setup;
 mod state;
 mod teach;
 
+pub use batch_file::{check_batch_out, BatchFormat};
 pub use index::INDEX_FILE;
 pub use learner::Learner;
 pub use lock::{lock, SessionLock, LOCK_FILE};

@@ -25,13 +25,7 @@ pub fn open(
     observer: &mut dyn Observer,
 ) -> Result<(SessionLock, Learner)> {
     let not_a_session = "not a session folder";
-    let path = dir.join(STATE_FILE);
-    if !path.is_file() {
-        return Err(Error::state(
-            dir,
-            format!("not a session folder (no {STATE_FILE}: start a session there first)"),
-        ));
-    }
+    let path = SessionState::file_in(dir)?;
     let held = lock(dir).context_with(|| format!("session {}", dir.display()))?;
     let state: SessionState = crate::fsutil::read_json(&path)
         .context_with(|| format!("session {}: {not_a_session}", dir.display()))?;

@@ -149,8 +149,21 @@ impl SessionState {
     /// or loading its pool: for reports on a session, not for continuing it (see
     /// [`crate::session::open`]).
     pub fn read(dir: &Path) -> Result<SessionState> {
-        crate::fsutil::read_json(&dir.join(STATE_FILE))
+        crate::fsutil::read_json(&Self::file_in(dir)?)
             .context_with(|| format!("session {}: not a session folder", dir.display()))
+    }
+
+    /// The state file of the session folder `dir`, or a state error saying `dir` holds no
+    /// session.
+    pub fn file_in(dir: &Path) -> Result<std::path::PathBuf> {
+        let path = dir.join(STATE_FILE);
+        if !path.is_file() {
+            return Err(Error::state(
+                dir,
+                format!("not a session folder (no {STATE_FILE}: start a session there first)"),
+            ));
+        }
+        Ok(path)
     }
 
     /// Checks that the state is one alkit could have written, before any of it is used: at
@@ -259,5 +272,20 @@ impl SessionState {
             *m.entry(l.label.as_str()).or_default() += 1;
         }
         m
+    }
+
+    /// The session at a glance as one JSON object: `source`, `pool` (items), `labeled`,
+    /// `pending`, `rounds`, `per_class` (labeled items per class name) and `last_round` (the
+    /// last [`Round`], `null` before the first query).
+    pub fn summary(&self) -> serde_json::Value {
+        serde_json::json!({
+            "source": self.source,
+            "pool": self.pool_size,
+            "labeled": self.labeled.len(),
+            "pending": self.pending.len(),
+            "rounds": self.rounds.len(),
+            "per_class": self.per_class(),
+            "last_round": self.rounds.last(),
+        })
     }
 }

@@ -8,7 +8,7 @@ use super::{Bars, ScorerFlags};
 use alkit::hub::Hub;
 use alkit::observe::Observer;
 use alkit::serve::{LabelServer, Limits, ServeEvent, ServeSettings};
-use alkit::session::{Learner, QueryRequest, SessionLock, SessionOptions, STATE_FILE};
+use alkit::session::{Learner, QueryRequest, SessionLock, SessionOptions};
 use alkit::strategies::{ScorerSettings, StrategyKind};
 use anyhow::{bail, Result};
 use candle_core::Device;
@@ -202,11 +202,11 @@ pub fn init(a: InitArgs, quiet: bool) -> Result<()> {
 }
 
 pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Result<()> {
-    let (state_file, model) = (a.state.join(STATE_FILE), a.state.join("model"));
-    alkit::output::check_output("out", &a.out, &[&state_file, &model])?;
-    if a.format == BatchFormat::LabelStudio {
-        alkit::output::check_output("out", &a.out.with_extension("xml"), &[&state_file, &model])?;
-    }
+    let format = match a.format {
+        BatchFormat::Csv => alkit::session::BatchFormat::Csv,
+        BatchFormat::LabelStudio => alkit::session::BatchFormat::LabelStudio,
+    };
+    alkit::session::check_batch_out(&a.state, &a.out, format)?;
     let (_held, mut learner) = open(&a.state, a.stream, observer)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
@@ -220,14 +220,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     };
     let batch = learner.query(&request, device, observer)?;
     // The batch file first: if saving the state fails, the same query gives the same batch.
-    match a.format {
-        BatchFormat::Csv => learner.write_batch(&a.out, &batch)?,
-        BatchFormat::LabelStudio => {
-            let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
-            let predicted = learner.predicted(&indices, device)?;
-            alkit::label_studio::write_tasks(&learner, &batch, predicted.as_deref(), &a.out)?
-        }
-    }
+    alkit::label_studio::write_batch(&learner, format, &a.out, &batch, device)?;
     learner.save(&a.state)?;
     let r = learner.state().rounds.last().expect("just queried");
     let mut so = std::io::stdout().lock();
@@ -248,19 +241,7 @@ pub fn teach(a: TeachArgs, quiet: bool) -> Result<()> {
     let opened = open(&a.state, a.stream, &mut bars);
     bars.finish();
     let (_held, mut learner) = opened?;
-    let is_json = a
-        .labels
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let (n, unanswered) = if is_json {
-        let export = alkit::label_studio::read_export(&a.labels)?;
-        (
-            learner.teach_from(&export.rows, &a.labels)?,
-            export.unanswered,
-        )
-    } else {
-        (learner.teach_csv(&a.labels)?, 0)
-    };
+    let (n, unanswered) = alkit::label_studio::teach_file(&mut learner, &a.labels)?;
     learner.save(&a.state)?;
     let st = learner.state();
     let mut so = std::io::stdout().lock();
@@ -357,16 +338,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
     let st = alkit::session::SessionState::read(&a.state)?;
     let mut so = std::io::stdout().lock();
     if a.json {
-        let v = serde_json::json!({
-            "source": st.source,
-            "pool": st.pool_size,
-            "labeled": st.labeled.len(),
-            "pending": st.pending.len(),
-            "rounds": st.rounds.len(),
-            "per_class": st.per_class(),
-            "last_round": st.rounds.last(),
-        });
-        writeln!(so, "{v}")?;
+        writeln!(so, "{}", st.summary())?;
         return Ok(());
     }
     writeln!(so, "pool      {} ({} items)", st.source, st.pool_size)?;

@@ -21,6 +21,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("data", "--data"),
     ("ensemble", "--ensemble"),
     ("force", "--force"),
+    ("format", "--format"),
     ("indices", "--indices"),
     ("initial", "--initial"),
     ("knn_k", "--knn-k"),
