@@ -1,0 +1,442 @@
+"""alkit: active learning and uncertainty, from Python.
+
+A thin layer over the Rust library (the same code as the ``alkit`` command line): numpy
+arrays in, numpy arrays out, no torch dependency. PyTorch tensors on the CPU are taken
+through DLPack (or anything ``numpy.asarray`` reads).
+
+- :func:`score`: one score per item (higher = label first) from a model's probabilities
+  ``(n, C)``, its MC-dropout or ensemble draws (baal's ``(n, C, T)`` by default), its
+  penultimate features with the last layer, or from an alkit/timm/ONNX checkpoint and a
+  data source by path;
+- :func:`select` (top-k, random, power, softmax, soft-rank from scores) and
+  :func:`select_batch` (BatchBALD, BADGE, core-set, TypiClust, ProbCover), seeded;
+- :func:`ood_metrics`, :func:`calibration`, :func:`fit_temperature`, :func:`conformal`;
+- :class:`Session`: a labeling session in the same folder the command line uses;
+- :func:`scorers`: every strategy name, as ``alkit scorers`` lists them.
+
+Errors are the exceptions of :mod:`alkit.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _alkit
+from .errors import AlkitError, DataError, FileError, HubError, SettingsError, StateError
+
+__version__: str = _alkit.__version__
+
+__all__ = [
+    "score",
+    "select",
+    "select_batch",
+    "ood_metrics",
+    "calibration",
+    "fit_temperature",
+    "conformal",
+    "scorers",
+    "Scorer",
+    "ItemScores",
+    "Session",
+    "AlkitError",
+    "SettingsError",
+    "DataError",
+    "StateError",
+    "FileError",
+    "HubError",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _array(x: object, name: str) -> np.ndarray:
+    """``x`` as a numpy array: a DLPack producer (a CPU torch tensor) without a copy, else
+    whatever ``numpy.asarray`` reads."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, RuntimeError, TypeError) as e:
+            raise DataError(
+                f"{name}: cannot read the array through DLPack ({e}); "
+                "move it to the CPU (and detach it) first",
+                field=name,
+            ) from e
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"{name}: not an array ({e})", field=name) from e
+
+
+def _f32(x: object, name: str, ndim: int) -> np.ndarray:
+    """``x`` as a C-ordered float32 array of ``ndim`` axes (no copy when it already is one)."""
+    a = _array(x, name)
+    if a.ndim != ndim:
+        raise DataError(
+            f"{name}: expected {ndim} axes, got shape {a.shape}", field=name
+        )
+    if a.dtype.kind not in "fiub":
+        raise DataError(f"{name}: expected numbers, got dtype {a.dtype}", field=name)
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _labels(x: object, name: str) -> np.ndarray:
+    """Class indices as int64 (integers only: a float label is refused, never truncated)."""
+    a = _array(x, name)
+    if a.ndim != 1:
+        raise DataError(f"{name}: expected 1 axis, got shape {a.shape}", field=name)
+    if a.dtype.kind not in "iu":
+        raise DataError(
+            f"{name}: class indices must be integers, got dtype {a.dtype}", field=name
+        )
+    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise DataError(f"{name}: a class index is too large", field=name)
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _opt(x: Optional[object], name: str, ndim: int) -> Optional[np.ndarray]:
+    return None if x is None else _f32(x, name, ndim)
+
+
+class Scorer(NamedTuple):
+    """One entry of the registry."""
+
+    name: str
+    about: str
+    #: True for per-item scorers (:func:`score`); False for strategies that choose a whole
+    #: batch (:func:`select_batch`, or ``random``).
+    per_item: bool
+
+
+def scorers() -> List[Scorer]:
+    """Every strategy alkit knows, in the order ``alkit scorers`` lists them."""
+    return [Scorer(*row) for row in _alkit.registry()]
+
+
+class ItemScores(Dict[str, np.ndarray]):
+    """Scores of a data source's items by name (``float32``, one per item, in the source's
+    order), with the items' ``ids`` and their ``indices`` in the source."""
+
+    ids: List[str]
+    indices: np.ndarray
+
+    def __init__(
+        self, indices: np.ndarray, ids: List[str], columns: Sequence[Tuple[str, np.ndarray]]
+    ) -> None:
+        super().__init__(columns)
+        self.ids = ids
+        self.indices = indices
+
+
+def score(
+    scorers: Union[str, Sequence[str]],
+    *,
+    probs: Optional[object] = None,
+    draws: Optional[object] = None,
+    layout: str = "nct",
+    features: Optional[object] = None,
+    weight: Optional[object] = None,
+    bias: Optional[object] = None,
+    train_features: Optional[object] = None,
+    train_labels: Optional[object] = None,
+    checkpoint: Union[None, PathLike, Sequence[PathLike]] = None,
+    data: Optional[PathLike] = None,
+    split: str = "train",
+    batch: Optional[int] = None,
+    seed: int = 0,
+    lambda_: float = 0.3,
+    knn_k: int = 50,
+    vim_dim: Optional[int] = None,
+    sigma: float = 0.02,
+    perturbations: int = 8,
+    mc_samples: int = 20,
+    layers: str = "all",
+    onnx_features: Optional[str] = None,
+) -> Dict[str, np.ndarray]:
+    """One score per item for each scorer (higher = label first), by name.
+
+    From arrays (what your own model gives):
+
+    - ``probs`` ``(n, C)``: ``entropy``, ``margin``, ``least-confidence``, ``conformal-size``...
+    - ``draws``: MC-dropout or ensemble predictions, axes as ``layout`` says: ``"nct"``
+      ``(n, C, T)`` (baal's), ``"tnc"`` or ``"ntc"``: ``bald``, ``mc-entropy``,
+      ``class-variance``, ``variation-ratio``, ``mc-max-prob``; the probability scorers
+      then read the mean of the draws;
+    - ``features`` ``(n, d)`` with the last layer ``weight`` ``(C, d)``, ``bias`` ``(C,)``:
+      the gradient scores over that layer in closed form (``regrad``, ``exgrad``,
+      ``gradnorm``, ...; named ``<name>@last``) and the post-hoc OOD detectors
+      (``energy``, ``max-logit``, ``gen``, ``ash``, ``scale``; with ``train_features`` and
+      ``train_labels`` also ``knn``, ``mahalanobis``, ``vim``, ``react``).
+
+    From files: ``checkpoint`` (an alkit checkpoint, ``hf:timm/...``, an ONNX model; a list
+    is an ensemble) and ``data`` (any source ``alkit score`` reads) score the ``split``
+    exactly as ``alkit score`` does, and return :class:`ItemScores` (with ``ids``).
+    """
+    names = [scorers] if isinstance(scorers, str) else list(scorers)
+    if checkpoint is not None or data is not None:
+        given = [
+            k
+            for k, v in dict(
+                probs=probs, draws=draws, features=features, weight=weight, bias=bias,
+                train_features=train_features, train_labels=train_labels,
+            ).items()
+            if v is not None
+        ]
+        if given or checkpoint is None or data is None:
+            raise SettingsError(
+                "score a checkpoint on a data source (both), or arrays, not both"
+                + (f" (arrays given: {', '.join(given)})" if given else ""),
+                field="checkpoint",
+            )
+        cks = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else list(checkpoint)
+        indices, ids, cols = _alkit.score_data(
+            [os.fspath(c) for c in cks], os.fspath(data), names, split=split, batch=batch,
+            seed=seed, lambda_=lambda_, sigma=sigma, perturbations=perturbations,
+            mc_samples=mc_samples, layers=layers, onnx_features=onnx_features,
+        )
+        return ItemScores(indices.astype(np.int64), ids, cols)
+    cols = _alkit.score_arrays(
+        names,
+        probs=_opt(probs, "probs", 2),
+        draws=_opt(draws, "draws", 3),
+        layout=layout,
+        features=_opt(features, "features", 2),
+        weight=_opt(weight, "weight", 2),
+        bias=_opt(bias, "bias", 1),
+        train_features=_opt(train_features, "train_features", 2),
+        train_labels=None if train_labels is None else _labels(train_labels, "train_labels"),
+        lambda_=lambda_,
+        knn_k=knn_k,
+        vim_dim=vim_dim,
+    )
+    return dict(cols)
+
+
+def select(
+    scores: object,
+    k: int,
+    *,
+    method: str = "top-k",
+    beta: float = 1.0,
+    seed: int = 0,
+) -> np.ndarray:
+    """``k`` positions (int64) chosen from one score per item, in the order chosen.
+
+    ``method``: ``"top-k"`` (ties: lower position first), ``"random"``, or the stochastic
+    selections of Kirsch et al. 2023, ``"power"`` (weights ``score**beta``), ``"softmax"``
+    (``exp(beta * score)``) and ``"softrank"`` (``rank**-beta``); random draws come from
+    ``seed``."""
+    picks = _alkit.select(_f32(scores, "scores", 1), k, method=method, beta=beta, seed=seed)
+    return picks.astype(np.int64)
+
+
+def select_batch(
+    name: str,
+    k: int,
+    *,
+    draws: Optional[object] = None,
+    layout: str = "nct",
+    features: Optional[object] = None,
+    weight: Optional[object] = None,
+    bias: Optional[object] = None,
+    classes: Optional[int] = None,
+    labeled: Optional[object] = None,
+    candidates: Optional[int] = None,
+    seed: int = 0,
+    probcover_delta: Optional[float] = None,
+    max_configs: Optional[int] = None,
+) -> np.ndarray:
+    """``k`` positions (int64) chosen jointly by a batch selector, in the order chosen.
+
+    - ``"batchbald"`` over ``draws`` (``layout`` as in :func:`score`); with ``candidates``
+      it chooses among the best ``candidates`` items by BALD. The joint label configurations
+      are enumerated exactly up to ``max_configs`` (512) and sampled beyond (baal samples
+      ``T * 500`` each step: pass ``max_configs=10000`` for a comparable estimate);
+    - ``"badge"`` over ``features`` and the last layer ``weight``, ``bias``;
+    - ``"coreset"``, ``"typiclust"``, ``"probcover"`` over ``features``, away from the
+      ``labeled`` items' features; without a last layer they choose from the features alone
+      (a cold start; ProbCover's radius then needs ``classes`` or ``probcover_delta``).
+    """
+    picks = _alkit.select_batch(
+        name,
+        k,
+        draws=_opt(draws, "draws", 3),
+        layout=layout,
+        features=_opt(features, "features", 2),
+        weight=_opt(weight, "weight", 2),
+        bias=_opt(bias, "bias", 1),
+        classes=classes,
+        labeled=_opt(labeled, "labeled", 2),
+        candidates=candidates,
+        seed=seed,
+        probcover_delta=probcover_delta,
+        max_configs=max_configs,
+    )
+    return picks.astype(np.int64)
+
+
+def ood_metrics(in_scores: object, out_scores: object) -> Dict[str, float]:
+    """AUROC, AUPR-in, AUPR-out and FPR@95 (OpenOOD's conventions) of the scores of
+    in-distribution and OOD items, higher = more likely OOD."""
+    return _alkit.ood_metrics(_f32(in_scores, "in_scores", 1), _f32(out_scores, "out_scores", 1))
+
+
+def calibration(
+    probs: object,
+    labels: object,
+    scores: Optional[Mapping[str, object]] = None,
+) -> Dict[str, object]:
+    """Accuracy, ECE and MCE (15 bins), NLL and Brier of ``probs`` ``(n, C)`` for ``labels``;
+    with ``scores`` (name -> one score per item), each one's rAULC and misclassification AUROC
+    under ``"scorers"``."""
+    pairs = None
+    if scores is not None:
+        pairs = [(str(n), _f32(s, f"scores[{n!r}]", 1)) for n, s in scores.items()]
+    return _alkit.calibration(_f32(probs, "probs", 2), _labels(labels, "labels"), pairs)
+
+
+def fit_temperature(logits: object, labels: object) -> float:
+    """The temperature ``T`` minimising the NLL of ``softmax(logits / T)`` for ``labels``."""
+    return _alkit.fit_temperature(_f32(logits, "logits", 2), _labels(labels, "labels"))
+
+
+def conformal(
+    cal_probs: object,
+    cal_labels: object,
+    probs: object,
+    alpha: float,
+    *,
+    score: str = "aps",
+    raps_lambda: float = 0.01,
+    raps_k_reg: int = 5,
+) -> Tuple[float, np.ndarray]:
+    """Split conformal prediction sets at miscoverage ``alpha``: the threshold calibrated on
+    held-out ``cal_probs`` with ``cal_labels`` (score ``"lac"``, ``"aps"`` or ``"raps"``,
+    non-randomised), and the sets of ``probs`` as a boolean mask ``(n, C)``. ``inf``: every
+    class is in every set."""
+    return _alkit.conformal(
+        _f32(cal_probs, "cal_probs", 2),
+        _labels(cal_labels, "cal_labels"),
+        _f32(probs, "probs", 2),
+        alpha,
+        score=score,
+        raps_lambda=raps_lambda,
+        raps_k_reg=raps_k_reg,
+    )
+
+
+class Session:
+    """A labeling session kept in a folder: the folder ``alkit init`` makes and ``alkit
+    query``, ``teach``, ``label`` and ``status`` work on. Each method locks the folder, loads
+    the session, does one thing and saves it, so a notebook and the command line (or the
+    labeling page) can take turns."""
+
+    def __init__(self, state: PathLike) -> None:
+        self._s = _alkit.Session(os.fspath(state))
+
+    @classmethod
+    def start(
+        cls,
+        state: PathLike,
+        pool: PathLike,
+        *,
+        labels: Optional[PathLike] = None,
+        classes: Optional[Sequence[str]] = None,
+        model: Optional[str] = None,
+        steps: int = 500,
+        batch_size: Optional[int] = None,
+        lr: Optional[float] = None,
+        seed: int = 0,
+        ensemble: Optional[int] = None,
+        stream: bool = False,
+        force: bool = False,
+    ) -> "Session":
+        """Starts a session in the folder ``state`` on ``pool``, as ``alkit init`` does
+        (``pool`` as ``--pool`` takes it: an image folder, an IDX folder, a safetensors, CSV or
+        Parquet file, ``hf:OWNER/NAME``; ``labels`` a CSV of ``id,label`` seed labels)."""
+        _alkit.Session.start(
+            os.fspath(state),
+            os.fspath(pool),
+            labels=None if labels is None else os.fspath(labels),
+            classes=None if classes is None else list(classes),
+            model=model,
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            seed=seed,
+            ensemble=ensemble,
+            stream=stream,
+            force=force,
+        )
+        return cls(state)
+
+    @property
+    def state(self) -> str:
+        """The session folder."""
+        return os.fspath(self._s.state)
+
+    def query(
+        self,
+        n: int = 50,
+        *,
+        scorer: str = "entropy",
+        out: Optional[PathLike] = None,
+        format: str = "csv",
+        include_pending: bool = False,
+        subsample: Optional[int] = None,
+        stream: bool = False,
+        select: str = "top-k",
+        beta: float = 1.0,
+        lambda_: float = 0.3,
+        mc_samples: int = 20,
+    ) -> List[Dict[str, object]]:
+        """Trains on the labeled items and returns the next ``n`` to label, best first, as
+        ``alkit query`` does: ``{"id", "index", "score"}`` each (``score`` is ``None`` for
+        random picks and joint selectors). With ``out`` the batch is written there too, as CSV
+        or (``format="label-studio"``) Label Studio tasks."""
+        return self._s.query(
+            n,
+            scorer=scorer,
+            out=None if out is None else os.fspath(out),
+            format=format,
+            include_pending=include_pending,
+            subsample=subsample,
+            stream=stream,
+            select=select,
+            beta=beta,
+            lambda_=lambda_,
+            mc_samples=mc_samples,
+        )
+
+    def teach(
+        self,
+        answers: Union[Mapping[str, str], Iterable[Tuple[str, str]], PathLike],
+        *,
+        stream: bool = False,
+    ) -> int:
+        """Teaches answers, as ``alkit teach`` does: a mapping or pairs ``id -> class
+        name``, or a file (a CSV of ``id,label`` rows, or Label Studio's JSON export). All are
+        checked before any is applied. Returns how many were taught."""
+        if isinstance(answers, (str, os.PathLike)):
+            return self._s.teach(file=os.fspath(answers), stream=stream)
+        pairs = list(answers.items()) if isinstance(answers, Mapping) else list(answers)
+        for i, p in enumerate(pairs):
+            if not (isinstance(p, tuple) and len(p) == 2 and all(isinstance(v, str) for v in p)):
+                raise DataError(
+                    f"answers: entry {i} is {p!r}, not an (id, class name) pair of strings",
+                    field="answers",
+                )
+        return self._s.teach(pairs, stream=stream)
+
+    def status(self) -> Dict[str, object]:
+        """The session at a glance, as ``alkit status --json`` prints it: ``source``,
+        ``pool``, ``labeled``, ``pending``, ``rounds``, ``per_class``, ``last_round``."""
+        return json.loads(self._s.status_json())
+
+    def __repr__(self) -> str:
+        return f"Session({self.state!r})"

@@ -1,0 +1,122 @@
+"""Type stubs of alkit's native module (``alkit._alkit``). Use the package's functions
+(``alkit.score``, ...): they convert inputs to the float32 arrays these expect."""
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+def registry() -> List[Tuple[str, str, bool]]: ...
+def score_arrays(
+    scorers: Sequence[str],
+    *,
+    probs: Optional[F32] = None,
+    draws: Optional[F32] = None,
+    layout: str = "nct",
+    features: Optional[F32] = None,
+    weight: Optional[F32] = None,
+    bias: Optional[F32] = None,
+    train_features: Optional[F32] = None,
+    train_labels: Optional[I64] = None,
+    lambda_: float = 0.3,
+    knn_k: int = 50,
+    vim_dim: Optional[int] = None,
+) -> List[Tuple[str, F32]]: ...
+def score_data(
+    checkpoints: Sequence[str],
+    data: str,
+    scorers: Sequence[str],
+    *,
+    split: str = "train",
+    batch: Optional[int] = None,
+    seed: int = 0,
+    lambda_: float = 0.3,
+    sigma: float = 0.02,
+    perturbations: int = 8,
+    mc_samples: int = 20,
+    layers: str = "all",
+    onnx_features: Optional[str] = None,
+) -> Tuple[npt.NDArray[np.uintp], List[str], List[Tuple[str, F32]]]: ...
+def select(
+    scores: F32, k: int, *, method: str = "top-k", beta: float = 1.0, seed: int = 0
+) -> npt.NDArray[np.uintp]: ...
+def select_batch(
+    name: str,
+    k: int,
+    *,
+    draws: Optional[F32] = None,
+    layout: str = "nct",
+    features: Optional[F32] = None,
+    weight: Optional[F32] = None,
+    bias: Optional[F32] = None,
+    classes: Optional[int] = None,
+    labeled: Optional[F32] = None,
+    candidates: Optional[int] = None,
+    seed: int = 0,
+    probcover_delta: Optional[float] = None,
+    max_configs: Optional[int] = None,
+) -> npt.NDArray[np.uintp]: ...
+def ood_metrics(in_scores: F32, out_scores: F32) -> Dict[str, float]: ...
+def calibration(
+    probs: F32, labels: I64, scores: Optional[List[Tuple[str, F32]]] = None
+) -> Dict[str, object]: ...
+def fit_temperature(logits: F32, labels: I64) -> float: ...
+def conformal(
+    cal_probs: F32,
+    cal_labels: I64,
+    probs: F32,
+    alpha: float,
+    *,
+    score: str = "aps",
+    raps_lambda: float = 0.01,
+    raps_k_reg: int = 5,
+) -> Tuple[float, npt.NDArray[np.bool_]]: ...
+
+class Session:
+    def __init__(self, state: str) -> None: ...
+    @staticmethod
+    def start(
+        state: str,
+        pool: str,
+        *,
+        labels: Optional[str] = None,
+        classes: Optional[List[str]] = None,
+        model: Optional[str] = None,
+        steps: int = 500,
+        batch_size: Optional[int] = None,
+        lr: Optional[float] = None,
+        seed: int = 0,
+        ensemble: Optional[int] = None,
+        stream: bool = False,
+        force: bool = False,
+    ) -> "Session": ...
+    @property
+    def state(self) -> str: ...
+    def query(
+        self,
+        n: int = 50,
+        *,
+        scorer: str = "entropy",
+        out: Optional[str] = None,
+        format: str = "csv",
+        include_pending: bool = False,
+        subsample: Optional[int] = None,
+        stream: bool = False,
+        select: str = "top-k",
+        beta: float = 1.0,
+        lambda_: float = 0.3,
+        mc_samples: int = 20,
+    ) -> List[Dict[str, object]]: ...
+    def teach(
+        self,
+        answers: Optional[List[Tuple[str, str]]] = None,
+        *,
+        file: Optional[str] = None,
+        stream: bool = False,
+    ) -> int: ...
+    def status_json(self) -> str: ...

@@ -1,0 +1,362 @@
+//! numpy arrays in, the acquisition crate's evidence out. The Python side hands over `float32`
+//! arrays (`np.ascontiguousarray` converts only what is not already C-ordered `float32`); each
+//! is read here through its buffer while the GIL is held and copied once into the owned
+//! vectors the library's evidence types keep, so the computation that follows runs without
+//! the GIL. Shapes are checked here, values (finite, probability rows) by the library.
+
+use alkit::acquisition::{linalg, Evidence, Features, Probs, Reference, Samples};
+use alkit::error::{Error, Result};
+use numpy::ndarray::Dimension;
+use numpy::{
+    Element, PyReadonlyArray, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3,
+    PyUntypedArrayMethods,
+};
+use std::sync::Arc;
+
+/// The values of `a` in C order: the buffer itself when contiguous, else walked in order.
+pub fn values<T: Element + Copy, D: Dimension>(a: &PyReadonlyArray<'_, T, D>) -> Vec<T> {
+    match a.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => a.as_array().iter().copied().collect(),
+    }
+}
+
+/// A 2-D array's values and shape `(rows, cols)`.
+pub fn matrix(a: &PyReadonlyArray2<'_, f32>) -> Matrix {
+    let s = a.shape();
+    (values(a), s[0], s[1])
+}
+
+/// Class labels: non-negative integers, below `classes` when it is known.
+pub fn labels(
+    a: &PyReadonlyArray1<'_, i64>,
+    what: &'static str,
+    classes: Option<usize>,
+) -> Result<Vec<usize>> {
+    values(a)
+        .into_iter()
+        .enumerate()
+        .map(|(i, y)| match usize::try_from(y) {
+            Ok(y) if classes.is_none_or(|c| y < c) => Ok(y),
+            _ => Err(Error::config(
+                what,
+                format!(
+                    "item {i} has label {y}, which is not a class index{}",
+                    classes.map_or(String::new(), |c| format!(" below {c}"))
+                ),
+            )),
+        })
+        .collect()
+}
+
+/// How the axes of stochastic predictions are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `(n, C, T)`: items, classes, draws (baal's layout).
+    Nct,
+    /// `(T, n, C)`: draws, items, classes (alkit's own).
+    Tnc,
+    /// `(n, T, C)`: items, draws, classes.
+    Ntc,
+}
+
+impl Layout {
+    /// The layout named `s` (`nct`, `tnc` or `ntc`).
+    pub fn parse(s: &str) -> Result<Layout> {
+        match s {
+            "nct" => Ok(Layout::Nct),
+            "tnc" => Ok(Layout::Tnc),
+            "ntc" => Ok(Layout::Ntc),
+            _ => Err(Error::config(
+                "layout",
+                format!("unknown layout `{s}`; expected nct (items, classes, draws: baal's), tnc or ntc"),
+            )),
+        }
+    }
+}
+
+/// Stochastic predictions split into one buffer per draw, before the library checks them.
+pub struct Draws {
+    bufs: Vec<Vec<f32>>,
+    shape: [usize; 3],
+    n: usize,
+    c: usize,
+}
+
+impl Draws {
+    /// The array's values, axes as `layout` says, read in one pass in the array's own order
+    /// (straight from its buffer when it is C-ordered), each draw's buffer filled in turn.
+    pub fn read(a: &PyReadonlyArray3<'_, f32>, layout: Layout) -> Draws {
+        let shape = [a.shape()[0], a.shape()[1], a.shape()[2]];
+        let [x, y, z] = shape;
+        let (n, c, t) = match layout {
+            Layout::Nct => (x, y, z),
+            Layout::Tnc => (y, z, x),
+            Layout::Ntc => (x, z, y),
+        };
+        let copied;
+        let v = match a.as_slice() {
+            Ok(v) => v,
+            Err(_) => {
+                copied = values(a);
+                &copied[..]
+            }
+        };
+        let mut bufs: Vec<Vec<f32>> = (0..t).map(|_| Vec::with_capacity(n * c)).collect();
+        if n * c > 0 {
+            match layout {
+                Layout::Tnc => {
+                    for (b, d) in bufs.iter_mut().zip(v.chunks_exact(n * c)) {
+                        b.extend_from_slice(d);
+                    }
+                }
+                Layout::Nct => {
+                    for cell in v.chunks_exact(t.max(1)) {
+                        for (b, &x) in bufs.iter_mut().zip(cell) {
+                            b.push(x);
+                        }
+                    }
+                }
+                Layout::Ntc => {
+                    for item in v.chunks_exact((t * c).max(1)) {
+                        for (b, row) in bufs.iter_mut().zip(item.chunks_exact(c)) {
+                            b.extend_from_slice(row);
+                        }
+                    }
+                }
+            }
+        }
+        Draws { bufs, shape, n, c }
+    }
+
+    /// The library's samples: `t` draws of `(n, c)` probabilities (each row checked).
+    pub fn samples(self) -> Result<Samples> {
+        let (n, c) = (self.n, self.c);
+        if n == 0 || c == 0 || self.bufs.is_empty() {
+            return Err(Error::config(
+                "draws",
+                format!("shape {:?} has an empty axis", self.shape),
+            ));
+        }
+        let draws = self
+            .bufs
+            .into_iter()
+            .map(|b| Probs::new(b, n, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Samples::new(draws)?)
+    }
+}
+
+/// The mean of the draws: the predictive probabilities `(n, c)`.
+pub fn mean_probs(samples: &Samples) -> Result<Probs> {
+    let draws = samples.draws();
+    let (n, c) = (samples.n(), draws[0].classes());
+    let t = draws.len() as f64;
+    let mut mean = vec![0f64; n * c];
+    for d in draws {
+        for (m, &v) in mean.iter_mut().zip(d.as_slice()) {
+            *m += f64::from(v);
+        }
+    }
+    Ok(Probs::new(
+        mean.into_iter().map(|m| (m / t) as f32).collect(),
+        n,
+        c,
+    )?)
+}
+
+/// The softmax of the last layer's logits `h W^T + b` of every row of `f`.
+pub fn probs_of(f: &Features) -> Result<Probs> {
+    let mut p = Vec::with_capacity(f.n() * f.classes());
+    for i in 0..f.n() {
+        let h: Vec<f64> = f.row(i).iter().map(|&v| f64::from(v)).collect();
+        let z = linalg::logits(&h, f.weight(), f.bias());
+        p.extend(linalg::softmax(&z).into_iter().map(|v| v as f32));
+    }
+    Ok(Probs::new(p, f.n(), f.classes())?)
+}
+
+/// Features `(n, d)` under a last layer: the given `W (c, d)`, `b (c,)`, or a zero layer of
+/// `classes` classes (items chosen by their own vectors, before any model).
+pub fn features((h, n, d): (Vec<f32>, usize, usize), layer: &Layer) -> Result<Features> {
+    if layer.dim().is_some_and(|wd| wd != d) {
+        return Err(Error::config(
+            "features",
+            format!(
+                "features have {d} columns, the last layer's weight {}",
+                layer.dim().unwrap_or_default()
+            ),
+        ));
+    }
+    let (w, b) = layer.weights(d);
+    Ok(Features::new(h, n, d, w, b)?)
+}
+
+/// The last layer features are seen under.
+pub enum Layer {
+    /// A model's: weight `(c, d)` row-major and bias `(c,)`.
+    Given {
+        /// `(c, d)`.
+        weight: Vec<f32>,
+        /// `(c,)`.
+        bias: Vec<f32>,
+    },
+    /// None: zeros of this many classes.
+    Zero(usize),
+}
+
+impl Layer {
+    /// The layer from optional `weight (c, d)` and `bias (c,)`: both or neither (then zeros of
+    /// `classes` classes).
+    pub fn read(
+        weight: Option<&PyReadonlyArray2<'_, f32>>,
+        bias: Option<&PyReadonlyArray1<'_, f32>>,
+        classes: usize,
+    ) -> Result<Layer> {
+        match (weight, bias) {
+            (Some(w), Some(b)) => {
+                let (c, d) = (w.shape()[0], w.shape()[1]);
+                let bias = values(b);
+                if bias.len() != c || c == 0 || d == 0 {
+                    return Err(Error::config(
+                        "bias",
+                        format!(
+                            "the weight is ({c}, {d}), so the bias must be ({c},); it has {} values",
+                            bias.len()
+                        ),
+                    ));
+                }
+                Ok(Layer::Given {
+                    weight: values(w),
+                    bias,
+                })
+            }
+            (None, None) => Ok(Layer::Zero(classes.max(1))),
+            _ => Err(Error::config(
+                "weight",
+                "the last layer is a weight (C, d) and a bias (C,): give both or neither",
+            )),
+        }
+    }
+
+    /// The features' dimension the layer takes, when given.
+    fn dim(&self) -> Option<usize> {
+        match self {
+            Layer::Given { weight, bias } => Some(weight.len() / bias.len()),
+            Layer::Zero(_) => None,
+        }
+    }
+
+    /// Classes.
+    pub fn classes(&self) -> usize {
+        match self {
+            Layer::Given { bias, .. } => bias.len(),
+            Layer::Zero(c) => *c,
+        }
+    }
+
+    /// `(W, b)` for features of dimension `d`.
+    fn weights(&self, d: usize) -> (Vec<f32>, Vec<f32>) {
+        match self {
+            Layer::Given { weight, bias } => (weight.clone(), bias.clone()),
+            Layer::Zero(c) => (vec![0.0; c * d], vec![0.0; *c]),
+        }
+    }
+}
+
+/// A row-major matrix: values, rows, columns.
+pub type Matrix = (Vec<f32>, usize, usize);
+
+/// Everything a call was given, owned, so that evidence is built without the GIL.
+#[derive(Default)]
+pub struct Inputs {
+    /// `(n, c)`.
+    pub probs: Option<Matrix>,
+    /// Stochastic predictions.
+    pub draws: Option<Draws>,
+    /// `(n, d)`.
+    pub features: Option<Matrix>,
+    /// The last layer.
+    pub layer: Option<Layer>,
+    /// Reference rows `(m, d)` and their labels.
+    pub reference: Option<(Matrix, Vec<usize>)>,
+}
+
+impl Inputs {
+    /// The evidence the inputs hold: probabilities as given, else the mean of the draws, else
+    /// the softmax of the last layer over the features (uniform under a zero layer); draws;
+    /// features with the reference rows under the same last layer.
+    ///
+    /// With `grads` (`Some(expected)`), the last layer's gradient norms in closed form as
+    /// well (with the expected-gradient terms when `expected`).
+    pub fn evidence(self, grads: Option<bool>) -> Result<Evidence> {
+        let samples = self.draws.map(Draws::samples).transpose()?;
+        let under = match (self.features, &self.layer) {
+            (Some(h), Some(layer)) => Some(features(h, layer)?),
+            (Some(h), None) => Some(features(h, &Layer::Zero(1))?),
+            (None, _) => None,
+        };
+        let probs = match (self.probs, &samples, &under) {
+            (Some((p, n, c)), _, _) => Some(Probs::new(p, n, c)?),
+            (None, Some(s), _) => Some(mean_probs(s)?),
+            (None, None, Some(f)) => Some(probs_of(f)?),
+            (None, None, None) => None,
+        };
+        let Some(probs) = probs else {
+            return Err(Error::config(
+                "probs",
+                "nothing to score: give probabilities, draws or features",
+            ));
+        };
+        let n = probs.n();
+        let counts = [
+            samples.as_ref().map(|s| ("draws", s.n())),
+            under.as_ref().map(|f| ("features", f.n())),
+        ];
+        if let Some((what, m)) = counts.into_iter().flatten().find(|(_, m)| *m != n) {
+            return Err(Error::config(
+                what,
+                format!("{m} items, where the other arrays have {n}"),
+            ));
+        }
+        let reference =
+            match (self.reference, &under) {
+                (Some((rows, labels)), Some(f)) => {
+                    let layer = self.layer.unwrap_or(Layer::Zero(f.classes()));
+                    if rows.2 != f.dim() {
+                        return Err(Error::config(
+                            "reference",
+                            format!(
+                                "reference rows have {} columns, the features {}",
+                                rows.2,
+                                f.dim()
+                            ),
+                        ));
+                    }
+                    Some(Arc::new(Reference::new(features(rows, &layer)?, labels)?))
+                }
+                (Some(_), None) => return Err(Error::config(
+                    "reference",
+                    "reference rows are compared with the items' features: give the features too",
+                )),
+                (None, _) => None,
+            };
+        let grads = match (grads, &under) {
+            (Some(expected), Some(f)) => Some(f.last_layer_grads(&probs, expected)?),
+            (Some(_), None) => {
+                return Err(Error::config(
+                    "features",
+                    "gradient scores from arrays are the last layer's, computed from the \
+                     features and the last layer (weight, bias): give them",
+                ))
+            }
+            (None, _) => None,
+        };
+        let mut ev = Evidence::from_probs(probs);
+        ev.grads = grads;
+        ev.samples = samples;
+        ev.features = under;
+        ev.reference = reference;
+        Ok(ev)
+    }
+}

@@ -1,0 +1,90 @@
+//! The library's errors as Python exceptions. Each [`alkit::Error`] becomes an instance of one
+//! of the classes of `alkit.errors` (written in Python so that they can also derive from
+//! `ValueError` and `OSError`), chosen by what the error is about under any context layers
+//! ([`alkit::Error::kind`]): a setting, the data, a session's state, a file, the Hub. The
+//! message is the library's own, context included; the setting, file and line it names are
+//! attributes too, so a program can react without parsing the message.
+
+use alkit::acquisition::ScoreError;
+use alkit::observe::{Control, Event, Observer};
+use alkit::Error;
+use pyo3::exceptions::PyKeyboardInterrupt;
+use pyo3::prelude::*;
+
+/// `e` as the Python exception of its kind.
+pub fn to_py(e: Error) -> PyErr {
+    Python::attach(|py| build(py, &e).unwrap_or_else(|failed| failed))
+}
+
+/// A scorer's or selector's error as the Python exception of its kind.
+pub fn score_to_py(e: ScoreError) -> PyErr {
+    to_py(Error::Score(e))
+}
+
+/// The exception for `e`: class, message and attributes.
+fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
+    let message = e.to_string();
+    // Attributes: the setting, the file and the line the error names.
+    let mut field: Option<String> = None;
+    let mut path: Option<String> = None;
+    let mut row: Option<usize> = None;
+    let class = match e.kind() {
+        Error::Config { field: f, .. } | Error::Env { name: f, .. } => {
+            field = Some((*f).to_string());
+            "SettingsError"
+        }
+        Error::Score(s) => match s {
+            ScoreError::Setting { setting, .. } => {
+                field = Some((*setting).to_string());
+                "SettingsError"
+            }
+            ScoreError::TooMany { .. } => {
+                field = Some("k".to_string());
+                "SettingsError"
+            }
+            ScoreError::Missing { .. } => "SettingsError",
+            _ => "DataError",
+        },
+        Error::Data { path: p, .. } => {
+            path = Some(p.display().to_string());
+            "DataError"
+        }
+        Error::Row {
+            path: p, row: r, ..
+        } => {
+            path = Some(p.display().to_string());
+            row = Some(*r);
+            "DataError"
+        }
+        Error::State { path: p, .. } => {
+            path = Some(p.display().to_string());
+            "StateError"
+        }
+        Error::Io { path: p, .. } => {
+            path = Some(p.display().to_string());
+            "FileError"
+        }
+        Error::Hub { .. } => "HubError",
+        Error::Interrupted => return Ok(PyKeyboardInterrupt::new_err(message)),
+        _ => "AlkitError",
+    };
+    let errors = py.import("alkit.errors")?;
+    let exc = errors.getattr(class)?.call1((message,))?;
+    exc.setattr("field", field)?;
+    exc.setattr("path", path)?;
+    exc.setattr("row", row)?;
+    Ok(PyErr::from_value(exc))
+}
+
+/// An observer that stops the library's work when Python has a signal to handle (Ctrl-C in a
+/// notebook): the work ends with [`Error::Interrupted`], raised as `KeyboardInterrupt`.
+pub struct Signals;
+
+impl Observer for Signals {
+    fn on(&mut self, _event: &Event<'_>) -> Control {
+        match Python::attach(|py| py.check_signals()) {
+            Ok(()) => Control::Continue,
+            Err(_) => Control::Stop,
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Evaluating scores on their own: OOD detection, calibration with temperature scaling, and
+//! split conformal prediction sets, all from [`alkit::metrics`] and the acquisition crate
+//! with the conventions stated there (scikit-learn's AUROC and average precision, OpenOOD's
+//! FPR@95, 15-bin ECE).
+
+use crate::arrays;
+use crate::errors::{score_to_py, to_py};
+use alkit::acquisition::{Conformal, ConformalScore, Probs};
+use alkit::error::{Error, Result};
+use alkit::metrics;
+use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// AUROC, AUPR-in, AUPR-out and FPR@95 of scores of in-distribution and OOD items (higher
+/// = more likely OOD).
+#[pyfunction]
+pub fn ood_metrics<'py>(
+    py: Python<'py>,
+    in_scores: PyReadonlyArray1<'py, f32>,
+    out_scores: PyReadonlyArray1<'py, f32>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (a, b) = (arrays::values(&in_scores), arrays::values(&out_scores));
+    let m = py
+        .detach(move || metrics::ood_metrics(&a, &b))
+        .map_err(to_py)?;
+    let d = PyDict::new(py);
+    d.set_item("auroc", m.auroc)?;
+    d.set_item("aupr_in", m.aupr_in)?;
+    d.set_item("aupr_out", m.aupr_out)?;
+    d.set_item("fpr95", m.fpr95)?;
+    Ok(d)
+}
+
+/// Probabilities `(n, c)` and their labels, checked against each other.
+fn probs_labels(
+    probs: &PyReadonlyArray2<'_, f32>,
+    labels: &PyReadonlyArray1<'_, i64>,
+) -> Result<(Probs, Vec<usize>)> {
+    let (p, n, c) = arrays::matrix(probs);
+    let y = arrays::labels(labels, "labels", Some(c))?;
+    if y.len() != n {
+        return Err(Error::config(
+            "labels",
+            format!("{} labels for {n} rows of probabilities", y.len()),
+        ));
+    }
+    Ok((Probs::new(p, n, c)?, y))
+}
+
+/// Accuracy, ECE, MCE, NLL and Brier of probabilities `(n, c)` with their labels, and per
+/// scorer the rAULC and the misclassification AUROC of its scores.
+#[pyfunction]
+#[pyo3(signature = (probs, labels, scores=None))]
+pub fn calibration<'py>(
+    py: Python<'py>,
+    probs: PyReadonlyArray2<'py, f32>,
+    labels: PyReadonlyArray1<'py, i64>,
+    scores: Option<Vec<(String, PyReadonlyArray1<'py, f32>)>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (p, y) = probs_labels(&probs, &labels).map_err(to_py)?;
+    let scores: Vec<(String, Vec<f32>)> = scores
+        .unwrap_or_default()
+        .iter()
+        .map(|(name, s)| (name.clone(), arrays::values(s)))
+        .collect();
+    type Figures = ([f64; 5], Vec<(String, f64, f64)>);
+    let (figures, per) = py
+        .detach(move || -> Result<Figures> {
+            let y: Vec<u32> = y.iter().map(|&v| v as u32).collect();
+            let (correct, confidence) = metrics::correct_and_confidence(&p, &y);
+            let (ece, mce) = metrics::ece_mce(&confidence, &correct)?;
+            let (nll, brier) = metrics::nll_brier(p.as_slice(), p.classes(), &y)?;
+            let accuracy = correct.iter().filter(|&&k| k).count() as f64 / correct.len() as f64;
+            let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
+            let per = scores
+                .into_iter()
+                .map(|(name, s)| {
+                    if s.len() != correct.len() {
+                        return Err(Error::config(
+                            "scores",
+                            format!(
+                                "`{name}` has {} scores for {} items",
+                                s.len(),
+                                correct.len()
+                            ),
+                        ));
+                    }
+                    let raulc = metrics::raulc(&s, &correct)?;
+                    let auroc = metrics::auroc(&s, &wrong)?;
+                    Ok((name, raulc, auroc))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(([accuracy, ece, mce, nll, brier], per))
+        })
+        .map_err(to_py)?;
+    let d = PyDict::new(py);
+    for (k, v) in ["accuracy", "ece", "mce", "nll", "brier"]
+        .iter()
+        .zip(figures)
+    {
+        d.set_item(k, v)?;
+    }
+    let s = PyDict::new(py);
+    for (name, raulc, auroc) in per {
+        let row = PyDict::new(py);
+        row.set_item("raulc", raulc)?;
+        row.set_item("misclassification_auroc", auroc)?;
+        s.set_item(name, row)?;
+    }
+    d.set_item("scorers", s)?;
+    Ok(d)
+}
+
+/// The temperature `T > 0` minimising the NLL of `softmax(logits / T)` for the labels.
+#[pyfunction]
+pub fn fit_temperature(
+    py: Python<'_>,
+    logits: PyReadonlyArray2<'_, f32>,
+    labels: PyReadonlyArray1<'_, i64>,
+) -> PyResult<f64> {
+    let (z, n, c) = arrays::matrix(&logits);
+    let y = arrays::labels(&labels, "labels", Some(c)).map_err(to_py)?;
+    if y.len() != n {
+        return Err(to_py(Error::config(
+            "labels",
+            format!("{} labels for {n} rows of logits", y.len()),
+        )));
+    }
+    let y: Vec<u32> = y.into_iter().map(|v| v as u32).collect();
+    py.detach(move || metrics::fit_temperature(&z, c, &y))
+        .map_err(to_py)
+}
+
+/// Split conformal prediction: the threshold calibrated on `cal_probs` with `cal_labels` at
+/// miscoverage `alpha`, and the sets of `probs` as a boolean mask `(n, c)`.
+#[pyfunction]
+#[pyo3(signature = (cal_probs, cal_labels, probs, alpha, *, score="aps", raps_lambda=0.01, raps_k_reg=5))]
+#[allow(clippy::too_many_arguments)]
+pub fn conformal<'py>(
+    py: Python<'py>,
+    cal_probs: PyReadonlyArray2<'py, f32>,
+    cal_labels: PyReadonlyArray1<'py, i64>,
+    probs: PyReadonlyArray2<'py, f32>,
+    alpha: f64,
+    score: &str,
+    raps_lambda: f32,
+    raps_k_reg: usize,
+) -> PyResult<(f64, Bound<'py, PyArray2<bool>>)> {
+    let score = match score {
+        "lac" => ConformalScore::Lac,
+        "aps" => ConformalScore::Aps,
+        "raps" if raps_lambda.is_finite() && raps_lambda >= 0.0 => ConformalScore::Raps {
+            lambda: raps_lambda,
+            k_reg: raps_k_reg,
+        },
+        "raps" => {
+            return Err(to_py(Error::config(
+                "raps_lambda",
+                "must be a finite number >= 0",
+            )))
+        }
+        other => {
+            return Err(to_py(Error::config(
+                "score",
+                format!("unknown conformal score `{other}`; expected lac, aps or raps"),
+            )))
+        }
+    };
+    let (cal, y) = probs_labels(&cal_probs, &cal_labels).map_err(to_py)?;
+    let (p, n, c) = arrays::matrix(&probs);
+    if c != cal.classes() {
+        return Err(to_py(Error::config(
+            "probs",
+            format!(
+                "{c} classes, where the calibration items have {}",
+                cal.classes()
+            ),
+        )));
+    }
+    let p = Probs::new(p, n, c).map_err(score_to_py)?;
+    let (threshold, mask) = py
+        .detach(move || -> Result<(f64, Vec<bool>)> {
+            let fitted = Conformal::calibrate(score, &cal, &y, alpha)?;
+            let mut mask = vec![false; n * c];
+            for (i, row) in p.rows().enumerate() {
+                for k in fitted.set(row) {
+                    mask[i * c + k] = true;
+                }
+            }
+            Ok((fitted.threshold, mask))
+        })
+        .map_err(to_py)?;
+    let mask = numpy::ndarray::Array2::from_shape_vec((n, c), mask)
+        .map_err(|e| to_py(Error::config("probs", e.to_string())))?;
+    Ok((threshold, numpy::IntoPyArray::into_pyarray(mask, py)))
+}

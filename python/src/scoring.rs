@@ -1,0 +1,243 @@
+//! Per-item scores: from the arrays a user's own model gives ([`score_arrays`]) and from a
+//! checkpoint and a data source named by path ([`score_data`]). Both look scorers up in the
+//! library's one registry ([`alkit::strategies`]), so a name means what it means on the
+//! command line.
+
+use crate::arrays::{self, Draws, Inputs, Layer, Layout};
+use crate::errors::{to_py, Signals};
+use alkit::error::{Error, Result};
+use alkit::eval::score::{ScoreJob, Split};
+use alkit::strategies::{per_item_scorers, Layers, ScorerSettings, StrategyKind};
+use candle_core::Device;
+use numpy::{PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3};
+use pyo3::prelude::*;
+
+/// The registry's strategies named `names`, refusing an unknown name with the list.
+pub fn kinds(names: &[String]) -> Result<Vec<StrategyKind>> {
+    if names.is_empty() {
+        return Err(Error::config("scorers", "name at least one scorer"));
+    }
+    names
+        .iter()
+        .map(|n| n.parse().map_err(|e: String| Error::config("scorers", e)))
+        .collect()
+}
+
+/// The scorers that read features without a last layer: distances to the training features.
+const FEATURES_ONLY: [&str; 2] = ["knn", "mahalanobis"];
+
+/// One score per item for each scorer, computed from arrays: `(name, scores)` in the order
+/// asked, each name as the registry prints it (`<name>@last` for a gradient score over the
+/// given last layer).
+#[pyfunction]
+#[pyo3(signature = (
+    scorers, *, probs=None, draws=None, layout="nct", features=None, weight=None, bias=None,
+    train_features=None, train_labels=None, lambda_=0.3, knn_k=50, vim_dim=None
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn score_arrays<'py>(
+    py: Python<'py>,
+    scorers: Vec<String>,
+    probs: Option<PyReadonlyArray2<'py, f32>>,
+    draws: Option<PyReadonlyArray3<'py, f32>>,
+    layout: &str,
+    features: Option<PyReadonlyArray2<'py, f32>>,
+    weight: Option<PyReadonlyArray2<'py, f32>>,
+    bias: Option<PyReadonlyArray1<'py, f32>>,
+    train_features: Option<PyReadonlyArray2<'py, f32>>,
+    train_labels: Option<PyReadonlyArray1<'py, i64>>,
+    lambda_: f32,
+    knn_k: usize,
+    vim_dim: Option<usize>,
+) -> PyResult<Vec<(String, Bound<'py, PyArray1<f32>>)>> {
+    let layout = Layout::parse(layout).map_err(to_py)?;
+    // Without a last layer, features serve only the scores that compare them with the
+    // training features by distance; under a zero layer of as many classes as the training
+    // labels name (so that their class means exist), every other score would be a constant.
+    let labels_classes = match &train_labels {
+        Some(y) => arrays::labels(y, "train_labels", None)
+            .map_err(to_py)?
+            .into_iter()
+            .max()
+            .map_or(1, |m| m + 1),
+        None => 1,
+    };
+    let layer = Layer::read(weight.as_ref(), bias.as_ref(), labels_classes).map_err(to_py)?;
+    match (&features, &layer) {
+        (None, Layer::Given { .. }) => {
+            return Err(to_py(Error::config(
+                "weight",
+                "a last layer is read over the features: give the features too",
+            )))
+        }
+        (Some(_), Layer::Zero(_)) => {
+            if let Some(s) = scorers
+                .iter()
+                .find(|s| !FEATURES_ONLY.contains(&s.as_str()))
+            {
+                return Err(to_py(Error::config(
+                    "weight",
+                    format!(
+                        "`{s}` reads the model's last layer over the features: give its weight \
+                         and bias (without them, only {} score features)",
+                        FEATURES_ONLY.join(" and ")
+                    ),
+                )));
+            }
+        }
+        _ => {}
+    }
+    let reference = match (train_features, train_labels) {
+        (Some(f), Some(y)) => Some((
+            arrays::matrix(&f),
+            arrays::labels(&y, "train_labels", Some(layer.classes())).map_err(to_py)?,
+        )),
+        (None, None) => None,
+        _ => {
+            return Err(to_py(Error::config(
+                "train_features",
+                "the training items are their features and their labels: give both",
+            )))
+        }
+    };
+    let inputs = Inputs {
+        probs: probs.as_ref().map(arrays::matrix),
+        draws: draws.as_ref().map(|d| Draws::read(d, layout)),
+        layer: features.is_some().then_some(layer),
+        features: features.as_ref().map(arrays::matrix),
+        reference,
+    };
+    let settings = ScorerSettings {
+        lambda: lambda_,
+        knn_k,
+        vim_dim,
+        // Draws are taken as given, whatever made them (MC dropout, ensemble members).
+        members: true,
+        layers: if inputs.features.is_some() {
+            Layers::Last
+        } else {
+            Layers::All
+        },
+        ..ScorerSettings::default()
+    };
+    let scored = py
+        .detach(move || -> Result<Vec<(String, Vec<f32>)>> {
+            settings.validate()?;
+            let scorers = per_item_scorers(&kinds(&scorers)?, &settings)?;
+            let grads = scorers
+                .iter()
+                .filter_map(|s| s.needs().grads)
+                .map(|g| g.expected)
+                .reduce(|a, b| a || b);
+            let ev = inputs.evidence(grads)?;
+            scorers
+                .iter()
+                .map(|s| Ok((s.name().to_string(), s.score(&ev)?)))
+                .collect()
+        })
+        .map_err(to_py)?;
+    Ok(scored
+        .into_iter()
+        .map(|(name, v)| (name, PyArray1::from_vec(py, v)))
+        .collect())
+}
+
+/// What [`score_data`] returns: positions, ids and `(name, scores)` per scorer.
+type Table<'py> = (
+    Bound<'py, PyArray1<usize>>,
+    Vec<String>,
+    Vec<(String, Bound<'py, PyArray1<f32>>)>,
+);
+
+/// Every item of a data source's split scored by a checkpoint (several: an ensemble), as the
+/// command line's `score` scores it, kept in memory.
+#[pyfunction]
+#[pyo3(signature = (
+    checkpoints, data, scorers, *, split="train", batch=None, seed=0, lambda_=0.3, sigma=0.02,
+    perturbations=8, mc_samples=20, layers="all", onnx_features=None
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn score_data<'py>(
+    py: Python<'py>,
+    checkpoints: Vec<String>,
+    data: String,
+    scorers: Vec<String>,
+    split: &str,
+    batch: Option<usize>,
+    seed: u64,
+    lambda_: f32,
+    sigma: f32,
+    perturbations: usize,
+    mc_samples: usize,
+    layers: &str,
+    onnx_features: Option<String>,
+) -> PyResult<Table<'py>> {
+    let split = match split {
+        "train" => Split::Train,
+        "test" => Split::Test,
+        other => {
+            return Err(to_py(Error::config(
+                "split",
+                format!("unknown split `{other}`; expected train or test"),
+            )))
+        }
+    };
+    if checkpoints.is_empty() {
+        return Err(to_py(Error::config(
+            "checkpoint",
+            "name at least one checkpoint",
+        )));
+    }
+    let layers: Layers = layers
+        .parse()
+        .map_err(|e: String| to_py(Error::config("layers", e)))?;
+    let table = py
+        .detach(move || -> Result<_> {
+            let job = ScoreJob {
+                checkpoints,
+                checkpoint_options: alkit::checkpoint::OpenOptions { onnx_features },
+                data,
+                split,
+                scorers: kinds(&scorers)?,
+                settings: ScorerSettings {
+                    lambda: lambda_,
+                    sigma,
+                    perturbations,
+                    mc_samples,
+                    layers,
+                    ..ScorerSettings::default()
+                },
+                top: None,
+                candidates: None,
+                batch,
+                chunk: 16384,
+                seed,
+                shard: None,
+                out: Default::default(),
+            };
+            alkit::eval::score::table(
+                &job,
+                &alkit::hub::Hub::from_env(),
+                &Device::Cpu,
+                &mut Signals,
+            )
+        })
+        .map_err(to_py)?;
+    let cols = table
+        .names
+        .into_iter()
+        .zip(table.cols)
+        .map(|(name, v)| (name, PyArray1::from_vec(py, v)))
+        .collect();
+    Ok((PyArray1::from_vec(py, table.indices), table.ids, cols))
+}
+
+/// The registry: `(name, what it is, whether it scores items one at a time)` for every
+/// strategy, in the order the command line lists them.
+#[pyfunction]
+pub fn registry() -> Vec<(&'static str, &'static str, bool)> {
+    let settings = ScorerSettings::default();
+    StrategyKind::all()
+        .map(|k| (k.name(), k.about(), k.scorer(&settings).is_some()))
+        .collect()
+}

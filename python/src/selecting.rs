@@ -1,0 +1,228 @@
+//! Choosing a batch: from scores ([`select`]: top-k, random and the stochastic power, softmax
+//! and soft-rank modes) and jointly from the items' evidence ([`select_batch`]: BatchBALD over
+//! draws, BADGE, core-set, TypiClust and ProbCover over features), through the registry.
+//! Every random choice draws from alkit's stream for `(seed, selection, 0)`, so the same seed
+//! picks the same items on every machine.
+
+use crate::arrays::{self, Draws, Inputs, Layer, Layout};
+use crate::errors::to_py;
+use alkit::acquisition::{
+    BatchBald, BatchSelector, Evidence, Probs, SampleScore, SampleScorer, Samples,
+};
+use alkit::acquisition::{Scorer, Selection};
+use alkit::error::{Error, Result};
+use alkit::rng::{stream, Purpose};
+use alkit::round::Pick;
+use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
+use numpy::{
+    PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods,
+};
+use pyo3::prelude::*;
+
+/// `k` positions chosen from `scores` by `method` with inverse temperature `beta`, in the
+/// order chosen.
+#[pyfunction]
+#[pyo3(signature = (scores, k, *, method="top-k", beta=1.0, seed=0))]
+pub fn select<'py>(
+    py: Python<'py>,
+    scores: PyReadonlyArray1<'py, f32>,
+    k: usize,
+    method: &str,
+    beta: f32,
+    seed: u64,
+) -> PyResult<Bound<'py, PyArray1<usize>>> {
+    let selection = match method {
+        "random" => Selection::Random,
+        other => {
+            let kind: SelectKind = other
+                .parse()
+                .map_err(|e: String| to_py(Error::config("method", format!("{e}, random"))))?;
+            if !beta.is_finite() {
+                return Err(to_py(Error::config("beta", "must be a finite number")));
+            }
+            kind.selection(beta).ok_or_else(|| {
+                to_py(Error::config(
+                    "method",
+                    "batchbald chooses from draws, not scores: use select_batch",
+                ))
+            })?
+        }
+    };
+    let scores = arrays::values(&scores);
+    let picks = py
+        .detach(move || {
+            let mut rng = stream(seed, Purpose::Select, 0);
+            selection.select(&scores, k, &mut rng)
+        })
+        .map_err(crate::errors::score_to_py)?;
+    Ok(PyArray1::from_vec(py, picks))
+}
+
+/// `k` positions chosen jointly by the registry's batch selector `name` from the items'
+/// draws or features, in the order chosen.
+#[pyfunction]
+#[pyo3(signature = (
+    name, k, *, draws=None, layout="nct", features=None, weight=None, bias=None, classes=None,
+    labeled=None, candidates=None, seed=0, probcover_delta=None, max_configs=None
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn select_batch<'py>(
+    py: Python<'py>,
+    name: &str,
+    k: usize,
+    draws: Option<PyReadonlyArray3<'py, f32>>,
+    layout: &str,
+    features: Option<PyReadonlyArray2<'py, f32>>,
+    weight: Option<PyReadonlyArray2<'py, f32>>,
+    bias: Option<PyReadonlyArray1<'py, f32>>,
+    classes: Option<usize>,
+    labeled: Option<PyReadonlyArray2<'py, f32>>,
+    candidates: Option<usize>,
+    seed: u64,
+    probcover_delta: Option<f32>,
+    max_configs: Option<usize>,
+) -> PyResult<Bound<'py, PyArray1<usize>>> {
+    let settings = ScorerSettings {
+        members: true,
+        probcover_delta,
+        ..ScorerSettings::default()
+    };
+    settings.validate().map_err(to_py)?;
+    let kind: StrategyKind = name
+        .parse()
+        .map_err(|e: String| to_py(Error::config("name", e)))?;
+    let Pick::Batch(mut selector) = kind.build(&settings) else {
+        return Err(to_py(Error::config(
+            "name",
+            format!("`{name}` scores items one at a time: score them, then select from the scores"),
+        )));
+    };
+    if let Some(max) = max_configs {
+        if name != "batchbald" || max == 0 || max > alkit::limits::MAX_SAMPLES {
+            return Err(to_py(Error::config(
+                "max_configs",
+                format!(
+                    "BatchBALD's joint configurations, between 1 and {} (`{name}` has none)",
+                    alkit::limits::MAX_SAMPLES
+                ),
+            )));
+        }
+        selector = std::sync::Arc::new(BatchBald {
+            max_configs: max,
+            ..BatchBald::members()
+        });
+    }
+    let needs = selector.needs();
+    let layout = Layout::parse(layout).map_err(to_py)?;
+    let layer = Layer::read(weight.as_ref(), bias.as_ref(), classes.unwrap_or(1)).map_err(to_py)?;
+    if needs.features {
+        check_layer(
+            selector.as_ref(),
+            &layer,
+            features.is_some(),
+            classes,
+            probcover_delta,
+        )
+        .map_err(to_py)?;
+    }
+    if candidates.is_some() && needs.samples.is_none() {
+        return Err(to_py(Error::config(
+            "candidates",
+            format!("`{name}` chooses among every item; candidates by BALD are for draws"),
+        )));
+    }
+    // The labeled items: what core-set covers and TypiClust and ProbCover leave out. Their
+    // labels play no part in a selection, so each is given class 0.
+    let reference = labeled
+        .as_ref()
+        .map(arrays::matrix)
+        .or_else(|| {
+            (needs.reference)
+                .then(|| features.as_ref().map(|f| (Vec::new(), 0, f.shape()[1])))
+                .flatten()
+        })
+        .map(|rows| {
+            let m = rows.1;
+            (rows, vec![0; m])
+        });
+    let inputs = Inputs {
+        probs: None,
+        draws: draws.as_ref().map(|d| Draws::read(d, layout)),
+        layer: features.is_some().then_some(layer),
+        features: features.as_ref().map(arrays::matrix),
+        reference,
+    };
+    let picks = py
+        .detach(move || -> Result<Vec<usize>> {
+            let ev = inputs.evidence(None)?;
+            let mut rng = stream(seed, Purpose::Select, 0);
+            match candidates {
+                None => Ok(selector.select(&ev, k, &mut rng)?),
+                Some(m) => among_best_bald(selector.as_ref(), &ev, m, k, &mut rng),
+            }
+        })
+        .map_err(to_py)?;
+    Ok(PyArray1::from_vec(py, picks))
+}
+
+/// A feature selector needs the features, and a model's last layer unless it can choose cold
+/// (from the items' own vectors); ProbCover's purity rule clusters into the class count.
+fn check_layer(
+    selector: &dyn BatchSelector,
+    layer: &Layer,
+    has_features: bool,
+    classes: Option<usize>,
+    delta: Option<f32>,
+) -> Result<()> {
+    let name = selector.name();
+    if !has_features {
+        return Err(Error::config(
+            "features",
+            format!("`{name}` chooses from the items' features: give them"),
+        ));
+    }
+    if let Layer::Zero(_) = layer {
+        if !selector.cold_start() {
+            return Err(Error::config(
+                "weight",
+                format!("`{name}` reads the model's last layer: give its weight and bias"),
+            ));
+        }
+        if name == "probcover" && delta.is_none() && classes.is_none() {
+            return Err(Error::config(
+                "classes",
+                "probcover's radius comes from clustering into the class count: give the \
+                 number of classes, or the radius (probcover_delta)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// BatchBALD among the best `m` items by BALD (ties: lower position first), as the command
+/// line's `score --select batchbald --candidates M` chooses: positions in the whole batch.
+fn among_best_bald(
+    selector: &dyn BatchSelector,
+    ev: &Evidence,
+    m: usize,
+    k: usize,
+    rng: &mut dyn rand::RngCore,
+) -> Result<Vec<usize>> {
+    let bald = SampleScorer::members(SampleScore::Bald).score(ev)?;
+    let best = Selection::TopK.select(&bald, m.min(bald.len()), rng)?;
+    let samples = ev.samples("batchbald")?;
+    let draws = samples
+        .draws()
+        .iter()
+        .map(|d| {
+            let c = d.classes();
+            let rows = best.iter().flat_map(|&i| d.row(i)).copied().collect();
+            Probs::new(rows, best.len(), c)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let sub = Samples::new(draws)?;
+    let mut sub_ev = Evidence::from_probs(arrays::mean_probs(&sub)?);
+    sub_ev.samples = Some(sub);
+    let picks = selector.select(&sub_ev, k, rng)?;
+    Ok(picks.into_iter().map(|p| best[p]).collect())
+}

@@ -1,0 +1,128 @@
+"""Metrics against references computed here: the Mann-Whitney AUROC with midranks and
+scikit-learn's average precision (one threshold per distinct score), OpenOOD's FPR@95, the
+15-bin ECE, NLL and Brier, the temperature's optimality, and split conformal sets by the
+repository's reference (tests/reference/conformal.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import alkit
+from conftest import ROOT
+
+
+def midrank_auroc(scores, positive):
+    order = np.argsort(scores, kind="stable")
+    ranks = np.empty(len(scores))
+    s = scores[order]
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    npos = positive.sum()
+    nneg = len(scores) - npos
+    return (ranks[positive].sum() - npos * (npos + 1) / 2) / (npos * nneg)
+
+
+def average_precision(scores, positive):
+    ap, prev_recall = 0.0, 0.0
+    npos = positive.sum()
+    for t in np.unique(scores)[::-1]:
+        sel = scores >= t
+        tp = (positive & sel).sum()
+        recall = tp / npos
+        ap += (recall - prev_recall) * tp / sel.sum()
+        prev_recall = recall
+    return ap
+
+
+def test_ood_metrics(model, embeddings):
+    # In-distribution: the test digits; OOD: the same features shuffled across dimensions.
+    rng = np.random.default_rng(0)
+    h = model["h"]
+    ood = rng.permuted(h, axis=1)
+    e_in = alkit.score("energy", features=h, weight=model["w"], bias=model["b"])["energy"]
+    e_out = alkit.score("energy", features=ood, weight=model["w"], bias=model["b"])["energy"]
+    m = alkit.ood_metrics(e_in, e_out)
+    s = np.r_[e_in, e_out].astype(np.float64)
+    is_ood = np.r_[np.zeros(len(e_in), bool), np.ones(len(e_out), bool)]
+    assert m["auroc"] == pytest.approx(midrank_auroc(s, is_ood), abs=1e-9)
+    assert m["aupr_out"] == pytest.approx(average_precision(s, is_ood), abs=1e-9)
+    assert m["aupr_in"] == pytest.approx(average_precision(-s, ~is_ood), abs=1e-9)
+    # FPR@95: the fraction of OOD accepted at the first threshold accepting 95% of ID.
+    thr = np.sort(-e_in.astype(np.float64))[::-1][math.ceil(0.95 * len(e_in)) - 1]
+    assert m["fpr95"] == pytest.approx(np.mean(-e_out.astype(np.float64) >= thr), abs=1e-9)
+
+
+def test_calibration(model):
+    p, y = model["probs"], model["labels"]
+    ent = alkit.score("entropy", probs=p)["entropy"]
+    m = alkit.calibration(p, y, {"entropy": ent})
+    p64 = p.astype(np.float64)
+    conf, pred = p.max(1).astype(np.float64), p.argmax(1)
+    correct = pred == y
+    assert m["accuracy"] == pytest.approx(correct.mean())
+    bins = np.clip(np.ceil(conf * 15).astype(int) - 1, 0, 14)
+    ece = sum(
+        (bins == k).mean() * abs(correct[bins == k].mean() - conf[bins == k].mean())
+        for k in range(15)
+        if (bins == k).any()
+    )
+    assert m["ece"] == pytest.approx(ece, abs=1e-6)
+    assert m["nll"] == pytest.approx(-np.log(p64[np.arange(len(y)), y]).mean(), rel=1e-6)
+    brier = ((p64 - np.eye(10)[y]) ** 2).sum(1).mean()
+    assert m["brier"] == pytest.approx(brier, rel=1e-6)
+    auroc = midrank_auroc(ent.astype(np.float64), ~correct)
+    assert m["scorers"]["entropy"]["misclassification_auroc"] == pytest.approx(auroc, abs=1e-9)
+    assert 0 < m["scorers"]["entropy"]["raulc"] <= 1
+
+
+def test_fit_temperature_minimises_the_nll(model):
+    z, y = model["logits"].astype(np.float32), model["labels"]
+    t = alkit.fit_temperature(z, y)
+
+    def nll(t):
+        s = z.astype(np.float64) / t
+        s -= s.max(1, keepdims=True)
+        return -(s[np.arange(len(y)), y] - np.log(np.exp(s).sum(1))).mean()
+
+    assert t > 0
+    assert nll(t) <= nll(t * 1.01) + 1e-9 and nll(t) <= nll(t / 1.01) + 1e-9
+
+
+def _conformal_reference():
+    spec = importlib.util.spec_from_file_location(
+        "conformal_reference", ROOT / "tests" / "reference" / "conformal.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("method", ["lac", "aps", "raps"])
+def test_conformal_sets_match_the_reference(model, method):
+    ref = _conformal_reference()
+    p, y = model["probs"], model["labels"]
+    cal_p, cal_y, test_p = p[:250], y[:250], p[250:]
+    alpha = 0.1
+    qhat, sets = alkit.conformal(cal_p, cal_y, test_p, alpha, score=method)
+    cal = ref.all_scores(cal_p.astype(np.float64), method, 0.01, 5)
+    cal_scores = np.sort(cal[np.arange(250), cal_y])
+    index = math.ceil((250 + 1) * (1 - Fraction(repr(alpha))))
+    want_q = cal_scores[index - 1]
+    assert qhat == pytest.approx(want_q, abs=1e-6)
+    want = ref.all_scores(test_p.astype(np.float64), method, 0.01, 5) <= want_q
+    assert sets.dtype == np.bool_ and sets.shape == test_p.shape
+    # Scores within float32 rounding of the threshold may fall either way.
+    near = np.abs(ref.all_scores(test_p.astype(np.float64), method, 0.01, 5) - want_q) < 1e-6
+    np.testing.assert_array_equal(sets[~near], want[~near])
+    coverage = sets[np.arange(len(test_p)), y[250:]].mean()
+    assert coverage >= 1 - alpha - 0.06

@@ -1,0 +1,97 @@
+"""alkit.Session and the command line take turns on one session folder: the same steps give
+the same bytes in session.json whichever side runs them, and each side continues what the
+other saved."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import alkit
+from conftest import EMBEDDINGS, run_cli
+
+ARGS = dict(model="linear", steps=40, seed=3)
+
+
+def truth(embeddings, rows):
+    return [(r["id"], str(int(embeddings["labels"][r["index"]]))) for r in rows]
+
+
+def test_python_and_cli_sessions_write_the_same_bytes(tmp_path, alkit_bin, embeddings):
+    py_dir, cli_dir = tmp_path / "py", tmp_path / "cli"
+    s = alkit.Session.start(py_dir, EMBEDDINGS, **ARGS)
+    run_cli(alkit_bin, "init", "--pool", EMBEDDINGS, "--state", cli_dir, "--model", "linear",
+            "--steps", 40, "--seed", 3)
+    same = lambda: (py_dir / "session.json").read_bytes() == (cli_dir / "session.json").read_bytes()
+    assert same()
+
+    for round, scorer in enumerate(["margin", "margin", "least-confidence"]):
+        # Round 1 has no label yet: a random batch without scores; then the model's.
+        py_csv, cli_csv = tmp_path / f"py{round}.csv", tmp_path / f"cli{round}.csv"
+        batch = s.query(12, scorer=scorer, out=py_csv)
+        run_cli(alkit_bin, "query", "--state", cli_dir, "--n", 12, "--scorer", scorer,
+                "--out", cli_csv)
+        with open(cli_csv, newline="") as f:
+            cli_rows = list(csv.DictReader(f))
+        assert [r["id"] for r in cli_rows] == [r["id"] for r in batch]
+        want = [np.float32(r["score"]) if r["score"] else None for r in cli_rows]
+        assert want == [r["score"] and np.float32(r["score"]) for r in batch]
+        assert (want[0] is None) == (round == 0)
+        assert py_csv.read_bytes() == cli_csv.read_bytes()
+        assert same()
+
+        answers = truth(embeddings, batch)
+        assert s.teach(dict(answers)) == 12
+        with open(tmp_path / "answers.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "label"])
+            w.writerows(answers)
+        run_cli(alkit_bin, "teach", "--state", cli_dir, "--labels", tmp_path / "answers.csv")
+        assert same()
+
+
+def test_each_side_continues_what_the_other_saved(tmp_path, alkit_bin, embeddings):
+    d = tmp_path / "s"
+    run_cli(alkit_bin, "init", "--pool", EMBEDDINGS, "--state", d, "--model", "linear",
+            "--steps", 40)
+    s = alkit.Session(d)
+    first = s.query(8, scorer="entropy")
+    run_cli(alkit_bin, "query", "--state", d, "--n", 8, "--include-pending",
+            "--out", tmp_path / "q.csv")
+    assert s.status()["rounds"] == 2 and s.status()["pending"] == 16
+    n = s.teach(truth(embeddings, first))
+    assert n == 8
+    cli_status = json.loads(run_cli(alkit_bin, "status", "--state", d, "--json"))
+    assert cli_status == s.status()
+    assert cli_status["labeled"] == 8 and sum(cli_status["per_class"].values()) == 8
+
+
+def test_a_bad_answer_changes_nothing(tmp_path, embeddings):
+    s = alkit.Session.start(tmp_path / "s", EMBEDDINGS, **ARGS)
+    batch = s.query(4)
+    before = (tmp_path / "s" / "session.json").read_bytes()
+    answers = truth(embeddings, batch)
+    answers[2] = (answers[2][0], "eleven")
+    with pytest.raises(alkit.AlkitError, match="eleven"):
+        s.teach(answers)
+    assert (tmp_path / "s" / "session.json").read_bytes() == before
+    with pytest.raises(alkit.DataError):
+        s.teach([("only-one",)])
+
+
+def test_an_existing_session_is_not_replaced(tmp_path):
+    alkit.Session.start(tmp_path / "s", EMBEDDINGS, **ARGS)
+    with pytest.raises(alkit.StateError, match="already holds a session"):
+        alkit.Session.start(tmp_path / "s", EMBEDDINGS, **ARGS)
+
+
+def test_label_studio_batches(tmp_path):
+    s = alkit.Session.start(tmp_path / "s", EMBEDDINGS, **ARGS)
+    s.query(5, out=tmp_path / "tasks.json", format="label-studio")
+    tasks = json.loads((tmp_path / "tasks.json").read_text())
+    assert len(tasks) == 5 and (tmp_path / "tasks.xml").exists()
+    with pytest.raises(alkit.SettingsError, match="out"):
+        s.query(5, out=tmp_path / "s" / "session.json")
