@@ -126,6 +126,16 @@ def main():
             a.repeat,
         )
         add("alkit", f"batchbald{a.batch}", a.top, t)
+        # baal samples T * num_draw joint configurations at every step; alkit enumerates up to
+        # max_configs (512 by default) and samples that many beyond: the same count as baal's.
+        same = a.draws * 500
+        t, _ = best_of(
+            lambda: alkit.select_batch(
+                "batchbald", a.batch, draws=top, layout="nct", seed=0, max_configs=same
+            ),
+            a.repeat,
+        )
+        add("alkit", f"batchbald{a.batch}@{same}", a.top, t)
 
         baal_bald = BALD().compute_score(p).astype(np.float64)
         baal_ent = Entropy().compute_score(p).astype(np.float64)
