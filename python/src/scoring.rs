@@ -210,7 +210,7 @@ pub fn score_data<'py>(
                 top: None,
                 candidates: None,
                 batch,
-                chunk: 16384,
+                chunk: alkit::eval::score::DEFAULT_CHUNK,
                 seed,
                 shard: None,
                 out: Default::default(),

@@ -203,7 +203,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
                     backbone: backbone.clone(),
                     data: data.to_string_lossy().into_owned(),
                     batch: None,
-                    chunk: 16384,
+                    chunk: alkit::eval::score::DEFAULT_CHUNK,
                 };
                 let cache = match &a.embed_cache {
                     Some(c) => c.clone(),

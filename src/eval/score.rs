@@ -67,6 +67,10 @@ pub struct ScoreJob {
     pub out: PathBuf,
 }
 
+/// Items read and scored at a time from a pool that can be streamed, when the caller does not
+/// say: peak memory follows this, not the pool.
+pub const DEFAULT_CHUNK: usize = 16384;
+
 /// What a [`run`] scored and wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScoreReport {

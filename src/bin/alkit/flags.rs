@@ -410,7 +410,7 @@ pub(crate) struct EmbedArgs {
     #[arg(long)]
     pub(crate) batch: Option<usize>,
     /// Items embedded between two saves of the progress (rounded up to whole --batch): a kill loses at most this much work.
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = alkit::eval::score::DEFAULT_CHUNK)]
     pub(crate) chunk: usize,
     /// The embedding file to write (never over an existing file; a killed run resumes from OUT.partial/).
     #[arg(long)]
@@ -463,7 +463,7 @@ pub(crate) struct ScoreArgs {
     #[arg(long)]
     pub(crate) batch: Option<usize>,
     /// Items read and scored at a time from a pool that can be streamed (safetensors), rounded up to whole --batch: peak memory follows this, not the pool. Scorers that draw noise read the pool whole.
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = alkit::eval::score::DEFAULT_CHUNK)]
     pub(crate) chunk: usize,
     /// Comma-separated scorers (`alkit scorers` lists them; random and batchbald pick whole batches and give no per-item score).
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
