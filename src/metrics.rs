@@ -403,6 +403,16 @@ pub fn fit_temperature(logits: &[f32], classes: usize, labels: &[u32]) -> Result
     if logits.len() != labels.len() * classes || labels.is_empty() {
         return Err(Error::config("logits", "shape does not match the labels"));
     }
+    if let Some(i) = logits.iter().position(|v| !v.is_finite()) {
+        return Err(Error::config(
+            "logits",
+            format!(
+                "row {} holds a non-finite logit ({})",
+                i / classes.max(1),
+                logits[i]
+            ),
+        ));
+    }
     let nll = |t: f64| -> f64 {
         let mut s = 0.0;
         for (row, &y) in logits.chunks_exact(classes).zip(labels) {

@@ -331,11 +331,103 @@ pub fn pinvh_factor(a: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), ScoreEr
 }
 
 /// `pinv(W) b`: the least-squares solution of least norm of `W x = b` for `W (c, d)` row-major
-/// and `b (c,)`, in `f64`, with numpy's `pinv` cutoff (singular values at most `1e-15` times the
-/// largest count as zero). Computed by one-sided Jacobi on the rows of `W`, never through
-/// `W W^T`: a last layer with a condition number of `1e8` (seen on real embeddings) would
-/// square to `1e16` and lose its small directions.
+/// and `b (c,)`, in `f64`, as numpy's `pinv` gives it (singular values at most `1e-15` times
+/// the largest count as zero). Never through `W W^T`: a last layer with a condition number of
+/// `1e8` (seen on real embeddings) would square to `1e16` and lose its small directions.
+/// A layer of full rank `min(c, d)` (every trained one) is solved by Householder QR of its
+/// longer side (`2 max(c, d) min(c, d)^2` operations); a rank-deficient one by one-sided
+/// Jacobi, which finds the rank.
 pub fn pinv_apply(w: &[f32], c: usize, d: usize, b: &[f32]) -> Vec<f64> {
+    qr_solve(w, c, d, b).unwrap_or_else(|| pinv_apply_jacobi(w, c, d, b))
+}
+
+/// Householder QR of the `rows x cols` matrix `m` stored column by column (`rows >= cols`),
+/// in place: `R` on and above the diagonal (its diagonal in `diag`), the reflectors below.
+/// `None` when a diagonal entry of `R` is at most `1e-13` of the largest (rank-deficient, or
+/// too close for a triangular solve).
+fn householder(m: &mut [f64], rows: usize, cols: usize) -> Option<(Vec<f64>, Vec<Vec<f64>>)> {
+    let mut diag = Vec::with_capacity(cols);
+    let mut vs = Vec::with_capacity(cols);
+    for j in 0..cols {
+        let x = &m[j * rows + j..(j + 1) * rows];
+        let norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let alpha = if x[0] > 0.0 { -norm } else { norm };
+        let mut v = x.to_vec();
+        v[0] -= alpha;
+        let vn = v.iter().map(|a| a * a).sum::<f64>().sqrt();
+        if vn > 0.0 {
+            v.iter_mut().for_each(|a| *a /= vn);
+            for l in j..cols {
+                let col = &mut m[l * rows + j..(l + 1) * rows];
+                let dot: f64 = v.iter().zip(col.iter()).map(|(a, b)| a * b).sum();
+                col.iter_mut()
+                    .zip(&v)
+                    .for_each(|(a, vi)| *a -= 2.0 * dot * vi);
+            }
+        }
+        diag.push(m[j * rows + j]);
+        vs.push(v);
+    }
+    let max = diag.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    if max == 0.0 || diag.iter().any(|v| v.abs() <= 1e-13 * max) {
+        return None;
+    }
+    Some((diag, vs))
+}
+
+/// `pinv(W) b` by QR when `W` has full rank `min(c, d)` (see [`pinv_apply`]).
+fn qr_solve(w: &[f32], c: usize, d: usize, b: &[f32]) -> Option<Vec<f64>> {
+    let b: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
+    if c <= d {
+        // W^T = Q R (d x c): W x = b is R^T Q^T x = b; the least-norm x is Q y, R^T y = b.
+        let mut m: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
+        let (_, vs) = householder(&mut m, d, c)?;
+        let r = |i: usize, j: usize| m[j * d + i];
+        let mut y = vec![0f64; c];
+        for i in 0..c {
+            let s: f64 = (0..i).map(|k| r(k, i) * y[k]).sum();
+            y[i] = (b[i] - s) / r(i, i);
+        }
+        let mut x = vec![0f64; d];
+        x[..c].copy_from_slice(&y);
+        for j in (0..c).rev() {
+            let v = &vs[j];
+            let dot: f64 = v.iter().zip(&x[j..]).map(|(a, b)| a * b).sum();
+            x[j..]
+                .iter_mut()
+                .zip(v)
+                .for_each(|(a, vi)| *a -= 2.0 * dot * vi);
+        }
+        Some(x)
+    } else {
+        // W = Q R (c x d), full column rank: x = R^-1 Q^T b.
+        let mut m = vec![0f64; c * d];
+        for i in 0..c {
+            for j in 0..d {
+                m[j * c + i] = f64::from(w[i * d + j]);
+            }
+        }
+        let (_, vs) = householder(&mut m, c, d)?;
+        let mut z = b;
+        for (j, v) in vs.iter().enumerate() {
+            let dot: f64 = v.iter().zip(&z[j..]).map(|(a, b)| a * b).sum();
+            z[j..]
+                .iter_mut()
+                .zip(v)
+                .for_each(|(a, vi)| *a -= 2.0 * dot * vi);
+        }
+        let r = |i: usize, j: usize| m[j * c + i];
+        let mut x = vec![0f64; d];
+        for i in (0..d).rev() {
+            let s: f64 = (i + 1..d).map(|k| r(i, k) * x[k]).sum();
+            x[i] = (z[i] - s) / r(i, i);
+        }
+        Some(x)
+    }
+}
+
+/// `pinv(W) b` by one-sided Jacobi on the rows of `W` (see [`pinv_apply`]): any rank.
+fn pinv_apply_jacobi(w: &[f32], c: usize, d: usize, b: &[f32]) -> Vec<f64> {
     // Columns of A = W^T (the rows of W), rotated until orthogonal: A V = U S.
     let mut a: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
     let mut v = vec![0f64; c * c];
@@ -400,6 +492,35 @@ pub fn pinv_apply(w: &[f32], c: usize, d: usize, b: &[f32]) -> Vec<f64> {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn pinv_apply_by_qr_equals_jacobi_on_tall_and_wide_layers() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        for (c, d) in [(3, 7), (7, 3), (10, 10), (40, 12)] {
+            let w: Vec<f32> = (0..c * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let b: Vec<f32> = (0..c).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let qr = qr_solve(&w, c, d, &b).expect("a random layer has full rank");
+            let jac = pinv_apply_jacobi(&w, c, d, &b);
+            for (a, j) in qr.iter().zip(&jac) {
+                assert!(
+                    (a - j).abs() < 1e-9 * (1.0 + j.abs()),
+                    "({c}, {d}): {a} vs {j}"
+                );
+            }
+        }
+        // A wide layer's least squares: the normal equations W^T W x = W^T b hold.
+        let (c, d) = (40, 12);
+        let w: Vec<f32> = (0..c * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let b: Vec<f32> = (0..c).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let x = pinv_apply(&w, c, d, &b);
+        let r: Vec<f64> = (0..c)
+            .map(|i| (0..d).map(|k| f64::from(w[i * d + k]) * x[k]).sum::<f64>() - f64::from(b[i]))
+            .collect();
+        for k in 0..d {
+            let g: f64 = (0..c).map(|i| f64::from(w[i * d + k]) * r[i]).sum();
+            assert!(g.abs() < 1e-9, "column {k}: {g}");
+        }
+    }
 
     #[test]
     fn pinv_apply_solves_ill_conditioned_and_rank_deficient_layers() {

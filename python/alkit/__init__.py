@@ -162,7 +162,7 @@ def score(
 
     From arrays (what your own model gives):
 
-    - ``probs`` ``(n, C)``: ``entropy``, ``margin``, ``least-confidence``, ``conformal-size``...
+    - ``probs`` ``(n, C)``: ``entropy``, ``margin``, ``least-confidence``;
     - ``draws``: MC-dropout or ensemble predictions, axes as ``layout`` says: ``"nct"``
       ``(n, C, T)`` (baal's), ``"tnc"`` or ``"ntc"``: ``bald``, ``mc-entropy``,
       ``class-variance``, ``variation-ratio``, ``mc-max-prob``; the probability scorers
@@ -171,7 +171,8 @@ def score(
       the gradient scores over that layer in closed form (``regrad``, ``exgrad``,
       ``gradnorm``, ...; named ``<name>@last``) and the post-hoc OOD detectors
       (``energy``, ``max-logit``, ``gen``, ``ash``, ``scale``; with ``train_features`` and
-      ``train_labels`` also ``knn``, ``mahalanobis``, ``vim``, ``react``).
+      ``train_labels`` also ``knn``, ``mahalanobis``, ``vim``, ``react``, ``conformal-size``;
+      without the last layer only ``knn`` and ``mahalanobis``).
 
     From files: ``checkpoint`` (an alkit checkpoint, ``hf:timm/...``, an ONNX model; a list
     is an ensemble) and ``data`` (any source ``alkit score`` reads) score the ``split``
@@ -256,7 +257,7 @@ def select_batch(
     - ``"batchbald"`` over ``draws`` (``layout`` as in :func:`score`); with ``candidates``
       it chooses among the best ``candidates`` items by BALD. The joint label configurations
       are enumerated exactly up to ``max_configs`` (512) and sampled beyond (baal samples
-      ``T * 500`` each step: pass ``max_configs=10000`` for a comparable estimate);
+      ``T * 500`` each step: pass ``max_configs=T * 500`` for a comparable estimate);
     - ``"badge"`` over ``features`` and the last layer ``weight``, ``bias``;
     - ``"coreset"``, ``"typiclust"``, ``"probcover"`` over ``features``, away from the
       ``labeled`` items' features; without a last layer they choose from the features alone

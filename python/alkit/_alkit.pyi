@@ -1,6 +1,7 @@
 """Type stubs of alkit's native module (``alkit._alkit``). Use the package's functions
 (``alkit.score``, ...): they convert inputs to the float32 arrays these expect."""
 
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -96,7 +97,7 @@ class Session:
         force: bool = False,
     ) -> "Session": ...
     @property
-    def state(self) -> str: ...
+    def state(self) -> "os.PathLike[str]": ...
     def query(
         self,
         n: int = 50,

@@ -4,8 +4,9 @@ Every error of the Rust library arrives as one of these, with the library's own 
 (which says what was being done, and which file, line or setting is wrong) and, as
 attributes, the setting (``field``), the file (``path``) and its line (``row``) it names.
 Settings and data errors are also ``ValueError``s and file errors ``OSError``s, so code
-that catches those keeps working. A panic never crosses into Python; Ctrl-C during a long
-call stops the work and raises ``KeyboardInterrupt``.
+that catches those keeps working. Ctrl-C during a call that reads files or trains (a
+checkpoint scored by path, a session's steps) stops the work and raises
+``KeyboardInterrupt``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@
 //! the GIL. Shapes are checked here, values (finite, probability rows) by the library.
 
 use alkit::acquisition::{linalg, Evidence, Features, Probs, Reference, Samples};
+use alkit::data::dataset::MAX_CLASSES;
 use alkit::error::{Error, Result};
 use numpy::ndarray::Dimension;
 use numpy::{
@@ -13,12 +14,36 @@ use numpy::{
 };
 use std::sync::Arc;
 
-/// The values of `a` in C order: the buffer itself when contiguous, else walked in order.
+/// The values of `a` in C order: the buffer itself when it is C-ordered, else walked in
+/// order (a Fortran-ordered buffer is contiguous too, but in the other order).
 pub fn values<T: Element + Copy, D: Dimension>(a: &PyReadonlyArray<'_, T, D>) -> Vec<T> {
-    match a.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => a.as_array().iter().copied().collect(),
+    match c_slice(a) {
+        Some(s) => s.to_vec(),
+        None => a.as_array().iter().copied().collect(),
     }
+}
+
+/// The buffer of `a` when it holds the values in C order.
+fn c_slice<'a, T: Element, D: Dimension>(a: &'a PyReadonlyArray<'_, T, D>) -> Option<&'a [T]> {
+    if a.is_c_contiguous() {
+        a.as_slice().ok()
+    } else {
+        None
+    }
+}
+
+/// One past the largest class index the library takes.
+pub const MAX_LABEL: usize = MAX_CLASSES;
+
+/// Refuses a class count beyond the library's limit, named by `field`.
+pub fn check_classes(field: &'static str, classes: usize) -> Result<()> {
+    if classes > MAX_CLASSES {
+        return Err(Error::config(
+            field,
+            format!("{classes} classes are more than the limit of {MAX_CLASSES}"),
+        ));
+    }
+    Ok(())
 }
 
 /// A 2-D array's values and shape `(rows, cols)`.
@@ -94,16 +119,26 @@ impl Draws {
             Layout::Tnc => (y, z, x),
             Layout::Ntc => (x, z, y),
         };
+        // An empty axis reads nothing (and is refused by `samples`): no buffer is allocated
+        // for the other axes' sizes, whatever they claim.
+        if n == 0 || c == 0 || t == 0 {
+            return Draws {
+                bufs: Vec::new(),
+                shape,
+                n,
+                c,
+            };
+        }
         let copied;
-        let v = match a.as_slice() {
-            Ok(v) => v,
-            Err(_) => {
+        let v = match c_slice(a) {
+            Some(v) => v,
+            None => {
                 copied = values(a);
                 &copied[..]
             }
         };
         let mut bufs: Vec<Vec<f32>> = (0..t).map(|_| Vec::with_capacity(n * c)).collect();
-        if n * c > 0 {
+        {
             match layout {
                 Layout::Tnc => {
                     for (b, d) in bufs.iter_mut().zip(v.chunks_exact(n * c)) {
@@ -188,7 +223,7 @@ pub fn features((h, n, d): (Vec<f32>, usize, usize), layer: &Layer) -> Result<Fe
             ),
         ));
     }
-    let (w, b) = layer.weights(d);
+    let (w, b) = layer.weights(d)?;
     Ok(Features::new(h, n, d, w, b)?)
 }
 
@@ -231,7 +266,10 @@ impl Layer {
                     bias,
                 })
             }
-            (None, None) => Ok(Layer::Zero(classes.max(1))),
+            (None, None) => {
+                check_classes("classes", classes)?;
+                Ok(Layer::Zero(classes.max(1)))
+            }
             _ => Err(Error::config(
                 "weight",
                 "the last layer is a weight (C, d) and a bias (C,): give both or neither",
@@ -255,11 +293,16 @@ impl Layer {
         }
     }
 
-    /// `(W, b)` for features of dimension `d`.
-    fn weights(&self, d: usize) -> (Vec<f32>, Vec<f32>) {
+    /// `(W, b)` for features of dimension `d`; a zero layer is checked to fit in memory
+    /// before it is allocated.
+    fn weights(&self, d: usize) -> Result<(Vec<f32>, Vec<f32>)> {
         match self {
-            Layer::Given { weight, bias } => (weight.clone(), bias.clone()),
-            Layer::Zero(c) => (vec![0.0; c * d], vec![0.0; *c]),
+            Layer::Given { weight, bias } => Ok((weight.clone(), bias.clone())),
+            Layer::Zero(c) => {
+                let what = format!("a zero last layer of {c} classes x {d} features");
+                alkit::limits::fits("classes", &what, alkit::limits::product(&[*c, d, 4]))?;
+                Ok((vec![0.0; c * d], vec![0.0; *c]))
+            }
         }
     }
 }

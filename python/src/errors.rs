@@ -11,6 +11,29 @@ use alkit::Error;
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 
+/// The names under which the library and this module refer to arrays a caller passed (the
+/// functions' array arguments, and the metrics' own names for theirs). `weight` is not one:
+/// its errors say the last layer is missing or partial, a choice of arguments.
+const ARRAYS: &[&str] = &[
+    "probs",
+    "draws",
+    "features",
+    "bias",
+    "train_features",
+    "train_labels",
+    "labels",
+    "cal_probs",
+    "cal_labels",
+    "logits",
+    "scores",
+    "labeled",
+    "reference",
+    "in-distribution scores",
+    "OOD scores",
+    "correct",
+    "confidence",
+];
+
 /// `e` as the Python exception of its kind.
 pub fn to_py(e: Error) -> PyErr {
     Python::attach(|py| build(py, &e).unwrap_or_else(|failed| failed))
@@ -29,6 +52,11 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
     let mut path: Option<String> = None;
     let mut row: Option<usize> = None;
     let class = match e.kind() {
+        // A "setting" that is one of the arrays passed in is a problem with the data.
+        Error::Config { field: f, .. } if ARRAYS.contains(f) => {
+            field = Some((*f).to_string());
+            "DataError"
+        }
         Error::Config { field: f, .. } | Error::Env { name: f, .. } => {
             field = Some((*f).to_string());
             "SettingsError"

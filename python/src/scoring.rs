@@ -55,7 +55,7 @@ pub fn score_arrays<'py>(
     // training features by distance; under a zero layer of as many classes as the training
     // labels name (so that their class means exist), every other score would be a constant.
     let labels_classes = match &train_labels {
-        Some(y) => arrays::labels(y, "train_labels", None)
+        Some(y) => arrays::labels(y, "train_labels", Some(arrays::MAX_LABEL))
             .map_err(to_py)?
             .into_iter()
             .max()

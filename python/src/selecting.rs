@@ -125,6 +125,15 @@ pub fn select_batch<'py>(
         )
         .map_err(to_py)?;
     }
+    if candidates.is_some_and(|m| m < k) {
+        return Err(to_py(Error::config(
+            "candidates",
+            format!(
+                "{} candidates cannot hold a batch of {k}",
+                candidates.unwrap_or(0)
+            ),
+        )));
+    }
     if candidates.is_some() && needs.samples.is_none() {
         return Err(to_py(Error::config(
             "candidates",
@@ -199,8 +208,8 @@ fn check_layer(
     Ok(())
 }
 
-/// BatchBALD among the best `m` items by BALD (ties: lower position first), as the command
-/// line's `score --select batchbald --candidates M` chooses: positions in the whole batch.
+/// BatchBALD among the best `m` items by BALD (ties: lower position first), the candidates of
+/// the command line's BatchBALD selection: positions in the whole batch.
 fn among_best_bald(
     selector: &dyn BatchSelector,
     ev: &Evidence,

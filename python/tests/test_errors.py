@@ -33,18 +33,19 @@ def test_shapes_and_dtypes_are_checked_before_the_library():
         alkit.score("entropy", probs=np.array([["a", "b"]]))
     with pytest.raises(DataError, match="integers"):
         alkit.calibration(np.full((2, 2), 0.5, np.float32), np.array([0.0, 1.5]))
-    with pytest.raises(SettingsError, match="label -1"):
+    with pytest.raises(DataError, match="label -1") as e:
         alkit.calibration(np.full((2, 2), 0.5, np.float32), np.array([0, -1]))
+    assert e.value.field == "labels"
     with pytest.raises(SettingsError, match="layout"):
         alkit.score("bald", draws=np.full((2, 2, 2), 0.5, np.float32), layout="cnt")
 
 
 def test_mismatched_arrays_are_refused(model):
-    with pytest.raises(SettingsError, match="bias"):
+    with pytest.raises(DataError, match="bias"):
         alkit.score("energy", features=model["h"], weight=model["w"], bias=model["b"][:3])
-    with pytest.raises(SettingsError, match="features"):
+    with pytest.raises(DataError, match="features"):
         alkit.score("energy", features=model["h"][:, :5], weight=model["w"], bias=model["b"])
-    with pytest.raises(SettingsError):
+    with pytest.raises(DataError):
         alkit.score("entropy", probs=model["probs"], draws=np.full((3, 10, 2), 0.1, np.float32))
 
 
@@ -58,9 +59,9 @@ def test_files_and_sessions_errors_carry_their_path(tmp_path):
     with pytest.raises(StateError) as e:
         alkit.Session(tmp_path / "nothing")
     assert e.value.path is not None and "nothing" in e.value.path
-    with pytest.raises((FileError, AlkitError)) as e:
+    with pytest.raises(AlkitError) as e:
         alkit.score("entropy", checkpoint=tmp_path / "missing", data=tmp_path / "none")
-    assert "missing" in str(e.value) or "none" in str(e.value)
+    assert e.value.path is not None and "missing" in e.value.path
 
 
 def test_arrays_and_files_are_not_mixed(model, tmp_path):
@@ -78,3 +79,38 @@ def test_features_without_their_last_layer_serve_only_distances(model):
                              train_labels=model["train_y"], knn_k=5)
     for name in ("knn", "mahalanobis"):
         np.testing.assert_allclose(got[name], with_layer[name], rtol=1e-5, err_msg=name)
+
+
+def test_hostile_shapes_and_counts_are_refused_before_allocating():
+    # An empty axis beside a huge one: nothing is allocated for the huge one.
+    for layout, shape in [("nct", (0, 5, 2**40)), ("ntc", (0, 2**40, 5)), ("tnc", (2**40, 0, 5))]:
+        with pytest.raises(DataError, match="empty axis"):
+            alkit.score("bald", draws=np.empty(shape, np.float32), layout=layout)
+    # Class counts from a label or a setting, beyond the library's limit.
+    h = np.zeros((2, 3), np.float32)
+    for label in (2**40, 2**62):
+        with pytest.raises(DataError, match="train_labels|class"):
+            alkit.score("knn", features=h, train_features=h, train_labels=np.array([0, label]))
+    for classes in (2**40, 2**62):
+        with pytest.raises(SettingsError, match="classes"):
+            alkit.select_batch("coreset", 2, features=np.random.rand(5, 3), classes=classes)
+    with pytest.raises(DataError, match="logit"):
+        alkit.fit_temperature(np.array([[np.nan, 0.0], [0.0, 1.0]]), np.array([0, 1]))
+    with pytest.raises(SettingsError, match="candidates"):
+        alkit.select_batch("batchbald", 3, draws=np.full((4, 2, 3), 0.5, np.float32), candidates=2)
+
+
+def test_the_native_module_reads_any_memory_order(model):
+    # The wrapper makes arrays C-ordered; the native module must read any order as numpy does.
+    from alkit import _alkit
+
+    h, w, b = model["h"], model["w"], model["b"]
+    want = dict(_alkit.score_arrays(["energy"], features=h, weight=w, bias=b))["energy"]
+    for variant in (np.asfortranarray(h), h[::-1][::-1], np.ascontiguousarray(h[::-1])[::-1]):
+        got = dict(_alkit.score_arrays(["energy"], features=variant, weight=w, bias=b))["energy"]
+        np.testing.assert_array_equal(got, want)
+    d = np.random.default_rng(0).dirichlet(np.ones(4), size=(30, 6)).transpose(0, 2, 1)
+    d = d.astype(np.float32)  # (30, 4, 6), strided: nct
+    want = dict(_alkit.score_arrays(["bald"], draws=np.ascontiguousarray(d)))["bald"]
+    for variant in (d, np.asfortranarray(d)):
+        np.testing.assert_array_equal(dict(_alkit.score_arrays(["bald"], draws=variant))["bald"], want)

@@ -117,8 +117,17 @@ def test_conformal_size_and_names_as_the_registry_lists(model):
     listed = {s.name: s for s in alkit.scorers()}
     assert listed["entropy"].per_item and not listed["batchbald"].per_item
     assert "badge" in listed and "random" in listed and not listed["random"].per_item
-    got = alkit.score("energy", features=model["h"], weight=model["w"], bias=model["b"])
-    assert list(got) == ["energy"]
+    # conformal-size: the size of each item's APS set at alpha 0.1, calibrated on the training
+    # items; the same as alkit.conformal's sets with those items as the calibration split.
+    kw = dict(features=model["h"], weight=model["w"], bias=model["b"])
+    got = alkit.score("conformal-size", train_features=model["train_h"],
+                      train_labels=model["train_y"], **kw)["conformal-size"]
+    th = model["train_h"].astype(np.float64)
+    z = th @ model["w"].T + model["b"]
+    pt = np.exp(z - z.max(1, keepdims=True))
+    pt /= pt.sum(1, keepdims=True)
+    _, sets = alkit.conformal(pt.astype(np.float32), model["train_y"], model["probs"], 0.1)
+    assert (np.abs(got - sets.sum(1)) <= 1).all() and np.mean(got == sets.sum(1)) > 0.95
 
 
 def test_torch_like_dlpack_producers_are_read_without_numpy_conversion(model):
