@@ -179,7 +179,28 @@ def score(
     exactly as ``alkit score`` does, and return :class:`ItemScores` (with ``ids``).
     """
     names = [scorers] if isinstance(scorers, str) else list(scorers)
-    if checkpoint is not None or data is not None:
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SettingsError(f"scorers: {', '.join(twice)} named more than once", field="scorers")
+    by_path = checkpoint is not None or data is not None
+    # A setting the chosen kind of input does not read is refused, never ignored.
+    unread = (
+        dict(layout=(layout, "nct"), knn_k=(knn_k, 50), vim_dim=(vim_dim, None))
+        if by_path
+        else dict(
+            split=(split, "train"), batch=(batch, None), seed=(seed, 0), sigma=(sigma, 0.02),
+            perturbations=(perturbations, 8), mc_samples=(mc_samples, 20),
+            layers=(layers, "all"), onnx_features=(onnx_features, None),
+        )
+    )
+    for key, (value, default) in unread.items():
+        if value != default:
+            raise SettingsError(
+                f"{key}: only read when scoring "
+                + ("arrays" if by_path else "a checkpoint on a data source"),
+                field=key,
+            )
+    if by_path:
         given = [
             k
             for k, v in dict(

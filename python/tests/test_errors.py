@@ -114,3 +114,13 @@ def test_the_native_module_reads_any_memory_order(model):
     want = dict(_alkit.score_arrays(["bald"], draws=np.ascontiguousarray(d)))["bald"]
     for variant in (d, np.asfortranarray(d)):
         np.testing.assert_array_equal(dict(_alkit.score_arrays(["bald"], draws=variant))["bald"], want)
+
+
+def test_settings_the_input_kind_does_not_read_are_refused(model, tmp_path):
+    with pytest.raises(SettingsError, match="split") as e:
+        alkit.score("entropy", probs=model["probs"], split="test")
+    assert e.value.field == "split"
+    with pytest.raises(SettingsError, match="knn_k"):
+        alkit.score("entropy", checkpoint=tmp_path, data=tmp_path, knn_k=5)
+    with pytest.raises(SettingsError, match="more than once"):
+        alkit.score(["entropy", "entropy"], probs=model["probs"])
