@@ -99,6 +99,16 @@ def _labels(x: object, name: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
+def _counts(**values: Optional[int]) -> None:
+    """Refuses a count or seed that is not a non-negative integer (``None``: the default),
+    naming it, before the native module would raise a bare ``OverflowError``."""
+    for name, v in values.items():
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise SettingsError(f"{name}: expected an integer >= 0, got {v!r}", field=name)
+
+
 def _opt(x: Optional[object], name: str, ndim: int) -> Optional[np.ndarray]:
     return None if x is None else _f32(x, name, ndim)
 
@@ -178,6 +188,8 @@ def score(
     is an ensemble) and ``data`` (any source ``alkit score`` reads) score the ``split``
     exactly as ``alkit score`` does, and return :class:`ItemScores` (with ``ids``).
     """
+    _counts(batch=batch, seed=seed, perturbations=perturbations, mc_samples=mc_samples,
+            knn_k=knn_k, vim_dim=vim_dim)
     names = [scorers] if isinstance(scorers, str) else list(scorers)
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -253,6 +265,7 @@ def select(
     selections of Kirsch et al. 2023, ``"power"`` (weights ``score**beta``), ``"softmax"``
     (``exp(beta * score)``) and ``"softrank"`` (``rank**-beta``); random draws come from
     ``seed``."""
+    _counts(k=k, seed=seed)
     picks = _alkit.select(_f32(scores, "scores", 1), k, method=method, beta=beta, seed=seed)
     return picks.astype(np.int64)
 
@@ -284,6 +297,7 @@ def select_batch(
       ``labeled`` items' features; without a last layer they choose from the features alone
       (a cold start; ProbCover's radius then needs ``classes`` or ``probcover_delta``).
     """
+    _counts(k=k, seed=seed, classes=classes, candidates=candidates, max_configs=max_configs)
     picks = _alkit.select_batch(
         name,
         k,

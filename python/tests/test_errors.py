@@ -124,3 +124,18 @@ def test_settings_the_input_kind_does_not_read_are_refused(model, tmp_path):
         alkit.score("entropy", checkpoint=tmp_path, data=tmp_path, knn_k=5)
     with pytest.raises(SettingsError, match="more than once"):
         alkit.score(["entropy", "entropy"], probs=model["probs"])
+
+
+def test_negative_or_fractional_counts_are_settings_errors(model):
+    s = np.ones(5, np.float32)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(SettingsError) as e:
+            alkit.select(s, bad)
+        assert e.value.field == "k"
+    with pytest.raises(SettingsError) as e:
+        alkit.select(s, 2, seed=-3)
+    assert e.value.field == "seed"
+    with pytest.raises(SettingsError) as e:
+        alkit.score("knn", features=model["h"], train_features=model["train_h"],
+                    train_labels=model["train_y"], knn_k=-5)
+    assert e.value.field == "knn_k"
