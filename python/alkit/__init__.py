@@ -329,7 +329,7 @@ def calibration(
 ) -> Dict[str, object]:
     """Accuracy, ECE and MCE (15 bins), NLL and Brier of ``probs`` ``(n, C)`` for ``labels``;
     with ``scores`` (name -> one score per item), each one's rAULC and misclassification AUROC
-    under ``"scorers"``."""
+    under ``"scorers"`` (``None`` when every item is right, or every one wrong)."""
     pairs = None
     if scores is not None:
         pairs = [(str(n), _f32(s, f"scores[{n!r}]", 1)) for n, s in scores.items()]

@@ -64,7 +64,10 @@ pub fn calibration<'py>(
         .iter()
         .map(|(name, s)| (name.clone(), arrays::values(s)))
         .collect();
-    type Figures = ([f64; 5], Vec<(String, f64, f64)>);
+    // rAULC and the misclassification AUROC need right and wrong items both: with every item
+    // right (or every one wrong) they are undefined, reported as None, not as an error that
+    // would hide the other figures.
+    type Figures = ([f64; 5], Vec<(String, Option<f64>, Option<f64>)>);
     let (figures, per) = py
         .detach(move || -> Result<Figures> {
             let y: Vec<u32> = y.iter().map(|&v| v as u32).collect();
@@ -86,9 +89,13 @@ pub fn calibration<'py>(
                             ),
                         ));
                     }
+                    let defined = correct.contains(&true) && correct.contains(&false);
+                    if !defined {
+                        return Ok((name, None, None));
+                    }
                     let raulc = metrics::raulc(&s, &correct)?;
                     let auroc = metrics::auroc(&s, &wrong)?;
-                    Ok((name, raulc, auroc))
+                    Ok((name, Some(raulc), Some(auroc)))
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok(([accuracy, ece, mce, nll, brier], per))

@@ -126,3 +126,11 @@ def test_conformal_sets_match_the_reference(model, method):
     np.testing.assert_array_equal(sets[~near], want[~near])
     coverage = sets[np.arange(len(test_p)), y[250:]].mean()
     assert coverage >= 1 - alpha - 0.06
+
+
+def test_scores_of_a_perfect_classifier_have_no_rejection_figures():
+    # Every item right: rAULC and the misclassification AUROC are undefined (None); the
+    # probability figures are still reported.
+    m = alkit.calibration(np.eye(3, dtype=np.float32), np.array([0, 1, 2]), {"s": [1.0, 2.0, 3.0]})
+    assert m["accuracy"] == 1.0 and m["nll"] == pytest.approx(0.0, abs=1e-6)
+    assert m["scorers"]["s"] == {"raulc": None, "misclassification_auroc": None}
