@@ -121,36 +121,29 @@ pub(crate) fn par_rows_min<T: Send>(
 /// product of the selectors' per-pick passes, which read every candidate's features once
 /// per pick and are bound by memory, not arithmetic.
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
+    lanes(a, b, |x, y| x * y)
 }
 
 /// `|a - b|^2` in `f32` over eight lanes, like [`dot`].
 pub(crate) fn sq_dist(a: &[f32], b: &[f32]) -> f32 {
+    lanes(a, b, |x, y| (x - y) * (x - y))
+}
+
+/// `sum_i term(a_i, b_i)` over eight lane accumulators, then the lanes and the tail in a
+/// fixed order: what [`dot`] and [`sq_dist`] sum.
+#[inline(always)]
+fn lanes(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .map(|(x, y)| (x - y) * (x - y))
+        .map(|(&x, &y)| term(x, y))
         .sum();
     for (x, y) in ca.zip(cb) {
         for l in 0..8 {
-            let t = x[l] - y[l];
-            acc[l] += t * t;
+            acc[l] += term(x[l], y[l]);
         }
     }
     acc.iter().sum::<f32>() + tail
