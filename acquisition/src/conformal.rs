@@ -16,7 +16,6 @@
 //! class scoring `<= q`. For exchangeable calibration and test items the set covers the label
 //! with probability `>= 1 - alpha` (and below `1 - alpha + 1 / (n + 1)` without ties).
 
-use crate::linalg::{logits, softmax};
 use crate::{Evidence, Needs, Probs, ScoreError, Scorer};
 
 /// How a class's non-conformity is scored (module docs).
@@ -150,23 +149,6 @@ pub struct SetSize {
     pub alpha: f32,
 }
 
-/// Softmax of the last layer for every row of `f`, `(n, c)`.
-fn softmax_rows(f: &crate::Features) -> Result<Probs, ScoreError> {
-    let c = f.classes();
-    let mut out = Vec::with_capacity(f.n() * c);
-    let mut h = Vec::with_capacity(f.dim());
-    for i in 0..f.n() {
-        h.clear();
-        h.extend(f.row(i).iter().map(|&v| f64::from(v)));
-        out.extend(
-            softmax(&logits(&h, f.weight(), f.bias()))
-                .iter()
-                .map(|&p| p as f32),
-        );
-    }
-    Probs::new(out, f.n(), c)
-}
-
 impl Scorer for SetSize {
     fn name(&self) -> &str {
         "conformal-size"
@@ -186,10 +168,10 @@ impl Scorer for SetSize {
         let (score, alpha) = (self.score, f64::from(self.alpha));
         let key = format!("conformal-{}-{alpha}-{score:?}", score.name());
         let cal = r.memo(&key, |r| {
-            let probs = softmax_rows(r.features())?;
+            let probs = r.features().probs()?;
             Conformal::calibrate(score, &probs, r.labels(), alpha)
         })?;
-        let probs = softmax_rows(f)?;
+        let probs = f.probs()?;
         Ok(probs.rows().map(|p| cal.set(p).len() as f32).collect())
     }
 }

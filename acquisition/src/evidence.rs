@@ -155,6 +155,19 @@ impl Samples {
     pub fn n(&self) -> usize {
         self.draws[0].n()
     }
+
+    /// The mean of the draws, summed in `f64`: the predictive probabilities `(n, c)`.
+    pub fn mean(&self) -> Result<Probs, ScoreError> {
+        let (n, c) = (self.n(), self.draws[0].classes());
+        let t = self.draws.len() as f64;
+        let mut mean = vec![0f64; n * c];
+        for d in &self.draws {
+            for (m, &v) in mean.iter_mut().zip(d.as_slice()) {
+                *m += f64::from(v);
+            }
+        }
+        Probs::new(mean.into_iter().map(|m| (m / t) as f32).collect(), n, c)
+    }
 }
 
 /// How the model side computes per-class gradients `g_c = d log p(y=c|x) / d theta`.

@@ -65,6 +65,20 @@ impl Features {
         Ok(Self { h, n, d, w, b })
     }
 
+    /// The predictive probabilities `softmax(h W^T + b)` `(n, c)`, computed in `f64`.
+    pub fn probs(&self) -> Result<Probs, ScoreError> {
+        let c = self.classes();
+        let mut out = Vec::with_capacity(self.n * c);
+        let mut h = Vec::with_capacity(self.d);
+        for i in 0..self.n {
+            h.clear();
+            h.extend(self.row(i).iter().map(|&v| f64::from(v)));
+            let z = crate::linalg::logits(&h, &self.w, &self.b);
+            out.extend(crate::linalg::softmax(&z).iter().map(|&p| p as f32));
+        }
+        Probs::new(out, self.n, c)
+    }
+
     /// Number of candidates `n`.
     pub fn n(&self) -> usize {
         self.n

@@ -4,7 +4,7 @@
 //! vectors the library's evidence types keep, so the computation that follows runs without
 //! the GIL. Shapes are checked here, values (finite, probability rows) by the library.
 
-use alkit::acquisition::{linalg, Evidence, Features, Probs, Reference, Samples};
+use alkit::acquisition::{Evidence, Features, Probs, Reference, Samples};
 use alkit::data::dataset::MAX_CLASSES;
 use alkit::error::{Error, Result};
 use numpy::ndarray::Dimension;
@@ -58,20 +58,33 @@ pub fn labels(
     what: &'static str,
     classes: Option<usize>,
 ) -> Result<Vec<usize>> {
-    values(a)
+    let labels: Vec<usize> = values(a)
         .into_iter()
         .enumerate()
-        .map(|(i, y)| match usize::try_from(y) {
-            Ok(y) if classes.is_none_or(|c| y < c) => Ok(y),
-            _ => Err(Error::config(
-                what,
-                format!(
-                    "item {i} has label {y}, which is not a class index{}",
-                    classes.map_or(String::new(), |c| format!(" below {c}"))
-                ),
-            )),
-        })
-        .collect()
+        .map(|(i, y)| usize::try_from(y).map_err(|_| not_below(what, i, y, classes)))
+        .collect::<Result<_>>()?;
+    if let Some(c) = classes {
+        check_below(&labels, what, c)?;
+    }
+    Ok(labels)
+}
+
+/// Refuses a label at or above `classes`, naming its item.
+pub fn check_below(labels: &[usize], what: &'static str, classes: usize) -> Result<()> {
+    match labels.iter().position(|&y| y >= classes) {
+        Some(i) => Err(not_below(what, i, labels[i] as i64, Some(classes))),
+        None => Ok(()),
+    }
+}
+
+fn not_below(what: &'static str, i: usize, y: i64, classes: Option<usize>) -> Error {
+    Error::config(
+        what,
+        format!(
+            "item {i} has label {y}, which is not a class index{}",
+            classes.map_or(String::new(), |c| format!(" below {c}"))
+        ),
+    )
 }
 
 /// How the axes of stochastic predictions are ordered.
@@ -180,35 +193,6 @@ impl Draws {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Samples::new(draws)?)
     }
-}
-
-/// The mean of the draws: the predictive probabilities `(n, c)`.
-pub fn mean_probs(samples: &Samples) -> Result<Probs> {
-    let draws = samples.draws();
-    let (n, c) = (samples.n(), draws[0].classes());
-    let t = draws.len() as f64;
-    let mut mean = vec![0f64; n * c];
-    for d in draws {
-        for (m, &v) in mean.iter_mut().zip(d.as_slice()) {
-            *m += f64::from(v);
-        }
-    }
-    Ok(Probs::new(
-        mean.into_iter().map(|m| (m / t) as f32).collect(),
-        n,
-        c,
-    )?)
-}
-
-/// The softmax of the last layer's logits `h W^T + b` of every row of `f`.
-pub fn probs_of(f: &Features) -> Result<Probs> {
-    let mut p = Vec::with_capacity(f.n() * f.classes());
-    for i in 0..f.n() {
-        let h: Vec<f64> = f.row(i).iter().map(|&v| f64::from(v)).collect();
-        let z = linalg::logits(&h, f.weight(), f.bias());
-        p.extend(linalg::softmax(&z).into_iter().map(|v| v as f32));
-    }
-    Ok(Probs::new(p, f.n(), f.classes())?)
 }
 
 /// Features `(n, d)` under a last layer: the given `W (c, d)`, `b (c,)`, or a zero layer of
@@ -341,8 +325,8 @@ impl Inputs {
         };
         let probs = match (self.probs, &samples, &under) {
             (Some((p, n, c)), _, _) => Some(Probs::new(p, n, c)?),
-            (None, Some(s), _) => Some(mean_probs(s)?),
-            (None, None, Some(f)) => Some(probs_of(f)?),
+            (None, Some(s), _) => Some(s.mean()?),
+            (None, None, Some(f)) => Some(f.probs()?),
             (None, None, None) => None,
         };
         let Some(probs) = probs else {

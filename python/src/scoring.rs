@@ -54,14 +54,14 @@ pub fn score_arrays<'py>(
     // Without a last layer, features serve only the scores that compare them with the
     // training features by distance; under a zero layer of as many classes as the training
     // labels name (so that their class means exist), every other score would be a constant.
-    let labels_classes = match &train_labels {
-        Some(y) => arrays::labels(y, "train_labels", Some(arrays::MAX_LABEL))
-            .map_err(to_py)?
-            .into_iter()
-            .max()
-            .map_or(1, |m| m + 1),
-        None => 1,
-    };
+    let train_labels = train_labels
+        .map(|y| arrays::labels(&y, "train_labels", Some(arrays::MAX_LABEL)))
+        .transpose()
+        .map_err(to_py)?;
+    let labels_classes = train_labels
+        .as_ref()
+        .and_then(|y| y.iter().max())
+        .map_or(1, |m| m + 1);
     let layer = Layer::read(weight.as_ref(), bias.as_ref(), labels_classes).map_err(to_py)?;
     match (&features, &layer) {
         (None, Layer::Given { .. }) => {
@@ -88,10 +88,10 @@ pub fn score_arrays<'py>(
         _ => {}
     }
     let reference = match (train_features, train_labels) {
-        (Some(f), Some(y)) => Some((
-            arrays::matrix(&f),
-            arrays::labels(&y, "train_labels", Some(layer.classes())).map_err(to_py)?,
-        )),
+        (Some(f), Some(y)) => {
+            arrays::check_below(&y, "train_labels", layer.classes()).map_err(to_py)?;
+            Some((arrays::matrix(&f), y))
+        }
         (None, None) => None,
         _ => {
             return Err(to_py(Error::config(
