@@ -262,14 +262,33 @@ pub fn reliability(confidence: &[f32], correct: &[bool], bins: usize) -> Result<
         .collect())
 }
 
-/// Per row of `probs` whether its most likely class (the first of equal ones) is its label,
-/// and its confidence (the largest probability): what ECE, rAULC and the misclassification
-/// AUROC read. `labels` has one label per row (the caller checks).
-pub fn correct_and_confidence(
+/// What a model's probabilities say of themselves against the labels: per item whether its
+/// most likely class (the first of equal ones) is its label and its confidence (the largest
+/// probability), and over all items the accuracy, ECE and MCE (15 bins), NLL and Brier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbabilityMetrics {
+    /// Per item: the most likely class is the label.
+    pub correct: Vec<bool>,
+    /// Per item: the largest probability.
+    pub confidence: Vec<f32>,
+    /// Fraction correct.
+    pub accuracy: f64,
+    /// Expected calibration error.
+    pub ece: f64,
+    /// Maximum calibration error.
+    pub mce: f64,
+    /// Mean negative log-likelihood.
+    pub nll: f64,
+    /// Multi-class Brier score.
+    pub brier: f64,
+}
+
+/// [`ProbabilityMetrics`] of `probs (n, c)` for `labels (n,)`.
+pub fn probability_metrics(
     probs: &alkit_acquisition::Probs,
     labels: &[u32],
-) -> (Vec<bool>, Vec<f32>) {
-    let correct = probs
+) -> Result<ProbabilityMetrics> {
+    let correct: Vec<bool> = probs
         .rows()
         .zip(labels)
         .map(|(r, &y)| {
@@ -279,11 +298,22 @@ pub fn correct_and_confidence(
                 == y as usize
         })
         .collect();
-    let confidence = probs
+    let confidence: Vec<f32> = probs
         .rows()
         .map(|r| r.iter().cloned().fold(0.0, f32::max))
         .collect();
-    (correct, confidence)
+    let (ece, mce) = ece_mce(&confidence, &correct)?;
+    let (nll, brier) = nll_brier(probs.as_slice(), probs.classes(), labels)?;
+    let accuracy = correct.iter().filter(|&&k| k).count() as f64 / correct.len().max(1) as f64;
+    Ok(ProbabilityMetrics {
+        correct,
+        confidence,
+        accuracy,
+        ece,
+        mce,
+        nll,
+        brier,
+    })
 }
 
 /// Expected and maximum calibration error over 15 bins.

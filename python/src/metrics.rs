@@ -71,10 +71,15 @@ pub fn calibration<'py>(
     let (figures, per) = py
         .detach(move || -> Result<Figures> {
             let y: Vec<u32> = y.iter().map(|&v| v as u32).collect();
-            let (correct, confidence) = metrics::correct_and_confidence(&p, &y);
-            let (ece, mce) = metrics::ece_mce(&confidence, &correct)?;
-            let (nll, brier) = metrics::nll_brier(p.as_slice(), p.classes(), &y)?;
-            let accuracy = correct.iter().filter(|&&k| k).count() as f64 / correct.len() as f64;
+            let metrics::ProbabilityMetrics {
+                correct,
+                accuracy,
+                ece,
+                mce,
+                nll,
+                brier,
+                ..
+            } = metrics::probability_metrics(&p, &y)?;
             let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
             let per = scores
                 .into_iter()

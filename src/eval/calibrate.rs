@@ -17,8 +17,8 @@ use crate::error::{Error, Result, ResultExt};
 use crate::fsutil::{check_output_dir, write_json};
 use crate::hub::Hub;
 use crate::metrics::{
-    auroc, ece_mce, fit_temperature, nll_brier, raulc, rejection_curve, reliability,
-    temperature_scale, Bin, CalibrationMetrics,
+    auroc, fit_temperature, raulc, rejection_curve, reliability, temperature_scale, Bin,
+    CalibrationMetrics,
 };
 use crate::observe::Observer;
 use crate::observe::Silent;
@@ -273,10 +273,15 @@ pub fn run(
     };
     let probs = probs_from_log(&lp, c)?;
     let labels = test.labels();
-    let (correct, confidence) = crate::metrics::correct_and_confidence(&probs, labels);
-    let (ece, mce) = ece_mce(&confidence, &correct)?;
-    let (nll, brier) = nll_brier(probs.as_slice(), c, labels)?;
-    let accuracy = correct.iter().filter(|&&k| k).count() as f64 / correct.len().max(1) as f64;
+    let crate::metrics::ProbabilityMetrics {
+        correct,
+        confidence,
+        accuracy,
+        ece,
+        mce,
+        nll,
+        brier,
+    } = crate::metrics::probability_metrics(&probs, labels)?;
     let conformal = match options.conformal {
         Some(alpha) => conformal_rows(&probs, labels, alpha, seed)?,
         None => Vec::new(),
