@@ -6,11 +6,10 @@
 
 use crate::arrays::{self, Draws, Inputs, Layer, Layout};
 use crate::errors::to_py;
-use alkit::acquisition::{
-    BatchBald, BatchSelector, Evidence, Probs, SampleScore, SampleScorer, Samples,
-};
+use alkit::acquisition::{BatchBald, BatchSelector, Evidence, SampleScore, SampleScorer};
 use alkit::acquisition::{Scorer, Selection};
 use alkit::error::{Error, Result};
+use alkit::eval::shard::{joint_pick, Candidate, Joint};
 use alkit::rng::{stream, Purpose};
 use alkit::round::Pick;
 use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
@@ -164,10 +163,15 @@ pub fn select_batch<'py>(
     let picks = py
         .detach(move || -> Result<Vec<usize>> {
             let ev = inputs.evidence(None)?;
-            let mut rng = stream(seed, Purpose::Select, 0);
             match candidates {
-                None => Ok(selector.select(&ev, k, &mut rng)?),
-                Some(m) => among_best_bald(selector.as_ref(), &ev, m, k, &mut rng),
+                None => {
+                    let mut rng = stream(seed, Purpose::Select, 0);
+                    Ok(selector.select(&ev, k, &mut rng)?)
+                }
+                Some(m) => {
+                    let configs = max_configs.unwrap_or(BatchBald::DEFAULT_CONFIGS);
+                    among_best_bald(&ev, m, k, seed, configs)
+                }
             }
         })
         .map_err(to_py)?;
@@ -208,30 +212,36 @@ fn check_layer(
     Ok(())
 }
 
-/// BatchBALD among the best `m` items by BALD (ties: lower position first), the candidates of
-/// the command line's BatchBALD selection: positions in the whole batch.
+/// BatchBALD among the best `m` items by BALD, chosen as the command line chooses them
+/// ([`alkit::eval::shard::joint_pick`]): positions in the whole batch.
 fn among_best_bald(
-    selector: &dyn BatchSelector,
     ev: &Evidence,
     m: usize,
     k: usize,
-    rng: &mut dyn rand::RngCore,
+    seed: u64,
+    max_configs: usize,
 ) -> Result<Vec<usize>> {
     let bald = SampleScorer::members(SampleScore::Bald).score(ev)?;
-    let best = Selection::TopK.select(&bald, m.min(bald.len()), rng)?;
     let samples = ev.samples("batchbald")?;
-    let draws = samples
-        .draws()
+    let draws = samples.draws();
+    let cands = bald
         .iter()
-        .map(|d| {
-            let c = d.classes();
-            let rows = best.iter().flat_map(|&i| d.row(i)).copied().collect();
-            Probs::new(rows, best.len(), c)
+        .enumerate()
+        .map(|(i, &key)| Candidate {
+            index: i,
+            key: f64::from(key),
+            fields: Vec::new(),
+            draws: draws.iter().flat_map(|d| d.row(i)).copied().collect(),
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let sub = Samples::new(draws)?;
-    let mut sub_ev = Evidence::from_probs(arrays::mean_probs(&sub)?);
-    sub_ev.samples = Some(sub);
-    let picks = selector.select(&sub_ev, k, rng)?;
-    Ok(picks.into_iter().map(|p| best[p]).collect())
+        .collect();
+    let joint = Joint {
+        candidates: m,
+        draws: draws.len(),
+        classes: draws[0].classes(),
+        seed,
+    };
+    Ok(joint_pick(cands, &joint, k, max_configs)?
+        .into_iter()
+        .map(|c| c.index)
+        .collect())
 }

@@ -1001,10 +1001,15 @@ pub fn joint_rows(scored: &Scored, joint: &shard::Joint, top: usize) -> Result<V
             draws: draws.values[i * w..(i + 1) * w].to_vec(),
         })
         .collect();
-    Ok(shard::joint_pick(cands, joint, top)?
-        .into_iter()
-        .map(|c| c.fields)
-        .collect())
+    Ok(shard::joint_pick(
+        cands,
+        joint,
+        top,
+        alkit_acquisition::BatchBald::DEFAULT_CONFIGS,
+    )?
+    .into_iter()
+    .map(|c| c.fields)
+    .collect())
 }
 
 /// Writes a score table to `out` atomically: header `index,id,<name>...`, one row per item

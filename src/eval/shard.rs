@@ -340,8 +340,15 @@ pub struct Candidate {
 }
 
 /// BatchBALD's greedy choice of `top` items among the best `joint.candidates` of `cands` by
-/// key (ties by position), handed to it in pool order: the picks in the order chosen.
-pub fn joint_pick(mut cands: Vec<Candidate>, joint: &Joint, top: usize) -> Result<Vec<Candidate>> {
+/// key (ties by position), handed to it in pool order, enumerating up to `max_configs` joint
+/// configurations ([`BatchBald::DEFAULT_CONFIGS`] for the command line): the picks in the
+/// order chosen.
+pub fn joint_pick(
+    mut cands: Vec<Candidate>,
+    joint: &Joint,
+    top: usize,
+    max_configs: usize,
+) -> Result<Vec<Candidate>> {
     cands.sort_by(|a, b| b.key.total_cmp(&a.key).then(a.index.cmp(&b.index)));
     cands.truncate(joint.candidates);
     cands.sort_by_key(|c| c.index);
@@ -369,7 +376,11 @@ pub fn joint_pick(mut cands: Vec<Candidate>, joint: &Joint, top: usize) -> Resul
     let mut ev = Evidence::default();
     ev.samples = Some(Samples::new(draws)?);
     let mut rng = stream(joint.seed, Purpose::Select, 0);
-    let picks = BatchBald::members().select(&ev, top, &mut rng)?;
+    let selector = BatchBald {
+        max_configs,
+        ..BatchBald::members()
+    };
+    let picks = selector.select(&ev, top, &mut rng)?;
     let mut slots: Vec<Option<Candidate>> = cands.into_iter().map(Some).collect();
     Ok(picks.into_iter().filter_map(|i| slots[i].take()).collect())
 }
@@ -654,7 +665,7 @@ pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<Stri
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let picks = joint_pick(cands, &joint, top)?;
+    let picks = joint_pick(cands, &joint, top, BatchBald::DEFAULT_CONFIGS)?;
     Ok((header, picks.into_iter().map(|c| c.fields).collect()))
 }
 
