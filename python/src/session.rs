@@ -174,7 +174,11 @@ impl Session {
             let (_held, mut learner) = open(&dir, stream)?;
             let n = match (answers, file) {
                 (Some(a), None) => learner.teach(&a)?,
-                (None, Some(f)) => alkit::label_studio::teach_file(&mut learner, &f)?.0,
+                (None, Some(f)) => {
+                    alkit::label_studio::teach_file(&mut learner, &f)?
+                        .taught
+                        .taught
+                }
                 _ => {
                     return Err(Error::config(
                         "answers",

@@ -80,6 +80,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Teach(a) => session::teach(a, cli.quiet),
         Command::Label(a) => session::label(a, &device, cli.quiet),
+        Command::ServeLabelStudio(a) => session::serve_label_studio(a, &device, cli.quiet),
         Command::Status(a) => session::status(a),
         Command::Scorers => {
             let mut so = std::io::stdout().lock();

@@ -398,23 +398,46 @@ pub fn same_token(a: &str, b: &str) -> bool {
 /// Reads a JSON body of at most [`MAX_BODY`] bytes into `T` (unknown fields are refused by
 /// `T`'s own `deny_unknown_fields`).
 pub fn json_body<T: DeserializeOwned>(request: &mut Request<'_>) -> Result<T, Reply> {
-    let too_large = || Reply::error(413, format!("bodies are at most {MAX_BODY} bytes"));
-    if request.body_length() > MAX_BODY as u64 {
+    json_body_of(request, MAX_BODY)
+}
+
+/// [`json_body`] with a body of at most `max` bytes.
+pub fn json_body_of<T: DeserializeOwned>(
+    request: &mut Request<'_>,
+    max: usize,
+) -> Result<T, Reply> {
+    let too_large = || Reply::error(413, format!("bodies are at most {max} bytes"));
+    if request.body_length() > max as u64 {
         return Err(too_large());
     }
     let mut buf = Vec::new();
     request
         .body()
-        .take(MAX_BODY as u64 + 1)
+        .take(max as u64 + 1)
         .read_to_end(&mut buf)
         .map_err(|e| match e.kind() {
             ErrorKind::TimedOut => Reply::error(408, "the body did not arrive in time"),
             _ => Reply::error(400, format!("reading the body: {e}")),
         })?;
-    if buf.len() > MAX_BODY {
+    if buf.len() > max {
         return Err(too_large());
     }
     serde_json::from_slice(&buf).map_err(|e| Reply::error(400, format!("invalid JSON body: {e}")))
+}
+
+/// The password of an `Authorization: Basic` header (RFC 7617: base64 of `user:password`).
+pub fn basic_password(request: &Request<'_>) -> Option<String> {
+    use base64::Engine;
+    let v = header(request, "Authorization")?;
+    let (scheme, b64) = v.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    text.split_once(':').map(|(_, p)| p.to_string())
 }
 
 /// A fresh 128-bit token from the operating system, as 32 hex digits.

@@ -18,6 +18,7 @@
 //! cannot interleave inside an answer, and the session folder is
 //! [`lock`](crate::session::lock)ed for the server's life against other processes.
 
+pub mod backend;
 mod conn;
 pub mod http;
 

@@ -40,4 +40,4 @@ pub use setup::{open, SessionOptions};
 pub use state::{
     Answer, Labeled, Pending, Round, SessionConfig, SessionState, Undo, MAX_NOTE, STATE_FILE,
 };
-pub use teach::{read_answer_csv, read_answers};
+pub use teach::{read_answer_csv, read_answers, Taught};

@@ -208,6 +208,42 @@ impl Learner {
         Ok(out)
     }
 
+    /// A round that ranks every candidate: [`Learner::query`] asked for all of them (or all
+    /// of the `subsample`), returned best first, of which only the first `request.n` are
+    /// recorded as pending. This is the order a labeling tool that serves the whole pool by
+    /// alkit's scores (Label Studio's uncertainty sampling) follows. A joint batch selector
+    /// ranks no single item and is refused.
+    pub fn rank(
+        &mut self,
+        request: &QueryRequest,
+        device: &Device,
+        observer: &mut dyn Observer,
+    ) -> Result<Vec<Query>> {
+        if matches!(request.strategy.pick(), round::Pick::Batch(_)) {
+            return Err(Error::config(
+                "strategy",
+                format!(
+                    "`{}` chooses a batch jointly and ranks no single item",
+                    request.strategy.name()
+                ),
+            ));
+        }
+        let all = self.candidates(request.include_pending).len();
+        let mut every = request.clone();
+        every.n = request.subsample.map_or(all, |m| m.min(all));
+        let ranked = self.query(&every, device, observer)?;
+        let keep = request.n.min(ranked.len());
+        let round = self.state.rounds.len();
+        let dropped: HashSet<&str> = ranked[keep..].iter().map(|q| q.id.as_str()).collect();
+        self.state
+            .pending
+            .retain(|p| p.round != round || !dropped.contains(p.id.as_str()));
+        if let Some(r) = self.state.rounds.last_mut() {
+            r.queried = keep;
+        }
+        Ok(ranked)
+    }
+
     /// The last query's model's prediction for pool items `indices`: `(class, probability)`
     /// of the most probable class each, or `None` when the last query trained no model (a
     /// random first round, or a session just loaded).

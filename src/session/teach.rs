@@ -9,6 +9,15 @@ use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+/// What teaching a file did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Taught {
+    /// Answers taught now.
+    pub taught: usize,
+    /// Answers for items that already had the class given: nothing changed for them.
+    pub repeated: usize,
+}
+
 impl Learner {
     /// Teaches the seed labels `(id, class name)` as round 0.
     pub(super) fn seeded(mut self, seeds: &[(String, String)]) -> Result<Learner> {
@@ -17,25 +26,37 @@ impl Learner {
             .enumerate()
             .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
             .collect();
-        self.teach_rows(&rows, Path::new("seed labels"), 0)?;
+        self.teach_rows(&rows, Path::new("seed labels"), 0, false)?;
         Ok(self)
     }
 
     /// Teaches `(row, id, class name)` answers read from `origin` (a file; `row` its line or
-    /// task number in errors); all are checked before any is applied.
-    pub fn teach_from(&mut self, rows: &[(usize, String, String)], origin: &Path) -> Result<usize> {
+    /// task number in errors); all are checked before any is applied. An item already
+    /// labeled with the class a row gives is left as it is and counted as repeated (a file
+    /// exported again holds the earlier answers too); another class for it is an error.
+    pub fn teach_from(
+        &mut self,
+        rows: &[(usize, String, String)],
+        origin: &Path,
+    ) -> Result<Taught> {
         let rows: Vec<Answer> = rows
             .iter()
             .map(|(r, id, c)| Answer::new(*r, id.clone(), c.clone()))
             .collect();
-        self.teach_answers(&rows, origin)
+        self.teach_file_answers(&rows, origin)
+    }
+
+    /// [`Learner::teach_from`] for answers with their notes.
+    pub fn teach_file_answers(&mut self, answers: &[Answer], origin: &Path) -> Result<Taught> {
+        let round = self.state.rounds.len();
+        self.teach_rows(answers, origin, round, true)
     }
 
     /// Teaches `answers` read from `origin` (a file, or what a page sent); all are checked
     /// before any is applied.
     pub fn teach_answers(&mut self, answers: &[Answer], origin: &Path) -> Result<usize> {
         let round = self.state.rounds.len();
-        self.teach_rows(answers, origin, round)
+        Ok(self.teach_rows(answers, origin, round, false)?.taught)
     }
 
     /// Teaches one answer, checked as [`Learner::teach_answers`] checks a file's rows, and
@@ -113,19 +134,29 @@ impl Learner {
             .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
             .collect();
         let round = self.state.rounds.len();
-        self.teach_rows(&rows, Path::new("answers"), round)
+        Ok(self
+            .teach_rows(&rows, Path::new("answers"), round, false)?
+            .taught)
     }
 
     /// Teaches the answers in a CSV file with columns `id,label` and an optional `note`
     /// (label = class name); every row is checked before any is applied, and an error names
-    /// the file and line.
-    pub fn teach_csv(&mut self, path: &Path) -> Result<usize> {
+    /// the file and line. Repeated answers are as [`Learner::teach_from`] takes them.
+    pub fn teach_csv(&mut self, path: &Path) -> Result<Taught> {
         let rows = read_answers(path)?;
-        let round = self.state.rounds.len();
-        self.teach_rows(&rows, path, round)
+        self.teach_file_answers(&rows, path)
     }
 
-    fn teach_rows(&mut self, rows: &[Answer], origin: &Path, round: usize) -> Result<usize> {
+    /// Checks every row, then applies them. With `repeats`, a row giving an already labeled
+    /// item the class it has is skipped and counted; without, it is an error like any
+    /// other relabeling.
+    fn teach_rows(
+        &mut self,
+        rows: &[Answer],
+        origin: &Path,
+        round: usize,
+        repeats: bool,
+    ) -> Result<Taught> {
         let row_err = |row: usize, problem: String| Error::Row {
             path: origin.to_path_buf(),
             row,
@@ -139,13 +170,15 @@ impl Learner {
             .collect();
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut labels = Vec::with_capacity(rows.len());
-        for Answer {
-            row,
-            id,
-            label: class,
-            note,
-        } in rows
-        {
+        let mut new: Vec<&Answer> = Vec::with_capacity(rows.len());
+        let mut repeated = 0;
+        for answer in rows {
+            let Answer {
+                row,
+                id,
+                label: class,
+                note,
+            } = answer;
             if let Some(n) = note {
                 if n.chars().count() > MAX_NOTE || n.chars().any(char::is_control) {
                     return Err(row_err(
@@ -167,10 +200,14 @@ impl Learner {
                 ));
             }
             if let Some(l) = labeled.get(id.as_str()) {
+                if repeats && l.label == *class {
+                    repeated += 1;
+                    continue;
+                }
                 return Err(row_err(
                     *row,
                     format!(
-                        "id `{id}` is already labeled `{}` (round {})",
+                        "id `{id}` is already labeled `{}` (round {}); this answer says `{class}`",
                         l.label, l.round
                     ),
                 ));
@@ -185,19 +222,23 @@ impl Learner {
                 ));
             };
             labels.push((i, c as u32));
+            new.push(answer);
         }
         self.features.set_labels(&labels)?;
-        let taught: HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+        let taught: HashSet<&str> = new.iter().map(|r| r.id.as_str()).collect();
         self.state
             .pending
             .retain(|p| !taught.contains(p.id.as_str()));
-        self.state.labeled.extend(rows.iter().map(|a| Labeled {
+        self.state.labeled.extend(new.iter().map(|a| Labeled {
             id: a.id.clone(),
             label: a.label.clone(),
             round,
             note: a.note.clone(),
         }));
-        Ok(rows.len())
+        Ok(Taught {
+            taught: new.len(),
+            repeated,
+        })
     }
 }
 

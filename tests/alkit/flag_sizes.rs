@@ -8,7 +8,7 @@ use super::*;
 
 /// The commands and a small, valid, fast base for each: `(flag, value)` pairs (a tested
 /// flag replaces its pair; an empty flag is a positional argument), `{d}` the run's folder,
-/// `{data}` `{ck}` `{pool}` and `{fx}` the fixtures. `label` is left out: it serves until stopped (its sizes are those of `query`).
+/// `{data}` `{ck}` `{pool}` and `{fx}` the fixtures. `label` and `serve-label-studio` are left out: they serve until stopped (their sizes are those of `query`; the backend refuses `--retrain-every 0` and `--subsample 0` when it binds).
 const BASES: &[(&str, &[(&str, &str)])] = &[
     (
         "curve",

@@ -14,6 +14,7 @@ mod gradients;
 mod hostile;
 mod images;
 mod label_page;
+mod label_studio;
 mod last_layer;
 mod layer_library;
 mod layers;

@@ -5,6 +5,7 @@ use super::{alkit_cmd, data_dir, kind, read_batch, shipped, tmp};
 use alkit::data::image::write_image_folder;
 use alkit::data::source::{load as load_source, Source};
 use alkit::hub::Hub;
+use alkit::label_studio::ExportFormat;
 use alkit::models::Arch;
 use alkit::observe::Silent;
 use alkit::session::{Learner, QueryRequest, SessionConfig};
@@ -236,7 +237,7 @@ fn ids_that_need_quoting_survive_query_then_teach() {
     assert_eq!(got, want);
     let answered = dir.join("answers.csv");
     std::fs::write(&answered, answers).unwrap();
-    assert_eq!(learner.teach_csv(&answered).unwrap(), 4);
+    assert_eq!(learner.teach_csv(&answered).unwrap().taught, 4);
     let labeled: HashSet<&str> = learner
         .state()
         .labeled
@@ -259,7 +260,7 @@ fn label_studio_exports_resolve_annotators_by_majority_and_name_bad_tasks() {
     let rows: Vec<(usize, &str, &str)> = e
         .rows
         .iter()
-        .map(|(t, id, c)| (*t, id.as_str(), c.as_str()))
+        .map(|r| (r.row, r.id.as_str(), r.label.as_str()))
         .collect();
     assert_eq!(
         rows,
@@ -374,6 +375,7 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
     .unwrap();
     let mut export = Vec::new();
     let mut csv = String::from("id,label\n");
+    let (mut last_score, mut sums) = (0.0, (0.0, 0.0));
     for (rank, t) in tasks.iter().enumerate() {
         let id = t["data"]["alkit_id"].as_str().unwrap();
         let index = t["data"]["alkit_index"].as_u64().unwrap() as usize;
@@ -389,9 +391,19 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
         let own = &loaded.pool.x[index * 784..(index + 1) * 784];
         let back: Vec<f32> = img.pixels.iter().map(|&p| f32::from(p) / 255.0).collect();
         assert_eq!(back, own);
-        // Label Studio shows the lowest prediction score first: alkit's rank.
+        // Label Studio shows the lowest prediction score first, as a confidence: the
+        // scores rise along alkit's order, within [0, 1], and sum to the confidences'
+        // sum (isotonic regression keeps each pooled block's mean) within its 1e-4 nudge.
         let p = &t["predictions"][0];
-        assert_eq!(p["score"].as_f64().unwrap(), rank as f64 / 8.0);
+        let score = p["score"].as_f64().unwrap();
+        assert!(score > last_score && score < 1.0, "rank {rank}: {score}");
+        last_score = score;
+        sums.0 += score;
+        sums.1 += p["result"][0]["score"].as_f64().unwrap();
+        assert_eq!(
+            p["result"][0]["meta"]["alkit_rank"],
+            serde_json::json!(rank + 1)
+        );
         let predicted = p["result"][0]["value"]["choices"][0].as_str().unwrap();
         assert!(classes.split(',').any(|c| c == predicted));
         // The person's answer: the true digit.
@@ -407,6 +419,7 @@ fn label_studio_round_trip_teaches_what_the_csv_path_teaches() {
         export.push(done);
         csv.push_str(&format!("{id},{truth}\n"));
     }
+    assert!((sums.0 - sums.1).abs() < 8e-4, "{sums:?}");
     let twin = dir.join("s-csv");
     std::fs::create_dir_all(&twin).unwrap();
     std::fs::copy(state.join("session.json"), twin.join("session.json")).unwrap();
@@ -679,4 +692,54 @@ fn query_teach_and_label_studio_with_stream_write_what_they_write_in_memory() {
         b_s,
     ]);
     same("/session.json");
+}
+
+#[test]
+fn every_export_format_label_studio_wrote_reads_as_the_same_answers() {
+    // Files the real Label Studio 1.23.2 exported (see the fixture's README): the four
+    // formats name the same answers, by alkit_id, never by Label Studio's task id.
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/label-studio/1.23.2");
+    let want = vec![
+        (Some(23), "1287", "3"),
+        (Some(26), "1606", "7"),
+        (Some(27), "968", "0"),
+    ];
+    for (file, format, unanswered) in [
+        ("export.json", ExportFormat::Json, 2),
+        ("export.min.json", ExportFormat::JsonMin, 1),
+        ("export.csv", ExportFormat::Csv, 1),
+        ("export.tsv", ExportFormat::Tsv, 1),
+    ] {
+        let e = alkit::label_studio::read_export(&dir.join(file)).unwrap();
+        assert_eq!(e.format, format, "{file}");
+        let got: Vec<(Option<u64>, &str, &str)> = e
+            .rows
+            .iter()
+            .map(|r| (r.task, r.id.as_str(), r.label.as_str()))
+            .collect();
+        assert_eq!(got, want, "{file}");
+        assert_eq!(e.unanswered, unanswered, "{file}");
+    }
+    // A Label Studio table of tasks alkit did not write is refused naming why; so is a
+    // table that is neither an export nor alkit's answers.
+    let scratch = tmp("label-studio-foreign");
+    let csv = std::fs::read_to_string(dir.join("export.csv")).unwrap();
+    let foreign = csv.replacen("\"alkit_id\"", "\"source_id\"", 1);
+    std::fs::write(scratch.join("foreign.csv"), foreign).unwrap();
+    let m = alkit::label_studio::read_export(&scratch.join("foreign.csv"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("foreign.csv:1") && m.contains("Label Studio export") && m.contains("alkit_id"),
+        "{m}"
+    );
+    std::fs::write(scratch.join("other.csv"), "name,class\na,b\n").unwrap();
+    let m = alkit::label_studio::read_export(&scratch.join("other.csv"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("neither a Label Studio CSV export") && m.contains("id,label"),
+        "{m}"
+    );
 }

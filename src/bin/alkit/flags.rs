@@ -80,6 +80,8 @@ pub(crate) enum Command {
     Teach(session::TeachArgs),
     /// Label in the browser: a local page shows the pending batch, one key per class; answers are saved at once, and the model retrains and asks for the next batch in the background.
     Label(session::LabelArgs),
+    /// Serve the session as a Label Studio ML backend: Label Studio's "Model" connection gets alkit's pre-annotations and order, and its new annotations are taught and retrain the model in the background.
+    ServeLabelStudio(session::BackendArgs),
     /// Labeled items per class, rounds, pending items and the last round's metrics.
     Status(session::StatusArgs),
     /// Every strategy `--scorer` accepts, with what it is (the registry).

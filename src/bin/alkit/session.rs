@@ -115,7 +115,7 @@ pub struct TeachArgs {
     /// candidates at once, bounded by --subsample).
     #[arg(long)]
     stream: bool,
-    /// Answers: a CSV with columns id,label (label = class name), or Label Studio's JSON export (`.json`) of tasks `query --format label-studio` wrote. Checked whole; one bad row changes nothing.
+    /// Answers: a CSV (or TSV) with columns id,label (label = class name), or any Label Studio export with choices (JSON, JSON_MIN, CSV, TSV) of tasks `query --format label-studio` wrote, matched by their alkit_id. Checked whole; one bad row changes nothing; an answer an item already has is skipped and counted.
     #[arg(long)]
     labels: PathBuf,
 }
@@ -149,6 +149,39 @@ pub struct LabelArgs {
     #[arg(long, default_value_t = 0)]
     port: u16,
     /// Allow --host to be an address other machines can reach.
+    #[arg(long)]
+    allow_remote: bool,
+}
+
+#[derive(clap::Args)]
+pub struct BackendArgs {
+    /// Session folder (from `alkit init`).
+    #[arg(long)]
+    state: PathBuf,
+    /// Scorer ordering the pool: any of `alkit scorers` that scores items one at a time (not batchbald, badge, coreset, typiclust or probcover, which choose a batch jointly).
+    #[arg(long, default_value = "entropy")]
+    scorer: StrategyKind,
+    #[command(flatten)]
+    scorer_flags: ScorerFlags,
+    /// Read the pool from its source a chunk at a time instead of decoding it into memory.
+    #[arg(long)]
+    stream: bool,
+    /// Retrain after this many new labels (Label Studio's "Start Training" retrains at once).
+    #[arg(long, default_value_t = 20)]
+    retrain_every: usize,
+    /// Top-ranked items recorded as pending in the session after each retraining (`alkit status`).
+    #[arg(long, default_value_t = 20)]
+    n: usize,
+    /// Rank a seeded random M of the unlabeled items each round instead of all of them (the others get no prediction score order).
+    #[arg(long, value_name = "M")]
+    subsample: Option<usize>,
+    /// Address to listen on. Another than the loopback address needs --allow-remote.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port (Label Studio's ML backends use 9090 by convention).
+    #[arg(long, default_value_t = 9090)]
+    port: u16,
+    /// Allow --host to be an address other machines can reach (they still need the secret).
     #[arg(long)]
     allow_remote: bool,
 }
@@ -241,18 +274,28 @@ pub fn teach(a: TeachArgs, quiet: bool) -> Result<()> {
     let opened = open(&a.state, a.stream, &mut bars);
     bars.finish();
     let (_held, mut learner) = opened?;
-    let (n, unanswered) = alkit::label_studio::teach_file(&mut learner, &a.labels)?;
+    let t = alkit::label_studio::teach_file(&mut learner, &a.labels)?;
     learner.save(&a.state)?;
     let st = learner.state();
     let mut so = std::io::stdout().lock();
     write!(
         so,
-        "taught {n} labels: {} labeled, {} pending",
+        "taught {} labels from {} ({}): {} labeled, {} pending",
+        t.taught.taught,
+        a.labels.display(),
+        t.format.name(),
         st.labeled.len(),
         st.pending.len()
     )?;
-    if unanswered > 0 {
-        write!(so, " ({unanswered} tasks of the export had no answer)")?;
+    if t.taught.repeated > 0 {
+        write!(
+            so,
+            "; {} answers repeat a label already taught",
+            t.taught.repeated
+        )?;
+    }
+    if t.unanswered > 0 {
+        write!(so, "; {} tasks of the export had no answer", t.unanswered)?;
     }
     writeln!(so)?;
     Ok(())
@@ -331,6 +374,94 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
         server.url()
     )?;
     server.run()?;
+    Ok(())
+}
+
+pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Result<()> {
+    use alkit::serve::backend::{BackendEvent, BackendSettings, LabelStudioBackend};
+    if !a.host.is_loopback() && !a.allow_remote {
+        bail!(
+            "--host {}: other machines could reach the backend; pass --allow-remote to mean it",
+            a.host
+        );
+    }
+    let mut bars = Bars::new(quiet, 0);
+    let opened = open(&a.state, a.stream, &mut bars);
+    bars.finish();
+    let (held, learner) = opened?;
+    let settings = ScorerSettings {
+        members: learner.state().config.ensemble.is_some(),
+        ..a.scorer_flags.settings()?
+    };
+    let request = QueryRequest {
+        strategy: a.scorer.strategy(&settings)?,
+        n: a.n,
+        include_pending: true,
+        subsample: a.subsample,
+    };
+    let settings = BackendSettings {
+        host: a.host,
+        port: a.port,
+        request,
+        retrain_every: a.retrain_every,
+        device: device.clone(),
+        limits: BackendSettings::limits(),
+    };
+    let events: alkit::serve::backend::BackendEvents = Arc::new(|e: &BackendEvent<'_>| {
+        let mut se = std::io::stderr().lock();
+        let _ = match e {
+            BackendEvent::Taught {
+                task,
+                id,
+                label,
+                repeated: false,
+                labeled,
+            } => writeln!(se, "task {task}: {id} = {label} ({labeled} labeled)"),
+            BackendEvent::Taught {
+                task, id, label, ..
+            } => writeln!(se, "task {task}: {id} = {label} (already taught)"),
+            BackendEvent::Queued { task, waiting } => writeln!(
+                se,
+                "task {task}: saved, taught when the training ends ({waiting} waiting)"
+            ),
+            BackendEvent::Refused { problem } => writeln!(se, "refused: {problem}"),
+            BackendEvent::RoundStarted { round, labeled } => {
+                writeln!(se, "round {round}: training on {labeled} labels")
+            }
+            BackendEvent::RoundFinished {
+                round,
+                ranked,
+                test_acc,
+            } => match test_acc {
+                Some(acc) => writeln!(
+                    se,
+                    "round {round}: the new model ranks {ranked} items (test accuracy {:.2}%)",
+                    100.0 * acc
+                ),
+                None => writeln!(se, "round {round}: the new model ranks {ranked} items"),
+            },
+            BackendEvent::Failed { problem } => writeln!(se, "error: {problem}"),
+            BackendEvent::Predicted {
+                tasks,
+                predicted,
+                seconds,
+            } => writeln!(
+                se,
+                "predicted {predicted} of {tasks} tasks in {:.1} ms",
+                seconds * 1e3
+            ),
+        };
+    });
+    let backend = LabelStudioBackend::bind(&a.state, held, learner, settings, events)?;
+    writeln!(
+        std::io::stdout().lock(),
+        "Label Studio ML backend for {}\n  model URL: {}\n  (or Basic authentication with the secret in {} as password)\n  model version: {}\nstop with Ctrl-C; every answer is saved as it arrives",
+        a.state.display(),
+        backend.url(),
+        a.state.join(alkit::serve::backend::SECRET_FILE).display(),
+        backend.model_version(),
+    )?;
+    backend.run()?;
     Ok(())
 }
 

@@ -48,6 +48,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("query", "--query"),
     ("repeats", "--repeats"),
     ("resume", "--resume"),
+    ("retrain_every", "--retrain-every"),
     ("save_scores", "--save-scores"),
     ("scorer", "--scorer"),
     ("scores", "--scores"),

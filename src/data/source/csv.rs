@@ -66,8 +66,18 @@ pub(crate) fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<CsvRow>)> {
 
 /// [`read_csv`] over bytes in memory (`path` names them in errors).
 pub(crate) fn read_csv_from(path: &Path, bytes: &[u8]) -> Result<(Vec<String>, Vec<CsvRow>)> {
+    read_delimited(path, bytes, b',')
+}
+
+/// [`read_csv_from`] with another field delimiter (`b'\t'` for TSV).
+pub(crate) fn read_delimited(
+    path: &Path,
+    bytes: &[u8],
+    delimiter: u8,
+) -> Result<(Vec<String>, Vec<CsvRow>)> {
     let mut rd = csv::ReaderBuilder::new()
         .has_headers(false)
+        .delimiter(delimiter)
         .flexible(true)
         .trim(csv::Trim::All)
         .from_reader(bytes);
@@ -94,7 +104,13 @@ pub(crate) fn read_csv_from(path: &Path, bytes: &[u8]) -> Result<(Vec<String>, V
     for rec in rd.records() {
         let rec = rec.map_err(|e| {
             let line = e.position().map_or(0, line_of);
-            bad(line, format!("unreadable CSV: {e}"))
+            bad(
+                line,
+                format!(
+                    "unreadable {}: {e}",
+                    if delimiter == b'\t' { "TSV" } else { "CSV" }
+                ),
+            )
         })?;
         if rec.iter().all(str::is_empty) {
             continue;

@@ -30,8 +30,8 @@ mod parquet;
 mod parquet_check;
 mod safetensors;
 
-pub(crate) use self::csv::read_csv;
 pub use self::csv::read_indices;
+pub(crate) use self::csv::{read_csv, read_delimited};
 
 use crate::data::dataset::Splits;
 use crate::data::image::Preprocess;

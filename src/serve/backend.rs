@@ -1,0 +1,900 @@
+//! A Label Studio ML backend over a session folder: the server a Label Studio project's
+//! "Model" connection talks to (the protocol of `label-studio-ml-backend`).
+//!
+//! - `GET /health` (and `GET /`): `{"status": "UP", ...}`.
+//! - `POST /setup`: the session's [`model_version`], the same for every model, so that a
+//!   project set once to show it keeps showing every round's predictions.
+//! - `POST /predict`: for each task Label Studio sends, the last model's most probable class
+//!   as a pre-annotation and, as the prediction's `score`, the model's confidence made to rise
+//!   along alkit's order over the whole pool ([`ordered_confidence`]), so that Label Studio's
+//!   uncertainty sampling (lowest score first) serves items in alkit's order. A task is an
+//!   item by its `alkit_id` (tasks alkit wrote) or by the path or URL of its image (tasks
+//!   imported from the pool's folder); any other task gets an `error` instead of a
+//!   prediction, which Label Studio logs and skips.
+//! - `POST /webhook`: on `ANNOTATION_CREATED` and `ANNOTATION_UPDATED`, the annotation's
+//!   single choice is taught through the session's checks (an answer the item already has
+//!   is a no-op, another label for a labeled item is refused); once `retrain_every` new
+//!   labels arrived, or on `START_TRAINING` (and the legacy `POST /train`), the model
+//!   retrains on a background thread and ranks the pool again. Answers arriving while it
+//!   trains wait in `DIR/label-studio-queue.json` (written atomically before the reply) and
+//!   are taught when it is done, or when the backend next starts.
+//!
+//! Every request must carry the session's secret ([`secret`], kept in the session folder so
+//! that Label Studio's saved connection outlives a restart): as the first path segment (the
+//! connection URL `http://HOST:PORT/SECRET`, which Label Studio's webhook inherits) or as
+//! the password of Basic authentication. It binds loopback unless told otherwise, holds the
+//! session's lock for its life, and saves every answer before replying.
+
+use super::conn::{self, Limits};
+use super::guard;
+use super::http::{self, Reply};
+use crate::data::source::Source;
+use crate::error::{Error, Result};
+use crate::label_studio::{model_version, ordered_confidence, short, FROM_NAME};
+use crate::observe::Silent;
+use crate::session::{Answer, Learner, PoolItems, QueryRequest, SessionLock, SessionState};
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+/// The file in a session folder holding the backend's secret.
+pub const SECRET_FILE: &str = "label-studio-secret";
+
+/// The file in a session folder holding answers that arrived while the model trained.
+pub const QUEUE_FILE: &str = "label-studio-queue.json";
+
+/// The largest request body read: a predict request for a thousand tasks whose images are
+/// inline data URIs of tens of KB each.
+pub const MAX_REQUEST: usize = 64 << 20;
+
+/// How the backend listens and when it retrains.
+#[derive(Clone)]
+pub struct BackendSettings {
+    /// Address to bind.
+    pub host: IpAddr,
+    /// Port (Label Studio's examples use 9090); 0 picks a free one.
+    pub port: u16,
+    /// How the pool is ranked (a strategy that scores items one at a time) and how many of
+    /// the top items are recorded as pending (`n`).
+    pub request: QueryRequest,
+    /// New labels that start a retraining (at least 1).
+    pub retrain_every: usize,
+    /// Where training and scoring run.
+    pub device: Device,
+    /// Connection bounds; [`BackendSettings::limits`] gives the backend's defaults.
+    pub limits: Limits,
+}
+
+impl BackendSettings {
+    /// The connection bounds of a backend: Label Studio waits up to 100 s for a prediction
+    /// and sends tasks with their data, so requests may take a minute and be large.
+    pub fn limits() -> Limits {
+        Limits {
+            request_timeout: std::time::Duration::from_secs(60),
+            send_timeout: std::time::Duration::from_secs(120),
+            max_connections: 32,
+            ..Limits::default()
+        }
+    }
+}
+
+/// What the backend reports as it goes (the binary prints these).
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendEvent<'a> {
+    /// An answer was taught (`repeated`: the item already had that label).
+    Taught {
+        /// Label Studio's task.
+        task: u64,
+        /// The item.
+        id: &'a str,
+        /// Its class.
+        label: &'a str,
+        /// Whether it only repeated a label the item had.
+        repeated: bool,
+        /// Labeled items now.
+        labeled: usize,
+    },
+    /// An answer waits for the training to end.
+    Queued {
+        /// Label Studio's task.
+        task: u64,
+        /// Answers waiting.
+        waiting: usize,
+    },
+    /// A request or answer was refused.
+    Refused {
+        /// What and why.
+        problem: &'a str,
+    },
+    /// Retraining began.
+    RoundStarted {
+        /// The round.
+        round: usize,
+        /// Labels it trains on.
+        labeled: usize,
+    },
+    /// A new model ranks the pool; predictions now come from it.
+    RoundFinished {
+        /// The round.
+        round: usize,
+        /// Items ranked.
+        ranked: usize,
+        /// Test accuracy, when the pool has a test split.
+        test_acc: Option<f64>,
+    },
+    /// Retraining failed; the previous model keeps predicting.
+    Failed {
+        /// What went wrong.
+        problem: &'a str,
+    },
+    /// A predict request was answered.
+    Predicted {
+        /// Tasks asked for.
+        tasks: usize,
+        /// Tasks given a prediction.
+        predicted: usize,
+        /// Seconds it took.
+        seconds: f64,
+    },
+}
+
+/// Receives [`BackendEvent`]s from request threads and the training thread.
+pub type BackendEvents = Arc<dyn Fn(&BackendEvent<'_>) + Send + Sync>;
+
+/// The session's backend secret: read from `DIR/label-studio-secret`, or made (128 random
+/// bits) and written there with owner-only permissions on first use.
+pub fn secret(dir: &Path) -> Result<String> {
+    let path = dir.join(SECRET_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(s) => {
+            let s = s.trim().to_string();
+            if s.len() < 16 || !s.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return Err(Error::state(
+                    &path,
+                    "not a backend secret (at least 16 letters or digits); delete it to make \
+                     a new one",
+                ));
+            }
+            Ok(s)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let s = http::new_token()?;
+            crate::fsutil::write_atomic(&path, format!("{s}\n").as_bytes())?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| Error::io(&path, e))?;
+            }
+            Ok(s)
+        }
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// An answer waiting in the queue file.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Queued {
+    task: u64,
+    id: String,
+    label: String,
+}
+
+impl Queued {
+    fn answer(&self) -> Answer {
+        Answer::new(1, self.id.clone(), self.label.clone())
+    }
+}
+
+/// The model's view of one pool item.
+#[derive(Clone, Copy)]
+struct View {
+    /// Its most probable class.
+    class: usize,
+    /// That class's probability.
+    prob: f32,
+    /// The prediction's `score` (see [`ordered_confidence`]).
+    score: f64,
+    /// Its rank from 1 among the ranked candidates (`None`: labeled).
+    rank: Option<usize>,
+    /// Its acquisition score, when the strategy scores items.
+    acquisition: Option<f32>,
+}
+
+/// The last model and its view of every pool item.
+struct Model {
+    round: usize,
+    items: Vec<View>,
+}
+
+struct Inner {
+    /// `None` while the training thread holds it.
+    learner: Option<Learner>,
+    state: SessionState,
+    model: Option<Model>,
+    /// Labels taught since the last training started.
+    since: usize,
+    /// A retraining was asked for while one ran.
+    again: bool,
+    /// Answers waiting for the training to end.
+    queue: Vec<Queued>,
+    error: Option<String>,
+}
+
+struct App {
+    dir: PathBuf,
+    items: PoolItems,
+    folder: Option<PathBuf>,
+    secret: String,
+    hosts: Option<Vec<String>>,
+    version: String,
+    request: QueryRequest,
+    retrain_every: usize,
+    device: Device,
+    events: BackendEvents,
+    inner: Mutex<Inner>,
+    _lock: SessionLock,
+}
+
+/// A Label Studio ML backend bound to its port (see the module docs).
+pub struct LabelStudioBackend {
+    listener: TcpListener,
+    limits: Limits,
+    stop: Arc<AtomicBool>,
+    app: Arc<App>,
+    addr: SocketAddr,
+}
+
+impl LabelStudioBackend {
+    /// Binds the backend for the session in `dir` (held by `lock`, loaded as `learner`),
+    /// teaching first any answers left queued by a backend that stopped while training.
+    pub fn bind(
+        dir: &Path,
+        lock: SessionLock,
+        mut learner: Learner,
+        settings: BackendSettings,
+        events: BackendEvents,
+    ) -> Result<LabelStudioBackend> {
+        settings.limits.check()?;
+        if settings.retrain_every == 0 {
+            return Err(Error::config(
+                "retrain_every",
+                "0 new labels: retraining needs at least one",
+            ));
+        }
+        if matches!(
+            settings.request.strategy.pick(),
+            crate::round::Pick::Batch(_)
+        ) {
+            return Err(Error::config(
+                "strategy",
+                format!(
+                    "`{}` chooses a batch jointly and ranks no single item; the backend \
+                     orders the whole pool, so it needs a scorer (entropy, bald, ...)",
+                    settings.request.strategy.name()
+                ),
+            ));
+        }
+        let secret = secret(dir)?;
+        let queue_path = dir.join(QUEUE_FILE);
+        if queue_path.exists() {
+            let queued: Vec<Queued> = crate::fsutil::read_json(&queue_path)?;
+            let answers: Vec<Answer> = queued.iter().map(Queued::answer).collect();
+            learner.teach_file_answers(&answers, &queue_path)?;
+            learner.save_state(dir)?;
+            std::fs::remove_file(&queue_path).map_err(|e| Error::io(&queue_path, e))?;
+        }
+        let cannot = |e: std::io::Error| {
+            Error::config(
+                "port",
+                format!("cannot listen on {}:{}: {e}", settings.host, settings.port),
+            )
+        };
+        let listener =
+            TcpListener::bind(SocketAddr::new(settings.host, settings.port)).map_err(cannot)?;
+        let addr = listener.local_addr().map_err(cannot)?;
+        let port = addr.port();
+        let hosts = settings.host.is_loopback().then(|| {
+            vec![
+                format!("127.0.0.1:{port}"),
+                format!("localhost:{port}"),
+                format!("[::1]:{port}"),
+            ]
+        });
+        let state = learner.state().clone();
+        let folder = match Source::parse(&state.source) {
+            Ok(Source::Images(d)) => Some(d),
+            _ => None,
+        };
+        let app = App {
+            dir: dir.to_path_buf(),
+            items: learner.shared_items(),
+            folder,
+            secret,
+            hosts,
+            version: model_version(&state),
+            request: settings.request,
+            retrain_every: settings.retrain_every,
+            device: settings.device,
+            events,
+            inner: Mutex::new(Inner {
+                learner: Some(learner),
+                state,
+                model: None,
+                since: 0,
+                again: false,
+                queue: Vec::new(),
+                error: None,
+            }),
+            _lock: lock,
+        };
+        Ok(LabelStudioBackend {
+            listener,
+            limits: settings.limits,
+            stop: Arc::new(AtomicBool::new(false)),
+            app: Arc::new(app),
+            addr,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL to enter as the model's URL in Label Studio, secret included.
+    pub fn url(&self) -> String {
+        let ip = self.addr.ip();
+        let shown = if ip.is_unspecified() || ip.is_loopback() {
+            "127.0.0.1".to_string()
+        } else if ip.is_ipv6() {
+            format!("[{ip}]")
+        } else {
+            ip.to_string()
+        };
+        format!("http://{shown}:{}/{}", self.addr.port(), self.app.secret)
+    }
+
+    /// The secret (Basic authentication's password, or the URL's first segment).
+    pub fn secret(&self) -> &str {
+        &self.app.secret
+    }
+
+    /// The `model_version` of its predictions.
+    pub fn model_version(&self) -> &str {
+        &self.app.version
+    }
+
+    /// What stops [`LabelStudioBackend::run`] from another thread.
+    pub fn stopper(&self) -> super::Stopper {
+        super::Stopper {
+            stop: Arc::clone(&self.stop),
+            addr: self.addr,
+        }
+    }
+
+    /// Serves until stopped. A session with labels trains its first model at once, in the
+    /// background; until it is ready, predictions are answered with an error per task.
+    pub fn run(self) -> Result<()> {
+        {
+            let mut inner = guard(&self.app.inner);
+            if !inner.state.labeled.is_empty() {
+                self.app.start_round(&mut inner);
+            }
+        }
+        let app = Arc::clone(&self.app);
+        let handler: Arc<conn::Handler> =
+            Arc::new(move |req: &mut http::Request<'_>| app.route(req));
+        conn::serve(&self.listener, &self.limits, &self.stop, &handler).map_err(|e| Error::Io {
+            path: PathBuf::from(format!("http://{}", self.addr)),
+            cause: e,
+        })
+    }
+}
+
+/// The `name` and `toName` of the first `Choices` tag of a labeling configuration.
+fn choices_tag(config: &str) -> Option<(String, String)> {
+    let at = config.find("<Choices")?;
+    let tag = &config[at..];
+    let tag = &tag[..tag.find('>')?];
+    let attr = |name: &str| {
+        let k = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        let v = &tag[k..];
+        Some(v[..v.find('"')?].to_string())
+    };
+    Some((attr("name")?, attr("toName")?))
+}
+
+impl App {
+    fn route(self: &Arc<Self>, req: &mut http::Request<'_>) -> Reply {
+        if let Some(hosts) = &self.hosts {
+            let host = http::header(req, "Host").unwrap_or("");
+            if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+                return Reply::error(421, format!("unexpected Host `{host}`"));
+            }
+        }
+        let url = req.url().to_string();
+        let (path, _) = http::split_url(&url);
+        // The secret as the first segment, or as Basic authentication's password.
+        let prefix = format!("/{}", self.secret);
+        let route = match path.strip_prefix(&prefix) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => Some(rest),
+            _ => None,
+        };
+        let route = match route {
+            Some(r) => r,
+            None if http::basic_password(req)
+                .is_some_and(|p| http::same_token(&p, &self.secret)) =>
+            {
+                path
+            }
+            None => {
+                return Reply::error(
+                    401,
+                    "missing or wrong secret: use the URL alkit printed, or Basic \
+                     authentication with the secret as password",
+                )
+            }
+        };
+        let route = route.trim_end_matches('/');
+        let get = matches!(req.method(), "GET" | "HEAD");
+        let post = req.method() == "POST";
+        match route {
+            "" | "/health" if get => self.health(),
+            "/versions" if get => Reply::json(200, &json!({ "versions": [self.version] })),
+            "/setup" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
+                Ok(_) => Reply::json(200, &json!({ "model_version": self.version })),
+                Err(e) => e,
+            },
+            "/predict" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
+                Ok(b) => self.predict(&b),
+                Err(e) => e,
+            },
+            "/webhook" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
+                Ok(b) => self.webhook(&b),
+                Err(e) => e,
+            },
+            "/train" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
+                Ok(b) => self.train(&b),
+                Err(e) => e,
+            },
+            "" | "/health" | "/versions" | "/setup" | "/predict" | "/webhook" | "/train" => {
+                Reply::error(405, "method not allowed")
+            }
+            _ => Reply::error(404, "no such endpoint"),
+        }
+    }
+
+    fn health(&self) -> Reply {
+        let inner = guard(&self.inner);
+        Reply::json(
+            200,
+            &json!({
+                "status": "UP",
+                "model_class": "alkit",
+                "model_version": self.version,
+                "round": inner.model.as_ref().map(|m| m.round),
+                "training": inner.learner.is_none(),
+                "labeled": inner.state.labeled.len(),
+                "queued": inner.queue.len(),
+                "error": inner.error,
+            }),
+        )
+    }
+
+    fn refuse(&self, status: u16, problem: String) -> Reply {
+        (self.events)(&BackendEvent::Refused { problem: &problem });
+        Reply::error(status, problem)
+    }
+
+    /// The pool item of a task: its `data.alkit_id`, or the pool image its data's URL or
+    /// path names.
+    fn item_of(&self, task: &Value) -> std::result::Result<usize, String> {
+        let tid = task.get("id").and_then(Value::as_u64);
+        let name = tid.map_or("a task".to_string(), |t| format!("task {t}"));
+        let Some(data) = task.get("data").and_then(Value::as_object) else {
+            return Err(format!("{name} has no `data` object"));
+        };
+        if let Some(v) = data.get("alkit_id") {
+            let Some(id) = v.as_str() else {
+                return Err(format!("{name}: `data.alkit_id` is not a string"));
+            };
+            return self
+                .items
+                .position(id)
+                .ok_or_else(|| format!("{name}: `{id}` is not an item of the session's pool"));
+        }
+        if self.folder.is_none() {
+            return Err(format!(
+                "{name} has no `data.alkit_id`, and the pool is not an image folder whose \
+                 paths could name it"
+            ));
+        }
+        let mut urls = data.values().filter_map(Value::as_str);
+        let found = urls.find_map(|u| self.image_item(u));
+        found.ok_or_else(|| {
+            format!("{name} has no `data.alkit_id` and no image path of the pool's folder")
+        })
+    }
+
+    /// The pool image a URL or path names: the longest ending of its path (or of its `d=`
+    /// parameter, as Label Studio's local-files URLs carry it) at a `/` that is a pool id.
+    fn image_item(&self, url: &str) -> Option<usize> {
+        let (path, query) = http::split_url(url);
+        let mut candidates = vec![http::percent_decode(path).unwrap_or_else(|| path.into())];
+        if let Some(d) = http::query_param(query, "d") {
+            candidates.insert(0, d);
+        }
+        candidates.iter().find_map(|p| {
+            let p = p.replace('\\', "/");
+            let starts: Vec<usize> = std::iter::once(0)
+                .chain(p.match_indices('/').map(|(k, _)| k + 1))
+                .collect();
+            starts
+                .into_iter()
+                .find_map(|k| self.items.position(&p[k..]))
+        })
+    }
+
+    fn predict(&self, body: &Value) -> Reply {
+        let started = std::time::Instant::now();
+        let Some(tasks) = body.get("tasks").and_then(Value::as_array) else {
+            return self.refuse(400, "a predict request without a `tasks` list".into());
+        };
+        let (from, to) = match body.get("label_config").and_then(Value::as_str) {
+            Some(c) => match choices_tag(c) {
+                Some(t) => t,
+                None => {
+                    return self.refuse(
+                        400,
+                        "the project's labeling configuration has no `Choices` tag".into(),
+                    )
+                }
+            },
+            None => (
+                FROM_NAME.to_string(),
+                crate::label_studio::object_name(self.items.item_shape()).to_string(),
+            ),
+        };
+        let inner = guard(&self.inner);
+        let mut predicted = 0;
+        let results: Vec<Value> = tasks
+            .iter()
+            .map(|t| {
+                let i = match self.item_of(t) {
+                    Ok(i) => i,
+                    Err(e) => return json!({ "error": e }),
+                };
+                let Some(model) = &inner.model else {
+                    return json!({
+                        "error": "no model yet: alkit predicts once it has trained on the \
+                                  session's labels"
+                    });
+                };
+                let View {
+                    class,
+                    prob,
+                    score,
+                    rank,
+                    acquisition,
+                } = model.items[i];
+                predicted += 1;
+                json!({
+                    "model_version": self.version,
+                    "score": score,
+                    "result": [{
+                        "from_name": from,
+                        "to_name": to,
+                        "type": "choices",
+                        "value": { "choices": [inner.state.classes[class]] },
+                        "score": short(prob),
+                        "meta": {
+                            "alkit_round": model.round,
+                            "alkit_rank": rank,
+                            "alkit_score": acquisition.map(short),
+                        },
+                    }],
+                })
+            })
+            .collect();
+        drop(inner);
+        (self.events)(&BackendEvent::Predicted {
+            tasks: tasks.len(),
+            predicted,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+        Reply::json(
+            200,
+            &json!({ "results": results, "model_version": self.version }),
+        )
+    }
+
+    /// The single choice of an annotation, `None` when it has none (cancelled, or results
+    /// of other kinds).
+    fn choice_of(annotation: &Value) -> std::result::Result<Option<String>, String> {
+        if annotation.get("was_cancelled").and_then(Value::as_bool) == Some(true) {
+            return Ok(None);
+        }
+        let Some(results) = annotation.get("result").and_then(Value::as_array) else {
+            return Err("an annotation without a `result` list".into());
+        };
+        let mut chosen: Vec<&str> = Vec::new();
+        for r in results {
+            if r.get("type").and_then(Value::as_str) != Some("choices") {
+                continue;
+            }
+            let Some(list) = r.pointer("/value/choices").and_then(Value::as_array) else {
+                return Err("a `choices` result without a `value.choices` list".into());
+            };
+            for c in list {
+                chosen.push(c.as_str().ok_or("a choice is not a string")?);
+            }
+        }
+        match chosen.as_slice() {
+            [] => Ok(None),
+            [c] => Ok(Some(c.to_string())),
+            many => Err(format!(
+                "one annotation chose {many:?}; alkit takes one class per item"
+            )),
+        }
+    }
+
+    fn webhook(self: &Arc<Self>, body: &Value) -> Reply {
+        let action = body.get("action").and_then(Value::as_str).unwrap_or("");
+        match action {
+            "ANNOTATION_CREATED" | "ANNOTATION_UPDATED" => {
+                let (Some(task), Some(annotation)) = (body.get("task"), body.get("annotation"))
+                else {
+                    return self.refuse(400, format!("{action} without `task` and `annotation`"));
+                };
+                self.answer(task, annotation)
+            }
+            "START_TRAINING" => self.train_now(),
+            // Other events (tasks imported, projects updated, annotations deleted) change
+            // nothing alkit holds: a deleted answer stays taught until taken back by hand.
+            _ => Reply::json(200, &json!({ "status": "ignored", "action": action })),
+        }
+    }
+
+    /// The legacy train endpoint: every annotated task of the project, then a retraining.
+    fn train(self: &Arc<Self>, body: &Value) -> Reply {
+        if let Some(tasks) = body.get("annotations").and_then(Value::as_array) {
+            for t in tasks {
+                let anns = t.get("annotations").and_then(Value::as_array);
+                for a in anns.into_iter().flatten() {
+                    let r = self.answer(t, a);
+                    if r.status >= 400 {
+                        return r;
+                    }
+                }
+            }
+        }
+        self.train_now()
+    }
+
+    fn train_now(self: &Arc<Self>) -> Reply {
+        let mut inner = guard(&self.inner);
+        if inner.learner.is_none() {
+            inner.again = true;
+        } else {
+            self.start_round(&mut inner);
+        }
+        Reply::json(200, &json!({ "status": "ok", "job": "alkit" }))
+    }
+
+    fn answer(self: &Arc<Self>, task: &Value, annotation: &Value) -> Reply {
+        let tid = task.get("id").and_then(Value::as_u64).unwrap_or(0);
+        let i = match self.item_of(task) {
+            Ok(i) => i,
+            Err(e) => return self.refuse(422, e),
+        };
+        let label = match Self::choice_of(annotation) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Reply::json(200, &json!({ "status": "no choice" })),
+            Err(e) => return self.refuse(422, format!("task {tid}: {e}")),
+        };
+        let id = self.items.ids()[i].clone();
+        let mut inner = guard(&self.inner);
+        let inner = &mut *inner;
+        if !inner.state.classes.contains(&label) {
+            return self.refuse(
+                422,
+                format!(
+                    "task {tid}: `{label}` is not one of the classes {:?}",
+                    inner.state.classes
+                ),
+            );
+        }
+        if let Some(l) = inner.state.labeled.iter().find(|l| l.id == id) {
+            if l.label != label {
+                let m = format!(
+                    "task {tid}: `{id}` is already labeled `{}` (round {}); this annotation \
+                     says `{label}`",
+                    l.label, l.round
+                );
+                return self.refuse(409, m);
+            }
+            (self.events)(&BackendEvent::Taught {
+                task: tid,
+                id: &id,
+                label: &label,
+                repeated: true,
+                labeled: inner.state.labeled.len(),
+            });
+            return Reply::json(200, &json!({ "status": "repeated" }));
+        }
+        let Some(learner) = inner.learner.as_mut() else {
+            // Training: checked against the state as saved, taught when it is done.
+            if let Some(q) = inner.queue.iter().find(|q| q.id == id) {
+                if q.label != label {
+                    let m = format!(
+                        "task {tid}: `{id}` waits to be taught `{}`; this annotation says \
+                         `{label}`",
+                        q.label
+                    );
+                    return self.refuse(409, m);
+                }
+                return Reply::json(200, &json!({ "status": "queued" }));
+            }
+            inner.queue.push(Queued {
+                task: tid,
+                id,
+                label,
+            });
+            if let Err(e) = crate::fsutil::write_json(&self.dir.join(QUEUE_FILE), &inner.queue) {
+                inner.queue.pop();
+                return self.refuse(500, format!("the answer was not saved: {e}"));
+            }
+            (self.events)(&BackendEvent::Queued {
+                task: tid,
+                waiting: inner.queue.len(),
+            });
+            return Reply::json(200, &json!({ "status": "queued" }));
+        };
+        let origin = PathBuf::from(format!("Label Studio task {tid}"));
+        let answer = Answer::new(1, id.clone(), label.clone());
+        let undo = match learner.teach_one(&answer, &origin) {
+            Ok(u) => u,
+            Err(e) => return self.refuse(409, e.to_string()),
+        };
+        if let Err(e) = learner.save_state(&self.dir) {
+            // Not saved, so not taken (a label of round 0 cannot be taken back: it is
+            // written with the next save).
+            let _ = learner.undo(undo);
+            return self.refuse(500, format!("the answer was not saved: {e}"));
+        }
+        inner.state = learner.state().clone();
+        inner.since += 1;
+        (self.events)(&BackendEvent::Taught {
+            task: tid,
+            id: &id,
+            label: &label,
+            repeated: false,
+            labeled: inner.state.labeled.len(),
+        });
+        if inner.since >= self.retrain_every {
+            self.start_round(inner);
+        }
+        Reply::json(200, &json!({ "status": "ok" }))
+    }
+
+    fn start_round(self: &Arc<Self>, inner: &mut Inner) {
+        let Some(learner) = inner.learner.take() else {
+            inner.again = true;
+            return;
+        };
+        if learner.state().labeled.is_empty() || learner.candidates(true).is_empty() {
+            inner.learner = Some(learner);
+            return;
+        }
+        inner.since = 0;
+        inner.again = false;
+        (self.events)(&BackendEvent::RoundStarted {
+            round: learner.state().rounds.len() + 1,
+            labeled: learner.state().labeled.len(),
+        });
+        let app = Arc::clone(self);
+        std::thread::spawn(move || app.run_round(learner));
+    }
+
+    fn run_round(self: Arc<Self>, mut learner: Learner) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let ranked = learner.rank(&self.request, &self.device, &mut Silent)?;
+            let all: Vec<usize> = (0..self.items.ids().len()).collect();
+            let Some(pred) = learner.predicted(&all, &self.device)? else {
+                return Err(Error::config(
+                    "strategy",
+                    "the round trained no model to predict with",
+                ));
+            };
+            learner.save(&self.dir)?;
+            let conf: Vec<f32> = ranked.iter().map(|q| pred[q.index].1).collect();
+            let scores = ordered_confidence(&conf);
+            let mut items: Vec<View> = pred
+                .iter()
+                .map(|&(class, prob)| View {
+                    class,
+                    prob,
+                    score: f64::from(prob),
+                    rank: None,
+                    acquisition: None,
+                })
+                .collect();
+            for (k, (q, s)) in ranked.iter().zip(scores).enumerate() {
+                let v = &mut items[q.index];
+                v.score = s;
+                v.rank = Some(k + 1);
+                v.acquisition = q.score;
+            }
+            Ok::<_, Error>((ranked.len(), items))
+        }));
+        let mut inner = guard(&self.inner);
+        let inner = &mut *inner;
+        match result {
+            Ok(Ok((ranked, items))) => {
+                let r = learner.state().rounds.last();
+                let round = r.map_or(0, |r| r.round);
+                (self.events)(&BackendEvent::RoundFinished {
+                    round,
+                    ranked,
+                    test_acc: r.and_then(|r| r.test_acc),
+                });
+                inner.model = Some(Model { round, items });
+                inner.error = None;
+            }
+            Ok(Err(e)) => {
+                let m = e.to_string();
+                (self.events)(&BackendEvent::Failed { problem: &m });
+                inner.error = Some(m);
+            }
+            Err(_) => {
+                let m = "retraining failed inside alkit (a bug); the answers are saved".to_string();
+                (self.events)(&BackendEvent::Failed { problem: &m });
+                inner.error = Some(m);
+            }
+        }
+        // The answers that came while it trained.
+        let queue = std::mem::take(&mut inner.queue);
+        for q in &queue {
+            let origin = PathBuf::from(format!("Label Studio task {}", q.task));
+            match learner.teach_file_answers(&[q.answer()], &origin) {
+                Ok(t) => {
+                    inner.since += t.taught;
+                    (self.events)(&BackendEvent::Taught {
+                        task: q.task,
+                        id: &q.id,
+                        label: &q.label,
+                        repeated: t.repeated > 0,
+                        labeled: learner.state().labeled.len(),
+                    });
+                }
+                Err(e) => {
+                    let m = e.to_string();
+                    (self.events)(&BackendEvent::Refused { problem: &m });
+                }
+            }
+        }
+        if !queue.is_empty() {
+            match learner.save_state(&self.dir) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(self.dir.join(QUEUE_FILE));
+                }
+                Err(e) => {
+                    // The queue file stays: the next start teaches it.
+                    let m = format!("the queued answers were not saved: {e}");
+                    (self.events)(&BackendEvent::Failed { problem: &m });
+                }
+            }
+        }
+        inner.state = learner.state().clone();
+        inner.learner = Some(learner);
+        if inner.again || inner.since >= self.retrain_every {
+            self.start_round(inner);
+        }
+    }
+}
