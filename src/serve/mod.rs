@@ -1,4 +1,5 @@
-//! `alkit label`: a labeling page in the browser over a session folder.
+//! `alkit label`: a labeling page in the browser over a session folder; and, on the same
+//! connection layer, the Label Studio ML backend ([`backend`], `alkit serve-label-studio`).
 //!
 //! [`LabelServer`] serves one page and a small JSON API on a local port. The page shows the
 //! session's pending batch item by item and takes one key per class; every answer goes
