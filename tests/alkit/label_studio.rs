@@ -584,38 +584,11 @@ fn ml_backend(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut child = alkit_cmd()
-        .args([
-            "serve-label-studio",
-            "--retrain-every",
-            "5",
-            "--n",
-            "5",
-            "--port",
-            "0",
-        ])
-        .arg("--state")
-        .arg(&state)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("backend.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (mut url, mut version) = (String::new(), String::new());
-    while url.is_empty() || version.is_empty() {
-        let line = lines.next().unwrap().unwrap();
-        if let Some(u) = line.trim().strip_prefix("model URL: ") {
-            url = u.to_string();
-        }
-        if let Some(v) = line.trim().strip_prefix("model version: ") {
-            version = v.to_string();
-        }
-    }
-    let b = Backend {
-        child,
-        url,
-        version,
-    };
+    let b = start_backend(
+        &state,
+        &["--retrain-every", "5", "--n", "5"],
+        Some(&dir.join("backend.log")),
+    );
     wait_round(&b, 1);
     // The secret: without it nothing answers; as Basic authentication's password it does.
     let (root, secret) = b.url.rsplit_once('/').unwrap();
@@ -767,4 +740,140 @@ fn ml_backend(
             && log.contains(&format!("says `{wrong}`")),
         "{log}"
     );
+}
+
+/// `alkit serve-label-studio` on `state`, its URL read from what it prints.
+fn start_backend(state: &Path, extra: &[&str], log: Option<&Path>) -> Backend {
+    let stderr = match log {
+        Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+        None => Stdio::null(),
+    };
+    let mut child = alkit_cmd()
+        .args(["serve-label-studio", "--port", "0"])
+        .args(extra)
+        .arg("--state")
+        .arg(state)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut url, mut version) = (String::new(), String::new());
+    while url.is_empty() || version.is_empty() {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(u) = line.trim().strip_prefix("model URL: ") {
+            url = u.to_string();
+        }
+        if let Some(v) = line.trim().strip_prefix("model version: ") {
+            version = v.to_string();
+        }
+    }
+    Backend {
+        child,
+        url,
+        version,
+    }
+}
+
+/// What Label Studio's webhook posts for a new annotation (the fields alkit reads).
+fn created(task: u64, id: &str, choice: &str) -> Value {
+    json!({
+        "action": "ANNOTATION_CREATED",
+        "task": { "id": task, "data": { "alkit_id": id } },
+        "annotation": { "id": task, "was_cancelled": false, "result": [{
+            "from_name": "label", "to_name": "image", "type": "choices",
+            "value": { "choices": [choice] },
+        }]},
+    })
+}
+
+#[test]
+fn the_backend_loses_no_answer_to_kill_9_and_refuses_what_it_cannot_teach() {
+    // Runs without Label Studio: its requests as the protocol has them. Answers arrive
+    // while the model trains (a retraining after every label), the backend is killed at
+    // once, and a new backend on the same folder has every answer.
+    let dir = tmp("label-studio-backend-kill");
+    let state = dir.join("s");
+    let (train, _) = shipped();
+    let seeds = dir.join("seeds.csv");
+    let rows: String = (0..20)
+        .map(|i| format!("{i},{}\n", train.labels()[i]))
+        .collect();
+    std::fs::write(&seeds, format!("id,label\n{rows}")).unwrap();
+    let out = alkit_cmd()
+        .args(["init", "--pool"])
+        .arg(data_dir())
+        .args(["--steps", "3000", "--labels"])
+        .arg(&seeds)
+        .arg("--state")
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut b = start_backend(&state, &["--retrain-every", "1"], None);
+    let post = |b: &Backend, path: &str, body: &Value| -> (u16, Value) {
+        let (s, bytes) = call("POST", &format!("{}{path}", b.url), &[], Some(body));
+        (s, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    };
+    // What cannot be taught is refused and changes nothing.
+    let before = std::fs::read(state.join("session.json")).unwrap();
+    for (body, status) in [
+        (created(1, "100", "cat"), 422),
+        (created(2, "no-such-item", "3"), 422),
+        (
+            json!({ "action": "ANNOTATION_CREATED", "task": { "id": 3 } }),
+            400,
+        ),
+        (
+            created(4, "0", &((train.labels()[0] + 1) % 10).to_string()),
+            409,
+        ),
+    ] {
+        assert_eq!(post(&b, "/webhook", &body).0, status, "{body}");
+    }
+    assert_eq!(post(&b, "/predict", &json!({ "tasks": 5 })).0, 400);
+    let (s, _) = call(
+        "POST",
+        &format!("{}/webhook", b.url),
+        &[("Content-Type", "application/json")],
+        Some(&json!("not an object")),
+    );
+    assert_eq!(s, 200, "an event alkit does not act on is acknowledged");
+    assert_eq!(std::fs::read(state.join("session.json")).unwrap(), before);
+    // A seed label sent again is a no-op.
+    assert_eq!(
+        post(
+            &b,
+            "/webhook",
+            &created(6, "0", &train.labels()[0].to_string())
+        )
+        .0,
+        200
+    );
+    // Ten answers, the first of which starts a training; then kill -9.
+    let mut expected = labels_of(&state);
+    for i in 100..110usize {
+        let label = train.labels()[i].to_string();
+        let (s, v) = post(&b, "/webhook", &created(i as u64, &i.to_string(), &label));
+        assert_eq!(s, 200, "{v}");
+        expected.insert(i.to_string(), label);
+    }
+    // (3000 training steps outlast ten requests: these answers wait in the journal.)
+    let h = backend_health(&b.url);
+    assert!(
+        h["training"] == json!(true) && h["queued"].as_u64() > Some(0),
+        "{h}"
+    );
+    assert!(state.join("label-studio-queue.json").exists());
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    // Whatever was taught or queued before the kill is taught by the next start.
+    let b2 = start_backend(&state, &["--retrain-every", "1000"], None);
+    assert_eq!(labels_of(&state), expected);
+    assert!(!state.join("label-studio-queue.json").exists());
+    assert_eq!(backend_health(&b2.url)["labeled"], json!(expected.len()));
 }
