@@ -289,23 +289,7 @@ impl LabelStudioBackend {
             learner.save_state(dir)?;
             std::fs::remove_file(&queue_path).map_err(|e| Error::io(&queue_path, e))?;
         }
-        let cannot = |e: std::io::Error| {
-            Error::config(
-                "port",
-                format!("cannot listen on {}:{}: {e}", settings.host, settings.port),
-            )
-        };
-        let listener =
-            TcpListener::bind(SocketAddr::new(settings.host, settings.port)).map_err(cannot)?;
-        let addr = listener.local_addr().map_err(cannot)?;
-        let port = addr.port();
-        let hosts = settings.host.is_loopback().then(|| {
-            vec![
-                format!("127.0.0.1:{port}"),
-                format!("localhost:{port}"),
-                format!("[::1]:{port}"),
-            ]
-        });
+        let (listener, addr, hosts) = super::listen(settings.host, settings.port)?;
         let state = learner.state().clone();
         let folder = match Source::parse(&state.source) {
             Ok(Source::Images(d)) => Some(d),
@@ -412,11 +396,8 @@ fn choices_tag(config: &str) -> Option<(String, String)> {
 
 impl App {
     fn route(self: &Arc<Self>, req: &mut http::Request<'_>) -> Reply {
-        if let Some(hosts) = &self.hosts {
-            let host = http::header(req, "Host").unwrap_or("");
-            if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
-                return Reply::error(421, format!("unexpected Host `{host}`"));
-            }
+        if let Err(r) = super::host_ok(&self.hosts, req) {
+            return r;
         }
         let url = req.url().to_string();
         let (path, _) = http::split_url(&url);

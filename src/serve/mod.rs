@@ -209,6 +209,36 @@ fn ranks(state: &SessionState) -> HashMap<String, (usize, usize)> {
         .collect()
 }
 
+/// A listener on `host:port`, its address, and the `Host` header values a loopback server
+/// accepts (`None` for another address: the person chose to be reachable), so that a page
+/// of another site cannot reach it by rebinding a name to 127.0.0.1.
+fn listen(host: IpAddr, port: u16) -> Result<(TcpListener, SocketAddr, Option<Vec<String>>)> {
+    let cannot =
+        |e: std::io::Error| Error::config("port", format!("cannot listen on {host}:{port}: {e}"));
+    let listener = TcpListener::bind(SocketAddr::new(host, port)).map_err(cannot)?;
+    let addr = listener.local_addr().map_err(cannot)?;
+    let port = addr.port();
+    let hosts = host.is_loopback().then(|| {
+        vec![
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ]
+    });
+    Ok((listener, addr, hosts))
+}
+
+/// Whether a request's `Host` is one `hosts` accepts (`None`: any).
+fn host_ok(hosts: &Option<Vec<String>>, req: &http::Request<'_>) -> std::result::Result<(), Reply> {
+    if let Some(hosts) = hosts {
+        let host = http::header(req, "Host").unwrap_or("");
+        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            return Err(Reply::error(421, format!("unexpected Host `{host}`")));
+        }
+    }
+    Ok(())
+}
+
 /// The keyboard key of each class: the name itself when every name is one distinct letter
 /// or digit (digits `0`-`9` press their own key), else `1`-`9`, then `a`-`z`, and none past
 /// 35 classes (buttons only).
@@ -248,23 +278,8 @@ impl LabelServer {
     ) -> Result<LabelServer> {
         settings.limits.check()?;
         let token = http::new_token()?;
-        let cannot = |e: std::io::Error| {
-            Error::config(
-                "port",
-                format!("cannot listen on {}:{}: {e}", settings.host, settings.port),
-            )
-        };
-        let listener =
-            TcpListener::bind(SocketAddr::new(settings.host, settings.port)).map_err(cannot)?;
-        let addr = listener.local_addr().map_err(cannot)?;
+        let (listener, addr, hosts) = listen(settings.host, settings.port)?;
         let port = addr.port();
-        let hosts = settings.host.is_loopback().then(|| {
-            vec![
-                format!("127.0.0.1:{port}"),
-                format!("localhost:{port}"),
-                format!("[::1]:{port}"),
-            ]
-        });
         let shown = if settings.host.is_unspecified() || settings.host.is_loopback() {
             "127.0.0.1".to_string()
         } else {
@@ -379,11 +394,8 @@ struct Empty {}
 
 impl App {
     fn route(self: &Arc<Self>, req: &mut http::Request<'_>) -> Reply {
-        if let Some(hosts) = &self.hosts {
-            let host = http::header(req, "Host").unwrap_or("");
-            if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
-                return Reply::error(421, format!("unexpected Host `{host}`"));
-            }
+        if let Err(r) = host_ok(&self.hosts, req) {
+            return r;
         }
         let url = req.url().to_string();
         let (path, query) = http::split_url(&url);

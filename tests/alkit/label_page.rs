@@ -113,7 +113,12 @@ fn start_library(state: &Path, limits: Limits) -> Server {
 }
 
 /// `(status, body)` of a request through ureq.
-fn http(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> (u16, Vec<u8>) {
+pub(super) fn http(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, Vec<u8>) {
     let mut r = ureq::request(method, url).timeout(Duration::from_secs(120));
     for (k, v) in headers {
         r = r.set(k, v);

@@ -12,7 +12,7 @@ use super::{alkit_cmd, data_dir, shipped, tmp};
 use alkit::data::image::write_image_folder;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A Label Studio server of this test (its process group killed when dropped).
+/// A Label Studio server of this test (killed when dropped).
 struct LabelStudio {
     child: Child,
     base: String,
@@ -36,42 +36,24 @@ struct LabelStudio {
 
 impl Drop for LabelStudio {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.child.id())])
-            .status();
+        // `label-studio start` serves from its one process (no reloader child).
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-/// `(status, body)` of a request through ureq.
+/// `(status, body)` of a request with a JSON body, through the label page tests' client.
 fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&Value>) -> (u16, Vec<u8>) {
-    let mut r = ureq::request(method, url).timeout(Duration::from_secs(300));
-    for (k, v) in headers {
-        r = r.set(k, v);
-    }
-    let res = match body {
-        Some(b) => r
-            .set("Content-Type", "application/json")
-            .send_string(&b.to_string()),
-        None => r.call(),
-    };
-    let resp = match res {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {url}: {e}"),
-    };
-    let status = resp.status();
-    let mut bytes = Vec::new();
-    resp.into_reader().read_to_end(&mut bytes).unwrap();
-    (status, bytes)
+    let mut all = headers.to_vec();
+    all.push(("Content-Type", "application/json"));
+    let text = body.map(Value::to_string);
+    super::label_page::http(method, url, &all, text.as_deref())
 }
 
 impl LabelStudio {
     /// Starts `exe` on a free loopback port with its data in `dir`, offline, with a scripted
     /// user, and waits for it to answer.
     fn start(exe: &str, dir: &Path) -> LabelStudio {
-        use std::os::unix::process::CommandExt;
         let port = free_port();
         let log = std::fs::File::create(dir.join("label-studio.log")).unwrap();
         let child = std::process::Command::new(exe)
@@ -99,7 +81,6 @@ impl LabelStudio {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
-            .process_group(0)
             .spawn()
             .unwrap();
         let ls = LabelStudio {
@@ -244,6 +225,31 @@ fn run(args: &[&str], state: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// A session in `state` on the shipped subset, seeded with its first 20 items' true labels,
+/// training `steps` steps a round.
+fn init_shipped(state: &Path, dir: &Path, steps: &str) {
+    let (train, _) = shipped();
+    let seeds = dir.join("seeds.csv");
+    let rows: String = (0..20)
+        .map(|i| format!("{i},{}\n", train.labels()[i]))
+        .collect();
+    std::fs::write(&seeds, format!("id,label\n{rows}")).unwrap();
+    let out = alkit_cmd()
+        .args(["init", "--pool"])
+        .arg(data_dir())
+        .args(["--steps", steps, "--labels"])
+        .arg(&seeds)
+        .arg("--state")
+        .arg(state)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn labels_of(state: &Path) -> BTreeMap<String, String> {
     let v: Value =
         serde_json::from_slice(&std::fs::read(state.join("session.json")).unwrap()).unwrap();
@@ -319,23 +325,7 @@ fn two_rounds_in_one_label_studio_project_by_every_export_and_through_the_ml_bac
 /// export format taught back.
 fn files_round_trip(ls: &LabelStudio, dir: &Path, truth: &dyn Fn(usize) -> String) {
     let state = dir.join("s");
-    let seeds = dir.join("seeds.csv");
-    let rows: String = (0..20).map(|i| format!("{i},{}\n", truth(i))).collect();
-    std::fs::write(&seeds, format!("id,label\n{rows}")).unwrap();
-    let out = alkit_cmd()
-        .args(["init", "--pool"])
-        .arg(data_dir())
-        .args(["--steps", "60", "--labels"])
-        .arg(&seeds)
-        .arg("--state")
-        .arg(&state)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    init_shipped(&state, dir, "60");
     let seeded = labels_of(&state);
     let query = |round: usize| -> Vec<Value> {
         let out = dir.join(format!("batch{round}.json"));
@@ -795,25 +785,7 @@ fn the_backend_loses_no_answer_to_kill_9_and_refuses_what_it_cannot_teach() {
     let dir = tmp("label-studio-backend-kill");
     let state = dir.join("s");
     let (train, _) = shipped();
-    let seeds = dir.join("seeds.csv");
-    let rows: String = (0..20)
-        .map(|i| format!("{i},{}\n", train.labels()[i]))
-        .collect();
-    std::fs::write(&seeds, format!("id,label\n{rows}")).unwrap();
-    let out = alkit_cmd()
-        .args(["init", "--pool"])
-        .arg(data_dir())
-        .args(["--steps", "3000", "--labels"])
-        .arg(&seeds)
-        .arg("--state")
-        .arg(&state)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    init_shipped(&state, &dir, "3000");
     let mut b = start_backend(&state, &["--retrain-every", "1"], None);
     let post = |b: &Backend, path: &str, body: &Value| -> (u16, Value) {
         let (s, bytes) = call("POST", &format!("{}{path}", b.url), &[], Some(body));

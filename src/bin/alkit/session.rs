@@ -301,22 +301,58 @@ pub fn teach(a: TeachArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
-    if !a.host.is_loopback() && !a.allow_remote {
+/// What a server over a session starts from: `--host` checked against `--allow-remote`
+/// (`what` the server is), the session locked and loaded, and its strategy.
+struct Served {
+    held: SessionLock,
+    learner: Learner,
+    strategy: alkit::round::Strategy,
+}
+
+fn open_served(
+    state: &Path,
+    stream: bool,
+    quiet: bool,
+    (host, allow_remote): (IpAddr, bool),
+    what: &str,
+    scorer: &StrategyKind,
+    flags: &ScorerFlags,
+) -> Result<Served> {
+    if !host.is_loopback() && !allow_remote {
         bail!(
-            "--host {}: other machines could reach the page; pass --allow-remote to mean it",
-            a.host
+            "--host {host}: other machines could reach the {what}; pass --allow-remote to mean it"
         );
     }
     let mut bars = Bars::new(quiet, 0);
-    let opened = open(&a.state, a.stream, &mut bars);
+    let opened = open(state, stream, &mut bars);
     bars.finish();
     let (held, learner) = opened?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
-        ..a.scorer_flags.settings()?
+        ..flags.settings()?
     };
-    let strategy = a.scorer.strategy(&settings)?;
+    let strategy = scorer.strategy(&settings)?;
+    Ok(Served {
+        held,
+        learner,
+        strategy,
+    })
+}
+
+pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
+    let Served {
+        held,
+        learner,
+        strategy,
+    } = open_served(
+        &a.state,
+        a.stream,
+        quiet,
+        (a.host, a.allow_remote),
+        "page",
+        &a.scorer,
+        &a.scorer_flags,
+    )?;
     if a.n == 0 || a.subsample.is_some_and(|m| m < a.n) {
         return Err(alkit::Error::config(
             "n",
@@ -379,22 +415,21 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
 
 pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Result<()> {
     use alkit::serve::backend::{BackendEvent, BackendSettings, LabelStudioBackend};
-    if !a.host.is_loopback() && !a.allow_remote {
-        bail!(
-            "--host {}: other machines could reach the backend; pass --allow-remote to mean it",
-            a.host
-        );
-    }
-    let mut bars = Bars::new(quiet, 0);
-    let opened = open(&a.state, a.stream, &mut bars);
-    bars.finish();
-    let (held, learner) = opened?;
-    let settings = ScorerSettings {
-        members: learner.state().config.ensemble.is_some(),
-        ..a.scorer_flags.settings()?
-    };
+    let Served {
+        held,
+        learner,
+        strategy,
+    } = open_served(
+        &a.state,
+        a.stream,
+        quiet,
+        (a.host, a.allow_remote),
+        "backend",
+        &a.scorer,
+        &a.scorer_flags,
+    )?;
     let request = QueryRequest {
-        strategy: a.scorer.strategy(&settings)?,
+        strategy,
         n: a.n,
         include_pending: true,
         subsample: a.subsample,
