@@ -456,8 +456,9 @@ class Session:
         stream: bool = False,
     ) -> int:
         """Teaches answers, as ``alkit teach`` does: a mapping or pairs ``id -> class
-        name``, or a file (a CSV of ``id,label`` rows, or Label Studio's JSON export). All are
-        checked before any is applied. Returns how many were taught."""
+        name``, or a file (a CSV of ``id,label`` rows, or any Label Studio export with choices:
+        JSON, JSON_MIN, CSV or TSV, matched by ``alkit_id``). All are checked before any is
+        applied; an answer an item already has is skipped. Returns how many were taught."""
         if isinstance(answers, (str, os.PathLike)):
             return self._s.teach(file=os.fspath(answers), stream=stream)
         pairs = list(answers.items()) if isinstance(answers, Mapping) else list(answers)

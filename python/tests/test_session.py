@@ -95,3 +95,16 @@ def test_label_studio_batches(tmp_path):
     assert len(tasks) == 5 and (tmp_path / "tasks.xml").exists()
     with pytest.raises(alkit.SettingsError, match="out"):
         s.query(5, out=tmp_path / "s" / "session.json")
+
+
+def test_label_studio_exports_teach_by_alkit_id_and_repeats_are_skipped(tmp_path):
+    # Exports a real Label Studio 1.23.2 wrote (tests/fixtures/label-studio/1.23.2) of
+    # tasks on the shipped IDX subset, whose ids are positions.
+    root = EMBEDDINGS.parents[2]
+    fixtures = root / "tests" / "fixtures" / "label-studio" / "1.23.2"
+    s = alkit.Session.start(tmp_path / "s", root / "data", model="mlp", steps=10)
+    before = s.status()["labeled"]
+    assert s.teach(fixtures / "export.csv") == 3
+    for name in ["export.json", "export.min.json", "export.tsv"]:
+        assert s.teach(fixtures / name) == 0, name
+    assert s.status()["labeled"] == before + 3
