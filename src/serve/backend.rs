@@ -25,7 +25,7 @@
 //! the password of Basic authentication. It binds loopback unless told otherwise, holds the
 //! session's lock for its life, and saves every answer before replying.
 
-use super::conn::{self, Limits};
+use super::conn::Limits;
 use super::guard;
 use super::http::{self, Reply};
 use crate::data::source::Source;
@@ -372,12 +372,12 @@ impl LabelStudioBackend {
             }
         }
         let app = Arc::clone(&self.app);
-        let handler: Arc<conn::Handler> =
-            Arc::new(move |req: &mut http::Request<'_>| app.route(req));
-        conn::serve(&self.listener, &self.limits, &self.stop, &handler).map_err(|e| Error::Io {
-            path: PathBuf::from(format!("http://{}", self.addr)),
-            cause: e,
-        })
+        super::serve_until_stopped(
+            &self.listener,
+            &self.limits,
+            &self.stop,
+            Arc::new(move |req: &mut http::Request<'_>| app.route(req)),
+        )
     }
 }
 

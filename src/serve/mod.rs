@@ -228,6 +228,23 @@ fn listen(host: IpAddr, port: u16) -> Result<(TcpListener, SocketAddr, Option<Ve
     Ok((listener, addr, hosts))
 }
 
+/// Serves `listener` with `handler` until `stop` (see [`conn::serve`]); a failing listener is
+/// an error naming the server's address.
+fn serve_until_stopped(
+    listener: &TcpListener,
+    limits: &Limits,
+    stop: &AtomicBool,
+    handler: Arc<conn::Handler>,
+) -> Result<()> {
+    conn::serve(listener, limits, stop, &handler).map_err(|e| Error::Io {
+        path: PathBuf::from(match listener.local_addr() {
+            Ok(a) => format!("http://{a}"),
+            Err(_) => "the server's address".into(),
+        }),
+        cause: e,
+    })
+}
+
 /// Whether a request's `Host` is one `hosts` accepts (`None`: any).
 fn host_ok(hosts: &Option<Vec<String>>, req: &http::Request<'_>) -> std::result::Result<(), Reply> {
     if let Some(hosts) = hosts {
@@ -364,12 +381,12 @@ impl LabelServer {
             }
         }
         let app = Arc::clone(&self.app);
-        let handler: Arc<conn::Handler> =
-            Arc::new(move |req: &mut http::Request<'_>| app.route(req));
-        conn::serve(&self.listener, &self.limits, &self.stop, &handler).map_err(|e| Error::Io {
-            path: PathBuf::from(format!("http://{}", self.addr)),
-            cause: e,
-        })
+        serve_until_stopped(
+            &self.listener,
+            &self.limits,
+            &self.stop,
+            Arc::new(move |req: &mut http::Request<'_>| app.route(req)),
+        )
     }
 }
 

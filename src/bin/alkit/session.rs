@@ -120,70 +120,57 @@ pub struct TeachArgs {
     labels: PathBuf,
 }
 
+/// What a server over a session reads: the session, its strategy and where it listens.
 #[derive(clap::Args)]
-pub struct LabelArgs {
+pub struct ServedFlags {
     /// Session folder (from `alkit init`).
     #[arg(long)]
     state: PathBuf,
-    /// Strategy choosing each next batch: any of `alkit scorers`.
+    /// Strategy ranking the pool each round: any of `alkit scorers` (`serve-label-studio`: one that scores items one at a time, not batchbald, badge, coreset, typiclust or probcover, which choose a batch jointly).
     #[arg(long, default_value = "entropy")]
     scorer: StrategyKind,
     #[command(flatten)]
     scorer_flags: ScorerFlags,
     /// Read the pool from its source a chunk at a time instead of decoding it into memory:
-    /// memory then follows the labeled items and one chunk, not the pool. Each command reads
-    /// the pool once to check it; a query reads it once more to score (BatchBALD: its
-    /// candidates at once, bounded by --subsample).
+    /// memory then follows the labeled items and one chunk, not the pool.
     #[arg(long)]
     stream: bool,
-    /// Items per batch: the model retrains after each batch.
-    #[arg(long, default_value_t = 20)]
-    n: usize,
     /// Score a seeded random M of the candidates each round instead of all of them.
     #[arg(long, value_name = "M")]
     subsample: Option<usize>,
     /// Address to listen on. Another than the loopback address needs --allow-remote: anyone who can reach it and has the printed URL can label.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
-    /// Port [default: a free one].
-    #[arg(long, default_value_t = 0)]
-    port: u16,
     /// Allow --host to be an address other machines can reach.
     #[arg(long)]
     allow_remote: bool,
 }
 
 #[derive(clap::Args)]
-pub struct BackendArgs {
-    /// Session folder (from `alkit init`).
-    #[arg(long)]
-    state: PathBuf,
-    /// Scorer ordering the pool: any of `alkit scorers` that scores items one at a time (not batchbald, badge, coreset, typiclust or probcover, which choose a batch jointly).
-    #[arg(long, default_value = "entropy")]
-    scorer: StrategyKind,
+pub struct LabelArgs {
     #[command(flatten)]
-    scorer_flags: ScorerFlags,
-    /// Read the pool from its source a chunk at a time instead of decoding it into memory.
-    #[arg(long)]
-    stream: bool,
+    served: ServedFlags,
+    /// Items per batch: the model retrains after each batch.
+    #[arg(long, default_value_t = 20)]
+    n: usize,
+    /// Port [default: a free one].
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+}
+
+#[derive(clap::Args)]
+pub struct BackendArgs {
+    #[command(flatten)]
+    served: ServedFlags,
     /// Retrain after this many new labels (Label Studio's "Start Training" retrains at once).
     #[arg(long, default_value_t = 20)]
     retrain_every: usize,
     /// Top-ranked items recorded as pending in the session after each retraining (`alkit status`).
     #[arg(long, default_value_t = 20)]
     n: usize,
-    /// Rank a seeded random M of the unlabeled items each round instead of all of them (the others get no prediction score order).
-    #[arg(long, value_name = "M")]
-    subsample: Option<usize>,
-    /// Address to listen on. Another than the loopback address needs --allow-remote.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: IpAddr,
     /// Port (Label Studio's ML backends use 9090 by convention).
     #[arg(long, default_value_t = 9090)]
     port: u16,
-    /// Allow --host to be an address other machines can reach (they still need the secret).
-    #[arg(long)]
-    allow_remote: bool,
 }
 
 #[derive(clap::Args)]
@@ -309,29 +296,22 @@ struct Served {
     strategy: alkit::round::Strategy,
 }
 
-fn open_served(
-    state: &Path,
-    stream: bool,
-    quiet: bool,
-    (host, allow_remote): (IpAddr, bool),
-    what: &str,
-    scorer: &StrategyKind,
-    flags: &ScorerFlags,
-) -> Result<Served> {
-    if !host.is_loopback() && !allow_remote {
+fn open_served(f: &ServedFlags, quiet: bool, what: &str) -> Result<Served> {
+    let host = f.host;
+    if !host.is_loopback() && !f.allow_remote {
         bail!(
             "--host {host}: other machines could reach the {what}; pass --allow-remote to mean it"
         );
     }
     let mut bars = Bars::new(quiet, 0);
-    let opened = open(state, stream, &mut bars);
+    let opened = open(&f.state, f.stream, &mut bars);
     bars.finish();
     let (held, learner) = opened?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
-        ..flags.settings()?
+        ..f.scorer_flags.settings()?
     };
-    let strategy = scorer.strategy(&settings)?;
+    let strategy = f.scorer.strategy(&settings)?;
     Ok(Served {
         held,
         learner,
@@ -344,21 +324,13 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
         held,
         learner,
         strategy,
-    } = open_served(
-        &a.state,
-        a.stream,
-        quiet,
-        (a.host, a.allow_remote),
-        "page",
-        &a.scorer,
-        &a.scorer_flags,
-    )?;
-    if a.n == 0 || a.subsample.is_some_and(|m| m < a.n) {
+    } = open_served(&a.served, quiet, "page")?;
+    if a.n == 0 || a.served.subsample.is_some_and(|m| m < a.n) {
         return Err(alkit::Error::config(
             "n",
             format!(
                 "--n {} (--subsample {:?}): a batch needs at least one item, and at most the subsample",
-                a.n, a.subsample
+                a.n, a.served.subsample
             ),
         )
         .into());
@@ -367,10 +339,10 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
         strategy,
         n: a.n,
         include_pending: false,
-        subsample: a.subsample,
+        subsample: a.served.subsample,
     };
     let settings = ServeSettings {
-        host: a.host,
+        host: a.served.host,
         port: a.port,
         request,
         device: device.clone(),
@@ -402,11 +374,11 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
             ServeEvent::Failed { problem } => writeln!(se, "error: {problem}"),
         };
     });
-    let server = LabelServer::bind(&a.state, held, learner, settings, events)?;
+    let server = LabelServer::bind(&a.served.state, held, learner, settings, events)?;
     writeln!(
         std::io::stdout().lock(),
         "labeling page for {}: {}\n(answers are saved as you go; stop with Ctrl-C)",
-        a.state.display(),
+        a.served.state.display(),
         server.url()
     )?;
     server.run()?;
@@ -419,23 +391,15 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
         held,
         learner,
         strategy,
-    } = open_served(
-        &a.state,
-        a.stream,
-        quiet,
-        (a.host, a.allow_remote),
-        "backend",
-        &a.scorer,
-        &a.scorer_flags,
-    )?;
+    } = open_served(&a.served, quiet, "backend")?;
     let request = QueryRequest {
         strategy,
         n: a.n,
         include_pending: true,
-        subsample: a.subsample,
+        subsample: a.served.subsample,
     };
     let settings = BackendSettings {
-        host: a.host,
+        host: a.served.host,
         port: a.port,
         request,
         retrain_every: a.retrain_every,
@@ -487,13 +451,13 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
             ),
         };
     });
-    let backend = LabelStudioBackend::bind(&a.state, held, learner, settings, events)?;
+    let backend = LabelStudioBackend::bind(&a.served.state, held, learner, settings, events)?;
     writeln!(
         std::io::stdout().lock(),
         "Label Studio ML backend for {}\n  model URL: {}\n  (or Basic authentication with the secret in {} as password)\n  model version: {}\nstop with Ctrl-C; every answer is saved as it arrives",
-        a.state.display(),
+        a.served.state.display(),
         backend.url(),
-        a.state.join(alkit::serve::backend::SECRET_FILE).display(),
+        a.served.state.join(alkit::serve::backend::SECRET_FILE).display(),
         backend.model_version(),
     )?;
     backend.run()?;
