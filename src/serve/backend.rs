@@ -76,7 +76,8 @@ impl BackendSettings {
         Limits {
             request_timeout: std::time::Duration::from_secs(60),
             send_timeout: std::time::Duration::from_secs(120),
-            max_connections: 32,
+            // Bodies of up to MAX_REQUEST each: at most 512 MiB read at once.
+            max_connections: 8,
             ..Limits::default()
         }
     }
@@ -401,12 +402,11 @@ impl App {
         }
         let url = req.url().to_string();
         let (path, _) = http::split_url(&url);
-        // The secret as the first segment, or as Basic authentication's password.
-        let prefix = format!("/{}", self.secret);
-        let route = match path.strip_prefix(&prefix) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => Some(rest),
-            _ => None,
-        };
+        // The secret as the first segment, or as Basic authentication's password; both
+        // compared in constant time.
+        let after = path.strip_prefix('/').unwrap_or("");
+        let end = after.find('/').unwrap_or(after.len());
+        let route = http::same_token(&after[..end], &self.secret).then(|| &after[end..]);
         let route = match route {
             Some(r) => r,
             None if http::basic_password(req)
