@@ -153,11 +153,12 @@ fn who(task: Option<u64>, id: &str) -> String {
 }
 
 fn read_json(path: &Path, items: &[Value]) -> Result<Export> {
-    // JSON_MIN's rows hold `alkit_id` at the top level; the JSON export's tasks hold it
-    // in `data`. An empty list is an export of nothing.
+    // JSON_MIN's rows hold `alkit_id` at the top level and no `annotations` (a task's own
+    // data may well have a field named `data`); the JSON export's tasks hold it in `data`.
+    // An empty list is an export of nothing.
     let min = items
         .first()
-        .is_some_and(|t| t.get("alkit_id").is_some() && t.get("data").is_none());
+        .is_some_and(|t| t.get("alkit_id").is_some() && t.get("annotations").is_none());
     let mut tasks: Vec<(Option<u64>, Task)> = Vec::new();
     let mut at: HashMap<u64, usize> = HashMap::new();
     for (k, t) in items.iter().enumerate() {
