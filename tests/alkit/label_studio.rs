@@ -408,7 +408,7 @@ fn files_round_trip(ls: &LabelStudio, dir: &Path, truth: &dyn Fn(usize) -> Strin
         assert_eq!(labels, expected, "round 1 by {f}: {said}");
         assert!(said.contains("taught 7 labels"), "{f}: {said}");
         assert!(
-            said.contains("1 tasks of the export had no answer"),
+            said.contains("1 task of the export had no answer"),
             "{f}: {said}"
         );
     }

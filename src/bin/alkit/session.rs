@@ -275,14 +275,18 @@ pub fn teach(a: TeachArgs, quiet: bool) -> Result<()> {
         st.pending.len()
     )?;
     if t.taught.repeated > 0 {
-        write!(
-            so,
-            "; {} answers repeat a label already taught",
-            t.taught.repeated
-        )?;
+        let r = t.taught.repeated;
+        let (noun, verb) = if r == 1 {
+            ("answer", "repeats")
+        } else {
+            ("answers", "repeat")
+        };
+        write!(so, "; {r} {noun} {verb} a label already taught")?;
     }
     if t.unanswered > 0 {
-        write!(so, "; {} tasks of the export had no answer", t.unanswered)?;
+        let u = t.unanswered;
+        let noun = if u == 1 { "task" } else { "tasks" };
+        write!(so, "; {u} {noun} of the export had no answer")?;
     }
     writeln!(so)?;
     Ok(())
