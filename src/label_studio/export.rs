@@ -4,11 +4,14 @@
 //!
 //! Rows are matched to pool items by `alkit_id`, the id alkit wrote into each task's data,
 //! never by Label Studio's `id` (its own task number, which the CSV and JSON_MIN exports also
-//! call `id`). The format is read from the content, not the file name: JSON starting with `[`
-//! is the JSON export (tasks holding `annotations`) or JSON_MIN (one flat row per annotation,
-//! `alkit_id` and the choice at the top level); a table is Label Studio's CSV/TSV export when
-//! its header has `alkit_id`, alkit's answers when it has `id,label` and none of Label
-//! Studio's annotation columns, and refused otherwise, naming what it looked like.
+//! call `id`). JSON is told by its content, whatever the file's name: a list starting with
+//! `[` is the JSON export (tasks holding `annotations`) or JSON_MIN (one flat row per
+//! annotation, `alkit_id` and the choice at the top level). Anything else is a table, TSV
+//! when the name ends in `.tsv`, CSV otherwise: Label Studio's export when its header has
+//! `alkit_id`, alkit's answers when it has `id,label` and none of Label Studio's annotation
+//! columns, and refused otherwise, naming what it looked like. The choices read are those
+//! of the `Choices` tag named `label`, as in the labeling configuration alkit writes; an
+//! export without any is refused rather than read as unanswered.
 //!
 //! Per task, the annotators' single choices are resolved by majority (cancelled annotations
 //! and results of other types ignored); a tie is an error naming Label Studio's task, because
@@ -113,7 +116,8 @@ pub fn read_export(path: &Path) -> Result<Export> {
         .position(|b| !b.is_ascii_whitespace() && !matches!(b, 0xEF | 0xBB | 0xBF))
         .map(|k| bytes[k]);
     if matches!(start, Some(b'[' | b'{')) {
-        let v: Value = serde_json::from_slice(&bytes)
+        let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+        let v: Value = serde_json::from_slice(text)
             .map_err(|e| Error::state(path, format!("invalid JSON: {e}")))?;
         let Some(items) = v.as_array() else {
             return Err(Error::state(
@@ -226,6 +230,17 @@ fn read_json(path: &Path, items: &[Value]) -> Result<Export> {
             at.insert(t, tasks.len());
         }
         tasks.push((task, Task { row, id, votes }));
+    }
+    if min && items.iter().all(|t| t.get(FROM_NAME).is_none()) {
+        return Err(row_err(
+            path,
+            1,
+            format!(
+                "no row has `{FROM_NAME}`: alkit reads the choices of the `Choices` tag named \
+                 `{FROM_NAME}` (the labeling configuration alkit wrote beside its tasks), and \
+                 Label Studio leaves the field out when no annotation chose a class"
+            ),
+        ));
     }
     let format = if min {
         ExportFormat::JsonMin
@@ -382,6 +397,18 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
     };
     let tc = col("id");
     let lc = col(FROM_NAME);
+    if lc.is_none() && !rows.is_empty() {
+        return Err(row_err(
+            path,
+            1,
+            format!(
+                "no `{FROM_NAME}` column: alkit reads the choices of the `Choices` tag named \
+                 `{FROM_NAME}` (the labeling configuration alkit wrote beside its tasks), and \
+                 Label Studio leaves the column out when no annotation chose a class; the \
+                 header is {header:?}"
+            ),
+        ));
+    }
     let mut tasks: Vec<(Option<u64>, Task)> = Vec::new();
     let mut at: HashMap<u64, usize> = HashMap::new();
     for (line, r) in rows {

@@ -6,7 +6,8 @@
 //!   project set once to show it keeps showing every round's predictions.
 //! - `POST /predict`: for each task Label Studio sends, the last model's most probable class
 //!   as a pre-annotation and, as the prediction's `score`, the model's confidence made to rise
-//!   along alkit's order over the whole pool ([`ordered_confidence`]), so that Label Studio's
+//!   along alkit's order over the pool ([`ordered_confidence`]; with a subsample, the items it
+//!   left out score 1, after every ranked one), so that Label Studio's
 //!   uncertainty sampling (lowest score first) serves items in alkit's order. A task is an
 //!   item by its `alkit_id` (tasks alkit wrote) or by the path or URL of its image (tasks
 //!   imported from the pool's folder); any other task gets an `error` instead of a
@@ -16,8 +17,8 @@
 //!   is a no-op, another label for a labeled item is refused); once `retrain_every` new
 //!   labels arrived, or on `START_TRAINING` (and the legacy `POST /train`), the model
 //!   retrains on a background thread and ranks the pool again. Answers arriving while it
-//!   trains wait in `DIR/label-studio-queue.json` (written atomically before the reply) and
-//!   are taught when it is done, or when the backend next starts.
+//!   trains wait in the session's [`journal`] (written atomically before the reply) and
+//!   are taught when it is done, or by whatever opens the session next.
 //!
 //! Every request must carry the session's secret ([`secret`], kept in the session folder so
 //! that Label Studio's saved connection outlives a restart): as the first path segment (the
@@ -32,9 +33,9 @@ use crate::data::source::Source;
 use crate::error::{Error, Result};
 use crate::label_studio::{model_version, ordered_confidence, short, FROM_NAME};
 use crate::observe::Silent;
+use crate::session::journal::{self, Queued};
 use crate::session::{Answer, Learner, PoolItems, QueryRequest, SessionLock, SessionState};
 use candle_core::Device;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -43,9 +44,6 @@ use std::sync::{Arc, Mutex};
 
 /// The file in a session folder holding the backend's secret.
 pub const SECRET_FILE: &str = "label-studio-secret";
-
-/// The file in a session folder holding answers that arrived while the model trained.
-pub const QUEUE_FILE: &str = "label-studio-queue.json";
 
 /// The largest request body read: a predict request for a thousand tasks whose images are
 /// inline data URIs of tens of KB each.
@@ -164,31 +162,30 @@ pub fn secret(dir: &Path) -> Result<String> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let s = http::new_token()?;
-            crate::fsutil::write_atomic(&path, format!("{s}\n").as_bytes())?;
+            // Readable by its owner only from the moment it exists, then renamed into place.
+            let tmp = dir.join(format!(".{SECRET_FILE}.{}", std::process::id()));
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
             #[cfg(unix)]
             {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(|e| Error::io(&path, e))?;
+                use std::os::unix::fs::OpenOptionsExt;
+                options.mode(0o600);
+            }
+            let written = options
+                .open(&tmp)
+                .and_then(|mut f| {
+                    use std::io::Write;
+                    f.write_all(format!("{s}\n").as_bytes())?;
+                    f.sync_all()
+                })
+                .and_then(|()| std::fs::rename(&tmp, &path));
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(Error::io(&path, e));
             }
             Ok(s)
         }
         Err(e) => Err(Error::io(&path, e)),
-    }
-}
-
-/// An answer waiting in the queue file.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Queued {
-    task: u64,
-    id: String,
-    label: String,
-}
-
-impl Queued {
-    fn answer(&self) -> Answer {
-        Answer::new(1, self.id.clone(), self.label.clone())
     }
 }
 
@@ -282,14 +279,9 @@ impl LabelStudioBackend {
             ));
         }
         let secret = secret(dir)?;
-        let queue_path = dir.join(QUEUE_FILE);
-        if queue_path.exists() {
-            let queued: Vec<Queued> = crate::fsutil::read_json(&queue_path)?;
-            let answers: Vec<Answer> = queued.iter().map(Queued::answer).collect();
-            learner.teach_file_answers(&answers, &queue_path)?;
-            learner.save_state(dir)?;
-            std::fs::remove_file(&queue_path).map_err(|e| Error::io(&queue_path, e))?;
-        }
+        // (`session::open` has taught a journal left by a backend that stopped; one that
+        // bound a learner of its own gets it taught here.)
+        journal::replay(&mut learner, dir)?;
         let (listener, addr, hosts) = super::listen(settings.host, settings.port)?;
         let state = learner.state().clone();
         let folder = match Source::parse(&state.source) {
@@ -727,7 +719,7 @@ impl App {
                 id,
                 label,
             });
-            if let Err(e) = crate::fsutil::write_json(&self.dir.join(QUEUE_FILE), &inner.queue) {
+            if let Err(e) = journal::write(&self.dir, &inner.queue) {
                 inner.queue.pop();
                 return self.refuse(500, format!("the answer was not saved: {e}"));
             }
@@ -744,10 +736,19 @@ impl App {
             Err(e) => return self.refuse(409, e.to_string()),
         };
         if let Err(e) = learner.save_state(&self.dir) {
-            // Not saved, so not taken (a label of round 0 cannot be taken back: it is
-            // written with the next save).
-            let _ = learner.undo(undo);
-            return self.refuse(500, format!("the answer was not saved: {e}"));
+            // Not saved, so not taken: taken back where it can be (in round 0 it cannot:
+            // then it stays taught in memory, and the next save writes it).
+            if learner.undo(undo).is_ok() {
+                return self.refuse(500, format!("the answer was not saved: {e}"));
+            }
+            inner.state = learner.state().clone();
+            return self.refuse(
+                500,
+                format!(
+                    "`{id}` = `{label}` is taught but session.json could not be written ({e}); \
+                     the next save writes it"
+                ),
+            );
         }
         inner.state = learner.state().clone();
         inner.since += 1;
@@ -801,7 +802,9 @@ impl App {
                 .map(|&(class, prob)| View {
                     class,
                     prob,
-                    score: f64::from(prob),
+                    // After every ranked item (their scores are below 1): labeled items,
+                    // and with a subsample the unlabeled items it left out.
+                    score: 1.0,
                     rank: None,
                     acquisition: None,
                 })
@@ -843,7 +846,8 @@ impl App {
         let queue = std::mem::take(&mut inner.queue);
         for q in &queue {
             let origin = PathBuf::from(format!("Label Studio task {}", q.task));
-            match learner.teach_file_answers(&[q.answer()], &origin) {
+            let answer = Answer::new(1, q.id.clone(), q.label.clone());
+            match learner.teach_file_answers(&[answer], &origin) {
                 Ok(t) => {
                     inner.since += t.taught;
                     (self.events)(&BackendEvent::Taught {
@@ -855,21 +859,23 @@ impl App {
                     });
                 }
                 Err(e) => {
+                    // Refused by the session's checks (a label taught meanwhile says
+                    // otherwise): reported, and not kept.
                     let m = e.to_string();
                     (self.events)(&BackendEvent::Refused { problem: &m });
                 }
             }
         }
         if !queue.is_empty() {
-            match learner.save_state(&self.dir) {
-                Ok(()) => {
-                    let _ = std::fs::remove_file(self.dir.join(QUEUE_FILE));
-                }
-                Err(e) => {
-                    // The queue file stays: the next start teaches it.
-                    let m = format!("the queued answers were not saved: {e}");
-                    (self.events)(&BackendEvent::Failed { problem: &m });
-                }
+            let saved = learner
+                .save_state(&self.dir)
+                .and_then(|()| journal::clear(&self.dir));
+            if let Err(e) = saved {
+                // The journal still holds them; kept waiting too, so that a journal written
+                // for the next answer still holds them (taught again, they are repeats).
+                let m = format!("the queued answers were not saved: {e}");
+                (self.events)(&BackendEvent::Failed { problem: &m });
+                inner.queue = queue;
             }
         }
         inner.state = learner.state().clone();

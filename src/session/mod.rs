@@ -18,10 +18,12 @@
 //! One concept per file: `lock` (the folder's lock), `state` (`session.json`: the state and
 //! its records), `pool` (the pool's items as shown and as trained on), `learner` (starting,
 //! resuming and saving a session), `query` (a round), `teach` (answers in, checked first),
-//! `setup` (a session from a source and settings, or from its folder).
+//! `setup` (a session from a source and settings, or from its folder), `journal` (answers that
+//! arrived while the model trained, taught by the next opening).
 
 mod batch_file;
 mod index;
+pub mod journal;
 mod learner;
 mod lock;
 mod pool;

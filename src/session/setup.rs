@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 /// Locks the session folder `dir` and loads its session, over its pool in memory or, with
 /// `stream`, read from the source whenever needed (Hub files through `hub`, downloads and the
-/// pool's check reported to `observer`).
+/// pool's check reported to `observer`). Answers waiting in the folder's
+/// [`journal`](super::journal) are taught and saved first.
 pub fn open(
     dir: &Path,
     stream: bool,
@@ -29,17 +30,21 @@ pub fn open(
     let held = lock(dir).context_with(|| format!("session {}", dir.display()))?;
     let state: SessionState = crate::fsutil::read_json(&path)
         .context_with(|| format!("session {}: {not_a_session}", dir.display()))?;
-    if !stream {
+    let mut learner = if stream {
+        let name = state.source.clone();
+        let source = Source::parse(&name).context_with(|| format!("data source {name}"))?;
+        let test = load_test(&source, hub, observer)
+            .context_with(|| format!("loading the test split of {name}"))?;
+        let open = crate::data::reader::opener(source, hub.clone());
+        Learner::resume_streamed(state, open, test, &path, observer)
+            .context_with(|| format!("reading the pool {name}"))?
+    } else {
         let (_, loaded) = load_named(&state.source, None, hub, observer)?;
-        return Ok((held, Learner::resume(state, loaded, &path)?));
-    }
-    let name = state.source.clone();
-    let source = Source::parse(&name).context_with(|| format!("data source {name}"))?;
-    let test = load_test(&source, hub, observer)
-        .context_with(|| format!("loading the test split of {name}"))?;
-    let open = crate::data::reader::opener(source, hub.clone());
-    let learner = Learner::resume_streamed(state, open, test, &path, observer)
-        .context_with(|| format!("reading the pool {name}"))?;
+        Learner::resume(state, loaded, &path)?
+    };
+    // Answers a Label Studio backend took while training and did not teach before it
+    // stopped: every command sees them.
+    super::journal::replay(&mut learner, dir)?;
     Ok((held, learner))
 }
 

@@ -734,6 +734,26 @@ fn every_export_format_label_studio_wrote_reads_as_the_same_answers() {
         m.contains("foreign.csv:1") && m.contains("Label Studio export") && m.contains("alkit_id"),
         "{m}"
     );
+    // A project whose Choices tag has another name: refused, not read as unanswered.
+    let renamed = csv.replacen("\"label\"", "\"digit\"", 1);
+    std::fs::write(scratch.join("renamed.csv"), renamed).unwrap();
+    let m = alkit::label_studio::read_export(&scratch.join("renamed.csv"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("renamed.csv:1") && m.contains("no `label` column"),
+        "{m}"
+    );
+    let min = std::fs::read_to_string(dir.join("export.min.json")).unwrap();
+    std::fs::write(
+        scratch.join("renamed.json"),
+        min.replace("\"label\":", "\"digit\":"),
+    )
+    .unwrap();
+    let m = alkit::label_studio::read_export(&scratch.join("renamed.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("no row has `label`"), "{m}");
     std::fs::write(scratch.join("other.csv"), "name,class\na,b\n").unwrap();
     let m = alkit::label_studio::read_export(&scratch.join("other.csv"))
         .unwrap_err()
