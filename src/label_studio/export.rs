@@ -21,7 +21,7 @@
 use super::FROM_NAME;
 use crate::data::source::read_delimited;
 use crate::error::{Error, Result};
-use crate::session::read_answers;
+use crate::session::read_answers_from;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -135,9 +135,66 @@ pub fn read_export(path: &Path) -> Result<Export> {
 
 /// A task's votes and where it came from, before the majority is taken.
 struct Task {
+    /// Label Studio's task id, when the file has one.
+    task: Option<u64>,
     row: usize,
     id: String,
     votes: BTreeMap<String, usize>,
+}
+
+/// The tasks of a file in order, the rows of one Label Studio task (JSON_MIN, CSV and TSV
+/// have one per annotation) gathered into one.
+#[derive(Default)]
+struct Tasks {
+    list: Vec<Task>,
+    at: HashMap<u64, usize>,
+}
+
+impl Tasks {
+    /// Counts `votes` of the row at `row` (its `unit`: "row" or "line") for item `id` into
+    /// its task: the one of Label Studio task `task` seen before, or a new one. A task that
+    /// names another item than before is an error.
+    fn add(
+        &mut self,
+        task: Option<u64>,
+        row: usize,
+        unit: &str,
+        id: String,
+        votes: BTreeMap<String, usize>,
+    ) -> std::result::Result<(), String> {
+        if let Some((t, &j)) = task.and_then(|t| self.at.get(&t).map(|j| (t, j))) {
+            let prev = &mut self.list[j];
+            if prev.id != id {
+                return Err(format!(
+                    "Label Studio task {t} holds `{}` here and `{id}` on {unit} {}",
+                    prev.id, prev.row
+                ));
+            }
+            for (c, n) in votes {
+                *prev.votes.entry(c).or_default() += n;
+            }
+            return Ok(());
+        }
+        if let Some(t) = task {
+            self.at.insert(t, self.list.len());
+        }
+        self.list.push(Task {
+            task,
+            row,
+            id,
+            votes,
+        });
+        Ok(())
+    }
+}
+
+/// Why a flat export without the `label` choice is refused (`found`: what is missing).
+fn without_choices(found: &str) -> String {
+    format!(
+        "{found}: alkit reads the choices of the `Choices` tag named `{FROM_NAME}` (the \
+         labeling configuration alkit wrote beside its tasks), and Label Studio leaves it out \
+         when no annotation chose a class"
+    )
 }
 
 fn row_err(path: &Path, row: usize, problem: String) -> Error {
@@ -163,8 +220,7 @@ fn read_json(path: &Path, items: &[Value]) -> Result<Export> {
     let min = items
         .first()
         .is_some_and(|t| t.get("alkit_id").is_some() && t.get("annotations").is_none());
-    let mut tasks: Vec<(Option<u64>, Task)> = Vec::new();
-    let mut at: HashMap<u64, usize> = HashMap::new();
+    let mut tasks = Tasks::default();
     for (k, t) in items.iter().enumerate() {
         let row = k + 1;
         let bad = |m: String| row_err(path, row, m);
@@ -210,36 +266,13 @@ fn read_json(path: &Path, items: &[Value]) -> Result<Export> {
         } else {
             json_votes(t, &whom, &mut votes).map_err(&bad)?;
         }
-        // JSON_MIN has one row per annotation: the rows of one task are one task.
-        if let Some(&j) = task.and_then(|t| at.get(&t)) {
-            let (_, prev): &mut (Option<u64>, Task) = &mut tasks[j];
-            if prev.id != id {
-                return Err(bad(format!(
-                    "Label Studio task {} holds `{}` here and `{id}` on row {}",
-                    task.unwrap_or(0),
-                    prev.id,
-                    prev.row
-                )));
-            }
-            for (c, n) in votes {
-                *prev.votes.entry(c).or_default() += n;
-            }
-            continue;
-        }
-        if let Some(t) = task {
-            at.insert(t, tasks.len());
-        }
-        tasks.push((task, Task { row, id, votes }));
+        tasks.add(task, row, "row", id, votes).map_err(&bad)?;
     }
     if min && items.iter().all(|t| t.get(FROM_NAME).is_none()) {
         return Err(row_err(
             path,
             1,
-            format!(
-                "no row has `{FROM_NAME}`: alkit reads the choices of the `Choices` tag named \
-                 `{FROM_NAME}` (the labeling configuration alkit wrote beside its tasks), and \
-                 Label Studio leaves the field out when no annotation chose a class"
-            ),
+            without_choices(&format!("no row has `{FROM_NAME}`")),
         ));
     }
     let format = if min {
@@ -375,20 +408,17 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
                 ),
             ));
         }
-        let rows = if tsv {
-            read_answers_tsv(path, bytes)?
-        } else {
-            read_answers(path)?
-                .into_iter()
-                .map(|a| ExportRow {
-                    row: a.row,
-                    task: None,
-                    id: a.id,
-                    label: a.label,
-                    note: a.note,
-                })
-                .collect()
-        };
+        let delimiter = if tsv { b'\t' } else { b',' };
+        let rows = read_answers_from(path, bytes, delimiter)?
+            .into_iter()
+            .map(|a| ExportRow {
+                row: a.row,
+                task: None,
+                id: a.id,
+                label: a.label,
+                note: a.note,
+            })
+            .collect();
         return Ok(Export {
             format: ExportFormat::Answers,
             rows,
@@ -398,19 +428,10 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
     let tc = col("id");
     let lc = col(FROM_NAME);
     if lc.is_none() && !rows.is_empty() {
-        return Err(row_err(
-            path,
-            1,
-            format!(
-                "no `{FROM_NAME}` column: alkit reads the choices of the `Choices` tag named \
-                 `{FROM_NAME}` (the labeling configuration alkit wrote beside its tasks), and \
-                 Label Studio leaves the column out when no annotation chose a class; the \
-                 header is {header:?}"
-            ),
-        ));
+        let found = format!("no `{FROM_NAME}` column (the header is {header:?})");
+        return Err(row_err(path, 1, without_choices(&found)));
     }
-    let mut tasks: Vec<(Option<u64>, Task)> = Vec::new();
-    let mut at: HashMap<u64, usize> = HashMap::new();
+    let mut tasks = Tasks::default();
     for (line, r) in rows {
         let bad = |m: String| row_err(path, line, m);
         let id = r[ic].clone();
@@ -434,36 +455,8 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
             Value::String(cell.into())
         };
         let choice = min_choice(Some(&value), &whom).map_err(&bad)?;
-        if let Some(&j) = task.and_then(|t| at.get(&t)) {
-            let (_, prev): &mut (Option<u64>, Task) = &mut tasks[j];
-            if prev.id != id {
-                return Err(bad(format!(
-                    "Label Studio task {} holds `{}` here and `{id}` on line {}",
-                    task.unwrap_or(0),
-                    prev.id,
-                    prev.row
-                )));
-            }
-            if let Some(c) = choice {
-                *prev.votes.entry(c).or_default() += 1;
-            }
-            continue;
-        }
-        if let Some(t) = task {
-            at.insert(t, tasks.len());
-        }
-        let mut votes = BTreeMap::new();
-        if let Some(c) = choice {
-            votes.insert(c, 1);
-        }
-        tasks.push((
-            task,
-            Task {
-                row: line,
-                id,
-                votes,
-            },
-        ));
+        let votes = choice.into_iter().map(|c| (c, 1)).collect();
+        tasks.add(task, line, "line", id, votes).map_err(&bad)?;
     }
     let format = if tsv {
         ExportFormat::Tsv
@@ -473,41 +466,13 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
     decide(path, format, tasks)
 }
 
-/// alkit's answers as TSV: `id`, `label` and an optional `note`, as [`read_answers`] reads
-/// them from CSV.
-fn read_answers_tsv(path: &Path, bytes: &[u8]) -> Result<Vec<ExportRow>> {
-    let (header, rows) = read_delimited(path, bytes, b'\t')?;
-    let col = |name: &str| header.iter().position(|h| h == name);
-    let (Some(ic), Some(lc)) = (col("id"), col("label")) else {
-        return Err(row_err(path, 1, "expected id,label columns".into()));
-    };
-    let nc = col("note");
-    rows.into_iter()
-        .map(|(n, r)| {
-            if r[lc].is_empty() {
-                return Err(row_err(
-                    path,
-                    n,
-                    format!("id `{}` has an empty label", r[ic]),
-                ));
-            }
-            Ok(ExportRow {
-                row: n,
-                task: None,
-                id: r[ic].clone(),
-                label: r[lc].clone(),
-                note: nc.map(|c| r[c].clone()).filter(|s| !s.is_empty()),
-            })
-        })
-        .collect()
-}
-
 /// Each task's majority, and one answer per item (see the module docs).
-fn decide(path: &Path, format: ExportFormat, tasks: Vec<(Option<u64>, Task)>) -> Result<Export> {
+fn decide(path: &Path, format: ExportFormat, tasks: Tasks) -> Result<Export> {
     let mut rows: Vec<ExportRow> = Vec::new();
     let mut by_id: HashMap<String, usize> = HashMap::new();
     let mut unanswered = 0;
-    for (task, t) in tasks {
+    for t in tasks.list {
+        let task = t.task;
         let whom = who(task, &t.id);
         let Some(&top) = t.votes.values().max() else {
             unanswered += 1;

@@ -42,4 +42,5 @@ pub use setup::{open, SessionOptions};
 pub use state::{
     Answer, Labeled, Pending, Round, SessionConfig, SessionState, Undo, MAX_NOTE, STATE_FILE,
 };
+pub(crate) use teach::read_answers_from;
 pub use teach::{read_answer_csv, read_answers, Taught};

@@ -4,7 +4,7 @@
 use super::learner::Learner;
 use super::query::Query;
 use super::state::{Answer, Labeled, Pending, Undo, MAX_NOTE};
-use crate::data::source::read_csv;
+use crate::data::source::read_delimited;
 use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -253,7 +253,14 @@ pub fn read_answer_csv(path: &Path) -> Result<Vec<(usize, String, String)>> {
 /// Reads `id,label` rows and the optional `note` column (header required, other columns
 /// ignored; an empty note is none) with their line numbers.
 pub fn read_answers(path: &Path) -> Result<Vec<Answer>> {
-    let (header, rows) = read_csv(path)?;
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_answers_from(path, &bytes, b',')
+}
+
+/// [`read_answers`] over bytes already read from `path`, fields split at `delimiter`
+/// (`b'\t'` for TSV).
+pub(crate) fn read_answers_from(path: &Path, bytes: &[u8], delimiter: u8) -> Result<Vec<Answer>> {
+    let (header, rows) = read_delimited(path, bytes, delimiter)?;
     let col = |name: &str| {
         header
             .iter()

@@ -207,7 +207,7 @@ fn ids(v: &Value, key: &str) -> Vec<String> {
         .collect()
 }
 
-fn init(state: &Path, pool: &Path, extra: &[&str]) {
+pub(super) fn init(state: &Path, pool: &Path, extra: &[&str]) {
     let out = alkit_cmd()
         .args(["init", "--pool"])
         .arg(pool)

@@ -28,18 +28,21 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A Label Studio server of this test (killed when dropped).
-struct LabelStudio {
-    child: Child,
-    base: String,
+/// A process of this test, killed and reaped when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
-impl Drop for LabelStudio {
-    fn drop(&mut self) {
-        // `label-studio start` serves from its one process (no reloader child).
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A Label Studio server of this test (`label-studio start` serves from its one process, no
+/// reloader child, so killing it stops the server).
+struct LabelStudio {
+    _child: Killed,
+    base: String,
 }
 
 /// `(status, body)` of a request with a JSON body, through the label page tests' client.
@@ -84,7 +87,7 @@ impl LabelStudio {
             .spawn()
             .unwrap();
         let ls = LabelStudio {
-            child,
+            _child: Killed(child),
             base: format!("http://127.0.0.1:{port}"),
         };
         let t0 = Instant::now();
@@ -234,20 +237,8 @@ fn init_shipped(state: &Path, dir: &Path, steps: &str) {
         .map(|i| format!("{i},{}\n", train.labels()[i]))
         .collect();
     std::fs::write(&seeds, format!("id,label\n{rows}")).unwrap();
-    let out = alkit_cmd()
-        .args(["init", "--pool"])
-        .arg(data_dir())
-        .args(["--steps", steps, "--labels"])
-        .arg(&seeds)
-        .arg("--state")
-        .arg(state)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let seeds = seeds.to_str().unwrap();
+    super::label_page::init(state, &data_dir(), &["--steps", steps, "--labels", seeds]);
 }
 
 fn labels_of(state: &Path) -> BTreeMap<String, String> {
@@ -509,16 +500,9 @@ fn by_id_of(ls: &LabelStudio, project: u64, id: &str) -> u64 {
 
 /// A running `alkit serve-label-studio` (killed when dropped).
 struct Backend {
-    child: Child,
+    child: Killed,
     url: String,
     version: String,
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn backend_health(url: &str) -> Value {
@@ -556,23 +540,10 @@ fn ml_backend(
     let pool = dir.join("photos");
     let ids = write_image_folder(&pool, train, &items).unwrap();
     let state = dir.join("b");
-    let out = alkit_cmd()
-        .args(["init", "--pool"])
-        .arg(&pool)
-        .args([
-            "--steps",
-            "60",
-            "--classes",
-            "0,1,2,3,4,5,6,7,8,9",
-            "--state",
-        ])
-        .arg(&state)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    super::label_page::init(
+        &state,
+        &pool,
+        &["--steps", "60", "--classes", "0,1,2,3,4,5,6,7,8,9"],
     );
     let b = start_backend(
         &state,
@@ -759,7 +730,7 @@ fn start_backend(state: &Path, extra: &[&str], log: Option<&Path>) -> Backend {
         }
     }
     Backend {
-        child,
+        child: Killed(child),
         url,
         version,
     }
@@ -841,8 +812,8 @@ fn the_backend_loses_no_answer_to_kill_9_and_refuses_what_it_cannot_teach() {
         "{h}"
     );
     assert!(state.join("label-studio-queue.json").exists());
-    b.child.kill().unwrap();
-    b.child.wait().unwrap();
+    b.child.0.kill().unwrap();
+    b.child.0.wait().unwrap();
     // Whatever was taught or queued before the kill is taught by the next start.
     let b2 = start_backend(&state, &["--retrain-every", "1000"], None);
     assert_eq!(labels_of(&state), expected);

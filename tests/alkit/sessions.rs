@@ -724,40 +724,31 @@ fn every_export_format_label_studio_wrote_reads_as_the_same_answers() {
     // A Label Studio table of tasks alkit did not write is refused naming why; so is a
     // table that is neither an export nor alkit's answers.
     let scratch = tmp("label-studio-foreign");
+    let refused = |name: &str, content: &str| {
+        std::fs::write(scratch.join(name), content).unwrap();
+        alkit::label_studio::read_export(&scratch.join(name))
+            .unwrap_err()
+            .to_string()
+    };
     let csv = std::fs::read_to_string(dir.join("export.csv")).unwrap();
-    let foreign = csv.replacen("\"alkit_id\"", "\"source_id\"", 1);
-    std::fs::write(scratch.join("foreign.csv"), foreign).unwrap();
-    let m = alkit::label_studio::read_export(&scratch.join("foreign.csv"))
-        .unwrap_err()
-        .to_string();
+    let m = refused(
+        "foreign.csv",
+        &csv.replacen("\"alkit_id\"", "\"source_id\"", 1),
+    );
     assert!(
         m.contains("foreign.csv:1") && m.contains("Label Studio export") && m.contains("alkit_id"),
         "{m}"
     );
     // A project whose Choices tag has another name: refused, not read as unanswered.
-    let renamed = csv.replacen("\"label\"", "\"digit\"", 1);
-    std::fs::write(scratch.join("renamed.csv"), renamed).unwrap();
-    let m = alkit::label_studio::read_export(&scratch.join("renamed.csv"))
-        .unwrap_err()
-        .to_string();
+    let m = refused("renamed.csv", &csv.replacen("\"label\"", "\"digit\"", 1));
     assert!(
         m.contains("renamed.csv:1") && m.contains("no `label` column"),
         "{m}"
     );
     let min = std::fs::read_to_string(dir.join("export.min.json")).unwrap();
-    std::fs::write(
-        scratch.join("renamed.json"),
-        min.replace("\"label\":", "\"digit\":"),
-    )
-    .unwrap();
-    let m = alkit::label_studio::read_export(&scratch.join("renamed.json"))
-        .unwrap_err()
-        .to_string();
+    let m = refused("renamed.json", &min.replace("\"label\":", "\"digit\":"));
     assert!(m.contains("no row has `label`"), "{m}");
-    std::fs::write(scratch.join("other.csv"), "name,class\na,b\n").unwrap();
-    let m = alkit::label_studio::read_export(&scratch.join("other.csv"))
-        .unwrap_err()
-        .to_string();
+    let m = refused("other.csv", "name,class\na,b\n");
     assert!(
         m.contains("neither a Label Studio CSV export") && m.contains("id,label"),
         "{m}"
