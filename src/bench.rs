@@ -331,3 +331,50 @@ pub fn bench_duq_fm(
     let rate = bench_duq_training(&x, &y, &cfg, steps, repeats)?;
     Ok((rate, cfg))
 }
+
+/// What [`bench_score_job`] measured: whole runs of a score job, as `alkit score` runs them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreJobBench {
+    /// Items scored per run.
+    pub items: usize,
+    /// The first run, seconds (the weights' and images' files read from disk or the page
+    /// cache for the first time in the process).
+    pub first_s: f64,
+    /// Every further run, seconds.
+    pub passes_s: Vec<f64>,
+    /// Items per second of the median further run.
+    pub items_per_s: f64,
+}
+
+/// Times `job` end to end, as [`crate::eval::score::run`] runs it: the checkpoint opened and
+/// checked, the data listed, decoded and prepared as the checkpoint says, the model's forward,
+/// the scores and the CSV written. One first run, then `repeats` (at least 1) timed runs; each
+/// writes `job.out` (replaced by every run, so it must be a file the caller may overwrite, such
+/// as one in a temporary folder).
+pub fn bench_score_job(
+    job: &crate::eval::score::ScoreJob,
+    repeats: usize,
+    hub: &crate::hub::Hub,
+    device: &candle_core::Device,
+) -> Result<ScoreJobBench> {
+    let mut items = 0;
+    let mut run = || -> Result<f64> {
+        let _ = std::fs::remove_file(&job.out);
+        let t = Instant::now();
+        items = crate::eval::score::run(job, hub, device, &mut Silent)?.scored;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let first_s = run()?;
+    let passes_s = (0..repeats.max(1))
+        .map(|_| run())
+        .collect::<Result<Vec<_>>>()?;
+    let mut sorted = passes_s.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    Ok(ScoreJobBench {
+        items,
+        first_s,
+        passes_s,
+        items_per_s: items as f64 / median,
+    })
+}

@@ -37,7 +37,7 @@ pub(crate) fn full_batch(chunk: &[usize], batch: usize) -> std::borrow::Cow<'_, 
 
 /// The inference batch when none is asked for: 512 items, fewer for large items (the largest
 /// power of two with at most 2^22 input values per batch: 16 photos of 3x224x224), because
-/// every batch runs at its full size (a partial one padded, see [`log_probs_of`]) and a
+/// a batch may run at its full size (a partial one padded, see [`log_probs_of`]) and a
 /// ResNet's activations grow with the batch's values.
 pub fn default_batch(item_len: usize) -> usize {
     let fit = (1usize << 22) / item_len.max(1);
@@ -45,14 +45,16 @@ pub fn default_batch(item_len: usize) -> usize {
     pow2.clamp(1, 512)
 }
 
-/// The rows `rows_of` gives for `data[indices]`, row-major `f32`, run in batches of exactly
-/// `batch` rows (a partial batch is filled with copies of its last item by [`full_batch`], the
-/// extra rows dropped), so that an item's result never depends on which items share its
-/// batch; progress is reported after each batch.
+/// The rows `rows_of` gives for `data[indices]`, row-major `f32`, run in batches of `batch`
+/// rows; with `pad`, a partial batch is filled with copies of its last item by
+/// [`full_batch`] (the extra rows dropped), so that an item's result never depends on which
+/// items share its batch (a model whose rows are independent, see
+/// [`Classifier::independent_rows`], needs no filling). Progress is reported after each
+/// batch.
 fn full_batch_rows(
     data: &Dataset,
     indices: &[usize],
-    batch: usize,
+    (batch, pad): (usize, bool),
     device: &Device,
     observer: &mut dyn Observer,
     mut rows_of: impl FnMut(&candle_core::Tensor) -> Result<candle_core::Tensor>,
@@ -61,7 +63,11 @@ fn full_batch_rows(
     let mut out = Vec::new();
     let mut done = 0;
     for chunk in indices.chunks(batch) {
-        let rows = full_batch(chunk, batch);
+        let rows = if pad {
+            full_batch(chunk, batch)
+        } else {
+            std::borrow::Cow::Borrowed(chunk)
+        };
         let v = rows_of(&data.batch(&rows, device)?)?
             .to_dtype(DType::F32)?
             .flatten_all()?
@@ -74,9 +80,10 @@ fn full_batch_rows(
     Ok(out)
 }
 
-/// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of exactly `batch`
-/// rows (a partial batch is filled with copies of its last item, the extra rows dropped), so
-/// that an item's result never depends on which items share its batch.
+/// Log-probabilities `(n, c)` row-major for `data[indices]`, in batches of `batch` rows (a
+/// partial batch filled with copies of its last item, the extra rows dropped, unless the
+/// model's rows are independent), so that an item's result never depends on which items
+/// share its batch.
 pub fn log_probs_of(
     model: &dyn Classifier,
     data: &Dataset,
@@ -85,7 +92,8 @@ pub fn log_probs_of(
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Vec<f32>> {
-    full_batch_rows(data, indices, batch, device, observer, |x| {
+    let pad = !model.independent_rows(device);
+    full_batch_rows(data, indices, (batch, pad), device, observer, |x| {
         Ok(log_probs(&model.predict(x)?)?)
     })
 }
@@ -110,7 +118,8 @@ pub fn features_of(
     let flat = |t: &candle_core::Tensor| -> Result<Vec<f32>> {
         Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
     };
-    let h = full_batch_rows(data, indices, batch, device, observer, |x| {
+    let pad = !model.independent_rows(device);
+    let h = full_batch_rows(data, indices, (batch, pad), device, observer, |x| {
         let got = last_layer(model, x)?.ok_or_else(|| {
             Error::config(
                 "layers",
@@ -291,14 +300,21 @@ impl Scoring<'_> {
             ev.samples = Some(self.samples(data, indices, req, rng, observer)?);
         }
         if needs.kernel {
-            let k = full_batch_rows(data, indices, self.batch, self.device, observer, |x| {
-                kernel_values(self.model, x)?.ok_or_else(|| {
-                    Error::config(
-                        "scorer",
-                        "`duq` needs a DUQ model (model `duq`, setting `model`)",
-                    )
-                })
-            })?;
+            let k = full_batch_rows(
+                data,
+                indices,
+                (self.batch, true),
+                self.device,
+                observer,
+                |x| {
+                    kernel_values(self.model, x)?.ok_or_else(|| {
+                        Error::config(
+                            "scorer",
+                            "`duq` needs a DUQ model (model `duq`, setting `model`)",
+                        )
+                    })
+                },
+            )?;
             ev.kernel = Some(Kernel::new(k, indices.len(), self.model.classes())?);
         }
         Ok(ev)

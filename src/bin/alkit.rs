@@ -361,9 +361,73 @@ fn bench_train(a: &BenchArgs, device: &Device, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// `alkit bench --checkpoint`: whole `score` runs into a scratch file, timed.
+fn bench_score(a: &BenchArgs, checkpoint: &str, device: &Device) -> Result<()> {
+    let scorer = a.scorer[0];
+    let scratch = std::env::temp_dir().join(format!("alkit-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)
+        .with_context(|| format!("creating the scratch folder {}", scratch.display()))?;
+    let job = alkit::eval::score::ScoreJob {
+        checkpoints: vec![checkpoint.to_string()],
+        checkpoint_options: Default::default(),
+        data: a.data.to_string_lossy().into_owned(),
+        split: alkit::eval::score::Split::Train,
+        scorers: vec![scorer.clone()],
+        settings: a.scorer_flags.settings()?,
+        top: None,
+        candidates: None,
+        batch: a.batch.map(|b| b as usize),
+        chunk: alkit::eval::score::DEFAULT_CHUNK,
+        seed: 0,
+        shard: None,
+        out: scratch.join("scores.csv"),
+    };
+    let timed = alkit::bench::bench_score_job(&job, a.repeats, &Hub::from_env(), device);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let timed = timed?;
+    let mut so = std::io::stdout().lock();
+    let name = scorer.name();
+    if a.json {
+        let round = |s: f64| (s * 1e4).round() / 1e4;
+        writeln!(
+            so,
+            "{}",
+            serde_json::json!({
+                name: (timed.items_per_s * 10.0).round() / 10.0,
+                "items": timed.items,
+                "first_s": round(timed.first_s),
+                "passes_s": timed.passes_s.iter().map(|&s| round(s)).collect::<Vec<_>>(),
+            })
+        )?;
+    } else {
+        writeln!(
+            so,
+            "alkit score end to end: {checkpoint} on {}, {} items, median of {} runs after a first, {} thread(s)",
+            a.data.display(),
+            timed.items,
+            a.repeats,
+            rayon::current_num_threads()
+        )?;
+        writeln!(so, "{:<18} {:>10.3} s", "first run", timed.first_s)?;
+        writeln!(so, "{name:<18} {:>10.1} items/s", timed.items_per_s)?;
+    }
+    Ok(())
+}
+
 fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
+    if let Some(checkpoint) = &a.checkpoint {
+        return bench_score(&a, checkpoint, device);
+    }
     if a.train.is_some() {
         return bench_train(&a, device, quiet);
+    }
+    let batch = a.batch.unwrap_or(256);
+    if batch < 256 {
+        return Err(alkit::Error::config(
+            "batch",
+            "the built-in models are timed with batches of at least 256 (--batch); with --checkpoint any size goes",
+        )
+        .into());
     }
     let settings = ScorerSettings {
         members: a.ensemble.is_some(),
@@ -372,7 +436,7 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
     let model = a.model;
     let cfg = alkit::bench::ScoringBench {
         items: a.n,
-        batch: a.batch as usize,
+        batch: batch as usize,
         repeats: a.repeats,
         train_steps: a
             .train_steps
@@ -402,7 +466,7 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
             model.name(),
             a.n,
             timed.item_shape,
-            a.batch,
+            batch,
             a.repeats,
             rayon::current_num_threads()
         )?;

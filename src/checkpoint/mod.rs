@@ -206,11 +206,7 @@ pub fn import(
     classes: Vec<String>,
     out: &Path,
 ) -> Result<()> {
-    let (vb, expected) = crate::nn::init::seeded(
-        crate::rng::stream(0, crate::rng::Purpose::Tool, 0),
-        DType::F32,
-        &Device::Cpu,
-    );
+    let (vb, expected) = crate::nn::init::shapes(DType::F32, &Device::Cpu);
     arch.build(vb)
         .map_err(|e| Error::config("arch", format!("cannot be built: {e}")))?;
     let tensors = read_weights(weights, &Device::Cpu)?;

@@ -28,8 +28,8 @@ pub struct Chunk {
     pub x: Vec<f32>,
 }
 
-/// A pool read chunk by chunk.
-pub trait ItemStream {
+/// A pool read chunk by chunk (on any thread: see [`ReadAhead`]).
+pub trait ItemStream: Send {
     /// Items in the pool.
     fn len(&self) -> usize;
     /// True when the pool has no items.
@@ -41,6 +41,67 @@ pub trait ItemStream {
     /// The next at most `max` items, `None` once all were read (and the checks that need
     /// every item passed).
     fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>>;
+}
+
+/// A stream's chunks of `max` items read one ahead on a background thread: while the caller
+/// works on one chunk, the next is read (decoded, resized, normalised as the stream does).
+/// At most two chunks are held at once, the caller's and the one read ahead; chunks come in
+/// the stream's order, so what the caller computes does not change.
+pub struct ReadAhead {
+    /// Taken on drop, which stops the reader at its next chunk.
+    rx: Option<std::sync::mpsc::Receiver<Result<Option<Chunk>>>>,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ReadAhead {
+    /// Starts reading `inner` in chunks of `max` items.
+    pub fn new(mut inner: Box<dyn ItemStream>, max: usize) -> Result<ReadAhead> {
+        // A rendezvous channel: the reader holds one finished chunk until it is taken.
+        let (tx, rx) = std::sync::mpsc::sync_channel(0);
+        let worker = std::thread::Builder::new()
+            .name("alkit-read-ahead".into())
+            .spawn(move || loop {
+                let got = inner.next_chunk(max);
+                let more = matches!(got, Ok(Some(_)));
+                // A closed channel: the caller stopped (an error, an interrupt).
+                if tx.send(got).is_err() || !more {
+                    break;
+                }
+            })
+            .map_err(|e| Error::io("(a thread reading ahead)", e))?;
+        Ok(ReadAhead {
+            rx: Some(rx),
+            worker: Some(worker),
+        })
+    }
+
+    /// The next chunk, `None` once all were read.
+    pub fn next_chunk(&mut self) -> Result<Option<Chunk>> {
+        let Some(rx) = &self.rx else {
+            return Ok(None);
+        };
+        match rx.recv() {
+            Ok(got) => got,
+            Err(_) => match self.worker.take().map(std::thread::JoinHandle::join) {
+                Some(Err(_)) => Err(Error::data(
+                    PathBuf::from("(a thread reading ahead)"),
+                    DataProblem::Other("stopped by a panic while reading the pool".into()),
+                )),
+                _ => Ok(None),
+            },
+        }
+    }
+}
+
+impl Drop for ReadAhead {
+    /// Stops the reader and waits for it (at most the chunk it is reading), so that no read
+    /// outlives the job that started it.
+    fn drop(&mut self) {
+        self.rx.take();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
 }
 
 /// Items from one source, with stable ids and the labels the source carries.

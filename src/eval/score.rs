@@ -516,16 +516,15 @@ fn score_split(
         _ => None,
     };
     let (item_shape, pool, mut next): (Vec<usize>, usize, NextChunk) = match streamed {
-        Some(mut st) => {
+        Some(st) => {
             // Whole batches per chunk: the batches are then the whole-pool run's. A chunk
             // past the pool is the pool (one chunk either way).
             let chunk = job.chunk.min(st.len().max(1)).div_ceil(batch) * batch;
             check_chunk_evidence(&scorers, chunk.min(st.len()), ck.model.classes(), "chunk")?;
-            (
-                st.item_shape().to_vec(),
-                st.len(),
-                Box::new(move || st.next_chunk(chunk)),
-            )
+            let (shape, len) = (st.item_shape().to_vec(), st.len());
+            // The next chunk is decoded while this one is scored.
+            let mut ahead = crate::data::stream::ReadAhead::new(st, chunk)?;
+            (shape, len, Box::new(move || ahead.next_chunk()))
         }
         None => {
             let mut st = read_whole(job, &source, pre.as_ref(), hub, observer)?;

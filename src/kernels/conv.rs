@@ -24,7 +24,7 @@
 use super::dispatch::with_float;
 use super::elem::Elem;
 use super::enabled::entry;
-use super::gemm::{gemm_nt, gemm_strided};
+use super::gemm::{gemm_nt, gemm_nt_rows, gemm_strided};
 use super::im2col::for_taps;
 use super::output::{fill, Part};
 use super::storage::{into_storage, storage_slice, with_cpu_slices};
@@ -278,7 +278,7 @@ fn conv_k<T: Elem>(x: &[T], wmat: &[T], g: &Geo) -> Vec<T> {
     for_chunks(g, out, chunk, init, |cols, imgs, y| {
         let n = imgs.len();
         im2col_into(g.inputs(x, imgs), n, g, cols);
-        gemm_nt(n * g.rows(), g.cout, g.kc(), cols, wmat, y);
+        gemm_nt_rows(n * g.rows(), g.cout, g.kc(), cols, wmat, y);
     })
 }
 

@@ -18,6 +18,12 @@ pub fn supported(x: &Tensor) -> bool {
         && matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
 }
 
+/// True when tensors on `device` can use these kernels (the CPU, and not turned off on this
+/// thread by [`without`]), whatever their float dtype.
+pub fn supported_on(device: &candle_core::Device) -> bool {
+    ENABLED.with(std::cell::Cell::get) && device.is_cpu()
+}
+
 /// Refuses a kernel's CPU entry while the kernels are off on this thread (see [`without`]):
 /// a kernel reached there is a path on which a CUDA or Metal tensor would fail.
 pub(crate) fn entry(op: &str) -> Result<()> {

@@ -11,8 +11,10 @@
 //! - [`elem`], [`threading`], [`enabled`], [`storage`], [`dispatch`], [`output`]: the shared
 //!   pieces (element trait, thread split, the per-thread switch, storage slices, the one
 //!   `f32`/`f64` dispatch, outputs filled in parallel);
-//! - [`gemm`], [`im2col`], [`pool`]: matrix products, im2col/col2im and 2x2 max-pooling (the
-//!   last two as custom ops with exact backward passes);
+//! - [`gemm`], [`im2col`], [`pool`], [`window_pool`]: matrix products, im2col/col2im, 2x2
+//!   max-pooling and max-pooling with any window (the last three as custom ops with exact
+//!   backward passes);
+//! - [`matmul`]: products whose rows are rounded independently of each other (inference);
 //! - [`fused`]: inference-only fusions (convolution/bias + ReLU + pool);
 //! - [`direct`], [`winograd`], [`conv`]: stride-1 convolutions for training (one-channel direct
 //!   kernels, Winograd tiles, and the ops choosing between them and im2col);
@@ -35,7 +37,9 @@ mod threading;
 mod fused;
 mod gemm;
 mod im2col;
+mod matmul;
 mod pool;
+mod window_pool;
 
 pub(crate) mod conv;
 mod direct;
@@ -48,8 +52,10 @@ pub(crate) mod transpose;
 mod winograd;
 
 pub(crate) use elem::Elem;
-pub(crate) use enabled::{supported, without};
+pub(crate) use enabled::{supported, supported_on, without};
 pub(crate) use fused::{BiasReluPool, ConvReluPool};
 pub(crate) use im2col::{Col2im, Im2col};
+pub(crate) use matmul::MatmulRows;
 pub(crate) use pool::{MaxPool, MaxPoolRoute};
 pub(crate) use storage::with_cpu_slices;
+pub(crate) use window_pool::{Window, WindowMax, WindowRoute};

@@ -38,7 +38,7 @@
 //! [`tile_pass`], whose 1-D passes go over blocks of channels in local arrays.
 
 use super::elem::Elem;
-use super::gemm::gemm_strided;
+use super::gemm::{gemm_rows, gemm_strided};
 use super::output::{fill, Part};
 use super::threading::join;
 use std::marker::PhantomData;
@@ -802,7 +802,7 @@ fn gemms<T: Elem>(
 ) {
     let out = sized(out, tiles * p * n);
     for xi in 0..p {
-        gemm_strided(
+        gemm_rows(
             (tiles, n, k),
             &lhs[xi * k..],
             (p * k, 1),

@@ -143,11 +143,7 @@ impl Arch {
                 )))
             }
         }
-        let (vb, _) = crate::nn::init::seeded(
-            crate::rng::stream(0, crate::rng::Purpose::Tool, 0),
-            candle_core::DType::F32,
-            &Device::Cpu,
-        );
+        let (vb, _) = crate::nn::init::shapes(candle_core::DType::F32, &Device::Cpu);
         let model = self.build(vb).map_err(|e| refuse(e.to_string()))?;
         let mut dims = vec![1];
         dims.extend_from_slice(item_shape);

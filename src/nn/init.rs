@@ -104,6 +104,8 @@ pub fn is_buffer(name: &str) -> bool {
 
 struct Backend {
     params: Weights,
+    /// False for [`shapes`]: parameters are zeros, nothing is drawn.
+    draws: bool,
 }
 
 fn fans(shape: &Shape) -> (usize, usize) {
@@ -163,8 +165,12 @@ impl SimpleBackend for Backend {
             }
             return Ok(v.as_tensor().clone());
         }
-        let values = draw(&mut st.rng, h, &s);
-        let t = Tensor::from_vec(values, s, dev)?.to_dtype(dtype)?;
+        let t = if self.draws {
+            let values = draw(&mut st.rng, h, &s);
+            Tensor::from_vec(values, s, dev)?.to_dtype(dtype)?
+        } else {
+            Tensor::zeros(s, dtype, dev)?
+        };
         let var = Var::from_tensor(&t)?;
         st.vars.push((name.to_string(), var.clone()));
         Ok(var.as_tensor().clone())
@@ -194,6 +200,24 @@ pub fn seeded(rng: Rng, dtype: DType, device: &Device) -> (VarBuilder<'static>, 
     let vb = VarBuilder::from_backend(
         Box::new(Backend {
             params: params.clone(),
+            draws: true,
+        }),
+        dtype,
+        device.clone(),
+    );
+    (vb, params)
+}
+
+/// A `VarBuilder` whose parameters are all zeros, drawn from nothing, plus the handle listing
+/// them: what an architecture's tensor names and shapes are learnt from when a checkpoint
+/// supplies the values (drawing a ResNet-50's 25 million initial values costs more than
+/// reading its weights file).
+pub fn shapes(dtype: DType, device: &Device) -> (VarBuilder<'static>, Weights) {
+    let params = Weights::from_named(Vec::new());
+    let vb = VarBuilder::from_backend(
+        Box::new(Backend {
+            params: params.clone(),
+            draws: false,
         }),
         dtype,
         device.clone(),

@@ -16,7 +16,7 @@ pub mod resnet;
 use crate::kernels;
 
 use crate::rng::Rng;
-use candle_core::{DType, Module, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use layers::{dropout, flatten_nchw_order, linear, nchw_to_nhwc, Conv2d};
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,15 @@ pub trait Classifier: Send + Sync {
     }
     /// Number of classes `c`.
     fn classes(&self) -> usize;
+    /// Whether, on `device`, row `i` of [`Classifier::predict`] (and of the features the
+    /// model offers for [`Ask::LastLayer`]) depends on row `i` of the input alone, bit for bit:
+    /// not on how many rows the input has nor on what the others hold. Callers then run a
+    /// partial batch as it is; otherwise they fill it up to the batch size, so that an item's
+    /// result never depends on which items share its batch. The default is `false`.
+    fn independent_rows(&self, device: &Device) -> bool {
+        let _ = device;
+        false
+    }
 }
 
 /// Evidence a scorer may ask a model for beyond its logits: the one capability mechanism of
@@ -321,6 +330,10 @@ impl Classifier for Ensemble {
     }
     fn classes(&self) -> usize {
         self.members[0].classes()
+    }
+
+    fn independent_rows(&self, device: &Device) -> bool {
+        self.members.iter().all(|m| m.independent_rows(device))
     }
 }
 

@@ -729,3 +729,104 @@ fn duq_on_resnet18_has_exact_input_and_penalty_gradients_in_f64() {
     let err = model.check_parameter_gradients(&x, &y, 1e-6, 2).unwrap();
     assert!(err < 5e-4, "parameter gradients {err}");
 }
+
+#[test]
+fn max_pool_kernels_equal_the_generic_windows_for_every_window() {
+    // Integer values in a small range make ties common, so the first-maximum rule decides
+    // where gradients go; odd sides make windows hang over the edge and padding fall inside.
+    let mut rng = stream(11, Purpose::Tool, 0);
+    let v: Vec<f64> = (0..2 * 7 * 9 * 3)
+        .map(|_| (alkit::rng::uniform(&mut rng) * 4.0).floor())
+        .collect();
+    let upstream: Vec<f64> = (0..2 * 7 * 9 * 3)
+        .map(|_| alkit::rng::uniform(&mut rng))
+        .collect();
+    for (k, s, p) in [
+        (3, 2, 1),
+        (3, 1, 1),
+        (2, 1, 0),
+        (2, 2, 1),
+        (5, 2, 2),
+        (3, 3, 0),
+        (4, 3, 2),
+    ] {
+        let pool = MaxPool2d::new(k, s, p).unwrap();
+        let run = || -> candle_core::Result<(Vec<f64>, Vec<f64>)> {
+            let x = Var::from_tensor(&Tensor::from_vec(v.clone(), (2, 7, 9, 3), &Device::Cpu)?)?;
+            let y = pool.forward(x.as_tensor(), &mut Ctx::eval())?;
+            let n = y.elem_count();
+            let w = Tensor::from_vec(upstream[..n].to_vec(), y.shape(), &Device::Cpu)?;
+            let g = (y.clone() * w)?.sum_all()?.backward()?;
+            Ok((
+                y.flatten_all()?.to_vec1()?,
+                g.get(x.as_tensor()).unwrap().flatten_all()?.to_vec1()?,
+            ))
+        };
+        let (y, g) = run().unwrap();
+        let (y0, g0) = alkit::without_cpu_kernels(run).unwrap();
+        assert_eq!(y, y0, "window {k}, stride {s}, padding {p}");
+        // The same entries receive gradient; where windows overlap, the sums add the same
+        // terms in another order.
+        for (a, b) in g.iter().zip(&g0) {
+            assert_eq!(*a == 0.0, *b == 0.0, "window {k}, stride {s}, padding {p}");
+            assert!(
+                (a - b).abs() <= 1e-12 * b.abs(),
+                "window {k}, stride {s}, padding {p}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_layer_library_models_rows_do_not_depend_on_their_batch() {
+    // Row i of a batch's logits and features, against the same item alone and in batches of
+    // other sizes and neighbours, bit for bit: what lets scoring run a partial batch as it is.
+    // Both ResNet stems (strided, 1x1 and Winograd convolutions, the 3x3 max-pool, batch norm,
+    // residual sums) and a dense stack whose products are small enough for gemm's small paths.
+    use alkit::nn::{Ask, Offer};
+    let imagenet = ResNetConfig {
+        depth: 18,
+        stem: Stem::Imagenet,
+        in_channels: 3,
+        classes: 7,
+    };
+    let (vb, params) = seeded(stream(21, Purpose::Init, 0), DType::F32, &Device::Cpu);
+    let resnet_in = resnet(&imagenet, vb).unwrap();
+    perturb_batch_norms(&params, 22);
+    let (vb, params) = seeded(stream(23, Purpose::Init, 0), DType::F32, &Device::Cpu);
+    let resnet_cifar = resnet(&cifar_resnet18(3), vb).unwrap();
+    perturb_batch_norms(&params, 24);
+    let (vb, _) = seeded(stream(25, Purpose::Init, 0), DType::F32, &Device::Cpu);
+    let body = Sequential::new()
+        .with(Flatten)
+        .with(Linear::new(3 * 8 * 8, 9, true, vb.pp("fc1")).unwrap())
+        .with(Relu)
+        .with(Linear::new(9, 3, true, vb.pp("fc2")).unwrap());
+    let dense = Net::new(body, 3);
+    let cases: [(&dyn Classifier, usize); 3] = [(&resnet_in, 40), (&resnet_cifar, 16), (&dense, 8)];
+    for (model, side) in cases {
+        assert!(model.independent_rows(&Device::Cpu));
+        let x = randn64(&[9, 3, side, side], 26)
+            .to_dtype(DType::F32)
+            .unwrap();
+        let rows = |t: &Tensor| t.to_vec2::<f32>().unwrap();
+        let features = |x: &Tensor| match model.offer(Ask::LastLayer { x }).unwrap() {
+            Some(Offer::LastLayer(l)) => rows(&l.h),
+            _ => panic!("a layer-library network offers its last layer"),
+        };
+        let (all, all_h) = (rows(&model.predict(&x).unwrap()), features(&x));
+        for (at, n) in [(0, 1), (4, 1), (8, 1), (1, 2), (2, 5), (0, 8)] {
+            let part = x.narrow(0, at, n).unwrap();
+            assert_eq!(
+                rows(&model.predict(&part).unwrap()),
+                all[at..at + n],
+                "side {side}: rows {at}..+{n}"
+            );
+            assert_eq!(
+                features(&part),
+                all_h[at..at + n],
+                "side {side}: features {at}..+{n}"
+            );
+        }
+    }
+}

@@ -522,9 +522,9 @@ pub(crate) struct BenchArgs {
     /// Items scored per pass (the first N of the train split, cycled if fewer).
     #[arg(long, default_value_t = 4096)]
     pub(crate) n: usize,
-    /// Inference batch size (at least 256).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(256..))]
-    pub(crate) batch: u64,
+    /// Inference batch size (at least 256 for the built-in models). [default: 256; with --checkpoint, as for score]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) batch: Option<u64>,
     /// Timed passes; the median is reported.
     #[arg(long, default_value_t = 5)]
     pub(crate) repeats: usize,
@@ -549,6 +549,9 @@ pub(crate) struct BenchArgs {
     /// Score with a deep ensemble of K briefly trained models (sample scorers read one draw per member).
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
     pub(crate) ensemble: Option<u64>,
+    /// Time `alkit score` end to end instead: this checkpoint (a folder, a weights file or hf:OWNER/NAME) opened, --data's pool (an image folder, any source) read and prepared as it says, scored by the first --scorer; one first run, then the median of --repeats runs.
+    #[arg(long, conflicts_with_all = ["n", "model", "train_steps", "ensemble", "train"])]
+    pub(crate) checkpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -580,9 +580,16 @@ impl ItemStream for FolderStream {
             return Ok(None);
         }
         let (start, k) = (self.next, max.min(n - self.next));
+        // Decoded and resized in parallel, an image per task; the first failure in folder
+        // order is the one reported, as a sequential read would.
+        use rayon::prelude::*;
+        let items: Vec<Result<Vec<f32>>> = (start..start + k)
+            .into_par_iter()
+            .map(|i| self.folder.item(i))
+            .collect();
         let mut x = Vec::with_capacity(k * self.folder.plan.item_len());
-        for i in start..start + k {
-            x.extend(self.folder.item(i)?);
+        for item in items {
+            x.extend(item?);
         }
         self.next += k;
         Ok(Some(Chunk {

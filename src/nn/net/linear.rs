@@ -46,7 +46,18 @@ impl Layer for Linear {
                 x.dims()
             );
         }
-        let mut z = x.matmul(&ctx.param(&self.weight).t()?)?;
+        let w = ctx.param(&self.weight);
+        let mut z = if !ctx.is_recording()
+            && crate::kernels::supported(x)
+            && !x.track_op()
+            && !w.track_op()
+        {
+            // Each row rounded on its own: a partial batch needs no filling up.
+            x.contiguous()?
+                .apply_op2(&w.contiguous()?, crate::kernels::MatmulRows)?
+        } else {
+            x.matmul(&w.t()?)?
+        };
         if let Some(b) = &self.bias {
             z = z.broadcast_add(&ctx.param(b))?;
         }

@@ -138,6 +138,23 @@ impl<'a> Ctx<'a> {
         Ok(y)
     }
 
+    /// `max(a + b, 0)` (a residual block's output): one pass on the CPU when nothing is
+    /// recorded or differentiated, else the sum and [`Ctx::relu`].
+    pub fn add_relu(&mut self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if !self.is_recording()
+            && crate::kernels::supported(a)
+            && a.dtype() == b.dtype()
+            && a.dims() == b.dims()
+            && !a.track_op()
+            && !b.track_op()
+        {
+            return a
+                .contiguous()?
+                .apply_op2(&b.contiguous()?, crate::kernels::relu::AddRelu);
+        }
+        self.relu(&(a + b)?)
+    }
+
     /// `t` as a layer should use it: detached unless the pass differentiates the parameters.
     pub fn param(&self, t: &Tensor) -> Tensor {
         if self.params_grad {

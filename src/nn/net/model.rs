@@ -210,4 +210,11 @@ impl Classifier for Net {
     fn classes(&self) -> usize {
         self.classes
     }
+
+    /// On the CPU with the crate's kernels: every product of an inference pass rounds each
+    /// row on its own (`kernels::MatmulRows`, the convolution kernels' row-exact products),
+    /// and every other layer works row by row.
+    fn independent_rows(&self, device: &candle_core::Device) -> bool {
+        crate::kernels::supported_on(device)
+    }
 }

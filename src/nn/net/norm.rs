@@ -98,10 +98,17 @@ impl Layer for BatchNorm2d {
         let inv = self.inv_std()?;
         let scale = (ctx.param(&self.weight) * &inv)?;
         let shift = (ctx.param(&self.bias) - (&mean * &scale)?)?;
-        let z = x.broadcast_mul(&scale)?.broadcast_add(&shift)?;
         if !ctx.is_recording() {
-            return Ok(z);
+            if crate::kernels::supported(x) && !x.track_op() && !scale.track_op() {
+                return x.contiguous()?.apply_op3(
+                    &scale.contiguous()?,
+                    &shift.contiguous()?,
+                    crate::kernels::relu::ChannelAffine,
+                );
+            }
+            return x.broadcast_mul(&scale)?.broadcast_add(&shift);
         }
+        let z = x.broadcast_mul(&scale)?.broadcast_add(&shift)?;
         let xhat = x.detach().broadcast_sub(&mean)?.broadcast_mul(&inv)?;
         ctx.site(SiteKind::Scale, &xhat, z, true)
     }

@@ -1,7 +1,9 @@
 //! Pooling: max-pooling with any window, stride and padding (the gradient to each window's
-//! first maximum, PyTorch's rule, on every device), and global average pooling.
+//! first maximum, PyTorch's rule, on every device; the crate's kernels on the CPU), and global
+//! average pooling.
 
 use super::{Ctx, Layer, Tape};
+use crate::kernels;
 use crate::nn::layers::{
     col2im_strided, first_maxima, im2col_strided, max_pool2x2, max_pool2x2_route, sum_rows,
 };
@@ -29,6 +31,14 @@ impl MaxPool2d {
             stride,
             padding,
         })
+    }
+
+    fn window(&self) -> kernels::Window {
+        kernels::Window {
+            k: self.kernel,
+            s: self.stride,
+            p: self.padding,
+        }
     }
 
     fn is_2x2(&self) -> bool {
@@ -66,6 +76,9 @@ impl Layer for MaxPool2d {
         if self.is_2x2() {
             return max_pool2x2(x);
         }
+        if kernels::supported(x) {
+            return x.contiguous()?.apply_op1(kernels::WindowMax(self.window()));
+        }
         // The first maximum times one, the others times zero: the value exactly, the gradient
         // to the first maximum only.
         let (taps, mask) = self.windows(x)?;
@@ -75,6 +88,11 @@ impl Layer for MaxPool2d {
         let x = tape.tensor()?;
         if self.is_2x2() {
             return max_pool2x2_route(&x, d);
+        }
+        if kernels::supported(&x) {
+            return x
+                .contiguous()?
+                .apply_op2(&d.contiguous()?, kernels::WindowRoute(self.window()));
         }
         let (k, s, p) = (self.kernel, self.stride, self.padding);
         let (b, h, w, c) = x.dims4()?;

@@ -96,8 +96,8 @@ impl Layer for BasicBlock {
         let h = self.bn1.forward(&self.conv1.forward(x, ctx)?, ctx)?;
         let h = ctx.relu(&h)?;
         let h = self.bn2.forward(&self.conv2.forward(&h, ctx)?, ctx)?;
-        let sum = (h + self.shortcut.forward(x, ctx)?)?;
-        ctx.relu(&sum)
+        let short = self.shortcut.forward(x, ctx)?;
+        ctx.add_relu(&h, &short)
     }
     fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
         // Read back in reverse: the output ReLU, the shortcut, then the main path.
@@ -148,8 +148,8 @@ impl Layer for Bottleneck {
         let h = self.bn2.forward(&self.conv2.forward(&h, ctx)?, ctx)?;
         let h = ctx.relu(&h)?;
         let h = self.bn3.forward(&self.conv3.forward(&h, ctx)?, ctx)?;
-        let sum = (h + self.shortcut.forward(x, ctx)?)?;
-        ctx.relu(&sum)
+        let short = self.shortcut.forward(x, ctx)?;
+        ctx.add_relu(&h, &short)
     }
     fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
         let d = relu_backward(d, tape)?;
