@@ -153,16 +153,38 @@ fn horizontal(src: &[u8], w: usize, first_row: usize, rows: usize, taps: &Taps) 
 }
 
 /// `src` (rows of `cols` values, its row 0 being source row `row0`) resampled vertically with
-/// `taps`.
+/// `taps`: each output row accumulated a whole source row at a time (exact integer sums, so
+/// the order is free; contiguous rows vectorise where a column at a time does not), in `i32`
+/// as Pillow sums when no sum can leave its range (always for normalised weights), else in
+/// `i64`.
 fn vertical(src: &[u8], cols: usize, row0: usize, taps: &Taps) -> Vec<u8> {
     let half = 1i64 << (PRECISION_BITS - 1);
     let mut out = Vec::with_capacity(taps.first.len() * cols);
+    let (mut narrow, mut wide) = (vec![0i32; cols], vec![0i64; cols]);
     for (first, k) in taps.first.iter().zip(&taps.weights) {
-        for x in 0..cols {
-            let sum = k.iter().enumerate().fold(half, |s, (j, &k)| {
-                s + i64::from(k) * i64::from(src[(first - row0 + j) * cols + x])
-            });
-            out.push(clip8(sum));
+        let rows = k.iter().enumerate().map(|(j, &kj)| {
+            (
+                kj,
+                &src[(first - row0 + j) * cols..(first - row0 + j + 1) * cols],
+            )
+        });
+        let reach: i64 = half + 255 * k.iter().map(|&kj| i64::from(kj).abs()).sum::<i64>();
+        if reach <= i64::from(i32::MAX) {
+            narrow.fill(half as i32);
+            for (kj, row) in rows {
+                for (a, &p) in narrow.iter_mut().zip(row) {
+                    *a += kj * i32::from(p);
+                }
+            }
+            out.extend(narrow.iter().map(|&s| clip8(i64::from(s))));
+        } else {
+            wide.fill(half);
+            for (kj, row) in rows {
+                for (a, &p) in wide.iter_mut().zip(row) {
+                    *a += i64::from(kj) * i64::from(p);
+                }
+            }
+            out.extend(wide.iter().map(|&s| clip8(s)));
         }
     }
     out

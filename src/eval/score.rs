@@ -57,7 +57,8 @@ pub struct ScoreJob {
     pub candidates: Option<usize>,
     /// Inference batch (default [`crate::predict::default_batch`] of the items).
     pub batch: Option<usize>,
-    /// Items read at a time from a streamed split (rounded up to whole batches).
+    /// At most this many items held at a time from a streamed split (rounded up to whole
+    /// batches; read a few batches ahead of the scoring).
     pub chunk: usize,
     /// Seed of the scorers' noise and of the selection's.
     pub seed: u64,
@@ -67,7 +68,10 @@ pub struct ScoreJob {
     pub out: PathBuf,
 }
 
-/// Items read and scored at a time from a pool that can be streamed, when the caller does not
+/// Batches read ahead at a time from a streamed pool while the previous ones are scored.
+const READ_AHEAD_BATCHES: usize = 4;
+
+/// Items held at a time from a pool that can be streamed, when the caller does not
 /// say: peak memory follows this, not the pool.
 pub const DEFAULT_CHUNK: usize = 16384;
 
@@ -522,8 +526,12 @@ fn score_split(
             let chunk = job.chunk.min(st.len().max(1)).div_ceil(batch) * batch;
             check_chunk_evidence(&scorers, chunk.min(st.len()), ck.model.classes(), "chunk")?;
             let (shape, len) = (st.item_shape().to_vec(), st.len());
-            // The next chunk is decoded while this one is scored.
-            let mut ahead = crate::data::stream::ReadAhead::new(st, chunk)?;
+            // Read in pieces of a few whole batches, the next piece decoded while this one is
+            // scored: the batches stay the whole-pool run's, and even a pool of one chunk has
+            // its reading overlapped with its scoring. Two pieces are held at once, at most
+            // one chunk's worth when the chunk holds two pieces.
+            let piece = chunk.min(READ_AHEAD_BATCHES * batch);
+            let mut ahead = crate::data::stream::ReadAhead::new(st, piece)?;
             (shape, len, Box::new(move || ahead.next_chunk()))
         }
         None => {

@@ -3,7 +3,7 @@
 # photos of mixed sizes, and timm's own entropy for each photo (its evaluation transform and
 # model, f32), for running `alkit score` on a real timm checkpoint without network:
 #
-#   python timm_repository.py CACHE PHOTOS [ARCH] [TAG] [N]
+#   python timm_repository.py CACHE PHOTOS [ARCH] [TAG] [N] [CLASSES] [SIDE]
 #   HF_HUB_CACHE=CACHE HF_HUB_OFFLINE=1 alkit score --checkpoint hf:timm/ARCH.TAG \
 #       --data PHOTOS --scorer entropy --out scores.csv
 #
@@ -11,6 +11,9 @@
 # pretrained_cfg: input size, crop, interpolation, mean, std), default a1_in1k. The weights are
 # timm's random initialisation (seed 0), with batch-norm statistics moved off their initial
 # values so evaluation mode is not the identity. PHOTOS/timm_entropy.csv gets timm's entropy.
+# CLASSES (default: the tag's, 1000) sets the head's size, as a fine-tuned checkpoint's; SIDE
+# (default: the tag's, 224) the input size in the published config (timm then resizes and
+# crops every photo to it, as alkit does).
 import csv, os, sys
 import numpy as np
 import torch, torch.nn.functional as F
@@ -22,9 +25,13 @@ cache, photos = sys.argv[1], sys.argv[2]
 arch = sys.argv[3] if len(sys.argv) > 3 else "resnet18"
 tag = sys.argv[4] if len(sys.argv) > 4 else "a1_in1k"
 n = int(sys.argv[5]) if len(sys.argv) > 5 else 16
+classes = int(sys.argv[6]) if len(sys.argv) > 6 else None
+side = int(sys.argv[7]) if len(sys.argv) > 7 else None
 name = f"{arch}.{tag}"
 torch.manual_seed(0)
-model = timm.create_model(name, pretrained=False).eval()
+model = timm.create_model(name, pretrained=False, **({"num_classes": classes} if classes else {})).eval()
+if side:
+    model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, side, side)}
 with torch.no_grad():
     for k, t in model.state_dict().items():
         if k.endswith("running_mean"):

@@ -464,7 +464,7 @@ pub(crate) struct ScoreArgs {
     /// Inference batch size [default: 512; for items of more than 8,192 values, the largest power of two with at most 2^22 values per batch, e.g. 16 for 3x224x224].
     #[arg(long)]
     pub(crate) batch: Option<usize>,
-    /// Items read and scored at a time from a pool that can be streamed (safetensors), rounded up to whole --batch: peak memory follows this, not the pool. Scorers that draw noise read the pool whole.
+    /// At most this many items held at a time from a pool that can be streamed (image folders, safetensors, ...), rounded up to whole --batch: peak memory follows this, not the pool (a few batches are read ahead while the previous ones are scored). Scorers that draw noise read the pool whole.
     #[arg(long, default_value_t = alkit::eval::score::DEFAULT_CHUNK)]
     pub(crate) chunk: usize,
     /// Comma-separated scorers (`alkit scorers` lists them; random and batchbald pick whole batches and give no per-item score).
