@@ -372,7 +372,7 @@ fn bench_score(a: &BenchArgs, checkpoint: &str, device: &Device) -> Result<()> {
         checkpoint_options: Default::default(),
         data: a.data.to_string_lossy().into_owned(),
         split: alkit::eval::score::Split::Train,
-        scorers: vec![scorer.clone()],
+        scorers: vec![scorer],
         settings: a.scorer_flags.settings()?,
         top: None,
         candidates: None,

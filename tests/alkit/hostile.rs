@@ -2411,6 +2411,13 @@ y,bird
             ["--batch", "limit"]
         ),
         case!(
+            "flag-bench-batch-100",
+            none,
+            ["bench", "--batch", "100"],
+            2,
+            ["--batch", "256", "--checkpoint"]
+        ),
+        case!(
             "flag-bench-repeats-10^6",
             none,
             ["bench", "--repeats", "1000000"],

@@ -266,6 +266,57 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
         assert!(r.is_finite() && r > 0.0, "{line}");
     }
 
+    // The same run timed end to end (`bench --checkpoint`): every photo scored each run, one
+    // first run and the asked-for timed runs; a synthetic bench's flags beside it refused.
+    let run = alkit_cmd()
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .args([
+            "-q",
+            "bench",
+            "--checkpoint",
+            "hf:test/timm-resnet18",
+            "--data",
+        ])
+        .arg(fixtures().join("timm_photos"))
+        .args(["--scorer", "entropy", "--repeats", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let timed: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(timed["items"], 3, "{timed}");
+    assert_eq!(
+        timed["passes_s"].as_array().map(Vec::len),
+        Some(2),
+        "{timed}"
+    );
+    assert!(
+        timed["entropy"].as_f64().is_some_and(|r| r > 0.0),
+        "{timed}"
+    );
+    assert!(
+        timed["first_s"].as_f64().is_some_and(|s| s > 0.0),
+        "{timed}"
+    );
+    let run = alkit_cmd()
+        .args([
+            "-q",
+            "bench",
+            "--checkpoint",
+            "hf:test/timm-resnet18",
+            "--n",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("--n") && err.contains("--checkpoint"), "{err}");
+
     // A timm backbone frozen: `embed` gives each photo's pooled features through timm's
     // transform, and the logits they make with `fc` are timm's (f32 against f64).
     let emb = cache.join("emb.safetensors");
