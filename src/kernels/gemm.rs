@@ -190,23 +190,28 @@ mod tests {
         // The rows of a 300-row product against the same rows computed in products of 1 to
         // 100 rows, bit for bit, across widths on both sides of gemm's small-path bounds and
         // depths on both sides of its depth blocks.
-        for &n in &[1, 3, 10, 64, 65, 128, 512, 1000] {
-            for &k in &[3, 9, 100, 513, 1200, 4608] {
-                let (a, b) = (values(300 * k, 1), values(n * k, 2));
-                let mut whole = vec![0f32; 300 * n];
-                gemm_nt_rows(300, n, k, &a, &b, &mut whole);
-                for &m in &[1, 2, 3, 5, 17, 64, 65, 100] {
-                    for &at in &[0, 7, 300 - m] {
-                        let mut part = vec![0f32; m * n];
-                        gemm_nt_rows(m, n, k, &a[at * k..], &b, &mut part);
-                        assert!(
-                            part == whole[at * n..(at + m) * n],
-                            "n {n}, k {k}: {m} rows from row {at} differ"
-                        );
+        fn check<T: super::Elem>(cast: impl Fn(f32) -> T) {
+            for &n in &[1, 3, 10, 64, 65, 128, 512, 1000] {
+                for &k in &[3, 9, 100, 513, 1200, 4608] {
+                    let a: Vec<T> = values(300 * k, 1).into_iter().map(&cast).collect();
+                    let b: Vec<T> = values(n * k, 2).into_iter().map(&cast).collect();
+                    let mut whole = vec![T::ZERO; 300 * n];
+                    gemm_nt_rows(300, n, k, &a, &b, &mut whole);
+                    for &m in &[1, 2, 3, 5, 17, 64, 65, 100] {
+                        for &at in &[0, 7, 300 - m] {
+                            let mut part = vec![T::ZERO; m * n];
+                            gemm_nt_rows(m, n, k, &a[at * k..], &b, &mut part);
+                            assert!(
+                                part == whole[at * n..(at + m) * n],
+                                "n {n}, k {k}: {m} rows from row {at} differ"
+                            );
+                        }
                     }
                 }
             }
         }
+        check(|v| v);
+        check(f64::from);
     }
 
     #[test]
