@@ -803,6 +803,21 @@ fn a_layer_library_models_rows_do_not_depend_on_their_batch() {
         .with(Relu)
         .with(Linear::new(9, 3, true, vb.pp("fc2")).unwrap());
     let dense = Net::new(body, 3);
+    // A grouped convolution's products are candle's: its network keeps filling batches up.
+    let (vb, _) = seeded(stream(27, Purpose::Init, 0), DType::F32, &Device::Cpu);
+    let grouped = Conv2dConfig {
+        kernel: 3,
+        stride: 1,
+        padding: 1,
+        groups: 3,
+        bias: true,
+        init: None,
+    };
+    let body = Sequential::new()
+        .with(Conv2d::new(3, 6, grouped, vb.pp("c")).unwrap())
+        .with(GlobalAvgPool)
+        .with(Linear::new(6, 3, true, vb.pp("fc")).unwrap());
+    assert!(!Net::new(body, 3).independent_rows(&Device::Cpu));
     let cases: [(&dyn Classifier, usize); 3] = [(&resnet_in, 40), (&resnet_cifar, 16), (&dense, 8)];
     for (model, side) in cases {
         assert!(model.independent_rows(&Device::Cpu));

@@ -216,6 +216,10 @@ impl Layer for Conv2d {
         }
         col2im_strided(&cols, k, padding, stride, Some((h, wd)))
     }
+    fn independent_rows(&self) -> bool {
+        // A grouped convolution's products are candle's, batched over groups.
+        self.cfg.groups == 1
+    }
 }
 
 impl Conv2d {

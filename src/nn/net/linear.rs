@@ -70,4 +70,7 @@ impl Layer for Linear {
     fn as_linear(&self) -> Option<&Linear> {
         Some(self)
     }
+    fn independent_rows(&self) -> bool {
+        true
+    }
 }

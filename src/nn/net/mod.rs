@@ -211,6 +211,14 @@ pub trait Layer: Send + Sync {
     fn stochastic(&self) -> bool {
         false
     }
+    /// Whether, in an inference pass ([`Ctx::inference`]) on the CPU with the crate's
+    /// kernels, row `i` of the output depends on row `i` of the input alone, bit for bit:
+    /// not on how many rows there are nor on what the others hold (see
+    /// [`crate::nn::Classifier::independent_rows`]). The default is `false`, so a layer of
+    /// one's own keeps its network's batches filled up unless it says otherwise.
+    fn independent_rows(&self) -> bool {
+        false
+    }
     /// The layer as a dense [`Linear`] map (a network ending in one offers its features
     /// and last layer); `None` for every other layer.
     fn as_linear(&self) -> Option<&Linear> {
@@ -292,5 +300,8 @@ impl Layer for Sequential {
     }
     fn stochastic(&self) -> bool {
         self.first_stochastic().is_some()
+    }
+    fn independent_rows(&self) -> bool {
+        self.layers.iter().all(|l| l.independent_rows())
     }
 }

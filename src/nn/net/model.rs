@@ -211,10 +211,11 @@ impl Classifier for Net {
         self.classes
     }
 
-    /// On the CPU with the crate's kernels: every product of an inference pass rounds each
-    /// row on its own (`kernels::MatmulRows`, the convolution kernels' row-exact products),
-    /// and every other layer works row by row.
+    /// On the CPU with the crate's kernels, when every layer says so ([`Layer::independent_rows`]):
+    /// the library's layers round each row of their products on their own
+    /// (`kernels::MatmulRows`, the convolution kernels' row-exact products) and work row by
+    /// row otherwise.
     fn independent_rows(&self, device: &candle_core::Device) -> bool {
-        crate::kernels::supported_on(device)
+        crate::kernels::supported_on(device) && self.body.independent_rows()
     }
 }

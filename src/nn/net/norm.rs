@@ -143,4 +143,7 @@ impl Layer for BatchNorm2d {
         }
         d.broadcast_mul(&scale)
     }
+    fn independent_rows(&self) -> bool {
+        true
+    }
 }

@@ -104,6 +104,9 @@ impl Layer for MaxPool2d {
         let padded = col2im_strided(&cols, k, 0, s, Some((h + 2 * p, w + 2 * p)))?;
         padded.narrow(1, p, h)?.narrow(2, p, w)?.contiguous()
     }
+    fn independent_rows(&self) -> bool {
+        true
+    }
 }
 
 /// `(b, h, w, c)` -> `(b, c)`: the mean over positions.
@@ -123,5 +126,8 @@ impl Layer for GlobalAvgPool {
             .reshape((b, 1, 1, c))?
             .broadcast_as((b, h, w, c))?
             .contiguous()
+    }
+    fn independent_rows(&self) -> bool {
+        true
     }
 }

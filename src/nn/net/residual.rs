@@ -108,6 +108,9 @@ impl Layer for BasicBlock {
         let d = self.conv1.backward(&self.bn1.backward(&d, tape)?, tape)?;
         d + short
     }
+    fn independent_rows(&self) -> bool {
+        true
+    }
 }
 
 /// `relu(bn3(conv3(relu(bn2(conv2(relu(bn1(conv1(x)))))))) + shortcut(x))`, `conv1` and
@@ -160,5 +163,8 @@ impl Layer for Bottleneck {
         let d = relu_backward(&d, tape)?;
         let d = self.conv1.backward(&self.bn1.backward(&d, tape)?, tape)?;
         d + short
+    }
+    fn independent_rows(&self) -> bool {
+        true
     }
 }

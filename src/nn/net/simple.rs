@@ -15,6 +15,9 @@ impl Layer for Relu {
     fn backward(&self, d: &Tensor, tape: &mut Tape) -> Result<Tensor> {
         relu_backward(d, tape)
     }
+    fn independent_rows(&self) -> bool {
+        true
+    }
 }
 
 /// Inverted dropout with probability `p`, on when the pass draws masks (training, MC dropout).
@@ -46,6 +49,9 @@ impl Layer for Dropout {
     fn stochastic(&self) -> bool {
         self.p > 0.0
     }
+    fn independent_rows(&self) -> bool {
+        true
+    }
 }
 
 /// `(b, h, w, c)` -> `(b, c*h*w)` in NCHW order (PyTorch's `flatten(1)` after a convolution),
@@ -65,5 +71,8 @@ impl Layer for Flatten {
             &[b, h, w, c] => d.reshape((b, c, h, w))?.permute((0, 2, 3, 1))?.contiguous(),
             dims => d.reshape(dims),
         }
+    }
+    fn independent_rows(&self) -> bool {
+        true
     }
 }
