@@ -348,7 +348,8 @@ pub struct ScoreJobBench {
 
 /// Times `job` end to end, as [`crate::eval::score::run`] runs it: the checkpoint opened and
 /// checked, the data listed, decoded and prepared as the checkpoint says, the model's forward,
-/// the scores and the CSV written. One first run, then `repeats` (at least 1) timed runs; each
+/// the scores and the CSV written. One first run, then `repeats` (1 to
+/// [`crate::limits::MAX_REPEATS`]) timed runs; each
 /// writes `job.out` (replaced by every run, so it must be a file the caller may overwrite, such
 /// as one in a temporary folder).
 pub fn bench_score_job(
@@ -357,6 +358,12 @@ pub fn bench_score_job(
     hub: &crate::hub::Hub,
     device: &candle_core::Device,
 ) -> Result<ScoreJobBench> {
+    crate::limits::count(
+        "repeats",
+        repeats,
+        crate::limits::MAX_REPEATS,
+        "timed runs; the median of more says nothing new",
+    )?;
     let mut items = 0;
     let mut run = || -> Result<f64> {
         let _ = std::fs::remove_file(&job.out);
@@ -365,9 +372,7 @@ pub fn bench_score_job(
         Ok(t.elapsed().as_secs_f64())
     };
     let first_s = run()?;
-    let passes_s = (0..repeats.max(1))
-        .map(|_| run())
-        .collect::<Result<Vec<_>>>()?;
+    let passes_s = (0..repeats).map(|_| run()).collect::<Result<Vec<_>>>()?;
     let mut sorted = passes_s.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];

@@ -104,8 +104,9 @@ fn scored(observer: &mut dyn Observer, done: usize, total: usize) -> Result<()> 
 }
 
 /// Penultimate features `(n, d)` and the last layer of `data[indices]` (from the model's
-/// [`crate::nn::last_layer`]), in batches of exactly `batch` rows as [`log_probs_of`] runs
-/// them, so an item's features never depend on which items share its batch.
+/// [`crate::nn::last_layer`]), in batches of `batch` rows as [`log_probs_of`] runs them
+/// (filled up unless the model's rows are independent), so an item's features never depend
+/// on which items share its batch.
 pub fn features_of(
     model: &dyn Classifier,
     data: &Dataset,

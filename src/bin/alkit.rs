@@ -361,18 +361,24 @@ fn bench_train(a: &BenchArgs, device: &Device, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-/// `alkit bench --checkpoint`: whole `score` runs into a scratch file, timed.
+/// `alkit bench --checkpoint`: whole `score` runs into a scratch folder of its own, timed.
 fn bench_score(a: &BenchArgs, checkpoint: &str, device: &Device) -> Result<()> {
-    let scorer = a.scorer[0];
-    let scratch = std::env::temp_dir().join(format!("alkit-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)
-        .with_context(|| format!("creating the scratch folder {}", scratch.display()))?;
+    // A folder made here, never one that was there: it is removed afterwards.
+    let scratch = (0..100)
+        .map(|k| std::env::temp_dir().join(format!("alkit-bench-{}-{k}", std::process::id())))
+        .find(|p| std::fs::create_dir(p).is_ok())
+        .with_context(|| {
+            format!(
+                "creating a scratch folder in {}",
+                std::env::temp_dir().display()
+            )
+        })?;
     let job = alkit::eval::score::ScoreJob {
         checkpoints: vec![checkpoint.to_string()],
         checkpoint_options: Default::default(),
         data: a.data.to_string_lossy().into_owned(),
         split: alkit::eval::score::Split::Train,
-        scorers: vec![scorer],
+        scorers: a.scorer.clone(),
         settings: a.scorer_flags.settings()?,
         top: None,
         candidates: None,
@@ -386,15 +392,17 @@ fn bench_score(a: &BenchArgs, checkpoint: &str, device: &Device) -> Result<()> {
     let _ = std::fs::remove_dir_all(&scratch);
     let timed = timed?;
     let mut so = std::io::stdout().lock();
-    let name = scorer.name();
+    let names: Vec<&str> = a.scorer.iter().map(|s| s.name()).collect();
+    let names = names.join(",");
     if a.json {
         let round = |s: f64| (s * 1e4).round() / 1e4;
         writeln!(
             so,
             "{}",
             serde_json::json!({
-                name: (timed.items_per_s * 10.0).round() / 10.0,
+                "scorers": names,
                 "items": timed.items,
+                "items_per_s": (timed.items_per_s * 10.0).round() / 10.0,
                 "first_s": round(timed.first_s),
                 "passes_s": timed.passes_s.iter().map(|&s| round(s)).collect::<Vec<_>>(),
             })
@@ -402,14 +410,18 @@ fn bench_score(a: &BenchArgs, checkpoint: &str, device: &Device) -> Result<()> {
     } else {
         writeln!(
             so,
-            "alkit score end to end: {checkpoint} on {}, {} items, median of {} runs after a first, {} thread(s)",
+            "alkit score end to end: {checkpoint} on {}, {} items, scorers {names}, median of {} runs after a first, {} thread(s)",
             a.data.display(),
             timed.items,
             a.repeats,
             rayon::current_num_threads()
         )?;
         writeln!(so, "{:<18} {:>10.3} s", "first run", timed.first_s)?;
-        writeln!(so, "{name:<18} {:>10.1} items/s", timed.items_per_s)?;
+        writeln!(
+            so,
+            "{:<18} {:>10.1} items/s",
+            "median run", timed.items_per_s
+        )?;
     }
     Ok(())
 }

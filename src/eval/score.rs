@@ -68,7 +68,8 @@ pub struct ScoreJob {
     pub out: PathBuf,
 }
 
-/// Batches read ahead at a time from a streamed pool while the previous ones are scored.
+/// Batches read ahead at a time from a streamed pool while the previous ones are scored (at
+/// most: a piece is also at most half the chunk).
 const READ_AHEAD_BATCHES: usize = 4;
 
 /// Items held at a time from a pool that can be streamed, when the caller does not
@@ -520,29 +521,37 @@ fn score_split(
         _ => None,
     };
     let (item_shape, pool, mut next): (Vec<usize>, usize, NextChunk) = match streamed {
-        Some(st) => {
+        Some(mut st) => {
             // Whole batches per chunk: the batches are then the whole-pool run's. A chunk
             // past the pool is the pool (one chunk either way).
             let chunk = job.chunk.min(st.len().max(1)).div_ceil(batch) * batch;
             check_chunk_evidence(&scorers, chunk.min(st.len()), ck.model.classes(), "chunk")?;
             let (shape, len) = (st.item_shape().to_vec(), st.len());
-            // Read in pieces of a few whole batches, the next piece decoded while this one is
-            // scored: the batches stay the whole-pool run's, and even a pool of one chunk has
-            // its reading overlapped with its scoring. Two pieces are held at once, at most
-            // one chunk's worth when the chunk holds two pieces.
-            let piece = chunk.min(READ_AHEAD_BATCHES * batch);
-            let mut ahead = crate::data::stream::ReadAhead::new(st, piece)?;
-            (shape, len, Box::new(move || ahead.next_chunk()))
+            check_item_shape(&ck, name, &shape)?;
+            // Read in pieces of whole batches, at most half a chunk each, the next piece
+            // decoded on a reading thread while this one is scored: the batches stay the
+            // whole-pool run's, even a pool of one chunk has its reading overlapped with its
+            // scoring, and the two pieces held at once stay within the chunk. A chunk of one
+            // batch is read in place, and so is any pool when this runs on one of rayon's
+            // threads (the reader's parallel decoding would wait for the thread it blocks).
+            let piece = (chunk / 2 / batch * batch).min(READ_AHEAD_BATCHES * batch);
+            let next: NextChunk = if piece > 0 && rayon::current_thread_index().is_none() {
+                let mut ahead = crate::data::stream::ReadAhead::new(st, piece)?;
+                Box::new(move || ahead.next_chunk())
+            } else {
+                Box::new(move || st.next_chunk(chunk))
+            };
+            (shape, len, next)
         }
         None => {
             let mut st = read_whole(job, &source, pre.as_ref(), hub, observer)?;
             let (shape, n) = (st.item_shape().to_vec(), st.len());
             check_chunk_evidence(&scorers, n, ck.model.classes(), "data")?;
+            check_item_shape(&ck, name, &shape)?;
             let mut whole = crate::data::stream::drain(st.as_mut()).context_with(loading)?;
             (shape, n, Box::new(move || Ok(whole.take())))
         }
     };
-    check_item_shape(&ck, name, &item_shape)?;
     let scoring = Scoring {
         model: ck.model.as_ref(),
         params: Some(&ck.params),

@@ -18,8 +18,8 @@ pub fn supported(x: &Tensor) -> bool {
         && matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
 }
 
-/// True when tensors on `device` can use these kernels (the CPU, and not turned off on this
-/// thread by [`without`]), whatever their float dtype.
+/// True when `f32` and `f64` tensors on `device` can use these kernels (the CPU, and not
+/// turned off on this thread by [`without`]).
 pub fn supported_on(device: &candle_core::Device) -> bool {
     ENABLED.with(std::cell::Cell::get) && device.is_cpu()
 }

@@ -127,7 +127,7 @@ pub fn gemm_rows<T: Elem>(
     accumulate: bool,
 ) {
     let rows = general_rows(n);
-    if m == 0 || m >= rows || k == 0 {
+    if m == 0 || n == 0 || m >= rows || k == 0 {
         return gemm_strided(
             (m, n, k),
             a,

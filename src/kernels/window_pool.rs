@@ -21,15 +21,16 @@ pub struct Window {
     pub k: usize,
     /// Stride.
     pub s: usize,
-    /// Padding on each side (at most `k / 2`, so every window holds an input entry).
+    /// Padding on each side (at most `k / 2`, so every window of a non-empty side holds an
+    /// input entry).
     pub p: usize,
 }
 
 impl Window {
     /// The output side for an input side `n`: `(n + 2 p - k) / s + 1`; an error when the
-    /// window does not fit or the settings are out of range.
+    /// side is empty, the window does not fit or the settings are out of range.
     fn out(&self, n: usize, op: &str) -> Result<usize> {
-        if self.k == 0 || self.s == 0 || 2 * self.p > self.k || n + 2 * self.p < self.k {
+        if n == 0 || self.k == 0 || self.s == 0 || 2 * self.p > self.k || n + 2 * self.p < self.k {
             candle_core::bail!(
                 "{op}: a {}x{} window (stride {}, padding {}) does not fit a side of {n}",
                 self.k,

@@ -114,8 +114,8 @@ impl Arch {
         self.spec().weights_bound()
     }
 
-    /// Checks that this architecture takes items of `item_shape`, by building it (seeded, on
-    /// the CPU) and running one zero item through it: a CNN given tabular rows, or an MLP
+    /// Checks that this architecture takes items of `item_shape`, by building it (all weights
+    /// zero, on the CPU) and running one zero item through it: a CNN given tabular rows, or an MLP
     /// sized for other items, is refused when a session or run starts, not at its first query.
     pub fn check_input(&self, item_shape: &[usize]) -> Result<()> {
         let refuse = |e: String| {

@@ -294,28 +294,49 @@ fn a_timm_repository_prepares_and_scores_as_timm_does() {
         Some(2),
         "{timed}"
     );
+    assert_eq!(timed["scorers"], "entropy", "{timed}");
     assert!(
-        timed["entropy"].as_f64().is_some_and(|r| r > 0.0),
+        timed["items_per_s"].as_f64().is_some_and(|r| r > 0.0),
         "{timed}"
     );
     assert!(
         timed["first_s"].as_f64().is_some_and(|s| s > 0.0),
         "{timed}"
     );
+    for (flag, value) in [("--n", "5"), ("--steps", "3")] {
+        let run = alkit_cmd()
+            .args([
+                "-q",
+                "bench",
+                "--checkpoint",
+                "hf:test/timm-resnet18",
+                flag,
+                value,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(err.contains(flag) && err.contains("--checkpoint"), "{err}");
+    }
     let run = alkit_cmd()
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
         .args([
             "-q",
             "bench",
             "--checkpoint",
             "hf:test/timm-resnet18",
-            "--n",
-            "5",
+            "--repeats",
+            "0",
+            "--data",
         ])
+        .arg(fixtures().join("timm_photos"))
         .output()
         .unwrap();
     assert_eq!(run.status.code(), Some(2));
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("--n") && err.contains("--checkpoint"), "{err}");
+    assert!(err.contains("--repeats"), "{err}");
 
     // A timm backbone frozen: `embed` gives each photo's pooled features through timm's
     // transform, and the logits they make with `fc` are timm's (f32 against f64).

@@ -549,8 +549,8 @@ pub(crate) struct BenchArgs {
     /// Score with a deep ensemble of K briefly trained models (sample scorers read one draw per member).
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
     pub(crate) ensemble: Option<u64>,
-    /// Time `alkit score` end to end instead: this checkpoint (a folder, a weights file or hf:OWNER/NAME) opened, --data's pool (an image folder, any source) read and prepared as it says, scored by the first --scorer; one first run, then the median of --repeats runs.
-    #[arg(long, conflicts_with_all = ["n", "model", "train_steps", "ensemble", "train"])]
+    /// Time `alkit score` end to end instead: this checkpoint (a folder, a weights file or hf:OWNER/NAME) opened, --data's pool (an image folder, any source) read and prepared as it says, scored by the --scorer list (one column each); one first run, then the median of --repeats runs.
+    #[arg(long, conflicts_with_all = ["n", "model", "train_steps", "ensemble", "train", "steps", "penalty_weight"])]
     pub(crate) checkpoint: Option<String>,
 }
 

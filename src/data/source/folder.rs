@@ -580,17 +580,33 @@ impl ItemStream for FolderStream {
             return Ok(None);
         }
         let (start, k) = (self.next, max.min(n - self.next));
-        // Decoded and resized in parallel, an image per task; the first failure in folder
-        // order is the one reported, as a sequential read would.
+        // Decoded and resized in parallel, an image per task, each straight into its place
+        // (no second copy of the chunk); the first failure in folder order is the one
+        // reported, as a sequential read would.
         use rayon::prelude::*;
-        let items: Vec<Result<Vec<f32>>> = (start..start + k)
-            .into_par_iter()
-            .map(|i| self.folder.item(i))
+        let len = self.folder.plan.item_len();
+        let mut x = vec![0f32; k * len];
+        let done: Vec<Result<()>> = x
+            .par_chunks_mut(len.max(1))
+            .zip(start..start + k)
+            .map(|(dst, i)| {
+                let item = self.folder.item(i)?;
+                if item.len() != dst.len() {
+                    let p = self.folder.dir.join(&self.folder.ids[i]);
+                    return Err(Error::data(
+                        &p,
+                        DataProblem::Other(format!(
+                            "decodes to {} values where the pool's items hold {}",
+                            item.len(),
+                            dst.len()
+                        )),
+                    ));
+                }
+                dst.copy_from_slice(&item);
+                Ok(())
+            })
             .collect();
-        let mut x = Vec::with_capacity(k * self.folder.plan.item_len());
-        for item in items {
-            x.extend(item?);
-        }
+        done.into_iter().collect::<Result<()>>()?;
         self.next += k;
         Ok(Some(Chunk {
             start,
