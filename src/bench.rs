@@ -34,10 +34,15 @@ fn timed(repeats: usize, mut pass: impl FnMut() -> Result<()>) -> Result<(Vec<f6
             Ok(t.elapsed().as_secs_f64())
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut sorted = passes_s.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
+    let median = median(&passes_s);
     Ok((passes_s, median))
+}
+
+/// The median of timed seconds (the upper one of an even count); `passes_s` is not empty.
+fn median(passes_s: &[f64]) -> f64 {
+    let mut sorted = passes_s.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// Training throughput of the Fashion-MNIST DUQ model: images/s of full optimiser steps
@@ -373,13 +378,10 @@ pub fn bench_score_job(
     };
     let first_s = run()?;
     let passes_s = (0..repeats).map(|_| run()).collect::<Result<Vec<_>>>()?;
-    let mut sorted = passes_s.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
     Ok(ScoreJobBench {
         items,
         first_s,
+        items_per_s: items as f64 / median(&passes_s),
         passes_s,
-        items_per_s: items as f64 / median,
     })
 }

@@ -36,15 +36,34 @@ fn relu_k<T: Elem>(x: &[T]) -> Vec<T> {
     out
 }
 
-fn mask_k<T: Elem>(y: &[T], g: &[T]) -> Vec<T> {
-    let mut out = vec![T::ZERO; y.len()];
+/// `f(a[i], b[i])` for every element of two same-sized slices, in parallel pieces.
+fn zip_k<T: Elem>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync) -> Vec<T> {
+    let mut out = vec![T::ZERO; a.len()];
     par_chunks(&mut out, PIECE, |i, o| {
         let at = i * PIECE;
-        for ((d, &yv), &gv) in o.iter_mut().zip(&y[at..]).zip(&g[at..]) {
-            *d = if yv > T::ZERO { gv } else { T::ZERO };
+        for ((d, &x), &y) in o.iter_mut().zip(&a[at..]).zip(&b[at..]) {
+            *d = f(x, y);
         }
     });
     out
+}
+
+/// `f(out_row, x_row)` for every row of `c` channels of channel-last `x`, in parallel pieces
+/// of whole rows.
+fn rows_k<T: Elem>(x: &[T], c: usize, f: impl Fn(&mut [T], &[T]) + Sync) -> Vec<T> {
+    let mut out = vec![T::ZERO; x.len()];
+    let piece = (PIECE / c.max(1)).max(1) * c;
+    par_chunks(&mut out, piece, |i, o| {
+        let src = &x[i * piece..i * piece + o.len()];
+        for (row_o, row_x) in o.chunks_exact_mut(c).zip(src.chunks_exact(c)) {
+            f(row_o, row_x);
+        }
+    });
+    out
+}
+
+fn mask_k<T: Elem>(y: &[T], g: &[T]) -> Vec<T> {
+    zip_k(y, g, |yv, gv| if yv > T::ZERO { gv } else { T::ZERO })
 }
 
 impl CustomOp1 for Relu {
@@ -117,18 +136,11 @@ impl CustomOp2 for ReluMask {
 pub struct ChannelScale;
 
 fn scale_k<T: Elem>(x: &[T], s: &[T]) -> Vec<T> {
-    let c = s.len();
-    let mut out = vec![T::ZERO; x.len()];
-    let piece = (PIECE / c.max(1)).max(1) * c;
-    par_chunks(&mut out, piece, |i, o| {
-        let src = &x[i * piece..i * piece + o.len()];
-        for (row_o, row_x) in o.chunks_exact_mut(c).zip(src.chunks_exact(c)) {
-            for ((d, &v), &k) in row_o.iter_mut().zip(row_x).zip(s) {
-                *d = v * k;
-            }
+    rows_k(x, s.len(), |o, r| {
+        for ((d, &v), &k) in o.iter_mut().zip(r).zip(s) {
+            *d = v * k;
         }
-    });
-    out
+    })
 }
 
 impl CustomOp2 for ChannelScale {
@@ -178,18 +190,11 @@ impl CustomOp2 for ChannelScale {
 pub struct ChannelAffine;
 
 fn affine_k<T: Elem>(x: &[T], s: &[T], t: &[T]) -> Vec<T> {
-    let c = s.len();
-    let mut out = vec![T::ZERO; x.len()];
-    let piece = (PIECE / c.max(1)).max(1) * c;
-    par_chunks(&mut out, piece, |i, o| {
-        let src = &x[i * piece..i * piece + o.len()];
-        for (row_o, row_x) in o.chunks_exact_mut(c).zip(src.chunks_exact(c)) {
-            for (((d, &v), &k), &b) in row_o.iter_mut().zip(row_x).zip(s).zip(t) {
-                *d = v * k + b;
-            }
+    rows_k(x, s.len(), |o, r| {
+        for (((d, &v), &k), &b) in o.iter_mut().zip(r).zip(s).zip(t) {
+            *d = v * k + b;
         }
-    });
-    out
+    })
 }
 
 impl CustomOp3 for ChannelAffine {
@@ -233,15 +238,14 @@ impl CustomOp3 for ChannelAffine {
 pub struct AddRelu;
 
 fn add_relu_k<T: Elem>(a: &[T], b: &[T]) -> Vec<T> {
-    let mut out = vec![T::ZERO; a.len()];
-    par_chunks(&mut out, PIECE, |i, o| {
-        let at = i * PIECE;
-        for ((d, &x), &y) in o.iter_mut().zip(&a[at..]).zip(&b[at..]) {
-            let s = x + y;
-            *d = if s > T::ZERO { s } else { T::ZERO };
+    zip_k(a, b, |x, y| {
+        let s = x + y;
+        if s > T::ZERO {
+            s
+        } else {
+            T::ZERO
         }
-    });
-    out
+    })
 }
 
 impl CustomOp2 for AddRelu {

@@ -42,6 +42,11 @@ impl Window {
         Ok((n + 2 * self.p - self.k) / self.s + 1)
     }
 
+    /// The output sides `(oh, ow)` for NHWC dimensions `d` (see [`Window::out`]).
+    fn out_dims(&self, d: (usize, usize, usize, usize), op: &str) -> Result<(usize, usize)> {
+        Ok((self.out(d.1, op)?, self.out(d.2, op)?))
+    }
+
     /// The input rows (or columns) of output row `o` inside an input side `n`.
     fn span(&self, o: usize, n: usize) -> std::ops::Range<usize> {
         let start = (o * self.s).saturating_sub(self.p);
@@ -66,17 +71,16 @@ pub struct WindowRoute(pub Window);
 pub struct WindowSelect(pub Window);
 
 /// For every output position of one item, `f(o, i)` with `o` the output's flat index and `i`
-/// the flat input index of its window's first maximum, a channel at a time in a row of `c`:
-/// `best` holds the running argmax of each channel.
-#[allow(clippy::too_many_arguments)]
+/// the flat input index of its window's first maximum, a row of `c` channels at a time.
 fn for_maxima<T: Elem>(
     xb: &[T],
     (h, w, c): (usize, usize, usize),
     (oh, ow): (usize, usize),
     win: Window,
-    best: &mut [usize],
     mut f: impl FnMut(usize, usize),
 ) {
+    // The running argmax of each channel.
+    let mut best = vec![0; c];
     for oy in 0..oh {
         let rows = win.span(oy, h);
         for ox in 0..ow {
@@ -145,8 +149,7 @@ fn route_k<T: Elem>(
     g: &[T],
     (b, h, w, c): (usize, usize, usize, usize),
     win: Window,
-    oh: usize,
-    ow: usize,
+    (oh, ow): (usize, usize),
 ) -> Vec<T> {
     let (per_in, per_out) = (h * w * c, oh * ow * c);
     let mut out = vec![T::ZERO; b * per_in];
@@ -154,10 +157,7 @@ fn route_k<T: Elem>(
         par_chunks(&mut out, per_in, |bi, ob| {
             let xb = &x[bi * per_in..(bi + 1) * per_in];
             let gb = &g[bi * per_out..(bi + 1) * per_out];
-            let mut best = vec![0; c];
-            for_maxima(xb, (h, w, c), (oh, ow), win, &mut best, |o, i| {
-                ob[i] += gb[o]
-            });
+            for_maxima(xb, (h, w, c), (oh, ow), win, |o, i| ob[i] += gb[o]);
         });
     }
     out
@@ -168,8 +168,7 @@ fn select_k<T: Elem>(
     v: &[T],
     (b, h, w, c): (usize, usize, usize, usize),
     win: Window,
-    oh: usize,
-    ow: usize,
+    (oh, ow): (usize, usize),
 ) -> Vec<T> {
     let (per_in, per_out) = (h * w * c, oh * ow * c);
     let mut out = vec![T::ZERO; b * per_out];
@@ -177,10 +176,7 @@ fn select_k<T: Elem>(
         par_chunks(&mut out, per_out, |bi, ob| {
             let xb = &x[bi * per_in..(bi + 1) * per_in];
             let vb = &v[bi * per_in..(bi + 1) * per_in];
-            let mut best = vec![0; c];
-            for_maxima(xb, (h, w, c), (oh, ow), win, &mut best, |o, i| {
-                ob[o] = vb[i]
-            });
+            for_maxima(xb, (h, w, c), (oh, ow), win, |o, i| ob[o] = vb[i]);
         });
     }
     out
@@ -193,7 +189,7 @@ impl CustomOp1 for WindowMax {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         entry(self.name())?;
         let d = dims4(l, self.name())?;
-        let (oh, ow) = (self.0.out(d.1, self.name())?, self.0.out(d.2, self.name())?);
+        let (oh, ow) = self.0.out_dims(d, self.name())?;
         let out = with_float!(self.name(), [s], |T| into_storage(max_k(
             storage_slice::<T>(s, l, "maxpool")?,
             d,
@@ -222,7 +218,7 @@ impl CustomOp2 for WindowRoute {
     ) -> Result<(CpuStorage, Shape)> {
         entry(self.name())?;
         let d = dims4(l1, self.name())?;
-        let (oh, ow) = (self.0.out(d.1, self.name())?, self.0.out(d.2, self.name())?);
+        let (oh, ow) = self.0.out_dims(d, self.name())?;
         if l2.dims() != [d.0, oh, ow, d.3] {
             candle_core::bail!(
                 "maxpool route: gradient {:?} does not match input {:?}",
@@ -235,8 +231,7 @@ impl CustomOp2 for WindowRoute {
             storage_slice::<T>(s2, l2, "maxpool route")?,
             d,
             self.0,
-            oh,
-            ow
+            (oh, ow)
         )));
         Ok((out, Shape::from(d)))
     }
@@ -275,14 +270,13 @@ impl CustomOp2 for WindowSelect {
                 l2.dims()
             );
         }
-        let (oh, ow) = (self.0.out(d.1, self.name())?, self.0.out(d.2, self.name())?);
+        let (oh, ow) = self.0.out_dims(d, self.name())?;
         let out = with_float!(self.name(), [s1, s2], |T| into_storage(select_k(
             storage_slice::<T>(s1, l1, "maxpool select")?,
             storage_slice::<T>(s2, l2, "maxpool select")?,
             d,
             self.0,
-            oh,
-            ow
+            (oh, ow)
         )));
         Ok((out, Shape::from((d.0, oh, ow, d.3))))
     }

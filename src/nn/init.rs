@@ -197,15 +197,7 @@ pub fn seeded(rng: Rng, dtype: DType, device: &Device) -> (VarBuilder<'static>, 
             vars: Vec::new(),
         })),
     };
-    let vb = VarBuilder::from_backend(
-        Box::new(Backend {
-            params: params.clone(),
-            draws: true,
-        }),
-        dtype,
-        device.clone(),
-    );
-    (vb, params)
+    builder(params, true, dtype, device)
 }
 
 /// A `VarBuilder` whose parameters are all zeros, drawn from nothing, plus the handle listing
@@ -213,14 +205,21 @@ pub fn seeded(rng: Rng, dtype: DType, device: &Device) -> (VarBuilder<'static>, 
 /// supplies the values (drawing a ResNet-50's 25 million initial values costs more than
 /// reading its weights file).
 pub fn shapes(dtype: DType, device: &Device) -> (VarBuilder<'static>, Weights) {
-    let params = Weights::from_named(Vec::new());
-    let vb = VarBuilder::from_backend(
-        Box::new(Backend {
-            params: params.clone(),
-            draws: false,
-        }),
-        dtype,
-        device.clone(),
-    );
+    builder(Weights::from_named(Vec::new()), false, dtype, device)
+}
+
+/// A `VarBuilder` creating its parameters into `params` (drawn from its RNG when `draws`,
+/// else zeros), plus that handle.
+fn builder(
+    params: Weights,
+    draws: bool,
+    dtype: DType,
+    device: &Device,
+) -> (VarBuilder<'static>, Weights) {
+    let backend = Backend {
+        params: params.clone(),
+        draws,
+    };
+    let vb = VarBuilder::from_backend(Box::new(backend), dtype, device.clone());
     (vb, params)
 }

@@ -143,18 +143,7 @@ impl Layer for Conv2d {
         let w = ctx.param(&self.weight).permute((0, 2, 3, 1))?;
         let z = if g == 1 {
             let wmat = w.reshape((out, width))?;
-            let cols = cols.reshape((rows, width))?;
-            if !ctx.is_recording()
-                && kernels::supported(&cols)
-                && !cols.track_op()
-                && !wmat.track_op()
-            {
-                // Each row rounded on its own: a partial batch needs no filling up.
-                cols.contiguous()?
-                    .apply_op2(&wmat.contiguous()?, kernels::MatmulRows)?
-            } else {
-                cols.matmul(&wmat.t()?)?
-            }
+            ctx.matmul_t(&cols.reshape((rows, width))?, &wmat)?
         } else {
             let og = out / g;
             let a = cols

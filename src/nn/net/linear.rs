@@ -46,18 +46,7 @@ impl Layer for Linear {
                 x.dims()
             );
         }
-        let w = ctx.param(&self.weight);
-        let mut z = if !ctx.is_recording()
-            && crate::kernels::supported(x)
-            && !x.track_op()
-            && !w.track_op()
-        {
-            // Each row rounded on its own: a partial batch needs no filling up.
-            x.contiguous()?
-                .apply_op2(&w.contiguous()?, crate::kernels::MatmulRows)?
-        } else {
-            x.matmul(&w.t()?)?
-        };
+        let mut z = ctx.matmul_t(x, &ctx.param(&self.weight))?;
         if let Some(b) = &self.bias {
             z = z.broadcast_add(&ctx.param(b))?;
         }

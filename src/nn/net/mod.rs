@@ -138,21 +138,37 @@ impl<'a> Ctx<'a> {
         Ok(y)
     }
 
+    /// Whether this pass may compute on `ts` with the crate's inference-only kernels (which
+    /// have no backward): it records nothing, they are on a device the kernels serve, and
+    /// none is differentiated.
+    pub(crate) fn inference_kernels(&self, ts: &[&Tensor]) -> bool {
+        !self.is_recording()
+            && ts
+                .iter()
+                .all(|t| crate::kernels::supported(t) && !t.track_op())
+    }
+
     /// `max(a + b, 0)` (a residual block's output): one pass on the CPU when nothing is
     /// recorded or differentiated, else the sum and [`Ctx::relu`].
     pub fn add_relu(&mut self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        if !self.is_recording()
-            && crate::kernels::supported(a)
-            && a.dtype() == b.dtype()
-            && a.dims() == b.dims()
-            && !a.track_op()
-            && !b.track_op()
-        {
+        if self.inference_kernels(&[a, b]) && a.dtype() == b.dtype() && a.dims() == b.dims() {
             return a
                 .contiguous()?
                 .apply_op2(&b.contiguous()?, crate::kernels::relu::AddRelu);
         }
         self.relu(&(a + b)?)
+    }
+
+    /// `a (m, k) w (n, k)^T`: with the inference kernels, each row rounded on its own
+    /// (`kernels::MatmulRows`), so that a partial batch needs no filling up; else candle's
+    /// product.
+    pub(crate) fn matmul_t(&self, a: &Tensor, w: &Tensor) -> Result<Tensor> {
+        if self.inference_kernels(&[a, w]) {
+            return a
+                .contiguous()?
+                .apply_op2(&w.contiguous()?, crate::kernels::MatmulRows);
+        }
+        a.matmul(&w.t()?)
     }
 
     /// `t` as a layer should use it: detached unless the pass differentiates the parameters.

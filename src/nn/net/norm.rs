@@ -99,11 +99,7 @@ impl Layer for BatchNorm2d {
         let scale = (ctx.param(&self.weight) * &inv)?;
         let shift = (ctx.param(&self.bias) - (&mean * &scale)?)?;
         if !ctx.is_recording() {
-            if crate::kernels::supported(x)
-                && !x.track_op()
-                && !scale.track_op()
-                && !shift.track_op()
-            {
+            if ctx.inference_kernels(&[x, &scale, &shift]) {
                 return x.contiguous()?.apply_op3(
                     &scale.contiguous()?,
                     &shift.contiguous()?,
