@@ -10,15 +10,17 @@
 #
 # numpy is pinned to one release from PyPI so that every machine computes the references
 # with the same library; the scripts use nothing else (no torch, scikit-learn or faiss), and
-# compute in float64 from the f32 inputs the Rust side hands them.
+# compute in float64 from the f32 inputs the Rust side hands them. safetensors (pinned too)
+# writes the embedding files that tests read as a PyTorch user's `save_file` writes them
+# (tests/reference/embedded_head.py, display_embeddings.py).
 set -euo pipefail
 dir="${1:-.refpython}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
 "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  --no-warn-script-location --root-user-action=ignore numpy==2.4.6
-"$dir/venv/bin/python" -c 'import numpy' || { echo "numpy does not import in $dir/venv" >&2; exit 1; }
+  --no-warn-script-location --root-user-action=ignore numpy==2.4.6 safetensors==0.8.0
+"$dir/venv/bin/python" -c 'import numpy, safetensors.numpy' || { echo "numpy or safetensors does not import in $dir/venv" >&2; exit 1; }
 cat > "$dir/env.sh" <<ENV
 # Written by scripts/refpython.sh: the Python (with numpy) that runs tests/reference/*.py.
 export ALKIT_PYTHON="$dir/venv/bin/python"

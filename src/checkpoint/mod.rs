@@ -15,6 +15,7 @@
 //! file (or a folder holding `model.onnx`) is an ONNX model run by ONNX Runtime (`onnx`, with
 //! the cargo feature `onnx`).
 
+mod embedded;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod pytorch;
@@ -410,6 +411,9 @@ pub fn load_with(
     if let Some(model) = onnx_model(dir) {
         return load_onnx(&model, options, observer);
     }
+    if embedded::has_head(dir) {
+        return embedded::load(dir, device);
+    }
     if dir.is_file() {
         let Some(format) = pytorch::sniff(dir)? else {
             return Err(Error::state(
@@ -470,6 +474,19 @@ fn load_from(cfg_path: &Path, path: &Path, device: &Device) -> Result<Checkpoint
     if foreign {
         tensors.retain(|k, _| !is_batch_counter(k, &config.tensors));
     }
+    from_tensors(config, tensors, foreign, path, device)
+}
+
+/// The checkpoint `config` describes, built from `tensors` read from `path`: exactly the
+/// tensors `config` lists with their shapes, F32 (any float dtype when `foreign`, the
+/// weights of another tool), every value finite.
+fn from_tensors(
+    config: CheckpointConfig,
+    tensors: HashMap<String, candle_core::Tensor>,
+    foreign: bool,
+    path: &Path,
+    device: &Device,
+) -> Result<Checkpoint> {
     for t in &config.tensors {
         match tensors.get(&t.name) {
             None => {
@@ -594,6 +611,9 @@ pub fn open_with(
 /// where there is one.
 pub fn files(name: &str, hub: &Hub, observer: &mut dyn Observer) -> Result<Vec<PathBuf>> {
     const FILES: [&str; 2] = ["config.json", "model.safetensors"];
+    if embedded::has_head(Path::new(name)) {
+        return Ok(vec![PathBuf::from(name)]);
+    }
     if let Some(model) = onnx_model(Path::new(name)).filter(|_| !name.starts_with("hf:")) {
         let config = model.with_file_name("config.json");
         return Ok(config

@@ -11,6 +11,7 @@
 //! dispatcher in `source/mod.rs`); `reader` (what a round reads of a pool).
 
 pub mod dataset;
+pub mod display;
 pub mod idx;
 pub mod image;
 mod labels;

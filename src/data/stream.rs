@@ -336,6 +336,12 @@ pub(crate) trait Format {
         Ok(None)
     }
 
+    /// What a person is shown of each pool item when its values are not an image (an
+    /// embedding file's texts or image paths); `None` for kinds that have none.
+    fn displays(&self) -> Result<Option<crate::data::display::Displays>> {
+        Ok(None)
+    }
+
     /// The classes and given labels of the pool's listing, when the kind has one (image
     /// folders).
     fn listed_labels(&self) -> Result<Option<Listed>> {

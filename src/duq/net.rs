@@ -13,7 +13,7 @@ use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::nchw_to_nhwc;
-use crate::nn::net::{Ctx, Layer, Sequential, Tape};
+use crate::nn::net::{Ctx, Flatten, Layer, Linear, Relu, Sequential, Tape};
 use crate::nn::resnet::{resnet_trunk, ResNetConfig};
 use crate::observe::Observer;
 use crate::rng::Rng;
@@ -214,6 +214,61 @@ impl Duq<NetExtractor> {
     }
 }
 
+/// DUQ on a ReLU MLP over flattened items: a DUQ head for features computed elsewhere (an
+/// embedding file, a frozen backbone's cache), what a checkpoint's `config.json` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DuqMlpArch {
+    /// Input values per item (the item shape's product).
+    pub inputs: usize,
+    /// Hidden widths, each a linear layer and a ReLU; the last is the features' size.
+    pub hidden: Vec<usize>,
+    /// Number of classes.
+    pub classes: usize,
+    /// Head, loss, optimiser and schedule.
+    pub duq: DuqSettings,
+}
+
+impl Duq<NetExtractor> {
+    /// The model `arch` describes, every tensor from `vb` (seeded for training, loaded for a
+    /// checkpoint): the layers as `fc{i}.{weight,bias}`, the head as `duq.{weight,m,counts}`;
+    /// `params` are `vb`'s variables.
+    pub fn mlp(arch: &DuqMlpArch, vb: VarBuilder, params: &Weights) -> Result<Self> {
+        if arch.inputs == 0 || arch.hidden.is_empty() || arch.hidden.contains(&0) {
+            return Err(Error::config(
+                "hidden",
+                format!(
+                    "a DUQ MLP needs inputs and at least one hidden layer, all widths positive                      (inputs {}, hidden {:?})",
+                    arch.inputs, arch.hidden
+                ),
+            ));
+        }
+        let mut body = Sequential::new().with(Flatten);
+        let mut inputs = arch.inputs;
+        for (i, &width) in arch.hidden.iter().enumerate() {
+            body = body
+                .with(Linear::new(
+                    inputs,
+                    width,
+                    true,
+                    vb.pp(format!("fc{}", i + 1)),
+                )?)
+                .with(Relu);
+            inputs = width;
+        }
+        let extractor = NetExtractor::new(body, inputs, params)?;
+        let d = &arch.duq;
+        let head = RbfHead::from_vb(
+            inputs,
+            arch.classes,
+            d.centroid_dims,
+            (d.sigma, d.gamma),
+            (d.w_std, d.n_init),
+            vb.pp("duq"),
+        )?;
+        Duq::from_parts(extractor, head, arch.classes, d)
+    }
+}
+
 /// Trains a fresh DUQ ResNet `arch` describes for `steps` SGD steps of `batch` items of
 /// `data[indices]` ([`Duq::fit_steps`]), every parameter drawn from `init` (the trunk as
 /// [`crate::nn::resnet`] initialises it, the head as [`RbfHead::from_vb`]); returns the model
@@ -223,13 +278,37 @@ pub fn train_duq_resnet(
     arch: &DuqResNetArch,
     data: &crate::data::Dataset,
     indices: &[usize],
+    steps: (usize, usize),
+    rngs: (Rng, Rng),
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<(DuqResNet, Weights)> {
+    train_duq_net(
+        |vb, params| Duq::resnet(&arch.resnet, &arch.duq, vb, params),
+        data,
+        indices,
+        steps,
+        rngs,
+        device,
+        observer,
+    )
+}
+
+/// Trains a fresh DUQ model on library layers that `make` builds from a seeded builder and its
+/// variables, for `steps` SGD steps of `batch` items of `data[indices]` ([`Duq::fit_steps`]),
+/// every parameter drawn from `init`; returns the model and its state by name.
+#[allow(clippy::too_many_arguments)]
+pub fn train_duq_net(
+    make: impl FnOnce(VarBuilder, &Weights) -> Result<DuqResNet>,
+    data: &crate::data::Dataset,
+    indices: &[usize],
     (steps, batch): (usize, usize),
     (init, mut batches): (Rng, Rng),
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<(DuqResNet, Weights)> {
     let (vb, params) = seeded(init, DType::F32, device);
-    let mut model = Duq::resnet(&arch.resnet, &arch.duq, vb, &params)?;
+    let mut model = make(vb, &params)?;
     model.fit_steps(
         data,
         indices,

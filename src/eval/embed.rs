@@ -8,9 +8,10 @@
 //! chunk, so a run killed part-way resumes where the last chunk ended and writes the same
 //! bytes (batches run at their full size, as [`crate::predict::features_of`] runs them, and
 //! chunks hold whole batches). The finished file is assembled with its header first and
-//! renamed into place. [`cached`] keeps files in a cache folder under a key of the backbone's content hash,
-//! the source's name and its files' sizes and times: a cached file is reused only while all of
-//! them are unchanged, and its own header's record of them is checked before it is.
+//! renamed into place. [`cached`] keeps files in a cache folder under a key of the backbone's
+//! content hash and the source's name and content hash (its files' bytes): a cached file is
+//! reused only while all of them are unchanged, and its own header's record of them is checked
+//! before it is.
 
 use crate::data::source::Source;
 use crate::data::stream::Items;
@@ -124,12 +125,17 @@ fn backbone_hash(job: &EmbedJob, hub: &Hub, observer: &mut dyn Observer) -> Resu
     Ok(format!("{hash:016x}"))
 }
 
-/// What a source's files look like without reading them: each file's path, size and
-/// modification time (a folder's, recursively, sorted); a Hub name stands for itself.
+/// A content hash of a source's files: every file under it (a folder's, recursively, in
+/// sorted order) as its path below the source, its length and its bytes, read 1 MiB at a
+/// time. A file rewritten in place, whatever its size and time, changes it; a folder moved
+/// elsewhere whole does not. A Hub name (`hf:OWNER/NAME[@REV]`) stands for itself: pin a
+/// revision for a key that follows the data.
 fn source_stamp(data: &str) -> Result<String> {
+    use std::io::Read;
     let mut h = Fnv1a::default();
     if !data.starts_with("hf:") {
-        let mut stack = vec![PathBuf::from(data)];
+        let root = PathBuf::from(data);
+        let mut stack = vec![root.clone()];
         let mut files = Vec::new();
         while let Some(p) = stack.pop() {
             let meta = std::fs::metadata(&p).map_err(|e| Error::io(&p, e))?;
@@ -138,20 +144,29 @@ fn source_stamp(data: &str) -> Result<String> {
                     stack.push(e.map_err(|e| Error::io(&p, e))?.path());
                 }
             } else {
-                let time = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_nanos());
-                files.push((p, meta.len(), time));
+                files.push(p);
             }
         }
         files.sort();
-        for (p, len, time) in files {
-            h.write(p.to_string_lossy().as_bytes());
+        let mut buf = vec![0u8; 1 << 20];
+        for p in files {
+            let rel = p.strip_prefix(&root).unwrap_or(&p);
+            h.write(rel.to_string_lossy().as_bytes());
+            h.write(&[0]);
+            let mut f = std::fs::File::open(&p).map_err(|e| Error::io(&p, e))?;
+            let mut len = 0u64;
+            loop {
+                let n = f.read(&mut buf).map_err(|e| Error::io(&p, e))?;
+                if n == 0 {
+                    break;
+                }
+                h.write(&buf[..n]);
+                len += n as u64;
+            }
             h.write(&len.to_le_bytes());
-            h.write(&time.to_le_bytes());
         }
+    } else {
+        h.write(data.as_bytes());
     }
     Ok(format!("{:016x}", h.finish()))
 }

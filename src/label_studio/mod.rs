@@ -33,18 +33,10 @@ use std::path::Path;
 /// The name of the `Choices` tag, in the labeling configuration and in results.
 pub const FROM_NAME: &str = "label";
 
-/// The object tag the choices refer to: `image` for image pools, `text` for tabular ones.
-pub fn object_name(item_shape: &[usize]) -> &'static str {
-    if item_shape.len() == 3 {
-        "image"
-    } else {
-        "text"
-    }
-}
-
-/// The labeling configuration (Label Studio's XML) matching [`write_tasks`]' files.
-pub fn labeling_config(classes: &[String], item_shape: &[usize]) -> String {
-    let obj = object_name(item_shape);
+/// The labeling configuration (Label Studio's XML) matching [`write_tasks`]' files; `obj` is
+/// the object tag the choices refer to, `image` or `text`
+/// ([`crate::session::PoolItems::object_name`]).
+pub fn labeling_config(classes: &[String], obj: &str) -> String {
     let escape = |s: &str| {
         s.replace('&', "&amp;")
             .replace('"', "&quot;")

@@ -1,7 +1,8 @@
 //! A query's batch as Label Studio tasks to import, with the labeling configuration beside
 //! them, and a batch written in either of a query's formats.
 
-use super::{labeling_config, object_name, ordered_confidence, prediction, short};
+use super::{labeling_config, ordered_confidence, prediction, short};
+use crate::data::display::DisplayKind;
 use crate::data::image::encode_png;
 use crate::error::{Error, Result};
 use crate::session::{BatchFormat, Learner, Query};
@@ -19,7 +20,7 @@ pub fn tasks(
     let items = learner.items();
     let state = learner.state();
     let shape = items.item_shape();
-    let obj = object_name(shape);
+    let obj = items.object_name();
     let len: usize = shape.iter().product();
     let round = state.rounds.len();
     let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
@@ -34,7 +35,16 @@ pub fn tasks(
         .enumerate()
         .zip(values.chunks_exact(len.max(1)))
     {
-        let content = if obj == "image" {
+        let shown = items.displays();
+        let content = if let Some(d) = shown.filter(|d| d.kind() == DisplayKind::Text) {
+            d.value(q.index).unwrap_or_default().to_string()
+        } else if let Some((path, media)) = shown.and_then(|d| d.image(q.index)) {
+            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            format!(
+                "data:{media};base64,{}",
+                base64::engine::general_purpose::STANDARD.encode(bytes)
+            )
+        } else if obj == "image" {
             let png = encode_png(x, shape)?;
             format!(
                 "data:image/png;base64,{}",
@@ -88,7 +98,7 @@ pub fn write_tasks(
     let st = learner.state();
     crate::fsutil::write_atomic(
         &out.with_extension("xml"),
-        labeling_config(&st.classes, learner.items().item_shape()).as_bytes(),
+        labeling_config(&st.classes, learner.items().object_name()).as_bytes(),
     )
 }
 

@@ -3,7 +3,7 @@
 //! ([`ModelKind`]).
 //!
 //! Each built-in architecture is a settings type implementing [`BuiltinModel`] in its own file
-//! (`cnn`, `mlp`, `duq`, `resnet`, `duq_resnet`): how it is sized for data, built from a
+//! (`cnn`, `mlp`, `duq`, `resnet`, `duq_resnet`, `duq_mlp`): how it is sized for data, built from a
 //! `VarBuilder` and trained (softmax cross-entropy with Adam for the CNN, MLP and ResNets;
 //! DUQ's own loss, penalty and SGD schedule for the DUQ models), and what evidence it can give.
 //! The module sits above `nn`, `duq` and `train` because it ties each of them to its recipe.
@@ -12,6 +12,7 @@
 mod builtin;
 mod cnn;
 mod duq;
+mod duq_mlp;
 mod duq_resnet;
 mod mlp;
 mod onnx;
@@ -22,7 +23,7 @@ pub use onnx::OnnxArch;
 
 use crate::data::Dataset;
 use crate::duq::cnn::DuqCnnArch;
-use crate::duq::net::DuqResNetArch;
+use crate::duq::net::{DuqMlpArch, DuqResNetArch};
 use crate::duq::DuqSettings;
 use crate::error::{Error, Result};
 use crate::nn::resnet::ResNetConfig;
@@ -98,6 +99,9 @@ registry! {
     /// model, trained with DUQ's loss, penalty and SGD; the `duq` scorer reads its kernel
     /// values.
     DuqResnet(DuqResNetArch),
+    /// DUQ on a ReLU MLP over flattened items ([`crate::duq::net::DuqMlpArch`]): the DUQ head
+    /// for embedding files and frozen backbones.
+    DuqMlp(DuqMlpArch),
     /// An ONNX model ([`OnnxArch`]): opened from a `.onnx` file and run by ONNX Runtime,
     /// never built or trained here (it names no kind users can ask for).
     Onnx(OnnxArch),

@@ -529,10 +529,7 @@ impl App {
                     )
                 }
             },
-            None => (
-                FROM_NAME.to_string(),
-                crate::label_studio::object_name(self.items.item_shape()).to_string(),
-            ),
+            None => (FROM_NAME.to_string(), self.items.object_name().to_string()),
         };
         let inner = guard(&self.inner);
         let mut predicted = 0;

@@ -25,6 +25,7 @@ pub mod http;
 
 pub use conn::Limits;
 
+use crate::data::display::DisplayKind;
 use crate::data::source::Source;
 use crate::error::{Error, Result};
 use crate::observe::{Control, Event, Observer};
@@ -473,6 +474,27 @@ impl App {
             return Reply::error(404, "no item with that id in the pool");
         };
         let shape = self.items.item_shape();
+        if let Some(d) = self.items.displays() {
+            // The text or image the file names for the item (the path from the pool's own
+            // file, found by the item's position, never from the request).
+            if let Some((path, media)) = d.image(i) {
+                return match std::fs::metadata(&path) {
+                    Ok(m) if m.is_file() && m.len() <= MAX_ORIGINAL => match std::fs::read(&path) {
+                        Ok(b) => Reply::bytes(media, b),
+                        Err(e) => Reply::error(500, format!("{}: {e}", path.display())),
+                    },
+                    Ok(_) => Reply::error(
+                        500,
+                        format!(
+                            "{} is not a file of at most {MAX_ORIGINAL} bytes",
+                            path.display()
+                        ),
+                    ),
+                    Err(e) => Reply::error(500, format!("{}: {e}", path.display())),
+                };
+            }
+            return Reply::json(200, &json!({ "text": d.value(i) }));
+        }
         if shape.len() == 3 {
             if let Some(bytes) = self.original(id) {
                 return bytes;
@@ -559,7 +581,11 @@ impl App {
         });
         json!({
             "source": st.source,
-            "kind": if self.items.item_shape().len() == 3 { "image" } else { "table" },
+            "kind": match (self.items.displays().map(|d| d.kind()), self.items.item_shape().len()) {
+                (Some(DisplayKind::Text), _) => "text",
+                (Some(DisplayKind::Image), _) | (None, 3) => "image",
+                (None, _) => "table",
+            },
             "item_shape": self.items.item_shape(),
             "classes": classes,
             "pool": st.pool_size,

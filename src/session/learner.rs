@@ -268,7 +268,8 @@ impl Learner {
             shape,
             state.classes.len(),
         )?;
-        let items = PoolItems::new(Values::Memory(Arc::new(loaded.pool)));
+        let items = PoolItems::new(Values::Memory(Arc::new(loaded.pool)))
+            .with_displays(source_displays(&state.source)?);
         let mut data = state.normalizer.apply(&raw)?;
         drop(raw);
         data.set_labels(&taught(&state, &items, origin)?)?;
@@ -359,7 +360,8 @@ impl Learner {
         let items = PoolItems::new(Values::Streamed {
             reader: Arc::clone(&reader),
             kept: Arc::default(),
-        });
+        })
+        .with_displays(source_displays(&state.source)?);
         let mut pool = StreamedPool::new(reader, state.normalizer.clone(), state.classes.len())?;
         pool.set_labels(&taught(&state, &items, origin)?)?;
         let test = test_set(&state, test.as_ref(), &shape)?;
@@ -456,5 +458,15 @@ impl Learner {
                 !labeled.contains(id) && (include_pending || !pending.contains(id))
             })
             .collect()
+    }
+}
+
+/// What the session's pool `source` shows of its items (an embedding file's texts or image
+/// paths), read anew by each command so that it follows the file. A source name that does not
+/// parse has none (its pool was read by whoever gave it).
+fn source_displays(source: &str) -> Result<Option<crate::data::display::Displays>> {
+    match crate::data::Source::parse(source) {
+        Ok(src) => crate::data::source::displays(&src),
+        Err(_) => Ok(None),
     }
 }

@@ -1,6 +1,7 @@
 //! A session's pool: its items as the page and exports show them ([`PoolItems`]), the
 //! normalised features its rounds train on, and the fingerprint that ties a state to its pool.
 
+use crate::data::display::{DisplayKind, Displays};
 use crate::data::reader::{hash_item, PoolReader, SourceReader, StreamedPool};
 use crate::data::Items;
 use crate::data::{Dataset, Fnv1a};
@@ -17,6 +18,9 @@ pub struct PoolItems {
     /// per item instead of a second copy of every id (a pool of millions holds its ids).
     by_id: Arc<Vec<usize>>,
     values: Values,
+    /// What a person is shown of each item, when its source names it (an embedding file's
+    /// texts or image paths).
+    displays: Option<Arc<Displays>>,
 }
 
 #[derive(Clone)]
@@ -33,12 +37,35 @@ impl PoolItems {
         let mut items = PoolItems {
             by_id: Arc::default(),
             values,
+            displays: None,
         };
         let ids = items.ids();
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_unstable_by(|&a, &b| ids[a].cmp(&ids[b]));
         items.by_id = Arc::new(order);
         items
+    }
+
+    /// These items shown as `displays` says (one per item, in the pool's order).
+    pub(super) fn with_displays(mut self, displays: Option<Displays>) -> PoolItems {
+        self.displays = displays.map(Arc::new);
+        self
+    }
+
+    /// What a person is shown of each item, when the pool's source names it.
+    pub fn displays(&self) -> Option<&Displays> {
+        self.displays.as_deref()
+    }
+
+    /// How the page and Label Studio show an item: `image` for images and image displays,
+    /// `text` for texts and other values (a table of numbers).
+    pub fn object_name(&self) -> &'static str {
+        match self.displays().map(Displays::kind) {
+            Some(DisplayKind::Image) => "image",
+            Some(DisplayKind::Text) => "text",
+            None if self.item_shape().len() == 3 => "image",
+            None => "text",
+        }
     }
 
     /// Ids `(n,)`.

@@ -347,6 +347,31 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
         std::fs::read(&c.path).unwrap().len(),
         std::fs::read(&a.path).unwrap().len()
     );
+    // A data file rewritten in place with other bytes of the same length and its old
+    // modification time (here the gzip header's own time field) is another key: the cache
+    // follows the files' contents, not their sizes and times.
+    let data2 = dir.join("data2");
+    copy_dir(&data_dir(), &data2);
+    let job3 = alkit::eval::embed::EmbedJob {
+        data: data2.to_string_lossy().into_owned(),
+        ..job.clone()
+    };
+    let d = alkit::eval::embed::cached(&job3, &cache, &hub, &Device::Cpu, &mut Silent).unwrap();
+    assert!(d.computed);
+    let gz = data2.join("t10k-labels-idx1-ubyte.gz");
+    let when = std::fs::metadata(&gz).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&gz).unwrap();
+    bytes[4] ^= 0x5a;
+    std::fs::write(&gz, &bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&gz)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+    let mut third = CountScoring::default();
+    let e = alkit::eval::embed::cached(&job3, &cache, &hub, &Device::Cpu, &mut third).unwrap();
+    assert!(e.computed && third.0 > 0 && e.path != d.path);
 
     // kill -9 part-way, then the same command again: the bytes of an uninterrupted run.
     let whole = dir.join("whole.safetensors");
@@ -390,6 +415,7 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
     assert!(!o.status.success());
 
     // The curve through the backbone: a linear head each cycle on the cached features.
+    let before = std::fs::read_dir(&cache).unwrap().count();
     let out = dir.join("curve");
     let o = alkit_cmd()
         .args(["-q", "curve", "--data"])
@@ -413,6 +439,180 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let csv = std::fs::read_to_string(out.join("curve.csv")).unwrap();
     assert!(csv.contains("regrad@last"), "{csv}");
-    let cached: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
-    assert_eq!(cached.len(), 2, "the curve reused the cached file");
+    let after = std::fs::read_dir(&cache).unwrap().count();
+    assert_eq!(after, before, "the curve reused the cached file");
+}
+
+/// `(id, [entropy, regrad])` rows of a CSV with those columns.
+fn score_rows(path: &Path) -> Vec<(String, Vec<f64>)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (id, e, r) = (col("id"), col("entropy"), col("regrad"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[id].to_string(),
+                vec![f[e].parse().unwrap(), f[r].parse().unwrap()],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_head_kept_in_an_embedding_file_scores_as_numpy_works_it_out_and_a_wrong_head_is_refused() {
+    let Some(py) = super::feature_methods::python() else {
+        return;
+    };
+    let dir = tmp("embedded_head");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/embedded_head.py");
+    let o = Command::new(&py).arg(&script).arg(&*dir).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (file, expected) in [
+        ("head.safetensors", "expected.csv"),
+        ("head_f16.safetensors", "expected_f16.csv"),
+    ] {
+        let f = dir.join(file);
+        let out = dir.join(format!("{file}.csv"));
+        let o = alkit_cmd()
+            .args(["score", "--checkpoint"])
+            .arg(&f)
+            .arg("--data")
+            .arg(&f)
+            .args(["--scorer", "entropy,regrad", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (got, want) = (score_rows(&out), score_rows(&dir.join(expected)));
+        assert_eq!(got.len(), 300);
+        assert_eq!(got.len(), want.len());
+        for ((gi, g), (wi, w)) in got.iter().zip(&want) {
+            assert_eq!(gi, wi);
+            for (a, b) in g.iter().zip(w) {
+                assert!(
+                    (a - b).abs() <= 2e-5 * b.abs().max(1e-3),
+                    "{file} item {gi}: alkit {a}, numpy {b}"
+                );
+            }
+        }
+    }
+    // A head stored (d, C), and logits that the head does not give: refused by name before
+    // anything is written.
+    for (file, words) in [
+        ("transposed.safetensors", "must be transposed"),
+        (
+            "wrong_logits.safetensors",
+            "do not give the file's `logits`",
+        ),
+    ] {
+        let f = dir.join(file);
+        let out = dir.join(format!("{file}.csv"));
+        let o = alkit_cmd()
+            .args(["score", "--checkpoint"])
+            .arg(&f)
+            .arg("--data")
+            .arg(&f)
+            .args(["--scorer", "entropy", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(words), "{file}: {err}");
+        assert!(err.contains(file), "{err}");
+        assert!(!out.exists(), "{file}: a refused head wrote scores");
+    }
+}
+
+#[test]
+fn a_duq_head_trains_on_an_embedding_file_and_scores_by_its_kernels() {
+    let dir = tmp("emb-duq");
+    let ck = dir.join("duq-head");
+    let o = alkit_cmd()
+        .args([
+            "-q", "train", "--model", "duq-mlp", "--steps", "300", "--data",
+        ])
+        .arg(shipped_embeddings())
+        .arg("--out")
+        .arg(&ck)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ck.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["arch"]["kind"], "duq-mlp", "{config}");
+    // It learned: the DUQ head's kernels pick the right class far above chance (0.1) on the
+    // file's test split.
+    let said = String::from_utf8_lossy(&o.stdout);
+    let acc: f64 = said
+        .split("test accuracy ")
+        .nth(1)
+        .and_then(|t| t.split('%').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(acc > 50.0, "{said}");
+    let c = alkit::checkpoint::load(&ck, &Device::Cpu).unwrap();
+    assert_eq!(c.config.item_shape, vec![32]);
+    // `duq` scores every item, `--layers last` is refused for an RBF head.
+    let scores = dir.join("s.csv");
+    let o = alkit_cmd()
+        .args(["-q", "score", "--checkpoint"])
+        .arg(&ck)
+        .arg("--data")
+        .arg(shipped_embeddings())
+        .args(["--scorer", "duq,entropy", "--out"])
+        .arg(&scores)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&scores).unwrap();
+    assert!(text.starts_with("index,id,duq,entropy\n"), "{text}");
+    assert_eq!(text.lines().count(), 2001);
+    let o = alkit_cmd()
+        .args(["-q", "score", "--checkpoint"])
+        .arg(&ck)
+        .arg("--data")
+        .arg(shipped_embeddings())
+        .args(["--scorer", "regrad", "--layers", "last", "--out"])
+        .arg(dir.join("refused.csv"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(2) && err.contains("--layers"),
+        "{err}"
+    );
+    assert!(!dir.join("refused.csv").exists());
+    // A curve of DUQ heads scored by `duq`.
+    let out = dir.join("curve");
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--data"])
+        .arg(shipped_embeddings())
+        .args([
+            "--model",
+            "duq-mlp",
+            "--scorer",
+            "duq",
+            "--initial",
+            "50",
+            "--query",
+            "50",
+            "--cycles",
+            "1",
+            "--steps",
+            "100",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let csv = std::fs::read_to_string(out.join("curve.csv")).unwrap();
+    assert_eq!(
+        csv.lines().filter(|l| l.starts_with("duq,")).count(),
+        2,
+        "{csv}"
+    );
 }

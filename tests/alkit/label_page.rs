@@ -1204,3 +1204,126 @@ fn a_label_page_over_a_streamed_pool_shows_and_retrains_as_one_in_memory() {
     }
     assert_eq!(on_disk(&state)["rounds"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn an_embedding_pool_shows_its_texts_and_images_on_the_page_and_in_label_studio_tasks() {
+    let Some(py) = super::feature_methods::python() else {
+        return;
+    };
+    let dir = tmp("label-display");
+    std::fs::create_dir_all(dir.join("img")).unwrap();
+    let mut pngs = Vec::new();
+    for i in 0..12 {
+        let px: Vec<f32> = (0..3 * 6 * 5)
+            .map(|k| ((k * 7 + i * 13) % 256) as f32 / 255.0)
+            .collect();
+        let png = alkit::data::image::encode_png(&px, &[3, 6, 5]).unwrap();
+        std::fs::write(dir.join(format!("img/{i}.png")), &png).unwrap();
+        pngs.push(png);
+    }
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/display_embeddings.py");
+    let o = Command::new(&py).arg(&script).arg(&*dir).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let texts: Vec<String> = serde_json::from_slice(&o.stdout).unwrap();
+
+    // Label Studio tasks carry each item's text, and the configuration shows it as text.
+    let s2 = dir.join("s2");
+    init(&s2, &dir.join("texts.safetensors"), &["--steps", "20"]);
+    let batch = dir.join("b.json");
+    let o = alkit_cmd()
+        .args(["query", "--n", "4", "--format", "label-studio", "--state"])
+        .arg(&s2)
+        .arg("--out")
+        .arg(&batch)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tasks: Value = serde_json::from_slice(&std::fs::read(&batch).unwrap()).unwrap();
+    let tasks = tasks.as_array().unwrap();
+    assert_eq!(tasks.len(), 4);
+    for t in tasks {
+        let i: usize = t["data"]["alkit_id"].as_str().unwrap()[1..]
+            .parse()
+            .unwrap();
+        assert_eq!(t["data"]["text"], json!(texts[i]), "{t}");
+    }
+    let xml = std::fs::read_to_string(dir.join("b.xml")).unwrap();
+    assert!(
+        xml.contains(r#"<Text name="text" value="$text"/>"#),
+        "{xml}"
+    );
+
+    // The page shows a text pool's items as their texts.
+    let state = dir.join("s");
+    init(&state, &dir.join("texts.safetensors"), &["--steps", "20"]);
+    let srv = start(&state, &["--n", "3"]);
+    let v = srv.ready();
+    assert_eq!(v["kind"], json!("text"));
+    for id in ids(&v, "batch") {
+        let (s, body) = http(
+            "GET",
+            &srv.at(&format!("/api/item?token={}&id={id}", srv.token)),
+            &[],
+            None,
+        );
+        assert_eq!(s, 200);
+        let i: usize = id[1..].parse().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap(),
+            json!({"text": texts[i]})
+        );
+    }
+    drop(srv);
+
+    // An image display: the files themselves, on the page and inlined in the tasks.
+    let s3 = dir.join("s3");
+    init(&s3, &dir.join("images.safetensors"), &["--steps", "20"]);
+    let o = alkit_cmd()
+        .args(["query", "--n", "3", "--format", "label-studio", "--state"])
+        .arg(&s3)
+        .arg("--out")
+        .arg(dir.join("i.json"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tasks: Value = serde_json::from_slice(&std::fs::read(dir.join("i.json")).unwrap()).unwrap();
+    for t in tasks.as_array().unwrap() {
+        let i: usize = t["data"]["alkit_id"].as_str().unwrap().parse().unwrap();
+        let uri = t["data"]["image"].as_str().unwrap();
+        let b64 = uri.strip_prefix("data:image/png;base64,").unwrap();
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        assert_eq!(bytes, pngs[i]);
+    }
+    let srv = start(&s3, &["--n", "2"]);
+    let v = srv.ready();
+    assert_eq!(v["kind"], json!("image"));
+    let id = ids(&v, "batch")[0].clone();
+    let (s, body) = http(
+        "GET",
+        &srv.at(&format!("/api/item?token={}&id={id}", srv.token)),
+        &[],
+        None,
+    );
+    assert_eq!(s, 200);
+    assert_eq!(body, pngs[id.parse::<usize>().unwrap()]);
+    drop(srv);
+
+    // One display entry too few: refused by name, no session written.
+    let o = alkit_cmd()
+        .args(["init", "--pool"])
+        .arg(dir.join("miscount.safetensors"))
+        .arg("--state")
+        .arg(dir.join("s4"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("`display`") && err.contains("miscount.safetensors"),
+        "{err}"
+    );
+    assert!(!dir.join("s4/session.json").exists());
+}

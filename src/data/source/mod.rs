@@ -32,6 +32,7 @@ mod safetensors;
 
 pub use self::csv::read_indices;
 pub(crate) use self::csv::{read_csv, read_delimited};
+pub(crate) use self::safetensors::{listed_classes, CheckedHeader, TensorEntry};
 
 use crate::data::dataset::Splits;
 use crate::data::image::Preprocess;
@@ -233,4 +234,11 @@ pub fn load_test(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Res
 /// the loaded folder. `None` for other sources.
 pub fn listed_labels(source: &Source) -> Result<Option<Listed>> {
     source.format().listed_labels()
+}
+
+/// What a person is shown of each pool item of `source` when its values are not an image: an
+/// embedding file's metadata `display` (texts, or with `display_kind` `image` image paths),
+/// checked against its items; `None` for sources without one.
+pub fn displays(source: &Source) -> Result<Option<crate::data::display::Displays>> {
+    source.format().displays()
 }

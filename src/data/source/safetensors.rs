@@ -10,6 +10,7 @@
 //! matching shapes), so no chunk read can leave the file. Both share the per-value code, so
 //! their items are equal bit for bit.
 
+use crate::data::display::{self, Displays};
 use crate::data::labels::{declared_classes, LabelCheck};
 use crate::data::plan::ImagePlan;
 use crate::data::stream::{
@@ -54,6 +55,35 @@ impl Format for Safetensors<'_> {
 
     fn pool_labels(&self, _hub: &Hub, _observer: &mut dyn Observer) -> Result<PoolLabels> {
         Err(labels_beside_values(self.0))
+    }
+
+    fn displays(&self) -> Result<Option<Displays>> {
+        let path = self.0;
+        let h = CheckedHeader::read(path)?;
+        let meta = |key: &str| {
+            h.header
+                .get("__metadata__")
+                .and_then(|m| m.get(key))
+                .and_then(Value::as_str)
+        };
+        let Some(text) = meta("display") else {
+            return Ok(None);
+        };
+        let kind = display::kind_named(meta("display_kind"), path)?;
+        let (names, _) = layout(|n| h.header.contains_key(n), path)?;
+        let n = h
+            .tensors
+            .iter()
+            .find(|t| t.name == names.x)
+            .and_then(|t| t.shape.first().copied())
+            .ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?;
+        let values: Vec<String> = serde_json::from_str(text).map_err(|e| {
+            bad(
+                path,
+                format!("metadata `display` is not a JSON array of strings: {e}"),
+            )
+        })?;
+        Displays::new(kind, values, n as usize, path).map(Some)
     }
 }
 
@@ -426,45 +456,44 @@ fn y_labels(bytes: &[u8], dtype: &str, name: &str, first: usize, path: &Path) ->
 }
 
 /// The class names a safetensors pool's metadata lists (`classes`, comma-separated).
-fn listed_classes(classes: Option<&str>) -> Option<Vec<String>> {
+pub(crate) fn listed_classes(classes: Option<&str>) -> Option<Vec<String>> {
     classes
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.split(',').map(|c| c.trim().to_string()).collect())
 }
 
-/// The items tensor of a safetensors file, read in chunks.
-struct SafetensorsStream {
-    path: PathBuf,
-    file: std::fs::File,
-    /// The items tensor's name.
-    name: &'static str,
-    /// Every item's id (the metadata's, or positions).
-    ids: Vec<String>,
-    dtype: Dtype,
-    n: usize,
-    item_shape: Vec<usize>,
-    /// Byte offset of the first item in the file.
-    base: u64,
-    next: usize,
+/// One tensor of a [`CheckedHeader`].
+pub(crate) struct TensorEntry {
+    /// Its name.
+    pub(crate) name: String,
+    /// Its dtype as the header spells it (`F32`, `I64`, ...).
+    pub(crate) dtype: String,
+    /// Its shape.
+    pub(crate) shape: Vec<u64>,
+    /// Its first byte, counted from the data section's start.
+    pub(crate) begin: u64,
+    /// Its length in bytes (the shape's product times the dtype's size).
+    pub(crate) len: u64,
 }
 
-fn bad(path: &Path, m: impl Into<String>) -> Error {
-    Error::data(path, DataProblem::Other(m.into()))
+/// A safetensors file's header, checked against the file's length before any tensor is read:
+/// every tensor's byte range inside the data section, ranges tiling it, sizes matching
+/// shapes, no key named twice. What the streamed pool and a checkpoint kept in an embedding
+/// file read tensors through, by positioned reads.
+pub(crate) struct CheckedHeader {
+    /// The file, open for reading.
+    pub(crate) file: std::fs::File,
+    /// The header as JSON (tensors and `__metadata__`).
+    pub(crate) header: serde_json::Map<String, Value>,
+    /// Every tensor, in the header's order.
+    pub(crate) tensors: Vec<TensorEntry>,
+    /// Byte offset of the data section in the file.
+    pub(crate) data_start: u64,
 }
 
-fn elem_size(dtype: &str) -> Option<u64> {
-    Some(match dtype {
-        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => 1,
-        "U16" | "I16" | "F16" | "BF16" => 2,
-        "U32" | "I32" | "F32" => 4,
-        "U64" | "I64" | "F64" => 8,
-        _ => return None,
-    })
-}
-
-impl SafetensorsStream {
-    /// Opens `path` and checks its header (see the module docs); reads no item yet.
-    fn open(path: &Path) -> Result<SafetensorsStream> {
+impl CheckedHeader {
+    /// Reads and checks `path`'s header.
+    pub(crate) fn read(path: &Path) -> Result<CheckedHeader> {
         let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         let mut n8 = [0u8; 8];
@@ -494,9 +523,7 @@ impl SafetensorsStream {
             .ok_or_else(|| bad(path, "not a safetensors file: the header is not an object"))?;
         let data_len = len - 8 - hlen;
         let mut ranges: Vec<(u64, u64)> = Vec::new();
-        let (names, _) = layout(|n| obj.contains_key(n), path)?;
-        let mut x = None;
-        let mut y = None;
+        let mut tensors = Vec::new();
         for (name, t) in obj {
             if name == "__metadata__" {
                 continue;
@@ -536,11 +563,13 @@ impl SafetensorsStream {
                 ));
             }
             ranges.push((b, e));
-            if name == names.x {
-                x = Some((dtype.to_string(), shape, b));
-            } else if name == names.y {
-                y = Some((dtype.to_string(), shape, b, e - b));
-            }
+            tensors.push(TensorEntry {
+                name: name.clone(),
+                dtype: dtype.to_string(),
+                shape,
+                begin: b,
+                len: e - b,
+            });
         }
         ranges.sort_unstable();
         let mut at = 0;
@@ -558,6 +587,76 @@ impl SafetensorsStream {
                 path,
                 format!("not a safetensors file: tensors cover {at} of {data_len} data bytes"),
             ));
+        }
+        let header = obj.clone();
+        Ok(CheckedHeader {
+            file,
+            header,
+            tensors,
+            data_start: 8 + hlen,
+        })
+    }
+
+    /// The bytes of `t`, one of this header's tensors.
+    pub(crate) fn bytes(&mut self, t: &TensorEntry, path: &Path) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; t.len as usize];
+        self.file
+            .seek(SeekFrom::Start(self.data_start + t.begin))
+            .and_then(|_| self.file.read_exact(&mut buf))
+            .map_err(|e| Error::io(path, e))?;
+        Ok(buf)
+    }
+}
+
+/// The items tensor of a safetensors file, read in chunks.
+struct SafetensorsStream {
+    path: PathBuf,
+    file: std::fs::File,
+    /// The items tensor's name.
+    name: &'static str,
+    /// Every item's id (the metadata's, or positions).
+    ids: Vec<String>,
+    dtype: Dtype,
+    n: usize,
+    item_shape: Vec<usize>,
+    /// Byte offset of the first item in the file.
+    base: u64,
+    next: usize,
+}
+
+fn bad(path: &Path, m: impl Into<String>) -> Error {
+    Error::data(path, DataProblem::Other(m.into()))
+}
+
+fn elem_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => 1,
+        "U16" | "I16" | "F16" | "BF16" => 2,
+        "U32" | "I32" | "F32" => 4,
+        "U64" | "I64" | "F64" => 8,
+        _ => return None,
+    })
+}
+
+impl SafetensorsStream {
+    /// Opens `path` and checks its header (see the module docs); reads no item yet.
+    fn open(path: &Path) -> Result<SafetensorsStream> {
+        let CheckedHeader {
+            mut file,
+            header: obj,
+            tensors,
+            data_start,
+        } = CheckedHeader::read(path)?;
+        let hlen = data_start - 8;
+        let (names, _) = layout(|n| obj.contains_key(n), path)?;
+        let mut x = None;
+        let mut y = None;
+        for t in tensors {
+            if t.name == names.x {
+                x = Some((t.dtype, t.shape, t.begin));
+            } else if t.name == names.y {
+                y = Some((t.dtype, t.shape, t.begin, t.len));
+            }
         }
         let (dtype, shape, b) =
             x.ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?;
