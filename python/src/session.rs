@@ -73,6 +73,7 @@ impl Session {
             seed,
             ensemble,
             stream,
+            embedded_from: None,
         };
         let dir = state.clone();
         py.detach(move || options.start(&dir, force, &Hub::from_env(), &mut Signals))

@@ -71,7 +71,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => calibrate_cmd(a, &device, cli.quiet),
         Command::Metrics(a) => metrics_cmd(a),
         Command::Surface(a) => surface_cmd(a, &device),
-        Command::Init(a) => session::init(a, cli.quiet),
+        Command::Init(a) => session::init(a, &device, cli.quiet),
         Command::Query(a) => {
             let mut bars = Bars::new(cli.quiet, 1);
             let r = session::query(a, &device, &mut bars);
@@ -112,6 +112,34 @@ fn dispatch(cli: Cli) -> Result<()> {
 
 /// The embedding cache when --embed-cache is not given: `$ALKIT_CACHE/embeddings`, else
 /// `$XDG_CACHE_HOME/alkit/embeddings`, else `~/.cache/alkit/embeddings`.
+/// `data` embedded through the frozen `backbone` into the cache folder `cache` (or the
+/// default one), reused when it was already: the embedding file's path.
+pub(crate) fn embed_through(
+    backbone: &str,
+    data: &str,
+    cache: Option<&std::path::Path>,
+    hub: &Hub,
+    device: &Device,
+    quiet: bool,
+) -> Result<PathBuf> {
+    let job = alkit::eval::embed::EmbedJob {
+        backbone: backbone.to_string(),
+        data: data.to_string(),
+        batch: None,
+        chunk: alkit::eval::score::DEFAULT_CHUNK,
+    };
+    let cache = match cache {
+        Some(c) => c.to_path_buf(),
+        None => embed_cache()?,
+    };
+    let mut bars = Bars::new(quiet, 1);
+    let embedded = alkit::eval::embed::cached(&job, &cache, hub, device, &mut bars);
+    bars.finish();
+    Ok(embedded
+        .with_context(|| format!("embedding {data} through --backbone {backbone}"))?
+        .path)
+}
+
 fn embed_cache() -> Result<PathBuf> {
     let var = |k: &str| {
         std::env::var_os(k)
@@ -200,23 +228,15 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             let mut options = a.options()?;
             if let Some(backbone) = &a.backbone {
                 let data = options.data.clone().unwrap_or_else(|| "data".into());
-                let job = alkit::eval::embed::EmbedJob {
-                    backbone: backbone.clone(),
-                    data: data.to_string_lossy().into_owned(),
-                    batch: None,
-                    chunk: alkit::eval::score::DEFAULT_CHUNK,
-                };
-                let cache = match &a.embed_cache {
-                    Some(c) => c.clone(),
-                    None => embed_cache()?,
-                };
-                let mut bars = Bars::new(quiet, 1);
-                let embedded = alkit::eval::embed::cached(&job, &cache, &hub, device, &mut bars);
-                bars.finish();
-                let embedded = embedded.with_context(|| {
-                    format!("embedding {} through --backbone {backbone}", data.display())
-                })?;
-                options.data = Some(embedded.path);
+                let data = data.to_string_lossy();
+                options.data = Some(embed_through(
+                    backbone,
+                    &data,
+                    a.embed_cache.as_deref(),
+                    &hub,
+                    device,
+                    quiet,
+                )?);
                 if options.model.is_none() {
                     options.model = "linear".parse().ok();
                 }

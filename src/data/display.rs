@@ -71,6 +71,14 @@ impl Displays {
         })
     }
 
+    /// These displays with relative image paths taken from `root` instead of the naming
+    /// file's folder (an image folder's embeddings name the folder once, as metadata
+    /// `display_root`, and each image by its id).
+    pub fn rooted(mut self, root: PathBuf) -> Displays {
+        self.base = root;
+        self
+    }
+
     /// How items are shown.
     pub fn kind(&self) -> DisplayKind {
         self.kind

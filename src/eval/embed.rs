@@ -25,6 +25,9 @@ use std::hash::Hasher;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+/// The version of the files [`cached`] keeps, in its key.
+const LAYOUT: &str = "embedding-2";
+
 /// What to embed.
 #[derive(Debug, Clone)]
 pub struct EmbedJob {
@@ -80,7 +83,15 @@ pub fn cached(
     let backbone_hash = backbone_hash(job, hub, observer)?;
     let stamp = source_stamp(&job.data)?;
     let mut h = Fnv1a::default();
-    for part in [job.backbone.as_str(), &backbone_hash, &job.data, &stamp] {
+    // The file's layout is part of the key: files of an older layout (no `display`) are
+    // embedded anew rather than reused without it.
+    for part in [
+        LAYOUT,
+        job.backbone.as_str(),
+        &backbone_hash,
+        &job.data,
+        &stamp,
+    ] {
         h.write(part.as_bytes());
         h.write(&[0]);
     }
@@ -371,6 +382,14 @@ fn embed(
         "ids",
         serde_json::to_string(&ids).map_err(|e| Error::state(out, format!("ids: {e}")))?,
     );
+    // An image folder's items are shown as its own files (a session on the embeddings shows
+    // the photos a person labels, not the features).
+    // The ids are the images' paths below the folder, so the folder alone names them all.
+    if let Source::Images(dir) = &source {
+        let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+        file.meta("display_kind", "image".to_string());
+        file.meta("display_root", dir.to_string_lossy().into_owned());
+    }
     file.meta("alkit_embedding", record);
     file.write(out)?;
     std::fs::remove_dir_all(&work).map_err(|e| Error::io(&work, e))?;

@@ -72,6 +72,11 @@ pub struct SessionOptions {
     pub ensemble: Option<usize>,
     /// Read the pool a chunk at a time instead of decoding it into memory.
     pub stream: bool,
+    /// The data the pool's items were computed from, when the pool is a frozen backbone's
+    /// embedding file of it: the labels that data gives (an image folder's class subfolders)
+    /// seed the session, as they would have on the data itself; the embedding file's own
+    /// labels are a data set's ground truth.
+    pub embedded_from: Option<String>,
 }
 
 impl SessionOptions {
@@ -124,11 +129,15 @@ impl SessionOptions {
                 .to_vec();
             let test = load_test(&src, hub, observer)
                 .context_with(|| format!("loading the test split of {source}"))?;
-            let (named, given) = listed_labels(&src)
-                .context_with(|| format!("listing {source}"))?
+            let listed_from = match &self.embedded_from {
+                Some(from) => Source::parse(from).context_with(|| format!("data source {from}"))?,
+                None => src.clone(),
+            };
+            let (named, given) = listed_labels(&listed_from)
+                .context_with(|| format!("listing {listed_from}"))?
                 .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
             let classes = self.classes(&source, named)?;
-            let (seeds, listed) = self.seeds(&src, given)?;
+            let (seeds, listed) = self.seeds(&listed_from, given)?;
             let config = self.config(&shape, classes.len())?;
             let open = crate::data::reader::opener(src, hub.clone());
             Learner::new_streamed(&source, open, test, classes, &seeds, config, observer)
@@ -137,7 +146,17 @@ impl SessionOptions {
             let (src, loaded) = load_named(&source, None, hub, observer)?;
             let shape = loaded.pool.item_shape.clone();
             let classes = self.classes(&source, Some(loaded.pool.classes.clone()))?;
-            let (seeds, listed) = self.seeds(&src, loaded.pool.given_labels())?;
+            let (seeds, listed) = match &self.embedded_from {
+                Some(from) => {
+                    let from_src =
+                        Source::parse(from).context_with(|| format!("data source {from}"))?;
+                    let given = listed_labels(&from_src)
+                        .context_with(|| format!("listing {from}"))?
+                        .map_or_else(Vec::new, |l| l.given);
+                    self.seeds(&from_src, given)?
+                }
+                None => self.seeds(&src, loaded.pool.given_labels())?,
+            };
             let config = self.config(&shape, classes.len())?;
             Learner::new(&source, loaded, classes, &seeds, config)
                 .and_then(|l| self.taught_listed(l, &listed))

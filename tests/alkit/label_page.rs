@@ -1327,3 +1327,84 @@ fn an_embedding_pool_shows_its_texts_and_images_on_the_page_and_in_label_studio_
     );
     assert!(!dir.join("s4/session.json").exists());
 }
+
+#[test]
+fn a_session_on_a_frozen_backbone_trains_heads_on_its_cached_features_and_shows_the_photos() {
+    let dir = tmp("label-backbone");
+    // A folder of photos as a person has it: 30 sorted into class folders, 90 not.
+    let (train, _) = shipped();
+    let items: Vec<(usize, Option<String>)> = (0..120)
+        .map(|i| (i, (i < 30).then(|| train.labels()[i].to_string())))
+        .collect();
+    let pool = dir.join("photos");
+    let item_ids = write_image_folder(&pool, &train, &items).unwrap();
+    let ck = dir.join("cnn");
+    let o = alkit_cmd()
+        .args(["-q", "train", "--steps", "30", "--data"])
+        .arg(data_dir())
+        .arg("--out")
+        .arg(&ck)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cache = dir.join("cache");
+    let flags = [
+        "--backbone",
+        ck.to_str().unwrap(),
+        "--embed-cache",
+        cache.to_str().unwrap(),
+        "--steps",
+        "50",
+        "--classes",
+        "0,1,2,3,4,5,6,7,8,9",
+    ];
+    let state = dir.join("s");
+    init(&state, &pool, &flags);
+    let st = on_disk(&state);
+    let source = st["source"].as_str().unwrap();
+    assert!(
+        source.ends_with(".safetensors")
+            && Path::new(source).starts_with(std::fs::canonicalize(&cache).unwrap()),
+        "{source}"
+    );
+    // The class subfolders seeded it, as they seed a session on the folder itself; each
+    // round trains a linear head.
+    assert_eq!(st["labeled"].as_array().unwrap().len(), 30, "{st}");
+    assert_eq!(st["config"]["arch"]["hidden"], json!([]), "{st}");
+    let q = dir.join("q.csv");
+    let o = alkit_cmd()
+        .args(["query", "--n", "5", "--state"])
+        .arg(&state)
+        .arg("--out")
+        .arg(&q)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let asked = std::fs::read_to_string(&q).unwrap();
+    assert_eq!(asked.lines().count(), 6, "{asked}");
+    for line in asked.lines().skip(1) {
+        let id = line.split(',').next().unwrap();
+        assert!(
+            item_ids.iter().any(|x| x == id) && !id.contains('/'),
+            "{line}"
+        );
+    }
+    // The page shows the photo itself, from the folder.
+    let srv = start(&state, &["--n", "3"]);
+    let v = srv.ready();
+    assert_eq!(v["kind"], json!("image"));
+    let id = ids(&v, "batch")[0].clone();
+    let (s, body) = http(
+        "GET",
+        &srv.at(&format!("/api/item?token={}&id={id}", srv.token)),
+        &[],
+        None,
+    );
+    assert_eq!(s, 200);
+    assert_eq!(body, std::fs::read(pool.join(&id)).unwrap());
+    drop(srv);
+    // A second session on the same photos and backbone reuses the cached embeddings.
+    init(&dir.join("s2"), &pool, &flags);
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+    assert_eq!(on_disk(&dir.join("s2"))["source"], st["source"]);
+}

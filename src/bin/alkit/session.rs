@@ -58,6 +58,12 @@ pub struct InitArgs {
     /// file).
     #[arg(long)]
     stream: bool,
+    /// A frozen backbone (an alkit checkpoint, a weights file with its config.json, or hf:OWNER/NAME): the pool is embedded once through its penultimate layer into --embed-cache (reused while the backbone and the pool's files are unchanged, resumed after a kill), and the session's rounds train only a head on the features (--model, default linear); query and label then read the embedded pool, and the page shows an image folder's own images.
+    #[arg(long, value_name = "SRC")]
+    backbone: Option<String>,
+    /// Folder of the backbone embeddings' cache. [default: $ALKIT_CACHE/embeddings, else $XDG_CACHE_HOME/alkit/embeddings, else ~/.cache/alkit/embeddings]
+    #[arg(long, value_name = "DIR", requires = "backbone")]
+    embed_cache: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -193,21 +199,42 @@ fn open(dir: &Path, stream: bool, observer: &mut dyn Observer) -> Result<(Sessio
     )?)
 }
 
-pub fn init(a: InitArgs, quiet: bool) -> Result<()> {
+pub fn init(a: InitArgs, device: &Device, quiet: bool) -> Result<()> {
+    let hub = Hub::from_env();
+    let (pool, embedded_from, model) = match &a.backbone {
+        Some(backbone) => {
+            let embedded = super::embed_through(
+                backbone,
+                &a.pool,
+                a.embed_cache.as_deref(),
+                &hub,
+                device,
+                quiet,
+            )?;
+            let model = a.model.or_else(|| "linear".parse().ok());
+            (
+                embedded.to_string_lossy().into_owned(),
+                Some(a.pool.clone()),
+                model,
+            )
+        }
+        None => (a.pool.clone(), None, a.model),
+    };
     let options = SessionOptions {
-        pool: a.pool,
+        pool,
         labels: a.labels,
         classes: a.classes,
-        model: a.model,
+        model,
         steps: a.steps,
         batch_size: a.batch_size,
         lr: a.lr,
         seed: a.seed,
         ensemble: a.ensemble,
         stream: a.stream,
+        embedded_from,
     };
     let mut bars = Bars::new(quiet, 0);
-    let learner = options.start(&a.state, a.force, &Hub::from_env(), &mut bars);
+    let learner = options.start(&a.state, a.force, &hub, &mut bars);
     bars.finish();
     let st = learner?.state().clone();
     writeln!(

@@ -66,9 +66,10 @@ impl Format for Safetensors<'_> {
                 .and_then(|m| m.get(key))
                 .and_then(Value::as_str)
         };
-        let Some(text) = meta("display") else {
+        let (text, root) = (meta("display"), meta("display_root"));
+        if text.is_none() && root.is_none() {
             return Ok(None);
-        };
+        }
         let kind = display::kind_named(meta("display_kind"), path)?;
         let (names, _) = layout(|n| h.header.contains_key(n), path)?;
         let n = h
@@ -76,14 +77,23 @@ impl Format for Safetensors<'_> {
             .iter()
             .find(|t| t.name == names.x)
             .and_then(|t| t.shape.first().copied())
-            .ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?;
-        let values: Vec<String> = serde_json::from_str(text).map_err(|e| {
-            bad(
-                path,
-                format!("metadata `display` is not a JSON array of strings: {e}"),
-            )
-        })?;
-        Displays::new(kind, values, n as usize, path).map(Some)
+            .ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?
+            as usize;
+        let values: Vec<String> = match text {
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                bad(
+                    path,
+                    format!("metadata `display` is not a JSON array of strings: {e}"),
+                )
+            })?,
+            // An image folder's embeddings: each item's image is its id below the folder.
+            None => metadata_ids(meta("ids"), n, path)?,
+        };
+        let shown = Displays::new(kind, values, n, path)?;
+        Ok(Some(match root {
+            Some(r) => shown.rooted(PathBuf::from(r)),
+            None => shown,
+        }))
     }
 }
 
