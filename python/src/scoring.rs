@@ -195,7 +195,10 @@ pub fn score_data<'py>(
         .detach(move || -> Result<_> {
             let job = ScoreJob {
                 checkpoints,
-                checkpoint_options: alkit::checkpoint::OpenOptions { onnx_features },
+                checkpoint_options: alkit::checkpoint::OpenOptions {
+                    onnx_features,
+                    ..Default::default()
+                },
                 data,
                 split,
                 scorers: kinds(&scorers)?,

@@ -87,6 +87,9 @@ pub struct OpenOptions {
     /// An ONNX model's output holding the features its last layer multiplies (`None`: found
     /// in the graph as that layer's input, and told to the observer).
     pub onnx_features: Option<String>,
+    /// An ONNX model's preprocessing: a timm `config.json` to read instead of the one beside
+    /// the model (`None`: the one beside it, else timm's defaults for the model's input).
+    pub onnx_config: Option<PathBuf>,
 }
 
 /// The file name of an ONNX model inside a checkpoint folder.
@@ -572,7 +575,8 @@ fn from_tensors(
 /// Opens a checkpoint by name: a folder or weights file (see [`load`]), or `hf:OWNER/NAME[@REV]`
 /// for a model repository on the Hub (its `config.json` and weights fetched through `hub`'s
 /// cache first: `model.safetensors`, or `pytorch_model.bin` where the repository has no
-/// safetensors).
+/// safetensors; where it has neither, its `model.onnx`, an ONNX model as [`load_with`] opens
+/// one, its `config.json` giving the preprocessing when there is one).
 pub fn open(
     name: &str,
     hub: &Hub,
@@ -594,15 +598,41 @@ pub fn open_with(
         return load_with(Path::new(name), options, device, observer);
     };
     let repo = HubRepo::parse(repo)?;
-    let config = hub.get(&repo, RepoKind::Model, "config.json", observer)?;
-    let weights = match hub.get(&repo, RepoKind::Model, WEIGHTS_FILES[0], observer) {
-        Ok(p) => p,
-        // The first error stands when neither file can be had.
-        Err(e) => hub
-            .get(&repo, RepoKind::Model, WEIGHTS_FILES[1], observer)
-            .map_err(|_| e)?,
-    };
-    load_from(&config, &weights, device)
+    match hub_files(&repo, hub, observer)? {
+        HubModel::Weights { config, weights } => load_from(&config, &weights, device),
+        HubModel::Onnx(model) => load_onnx(&model, options, observer),
+    }
+}
+
+/// What a Hub model repository holds, fetched into the cache.
+enum HubModel {
+    /// `config.json` and the weights (`model.safetensors`, else `pytorch_model.bin`).
+    Weights { config: PathBuf, weights: PathBuf },
+    /// `model.onnx` (with the repository's `config.json` beside it in the snapshot, where it
+    /// has one, for the preprocessing).
+    Onnx(PathBuf),
+}
+
+/// The files of the Hub model repository `repo` (fetched through `hub` when not cached):
+/// `config.json` and weights, or where there are no weights `model.onnx` (its `config.json`
+/// fetched too when the repository has one). When none can be had, the error of the first
+/// file that could not is returned.
+fn hub_files(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<HubModel> {
+    let config = hub.get(repo, RepoKind::Model, "config.json", observer);
+    let weights = hub
+        .get(repo, RepoKind::Model, WEIGHTS_FILES[0], observer)
+        .or_else(|e| {
+            hub.get(repo, RepoKind::Model, WEIGHTS_FILES[1], observer)
+                .map_err(|_| e)
+        });
+    match (config, weights) {
+        (Ok(config), Ok(weights)) => Ok(HubModel::Weights { config, weights }),
+        (config, Err(e)) => match hub.get(repo, RepoKind::Model, ONNX_FILE, observer) {
+            Ok(model) => Ok(HubModel::Onnx(model)),
+            Err(_) => Err(config.err().unwrap_or(e)),
+        },
+        (Err(e), Ok(_)) => Err(e),
+    }
 }
 
 /// The files checkpoint `name` is read from: `config.json` and `model.safetensors` of its
@@ -627,43 +657,66 @@ pub fn files(name: &str, hub: &Hub, observer: &mut dyn Observer) -> Result<Vec<P
         return Ok(FILES.iter().map(|f| Path::new(name).join(f)).collect());
     };
     let repo = HubRepo::parse(repo)?;
-    FILES
-        .iter()
-        .map(|f| hub.get(&repo, RepoKind::Model, f, observer))
-        .collect()
+    Ok(match hub_files(&repo, hub, observer)? {
+        HubModel::Weights { config, weights } => vec![config, weights],
+        HubModel::Onnx(model) => {
+            let config = model.with_file_name("config.json");
+            config
+                .is_file()
+                .then_some(config)
+                .into_iter()
+                .chain([model])
+                .collect()
+        }
+    })
 }
 
 /// A content hash of the checkpoints `names` (an ensemble's members, in order): FNV-1a (64
 /// bits, [`crate::data::Fnv1a`]) over each member's [`files`], every file's length and then
 /// its bytes, read 1 MiB at a time. It tells a checkpoint retrained or replaced in place from
 /// the one a path named before: sharded scoring records it so that `merge` refuses shards of
-/// different weights. Cost: one sequential read of the weights (about 0.05 s for 45 MB on
-/// this project's machine; docs/sharding.md).
-pub fn content_hash(names: &[String], hub: &Hub, observer: &mut dyn Observer) -> Result<u64> {
+/// different weights. `options`' features output and preprocessing file (an ONNX model's)
+/// are part of it, as they change what the models give. Cost: one sequential read of the
+/// weights (about 0.05 s for 45 MB on this project's machine; docs/sharding.md).
+pub fn content_hash(
+    names: &[String],
+    options: &OpenOptions,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<u64> {
     use std::hash::Hasher;
     use std::io::Read;
     let mut h = crate::data::Fnv1a::default();
     let mut buf = vec![0u8; 1 << 20];
+    // How the models are opened changes what they give: the features output named, the
+    // preprocessing read from elsewhere (its bytes, below).
+    if let Some(f) = &options.onnx_features {
+        h.write(f.as_bytes());
+        h.write(&[0]);
+    }
+    let mut paths = Vec::new();
     for name in names {
-        for path in files(name, hub, observer)? {
-            let mut f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-            let len = f.metadata().map_err(|e| Error::io(&path, e))?.len();
-            h.write(&len.to_le_bytes());
-            let mut read = 0u64;
-            loop {
-                let n = f.read(&mut buf).map_err(|e| Error::io(&path, e))?;
-                if n == 0 {
-                    break;
-                }
-                h.write(&buf[..n]);
-                read += n as u64;
+        paths.extend(files(name, hub, observer)?);
+    }
+    paths.extend(options.onnx_config.iter().cloned());
+    for path in paths {
+        let mut f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let len = f.metadata().map_err(|e| Error::io(&path, e))?.len();
+        h.write(&len.to_le_bytes());
+        let mut read = 0u64;
+        loop {
+            let n = f.read(&mut buf).map_err(|e| Error::io(&path, e))?;
+            if n == 0 {
+                break;
             }
-            if read != len {
-                return Err(Error::state(
-                    &path,
-                    format!("changed while it was read ({len} bytes, then {read})"),
-                ));
-            }
+            h.write(&buf[..n]);
+            read += n as u64;
+        }
+        if read != len {
+            return Err(Error::state(
+                &path,
+                format!("changed while it was read ({len} bytes, then {read})"),
+            ));
         }
     }
     Ok(h.finish())

@@ -24,7 +24,7 @@
 
 use super::timm::{data_config, DataConfig};
 use super::{read_config_value, Checkpoint, CheckpointConfig, OpenOptions, FORMAT};
-use crate::error::{contain, Error, Result};
+use crate::error::{contain, Error, Result, ResultExt};
 use crate::models::{Arch, OnnxArch};
 use crate::nn::init::Weights;
 use crate::nn::{Ask, Classifier, LastLayer, Mode, Offer};
@@ -831,8 +831,16 @@ pub fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> 
         parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
     let shown = path.display().to_string();
     // The timm configuration beside it, read before anything runs.
-    let cfg_path = path.with_file_name("config.json");
-    let data: Option<DataConfig> = if cfg_path.is_file() {
+    // One given in the options is read whatever it is (a missing file is an error, not
+    // timm's defaults).
+    let cfg_path = options
+        .onnx_config
+        .clone()
+        .unwrap_or_else(|| path.with_file_name("config.json"));
+    let data: Option<DataConfig> = if options.onnx_config.is_some() {
+        let read = read_config_value(&cfg_path).and_then(|v| data_config(v, &cfg_path));
+        Some(read.context_with(|| "the preprocessing that setting `onnx_config` names")?)
+    } else if cfg_path.is_file() {
         Some(data_config(read_config_value(&cfg_path)?, &cfg_path)?)
     } else {
         None

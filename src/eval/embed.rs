@@ -131,7 +131,12 @@ pub fn run(
 }
 
 fn backbone_hash(job: &EmbedJob, hub: &Hub, observer: &mut dyn Observer) -> Result<String> {
-    let hash = crate::checkpoint::content_hash(std::slice::from_ref(&job.backbone), hub, observer)
+    let hash = crate::checkpoint::content_hash(
+        std::slice::from_ref(&job.backbone),
+        &crate::checkpoint::OpenOptions::default(),
+        hub,
+        observer,
+    )
         .context_with(|| format!("hashing the backbone {}", job.backbone))?;
     Ok(format!("{hash:016x}"))
 }

@@ -83,6 +83,7 @@ mod with_runtime {
     fn open(path: &Path, features: Option<&str>, notes: &mut Notes) -> alkit::Result<Checkpoint> {
         let options = OpenOptions {
             onnx_features: features.map(str::to_string),
+            ..OpenOptions::default()
         };
         checkpoint::load_with(path, &options, &Device::Cpu, notes)
     }
@@ -299,6 +300,64 @@ mod with_runtime {
         let o = score(resnet.parent().unwrap().to_str().unwrap(), &[], &by_dir);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(std::fs::read_to_string(&by_dir).unwrap(), text);
+        // A Hub repository holding model.onnx (and its config.json) is the same checkpoint.
+        let cache = dir.join("hub");
+        super::super::fake_hub_cache(
+            &cache,
+            "models--test--onnx-resnet",
+            &[
+                ("config.json", resnet.with_file_name("config.json")),
+                ("model.onnx", resnet.clone()),
+            ],
+        );
+        let by_hub = |extra: &[&str], out: &Path| {
+            alkit_cmd()
+                .args(["score", "--checkpoint", "hf:test/onnx-resnet", "--data"])
+                .arg(&pool)
+                .args(["--scorer", "entropy,margin"])
+                .args(extra)
+                .arg("--out")
+                .arg(out)
+                .env("HF_HUB_CACHE", &cache)
+                .env("HF_HUB_OFFLINE", "1")
+                .output()
+                .unwrap()
+        };
+        let hub_csv = dir.join("by_hub.csv");
+        let o = by_hub(&[], &hub_csv);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read_to_string(&hub_csv).unwrap(), text);
+        // A model alone with its preprocessing named by --onnx-config is the same checkpoint;
+        // a config that cannot be read is refused by name.
+        let bare = dir.join("bare");
+        std::fs::create_dir_all(&bare).unwrap();
+        std::fs::copy(&resnet, bare.join("alone.onnx")).unwrap();
+        let config = resnet.with_file_name("config.json");
+        let named = dir.join("named.csv");
+        let o = score(
+            bare.join("alone.onnx").to_str().unwrap(),
+            &["--onnx-config", config.to_str().unwrap()],
+            &named,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read_to_string(&named).unwrap(), text);
+        let missing = dir.join("missing.csv");
+        let o = score(
+            bare.join("alone.onnx").to_str().unwrap(),
+            &["--onnx-config", dir.join("nope.json").to_str().unwrap()],
+            &missing,
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("--onnx-config") && err.contains("nope.json"),
+            "{err}"
+        );
+        assert!(!missing.exists());
+        // Its shards' manifest hashes the repository's model.onnx and config.json.
+        let hub_shard = dir.join("hub_shard.csv");
+        let o = by_hub(&["--shard", "0/2"], &hub_shard);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(Path::new(&format!("{}.shard.json", hub_shard.display())).is_file());
         // An ensemble of two ONNX models (a copy of the folder): BALD reads its members.
         let copy = dir.join("copy");
         super::super::copy_dir(resnet.parent().unwrap(), &copy);

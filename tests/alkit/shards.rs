@@ -545,7 +545,13 @@ fn hashing_a_45_mb_checkpoint() {
     let mut times = Vec::new();
     for _ in 0..5 {
         let t = std::time::Instant::now();
-        alkit::checkpoint::content_hash(&names, &hub, &mut alkit::observe::Silent).unwrap();
+        alkit::checkpoint::content_hash(
+            &names,
+            &alkit::checkpoint::OpenOptions::default(),
+            &hub,
+            &mut alkit::observe::Silent,
+        )
+        .unwrap();
         times.push(t.elapsed().as_secs_f64());
     }
     times.sort_by(f64::total_cmp);

@@ -179,6 +179,9 @@ pub(crate) struct ModelSource {
     /// With an ONNX --checkpoint: the output holding the features its last layer multiplies. [default: that layer's input, found in the graph]
     #[arg(long, value_name = "NAME")]
     pub(crate) onnx_features: Option<String>,
+    /// With an ONNX --checkpoint: a timm config.json giving its preprocessing (input size, resize and crop, interpolation, mean, std, class names). [default: the config.json beside the model, else timm's defaults for its input]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) onnx_config: Option<PathBuf>,
     /// Architecture to train when no checkpoint is given. [default: cnn]
     #[arg(long, value_parser = model_kind())]
     pub(crate) model: Option<ModelKind>,
@@ -455,6 +458,9 @@ pub(crate) struct ScoreArgs {
     /// With ONNX checkpoints (FILE.onnx, or a folder holding model.onnx; built with the cargo feature `onnx`): the output holding the features the last layer multiplies. [default: that layer's input, found in the graph]
     #[arg(long, value_name = "NAME")]
     pub(crate) onnx_features: Option<String>,
+    /// With ONNX checkpoints: a timm config.json giving their preprocessing (input size, resize and crop, interpolation, mean, std, class names). [default: the config.json beside each model, else timm's defaults for its input]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) onnx_config: Option<PathBuf>,
     /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
@@ -587,6 +593,13 @@ impl ModelSource {
             )
             .into());
         }
+        if self.checkpoint.is_none() && self.onnx_config.is_some() {
+            return Err(alkit::Error::config(
+                "onnx_config",
+                "gives the preprocessing of an ONNX --checkpoint, and none is given",
+            )
+            .into());
+        }
         Ok(alkit::eval::ModelSource {
             checkpoint: self
                 .checkpoint
@@ -594,6 +607,7 @@ impl ModelSource {
                 .map(|p| p.to_string_lossy().into_owned()),
             checkpoint_options: alkit::checkpoint::OpenOptions {
                 onnx_features: self.onnx_features.clone(),
+                onnx_config: self.onnx_config.clone(),
             },
             model: self
                 .model
@@ -673,6 +687,7 @@ impl ScoreArgs {
                 .collect(),
             checkpoint_options: alkit::checkpoint::OpenOptions {
                 onnx_features: self.onnx_features.clone(),
+                onnx_config: self.onnx_config.clone(),
             },
             data: self.data.to_string_lossy().into_owned(),
             split: match self.split {

@@ -35,6 +35,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("n", "--n"),
     ("noise", "--noise"),
     ("onnx_features", "--onnx-features"),
+    ("onnx_config", "--onnx-config"),
     ("ood_data", "--ood-data"),
     ("out", "--out"),
     ("perturb_samples", "--perturb-samples"),
