@@ -9,8 +9,9 @@
 //!   command is accepted or refused everywhere. Batches are refused, never capped: a batch
 //!   runs at exactly its size (a partial one padded), which is what makes streamed and
 //!   sharded runs agree to the bit.
-//! - **The machine's memory** for buffers that grow with the data (sample draws
-//!   `samples x items x classes`, a benchmark's items): the bytes are computed first and
+//! - **The machine's memory** for buffers that grow with the data (a round's or a score
+//!   chunk's evidence through [`evidence`]: sample draws `samples x items x classes`, gradient
+//!   norms `items x rows x layers`; a benchmark's items): the bytes are computed first and
 //!   compared with [`memory`], the smaller of the physical memory (`MemTotal` of
 //!   `/proc/meminfo`) and the process's address-space limit (`ulimit -v`, from
 //!   `/proc/self/limits`). Where neither can be read (not Linux) that check is skipped.
