@@ -9,8 +9,9 @@
 //!   command is accepted or refused everywhere. Batches are refused, never capped: a batch
 //!   runs at exactly its size (a partial one padded), which is what makes streamed and
 //!   sharded runs agree to the bit.
-//! - **The machine's memory** for buffers that grow with the data (sample draws
-//!   `samples x items x classes`, a benchmark's items): the bytes are computed first and
+//! - **The machine's memory** for buffers that grow with the data (a round's or a score
+//!   chunk's evidence through [`evidence`]: sample draws `samples x items x classes`, gradient
+//!   norms `items x rows x layers`; a benchmark's items): the bytes are computed first and
 //!   compared with [`memory`], the smaller of the physical memory (`MemTotal` of
 //!   `/proc/meminfo`) and the process's address-space limit (`ulimit -v`, from
 //!   `/proc/self/limits`). Where neither can be read (not Linux) that check is skipped.
@@ -135,6 +136,50 @@ fn fits_in(field: &'static str, what: &str, bytes: Option<u64>, memory: Option<u
     }
 }
 
+/// The evidence `needs` asks for about `items` candidates held at once, `classes` classes,
+/// fits in [`memory`] (`who` names the scorer or strategy in words, `items_from` says in words what
+/// set `items`, e.g. "setting `chunk`"). Every place that builds evidence checks through here
+/// before the buffers grow, so the rule is one: sample draws hold `samples x items x classes`
+/// `f32` (refused as setting `mc_samples` or `perturb_samples`); gradient norms hold
+/// `items x rows x layers` `f32`, `rows` the classes (+1 for the expected gradient), checked
+/// once `layers` is known, after a model's first batch (refused as setting `layers`: the last
+/// layer alone is one). An ensemble's draws, one per member, count `members` (refused as
+/// setting `ensemble`; unchecked where `None`). Probabilities, features and kernel values are
+/// a few values per item, bounded by the items already held.
+pub fn evidence(
+    who: &str,
+    needs: &alkit_acquisition::Needs,
+    items: usize,
+    classes: usize,
+    members: Option<usize>,
+    layers: Option<usize>,
+    items_from: &str,
+) -> Result<()> {
+    use alkit_acquisition::SampleRequest as S;
+    let draws = match needs.samples {
+        Some(S::McDropout { samples }) => Some(("mc_samples", samples)),
+        Some(S::InputNoise { samples, .. } | S::WeightNoise { samples, .. }) => {
+            Some(("perturb_samples", samples))
+        }
+        Some(S::Members) => members.map(|m| ("ensemble", m)),
+        _ => None,
+    };
+    if let Some((setting, samples)) = draws {
+        let what =
+            format!("{samples} draws of {items} items x {classes} classes ({who}; {items_from})");
+        fits(setting, &what, product(&[samples, items, classes, 4]))?;
+    }
+    if let (Some(g), Some(layers)) = (needs.grads, layers) {
+        let rows = classes + usize::from(g.expected);
+        let what = format!(
+            "gradient norms of {items} items x {rows} rows x {layers} layers ({who}; \
+             {items_from})"
+        );
+        fits("layers", &what, product(&[items, rows, layers, 4]))?;
+    }
+    Ok(())
+}
+
 /// `a x b x ...` bytes, `None` on overflow.
 pub fn product(factors: &[usize]) -> Option<u64> {
     factors
@@ -175,6 +220,55 @@ mod tests {
         assert!(fits_in("mc_samples", "x", None, None).is_err());
         assert_eq!(product(&[usize::MAX, 2]), None);
         assert_eq!(product(&[3, 4]), Some(12));
+    }
+
+    #[test]
+    fn evidence_names_the_setting_that_sizes_it() {
+        use alkit_acquisition::{GradLayers, GradRequest, Needs, SampleRequest as S};
+        // Sizes past 2^64 bytes are refused on any machine, so each setting's name shows.
+        let huge = usize::MAX / 2;
+        let cases = [
+            (Needs::samples(S::McDropout { samples: 10 }), "mc_samples"),
+            (
+                Needs::samples(S::InputNoise {
+                    sigma: 0.1,
+                    samples: 10,
+                }),
+                "perturb_samples",
+            ),
+            (
+                Needs::samples(S::WeightNoise {
+                    sigma: 0.1,
+                    samples: 10,
+                }),
+                "perturb_samples",
+            ),
+            (Needs::samples(S::Members), "ensemble"),
+            (
+                Needs::grads(GradRequest {
+                    perturbations: 0,
+                    sigma: 0.0,
+                    expected: true,
+                    layers: GradLayers::All,
+                }),
+                "layers",
+            ),
+        ];
+        for (needs, setting) in cases {
+            let e = evidence("`x`", &needs, huge, 10, Some(5), Some(4), "setting `chunk`")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("setting `{setting}`")) && e.contains("setting `chunk`"),
+                "{e}"
+            );
+            // One item's evidence fits anywhere.
+            assert!(evidence("`x`", &needs, 1, 10, Some(5), Some(4), "").is_ok());
+        }
+        // Unknown members or layers: nothing to check yet; probabilities never are.
+        let members = Needs::samples(S::Members);
+        assert!(evidence("`x`", &members, huge, 10, None, None, "").is_ok());
+        assert!(evidence("`x`", &Needs::PROBS, huge, 10, None, Some(4), "").is_ok());
     }
 
     #[test]

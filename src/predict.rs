@@ -298,6 +298,17 @@ impl Scoring<'_> {
             })?);
         }
         if let Some(req) = needs.samples {
+            // Callers check their settings first, naming them; this catches every other
+            // caller before the draws grow.
+            crate::limits::evidence(
+                "sample scorer",
+                &needs,
+                indices.len(),
+                self.model.classes(),
+                None,
+                None,
+                "the candidates scored at once",
+            )?;
             ev.samples = Some(self.samples(data, indices, req, rng, observer)?);
         }
         if needs.kernel {
@@ -375,10 +386,11 @@ impl Scoring<'_> {
                 std::borrow::Cow::Borrowed(chunk)
             };
             let logits = logits_of(&rows)?;
-            draws.resize(
-                logits.len(),
-                Vec::with_capacity(indices.len() * self.model.classes()),
-            );
+            // Each draw's whole size at once (the caller checked it fits): growing by
+            // doubling would briefly hold up to twice the draws.
+            while draws.len() < logits.len() {
+                draws.push(Vec::with_capacity(indices.len() * c));
+            }
             for (draw, l) in draws.iter_mut().zip(logits) {
                 let lp = log_probs(&l)?
                     .to_dtype(DType::F32)?
@@ -485,9 +497,11 @@ impl Scoring<'_> {
                 ))
             }
         }
+        // Each draw's log-probabilities are freed as its probabilities are made, so the
+        // draws are held once, not twice.
         let probs = draws
-            .iter()
-            .map(|lp| probs_from_log(lp, c))
+            .into_iter()
+            .map(|lp| probs_from_log(&lp, c))
             .collect::<Result<Vec<_>>>()?;
         Ok(Samples::new(probs)?)
     }
@@ -544,6 +558,21 @@ impl Scoring<'_> {
             };
             shape = (out.rows, out.layers);
             let per = out.rows * out.layers;
+            if done == 0 {
+                // The layer count is the model's, known from its first batch: the whole
+                // evidence is checked before it grows past that batch.
+                crate::limits::evidence(
+                    "gradient scorer",
+                    &Needs::grads(req),
+                    indices.len(),
+                    self.model.classes(),
+                    None,
+                    Some(out.layers),
+                    "the candidates scored at once",
+                )?;
+                sq.reserve_exact(indices.len() * per);
+                kl.reserve_exact(indices.len());
+            }
             sq.extend(out.sq.iter().take(chunk.len() * per).map(|&v| v as f32));
             kl.extend(out.kl_l1.iter().take(chunk.len()).map(|&v| v as f32));
             done += chunk.len();

@@ -292,15 +292,7 @@ pub fn pick_in_chunks(
     let (positions, scores) = match &strategy.pick {
         Pick::Scored { scorer, selection } => {
             let needs = scorer.needs();
-            let step = match needs.samples {
-                Some(alkit_acquisition::SampleRequest::WeightNoise { .. }) => candidates.len(),
-                _ => {
-                    // Evidence runs `batch` rows at a time, gradients at most 256.
-                    let (b, g) = (scoring.batch.max(1), scoring.batch.clamp(1, 256));
-                    let unit = b / gcd(b, g) * g;
-                    chunk.max(1).div_ceil(unit).saturating_mul(unit)
-                }
-            };
+            let step = scored_step(&needs, candidates.len(), scoring.batch, chunk);
             let mut scores = Vec::with_capacity(candidates.len());
             pool.parts(candidates, step.max(1), &mut |data, rows| {
                 let mut progress = Offset {
@@ -338,6 +330,56 @@ pub fn pick_in_chunks(
         indices: positions.iter().map(|&p| candidates[p]).collect(),
         scores,
     })
+}
+
+/// Candidates whose evidence a scored pick gathers at once: `chunk` rounded up to whole
+/// evidence batches, or every candidate for weight-noise samples (which perturb the model
+/// once for all of them).
+fn scored_step(
+    needs: &alkit_acquisition::Needs,
+    candidates: usize,
+    batch: usize,
+    chunk: usize,
+) -> usize {
+    match needs.samples {
+        Some(alkit_acquisition::SampleRequest::WeightNoise { .. }) => candidates,
+        _ => {
+            // Evidence runs `batch` rows at a time, gradients at most 256.
+            let (b, g) = (batch.max(1), batch.clamp(1, 256));
+            let unit = b / gcd(b, g) * g;
+            chunk.max(1).div_ceil(unit).saturating_mul(unit)
+        }
+    }
+}
+
+/// The evidence a round of `strategy` holds at once over `candidates` candidates (after any
+/// subsample) fits in the machine's memory ([`crate::limits::evidence`]): a scored strategy's
+/// chunk of [`SCORE_CHUNK`], a joint criterion's every candidate. Callers run it with the
+/// settings' other checks, before a round trains, so that a round that cannot hold its draws
+/// is refused before any work; `members` is the ensemble's size, if any. Gradient norms are
+/// checked again by [`crate::predict::Scoring`] once the model's layer count is known.
+pub fn check_evidence(
+    strategy: &Strategy,
+    candidates: usize,
+    classes: usize,
+    members: Option<usize>,
+    batch: usize,
+) -> Result<()> {
+    let Some(needs) = strategy.needs() else {
+        return Ok(());
+    };
+    let (items, from) = match &strategy.pick {
+        Pick::Batch(_) => (
+            candidates,
+            "every candidate at once, setting `subsample` bounds them",
+        ),
+        _ => (
+            scored_step(&needs, candidates, batch, SCORE_CHUNK).min(candidates),
+            "the candidates scored at once",
+        ),
+    };
+    let who = format!("`{}`", strategy.name());
+    crate::limits::evidence(&who, &needs, items, classes, members, None, from)
 }
 
 fn gcd(a: usize, b: usize) -> usize {

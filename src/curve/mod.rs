@@ -127,7 +127,17 @@ pub fn run_curve(
             ),
         ));
     }
+    // The first round has the most candidates: the most evidence any round holds.
+    let first = train.len() - spec.config.initial;
+    let candidates = spec.config.subsample.map_or(first, |m| m.min(first));
     for s in &strategies {
+        crate::round::check_evidence(
+            s,
+            candidates,
+            spec.model.classes(),
+            spec.config.ensemble,
+            spec.config.batch,
+        )?;
         if let Some(needs) = s.needs() {
             spec.model.check_needs(s.name(), &needs)?;
             let last = alkit_acquisition::GradLayers::Last;

@@ -119,30 +119,18 @@ fn check_perturbed_batch(
     }
 }
 
-/// The sample draws of `items` candidates at once (`samples x items x classes` of `f32`) fit
-/// in the machine's memory; `field` names what sets `items` when the draws are no scorer's
-/// setting's fault alone.
+/// The evidence of `items` candidates at once fits in the machine's memory
+/// ([`crate::limits::evidence`]); `field` names what sets `items`.
 fn check_chunk_evidence(
     scorers: &[std::sync::Arc<dyn Scorer>],
     items: usize,
     classes: usize,
     field: &'static str,
 ) -> Result<()> {
-    use alkit_acquisition::SampleRequest as S;
+    let from = format!("setting `{field}`");
     for s in scorers {
-        let (setting, samples) = match s.needs().samples {
-            Some(S::McDropout { samples }) => ("mc_samples", samples),
-            Some(S::InputNoise { samples, .. } | S::WeightNoise { samples, .. }) => {
-                ("perturb_samples", samples)
-            }
-            _ => continue,
-        };
-        let bytes = crate::limits::product(&[samples, items, classes, 4]);
-        let what = format!(
-            "{samples} draws of {items} items x {classes} classes (`{}`; setting `{field}`)",
-            s.name()
-        );
-        crate::limits::fits(setting, &what, bytes)?;
+        let who = format!("`{}`", s.name());
+        crate::limits::evidence(&who, &s.needs(), items, classes, None, None, &from)?;
     }
     Ok(())
 }

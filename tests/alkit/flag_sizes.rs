@@ -161,11 +161,16 @@ struct Outcome {
 }
 
 fn run_capped(args: &[String], cwd: &Path) -> Outcome {
+    run_capped_at(args, cwd, MEMORY_CAP)
+}
+
+/// [`run_capped`] under an address-space cap of `cap` bytes.
+fn run_capped_at(args: &[String], cwd: &Path, cap: &str) -> Outcome {
     use std::io::Read;
     let bin = env!("CARGO_BIN_EXE_alkit");
     let mut c = if Path::new("/usr/bin/prlimit").exists() {
         let mut c = Command::new("/usr/bin/prlimit");
-        c.arg(format!("--as={MEMORY_CAP}")).arg("--").arg(bin);
+        c.arg(format!("--as={cap}")).arg("--").arg(bin);
         c
     } else {
         Command::new(bin)
@@ -355,4 +360,124 @@ fn every_numeric_flag_at_0_1_huge_nan_and_minus_1_ends_by_itself_and_names_the_f
         runs.len(),
         failures.join("\n")
     );
+}
+
+/// A round's sample draws are checked against the memory this process may use before the
+/// round trains: under a 700 MB address-space cap, 10,000 draws of about 2,000
+/// candidates x 10 classes (0.8 GB) are refused with exit 2 naming the flag, and nothing is
+/// written (no curve folder, no batch file, the session untouched), while the same run with
+/// 10 draws succeeds under the same cap (the cap is not what refuses it).
+#[test]
+fn round_draws_past_the_memory_limit_are_refused_before_any_work() {
+    // util-linux's prlimit caps the address space; without it there is no cap to test under.
+    if !Path::new("/usr/bin/prlimit").exists() {
+        return;
+    }
+    const CAP: &str = "700000000";
+    let root = tmp("round-draws");
+    let s = |p: &Path| p.display().to_string();
+    // A session over 2,000 CSV items of 10 classes, 40 of them labeled.
+    let mut pool = String::from("id,label,a,b\n");
+    for i in 0..2000u32 {
+        let label = if i < 40 {
+            (i % 10).to_string()
+        } else {
+            String::new()
+        };
+        let (a, b) = (
+            (i * 37 % 1000) as f32 / 1000.0,
+            (i * 91 % 1000) as f32 / 1000.0,
+        );
+        pool.push_str(&format!("p{i},{label},{a},{b}\n"));
+    }
+    std::fs::write(root.join("pool.csv"), pool).unwrap();
+    let sess = root.join("sess");
+    let o = alkit_cmd()
+        .args(["-q", "init", "--steps", "1", "--pool"])
+        .arg(root.join("pool.csv"))
+        .arg("--state")
+        .arg(&sess)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = std::fs::read(sess.join("session.json")).unwrap();
+    let data = s(&data_dir());
+    for samples in ["10000", "10"] {
+        let refused = samples == "10000";
+        let curve_out = root.join(format!("curve{samples}"));
+        let batch = root.join(format!("q{samples}.csv"));
+        let runs: [(Vec<String>, &str, &Path); 2] = [
+            (
+                [
+                    "curve",
+                    "--data",
+                    &data,
+                    "--model",
+                    "cnn",
+                    "--scorer",
+                    "bald",
+                    "--seeds",
+                    "1",
+                    "--cycles",
+                    "1",
+                    "--steps",
+                    "1",
+                    "--initial",
+                    "10",
+                    "--query",
+                    "5",
+                    "--mc-samples",
+                    samples,
+                    "--out",
+                    &s(&curve_out),
+                ]
+                .map(String::from)
+                .to_vec(),
+                "--mc-samples",
+                &curve_out,
+            ),
+            (
+                [
+                    "query",
+                    "--state",
+                    &s(&sess),
+                    "--scorer",
+                    "perturb-x",
+                    "--n",
+                    "1",
+                    "--perturb-samples",
+                    samples,
+                    "--out",
+                    &s(&batch),
+                ]
+                .map(String::from)
+                .to_vec(),
+                "--perturb-samples",
+                &batch,
+            ),
+        ];
+        for (args, flag, written) in runs {
+            let o = run_capped_at(&args, &root, CAP);
+            let what = format!("{} under {CAP} bytes: {}", args.join(" "), o.stderr);
+            assert!(!o.timed_out && !o.stderr.contains("panicked"), "{what}");
+            if refused {
+                assert_eq!(o.code, Some(2), "{what}");
+                assert!(
+                    o.stderr.contains(flag) && o.stderr.contains("memory"),
+                    "{what}"
+                );
+                assert!(!written.exists(), "{what}: wrote {}", written.display());
+            } else {
+                assert_eq!(o.code, Some(0), "{what}");
+                assert!(written.exists(), "{what}");
+            }
+        }
+        if refused {
+            assert_eq!(
+                std::fs::read(sess.join("session.json")).unwrap(),
+                before,
+                "a refused query changed the session"
+            );
+        }
+    }
 }

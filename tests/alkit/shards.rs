@@ -521,6 +521,52 @@ fn the_docs_show_the_scheduler_recipes_as_they_are() {
     }
 }
 
+/// scripts/oci-image.sh builds the image deploy/Dockerfile describes (without an engine):
+/// the same base, user, binary path, `USER`, `WORKDIR`, `ENV` and `ENTRYPOINT`, each
+/// instruction of the Dockerfile's runtime stage found in the script's words for it.
+#[test]
+fn the_oci_script_builds_the_dockerfiles_image() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docker = std::fs::read_to_string(root.join("deploy/Dockerfile")).unwrap();
+    let script = std::fs::read_to_string(root.join("scripts/oci-image.sh")).unwrap();
+    let runtime = docker
+        .rsplit_once("\nFROM ")
+        .map(|(_, r)| format!("FROM {r}"))
+        .unwrap();
+    let mut checked = 0;
+    for line in runtime
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (op, arg) = line.split_once(' ').unwrap();
+        let expect = match op {
+            "FROM" => {
+                assert_eq!(
+                    arg, "debian:bookworm-slim",
+                    "the script's base is bookworm's"
+                );
+                "debootstrap --variant=minbase bookworm".to_string()
+            }
+            "RUN" => format!("chroot \"$BUNDLE/rootfs\" {arg}"),
+            "COPY" => format!("\"$BUNDLE/rootfs{}\"", arg.rsplit(' ').next().unwrap()),
+            "USER" => format!("--config.user {arg}"),
+            "WORKDIR" => format!("--config.workingdir {arg}"),
+            "ENV" => format!("--config.env {arg}"),
+            "ENTRYPOINT" => {
+                let args: Vec<String> = serde_json::from_str(arg).unwrap();
+                format!("--config.entrypoint {}", args.join(" "))
+            }
+            other => panic!("deploy/Dockerfile's {other}: add it to scripts/oci-image.sh and here"),
+        };
+        assert!(
+            script.contains(&expect),
+            "scripts/oci-image.sh lacks `{expect}` ({line})"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 7, "the runtime stage's instructions");
+}
+
 /// What the checkpoint's content hash costs: a 45 MB `model.safetensors` (a ResNet-18's size)
 /// hashed as a shard hashes it. A measurement, run by hand:
 /// `cargo test --release --test alkit -- --ignored hashing_a_45_mb_checkpoint`.
