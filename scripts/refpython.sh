@@ -10,17 +10,18 @@
 #
 # numpy is pinned to one release from PyPI so that every machine computes the references
 # with the same library; the scripts use nothing else (no torch, scikit-learn or faiss), and
-# compute in float64 from the f32 inputs the Rust side hands them.
+# compute in float64 from the f32 inputs the Rust side hands them. pyarrow, pinned too, writes
+# the Parquet embedding tables tests/reference/numpy_embeddings.py makes for numpy_files.rs.
 set -euo pipefail
 dir="${1:-.refpython}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
 "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  --no-warn-script-location --root-user-action=ignore numpy==2.4.6
-"$dir/venv/bin/python" -c 'import numpy' || { echo "numpy does not import in $dir/venv" >&2; exit 1; }
+  --no-warn-script-location --root-user-action=ignore numpy==2.4.6 pyarrow==26.0.1
+"$dir/venv/bin/python" -c 'import numpy, pyarrow' || { echo "numpy or pyarrow does not import in $dir/venv" >&2; exit 1; }
 cat > "$dir/env.sh" <<ENV
-# Written by scripts/refpython.sh: the Python (with numpy) that runs tests/reference/*.py.
+# Written by scripts/refpython.sh: the Python (with numpy and pyarrow) that runs tests/reference/*.py.
 export ALKIT_PYTHON="$dir/venv/bin/python"
 ENV
-echo "Python with numpy $dir/venv/bin/python; now: source $dir/env.sh"
+echo "Python with numpy and pyarrow $dir/venv/bin/python; now: source $dir/env.sh"

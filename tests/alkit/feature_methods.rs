@@ -26,7 +26,7 @@ fn embeddings() -> PathBuf {
 }
 
 /// The Python that runs the references, or `None` (a skip, said why) when none is named.
-fn python() -> Option<PathBuf> {
+pub(super) fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("ALKIT_PYTHON").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }

@@ -11,6 +11,7 @@ Writes into OUT_DIR:
   big64.npy                            a float64 beyond float32's range: must be refused
   emb.npz                              np.savez: features f32, labels, unicode ids and classes,
                                        test_features, test_labels (every item labeled)
+  emb_pool.npy                         np.save of emb.npz's features alone
   emb_c.npz                            np.savez_compressed of the same, features float16
   partial.npz                          features, labels with -1 (unlabeled), integer ids
   no_features.npz                      labels alone: must be refused
@@ -68,6 +69,7 @@ np.savez(out / "emb.npz", features=features, labels=labels.astype(np.int64), ids
          classes=np.array(classes), test_features=test_features,
          test_labels=test_labels.astype(np.int32))
 raw("emb", features)
+np.save(out / "emb_pool.npy", features)
 raw("emb_test", test_features)
 np.savez_compressed(out / "emb_c.npz", features=features.astype(np.float16), labels=labels,
                     ids=ids, classes=np.array(classes),

@@ -182,7 +182,10 @@ impl Dtype {
 
     /// The dtype a header's `descr` names, or why alkit does not read it.
     fn parse(descr: &str) -> std::result::Result<Dtype, String> {
-        let (order, code) = descr.split_at(descr.len().min(1));
+        // By character: a hostile descr may start with a multi-byte one.
+        let mut chars = descr.chars();
+        let order = chars.next().map(String::from).unwrap_or_default();
+        let (order, code) = (order.as_str(), chars.as_str());
         if descr.contains('O') {
             return Err(format!(
                 "has dtype `{descr}` (Python objects): refused, alkit never unpickles"
@@ -190,8 +193,7 @@ impl Dtype {
         }
         if order == ">" {
             return Err(format!(
-                "has big-endian dtype `{descr}`; save it little-endian (`a.astype('<{}')`)",
-                &descr[1..]
+                "has big-endian dtype `{descr}`; save it little-endian (`a.astype('<{code}')`)"
             ));
         }
         if !matches!(order, "<" | "|") {
