@@ -455,7 +455,7 @@ pub(crate) struct ScoreArgs {
     /// With ONNX checkpoints (FILE.onnx, or a folder holding model.onnx; built with the cargo feature `onnx`): the output holding the features the last layer multiplies. [default: that layer's input, found in the graph]
     #[arg(long, value_name = "NAME")]
     pub(crate) onnx_features: Option<String>,
-    /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
+    /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.npy, FILE.npz, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
     /// Which split to score (test: only sources with a test split).
