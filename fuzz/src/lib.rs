@@ -84,6 +84,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("idx", idx),
     ("image", image),
     ("safetensors_pool", safetensors_pool),
+    ("npy_pool", npy_pool),
+    ("npz_pool", npz_pool),
     ("csv_pool", csv_pool),
     ("labels", labels),
     ("metrics", metrics),
@@ -186,6 +188,21 @@ pub fn safetensors_pool(data: &[u8]) {
     streams_as_loaded(&alkit::data::Source::Safetensors(p));
 }
 
+/// An `.npy` embedding pool (one `(n, d)` float array), whole and streamed.
+pub fn npy_pool(data: &[u8]) {
+    init();
+    let p = put("pool.npy", data);
+    streams_as_loaded(&alkit::data::Source::Npy(p));
+}
+
+/// An `.npz` embedding file (`features`, `labels`, `ids`, `classes`, a test split; stored or
+/// deflated members), whole and streamed.
+pub fn npz_pool(data: &[u8]) {
+    init();
+    let p = put("pool.npz", data);
+    streams_as_loaded(&alkit::data::Source::Npz(p));
+}
+
 /// A CSV pool (`id`, `label` and feature columns), whole and streamed.
 pub fn csv_pool(data: &[u8]) {
     init();
@@ -211,8 +228,8 @@ pub fn metrics(data: &[u8]) {
     }
 }
 
-/// A Parquet pool (image bytes and labels): the Parquet reader, then PNG/JPEG decoding of
-/// every row, whole and streamed.
+/// A Parquet pool (image bytes and labels, or a list column of embeddings): the Parquet
+/// reader, then PNG/JPEG decoding of every row or the embedding checks, whole and streamed.
 pub fn parquet(data: &[u8]) {
     init();
     let p = put("pool.parquet", data);

@@ -393,8 +393,9 @@ class Session:
         force: bool = False,
     ) -> "Session":
         """Starts a session in the folder ``state`` on ``pool``, as ``alkit init`` does
-        (``pool`` as ``--pool`` takes it: an image folder, an IDX folder, a safetensors, CSV or
-        Parquet file, ``hf:OWNER/NAME``; ``labels`` a CSV of ``id,label`` seed labels)."""
+        (``pool`` as ``--pool`` takes it: an image folder, an IDX folder, a safetensors, .npy,
+        .npz, CSV or Parquet file, ``hf:OWNER/NAME``; ``labels`` a CSV of ``id,label`` seed
+        labels)."""
         _alkit.Session.start(
             os.fspath(state),
             os.fspath(pool),

@@ -114,6 +114,45 @@ fn st_pool(y: &[i64]) -> Vec<u8> {
     )
 }
 
+/// An `.npy` file (format 1.0) of dtype `descr`, shape text `shape` (`(4, 3)`) and `data`.
+fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend((h.len() as u16).to_le_bytes());
+    b.extend(h.as_bytes());
+    b.extend(data);
+    b
+}
+
+/// An `.npz` file of stored members `(NAME.npy, bytes)`, as `np.savez` writes them.
+fn npz(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    use std::io::Write;
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in members {
+        w.start_file(*name, opts).unwrap();
+        w.write_all(bytes).unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+/// Unicode strings as numpy's `<U{chars}` bytes.
+fn unicode(items: &[&str], chars: usize) -> Vec<u8> {
+    items
+        .iter()
+        .flat_map(|s| {
+            let mut c: Vec<u32> = s.chars().map(u32::from).collect();
+            c.resize(chars, 0);
+            c.into_iter().flat_map(u32::to_le_bytes)
+        })
+        .collect()
+}
+
 /// A PNG whose header declares `w x h` 8-bit gray, followed by a tiny (wrong) image stream.
 fn png_declaring(w: u32, h: u32) -> Vec<u8> {
     let chunk = |kind: &[u8], data: &[u8]| {
@@ -580,6 +619,136 @@ fn cases() -> Vec<Case> {
             ],
             1,
             ["p.csv:1", "`a` twice"]
+        ),
+        // ------------------------------------------------------ NumPy embedding files
+        case!(
+            "npy-truncated",
+            |d, _| {
+                let b = npy("<f4", "(4, 3)", &f32s(&[0.5; 12]));
+                std::fs::write(d.join("p.npy"), &b[..b.len() - 6]).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npy", "--state", "{d}/s"],
+            1,
+            [
+                "p.npy",
+                "needs 48 bytes after its header; the file holds 42"
+            ]
+        ),
+        case!(
+            "npy-shape-lies",
+            |d, _| {
+                let b = npy("<f4", "(4000000000, 3)", &f32s(&[0.5; 12]));
+                std::fs::write(d.join("p.npy"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npy", "--state", "{d}/s"],
+            1,
+            ["p.npy", "shape [4000000000, 3]", "the file holds 48"]
+        ),
+        case!(
+            "npy-shape-overflows",
+            |d, _| {
+                let b = npy("<f4", "(4611686018427387904, 4611686018427387904)", &[]);
+                std::fs::write(d.join("p.npy"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npy", "--state", "{d}/s"],
+            1,
+            ["p.npy", "which overflows"]
+        ),
+        case!(
+            "npy-object-dtype",
+            |d, _| {
+                // A pickle's opcodes where the values would be: never read.
+                let b = npy("|O", "(2, 1)", b"\x80\x04\x95cos\nsystem\n.");
+                std::fs::write(d.join("p.npy"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npy", "--state", "{d}/s"],
+            1,
+            ["p.npy", "`|O`", "never unpickles"]
+        ),
+        case!(
+            "npy-header-too-long",
+            |d, _| {
+                let mut b = b"\x93NUMPY\x02\x00".to_vec();
+                b.extend(u32::MAX.to_le_bytes());
+                b.extend([b' '; 64]);
+                std::fs::write(d.join("p.npy"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npy", "--state", "{d}/s"],
+            1,
+            ["p.npy", "a header of 4294967295 bytes"]
+        ),
+        case!(
+            "npz-no-features",
+            |d, _| {
+                let labels = npy("<i8", "(2,)", &i64s(&[0, 1]));
+                std::fs::write(d.join("p.npz"), npz(&[("labels.npy", labels)])).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
+            1,
+            ["p.npz", "no array `features`", "it holds labels"]
+        ),
+        case!(
+            "npz-ids-repeated",
+            |d, _| {
+                let x = npy("<f4", "(2, 2)", &f32s(&[0.5; 4]));
+                let ids = npy("<U2", "(2,)", &unicode(&["a1", "a1"], 2));
+                let b = npz(&[("features.npy", x), ("ids.npy", ids)]);
+                std::fs::write(d.join("p.npz"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
+            1,
+            ["p.npz", "array `ids`: id `a1` is given to items 0 and 1"]
+        ),
+        case!(
+            "npz-member-shape-lies",
+            |d, _| {
+                let x = npy("<f4", "(5, 2)", &f32s(&[0.5; 4]));
+                std::fs::write(d.join("p.npz"), npz(&[("features.npy", x)])).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
+            1,
+            ["p.npz", "array `features` has shape [5, 2]", "holds 16"]
+        ),
+        case!(
+            "npz-truncated",
+            |d, _| {
+                let x = npy("<f4", "(2, 2)", &f32s(&[0.5; 4]));
+                let b = npz(&[("features.npy", x)]);
+                std::fs::write(d.join("p.npz"), &b[..b.len() / 2]).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
+            1,
+            ["p.npz", "not an .npz (zip) file"]
+        ),
+        case!(
+            "npz-crc-mismatch",
+            |d, _| {
+                let x = npy("<f4", "(2, 2)", &f32s(&[0.5; 4]));
+                let mut b = npz(&[("features.npy", x)]);
+                // The last value's last byte, inside the member: its CRC no longer matches.
+                let at = b
+                    .windows(4)
+                    .position(|w| w == 0.5f32.to_le_bytes())
+                    .unwrap()
+                    + 15;
+                b[at] ^= 1;
+                std::fs::write(d.join("p.npz"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
+            1,
+            ["p.npz", "array `features` does not match the zip's CRC-32"]
+        ),
+        case!(
+            "npz-labels-length",
+            |d, _| {
+                let x = npy("<f4", "(2, 2)", &f32s(&[0.5; 4]));
+                let y = npy("<i8", "(3,)", &i64s(&[0, 1, 0]));
+                let b = npz(&[("features.npy", x), ("labels.npy", y)]);
+                std::fs::write(d.join("p.npz"), b).unwrap();
+            },
+            ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
+            1,
+            ["p.npz", "array `labels` has shape [3]; expected (2,)"]
         ),
         case!(
             "st-negative-label",

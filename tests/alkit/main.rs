@@ -18,6 +18,7 @@ mod label_studio;
 mod last_layer;
 mod layer_library;
 mod layers;
+mod numpy_files;
 mod onnx;
 mod pytorch;
 mod scorers;

@@ -461,7 +461,7 @@ pub(crate) struct ScoreArgs {
     /// With ONNX checkpoints: a timm config.json giving their preprocessing (input size, resize and crop, interpolation, mean, std, class names). [default: the config.json beside each model, else timm's defaults for its input]
     #[arg(long, value_name = "FILE")]
     pub(crate) onnx_config: Option<PathBuf>,
-    /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
+    /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.npy, FILE.npz, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
     /// Which split to score (test: only sources with a test split).

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct InitArgs {
-    /// The pool: a folder of PNG/JPEG images (labeled ones in CLASS/ subfolders), an IDX folder, FILE.safetensors, FILE.csv, FILE.parquet or hf:OWNER/NAME.
+    /// The pool: a folder of PNG/JPEG images (labeled ones in CLASS/ subfolders), an IDX folder, FILE.safetensors, FILE.npy, FILE.npz, FILE.csv, FILE.parquet or hf:OWNER/NAME.
     #[arg(long)]
     pool: String,
     /// Seed labels: a CSV with columns id,label (label = class name).

@@ -9,8 +9,11 @@
 //! | a folder with only `train/` and `test/` subfolders | PNG/JPEG images in `train/CLASS/` (the pool) and `test/CLASS/` (the test split) | relative path | all |
 //! | any other folder | PNG/JPEG images; those in `CLASS/` subfolders are labeled | relative path | subfolder items |
 //! | `FILE.safetensors` | tensor `x` `(n, ...)` f32 or u8 (u8 is scaled by 1/255), optional integer `y` `(n,)`, optional metadata `classes` (comma-separated) | index | `y` |
+//! | `FILE.npy` | one array `(n, d)` of float32, float16 or float64 (narrowed to f32), C order | index | none |
+//! | `FILE.npz` | `np.savez[_compressed]` arrays: `features` `(n, d)` as in `.npy`, optional integer `labels` `(n,)` (negative: unlabeled), unicode or integer `ids` `(n,)`, unicode `classes`, `test_features`/`test_labels` | `ids` or index | non-negative `labels` |
 //! | `FILE.csv` | tabular: a header, optional `id` and `label` columns, every other column a number | `id` or row index | non-empty `label` cells |
 //! | `FILE.parquet` | a Hub-style table: an image column (struct with `bytes`, or raw bytes) and an integer label column | index | all |
+//! | `FILE.parquet` with a list column | embeddings: a `list<float>`/`list<double>`/`fixed_size_list` column (`features`, `embedding` or the only list) `(n, d)`, optional integer `label`, optional string `id` | `id` or index | non-negative labels |
 //! | `hf:OWNER/NAME[@REV]` | a Hub dataset: its `*train*` and `*test*` Parquet shards, or the four IDX files | index | all |
 //!
 //! Every item has a stable id that does not depend on the session: an index into the source's
@@ -26,8 +29,10 @@ mod csv;
 mod folder;
 mod hub;
 mod idx;
+mod numpy;
 mod parquet;
 mod parquet_check;
+mod parquet_embeddings;
 mod safetensors;
 
 pub use self::csv::read_indices;
@@ -53,9 +58,13 @@ pub enum Source {
     Images(PathBuf),
     /// A safetensors file with `x` and optionally `y`.
     Safetensors(PathBuf),
+    /// A NumPy `.npy` file: one array of embeddings `(n, d)`.
+    Npy(PathBuf),
+    /// A NumPy `.npz` file: the embedding layout's arrays.
+    Npz(PathBuf),
     /// A CSV file of numeric features.
     Csv(PathBuf),
-    /// One Parquet file with an image and a label column.
+    /// One Parquet file: an image and a label column, or a list column of embeddings.
     Parquet(PathBuf),
     /// A dataset repository on the Hugging Face Hub.
     Hub(HubRepo),
@@ -87,6 +96,8 @@ impl Source {
             .unwrap_or_default();
         match ext.as_str() {
             "safetensors" => Ok(Source::Safetensors(p)),
+            "npy" => Ok(Source::Npy(p)),
+            "npz" => Ok(Source::Npz(p)),
             "csv" => Ok(Source::Csv(p)),
             "parquet" => Ok(Source::Parquet(p)),
             _ if !p.exists() => Err(Error::io(
@@ -96,8 +107,8 @@ impl Source {
             _ => Err(Error::data(
                 &p,
                 DataProblem::Other(
-                    "unsupported source: expected a folder (IDX or images), .safetensors, .csv, \
-                     .parquet or hf:OWNER/NAME"
+                    "unsupported source: expected a folder (IDX or images), .safetensors, .npy, \
+                     .npz, .csv, .parquet or hf:OWNER/NAME"
                         .into(),
                 ),
             )),
@@ -118,6 +129,8 @@ impl Source {
             Source::Idx(dir) => Box::new(idx::Idx(dir)),
             Source::Images(dir) => Box::new(folder::Folder(dir)),
             Source::Safetensors(p) => Box::new(self::safetensors::Safetensors(p)),
+            Source::Npy(p) => Box::new(numpy::Npy(p)),
+            Source::Npz(p) => Box::new(numpy::Npz(p)),
             Source::Csv(p) => Box::new(self::csv::Csv(p)),
             Source::Parquet(p) => Box::new(self::parquet::Parquet(p)),
             Source::Hub(repo) => Box::new(hub::HubDataset(repo)),

@@ -1,9 +1,12 @@
 //! Hub-style Parquet tables (one file, or a Hub dataset's shards): an image column (a struct
 //! with `bytes`, or raw bytes) and an integer label column; ids are positions across the files.
+//! A single file whose schema has a list column is a table of embeddings instead, read by
+//! [`parquet_embeddings`](super::parquet_embeddings).
 //! One pass reads the labels and image headers; the whole read then decodes every row, a
 //! stream a chunk at a time, the `parquet` crate reading one row group at a time.
 
 use super::parquet_check::{check_parquet_footer, check_parquet_pages};
+use super::parquet_embeddings::{is_embedding_table, EmbeddingTable};
 use crate::data::image::decode;
 use crate::data::labels::LabelCheck;
 use crate::data::plan::{ImagePlan, PlanBuilder};
@@ -30,6 +33,9 @@ impl Format for Parquet<'_> {
         plan: Option<&ImagePlan>,
     ) -> Result<Box<dyn ItemStream>> {
         let p = self.0;
+        if is_embedding_table(p)? {
+            return Ok(Box::new(EmbeddingTable::open(p)?));
+        }
         Ok(Box::new(
             ParquetStream::open(vec![p.to_path_buf()], None, p)?.with(plan),
         ))
@@ -42,6 +48,12 @@ impl Format for Parquet<'_> {
         plan: Option<&ImagePlan>,
     ) -> Result<Loaded> {
         let p = self.0;
+        if is_embedding_table(p)? {
+            return Ok(Loaded {
+                pool: EmbeddingTable::open(p)?.items()?,
+                test: None,
+            });
+        }
         Ok(Loaded {
             pool: ParquetPool::scan(vec![p.to_path_buf()], None, p, true)?
                 .planned(plan)
@@ -52,6 +64,9 @@ impl Format for Parquet<'_> {
 
     fn pool_labels(&self, _hub: &Hub, _observer: &mut dyn Observer) -> Result<PoolLabels> {
         let p = self.0;
+        if is_embedding_table(p)? {
+            return Ok(EmbeddingTable::open(p)?.pool_labels());
+        }
         ParquetPool::scan(vec![p.to_path_buf()], None, p, true).map(ParquetPool::labels)
     }
 }

@@ -257,10 +257,19 @@ fn metadata_ids(ids: Option<&str>, n: usize, path: &Path) -> Result<Vec<String>>
             format!("metadata `ids` is not a JSON array of strings: {e}"),
         )
     })?;
+    check_ids(&ids, n, "metadata `ids`", path)?;
+    Ok(ids)
+}
+
+/// Refuses ids that an embedding file's pool of `n` items cannot have: another count, an empty
+/// one, one with a control character (ids go into CSV rows and batch files), one given twice.
+/// `what` names where they came from (the metadata or an array `ids`); shared by every
+/// embedding-file kind so that all refuse the same ids with the same words.
+pub(super) fn check_ids(ids: &[String], n: usize, what: &str, path: &Path) -> Result<()> {
     if ids.len() != n {
         return Err(bad(
             path,
-            format!("metadata `ids` lists {} ids for {n} items", ids.len()),
+            format!("{what} lists {} ids for {n} items", ids.len()),
         ));
     }
     let mut seen = std::collections::HashMap::with_capacity(n);
@@ -268,17 +277,45 @@ fn metadata_ids(ids: Option<&str>, n: usize, path: &Path) -> Result<Vec<String>>
         if id.is_empty() || id.chars().any(char::is_control) {
             return Err(bad(
                 path,
-                format!("metadata `ids`: id {i} is empty or holds a control character"),
+                format!("{what}: id {i} is empty or holds a control character"),
             ));
         }
         if let Some(prev) = seen.insert(id.as_str(), i) {
             return Err(bad(
                 path,
-                format!("metadata `ids`: id `{id}` is given to items {prev} and {i}"),
+                format!("{what}: id `{id}` is given to items {prev} and {i}"),
             ));
         }
     }
-    Ok(ids)
+    Ok(())
+}
+
+/// Refuses a test split that cannot be evaluated beside its pool: items of another shape (for
+/// embeddings, another dimension `d`), or an item without a label. `noun` and the names say
+/// what the file calls its parts (`tensor`, `array`); shared by every embedding-file kind.
+pub(super) fn check_test_split(
+    pool: &Items,
+    test: &Items,
+    noun: &str,
+    (x, y): (&str, &str),
+    path: &Path,
+) -> Result<()> {
+    if test.item_shape != pool.item_shape {
+        return Err(bad(
+            path,
+            format!(
+                "{noun} `{x}` has items of shape {:?}, the pool {:?}",
+                test.item_shape, pool.item_shape
+            ),
+        ));
+    }
+    if test.labels.len() != test.len() || test.labels.iter().any(Option::is_none) {
+        return Err(bad(
+            path,
+            format!("a test split needs a label per item ({noun} `{y}`)"),
+        ));
+    }
+    Ok(())
 }
 
 /// The item shape of a safetensors pool's `x` of shape `(n, ...)`: `(n, h, w)` is one-channel
@@ -353,24 +390,7 @@ fn load_safetensors(path: &Path) -> Result<Loaded> {
     };
     let test = load_split(&st, test_names, listed, path)?;
     if let Some(test) = &test {
-        if test.item_shape != pool.item_shape {
-            return Err(bad(
-                path,
-                format!(
-                    "tensor `{}` has items of shape {:?}, the pool {:?}",
-                    test_names.x, test.item_shape, pool.item_shape
-                ),
-            ));
-        }
-        if test.labels.len() != test.len() || test.labels.iter().any(Option::is_none) {
-            return Err(bad(
-                path,
-                format!(
-                    "a test split needs a label per item (tensor `{}`)",
-                    test_names.y
-                ),
-            ));
-        }
+        check_test_split(&pool, test, "tensor", (test_names.x, test_names.y), path)?;
     }
     Ok(Loaded { pool, test })
 }
