@@ -391,11 +391,16 @@ class Session:
         ensemble: Optional[int] = None,
         stream: bool = False,
         force: bool = False,
+        backbone: Optional[str] = None,
+        embed_cache: Optional[PathLike] = None,
     ) -> "Session":
         """Starts a session in the folder ``state`` on ``pool``, as ``alkit init`` does
         (``pool`` as ``--pool`` takes it: an image folder, an IDX folder, a safetensors, .npy,
         .npz, CSV or Parquet file, ``hf:OWNER/NAME``; ``labels`` a CSV of ``id,label`` seed
-        labels)."""
+        labels). With ``backbone`` (a checkpoint or ``hf:OWNER/NAME``), as ``alkit init
+        --backbone``: the pool is embedded once through it into the embeddings cache
+        (``embed_cache``, else the command line's default) and each round trains a head
+        (``model``, default ``linear``)."""
         _alkit.Session.start(
             os.fspath(state),
             os.fspath(pool),
@@ -409,6 +414,8 @@ class Session:
             ensemble=ensemble,
             stream=stream,
             force=force,
+            backbone=backbone,
+            embed_cache=None if embed_cache is None else os.fspath(embed_cache),
         )
         return cls(state)
 

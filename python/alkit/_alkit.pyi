@@ -95,6 +95,8 @@ class Session:
         ensemble: Optional[int] = None,
         stream: bool = False,
         force: bool = False,
+        backbone: Optional[str] = None,
+        embed_cache: Optional[str] = None,
     ) -> "Session": ...
     @property
     def state(self) -> "os.PathLike[str]": ...

@@ -36,11 +36,14 @@ impl Session {
         Ok(Self { state })
     }
 
-    /// Starts a session in the folder `state` on `pool`, as `alkit init` does.
+    /// Starts a session in the folder `state` on `pool`, as `alkit init` does; with
+    /// `backbone`, on the pool embedded once through it into the embeddings cache
+    /// (`embed_cache`, else the command line's default), each round training a head.
     #[staticmethod]
     #[pyo3(signature = (
         state, pool, *, labels=None, classes=None, model=None, steps=500, batch_size=None,
-        lr=None, seed=0, ensemble=None, stream=false, force=false
+        lr=None, seed=0, ensemble=None, stream=false, force=false, backbone=None,
+        embed_cache=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn start(
@@ -57,27 +60,55 @@ impl Session {
         ensemble: Option<usize>,
         stream: bool,
         force: bool,
+        backbone: Option<String>,
+        embed_cache: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let model = model
+        let mut model = model
             .map(|m| m.parse::<alkit::models::ModelKind>())
             .transpose()
             .map_err(to_py)?;
-        let options = SessionOptions {
-            pool,
-            labels,
-            classes,
-            model,
-            steps,
-            batch_size,
-            lr,
-            seed,
-            ensemble,
-            stream,
-            embedded_from: None,
-        };
+        if backbone.is_some() && model.is_none() {
+            model = "linear".parse().ok();
+        }
         let dir = state.clone();
-        py.detach(move || options.start(&dir, force, &Hub::from_env(), &mut Signals))
-            .map_err(to_py)?;
+        py.detach(move || -> Result<()> {
+            let hub = Hub::from_env();
+            // As `alkit init --backbone`: the pool embedded once into the cache, the session
+            // on the embedding file, seeded by the labels the pool itself gives.
+            let (pool, embedded_from) = match backbone {
+                Some(backbone) => {
+                    let job = alkit::eval::embed::EmbedJob {
+                        backbone,
+                        data: pool.clone(),
+                        batch: None,
+                        chunk: alkit::eval::score::DEFAULT_CHUNK,
+                    };
+                    let cache = match embed_cache {
+                        Some(c) => c,
+                        None => alkit::eval::embed::default_cache()?,
+                    };
+                    let embedded =
+                        alkit::eval::embed::cached(&job, &cache, &hub, &Device::Cpu, &mut Signals)?;
+                    (embedded.path.to_string_lossy().into_owned(), Some(pool))
+                }
+                None => (pool, None),
+            };
+            let options = SessionOptions {
+                pool,
+                labels,
+                classes,
+                model,
+                steps,
+                batch_size,
+                lr,
+                seed,
+                ensemble,
+                stream,
+                embedded_from,
+            };
+            options.start(&dir, force, &hub, &mut Signals).map(|_| ())
+        })
+        .map_err(to_py)?;
         Ok(Self { state })
     }
 

@@ -108,3 +108,19 @@ def test_label_studio_exports_teach_by_alkit_id_and_repeats_are_skipped(tmp_path
     for name in ["export.json", "export.min.json", "export.tsv"]:
         assert s.teach(fixtures / name) == 0, name
     assert s.status()["labeled"] == before + 3
+
+
+def test_a_session_on_a_frozen_backbone_writes_what_init_backbone_writes(tmp_path, alkit_bin):
+    data = EMBEDDINGS.parents[1]
+    ck, cache = tmp_path / "cnn", tmp_path / "cache"
+    run_cli(alkit_bin, "train", "--data", data, "--steps", 20, "--out", ck)
+    py_dir, cli_dir = tmp_path / "py", tmp_path / "cli"
+    alkit.Session.start(py_dir, str(data), backbone=str(ck), embed_cache=str(cache), steps=20)
+    run_cli(alkit_bin, "init", "--pool", data, "--state", cli_dir, "--backbone", ck,
+            "--embed-cache", cache, "--steps", 20)
+    assert (py_dir / "session.json").read_bytes() == (cli_dir / "session.json").read_bytes()
+    state = json.loads((py_dir / "session.json").read_text())
+    # One embedding of the pool, shared by both; each round trains a linear head on it.
+    assert [p.suffix for p in cache.iterdir()] == [".safetensors"]
+    assert state["source"] == str(next(cache.iterdir()).resolve())
+    assert state["config"]["arch"]["hidden"] == []

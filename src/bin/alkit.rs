@@ -130,7 +130,7 @@ pub(crate) fn embed_through(
     };
     let cache = match cache {
         Some(c) => c.to_path_buf(),
-        None => embed_cache()?,
+        None => alkit::eval::embed::default_cache()?,
     };
     let mut bars = Bars::new(quiet, 1);
     let embedded = alkit::eval::embed::cached(&job, &cache, hub, device, &mut bars);
@@ -138,24 +138,6 @@ pub(crate) fn embed_through(
     Ok(embedded
         .with_context(|| format!("embedding {data} through --backbone {backbone}"))?
         .path)
-}
-
-fn embed_cache() -> Result<PathBuf> {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(c) = var("ALKIT_CACHE") {
-        return Ok(c.join("embeddings"));
-    }
-    if let Some(c) = var("XDG_CACHE_HOME") {
-        return Ok(c.join("alkit/embeddings"));
-    }
-    match var("HOME") {
-        Some(h) => Ok(h.join(".cache/alkit/embeddings")),
-        None => bail!("no cache folder: give --embed-cache, or set ALKIT_CACHE or HOME"),
-    }
 }
 
 fn embed_cmd(a: EmbedArgs, device: &Device, quiet: bool) -> Result<()> {
@@ -514,7 +496,7 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     let mut source = a.source.to_lib()?;
     if source.checkpoint.is_some() && source.stats_cache.is_none() {
         // Without a cache folder (no HOME), the statistics are computed in memory.
-        source.stats_cache = embed_cache().ok();
+        source.stats_cache = alkit::eval::embed::default_cache().ok();
     }
     let mut bars = Bars::new(quiet, 1);
     let r = alkit::eval::ood::evaluate(
@@ -562,7 +544,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let mut source = a.source.to_lib()?;
     if source.checkpoint.is_some() && source.stats_cache.is_none() {
         // Without a cache folder (no HOME), the statistics are computed in memory.
-        source.stats_cache = embed_cache().ok();
+        source.stats_cache = alkit::eval::embed::default_cache().ok();
     }
     let mut bars = Bars::new(quiet, 1);
     let r = alkit::eval::calibrate::evaluate(

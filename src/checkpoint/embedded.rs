@@ -31,15 +31,20 @@ const FEATURES: &str = "features";
 /// Rows of `logits` checked against the head when the file opens.
 const CHECKED_ROWS: u64 = 256;
 
-/// Whether `path` is a safetensors file holding a head ([`HEAD_WEIGHT`]); false for anything
-/// unreadable, which then opens (and fails) as the weights file it may be.
+/// Whether `path` is an embedding file holding a head: a safetensors file with both
+/// [`FEATURES`] and [`HEAD_WEIGHT`] (a model's own weights file may name a `head.weight`, a
+/// timm ViT's does, and opens as weights); false for anything unreadable, which then opens
+/// (and fails) as the weights file it may be.
 pub(super) fn has_head(path: &Path) -> bool {
     path.is_file()
         && path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
         && CheckedHeader::read(path)
-            .map(|h| h.tensors.iter().any(|t| t.name == HEAD_WEIGHT))
+            .map(|h| {
+                let has = |name: &str| h.tensors.iter().any(|t| t.name == name);
+                has(HEAD_WEIGHT) && has(FEATURES)
+            })
             .unwrap_or(false)
 }
 

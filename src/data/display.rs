@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 /// more, and the page's answer must stay small).
 pub const MAX_TEXT: usize = 64 << 10;
 
+/// The largest image file shown for one item (a photo at full resolution; more is not a
+/// photo, and Label Studio tasks inline it).
+pub const MAX_IMAGE_BYTES: u64 = 64 << 20;
+
 /// How items are shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DisplayKind {
@@ -77,6 +81,25 @@ impl Displays {
     pub fn rooted(mut self, root: PathBuf) -> Displays {
         self.base = root;
         self
+    }
+
+    /// The bytes of item `i`'s image file and its media type, for an image display: a file of
+    /// at most [`MAX_IMAGE_BYTES`], or an error naming it.
+    pub fn image_bytes(&self, i: usize) -> Option<Result<(Vec<u8>, &'static str)>> {
+        let (path, media) = self.image(i)?;
+        let read = || -> Result<Vec<u8>> {
+            let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+            if !meta.is_file() || meta.len() > MAX_IMAGE_BYTES {
+                return Err(Error::data(
+                    &path,
+                    DataProblem::Other(format!(
+                        "an item's image must be a file of at most {MAX_IMAGE_BYTES} bytes"
+                    )),
+                ));
+            }
+            std::fs::read(&path).map_err(|e| Error::io(&path, e))
+        };
+        Some(read().map(|b| (b, media)))
     }
 
     /// How items are shown.

@@ -71,6 +71,30 @@ struct Progress {
     done: usize,
 }
 
+/// The default folder of [`cached`]'s files: `$ALKIT_CACHE/embeddings`, else
+/// `$XDG_CACHE_HOME/alkit/embeddings`, else `~/.cache/alkit/embeddings`.
+pub fn default_cache() -> Result<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(c) = var("ALKIT_CACHE") {
+        return Ok(c.join("embeddings"));
+    }
+    if let Some(c) = var("XDG_CACHE_HOME") {
+        return Ok(c.join("alkit/embeddings"));
+    }
+    var("HOME")
+        .map(|h| h.join(".cache/alkit/embeddings"))
+        .ok_or_else(|| {
+            Error::config(
+                "embed_cache",
+                "no cache folder for the embeddings: give one, or set ALKIT_CACHE or HOME",
+            )
+        })
+}
+
 /// The embedding file of `job` in the folder `cache`, computed (or resumed) only when no
 /// finished file of the same backbone content and source files is there.
 pub fn cached(
@@ -137,7 +161,7 @@ fn backbone_hash(job: &EmbedJob, hub: &Hub, observer: &mut dyn Observer) -> Resu
         hub,
         observer,
     )
-        .context_with(|| format!("hashing the backbone {}", job.backbone))?;
+    .context_with(|| format!("hashing the backbone {}", job.backbone))?;
     Ok(format!("{hash:016x}"))
 }
 

@@ -563,8 +563,13 @@ fn score_split(
     // of the split (see `shard::Manifest`).
     let checkpoint_hash = match job.shard {
         Some(_) => Some(
-            crate::checkpoint::content_hash(&job.checkpoints, &job.checkpoint_options, hub, observer)
-                .context_with(|| format!("hashing the checkpoint {}", job.checkpoints.join(",")))?,
+            crate::checkpoint::content_hash(
+                &job.checkpoints,
+                &job.checkpoint_options,
+                hub,
+                observer,
+            )
+            .context_with(|| format!("hashing the checkpoint {}", job.checkpoints.join(",")))?,
         ),
         None => None,
     };

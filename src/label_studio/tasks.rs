@@ -38,8 +38,8 @@ pub fn tasks(
         let shown = items.displays();
         let content = if let Some(d) = shown.filter(|d| d.kind() == DisplayKind::Text) {
             d.value(q.index).unwrap_or_default().to_string()
-        } else if let Some((path, media)) = shown.and_then(|d| d.image(q.index)) {
-            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        } else if let Some(read) = shown.and_then(|d| d.image_bytes(q.index)) {
+            let (bytes, media) = read?;
             format!(
                 "data:{media};base64,{}",
                 base64::engine::general_purpose::STANDARD.encode(bytes)

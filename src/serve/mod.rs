@@ -477,20 +477,10 @@ impl App {
         if let Some(d) = self.items.displays() {
             // The text or image the file names for the item (the path from the pool's own
             // file, found by the item's position, never from the request).
-            if let Some((path, media)) = d.image(i) {
-                return match std::fs::metadata(&path) {
-                    Ok(m) if m.is_file() && m.len() <= MAX_ORIGINAL => match std::fs::read(&path) {
-                        Ok(b) => Reply::bytes(media, b),
-                        Err(e) => Reply::error(500, format!("{}: {e}", path.display())),
-                    },
-                    Ok(_) => Reply::error(
-                        500,
-                        format!(
-                            "{} is not a file of at most {MAX_ORIGINAL} bytes",
-                            path.display()
-                        ),
-                    ),
-                    Err(e) => Reply::error(500, format!("{}: {e}", path.display())),
+            if let Some(read) = d.image_bytes(i) {
+                return match read {
+                    Ok((bytes, media)) => Reply::bytes(media, bytes),
+                    Err(e) => Reply::error(500, e.to_string()),
                 };
             }
             return Reply::json(200, &json!({ "text": d.value(i) }));

@@ -36,6 +36,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("noise", "--noise"),
     ("onnx_features", "--onnx-features"),
     ("onnx_config", "--onnx-config"),
+    ("embed_cache", "--embed-cache"),
     ("ood_data", "--ood-data"),
     ("out", "--out"),
     ("perturb_samples", "--perturb-samples"),

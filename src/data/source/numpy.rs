@@ -540,7 +540,7 @@ fn float_values(bytes: &[u8], dtype: Dtype, first: usize, b: &ArrayBytes) -> Res
         Dtype::F64 => {
             let mut x = Vec::with_capacity(bytes.len() / 8);
             for (i, c) in bytes.chunks_exact(8).enumerate() {
-                let v = f64::from_le_bytes(c.try_into().expect("8 bytes"));
+                let v = f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
                 // Narrowed as numpy's astype(float32) does (round to nearest); a finite f8
                 // past f32's range would become infinite.
                 let f = v as f32;
@@ -551,7 +551,7 @@ fn float_values(bytes: &[u8], dtype: Dtype, first: usize, b: &ArrayBytes) -> Res
             }
             x
         }
-        _ => unreachable!("features_shape admits floats only"),
+        t => return Err(b.bad(format!("is {t}; expected float32, float16 or float64"))),
     };
     if let Some(i) = x.iter().position(|v| !v.is_finite()) {
         return Err(at(i, f64::from(x[i])));
@@ -620,7 +620,9 @@ impl ItemStream for NumpyStream {
             return Ok(None);
         }
         let (start, k) = (self.next, max.min(self.n - self.next));
-        let size = self.dtype.size().expect("a float's size");
+        let Some(size) = self.dtype.size() else {
+            return Err(self.bytes.bad("holds no float array"));
+        };
         // k * d * size fits: the header's product was checked against the bytes held.
         let buf = self.bytes.take((k * self.d * size) as u64)?;
         let x = float_values(&buf, self.dtype, start * self.d, &self.bytes)?;
