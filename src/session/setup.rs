@@ -129,10 +129,7 @@ impl SessionOptions {
                 .to_vec();
             let test = load_test(&src, hub, observer)
                 .context_with(|| format!("loading the test split of {source}"))?;
-            let listed_from = match &self.embedded_from {
-                Some(from) => Source::parse(from).context_with(|| format!("data source {from}"))?,
-                None => src.clone(),
-            };
+            let listed_from = self.seeding_source(&src)?;
             let (named, given) = listed_labels(&listed_from)
                 .context_with(|| format!("listing {listed_from}"))?
                 .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
@@ -146,16 +143,14 @@ impl SessionOptions {
             let (src, loaded) = load_named(&source, None, hub, observer)?;
             let shape = loaded.pool.item_shape.clone();
             let classes = self.classes(&source, Some(loaded.pool.classes.clone()))?;
-            let (seeds, listed) = match &self.embedded_from {
-                Some(from) => {
-                    let from_src =
-                        Source::parse(from).context_with(|| format!("data source {from}"))?;
-                    let given = listed_labels(&from_src)
-                        .context_with(|| format!("listing {from}"))?
-                        .map_or_else(Vec::new, |l| l.given);
-                    self.seeds(&from_src, given)?
-                }
-                None => self.seeds(&src, loaded.pool.given_labels())?,
+            let (seeds, listed) = if self.embedded_from.is_some() {
+                let from = self.seeding_source(&src)?;
+                let given = listed_labels(&from)
+                    .context_with(|| format!("listing {from}"))?
+                    .map_or_else(Vec::new, |l| l.given);
+                self.seeds(&from, given)?
+            } else {
+                self.seeds(&src, loaded.pool.given_labels())?
             };
             let config = self.config(&shape, classes.len())?;
             Learner::new(&source, loaded, classes, &seeds, config)
@@ -172,6 +167,15 @@ impl SessionOptions {
         }
         learner.save(dir)?;
         Ok(learner)
+    }
+
+    /// The source whose listing names the classes and gives the seed labels: the data the
+    /// pool was embedded from ([`SessionOptions::embedded_from`]), else the pool itself.
+    fn seeding_source(&self, pool: &Source) -> Result<Source> {
+        match &self.embedded_from {
+            Some(from) => Source::parse(from).context_with(|| format!("data source {from}")),
+            None => Ok(pool.clone()),
+        }
     }
 
     /// The class list: given, or the one the source names.
