@@ -36,20 +36,27 @@ pub struct Displays {
 
 impl Displays {
     /// The displays `values` of a pool of `n` items, named by `file` (whose folder relative
-    /// image paths start from), checked: one per item, each non-empty and at most
-    /// [`MAX_TEXT`] bytes, an image path with an image's extension and no `..`.
-    pub fn new(kind: DisplayKind, values: Vec<String>, n: usize, file: &Path) -> Result<Self> {
+    /// image paths start from) in its part `what` (``metadata `display` ``, ...), checked: one
+    /// per item, each non-empty and at most [`MAX_TEXT`] bytes, an image path with an image's
+    /// extension and no `..`.
+    pub fn new(
+        kind: DisplayKind,
+        values: Vec<String>,
+        n: usize,
+        file: &Path,
+        what: &str,
+    ) -> Result<Self> {
         let bad = |m: String| Error::data(file, DataProblem::Other(m));
         if values.len() != n {
             return Err(bad(format!(
-                "metadata `display` lists {} entries for {n} items",
+                "{what} lists {} entries for {n} items",
                 values.len()
             )));
         }
         for (i, v) in values.iter().enumerate() {
             if v.is_empty() || v.len() > MAX_TEXT {
                 return Err(bad(format!(
-                    "metadata `display`: entry {i} is empty or longer than {MAX_TEXT} bytes"
+                    "{what}: entry {i} is empty or longer than {MAX_TEXT} bytes"
                 )));
             }
             if kind == DisplayKind::Image {
@@ -62,8 +69,8 @@ impl Displays {
                     || p.components().any(|c| c == std::path::Component::ParentDir)
                 {
                     return Err(bad(format!(
-                        "metadata `display`: entry {i} (`{v}`) is not the path of a PNG, JPEG \
-                         or WebP file without `..`"
+                        "{what}: entry {i} (`{v}`) is not the path of a PNG, JPEG or WebP file \
+                         without `..`"
                     )));
                 }
             }

@@ -1227,7 +1227,42 @@ fn an_embedding_pool_shows_its_texts_and_images_on_the_page_and_in_label_studio_
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let texts: Vec<String> = serde_json::from_slice(&o.stdout).unwrap();
 
-    // Label Studio tasks carry each item's text, and the configuration shows it as text.
+    // Label Studio tasks carry each item's text, and the configuration shows it as text:
+    // from the safetensors file's metadata, the .npz's `display` array and the Parquet
+    // table's `display` column alike.
+    let mut files = vec!["texts.npz"];
+    if dir.join("texts.parquet").exists() {
+        files.push("texts.parquet");
+    } else {
+        assert!(
+            std::env::var("ALKIT_REQUIRE_NUMPY").as_deref() != Ok("1"),
+            "pyarrow is required (ALKIT_REQUIRE_NUMPY=1) to write the Parquet table"
+        );
+    }
+    for f in files {
+        let s = dir.join(format!("s-{f}"));
+        init(&s, &dir.join(f), &["--steps", "20"]);
+        let out = dir.join(format!("b-{f}.json"));
+        let o = alkit_cmd()
+            .args(["query", "--n", "4", "--format", "label-studio", "--state"])
+            .arg(&s)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let tasks: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        for t in tasks.as_array().unwrap() {
+            let i: usize = t["data"]["alkit_id"].as_str().unwrap()[1..]
+                .parse()
+                .unwrap();
+            assert_eq!(t["data"]["text"], json!(texts[i]), "{f}: {t}");
+        }
+    }
     let s2 = dir.join("s2");
     init(&s2, &dir.join("texts.safetensors"), &["--steps", "20"]);
     let batch = dir.join("b.json");

@@ -6,6 +6,9 @@
 #   images.safetensors  features (12, 8) f32, labels, metadata display_kind "image" and display
 #                       ["img/0.png", ...] (paths relative to the file; the caller writes them)
 #   miscount.safetensors  the texts' file with one display entry too few
+#   texts.npz           np.savez of the texts' file: features, labels, ids, classes, display
+#   texts.parquet       pyarrow's table of it: id, embedding (list<float>), label, display
+#                       (written only where pyarrow imports)
 #
 # Usage: display_embeddings.py OUT_DIR. Prints the texts as a JSON array.
 import json
@@ -42,4 +45,29 @@ save_file(
         "display": json.dumps([f"img/{i}.png" for i in range(m)]),
     },
 )
+np.savez(
+    os.path.join(out, "texts.npz"),
+    features=h,
+    labels=y.astype(np.int64),
+    ids=np.array([f"r{i}" for i in range(n)]),
+    classes=np.array(["neg", "pos"]),
+    display=np.array(texts),
+)
+try:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+except ImportError:
+    pass
+else:
+    pq.write_table(
+        pa.table(
+            {
+                "id": [f"r{i}" for i in range(n)],
+                "embedding": pa.array(h.tolist(), pa.list_(pa.float32())),
+                "label": y.astype(np.int64),
+                "display": texts,
+            }
+        ),
+        os.path.join(out, "texts.parquet"),
+    )
 print(json.dumps(texts))

@@ -4,8 +4,9 @@
 //! safetensors embedding layout as arrays: `features` `(n, d)` (required), `labels` `(n,)` of
 //! any integer type (a negative label is an unlabeled item, as `datasets` and scikit-learn
 //! write "no label"), `ids` `(n,)` of unicode strings or integers, `classes` `(C,)` of unicode
-//! strings, and a test split `test_features` `(m, d)` and `test_labels` `(m,)`, every test
-//! item labeled. Other members are ignored.
+//! strings, a test split `test_features` `(m, d)` and `test_labels` `(m,)`, every test item
+//! labeled, and what a person is shown of each item: `display` `(n,)` (its text) or
+//! `display_image` `(n,)` (its image file's path). Other members are ignored.
 //!
 //! Headers (format versions 1.0, 2.0 and 3.0, `numpy.lib.format`) are parsed as the literal
 //! dictionary they are, never evaluated; an object dtype is refused, so nothing is unpickled.
@@ -23,6 +24,7 @@
 //! so the `zip` crate keeps no decompressor of its own (see Cargo.toml).
 
 use super::safetensors::{check_ids, check_test_split};
+use crate::data::display::{DisplayKind, Displays};
 use crate::data::labels::LabelCheck;
 use crate::data::plan::ImagePlan;
 use crate::data::stream::{
@@ -122,6 +124,29 @@ impl Format for Npz<'_> {
     fn pool_labels(&self, _hub: &Hub, _observer: &mut dyn Observer) -> Result<PoolLabels> {
         let npz = NpzFile::open(self.0)?;
         npz.pool().map(|(_, labels)| labels)
+    }
+
+    fn displays(&self) -> Result<Option<Displays>> {
+        let npz = NpzFile::open(self.0)?;
+        let (name, kind) = match (
+            npz.members.contains_key(DISPLAY),
+            npz.members.contains_key(DISPLAY_IMAGE),
+        ) {
+            (false, false) => return Ok(None),
+            (true, true) => {
+                return Err(bad(
+                    self.0,
+                    format!("has both `{DISPLAY}` and `{DISPLAY_IMAGE}` arrays; keep one"),
+                ))
+            }
+            (true, false) => (DISPLAY, DisplayKind::Text),
+            (false, true) => (DISPLAY_IMAGE, DisplayKind::Image),
+        };
+        let mut features = npz.bytes(FEATURES)?.ok_or_else(|| npz.missing(FEATURES))?;
+        let h = features.header()?;
+        let (n, _) = features_shape(&h, &features)?;
+        let values = npz.strings(name, Some(n))?.unwrap_or_default();
+        Displays::new(kind, values, n, self.0, &format!("array `{name}`")).map(Some)
     }
 }
 
@@ -645,6 +670,10 @@ const IDS: &str = "ids";
 const CLASSES: &str = "classes";
 const TEST_FEATURES: &str = "test_features";
 const TEST_LABELS: &str = "test_labels";
+/// Each item's text, shown to a person instead of its features.
+const DISPLAY: &str = "display";
+/// Each item's image file (relative to the `.npz`'s folder, or absolute), shown instead.
+const DISPLAY_IMAGE: &str = "display_image";
 
 /// Where one member's bytes lie in the zip.
 #[derive(Clone)]

@@ -69,6 +69,14 @@ impl Format for Parquet<'_> {
         }
         ParquetPool::scan(vec![p.to_path_buf()], None, p, true).map(ParquetPool::labels)
     }
+
+    fn displays(&self) -> Result<Option<crate::data::display::Displays>> {
+        let p = self.0;
+        if is_embedding_table(p)? {
+            return Ok(EmbeddingTable::open(p)?.displays());
+        }
+        Ok(None)
+    }
 }
 
 /// One row of a Hub-style Parquet table.

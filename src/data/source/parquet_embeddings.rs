@@ -1,7 +1,9 @@
 //! Parquet tables of embeddings (what pyarrow or pandas write from a list of vectors): a
 //! column of lists of floats (`list<float>`, `list<double>`, or `fixed_size_list`, which
 //! Parquet stores as a list) read as a pool `(n, d)`, with an optional integer label column
-//! (negative: unlabeled, as for image tables) and an optional string `id` column. The schema
+//! (negative: unlabeled, as for image tables), an optional string `id` column and an optional
+//! string column showing each item to a person, `display` (its text) or `display_image` (its
+//! image file's path, relative to the table's folder or absolute). The schema
 //! tells such a table from a Hub-style image table ([`is_embedding_table`]): any top-level list
 //! column makes it one. The features column is the one named `features` or `embedding`, or the
 //! only list column; the label column is `label` or `labels`, or the only integer column.
@@ -15,6 +17,7 @@
 
 use super::parquet_check::{check_parquet_footer, check_parquet_pages};
 use super::safetensors::check_ids;
+use crate::data::display::{DisplayKind, Displays};
 use crate::data::labels::LabelCheck;
 use crate::data::stream::{drain, position_ids, Chunk, ItemStream, Items, PoolLabels};
 use crate::error::{contain, DataProblem, Error, Result};
@@ -69,6 +72,9 @@ struct Columns {
     features_name: String,
     label: Option<usize>,
     id: Option<usize>,
+    /// The string column showing each item to a person: `display` (its text) or
+    /// `display_image` (its image file's path).
+    display: Option<(usize, DisplayKind)>,
 }
 
 /// Picks the columns of an embedding table (see the module docs).
@@ -125,11 +131,26 @@ fn columns(root: &Type, path: &Path) -> Result<Columns> {
             fields[i].is_primitive() && fields[i].get_physical_type() == Physical::BYTE_ARRAY
         })
         .collect();
+    let display = match (
+        named(&["display"], &strings),
+        named(&["display_image"], &strings),
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                path,
+                "has both a `display` and a `display_image` column; keep one",
+            ))
+        }
+        (Some(i), None) => Some((i, DisplayKind::Text)),
+        (None, Some(i)) => Some((i, DisplayKind::Image)),
+        (None, None) => None,
+    };
     Ok(Columns {
         features,
         features_name: name,
         label,
         id: named(&["id"], &strings),
+        display,
     })
 }
 
@@ -138,6 +159,7 @@ struct Row {
     x: Vec<f32>,
     label: Option<u32>,
     id: Option<String>,
+    display: Option<String>,
 }
 
 /// Row `r`'s features (checked: no null, finite, within f32), label and id.
@@ -147,6 +169,7 @@ fn parse_row(row: &parquet::record::Row, r: usize, cols: &Columns, path: &Path) 
         x: Vec::new(),
         label: None,
         id: None,
+        display: None,
     };
     let name = &cols.features_name;
     for (i, (_, field)) in row.get_column_iter().enumerate() {
@@ -198,6 +221,13 @@ fn parse_row(row: &parquet::record::Row, r: usize, cols: &Columns, path: &Path) 
                     .map_err(|_| at("its id is not UTF-8".into()))?,
                 _ => return Err(at("its id is null".into())),
             });
+        } else if Some(i) == cols.display.map(|(c, _)| c) {
+            out.display = Some(match field {
+                Field::Str(s) => s.clone(),
+                Field::Bytes(b) => String::from_utf8(b.data().to_vec())
+                    .map_err(|_| at("its display is not UTF-8".into()))?,
+                _ => return Err(at("its display is null".into())),
+            });
         }
     }
     Ok(out)
@@ -246,6 +276,8 @@ pub(super) struct EmbeddingTable {
     ids: Vec<String>,
     labels: PoolLabels,
     next: usize,
+    /// What a person is shown of each item (the display column's), checked.
+    displays: Option<Displays>,
 }
 
 impl EmbeddingTable {
@@ -254,7 +286,7 @@ impl EmbeddingTable {
         let mut rows = Rows::open(path)?;
         let name = rows.cols.features_name.clone();
         let mut d = None;
-        let (mut ids, mut labels) = (Vec::new(), Vec::new());
+        let (mut ids, mut labels, mut shown) = (Vec::new(), Vec::new(), Vec::new());
         let mut check = LabelCheck::new(None, "the label column", path)?;
         while let Some(row) = rows.next_row()? {
             let r = labels.len();
@@ -279,6 +311,9 @@ impl EmbeddingTable {
             if let Some(id) = row.id {
                 ids.push(id);
             }
+            if let Some(text) = row.display {
+                shown.push(text);
+            }
         }
         let n = labels.len();
         let d = d.ok_or_else(|| bad(path, "holds no rows"))?;
@@ -288,7 +323,18 @@ impl EmbeddingTable {
         } else {
             position_ids(0, n)
         };
+        let displays = match rows.cols.display {
+            Some((_, kind)) => {
+                let what = match kind {
+                    DisplayKind::Text => "column `display`",
+                    DisplayKind::Image => "column `display_image`",
+                };
+                Some(Displays::new(kind, shown, n, path, what)?)
+            }
+            None => None,
+        };
         Ok(EmbeddingTable {
+            displays,
             rows: Rows::open(path)?,
             n,
             item_shape: vec![d],
@@ -299,6 +345,11 @@ impl EmbeddingTable {
             },
             next: 0,
         })
+    }
+
+    /// What a person is shown of each row, when the table has a display column.
+    pub(super) fn displays(self) -> Option<Displays> {
+        self.displays
     }
 
     /// Every row's label and the class names.

@@ -89,7 +89,7 @@ impl Format for Safetensors<'_> {
             // An image folder's embeddings: each item's image is its id below the folder.
             None => metadata_ids(meta("ids"), n, path)?,
         };
-        let shown = Displays::new(kind, values, n, path)?;
+        let shown = Displays::new(kind, values, n, path, "metadata `display`")?;
         Ok(Some(match root {
             Some(r) => shown.rooted(PathBuf::from(r)),
             None => shown,
