@@ -352,15 +352,16 @@ fn scored_step(
     }
 }
 
-/// The evidence a round of `strategy` holds at once over `candidates` candidates (after any
-/// subsample) fits in the machine's memory ([`crate::limits::evidence`]): a scored strategy's
+/// The evidence a round of `strategy` holds at once over `candidates` candidates, of which
+/// `subsample` keeps at most `M` as [`subsample`] does, fits in the machine's memory
+/// ([`crate::limits::evidence`]): a scored strategy's
 /// chunk of [`SCORE_CHUNK`], a joint criterion's every candidate. Callers run it with the
 /// settings' other checks, before a round trains, so that a round that cannot hold its draws
 /// is refused before any work; `members` is the ensemble's size, if any. Gradient norms are
 /// checked again by [`crate::predict::Scoring`] once the model's layer count is known.
 pub fn check_evidence(
     strategy: &Strategy,
-    candidates: usize,
+    (candidates, subsample): (usize, Option<usize>),
     classes: usize,
     members: Option<usize>,
     batch: usize,
@@ -368,6 +369,7 @@ pub fn check_evidence(
     let Some(needs) = strategy.needs() else {
         return Ok(());
     };
+    let candidates = subsample.map_or(candidates, |m| m.min(candidates));
     let (items, from) = match &strategy.pick {
         Pick::Batch(_) => (
             candidates,

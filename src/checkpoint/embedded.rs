@@ -31,21 +31,31 @@ const FEATURES: &str = "features";
 /// Rows of `logits` checked against the head when the file opens.
 const CHECKED_ROWS: u64 = 256;
 
-/// Whether `path` is an embedding file holding a head: a safetensors file with both
-/// [`FEATURES`] and [`HEAD_WEIGHT`] (a model's own weights file may name a `head.weight`, a
-/// timm ViT's does, and opens as weights); false for anything unreadable, which then opens
-/// (and fails) as the weights file it may be.
+/// The checked header of `path` when it is an embedding file holding a head: a safetensors
+/// file with both [`FEATURES`] and [`HEAD_WEIGHT`] (a model's own weights file may name a
+/// `head.weight`, a timm ViT's does, and opens as weights); `None` for anything else or
+/// unreadable, which then opens (and fails) as the weights file it may be.
+fn head_header(path: &Path) -> Option<CheckedHeader> {
+    let safetensors = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+    if !(safetensors && path.is_file()) {
+        return None;
+    }
+    let h = CheckedHeader::read(path).ok()?;
+    let has = |name: &str| h.tensors.iter().any(|t| t.name == name);
+    (has(HEAD_WEIGHT) && has(FEATURES)).then_some(h)
+}
+
+/// Whether `path` is an embedding file holding a head (see [`head_header`]).
 pub(super) fn has_head(path: &Path) -> bool {
-    path.is_file()
-        && path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
-        && CheckedHeader::read(path)
-            .map(|h| {
-                let has = |name: &str| h.tensors.iter().any(|t| t.name == name);
-                has(HEAD_WEIGHT) && has(FEATURES)
-            })
-            .unwrap_or(false)
+    head_header(path).is_some()
+}
+
+/// The head kept in the embedding file `path` as a `linear` checkpoint (see the module
+/// docs), `None` when `path` is not such a file; its header is read once.
+pub(super) fn load_if_head(path: &Path, device: &Device) -> Result<Option<Checkpoint>> {
+    head_header(path).map(|h| load(h, path, device)).transpose()
 }
 
 fn bad(path: &Path, m: impl Into<String>) -> Error {
@@ -94,19 +104,15 @@ fn floats(bytes: &[u8], dtype: &str, name: &str, path: &Path) -> Result<Vec<f64>
 fn first_rows(h: &mut CheckedHeader, t: &TensorEntry, rows: u64, path: &Path) -> Result<Vec<f64>> {
     let n = t.shape.first().copied().unwrap_or(0).max(1);
     let part = TensorEntry {
-        name: t.name.clone(),
-        dtype: t.dtype.clone(),
-        shape: t.shape.clone(),
-        begin: t.begin,
         len: t.len / n * rows.min(n),
+        ..t.clone()
     };
     floats(&h.bytes(&part, path)?, &t.dtype, &t.name, path)
 }
 
-/// Opens the head kept in the embedding file `path` (see the module docs) as a `linear`
-/// checkpoint.
-pub(super) fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
-    let mut h = CheckedHeader::read(path)?;
+/// Opens the head kept in the embedding file `path`, whose checked header is `h`, as a
+/// `linear` checkpoint.
+fn load(mut h: CheckedHeader, path: &Path, device: &Device) -> Result<Checkpoint> {
     let find = |name: &str| h.tensors.iter().find(|t| t.name == name);
     let (Some(w), Some(x)) = (find(HEAD_WEIGHT), find(FEATURES)) else {
         return Err(bad(
@@ -117,8 +123,8 @@ pub(super) fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
             ),
         ));
     };
-    let (w, x) = (clone(w), clone(x));
-    let (b, logits) = (find(HEAD_BIAS).map(clone), find(LOGITS).map(clone));
+    let (w, x) = (w.clone(), x.clone());
+    let (b, logits) = (find(HEAD_BIAS).cloned(), find(LOGITS).cloned());
     let &[n, d] = x.shape.as_slice() else {
         return Err(bad(
             path,
@@ -244,16 +250,6 @@ pub(super) fn load(path: &Path, device: &Device) -> Result<Checkpoint> {
         Tensor::from_vec(to_f32(&bv), c, device)?,
     );
     from_tensors(config, tensors, false, path, device)
-}
-
-fn clone(t: &TensorEntry) -> TensorEntry {
-    TensorEntry {
-        name: t.name.clone(),
-        dtype: t.dtype.clone(),
-        shape: t.shape.clone(),
-        begin: t.begin,
-        len: t.len,
-    }
 }
 
 /// `features W^T + b` equals `logits` on the rows given: features `(r, d)`, `W` `(c, d)`,

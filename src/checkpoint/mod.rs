@@ -414,8 +414,8 @@ pub fn load_with(
     if let Some(model) = onnx_model(dir) {
         return load_onnx(&model, options, observer);
     }
-    if embedded::has_head(dir) {
-        return embedded::load(dir, device);
+    if let Some(ck) = embedded::load_if_head(dir, device)? {
+        return Ok(ck);
     }
     if dir.is_file() {
         let Some(format) = pytorch::sniff(dir)? else {

@@ -129,11 +129,10 @@ pub fn run_curve(
     }
     // The first round has the most candidates: the most evidence any round holds.
     let first = train.len() - spec.config.initial;
-    let candidates = spec.config.subsample.map_or(first, |m| m.min(first));
     for s in &strategies {
         crate::round::check_evidence(
             s,
-            candidates,
+            (first, spec.config.subsample),
             spec.model.classes(),
             spec.config.ensemble,
             spec.config.batch,

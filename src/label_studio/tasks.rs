@@ -2,7 +2,6 @@
 //! them, and a batch written in either of a query's formats.
 
 use super::{labeling_config, ordered_confidence, prediction, short};
-use crate::data::display::DisplayKind;
 use crate::data::image::encode_png;
 use crate::error::{Error, Result};
 use crate::session::{BatchFormat, Learner, Query};
@@ -24,37 +23,43 @@ pub fn tasks(
     let len: usize = shape.iter().product();
     let round = state.rounds.len();
     let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
-    let values = items.values(&indices)?;
+    let shown = items.displays();
+    // Items shown by their text or image file are not read (a streamed pool's pass).
+    let values = match shown {
+        Some(_) => Vec::new(),
+        None => items.values(&indices)?,
+    };
     let scores = predicted.map(|p| {
         let conf: Vec<f32> = p.iter().map(|&(_, prob)| prob).collect();
         ordered_confidence(&conf)
     });
     let mut out = Vec::with_capacity(batch.len());
-    for ((rank, q), x) in batch
-        .iter()
-        .enumerate()
-        .zip(values.chunks_exact(len.max(1)))
-    {
-        let shown = items.displays();
-        let content = if let Some(d) = shown.filter(|d| d.kind() == DisplayKind::Text) {
-            d.value(q.index).unwrap_or_default().to_string()
-        } else if let Some(read) = shown.and_then(|d| d.image_bytes(q.index)) {
-            let (bytes, media) = read?;
-            format!(
-                "data:{media};base64,{}",
-                base64::engine::general_purpose::STANDARD.encode(bytes)
-            )
-        } else if obj == "image" {
-            let png = encode_png(x, shape)?;
-            format!(
-                "data:image/png;base64,{}",
-                base64::engine::general_purpose::STANDARD.encode(png)
-            )
-        } else {
-            x.iter()
-                .map(|v| v.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+    let data_uri = |media: &str, bytes: &[u8]| {
+        format!(
+            "data:{media};base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        )
+    };
+    for (rank, q) in batch.iter().enumerate() {
+        let content = match shown {
+            Some(d) => match d.image_bytes(q.index) {
+                Some(read) => {
+                    let (bytes, media) = read?;
+                    data_uri(media, &bytes)
+                }
+                None => d.value(q.index).unwrap_or_default().to_string(),
+            },
+            None => {
+                let x = &values[rank * len..(rank + 1) * len];
+                if obj == "image" {
+                    data_uri("image/png", &encode_png(x, shape)?)
+                } else {
+                    x.iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            }
         };
         let mut task = json!({
             "data": {

@@ -6,9 +6,14 @@
 //! `duq_resnet.rs`) implementing the trait for its settings type, and one line in the registry
 //! (`models/mod.rs`).
 
+use crate::data::Dataset;
+use crate::duq::net::{train_duq_net, DuqResNet};
 use crate::duq::DuqSettings;
 use crate::error::{Error, Result};
-use crate::train::{ModelBuilder, TrainConfig, TrainParams};
+use crate::nn::init::Weights;
+use crate::observe::Observer;
+use crate::train::{ModelBuilder, TrainConfig, TrainParams, TrainRngs, Trained};
+use candle_core::Device;
 
 /// One name of the model registry: what users type and what the binary's help says of it.
 #[derive(Debug)]
@@ -170,6 +175,39 @@ pub(super) fn check_duq_batch(params: &TrainParams, settings: &DuqSettings) -> R
         ));
     }
     Ok(())
+}
+
+/// DUQ's recipe for a model on library layers that `make` builds from a seeded builder and
+/// its variables (a DUQ ResNet, the DUQ MLP): the batch its `settings` record checked, then
+/// [`train_duq_net`] over `data[indices]`; the model and its state as [`Trained`] (DUQ's loss
+/// is not one softmax loss, so no final loss is reported).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn fit_duq_net(
+    settings: &DuqSettings,
+    make: impl FnOnce(candle_nn::VarBuilder, &Weights) -> Result<DuqResNet>,
+    data: &Dataset,
+    indices: &[usize],
+    params: &TrainParams,
+    rngs: TrainRngs,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Trained> {
+    check_duq_batch(params, settings)?;
+    let cfg = params.config();
+    let (model, params) = train_duq_net(
+        make,
+        data,
+        indices,
+        (cfg.steps, cfg.batch_size),
+        (rngs.init, rngs.batches),
+        device,
+        observer,
+    )?;
+    Ok(Trained {
+        model: Box::new(model),
+        params,
+        final_loss: f32::NAN,
+    })
 }
 
 /// `a * b` in `u128`, `None` on overflow (for [`BuiltinModel::weights_bound`]).

@@ -3,10 +3,10 @@
 //! trained with DUQ's loss, penalty and SGD schedule; the `duq` scorer reads its kernel
 //! values.
 
-use super::builtin::{check_duq_batch, mul, sum, BuiltinModel, KindInfo, ModelKind};
+use super::builtin::{fit_duq_net, mul, sum, BuiltinModel, KindInfo, ModelKind};
 use crate::data::Dataset;
 use crate::duq::cnn::DuqCnnConfig;
-use crate::duq::net::{train_duq_net, DuqMlpArch, DuqResNet};
+use crate::duq::net::{DuqMlpArch, DuqResNet};
 use crate::error::Result;
 use crate::nn::init::Weights;
 use crate::nn::Classifier;
@@ -46,22 +46,16 @@ impl ModelBuilder for DuqMlpArch {
         device: &Device,
         observer: &mut dyn Observer,
     ) -> Result<Trained> {
-        check_duq_batch(params, &self.duq)?;
-        let cfg = params.config();
-        let (model, params) = train_duq_net(
+        fit_duq_net(
+            &self.duq,
             |vb, params| DuqResNet::mlp(self, vb, params),
             data,
             indices,
-            (cfg.steps, cfg.batch_size),
-            (rngs.init, rngs.batches),
+            params,
+            rngs,
             device,
             observer,
-        )?;
-        Ok(Trained {
-            model: Box::new(model),
-            params,
-            final_loss: f32::NAN,
-        })
+        )
     }
 }
 

@@ -2,10 +2,10 @@
 //! ([`DuqResNet`], the DUQ paper's CIFAR-10 model), trained with DUQ's loss, penalty and SGD;
 //! the `duq` scorer reads its kernel values.
 
-use super::builtin::{check_duq_batch, mul, sum, BuiltinModel, KindInfo, ModelKind};
+use super::builtin::{fit_duq_net, mul, sum, BuiltinModel, KindInfo, ModelKind};
 use super::resnet::{depth, kind_of, sized};
 use crate::data::Dataset;
-use crate::duq::net::{train_duq_resnet, DuqResNet, DuqResNetArch};
+use crate::duq::net::{DuqResNet, DuqResNetArch};
 use crate::duq::DuqSettings;
 use crate::error::Result;
 use crate::nn::resnet::ResNetConfig;
@@ -67,22 +67,16 @@ impl ModelBuilder for DuqResNetArch {
         device: &Device,
         observer: &mut dyn Observer,
     ) -> Result<Trained> {
-        check_duq_batch(params, &self.duq)?;
-        let cfg = params.config();
-        let (model, params) = train_duq_resnet(
-            self,
+        fit_duq_net(
+            &self.duq,
+            |vb, params| DuqResNet::resnet(&self.resnet, &self.duq, vb, params),
             data,
             indices,
-            (cfg.steps, cfg.batch_size),
-            (rngs.init, rngs.batches),
+            params,
+            rngs,
             device,
             observer,
-        )?;
-        Ok(Trained {
-            model: Box::new(model),
-            params,
-            final_loss: f32::NAN,
-        })
+        )
     }
 }
 

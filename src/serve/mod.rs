@@ -25,7 +25,6 @@ pub mod http;
 
 pub use conn::Limits;
 
-use crate::data::display::DisplayKind;
 use crate::data::source::Source;
 use crate::error::{Error, Result};
 use crate::observe::{Control, Event, Observer};
@@ -571,10 +570,11 @@ impl App {
         });
         json!({
             "source": st.source,
-            "kind": match (self.items.displays().map(|d| d.kind()), self.items.item_shape().len()) {
-                (Some(DisplayKind::Text), _) => "text",
-                (Some(DisplayKind::Image), _) | (None, 3) => "image",
-                (None, _) => "table",
+            // As Label Studio is shown it, but numbers without a text are a table here.
+            "kind": match (self.items.object_name(), self.items.displays()) {
+                ("image", _) => "image",
+                (_, Some(_)) => "text",
+                _ => "table",
             },
             "item_shape": self.items.item_shape(),
             "classes": classes,

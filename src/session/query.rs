@@ -81,10 +81,9 @@ impl Learner {
         let cfg = self.state.config.clone();
         if !self.labeled_indices().is_empty() {
             // Before the round trains: a round that cannot hold its evidence does no work.
-            let scored = request.subsample.map_or(cand.len(), |m| m.min(cand.len()));
             round::check_evidence(
                 &request.strategy,
-                scored,
+                (cand.len(), request.subsample),
                 cfg.arch.classes(),
                 cfg.ensemble,
                 cfg.batch,

@@ -493,6 +493,7 @@ pub(crate) fn listed_classes(classes: Option<&str>) -> Option<Vec<String>> {
 }
 
 /// One tensor of a [`CheckedHeader`].
+#[derive(Clone)]
 pub(crate) struct TensorEntry {
     /// Its name.
     pub(crate) name: String,
