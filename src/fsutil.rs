@@ -3,23 +3,16 @@
 use crate::error::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed and
 /// synced, renamed over `path`, then the folder synced so that the rename itself survives a
 /// power cut. A crash leaves either the old or the new file, never a torn one. The file gets
 /// the ordinary permissions of a new file (`0666` less the umask), whatever `path` had.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = parent_dir(path);
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = temporary(path);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
@@ -70,23 +63,100 @@ where
     R: IntoIterator<Item = Vec<F>>,
     F: AsRef<[u8]>,
 {
-    let bytes = csv_bytes(header, rows).map_err(|e| Error::io(path, std::io::Error::other(e)))?;
-    write_atomic(path, &bytes)
+    let mut file = CsvFile::create(path, header)?;
+    for row in rows {
+        file.row(row)?;
+    }
+    file.finish()
 }
 
-/// The bytes of a CSV table: `header`, then one record per row, each ended by `\n`, a field
-/// quoted only where RFC 4180 needs it (so ordinary numbers and names come out as written).
-fn csv_bytes<R, F>(header: &[&str], rows: R) -> std::result::Result<Vec<u8>, csv::Error>
-where
-    R: IntoIterator<Item = Vec<F>>,
-    F: AsRef<[u8]>,
-{
-    let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(header)?;
-    for row in rows {
-        w.write_record(&row)?;
+/// A CSV file written a row at a time and put in place atomically, for tables too long to
+/// hold: rows go to a temporary file beside `path` (each ended by `\n`, a field quoted only
+/// where RFC 4180 needs it), and [`CsvFile::finish`] syncs it and renames it over `path` as
+/// [`write_atomic`] does. Dropped unfinished (an error, a panic), the temporary file is
+/// removed and `path` is as it was.
+pub struct CsvFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    writer: Option<csv::Writer<std::io::BufWriter<std::fs::File>>>,
+}
+
+impl CsvFile {
+    /// Creates the temporary file for `path` (and `path`'s folder) and writes `header`.
+    pub fn create(path: &Path, header: &[&str]) -> Result<CsvFile> {
+        let dir = parent_dir(path);
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let tmp = temporary(path);
+        let f = std::fs::File::create(&tmp).map_err(|e| Error::io(path, e))?;
+        let mut file = CsvFile {
+            path: path.to_path_buf(),
+            tmp,
+            writer: Some(csv::Writer::from_writer(std::io::BufWriter::new(f))),
+        };
+        file.row(header)?;
+        Ok(file)
     }
-    w.into_inner().map_err(|e| e.into_error().into())
+
+    /// Appends one record.
+    pub fn row<I, F>(&mut self, fields: I) -> Result<()>
+    where
+        I: IntoIterator<Item = F>,
+        F: AsRef<[u8]>,
+    {
+        let w = self.writer.as_mut().ok_or_else(|| {
+            Error::io(
+                &self.path,
+                std::io::Error::other("the file was already finished"),
+            )
+        })?;
+        w.write_record(fields)
+            .map_err(|e| Error::io(&self.path, std::io::Error::other(e)))
+    }
+
+    /// Flushes and syncs the rows, then renames the file over `path` and syncs the folder.
+    pub fn finish(mut self) -> Result<()> {
+        let Some(w) = self.writer.take() else {
+            return Ok(());
+        };
+        let result = (|| {
+            let f = w
+                .into_inner()
+                .map_err(|e| std::io::Error::other(e.into_error()))?
+                .into_inner()
+                .map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            std::fs::rename(&self.tmp, &self.path)?;
+            sync_dir(parent_dir(&self.path))
+        })();
+        result.map_err(|e| {
+            let _ = std::fs::remove_file(&self.tmp);
+            Error::io(&self.path, e)
+        })
+    }
+}
+
+impl Drop for CsvFile {
+    fn drop(&mut self) {
+        if self.writer.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// The folder a file is written into (`.` for a bare name).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// The temporary file beside `path` that an atomic write renames over it.
+fn temporary(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parent_dir(path).join(format!(".{name}.tmp-{}", std::process::id()))
 }
 
 /// The path as the file system resolves it, for comparing paths: canonical when it exists,
@@ -234,7 +304,17 @@ mod tests {
             vec!["0.500000".to_string(), "train/7".to_string()],
             vec!["NaN".to_string(), "a,\"b\"\nc".to_string()],
         ];
-        let bytes = csv_bytes(&["acc", "id"], rows.clone()).unwrap();
+        let dir = std::env::temp_dir().join(format!("alkit-csv-{}", std::process::id()));
+        let path = dir.join("t.csv");
+        write_csv(&path, &["acc", "id"], rows.clone()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        // Dropped unfinished, a streamed file leaves the finished one as it was.
+        let mut partial = CsvFile::create(&path, &["other"]).unwrap();
+        partial.row(["1"]).unwrap();
+        drop(partial);
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             String::from_utf8(bytes.clone()).unwrap(),
             "acc,id\n0.500000,train/7\nNaN,\"a,\"\"b\"\"\nc\"\n"

@@ -297,6 +297,26 @@ pub(crate) fn position_ids(start: usize, k: usize) -> Vec<String> {
     (start..start + k).map(|i| i.to_string()).collect()
 }
 
+/// A streamed pool's ids: those its file lists, or its positions, made per chunk so that a
+/// file without ids costs no memory per item.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StreamIds {
+    /// Item `i`'s id is `i`.
+    Positions,
+    /// The file's ids, one per item.
+    Listed(Vec<String>),
+}
+
+impl StreamIds {
+    /// The ids of items `start..start + k`.
+    pub(crate) fn range(&self, start: usize, k: usize) -> Vec<String> {
+        match self {
+            StreamIds::Positions => position_ids(start, k),
+            StreamIds::Listed(ids) => ids[start..start + k].to_vec(),
+        }
+    }
+}
+
 /// What a source kind implements, in its own file under `data/source/`; the dispatcher
 /// ([`crate::data::source`]) picks the kind of a [`Source`](crate::data::Source). Hub files are
 /// fetched through `hub` when not cached, reported to `observer`.

@@ -296,15 +296,25 @@ pub fn run(
         ));
     }
     let plan_top = joint.map_or(job.top, |j| Some(j.candidates));
+    // Every item's row, unsharded, is written as its chunk is scored: nothing per item is
+    // held, so memory stays the chunk's whatever the pool's size.
+    let whole_table = plan_top.is_none() && job.shard.is_none();
     let pass = score_split(
         job,
         &scorers,
         noisy.is_some(),
         (selection, plan_top, joint.is_some()),
+        whole_table,
         hub,
         device,
         observer,
     )?;
+    if whole_table {
+        return Ok(ScoreReport {
+            scored: pass.scored.count,
+            rows: pass.scored.count,
+        });
+    }
     let Pass {
         scored,
         scorers,
@@ -438,6 +448,7 @@ pub fn table(
         &scorers,
         noisy,
         (Selection::TopK, None, false),
+        false,
         hub,
         device,
         observer,
@@ -465,12 +476,15 @@ struct Pass {
 
 /// Opens `job`'s checkpoint and data and scores the split with `scorers` (checked by the
 /// caller), streamed unless `noisy`, ranking by `selection` and keeping the best `top` (with
-/// their draws when `draws`).
+/// their draws when `draws`). With `write_table`, every item's row is written to `job.out` as
+/// its chunk is scored and none is kept.
+#[allow(clippy::too_many_arguments)]
 fn score_split(
     job: &ScoreJob,
     scorers: &[Arc<dyn Scorer>],
     noisy: bool,
     (selection, top, draws): (Selection, Option<usize>, bool),
+    write_table: bool,
     hub: &Hub,
     device: &Device,
     observer: &mut dyn Observer,
@@ -578,8 +592,21 @@ fn score_split(
         // unfinished (no manifest), never a stale result that looks finished.
         let _ = std::fs::remove_file(shard::manifest_path(&job.out));
     }
-    let scored =
-        score_chunks(&scoring, &plan, &mut next).context_with(|| format!("scoring {name}"))?;
+    let mut table = match write_table {
+        true => {
+            let names: Vec<&str> = scorers.iter().map(|s| s.name()).collect();
+            Some(crate::fsutil::CsvFile::create(
+                &job.out,
+                &table_header(&names),
+            )?)
+        }
+        false => None,
+    };
+    let scored = score_chunks(&scoring, &plan, &mut next, table.as_mut())
+        .context_with(|| format!("scoring {name}"))?;
+    if let Some(t) = table {
+        t.finish()?;
+    }
     Ok(Pass {
         scored,
         classes: ck.model.classes(),
@@ -805,14 +832,23 @@ pub struct ChunkPlan<'a> {
 /// keeping per chunk only the plan's shard and, with `top`, a running best `top` by key:
 /// memory is the chunk, the model and what is kept, not the pool. Scores equal those of
 /// the whole pool in one chunk for scorers that draw no noise ([`draws_noise`]); the caller
-/// passes such scorers one chunk holding everything.
+/// passes such scorers one chunk holding everything. Given a `table` (its header written),
+/// each chunk's rows `index,id,<scores>` are written to it as scored and none is kept (only
+/// the count): a plan that ranks (`top`, a shard) or keeps draws has no such rows.
 pub fn score_chunks(
     scoring: &Scoring<'_>,
     plan: &ChunkPlan<'_>,
     next: &mut dyn FnMut() -> Result<Option<crate::data::stream::Chunk>>,
+    mut table: Option<&mut crate::fsutil::CsvFile>,
 ) -> Result<Scored> {
     let sharded = plan.shard.is_some();
     let ranked = plan.top.is_some() || sharded;
+    if table.is_some() && (ranked || plan.draws) {
+        return Err(Error::config(
+            "top",
+            "a table written as it is scored holds every item: it keeps no best items nor draws",
+        ));
+    }
     // Keys of one item alone allow a running best-`top`; softrank's need every score.
     let running = plan
         .top
@@ -854,6 +890,16 @@ pub fn score_chunks(
                 ..d
             });
             all.values.extend(d.values);
+        }
+        if let Some(t) = table.as_mut() {
+            for (r, &i) in keep.iter().enumerate() {
+                t.row(table_row(
+                    chunk.start + i,
+                    &chunk.ids[i],
+                    cols.iter().map(|c| c[r]),
+                ))?;
+            }
+            continue;
         }
         let ids: Vec<String> = keep.iter().map(|&i| chunk.ids[i].clone()).collect();
         if let (Some(keys), Some(first)) = (out.keys.as_mut(), cols.first()) {
@@ -1054,12 +1100,23 @@ pub fn write_scores(
         order.sort_by(|&x, &y| by[y].total_cmp(&by[x]).then(x.cmp(&y)));
         order.truncate(k);
     }
+    let rows = order
+        .into_iter()
+        .map(|i| table_row(indices[i], &ids[i], cols.iter().map(|c| c[i])));
+    write_csv(out, &table_header(names), rows)
+}
+
+/// A score table's header: `index,id,<name>...`.
+fn table_header<'a>(names: &[&'a str]) -> Vec<&'a str> {
     let mut header = vec!["index", "id"];
     header.extend(names);
-    let rows = order.into_iter().map(|i| {
-        let mut row = vec![indices[i].to_string(), ids[i].clone()];
-        row.extend(cols.iter().map(|c| c[i].to_string()));
-        row
-    });
-    write_csv(out, &header, rows)
+    header
+}
+
+/// One row of a score table: the item's position, its id, then its scores as `f32`'s
+/// shortest round-trip text.
+fn table_row(index: usize, id: &str, scores: impl Iterator<Item = f32>) -> Vec<String> {
+    let mut row = vec![index.to_string(), id.to_string()];
+    row.extend(scores.map(|v| v.to_string()));
+    row
 }

@@ -28,7 +28,7 @@ use crate::data::display::{DisplayKind, Displays};
 use crate::data::labels::LabelCheck;
 use crate::data::plan::ImagePlan;
 use crate::data::stream::{
-    drain, position_ids, Chunk, Format, ItemStream, Items, Loaded, PoolLabels,
+    drain, position_ids, Chunk, Format, ItemStream, Items, Loaded, PoolLabels, StreamIds,
 };
 use crate::error::{DataProblem, Error, Result};
 use crate::hub::Hub;
@@ -591,8 +591,8 @@ struct NumpyStream {
     n: usize,
     d: usize,
     item_shape: Vec<usize>,
-    /// Every item's id (the file's, or positions).
-    ids: Vec<String>,
+    /// The file's ids, or positions.
+    ids: StreamIds,
     next: usize,
 }
 
@@ -607,7 +607,7 @@ fn npy_stream(path: &Path) -> Result<NumpyStream> {
         n,
         d,
         item_shape: vec![d],
-        ids: position_ids(0, n),
+        ids: StreamIds::Positions,
         next: 0,
     })
 }
@@ -657,7 +657,7 @@ impl ItemStream for NumpyStream {
         }
         Ok(Some(Chunk {
             start,
-            ids: self.ids[start..start + k].to_vec(),
+            ids: self.ids.range(start, k),
             x,
         }))
     }
@@ -674,6 +674,74 @@ const TEST_LABELS: &str = "test_labels";
 const DISPLAY: &str = "display";
 /// Each item's image file (relative to the `.npz`'s folder, or absolute), shown instead.
 const DISPLAY_IMAGE: &str = "display_image";
+
+/// An `.npz` embedding file that keeps a classifier's last layer beside its `features`: the
+/// arrays `crate::checkpoint` reads to open it as a checkpoint (`head.weight`, `head.bias`,
+/// `logits`, `classes`). Every present array's header is read and checked when it opens; values
+/// are read only when asked for, after the caller has checked the shapes.
+pub(crate) struct NpzHead {
+    file: NpzFile,
+    shapes: std::collections::HashMap<&'static str, Vec<usize>>,
+}
+
+impl NpzHead {
+    /// The arrays a head is read from.
+    const ARRAYS: [&'static str; 4] = [FEATURES, "head.weight", "head.bias", "logits"];
+
+    /// `None` when `path` is not a readable `.npz` holding both `features` and `head.weight`
+    /// (it then opens, and fails, as whatever else it is); a present array whose header is
+    /// bad is an error naming it.
+    pub(crate) fn open(path: &Path) -> Result<Option<NpzHead>> {
+        let Ok(file) = NpzFile::open(path) else {
+            return Ok(None);
+        };
+        if !(file.members.contains_key(FEATURES) && file.members.contains_key("head.weight")) {
+            return Ok(None);
+        }
+        let mut shapes = std::collections::HashMap::new();
+        for name in Self::ARRAYS {
+            if let Some(mut b) = file.bytes(name)? {
+                let h = b.header()?;
+                if !matches!(h.dtype, Dtype::F16 | Dtype::F32 | Dtype::F64) {
+                    return Err(b.bad(format!(
+                        "is {}; expected float32, float16 or float64",
+                        h.dtype
+                    )));
+                }
+                shapes.insert(name, h.shape);
+            }
+        }
+        Ok(Some(NpzHead { file, shapes }))
+    }
+
+    /// The shape of array `name`, `None` when the file has none.
+    pub(crate) fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.shapes.get(name).map(Vec::as_slice)
+    }
+
+    /// The values of array `name` (one of the head's arrays), as `f32`: every one, or with
+    /// `rows` only the first rows of a two-dimensional array.
+    pub(crate) fn values(&self, name: &str, rows: Option<usize>) -> Result<Vec<f32>> {
+        let mut b = self
+            .file
+            .bytes(name)?
+            .ok_or_else(|| self.file.missing(name))?;
+        let h = b.header()?;
+        let data = match (rows, h.shape.as_slice()) {
+            (Some(r), &[n, d]) => {
+                let size = h.dtype.size().unwrap_or(1) as u64;
+                b.take((r.min(n) * d) as u64 * size)?
+            }
+            _ => b.rest(&h)?,
+        };
+        float_values(&data, h.dtype, 0, &b)
+    }
+
+    /// The class names of the array `classes`, `None` when absent.
+    pub(crate) fn classes(&self) -> Result<Option<Vec<String>>> {
+        self.file.strings(CLASSES, None)
+    }
+}
 
 /// Where one member's bytes lie in the zip.
 #[derive(Clone)]
@@ -870,9 +938,9 @@ impl NpzFile {
         let ids = match self.strings(IDS, Some(n))? {
             Some(ids) => {
                 check_ids(&ids, n, "array `ids`", &self.path)?;
-                ids
+                StreamIds::Listed(ids)
             }
-            None => position_ids(0, n),
+            None => StreamIds::Positions,
         };
         let classes = self.strings(CLASSES, None)?;
         let labels = self.labels(LABELS, n)?.unwrap_or_else(|| vec![None; n]);

@@ -19,7 +19,7 @@ use super::parquet_check::{check_parquet_footer, check_parquet_pages};
 use super::safetensors::check_ids;
 use crate::data::display::{DisplayKind, Displays};
 use crate::data::labels::LabelCheck;
-use crate::data::stream::{drain, position_ids, Chunk, ItemStream, Items, PoolLabels};
+use crate::data::stream::{drain, Chunk, ItemStream, Items, PoolLabels, StreamIds};
 use crate::error::{contain, DataProblem, Error, Result};
 use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -273,7 +273,7 @@ pub(super) struct EmbeddingTable {
     rows: Rows,
     n: usize,
     item_shape: Vec<usize>,
-    ids: Vec<String>,
+    ids: StreamIds,
     labels: PoolLabels,
     next: usize,
     /// What a person is shown of each item (the display column's), checked.
@@ -319,9 +319,9 @@ impl EmbeddingTable {
         let d = d.ok_or_else(|| bad(path, "holds no rows"))?;
         let ids = if rows.cols.id.is_some() {
             check_ids(&ids, n, "column `id`", path)?;
-            ids
+            StreamIds::Listed(ids)
         } else {
-            position_ids(0, n)
+            StreamIds::Positions
         };
         let displays = match rows.cols.display {
             Some((_, kind)) => {
@@ -395,7 +395,7 @@ impl ItemStream for EmbeddingTable {
         self.next += k;
         Ok(Some(Chunk {
             start,
-            ids: self.ids[start..start + k].to_vec(),
+            ids: self.ids.range(start, k),
             x,
         }))
     }

@@ -15,6 +15,7 @@ use crate::data::labels::{declared_classes, LabelCheck};
 use crate::data::plan::ImagePlan;
 use crate::data::stream::{
     labels_beside_values, position_ids, Chunk, Format, ItemStream, Items, Loaded, PoolLabels,
+    StreamIds,
 };
 use crate::error::{DataProblem, Error, Result};
 use crate::hub::Hub;
@@ -645,8 +646,8 @@ struct SafetensorsStream {
     file: std::fs::File,
     /// The items tensor's name.
     name: &'static str,
-    /// Every item's id (the metadata's, or positions).
-    ids: Vec<String>,
+    /// The metadata's ids, or positions.
+    ids: StreamIds,
     dtype: Dtype,
     n: usize,
     item_shape: Vec<usize>,
@@ -702,7 +703,10 @@ impl SafetensorsStream {
                 .and_then(Value::as_str)
         };
         let listed = listed_classes(metadata("classes"));
-        let ids = metadata_ids(metadata("ids"), dims[0], path)?;
+        let ids = match metadata("ids") {
+            Some(_) => StreamIds::Listed(metadata_ids(metadata("ids"), dims[0], path)?),
+            None => StreamIds::Positions,
+        };
         let mut check = LabelCheck::new(listed, "the metadata `classes`", path)?;
         if let Some((ydtype, yshape, yb, ylen)) = y {
             if yshape != [shape[0]] {
@@ -777,7 +781,7 @@ impl ItemStream for SafetensorsStream {
         self.next += k;
         Ok(Some(Chunk {
             start,
-            ids: self.ids[start..start + k].to_vec(),
+            ids: self.ids.range(start, k),
             x,
         }))
     }
