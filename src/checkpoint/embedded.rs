@@ -1,17 +1,19 @@
-//! A classifier's last layer kept in an embedding file: a safetensors file with `features`
-//! `(n, d)` (the items) and `head.weight` `(C, d)` with an optional `head.bias` `(C,)`, the
-//! linear layer the model that computed the features ends with, opens as a checkpoint of the
-//! built-in `linear` model over raw features (no normalisation). So a file written in PyTorch
-//! from an encoder and its fine-tuned head is scored with no other checkpoint:
-//! `--checkpoint emb.safetensors --data emb.safetensors`, every scorer exact over that layer.
+//! A classifier's last layer kept in an embedding file: a safetensors or `.npz` file with
+//! `features` `(n, d)` (the items) and `head.weight` `(C, d)` with an optional `head.bias`
+//! `(C,)`, the linear layer the model that computed the features ends with, opens as a
+//! checkpoint of the built-in `linear` model over raw features (no normalisation). So a file
+//! written in PyTorch or numpy from an encoder and its fine-tuned head is scored with no other
+//! checkpoint: `--checkpoint emb.safetensors --data emb.safetensors`, every scorer exact over
+//! that layer.
 //!
 //! An optional `logits` `(n, C)` (what the model itself gave) is checked against
 //! `features W^T + b` on the first rows when the file opens, so a transposed or mismatched head
-//! is refused instead of scoring garbage. Only the header, the head and those rows are read:
-//! the features of a large file are not loaded.
+//! is refused instead of scoring garbage. Only the headers, the head and those rows are read:
+//! the features of a large file are not loaded. Both file kinds answer the same
+//! [`HeadFile`] questions, so they are checked alike.
 
 use super::{from_tensors, Checkpoint, CheckpointConfig, TensorInfo, FORMAT};
-use crate::data::source::{listed_classes, CheckedHeader, TensorEntry};
+use crate::data::source::{listed_classes, CheckedHeader, NpzHead, TensorEntry};
 use crate::data::Normalizer;
 use crate::error::{Error, Result};
 use crate::models::{Arch, ModelKind};
@@ -31,31 +33,124 @@ const FEATURES: &str = "features";
 /// Rows of `logits` checked against the head when the file opens.
 const CHECKED_ROWS: u64 = 256;
 
-/// The checked header of `path` when it is an embedding file holding a head: a safetensors
-/// file with both [`FEATURES`] and [`HEAD_WEIGHT`] (a model's own weights file may name a
-/// `head.weight`, a timm ViT's does, and opens as weights); `None` for anything else or
-/// unreadable, which then opens (and fails) as the weights file it may be.
-fn head_header(path: &Path) -> Option<CheckedHeader> {
-    let safetensors = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
-    if !(safetensors && path.is_file()) {
-        return None;
-    }
-    let h = CheckedHeader::read(path).ok()?;
-    let has = |name: &str| h.tensors.iter().any(|t| t.name == name);
-    (has(HEAD_WEIGHT) && has(FEATURES)).then_some(h)
+/// What the head is read through: the arrays of one embedding file, by name.
+trait HeadFile {
+    /// The shape of array `name`, `None` when the file has none.
+    fn shape(&self, name: &str) -> Option<Vec<u64>>;
+    /// Every value of the array `name` (present, its shape checked by the caller), as f64.
+    fn values(&mut self, name: &str, path: &Path) -> Result<Vec<f64>>;
+    /// The first `rows` rows of the two-dimensional array `name`, as f64.
+    fn first_rows(&mut self, name: &str, rows: u64, path: &Path) -> Result<Vec<f64>>;
+    /// The class names the file lists, `None` when it lists none.
+    fn classes(&self) -> Result<Option<Vec<String>>>;
 }
 
-/// Whether `path` is an embedding file holding a head (see [`head_header`]).
+impl HeadFile for CheckedHeader {
+    fn shape(&self, name: &str) -> Option<Vec<u64>> {
+        self.tensors
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.shape.clone())
+    }
+
+    fn values(&mut self, name: &str, path: &Path) -> Result<Vec<f64>> {
+        let t = self.entry(name, path)?;
+        floats(&self.bytes(&t, path)?, &t.dtype, name, path)
+    }
+
+    fn first_rows(&mut self, name: &str, rows: u64, path: &Path) -> Result<Vec<f64>> {
+        let t = self.entry(name, path)?;
+        let n = t.shape.first().copied().unwrap_or(0).max(1);
+        let part = TensorEntry {
+            len: t.len / n * rows.min(n),
+            ..t.clone()
+        };
+        floats(&self.bytes(&part, path)?, &t.dtype, name, path)
+    }
+
+    fn classes(&self) -> Result<Option<Vec<String>>> {
+        Ok(listed_classes(
+            self.header
+                .get("__metadata__")
+                .and_then(|m| m.get("classes"))
+                .and_then(serde_json::Value::as_str),
+        ))
+    }
+}
+
+/// The tensor `name` of a checked header (present: the caller found its shape).
+trait Entry {
+    fn entry(&self, name: &str, path: &Path) -> Result<TensorEntry>;
+}
+
+impl Entry for CheckedHeader {
+    fn entry(&self, name: &str, path: &Path) -> Result<TensorEntry> {
+        self.tensors
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
+            .ok_or_else(|| bad(path, format!("has no tensor `{name}`")))
+    }
+}
+
+impl HeadFile for NpzHead {
+    fn shape(&self, name: &str) -> Option<Vec<u64>> {
+        NpzHead::shape(self, name).map(|s| s.iter().map(|&d| d as u64).collect())
+    }
+
+    fn values(&mut self, name: &str, _path: &Path) -> Result<Vec<f64>> {
+        Ok(NpzHead::values(self, name, None)?
+            .into_iter()
+            .map(f64::from)
+            .collect())
+    }
+
+    fn first_rows(&mut self, name: &str, rows: u64, _path: &Path) -> Result<Vec<f64>> {
+        Ok(NpzHead::values(self, name, Some(rows as usize))?
+            .into_iter()
+            .map(f64::from)
+            .collect())
+    }
+
+    fn classes(&self) -> Result<Option<Vec<String>>> {
+        NpzHead::classes(self)
+    }
+}
+
+/// The embedding file `path` opened for its head when it holds one: a safetensors file or an
+/// `.npz` with both [`FEATURES`] and [`HEAD_WEIGHT`] (a model's own weights file may name a
+/// `head.weight`, a timm ViT's does, and opens as weights); `None` for anything else or
+/// unreadable, which then opens (and fails) as the weights file it may be.
+fn head_file(path: &Path) -> Result<Option<Box<dyn HeadFile>>> {
+    let ext = |e: &str| path.extension().is_some_and(|x| x.eq_ignore_ascii_case(e));
+    if !path.is_file() {
+        return Ok(None);
+    }
+    if ext("safetensors") {
+        let Ok(h) = CheckedHeader::read(path) else {
+            return Ok(None);
+        };
+        let has = |name: &str| h.tensors.iter().any(|t| t.name == name);
+        return Ok((has(HEAD_WEIGHT) && has(FEATURES)).then(|| Box::new(h) as Box<dyn HeadFile>));
+    }
+    if ext("npz") {
+        return Ok(NpzHead::open(path)?.map(|h| Box::new(h) as Box<dyn HeadFile>));
+    }
+    Ok(None)
+}
+
+/// Whether `path` is an embedding file holding a head (see [`head_file`]).
 pub(super) fn has_head(path: &Path) -> bool {
-    head_header(path).is_some()
+    head_file(path).is_ok_and(|h| h.is_some())
 }
 
 /// The head kept in the embedding file `path` as a `linear` checkpoint (see the module
-/// docs), `None` when `path` is not such a file; its header is read once.
+/// docs), `None` when `path` is not such a file; its headers are read once.
 pub(super) fn load_if_head(path: &Path, device: &Device) -> Result<Option<Checkpoint>> {
-    head_header(path).map(|h| load(h, path, device)).transpose()
+    match head_file(path)? {
+        Some(mut h) => load(h.as_mut(), path, device).map(Some),
+        None => Ok(None),
+    }
 }
 
 fn bad(path: &Path, m: impl Into<String>) -> Error {
@@ -100,21 +195,10 @@ fn floats(bytes: &[u8], dtype: &str, name: &str, path: &Path) -> Result<Vec<f64>
     Ok(v)
 }
 
-/// The first `rows` rows of tensor `t` `(n, k)`, as f64.
-fn first_rows(h: &mut CheckedHeader, t: &TensorEntry, rows: u64, path: &Path) -> Result<Vec<f64>> {
-    let n = t.shape.first().copied().unwrap_or(0).max(1);
-    let part = TensorEntry {
-        len: t.len / n * rows.min(n),
-        ..t.clone()
-    };
-    floats(&h.bytes(&part, path)?, &t.dtype, &t.name, path)
-}
-
-/// Opens the head kept in the embedding file `path`, whose checked header is `h`, as a
-/// `linear` checkpoint.
-fn load(mut h: CheckedHeader, path: &Path, device: &Device) -> Result<Checkpoint> {
-    let find = |name: &str| h.tensors.iter().find(|t| t.name == name);
-    let (Some(w), Some(x)) = (find(HEAD_WEIGHT), find(FEATURES)) else {
+/// Opens the head kept in the embedding file `path`, read through `h`, as a `linear`
+/// checkpoint.
+fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint> {
+    let (Some(w), Some(x)) = (h.shape(HEAD_WEIGHT), h.shape(FEATURES)) else {
         return Err(bad(
             path,
             format!(
@@ -123,31 +207,24 @@ fn load(mut h: CheckedHeader, path: &Path, device: &Device) -> Result<Checkpoint
             ),
         ));
     };
-    let (w, x) = (w.clone(), x.clone());
-    let (b, logits) = (find(HEAD_BIAS).cloned(), find(LOGITS).cloned());
-    let &[n, d] = x.shape.as_slice() else {
+    let (b, logits) = (h.shape(HEAD_BIAS), h.shape(LOGITS));
+    let &[n, d] = x.as_slice() else {
         return Err(bad(
             path,
-            format!(
-                "tensor `{FEATURES}` has shape {:?}; expected (n, d)",
-                x.shape
-            ),
+            format!("array `{FEATURES}` has shape {x:?}; expected (n, d)"),
         ));
     };
-    let &[c, wd] = w.shape.as_slice() else {
+    let &[c, wd] = w.as_slice() else {
         return Err(bad(
             path,
-            format!(
-                "tensor `{HEAD_WEIGHT}` has shape {:?}; expected (C, d)",
-                w.shape
-            ),
+            format!("array `{HEAD_WEIGHT}` has shape {w:?}; expected (C, d)"),
         ));
     };
     if wd != d {
         return Err(bad(
             path,
             format!(
-                "tensor `{HEAD_WEIGHT}` has shape ({c}, {wd}) for features of dimension {d}: \
+                "array `{HEAD_WEIGHT}` has shape ({c}, {wd}) for features of dimension {d}: \
                  it must be (classes, {d}), as PyTorch's nn.Linear stores it{}",
                 if c == d {
                     " (a matrix stored (d, classes) must be transposed)"
@@ -160,51 +237,50 @@ fn load(mut h: CheckedHeader, path: &Path, device: &Device) -> Result<Checkpoint
     if c < 2 || d == 0 {
         return Err(bad(
             path,
-            format!("tensor `{HEAD_WEIGHT}` of shape ({c}, {d}): a head needs 2 classes or more and d >= 1"),
+            format!("array `{HEAD_WEIGHT}` of shape ({c}, {d}): a head needs 2 classes or more and d >= 1"),
         ));
     }
-    // Sizes fit the file (the header was checked against its length), so they fit memory.
-    let (c, d) = (c as usize, d as usize);
-    let wv = floats(&h.bytes(&w, path)?, &w.dtype, HEAD_WEIGHT, path)?;
-    let bv = match &b {
-        Some(b) if b.shape != [c as u64] => {
+    if let Some(b) = &b {
+        if b.as_slice() != [c] {
             return Err(bad(
                 path,
                 format!(
-                    "tensor `{HEAD_BIAS}` has shape {:?}; expected ({c},) for `{HEAD_WEIGHT}`'s {c} classes",
-                    b.shape
-                ),
-            ))
-        }
-        Some(b) => floats(&h.bytes(b, path)?, &b.dtype, HEAD_BIAS, path)?,
-        None => vec![0.0; c],
-    };
-    if let Some(l) = &logits {
-        if l.shape != [n, c as u64] {
-            return Err(bad(
-                path,
-                format!(
-                    "tensor `{LOGITS}` has shape {:?}; expected ({n}, {c}), a row of `{HEAD_WEIGHT}`'s \
-                     classes per item",
-                    l.shape
+                    "array `{HEAD_BIAS}` has shape {b:?}; expected ({c},) for `{HEAD_WEIGHT}`'s {c} classes"
                 ),
             ));
         }
+    }
+    if let Some(l) = &logits {
+        if l.as_slice() != [n, c] {
+            return Err(bad(
+                path,
+                format!(
+                    "array `{LOGITS}` has shape {l:?}; expected ({n}, {c}), a row of `{HEAD_WEIGHT}`'s \
+                     classes per item"
+                ),
+            ));
+        }
+    }
+    // Sizes are within the file (its headers were checked against its length), so they fit
+    // memory: the head is read only now that its shapes are right.
+    let (c, d) = (c as usize, d as usize);
+    let wv = h.values(HEAD_WEIGHT, path)?;
+    let bv = match &b {
+        Some(_) => h.values(HEAD_BIAS, path)?,
+        None => vec![0.0; c],
+    };
+    if logits.is_some() {
         let rows = CHECKED_ROWS.min(n);
-        let xs = first_rows(&mut h, &x, rows, path)?;
-        let ls = first_rows(&mut h, l, rows, path)?;
+        let xs = h.first_rows(FEATURES, rows, path)?;
+        let ls = h.first_rows(LOGITS, rows, path)?;
         check_logits(&xs, &wv, &bv, &ls, (d, c), path)?;
     }
-    let meta = h.header.get("__metadata__");
-    let classes = match listed_classes(
-        meta.and_then(|m| m.get("classes"))
-            .and_then(serde_json::Value::as_str),
-    ) {
+    let classes = match h.classes()? {
         Some(names) if names.len() != c => {
             return Err(bad(
                 path,
                 format!(
-                    "the metadata `classes` names {} classes, `{HEAD_WEIGHT}` has {c} rows",
+                    "the file's `classes` names {} classes, `{HEAD_WEIGHT}` has {c} rows",
                     names.len()
                 ),
             ))

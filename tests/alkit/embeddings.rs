@@ -470,9 +470,12 @@ fn a_head_kept_in_an_embedding_file_scores_as_numpy_works_it_out_and_a_wrong_hea
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/embedded_head.py");
     let o = Command::new(&py).arg(&script).arg(&*dir).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The same heads in safetensors files and in numpy's .npz files.
     for (file, expected) in [
         ("head.safetensors", "expected.csv"),
         ("head_f16.safetensors", "expected_f16.csv"),
+        ("head.npz", "expected.csv"),
+        ("head_f16.npz", "expected_f16.csv"),
     ] {
         let f = dir.join(file);
         let out = dir.join(format!("{file}.csv"));
@@ -507,6 +510,8 @@ fn a_head_kept_in_an_embedding_file_scores_as_numpy_works_it_out_and_a_wrong_hea
             "wrong_logits.safetensors",
             "do not give the file's `logits`",
         ),
+        ("transposed.npz", "must be transposed"),
+        ("wrong_logits.npz", "do not give the file's `logits`"),
     ] {
         let f = dir.join(file);
         let out = dir.join(format!("{file}.csv"));

@@ -14,7 +14,9 @@
 # OUT_DIR/head_f16.safetensors (features F16, head F64, no bias, no logits),
 # OUT_DIR/transposed.safetensors (head.weight stored (d, C)), OUT_DIR/wrong_logits.safetensors
 # (logits shifted by 0.5) and OUT_DIR/expected.csv (id, entropy, regrad) for head.safetensors
-# and OUT_DIR/expected_f16.csv for head_f16.safetensors.
+# and OUT_DIR/expected_f16.csv for head_f16.safetensors. The same four are written as numpy's
+# `.npz` files too (`np.savez`, the f16 one by `np.savez_compressed`; the arrays by the same
+# names, `classes` an array of strings), for which the same expected scores hold.
 import os
 import sys
 
@@ -73,4 +75,29 @@ save_file(
 save_file(
     {"features": h, "head.weight": w, "head.bias": b, "logits": logits + np.float32(0.5)},
     os.path.join(out, "wrong_logits.safetensors"),
+)
+
+# The same files as numpy writes them: arrays named as the tensors (np.savez takes the dotted
+# names as keyword arguments), the class names an array of strings.
+np.savez(
+    os.path.join(out, "head.npz"),
+    **{
+        "features": h,
+        "labels": y.astype(np.int64),
+        "head.weight": w,
+        "head.bias": b,
+        "logits": logits,
+        "classes": np.array([f"class{k}" for k in range(c)]),
+    },
+)
+np.savez_compressed(
+    os.path.join(out, "head_f16.npz"), **{"features": h16, "head.weight": w.astype(np.float64)}
+)
+np.savez(
+    os.path.join(out, "transposed.npz"),
+    **{"features": h, "head.weight": np.ascontiguousarray(w.T), "head.bias": b},
+)
+np.savez(
+    os.path.join(out, "wrong_logits.npz"),
+    **{"features": h, "head.weight": w, "head.bias": b, "logits": logits + np.float32(0.5)},
 )

@@ -37,6 +37,7 @@ mod safetensors;
 
 pub use self::csv::read_indices;
 pub(crate) use self::csv::{read_csv, read_delimited};
+pub(crate) use self::numpy::NpzHead;
 pub(crate) use self::safetensors::{listed_classes, CheckedHeader, TensorEntry};
 
 use crate::data::dataset::Splits;
