@@ -96,6 +96,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("session_json", session_json),
     ("run_json", run_json),
     ("hf_name", hf_name),
+    ("onnx_model", onnx_model),
 ];
 
 /// IDX image and label files, plain and gzip. The first byte picks the reader and whether the
@@ -285,6 +286,29 @@ pub fn pytorch_weights(data: &[u8]) {
     init();
     let p = put("weights.pth", data);
     let _ = alkit::checkpoint::pytorch::read(&p);
+}
+
+/// An ONNX model file read as far as alkit reads a graph before ONNX Runtime sees it
+/// (`checkpoint::onnx::outline`: outputs, the last layer's weights decoded, external data
+/// locations checked), beside a fixed 4 KiB `model.onnx.data` whose ranges the input may
+/// name. Without the `onnx` feature there is no reader to feed.
+pub fn onnx_model(data: &[u8]) {
+    init();
+    #[cfg(feature = "onnx")]
+    {
+        let dir = scratch().join("onnx");
+        let ext = dir.join("model.onnx.data");
+        if !ext.is_file() {
+            std::fs::create_dir_all(&dir).expect("scratch subfolder");
+            let values: Vec<u8> = (0..4096u32).map(|i| (i * 37 % 251) as u8).collect();
+            std::fs::write(&ext, values).expect("scratch write");
+        }
+        let p = dir.join("model.onnx");
+        std::fs::write(&p, data).expect("scratch write");
+        let _ = alkit::checkpoint::onnx::outline(&p);
+    }
+    #[cfg(not(feature = "onnx"))]
+    let _ = data;
 }
 
 /// A session's `session.json`, resumed over a fixed 6-item CSV pool.

@@ -628,7 +628,13 @@ fn hub_files(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<H
     match (config, weights) {
         (Ok(config), Ok(weights)) => Ok(HubModel::Weights { config, weights }),
         (config, Err(e)) => match hub.get(repo, RepoKind::Model, ONNX_FILE, observer) {
-            Ok(model) => Ok(HubModel::Onnx(model)),
+            Ok(model) => {
+                // Weights kept in external data files are fetched beside the model.
+                for location in onnx_locations(&model)? {
+                    hub.get(repo, RepoKind::Model, &location, observer)?;
+                }
+                Ok(HubModel::Onnx(model))
+            }
             Err(_) => Err(config.err().unwrap_or(e)),
         },
         (Err(e), Ok(_)) => Err(e),
@@ -645,13 +651,7 @@ pub fn files(name: &str, hub: &Hub, observer: &mut dyn Observer) -> Result<Vec<P
         return Ok(vec![PathBuf::from(name)]);
     }
     if let Some(model) = onnx_model(Path::new(name)).filter(|_| !name.starts_with("hf:")) {
-        let config = model.with_file_name("config.json");
-        return Ok(config
-            .is_file()
-            .then_some(config)
-            .into_iter()
-            .chain([model])
-            .collect());
+        return onnx_files(model);
     }
     let Some(repo) = name.strip_prefix("hf:") else {
         return Ok(FILES.iter().map(|f| Path::new(name).join(f)).collect());
@@ -659,16 +659,38 @@ pub fn files(name: &str, hub: &Hub, observer: &mut dyn Observer) -> Result<Vec<P
     let repo = HubRepo::parse(repo)?;
     Ok(match hub_files(&repo, hub, observer)? {
         HubModel::Weights { config, weights } => vec![config, weights],
-        HubModel::Onnx(model) => {
-            let config = model.with_file_name("config.json");
-            config
-                .is_file()
-                .then_some(config)
-                .into_iter()
-                .chain([model])
-                .collect()
-        }
+        HubModel::Onnx(model) => onnx_files(model)?,
     })
+}
+
+/// An ONNX model's files: the `config.json` beside it where there is one, the model, then
+/// the external data files its weights lie in.
+fn onnx_files(model: PathBuf) -> Result<Vec<PathBuf>> {
+    let config = model.with_file_name("config.json");
+    let dir = model.parent().map(Path::to_path_buf).unwrap_or_default();
+    let external: Vec<PathBuf> = onnx_locations(&model)?
+        .iter()
+        .map(|l| dir.join(l))
+        .collect();
+    Ok(config
+        .is_file()
+        .then_some(config)
+        .into_iter()
+        .chain([model])
+        .chain(external)
+        .collect())
+}
+
+/// The external data files the ONNX model `path` names, relative to its folder
+/// ([`onnx::external_locations`]); none without the `onnx` feature, which cannot open it.
+fn onnx_locations(path: &Path) -> Result<Vec<String>> {
+    #[cfg(feature = "onnx")]
+    return onnx::external_locations(path);
+    #[cfg(not(feature = "onnx"))]
+    {
+        let _ = path;
+        Ok(Vec::new())
+    }
 }
 
 /// A content hash of the checkpoints `names` (an ensemble's members, in order): FNV-1a (64

@@ -36,6 +36,90 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
+/// The folder of the model file `path` (`.` for a bare name), where its external data lie.
+fn model_dir(path: &Path) -> std::path::PathBuf {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
+}
+
+/// What alkit reads of an ONNX model's graph before ONNX Runtime sees it (what [`load`] reads
+/// first, with the same bounded reader): for tools that inspect a model, and for the fuzzer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outline {
+    /// The graph's outputs.
+    pub outputs: Vec<String>,
+    /// The last layer computing the logits (the output `logits`, else the first): the tensor
+    /// it multiplies, its classes and the features' dimension; or why none was found.
+    pub last_layer: std::result::Result<(String, usize, usize), String>,
+    /// The external data files its weights lie in, relative to its folder.
+    pub external: Vec<String>,
+}
+
+/// The [`Outline`] of the ONNX model `path` (read whole, at most 2 GiB); its last layer's
+/// weights are decoded, from external data files below its folder where they lie there.
+pub fn outline(path: &Path) -> Result<Outline> {
+    let bytes = read_model(path)?;
+    let mut graph =
+        parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
+    graph.dir = Some(model_dir(path));
+    let external = locations(&graph, path)?;
+    let logits = graph
+        .outputs
+        .iter()
+        .find(|o| *o == "logits")
+        .or(graph.outputs.first())
+        .cloned();
+    let last_layer = match logits {
+        Some(l) => graph.head(&l).map(|h| (h.features, h.classes, h.dim)),
+        None => Err("the graph has no output".to_string()),
+    };
+    Ok(Outline {
+        outputs: graph.outputs.clone(),
+        last_layer,
+        external,
+    })
+}
+
+/// The external data files the ONNX model `path` names, as locations relative to its folder
+/// (checked as [`load`] checks them, not looked for): what a Hub repository's snapshot must
+/// hold beside `model.onnx`.
+pub fn external_locations(path: &Path) -> Result<Vec<String>> {
+    let bytes = read_model(path)?;
+    let graph =
+        parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
+    locations(&graph, path)
+}
+
+/// The bytes of the model file `path`, refused past protobuf's 2 GiB before any is read.
+fn read_model(path: &Path) -> Result<Vec<u8>> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len();
+    if size > MAX_MODEL_BYTES {
+        return Err(Error::state(
+            path,
+            format!("{size} bytes; an ONNX model of at most {MAX_MODEL_BYTES} is read"),
+        ));
+    }
+    std::fs::read(path).map_err(|e| Error::io(path, e))
+}
+
+/// The external data files `graph` names, each once, relative to the model's folder.
+fn locations(graph: &Graph<'_>, path: &Path) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, ext) in graph
+        .externals()
+        .map_err(|e| Error::state(path, format!("external data: {e}")))?
+    {
+        if !out.contains(&ext.location) {
+            out.push(ext.location);
+        }
+    }
+    Ok(out)
+}
+
 /// The environment variable naming ONNX Runtime's shared library.
 pub const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
 
@@ -192,6 +276,9 @@ struct Graph<'a> {
     nodes: Vec<Node<'a>>,
     outputs: Vec<String>,
     initializers: HashMap<String, &'a [u8]>,
+    /// The folder an initializer's external data file is named relative to (the model's);
+    /// `None` refuses external data.
+    dir: Option<std::path::PathBuf>,
 }
 
 fn parse_node(buf: &[u8]) -> std::result::Result<Node<'_>, String> {
@@ -236,6 +323,7 @@ fn parse_model(buf: &[u8]) -> std::result::Result<Graph<'_>, String> {
         nodes: Vec::new(),
         outputs: Vec::new(),
         initializers: HashMap::new(),
+        dir: None,
     };
     let mut seen = false;
     for f in fields(buf) {
@@ -315,10 +403,92 @@ fn f16_to_f32(h: u16) -> f32 {
     }
 }
 
+/// Where a tensor's values lie outside the model (`TensorProto.external_data`): a file named
+/// relative to the model's folder, and the byte range in it.
+#[derive(Debug, Default, PartialEq)]
+struct External {
+    location: String,
+    offset: u64,
+    length: Option<u64>,
+}
+
+impl External {
+    /// Reads one `StringStringEntryProto` (key 1, value 2) into `self`.
+    fn entry(&mut self, b: &[u8]) -> std::result::Result<(), String> {
+        let (mut key, mut value) = (String::new(), String::new());
+        for f in fields(b) {
+            match f? {
+                (1, w) => key = string(w, "an external data key")?,
+                (2, w) => value = string(w, "an external data value")?,
+                _ => {}
+            }
+        }
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("external data `{key}` is `{v}`, not a byte count"))
+        };
+        match key.as_str() {
+            "location" => self.location = value,
+            "offset" => self.offset = number(&value)?,
+            "length" => self.length = Some(number(&value)?),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The file named, below `dir`: a relative path of plain names (no `..`, no root), as
+    /// ONNX's checker requires, so a model cannot make alkit read outside its folder.
+    fn path(&self, dir: &Path) -> std::result::Result<std::path::PathBuf, String> {
+        use std::path::Component;
+        let rel = Path::new(&self.location);
+        let plain = !self.location.is_empty()
+            && !self.location.contains('\0')
+            && rel.components().all(|c| matches!(c, Component::Normal(_)));
+        if !plain {
+            return Err(format!(
+                "external data location `{}` is not a relative path below the model's folder",
+                self.location.escape_debug()
+            ));
+        }
+        Ok(dir.join(rel))
+    }
+
+    /// The `want` bytes at the range given, checked against the range and the file's size
+    /// before anything is read.
+    fn read(&self, dir: &Path, want: usize) -> std::result::Result<Vec<u8>, String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let path = self.path(dir)?;
+        let shown = path.display();
+        let mut f = std::fs::File::open(&path).map_err(|e| format!("{shown}: {e}"))?;
+        let size = f.metadata().map_err(|e| format!("{shown}: {e}"))?.len();
+        let want = want as u64;
+        if self.length.is_some_and(|l| l != want) {
+            return Err(format!(
+                "external data length {} for {want} bytes of values",
+                self.length.unwrap_or_default()
+            ));
+        }
+        if self.offset.checked_add(want).is_none_or(|end| end > size) {
+            return Err(format!(
+                "{shown} holds {size} bytes; the values need {want} from offset {}",
+                self.offset
+            ));
+        }
+        let mut buf = vec![0u8; want as usize];
+        f.seek(SeekFrom::Start(self.offset))
+            .and_then(|_| f.read_exact(&mut buf))
+            .map_err(|e| format!("{shown}: {e}"))?;
+        Ok(buf)
+    }
+}
+
 /// Decodes a `TensorProto` of f32, f64, f16 or bf16 values, stored in the file (raw bytes or
-/// typed fields); every count is checked against the bytes present before anything is kept.
-fn decode_tensor(t: &[u8]) -> std::result::Result<Constant, String> {
+/// typed fields) or, with `dir`, in an external data file below it; every count is checked
+/// against the bytes present before anything is kept.
+fn decode_tensor(t: &[u8], dir: Option<&Path>) -> std::result::Result<Constant, String> {
     let (mut dims, mut dtype, mut raw, mut external) = (Vec::new(), 0i64, None, false);
+    let mut ext = External::default();
+    let read;
     let (mut floats, mut doubles, mut int32s) = (Vec::new(), Vec::new(), Vec::new());
     for f in fields(t) {
         match f? {
@@ -355,12 +525,10 @@ fn decode_tensor(t: &[u8]) -> std::result::Result<Constant, String> {
                 }));
             }
             (10, Wire::I64(v)) => doubles.push(f64::from_bits(v) as f32),
+            (13, Wire::Bytes(b)) => ext.entry(b)?,
             (14, Wire::Varint(1)) => external = true,
             _ => {}
         }
-    }
-    if external {
-        return Err("its values are kept in an external data file".into());
     }
     let dims: Vec<usize> = dims
         .iter()
@@ -380,6 +548,14 @@ fn decode_tensor(t: &[u8]) -> std::result::Result<Constant, String> {
             ))
         }
     };
+    if external {
+        let dir = dir.ok_or("its values are kept in an external data file")?;
+        let want = count
+            .checked_mul(size)
+            .ok_or("dimensions whose product overflows")?;
+        read = ext.read(dir, want)?;
+        raw = Some(&read[..]);
+    }
     let values: Vec<f32> = match raw {
         Some(b) => {
             if Some(b.len()) != count.checked_mul(size) {
@@ -434,6 +610,64 @@ struct Head {
 }
 
 impl<'a> Graph<'a> {
+    /// The initializers whose values lie in external data files, by name, with where they
+    /// lie; every location checked to be a relative path of plain names (no `..`, no root).
+    fn externals(&self) -> std::result::Result<Vec<(&str, External)>, String> {
+        let mut out = Vec::new();
+        for (name, t) in &self.initializers {
+            let (mut ext, mut external) = (External::default(), false);
+            for f in fields(t) {
+                match f.map_err(|e| format!("initializer `{name}`: {e}"))? {
+                    (13, Wire::Bytes(b)) => ext
+                        .entry(b)
+                        .map_err(|e| format!("initializer `{name}`: {e}"))?,
+                    (14, Wire::Varint(1)) => external = true,
+                    _ => {}
+                }
+            }
+            if external {
+                ext.path(Path::new("."))
+                    .map_err(|e| format!("initializer `{name}`: {e}"))?;
+                out.push((name.as_str(), ext));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(b.0));
+        Ok(out)
+    }
+
+    /// The external data files the initializers name below `dir`, each once, in the order
+    /// of the initializers' names, every range within its file's size: a model is refused
+    /// by name before ONNX Runtime reads any of them.
+    fn external_files(&self, dir: &Path) -> std::result::Result<Vec<std::path::PathBuf>, String> {
+        let mut files: Vec<std::path::PathBuf> = Vec::new();
+        let mut sizes: HashMap<std::path::PathBuf, u64> = HashMap::new();
+        for (name, ext) in self.externals()? {
+            let path = ext.path(dir)?;
+            let size = match sizes.get(&path) {
+                Some(&s) => s,
+                None => {
+                    let s = std::fs::metadata(&path)
+                        .map_err(|e| format!("initializer `{name}`: {}: {e}", path.display()))?
+                        .len();
+                    sizes.insert(path.clone(), s);
+                    files.push(path.clone());
+                    s
+                }
+            };
+            let end = ext.offset.checked_add(ext.length.unwrap_or(0));
+            if end.is_none_or(|e| e > size) {
+                return Err(format!(
+                    "initializer `{name}`: {} holds {size} bytes; its values lie at offset {} \
+                     length {}",
+                    path.display(),
+                    ext.offset,
+                    ext.length.unwrap_or(0)
+                ));
+            }
+        }
+        Ok(files)
+    }
+
     /// The node that writes `name`.
     fn producer(&self, name: &str) -> Option<&Node<'a>> {
         self.nodes
@@ -457,13 +691,17 @@ impl<'a> Graph<'a> {
     fn constant(&self, name: &str) -> Option<std::result::Result<Constant, String>> {
         let name = self.source(name);
         if let Some(t) = self.initializers.get(&name) {
-            return Some(decode_tensor(t).map_err(|e| format!("initializer `{name}`: {e}")));
+            return Some(
+                decode_tensor(t, self.dir.as_deref())
+                    .map_err(|e| format!("initializer `{name}`: {e}")),
+            );
         }
         match self.producer(&name) {
             Some(n) if n.op == "Constant" => match n.attrs.get("value") {
-                Some(Attr::Tensor(t)) => {
-                    Some(decode_tensor(t).map_err(|e| format!("constant `{name}`: {e}")))
-                }
+                Some(Attr::Tensor(t)) => Some(
+                    decode_tensor(t, self.dir.as_deref())
+                        .map_err(|e| format!("constant `{name}`: {e}")),
+                ),
                 _ => None,
             },
             _ => None,
@@ -817,18 +1055,17 @@ impl Classifier for OnnxModel {
 /// Opens the ONNX model at `path` (see the module's documentation); what it chose unnamed (the
 /// features, the logits output by position) is told to `observer`.
 pub fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> Result<Checkpoint> {
-    let size = std::fs::metadata(path)
-        .map_err(|e| Error::io(path, e))?
-        .len();
-    if size > MAX_MODEL_BYTES {
-        return Err(Error::state(
-            path,
-            format!("{size} bytes; an ONNX model of at most {MAX_MODEL_BYTES} is read"),
-        ));
-    }
-    let mut bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let graph =
+    let mut bytes = read_model(path)?;
+    let mut graph =
         parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
+    // Weights kept in external data files (as `onnx.save_model(..., save_as_external_data=True)`
+    // and large exports write them) lie beside the model: checked here, read by ONNX Runtime
+    // from the model's folder, and the last layer's read from them too.
+    let dir = model_dir(path);
+    let external = graph
+        .external_files(&dir)
+        .map_err(|e| Error::state(path, format!("external data: {e}")))?;
+    graph.dir = Some(dir.clone());
     let shown = path.display().to_string();
     // The timm configuration beside it, read before anything runs.
     // One given in the options is read whatever it is (a missing file is an error, not
@@ -940,10 +1177,20 @@ pub fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> 
     let threads = rayon::current_num_threads().max(1);
     let session = contain(path, "ONNX Runtime", || {
         let refused = |e: String| Error::state(path, format!("ONNX Runtime refused it: {e}"));
-        Session::builder(env)
+        let mut builder = Session::builder(env)
             .map_err(|e| refused(e.to_string()))?
             .with_intra_threads(threads)
-            .map_err(|e| refused(e.to_string()))?
+            .map_err(|e| refused(e.to_string()))?;
+        if !external.is_empty() {
+            // A model given as bytes has no folder of its own: name the one its data lie in.
+            builder = builder
+                .with_config_entry(
+                    "session.model_external_initializers_file_folder_path",
+                    dir.to_string_lossy(),
+                )
+                .map_err(|e| refused(e.to_string()))?;
+        }
+        builder
             .commit_from_memory(&bytes)
             .map_err(|e| refused(e.to_string()))
     })?;
@@ -1221,7 +1468,7 @@ mod tests {
         }
         // A tensor whose dims promise more than its bytes hold.
         let t = [0x08, 0x80, 0x80, 0x04, 0x10, 0x01, 0x4a, 0x04, 0, 0, 0, 0];
-        assert!(decode_tensor(&t).is_err());
+        assert!(decode_tensor(&t, None).is_err());
     }
 
     /// Every prefix of a real model, and copies with bytes flipped, are parsed and searched

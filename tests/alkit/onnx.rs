@@ -586,6 +586,112 @@ mod with_runtime {
     }
 
     #[test]
+    fn weights_in_an_external_data_file_score_as_inline_ones_and_a_bad_file_is_refused() {
+        if !runtime() {
+            return;
+        }
+        let dir = tmp("onnx-external");
+        let pool = dir.join("photos");
+        photos(&pool);
+        let score = |checkpoint: &Path, out: &Path| {
+            alkit_cmd()
+                .args(["score", "--checkpoint"])
+                .arg(checkpoint)
+                .arg("--data")
+                .arg(&pool)
+                .args(["--scorer", "entropy,regrad", "--out"])
+                .arg(out)
+                .output()
+                .unwrap()
+        };
+        // The `onnx` package's external-data copy of the efficientnet (onnx_external.py):
+        // the same scores, the last layer's gradients read from the data file.
+        let inline = dir.join("inline.csv");
+        let o = score(&model("efficientnet"), &inline);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let external = model("efficientnet_external");
+        let csv = dir.join("external.csv");
+        let o = score(&external, &csv);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = std::fs::read_to_string(&csv).unwrap();
+        assert!(text.starts_with("index,id,entropy,regrad@last\n"), "{text}");
+        assert_eq!(text, std::fs::read_to_string(&inline).unwrap());
+        // A Hub repository holding the model and its data file is the same checkpoint.
+        let cache = dir.join("hub");
+        let files: Vec<(&str, PathBuf)> = ["config.json", "model.onnx", "model.onnx.data"]
+            .iter()
+            .map(|f| (*f, external.with_file_name(f)))
+            .collect();
+        super::super::fake_hub_cache(&cache, "models--test--onnx-external", &files);
+        let hub_csv = dir.join("hub.csv");
+        let o = alkit_cmd()
+            .args(["score", "--checkpoint", "hf:test/onnx-external", "--data"])
+            .arg(&pool)
+            .args(["--scorer", "entropy,regrad", "--out"])
+            .arg(&hub_csv)
+            .env("HF_HUB_CACHE", &cache)
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read_to_string(&hub_csv).unwrap(), text);
+        // A copy of the folder: its content hash covers the data file's bytes.
+        let copy = dir.join("copy");
+        std::fs::create_dir_all(&copy).unwrap();
+        for (f, from) in &files {
+            std::fs::copy(from, copy.join(f)).unwrap();
+        }
+        let hash = || {
+            checkpoint::content_hash(
+                &[copy.join("model.onnx").to_string_lossy().into_owned()],
+                &OpenOptions::default(),
+                &alkit::hub::Hub::new(dir.join("no-hub"), true),
+                &mut Notes::default(),
+            )
+            .unwrap()
+        };
+        let before = hash();
+        let data = copy.join("model.onnx.data");
+        let mut bytes = std::fs::read(&data).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(&data, &bytes).unwrap();
+        assert_ne!(hash(), before, "the data file's bytes are hashed");
+        // Cut short: refused by name before ONNX Runtime reads it, nothing written.
+        std::fs::write(&data, &bytes[..bytes.len() / 2]).unwrap();
+        let out = dir.join("short.csv");
+        let o = score(&copy.join("model.onnx"), &out);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(
+            err.contains("external data")
+                && err.contains("model.onnx.data")
+                && err.contains("holds"),
+            "{err}"
+        );
+        assert!(!out.exists());
+        // A location outside the model's folder (same length, so the protobuf stays whole).
+        std::fs::write(&data, &bytes).unwrap();
+        let graph = std::fs::read(copy.join("model.onnx")).unwrap();
+        let (from, to) = (b"model.onnx.data", b"../el.onnx.data");
+        let mut moved = graph.clone();
+        let mut at = 0;
+        while let Some(i) = moved[at..].windows(from.len()).position(|w| w == from) {
+            moved[at + i..at + i + from.len()].copy_from_slice(to);
+            at += i + from.len();
+        }
+        assert_ne!(moved, graph);
+        std::fs::write(copy.join("model.onnx"), &moved).unwrap();
+        let o = score(&copy.join("model.onnx"), &out);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(
+            err.contains("`../el.onnx.data` is not a relative path below the model's folder"),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+
+    #[test]
     fn hand_written_heads_and_dynamic_sizes() {
         if !runtime() {
             return;
