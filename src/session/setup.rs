@@ -130,8 +130,8 @@ impl SessionOptions {
             let test = load_test(&src, hub, observer)
                 .context_with(|| format!("loading the test split of {source}"))?;
             let listed_from = self.seeding_source(&src)?;
-            let (named, given) = listed_labels(&listed_from)
-                .context_with(|| format!("listing {listed_from}"))?
+            let (named, given) = self
+                .listing(&listed_from, hub, observer)?
                 .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
             let classes = self.classes(&source, named)?;
             let (seeds, listed) = self.seeds(&listed_from, given)?;
@@ -145,8 +145,8 @@ impl SessionOptions {
             let classes = self.classes(&source, Some(loaded.pool.classes.clone()))?;
             let (seeds, listed) = if self.embedded_from.is_some() {
                 let from = self.seeding_source(&src)?;
-                let given = listed_labels(&from)
-                    .context_with(|| format!("listing {from}"))?
+                let given = self
+                    .listing(&from, hub, observer)?
                     .map_or_else(Vec::new, |l| l.given);
                 self.seeds(&from, given)?
             } else {
@@ -175,6 +175,27 @@ impl SessionOptions {
         match &self.embedded_from {
             Some(from) => Source::parse(from).context_with(|| format!("data source {from}")),
             None => Ok(pool.clone()),
+        }
+    }
+
+    /// The classes `from` names and the labels it gives ([`listed_labels`]). A CSV file the
+    /// pool was embedded from keeps its label cells beside its values: it is read whole for
+    /// them, as embedding it read it.
+    fn listing(
+        &self,
+        from: &Source,
+        hub: &Hub,
+        observer: &mut dyn Observer,
+    ) -> Result<Option<crate::data::stream::Listed>> {
+        match (from, &self.embedded_from) {
+            (Source::Csv(_), Some(name)) => {
+                let (_, loaded) = load_named(name, None, hub, observer)?;
+                Ok(Some(crate::data::stream::Listed {
+                    given: loaded.pool.given_labels(),
+                    classes: loaded.pool.classes,
+                }))
+            }
+            _ => listed_labels(from).context_with(|| format!("listing {from}")),
         }
     }
 

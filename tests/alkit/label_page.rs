@@ -1442,4 +1442,68 @@ fn a_session_on_a_frozen_backbone_trains_heads_on_its_cached_features_and_shows_
     init(&dir.join("s2"), &pool, &flags);
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
     assert_eq!(on_disk(&dir.join("s2"))["source"], st["source"]);
+    // A CSV pool keeps its seed labels in its label cells, beside the values the backbone
+    // embeds: they seed the session on its embeddings as they would the CSV itself.
+    let csv = dir.join("pool.csv");
+    let mut text = String::from("id,label,a,b,c\n");
+    for i in 0..40u32 {
+        let label = match i {
+            0..6 => ["cat", "dog"][i as usize % 2],
+            _ => "",
+        };
+        let v = f64::from(i);
+        text += &format!(
+            "r{i},{label},{},{},{}\n",
+            (v * 0.37).sin(),
+            (v * 0.11).cos(),
+            v / 40.0
+        );
+    }
+    std::fs::write(&csv, text).unwrap();
+    // A backbone over its three values: an MLP saved with its random initialisation.
+    let mlp = dir.join("mlp");
+    {
+        use alkit::train::ModelBuilder;
+        let arch = alkit::models::Arch::Mlp(alkit::nn::MlpConfig {
+            inputs: 3,
+            hidden: vec![8],
+            classes: 2,
+            dropout: 0.0,
+        });
+        let (vb, params) = alkit::nn::init::seeded(
+            alkit::rng::stream(0, alkit::rng::Purpose::Tool, 0),
+            candle_core::DType::F32,
+            &candle_core::Device::Cpu,
+        );
+        arch.build(vb).unwrap();
+        let normalizer = alkit::data::Normalizer {
+            mean: vec![0.0; 3],
+            std: vec![1.0; 3],
+        };
+        let classes = vec!["cat".to_string(), "dog".to_string()];
+        alkit::checkpoint::save(&mlp, &arch, &params, &normalizer, &[3], classes).unwrap();
+    }
+    let state = dir.join("s-csv");
+    init(
+        &state,
+        &csv,
+        &[
+            "--backbone",
+            mlp.to_str().unwrap(),
+            "--embed-cache",
+            cache.to_str().unwrap(),
+            "--steps",
+            "5",
+        ],
+    );
+    let st = on_disk(&state);
+    let mut seeded: Vec<String> = st["labeled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+    seeded.sort();
+    assert_eq!(seeded.len(), 6, "{st}");
+    assert_eq!(st["classes"], json!(["cat", "dog"]), "{st}");
 }
