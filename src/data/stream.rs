@@ -369,7 +369,7 @@ pub(crate) trait Format {
     }
 }
 
-/// Why a pool whose labels sit beside its values (safetensors, CSV) has no labels to give
+/// Why a pool whose labels sit in its rows beside its values (CSV) has no labels to give
 /// without reading it whole.
 pub(crate) fn labels_beside_values(path: &Path) -> Error {
     Error::data(

@@ -440,7 +440,7 @@ fn pool_labels(
 ) -> Result<(Option<Vec<u32>>, Vec<String>)> {
     let pl = match crate::data::source::pool_labels(source, hub, observer) {
         Ok(pl) => pl,
-        // Tensor sources keep labels beside their values: read whole (no backbone involved).
+        // A CSV file keeps its labels beside its values: read whole (no backbone involved).
         Err(_) => {
             let loaded = crate::data::source::load(source, hub, observer, None)?;
             crate::data::stream::PoolLabels {

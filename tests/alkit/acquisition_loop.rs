@@ -401,7 +401,7 @@ fn resume_refuses_edited_run_state_naming_the_file() {
 #[test]
 fn curve_with_stream_runs_the_curve_it_runs_in_memory() {
     // The training split read from its source a chunk at a time (IDX files; a train/test
-    // image folder): the same metrics every cycle, the same picks, the same run fingerprints
+    // image folder; a safetensors file): the same metrics every cycle, the same picks, the same run fingerprints
     // as the run that decodes it into memory; `--resume` continues a streamed run.
     let dir = tmp("curve-stream");
     let (train, test) = shipped();
@@ -439,12 +439,20 @@ fn curve_with_stream_runs_the_curve_it_runs_in_memory() {
             })
             .collect()
     };
-    for (data, scorers) in [(data_dir(), "entropy,bald"), (folder, "margin")] {
+    // A safetensors embedding file (PyTorch's, shipped) streams too: its labels read in
+    // blocks, its test split from the header and the test tensors alone.
+    let embeddings =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("data/embeddings/mnist-rp32.safetensors");
+    for (data, scorers, model) in [
+        (data_dir(), "entropy,bald", "cnn"),
+        (folder, "margin", "cnn"),
+        (embeddings, "entropy", "linear"),
+    ] {
         let (a, b) = (dir.join("a"), dir.join("b"));
         let _ = std::fs::remove_dir_all(&a);
         let _ = std::fs::remove_dir_all(&b);
-        curve(&data, &a, scorers, &[]);
-        curve(&data, &b, scorers, &["--stream"]);
+        curve(&data, &a, scorers, &["--model", model]);
+        curve(&data, &b, scorers, &["--model", model, "--stream"]);
         let csv =
             |out: &Path| strip_timings(&std::fs::read_to_string(out.join("curve.csv")).unwrap());
         assert_eq!(csv(&a), csv(&b), "{}", data.display());

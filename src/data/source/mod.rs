@@ -227,9 +227,10 @@ pub fn load_splits(
 
 /// Every pool item's label and the class names, as [`load`] gives them, without decoding an
 /// item: the IDX label files, an image folder's listing (`train/`'s for a split folder), the
-/// label column of Parquet files and Hub shards. What a simulated run over a streamed pool
-/// takes its oracle's answers from. Safetensors and CSV pools keep their labels beside their
-/// values and are refused (read them whole).
+/// label column of Parquet files and Hub shards, a safetensors file's labels tensor read in
+/// blocks, an embedding file's labels. What a simulated run over a streamed pool takes its
+/// oracle's answers from. A CSV pool keeps its labels in the rows beside its values and is
+/// refused (read it whole).
 pub fn pool_labels(source: &Source, hub: &Hub, observer: &mut dyn Observer) -> Result<PoolLabels> {
     source.format().pool_labels(hub, observer)
 }

@@ -14,8 +14,7 @@ use crate::data::display::{self, Displays};
 use crate::data::labels::{declared_classes, LabelCheck};
 use crate::data::plan::ImagePlan;
 use crate::data::stream::{
-    labels_beside_values, position_ids, Chunk, Format, ItemStream, Items, Loaded, PoolLabels,
-    StreamIds,
+    position_ids, Chunk, Format, ItemStream, Items, Loaded, PoolLabels, StreamIds,
 };
 use crate::error::{DataProblem, Error, Result};
 use crate::hub::Hub;
@@ -51,11 +50,14 @@ impl Format for Safetensors<'_> {
     }
 
     fn load_test(&self, _hub: &Hub, _observer: &mut dyn Observer) -> Result<Option<Items>> {
-        Ok(load_safetensors(self.0)?.test)
+        load_test_split(self.0)
     }
 
+    /// The labels read in blocks, as a stream checks them when it opens: no item is read.
     fn pool_labels(&self, _hub: &Hub, _observer: &mut dyn Observer) -> Result<PoolLabels> {
-        Err(labels_beside_values(self.0))
+        let mut labels = Vec::new();
+        let (_, classes) = SafetensorsStream::open_with(self.0, |l| labels.push(l))?;
+        Ok(PoolLabels { labels, classes })
     }
 
     fn displays(&self) -> Result<Option<Displays>> {
@@ -379,7 +381,16 @@ fn load_safetensors(path: &Path) -> Result<Loaded> {
     let meta = meta.metadata().clone().unwrap_or_default();
     let listed = listed_classes(meta.get("classes").map(String::as_str));
     let (pool_names, test_names) = layout(|n| st.tensor(n).is_ok(), path)?;
-    let pool = load_split(&st, pool_names, listed.clone(), path)?.ok_or_else(|| {
+    let get = |name: &str| -> Result<Option<Tensor<'_>>> {
+        Ok(st.tensor(name).ok().map(|v| {
+            (
+                format!("{:?}", v.dtype()),
+                v.shape().to_vec(),
+                std::borrow::Cow::Borrowed(v.data()),
+            )
+        }))
+    };
+    let pool = load_split(get, pool_names, listed.clone(), path)?.ok_or_else(|| {
         bad(
             path,
             format!("has no tensor `{}` (items, ...)", pool_names.x),
@@ -389,22 +400,27 @@ fn load_safetensors(path: &Path) -> Result<Loaded> {
         ids: metadata_ids(meta.get("ids").map(String::as_str), pool.len(), path)?,
         ..pool
     };
-    let test = load_split(&st, test_names, listed, path)?;
+    let test = load_split(get, test_names, listed, path)?;
     if let Some(test) = &test {
         check_test_split(&pool, test, "tensor", (test_names.x, test_names.y), path)?;
     }
     Ok(Loaded { pool, test })
 }
 
+/// One tensor as a split reads it: dtype (safetensors' name), shape and bytes.
+type Tensor<'a> = (String, Vec<usize>, std::borrow::Cow<'a, [u8]>);
+
 /// One split's items (`None` when the file has no tensor `names.x`); ids are positions.
-fn load_split(
-    st: &safetensors::SafeTensors<'_>,
+/// `get` gives a tensor by name, `None` when the file has none (read whole through the
+/// `safetensors` crate, or from a checked header alone).
+fn load_split<'a>(
+    mut get: impl FnMut(&str) -> Result<Option<Tensor<'a>>>,
     names: Names,
     listed: Option<Vec<String>>,
     path: &Path,
 ) -> Result<Option<Items>> {
-    let Ok(xv) = st.tensor(names.x) else {
-        if st.tensor(names.y).is_ok() {
+    let Some((xdtype, shape, xdata)) = get(names.x)? else {
+        if get(names.y)?.is_some() {
             return Err(bad(
                 path,
                 format!("has labels `{}` but no items `{}`", names.y, names.x),
@@ -412,27 +428,22 @@ fn load_split(
         }
         return Ok(None);
     };
-    let shape = xv.shape().to_vec();
     check_items_shape(&shape, &names, path)?;
     let n = shape[0];
-    let dtype = Dtype::of(&format!("{:?}", xv.dtype()), &names, path)?;
-    let x = x_values(xv.data(), dtype, names.x, 0, path)?;
+    let dtype = Dtype::of(&xdtype, &names, path)?;
+    let x = x_values(&xdata, dtype, names.x, 0, path)?;
+    drop(xdata);
     let item_shape = x_item_shape(&shape);
-    let labels: Vec<Option<u32>> = match st.tensor(names.y) {
-        Err(_) => vec![None; n],
-        Ok(yv) => {
-            if yv.shape() != [n] {
+    let labels: Vec<Option<u32>> = match get(names.y)? {
+        None => vec![None; n],
+        Some((ydtype, yshape, ydata)) => {
+            if yshape != [n] {
                 return Err(bad(
                     path,
-                    format!(
-                        "tensor `{}` has shape {:?}; expected ({n},)",
-                        names.y,
-                        yv.shape()
-                    ),
+                    format!("tensor `{}` has shape {yshape:?}; expected ({n},)", names.y,),
                 ));
             }
-            let dtype = format!("{:?}", yv.dtype());
-            y_labels(yv.data(), &dtype, names.y, 0, path)?
+            y_labels(&ydata, &ydtype, names.y, 0, path)?
                 .into_iter()
                 .map(Some)
                 .collect()
@@ -446,6 +457,53 @@ fn load_split(
         labels,
         classes,
     }))
+}
+
+/// The test split alone, read from the checked header and the test tensors' bytes: no pool
+/// item is read. The split and its checks are [`load_safetensors`]'s.
+fn load_test_split(path: &Path) -> Result<Option<Items>> {
+    let mut h = CheckedHeader::read(path)?;
+    let (pool_names, test_names) = layout(|n| h.header.contains_key(n), path)?;
+    let listed = listed_classes(
+        h.header
+            .get("__metadata__")
+            .and_then(|m| m.get("classes"))
+            .and_then(Value::as_str),
+    );
+    let entry = |h: &CheckedHeader, name: &str| h.tensors.iter().find(|t| t.name == name).cloned();
+    let pool_x = entry(&h, pool_names.x).ok_or_else(|| {
+        bad(
+            path,
+            format!("has no tensor `{}` (items, ...)", pool_names.x),
+        )
+    })?;
+    let pool_shape: Vec<usize> = pool_x.shape.iter().map(|&d| d as usize).collect();
+    check_items_shape(&pool_shape, &pool_names, path)?;
+    let test = load_split(
+        |name| {
+            let Some(t) = entry(&h, name) else {
+                return Ok(None);
+            };
+            let bytes = h.bytes(&t, path)?;
+            let shape = t.shape.iter().map(|&d| d as usize).collect();
+            Ok(Some((t.dtype, shape, std::borrow::Cow::Owned(bytes))))
+        },
+        test_names,
+        listed,
+        path,
+    )?;
+    if let Some(test) = &test {
+        // What the check reads of the pool: its item shape.
+        let pool = Items {
+            ids: Vec::new(),
+            x: Vec::new(),
+            item_shape: x_item_shape(&pool_shape),
+            labels: Vec::new(),
+            classes: Vec::new(),
+        };
+        check_test_split(&pool, test, "tensor", (test_names.x, test_names.y), path)?;
+    }
+    Ok(test)
 }
 
 /// Labels from the little-endian bytes of a labels tensor `name` of dtype `dtype` (`U8`,
@@ -671,8 +729,18 @@ fn elem_size(dtype: &str) -> Option<u64> {
 }
 
 impl SafetensorsStream {
-    /// Opens `path` and checks its header (see the module docs); reads no item yet.
+    /// Opens `path` and checks its header and labels (see the module docs); reads no item yet.
     fn open(path: &Path) -> Result<SafetensorsStream> {
+        Self::open_with(path, |_| {}).map(|(stream, _)| stream)
+    }
+
+    /// [`SafetensorsStream::open`], each item's label (`None` without labels) given to
+    /// `label` in order as the labels are read in blocks and checked (never all held here),
+    /// with the class names they were checked against.
+    fn open_with(
+        path: &Path,
+        mut label: impl FnMut(Option<u32>),
+    ) -> Result<(SafetensorsStream, Vec<String>)> {
         let CheckedHeader {
             mut file,
             header: obj,
@@ -736,13 +804,16 @@ impl SafetensorsStream {
                 let first = (at / size) as usize;
                 for l in y_labels(&buf, &ydtype, names.y, first, path)? {
                     check.add(Some(l))?;
+                    label(Some(l));
                 }
                 at += buf.len() as u64;
             }
+        } else {
+            // Without labels every label is absent, which no class rule can refuse.
+            (0..dims[0]).for_each(|_| label(None));
         }
-        // Without labels every label is absent, which no class rule can refuse.
-        check.finish()?;
-        Ok(SafetensorsStream {
+        let classes = check.finish()?;
+        let stream = SafetensorsStream {
             path: path.to_path_buf(),
             file,
             name: names.x,
@@ -752,7 +823,8 @@ impl SafetensorsStream {
             item_shape,
             base: 8 + hlen + b,
             next: 0,
-        })
+        };
+        Ok((stream, classes))
     }
 }
 
