@@ -12,9 +12,8 @@ use std::path::{Path, PathBuf};
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = parent_dir(path);
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let tmp = temporary(path);
+    let (tmp, mut f) = temporary(path).map_err(|e| Error::io(path, e))?;
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
@@ -73,7 +72,7 @@ where
 /// A CSV file written a row at a time and put in place atomically, for tables too long to
 /// hold: rows go to a temporary file beside `path` (each ended by `\n`, a field quoted only
 /// where RFC 4180 needs it), and [`CsvFile::finish`] syncs it and renames it over `path` as
-/// [`write_atomic`] does. Dropped unfinished (an error, a panic), the temporary file is
+/// `write_atomic` does. Dropped unfinished (an error, a panic), the temporary file is
 /// removed and `path` is as it was.
 pub struct CsvFile {
     path: PathBuf,
@@ -86,8 +85,7 @@ impl CsvFile {
     pub fn create(path: &Path, header: &[&str]) -> Result<CsvFile> {
         let dir = parent_dir(path);
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let tmp = temporary(path);
-        let f = std::fs::File::create(&tmp).map_err(|e| Error::io(path, e))?;
+        let (tmp, f) = temporary(path).map_err(|e| Error::io(path, e))?;
         let mut file = CsvFile {
             path: path.to_path_buf(),
             tmp,
@@ -150,13 +148,26 @@ fn parent_dir(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// The temporary file beside `path` that an atomic write renames over it.
-fn temporary(path: &Path) -> PathBuf {
+/// A new temporary file beside `path` for an atomic write to rename over it, created (never
+/// opened if it exists, so a link planted under its name is not followed) under a name of
+/// this process and a counter of its own, so that two writes never share one.
+fn temporary(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    parent_dir(path).join(format!(".{name}.tmp-{}", std::process::id()))
+    let tmp = parent_dir(path).join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
+    Ok((tmp, f))
 }
 
 /// The path as the file system resolves it, for comparing paths: canonical when it exists,

@@ -6,4 +6,4 @@
 //! front, naming the setting, so that no job overwrites what it reads or loses work already
 //! done. Writes are atomic: a reader never sees half a file.
 
-pub use crate::fsutil::{check_output, check_output_dir, write_csv};
+pub use crate::fsutil::{check_output, check_output_dir, write_csv, CsvFile};

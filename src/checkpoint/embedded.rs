@@ -35,6 +35,8 @@ const CHECKED_ROWS: u64 = 256;
 
 /// What the head is read through: the arrays of one embedding file, by name.
 trait HeadFile {
+    /// What the file calls its arrays, for errors: "tensor" (safetensors) or "array" (numpy).
+    fn noun(&self) -> &'static str;
     /// The shape of array `name`, `None` when the file has none.
     fn shape(&self, name: &str) -> Option<Vec<u64>>;
     /// Every value of the array `name` (present, its shape checked by the caller), as f64.
@@ -46,6 +48,10 @@ trait HeadFile {
 }
 
 impl HeadFile for CheckedHeader {
+    fn noun(&self) -> &'static str {
+        "tensor"
+    }
+
     fn shape(&self, name: &str) -> Option<Vec<u64>> {
         self.tensors
             .iter()
@@ -94,6 +100,10 @@ impl Entry for CheckedHeader {
 }
 
 impl HeadFile for NpzHead {
+    fn noun(&self) -> &'static str {
+        "array"
+    }
+
     fn shape(&self, name: &str) -> Option<Vec<u64>> {
         NpzHead::shape(self, name).map(|s| s.iter().map(|&d| d as u64).collect())
     }
@@ -208,23 +218,24 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
         ));
     };
     let (b, logits) = (h.shape(HEAD_BIAS), h.shape(LOGITS));
+    let noun = h.noun();
     let &[n, d] = x.as_slice() else {
         return Err(bad(
             path,
-            format!("array `{FEATURES}` has shape {x:?}; expected (n, d)"),
+            format!("{noun} `{FEATURES}` has shape {x:?}; expected (n, d)"),
         ));
     };
     let &[c, wd] = w.as_slice() else {
         return Err(bad(
             path,
-            format!("array `{HEAD_WEIGHT}` has shape {w:?}; expected (C, d)"),
+            format!("{noun} `{HEAD_WEIGHT}` has shape {w:?}; expected (C, d)"),
         ));
     };
     if wd != d {
         return Err(bad(
             path,
             format!(
-                "array `{HEAD_WEIGHT}` has shape ({c}, {wd}) for features of dimension {d}: \
+                "{noun} `{HEAD_WEIGHT}` has shape ({c}, {wd}) for features of dimension {d}: \
                  it must be (classes, {d}), as PyTorch's nn.Linear stores it{}",
                 if c == d {
                     " (a matrix stored (d, classes) must be transposed)"
@@ -237,7 +248,7 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
     if c < 2 || d == 0 {
         return Err(bad(
             path,
-            format!("array `{HEAD_WEIGHT}` of shape ({c}, {d}): a head needs 2 classes or more and d >= 1"),
+            format!("{noun} `{HEAD_WEIGHT}` of shape ({c}, {d}): a head needs 2 classes or more and d >= 1"),
         ));
     }
     if let Some(b) = &b {
@@ -245,7 +256,7 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
             return Err(bad(
                 path,
                 format!(
-                    "array `{HEAD_BIAS}` has shape {b:?}; expected ({c},) for `{HEAD_WEIGHT}`'s {c} classes"
+                    "{noun} `{HEAD_BIAS}` has shape {b:?}; expected ({c},) for `{HEAD_WEIGHT}`'s {c} classes"
                 ),
             ));
         }
@@ -255,7 +266,7 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
             return Err(bad(
                 path,
                 format!(
-                    "array `{LOGITS}` has shape {l:?}; expected ({n}, {c}), a row of `{HEAD_WEIGHT}`'s \
+                    "{noun} `{LOGITS}` has shape {l:?}; expected ({n}, {c}), a row of `{HEAD_WEIGHT}`'s \
                      classes per item"
                 ),
             ));

@@ -609,14 +609,14 @@ enum HubModel {
     /// `config.json` and the weights (`model.safetensors`, else `pytorch_model.bin`).
     Weights { config: PathBuf, weights: PathBuf },
     /// `model.onnx` (with the repository's `config.json` beside it in the snapshot, where it
-    /// has one, for the preprocessing).
+    /// has one, for the preprocessing, and the external data files its weights lie in).
     Onnx(PathBuf),
 }
 
 /// The files of the Hub model repository `repo` (fetched through `hub` when not cached):
 /// `config.json` and weights, or where there are no weights `model.onnx` (its `config.json`
-/// fetched too when the repository has one). When none can be had, the error of the first
-/// file that could not is returned.
+/// fetched too when the repository has one, and the external data files it names). When none
+/// can be had, the error of the first file that could not is returned.
 fn hub_files(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<HubModel> {
     let config = hub.get(repo, RepoKind::Model, "config.json", observer);
     let weights = hub
@@ -643,8 +643,8 @@ fn hub_files(repo: &HubRepo, hub: &Hub, observer: &mut dyn Observer) -> Result<H
 
 /// The files checkpoint `name` is read from: `config.json` and `model.safetensors` of its
 /// folder, or of a Hub repository's cached snapshot (fetched through `hub` when missing, as
-/// [`open`] fetches them); for an ONNX model, the `.onnx` file and the `config.json` beside it
-/// where there is one.
+/// [`open`] fetches them); for an ONNX model, the `.onnx` file, the `config.json` beside it
+/// where there is one, and the external data files it names.
 pub fn files(name: &str, hub: &Hub, observer: &mut dyn Observer) -> Result<Vec<PathBuf>> {
     const FILES: [&str; 2] = ["config.json", "model.safetensors"];
     if embedded::has_head(Path::new(name)) {

@@ -63,7 +63,12 @@ pub fn outline(path: &Path) -> Result<Outline> {
     let bytes = read_model(path)?;
     let mut graph =
         parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
-    graph.dir = Some(model_dir(path));
+    let dir = model_dir(path);
+    // The files and ranges are checked as `load` checks them.
+    graph
+        .external_files(&dir)
+        .map_err(|e| Error::state(path, format!("external data: {e}")))?;
+    graph.dir = Some(dir);
     let external = locations(&graph, path)?;
     let logits = graph
         .outputs
@@ -279,6 +284,8 @@ struct Graph<'a> {
     /// The folder an initializer's external data file is named relative to (the model's);
     /// `None` refuses external data.
     dir: Option<std::path::PathBuf>,
+    /// The whole `ModelProto`, for the tensors outside the top graph's initializers.
+    model: &'a [u8],
 }
 
 fn parse_node(buf: &[u8]) -> std::result::Result<Node<'_>, String> {
@@ -324,6 +331,7 @@ fn parse_model(buf: &[u8]) -> std::result::Result<Graph<'_>, String> {
         outputs: Vec::new(),
         initializers: HashMap::new(),
         dir: None,
+        model: buf,
     };
     let mut seen = false;
     for f in fields(buf) {
@@ -437,12 +445,14 @@ impl External {
     }
 
     /// The file named, below `dir`: a relative path of plain names (no `..`, no root), as
-    /// ONNX's checker requires, so a model cannot make alkit read outside its folder.
+    /// ONNX's checker requires, so a model cannot make alkit or ONNX Runtime read outside its
+    /// folder. `*` (ONNX Runtime's `*/_ORT_MEM_ADDR_/*` takes the offset as a memory address),
+    /// `:` (a drive or an NTFS stream) and `\\` (a Windows separator) are refused too.
     fn path(&self, dir: &Path) -> std::result::Result<std::path::PathBuf, String> {
         use std::path::Component;
         let rel = Path::new(&self.location);
         let plain = !self.location.is_empty()
-            && !self.location.contains('\0')
+            && !self.location.contains(['\0', '*', ':', '\\'])
             && rel.components().all(|c| matches!(c, Component::Normal(_)));
         if !plain {
             return Err(format!(
@@ -459,8 +469,8 @@ impl External {
         use std::io::{Read, Seek, SeekFrom};
         let path = self.path(dir)?;
         let shown = path.display();
+        let size = regular_size(&path)?;
         let mut f = std::fs::File::open(&path).map_err(|e| format!("{shown}: {e}"))?;
-        let size = f.metadata().map_err(|e| format!("{shown}: {e}"))?.len();
         let want = want as u64;
         if self.length.is_some_and(|l| l != want) {
             return Err(format!(
@@ -482,12 +492,156 @@ impl External {
     }
 }
 
+/// The size of the regular file `path` (a link is followed: a Hub snapshot's files are links
+/// into its blobs); a folder, a FIFO or a device is refused, as nothing could be read from it.
+fn regular_size(path: &Path) -> std::result::Result<u64, String> {
+    let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    Ok(m.len())
+}
+
+/// Bytes of `count` values of ONNX data type `dtype`, `None` for strings and unknown types
+/// (4-bit types are packed two to a byte).
+fn data_bytes(dtype: i64, count: u64) -> Option<u64> {
+    match dtype {
+        2 | 3 | 9 | 17..=20 => Some(count),
+        4 | 5 | 10 | 16 => count.checked_mul(2),
+        1 | 6 | 12 => count.checked_mul(4),
+        7 | 11 | 13 | 14 => count.checked_mul(8),
+        15 => count.checked_mul(16),
+        21..=23 => Some(count.div_ceil(2)),
+        _ => None,
+    }
+}
+
+/// Whether the `TensorProto` `t` keeps its values in an external data file, and where: its
+/// name and the location, offset and length, the location checked ([`External::path`]) and
+/// the length the tensor's dims and type need (given where the file leaves it out, refused
+/// where it says another). `data_location` is read as protobuf reads an enum, its low 32
+/// bits, so a value ONNX Runtime takes for external is taken so here; any value other than
+/// default (0) and external (1) is refused.
+fn tensor_external(t: &[u8]) -> std::result::Result<Option<(String, External)>, String> {
+    let (mut dims, mut dtype, mut name) = (Vec::new(), 0i64, String::new());
+    let (mut ext, mut location) = (External::default(), 0u32);
+    for f in fields(t) {
+        match f? {
+            (1, Wire::Bytes(mut b)) => {
+                while !b.is_empty() {
+                    dims.push(varint(&mut b)?);
+                }
+            }
+            (1, Wire::Varint(v)) => dims.push(v),
+            (2, w) => dtype = int64(w, "a data type")?,
+            (8, w) => name = string(w, "a tensor name")?,
+            (13, Wire::Bytes(b)) => ext.entry(b)?,
+            (14, Wire::Varint(v)) => location = v as u32,
+            _ => {}
+        }
+    }
+    let shown = |name: &str| {
+        if name.is_empty() {
+            "a tensor".to_string()
+        } else {
+            format!("tensor `{name}`")
+        }
+    };
+    match location {
+        0 => return Ok(None),
+        1 => {}
+        v => return Err(format!("{}: data location {v} (0 or 1)", shown(&name))),
+    }
+    ext.path(Path::new("."))
+        .map_err(|e| format!("{}: {e}", shown(&name)))?;
+    let count = dims
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("{}: dimensions whose product overflows", shown(&name)))?;
+    match (data_bytes(dtype, count), ext.length) {
+        (Some(need), Some(l)) if l != need => {
+            return Err(format!(
+            "{}: external data length {l} for {count} values of data type {dtype} ({need} bytes)",
+            shown(&name)
+        ))
+        }
+        (Some(need), None) => ext.length = Some(need),
+        (None, None) => {
+            return Err(format!(
+                "{}: external data of data type {dtype} with no length",
+                shown(&name)
+            ))
+        }
+        _ => {}
+    }
+    Ok(Some((name, ext)))
+}
+
+/// Subgraphs nested deeper than this are refused (a hostile file could nest them until the
+/// walk ran out of stack).
+const MAX_GRAPH_DEPTH: usize = 64;
+
+/// Every tensor with external data anywhere in the `ModelProto` `model`, in file order: the
+/// graphs' initializers and sparse initializers, and every node attribute's tensors and
+/// subgraphs (`If`, `Loop`, `Scan`), which ONNX Runtime loads alike.
+fn external_tensors(model: &[u8]) -> std::result::Result<Vec<(String, External)>, String> {
+    fn sparse(b: &[u8], out: &mut Vec<(String, External)>) -> std::result::Result<(), String> {
+        for f in fields(b) {
+            if let (1 | 2, w) = f? {
+                out.extend(tensor_external(bytes(w, "a sparse tensor's values")?)?);
+            }
+        }
+        Ok(())
+    }
+    fn graph(
+        b: &[u8],
+        depth: usize,
+        out: &mut Vec<(String, External)>,
+    ) -> std::result::Result<(), String> {
+        if depth > MAX_GRAPH_DEPTH {
+            return Err(format!("subgraphs nested deeper than {MAX_GRAPH_DEPTH}"));
+        }
+        for f in fields(b) {
+            match f? {
+                (5, w) => out.extend(tensor_external(bytes(w, "an initializer")?)?),
+                (15, w) => sparse(bytes(w, "a sparse initializer")?, out)?,
+                (1, w) => {
+                    for f in fields(bytes(w, "a node")?) {
+                        let (5, w) = f? else { continue };
+                        for f in fields(bytes(w, "an attribute")?) {
+                            match f? {
+                                (5 | 10, w) => {
+                                    out.extend(tensor_external(bytes(w, "a tensor attribute")?)?)
+                                }
+                                (6 | 11, w) => graph(bytes(w, "a subgraph")?, depth + 1, out)?,
+                                (22 | 23, w) => {
+                                    sparse(bytes(w, "a sparse tensor attribute")?, out)?
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for f in fields(model) {
+        if let (7, w) = f? {
+            graph(bytes(w, "the graph")?, 0, &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
 /// Decodes a `TensorProto` of f32, f64, f16 or bf16 values, stored in the file (raw bytes or
 /// typed fields) or, with `dir`, in an external data file below it; every count is checked
 /// against the bytes present before anything is kept.
 fn decode_tensor(t: &[u8], dir: Option<&Path>) -> std::result::Result<Constant, String> {
-    let (mut dims, mut dtype, mut raw, mut external) = (Vec::new(), 0i64, None, false);
-    let mut ext = External::default();
+    let (mut dims, mut dtype, mut raw) = (Vec::new(), 0i64, None);
+    let external = tensor_external(t)?;
     let read;
     let (mut floats, mut doubles, mut int32s) = (Vec::new(), Vec::new(), Vec::new());
     for f in fields(t) {
@@ -525,8 +679,6 @@ fn decode_tensor(t: &[u8], dir: Option<&Path>) -> std::result::Result<Constant, 
                 }));
             }
             (10, Wire::I64(v)) => doubles.push(f64::from_bits(v) as f32),
-            (13, Wire::Bytes(b)) => ext.entry(b)?,
-            (14, Wire::Varint(1)) => external = true,
             _ => {}
         }
     }
@@ -548,7 +700,7 @@ fn decode_tensor(t: &[u8], dir: Option<&Path>) -> std::result::Result<Constant, 
             ))
         }
     };
-    if external {
+    if let Some((_, ext)) = external {
         let dir = dir.ok_or("its values are kept in an external data file")?;
         let want = count
             .checked_mul(size)
@@ -610,34 +762,15 @@ struct Head {
 }
 
 impl<'a> Graph<'a> {
-    /// The initializers whose values lie in external data files, by name, with where they
-    /// lie; every location checked to be a relative path of plain names (no `..`, no root).
-    fn externals(&self) -> std::result::Result<Vec<(&str, External)>, String> {
-        let mut out = Vec::new();
-        for (name, t) in &self.initializers {
-            let (mut ext, mut external) = (External::default(), false);
-            for f in fields(t) {
-                match f.map_err(|e| format!("initializer `{name}`: {e}"))? {
-                    (13, Wire::Bytes(b)) => ext
-                        .entry(b)
-                        .map_err(|e| format!("initializer `{name}`: {e}"))?,
-                    (14, Wire::Varint(1)) => external = true,
-                    _ => {}
-                }
-            }
-            if external {
-                ext.path(Path::new("."))
-                    .map_err(|e| format!("initializer `{name}`: {e}"))?;
-                out.push((name.as_str(), ext));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(b.0));
-        Ok(out)
+    /// Every tensor whose values lie in an external data file ([`external_tensors`]), by
+    /// name, with where they lie, each checked ([`tensor_external`]).
+    fn externals(&self) -> std::result::Result<Vec<(String, External)>, String> {
+        external_tensors(self.model)
     }
 
-    /// The external data files the initializers name below `dir`, each once, in the order
-    /// of the initializers' names, every range within its file's size: a model is refused
-    /// by name before ONNX Runtime reads any of them.
+    /// The external data files the model's tensors name below `dir`, each once, in file
+    /// order, each a regular file holding every range named in it: a model is refused by
+    /// name before ONNX Runtime reads any of them.
     fn external_files(&self, dir: &Path) -> std::result::Result<Vec<std::path::PathBuf>, String> {
         let mut files: Vec<std::path::PathBuf> = Vec::new();
         let mut sizes: HashMap<std::path::PathBuf, u64> = HashMap::new();
@@ -646,9 +779,7 @@ impl<'a> Graph<'a> {
             let size = match sizes.get(&path) {
                 Some(&s) => s,
                 None => {
-                    let s = std::fs::metadata(&path)
-                        .map_err(|e| format!("initializer `{name}`: {}: {e}", path.display()))?
-                        .len();
+                    let s = regular_size(&path).map_err(|e| format!("tensor `{name}`: {e}"))?;
                     sizes.insert(path.clone(), s);
                     files.push(path.clone());
                     s
@@ -657,7 +788,7 @@ impl<'a> Graph<'a> {
             let end = ext.offset.checked_add(ext.length.unwrap_or(0));
             if end.is_none_or(|e| e > size) {
                 return Err(format!(
-                    "initializer `{name}`: {} holds {size} bytes; its values lie at offset {} \
+                    "tensor `{name}`: {} holds {size} bytes; its values lie at offset {} \
                      length {}",
                     path.display(),
                     ext.offset,
@@ -1062,7 +1193,7 @@ pub fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> 
     // and large exports write them) lie beside the model: checked here, read by ONNX Runtime
     // from the model's folder, and the last layer's read from them too.
     let dir = model_dir(path);
-    let external = graph
+    graph
         .external_files(&dir)
         .map_err(|e| Error::state(path, format!("external data: {e}")))?;
     graph.dir = Some(dir.clone());
@@ -1177,20 +1308,17 @@ pub fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> 
     let threads = rayon::current_num_threads().max(1);
     let session = contain(path, "ONNX Runtime", || {
         let refused = |e: String| Error::state(path, format!("ONNX Runtime refused it: {e}"));
-        let mut builder = Session::builder(env)
+        // A model given as bytes has no folder of its own: name the one its external data
+        // lie in (checked above), wherever in the graph a tensor names them.
+        Session::builder(env)
             .map_err(|e| refused(e.to_string()))?
             .with_intra_threads(threads)
-            .map_err(|e| refused(e.to_string()))?;
-        if !external.is_empty() {
-            // A model given as bytes has no folder of its own: name the one its data lie in.
-            builder = builder
-                .with_config_entry(
-                    "session.model_external_initializers_file_folder_path",
-                    dir.to_string_lossy(),
-                )
-                .map_err(|e| refused(e.to_string()))?;
-        }
-        builder
+            .map_err(|e| refused(e.to_string()))?
+            .with_config_entry(
+                "session.model_external_initializers_file_folder_path",
+                dir.to_string_lossy(),
+            )
+            .map_err(|e| refused(e.to_string()))?
             .commit_from_memory(&bytes)
             .map_err(|e| refused(e.to_string()))
     })?;

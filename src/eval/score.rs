@@ -159,10 +159,18 @@ fn check_pool_scoring(job: &ScoreJob, scorers: &[Arc<dyn Scorer>]) -> Result<()>
     Ok(())
 }
 
-/// Refuses an output file that would overwrite the job's checkpoint or data.
-fn check_out(job: &ScoreJob) -> Result<()> {
-    let mut inputs: Vec<&Path> = job.checkpoints.iter().map(Path::new).collect();
-    inputs.push(Path::new(&job.data));
+/// Refuses an output file that would overwrite the job's checkpoint (any file it is read
+/// from: an ONNX model's external data beside it too) or data.
+fn check_out(job: &ScoreJob, hub: &Hub) -> Result<()> {
+    let mut inputs: Vec<PathBuf> = job.checkpoints.iter().map(PathBuf::from).collect();
+    for name in job.checkpoints.iter().filter(|n| !n.starts_with("hf:")) {
+        // A checkpoint that cannot be listed is refused when it is opened, by name.
+        if let Ok(files) = crate::checkpoint::files(name, hub, &mut Silent) {
+            inputs.extend(files);
+        }
+    }
+    inputs.push(PathBuf::from(&job.data));
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     crate::fsutil::check_output("out", &job.out, &inputs)
 }
 
@@ -264,7 +272,7 @@ pub fn run(
         None => per_item_scorers(&job.scorers, &settings)?,
     };
     check_pool_scoring(job, &scorers)?;
-    check_out(job)?;
+    check_out(job, hub)?;
     let selection = match (joint, settings.select.selection(settings.beta)) {
         (Some(_), _) => Selection::TopK,
         (None, Some(s)) => s,
@@ -654,7 +662,7 @@ fn select_jointly(
     if job.batch == Some(0) {
         return Err(Error::config("batch", "must be at least 1"));
     }
-    check_out(job)?;
+    check_out(job, hub)?;
     let ck = open_checkpoint(job, hub, device, observer)?;
     ck.config.arch.check_needs(name, &selector.needs())?;
     let data = job.data.as_str();
@@ -845,8 +853,9 @@ pub fn score_chunks(
     let ranked = plan.top.is_some() || sharded;
     if table.is_some() && (ranked || plan.draws) {
         return Err(Error::config(
-            "top",
-            "a table written as it is scored holds every item: it keeps no best items nor draws",
+            if sharded { "shard" } else { "top" },
+            "a table written as it is scored holds every item: it keeps no best items, shard \
+             nor draws",
         ));
     }
     // Keys of one item alone allow a running best-`top`; softrank's need every score.

@@ -189,7 +189,8 @@ impl SessionOptions {
     ) -> Result<Option<crate::data::stream::Listed>> {
         match (from, &self.embedded_from) {
             (Source::Csv(_), Some(name)) => {
-                let (_, loaded) = load_named(name, None, hub, observer)?;
+                let (_, loaded) = load_named(name, None, hub, observer)
+                    .context_with(|| format!("listing {from}"))?;
                 Ok(Some(crate::data::stream::Listed {
                     given: loaded.pool.given_labels(),
                     classes: loaded.pool.classes,

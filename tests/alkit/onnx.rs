@@ -585,6 +585,143 @@ mod with_runtime {
         .concat()
     }
 
+    /// A float `TensorProto` `name` of `dims` whose values lie in external data at
+    /// `location` (with more `entries`, such as `offset` and `length`), `data_location` as
+    /// given (1 is external).
+    fn external_tensor(
+        name: &str,
+        dims: &[u64],
+        location: &str,
+        entries: &[(&str, &str)],
+        data_location: u64,
+    ) -> Vec<u8> {
+        let entry = |k: &str, v: &str| {
+            bytes_field(
+                13,
+                &[bytes_field(1, k.as_bytes()), bytes_field(2, v.as_bytes())].concat(),
+            )
+        };
+        let mut t = Vec::new();
+        for d in dims {
+            t.extend(int_field(1, *d));
+        }
+        t.extend(int_field(2, 1));
+        t.extend(bytes_field(8, name.as_bytes()));
+        t.extend(entry("location", location));
+        for (k, v) in entries {
+            t.extend(entry(k, v));
+        }
+        t.extend(int_field(14, data_location));
+        t
+    }
+
+    #[test]
+    fn external_data_anywhere_in_a_graph_is_checked_before_onnx_runtime_reads_it() {
+        // Refused before ONNX Runtime is loaded: no runtime is needed.
+        let dir = tmp("onnx-external-hostile");
+        std::fs::write(dir.join("w.bin"), [0u8; 8]).unwrap();
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        // Pieces appended to a valid model: protobuf merges a repeated `graph` field into the
+        // first, so each adds an initializer, a node or a subgraph to it.
+        let graph_with =
+            |graph: Vec<u8>| [tiny(["N", "3", "4", "4"], "gemm"), bytes_field(7, &graph)].concat();
+        let initializer = |t: Vec<u8>| graph_with(bytes_field(5, &t));
+        let attribute = |name: &str, field: u64, payload: Vec<u8>| {
+            let a = [
+                bytes_field(1, name.as_bytes()),
+                bytes_field(field, &payload),
+            ]
+            .concat();
+            let n = [
+                bytes_field(2, b"extra"),
+                bytes_field(4, b"Constant"),
+                bytes_field(5, &a),
+            ]
+            .concat();
+            graph_with(bytes_field(1, &n))
+        };
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            (
+                "a parent folder",
+                initializer(external_tensor("e", &[2], "../w.bin", &[], 1)),
+                "`../w.bin` is not a relative path below the model's folder",
+            ),
+            (
+                "an absolute path",
+                initializer(external_tensor("e", &[2], "/etc/hostname", &[], 1)),
+                "`/etc/hostname` is not a relative path",
+            ),
+            (
+                "ONNX Runtime's memory address tag",
+                initializer(external_tensor("e", &[2], "*/_ORT_MEM_ADDR_/*", &[], 1)),
+                "is not a relative path",
+            ),
+            (
+                "external by its low 32 bits",
+                initializer(external_tensor("e", &[2], "../w.bin", &[], 0x1_0000_0001)),
+                "`../w.bin` is not a relative path",
+            ),
+            (
+                "an unknown data location",
+                initializer(external_tensor("e", &[2], "w.bin", &[], 2)),
+                "tensor `e`: data location 2",
+            ),
+            (
+                "a folder",
+                initializer(external_tensor("e", &[2], "sub", &[], 1)),
+                "not a regular file",
+            ),
+            (
+                "a range past the file, no length given",
+                initializer(external_tensor("e", &[4], "w.bin", &[], 1)),
+                "holds 8 bytes; its values lie at offset 0 length 16",
+            ),
+            (
+                "a length the dims do not need",
+                initializer(external_tensor("e", &[2], "w.bin", &[("length", "4")], 1)),
+                "external data length 4 for 2 values",
+            ),
+            (
+                "a Constant node's tensor",
+                attribute("value", 5, external_tensor("c", &[2], "../w.bin", &[], 1)),
+                "tensor `c`: external data location `../w.bin`",
+            ),
+            (
+                "an If's subgraph initializer",
+                attribute(
+                    "then_branch",
+                    6,
+                    bytes_field(5, &external_tensor("s", &[2], "../w.bin", &[], 1)),
+                ),
+                "tensor `s`: external data location `../w.bin`",
+            ),
+        ];
+        for (what, model, words) in cases {
+            let path = dir.join("model.onnx");
+            std::fs::write(&path, &model).unwrap();
+            let e = open(&path, None, &mut Notes::default())
+                .err()
+                .unwrap_or_else(|| panic!("{what}: opened"))
+                .to_string();
+            assert!(
+                e.contains("external data") && e.contains(words),
+                "{what}: {e}"
+            );
+            let e = checkpoint::onnx::outline(&path).unwrap_err().to_string();
+            assert!(e.contains(words), "{what}: outline: {e}");
+        }
+        // The same tensor within its file's 8 bytes is accepted by the checks (outline).
+        let path = dir.join("model.onnx");
+        std::fs::write(
+            &path,
+            initializer(external_tensor("e", &[2], "w.bin", &[], 1)),
+        )
+        .unwrap();
+        let o = checkpoint::onnx::outline(&path).unwrap();
+        assert_eq!(o.external, ["w.bin"]);
+        assert_eq!(o.last_layer.unwrap().1, 2);
+    }
+
     #[test]
     fn weights_in_an_external_data_file_score_as_inline_ones_and_a_bad_file_is_refused() {
         if !runtime() {

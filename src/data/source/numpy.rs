@@ -729,8 +729,14 @@ impl NpzHead {
         let h = b.header()?;
         let data = match (rows, h.shape.as_slice()) {
             (Some(r), &[n, d]) => {
+                // Within the array's bytes, whose size the header check bounded.
                 let size = h.dtype.size().unwrap_or(1) as u64;
-                b.take((r.min(n) * d) as u64 * size)?
+                let len = (r.min(n) as u64)
+                    .checked_mul(d as u64)
+                    .and_then(|v| v.checked_mul(size))
+                    .unwrap_or(h.data_len)
+                    .min(h.data_len);
+                b.take(len)?
             }
             _ => b.rest(&h)?,
         };
