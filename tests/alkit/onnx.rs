@@ -585,6 +585,63 @@ mod with_runtime {
         .concat()
     }
 
+    #[test]
+    fn an_onnx_model_is_a_frozen_backbone_for_a_curve() {
+        if !runtime() {
+            return;
+        }
+        let dir = tmp("onnx-backbone");
+        let data = dir.join("photos");
+        photos(&data.join("train"));
+        photos(&data.join("test"));
+        let cache = dir.join("cache");
+        let curve = |out: &Path| {
+            alkit_cmd()
+                .args(["-q", "curve", "--data"])
+                .arg(&data)
+                .arg("--backbone")
+                .arg(model("resnet"))
+                .arg("--embed-cache")
+                .arg(&cache)
+                .args([
+                    "--model",
+                    "linear",
+                    "--initial",
+                    "2",
+                    "--query",
+                    "2",
+                    "--cycles",
+                    "1",
+                ])
+                .args(["--scorer", "entropy,regrad", "--layers", "last", "--out"])
+                .arg(out)
+                .output()
+                .unwrap()
+        };
+        let o = curve(&dir.join("a"));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = std::fs::read_to_string(dir.join("a/curve.csv")).unwrap();
+        // Two scorers, cycles 0 and 1 each; the gradient scorer is the head's last layer's.
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(text.contains("\nregrad@last,0,1,4,"), "{text}");
+        // The photos were embedded once through ONNX Runtime: a second curve reuses the file.
+        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+        let o = curve(&dir.join("b"));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+        let cols = |p: &Path| -> Vec<String> {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| l.split(',').take(6).collect::<Vec<_>>().join(","))
+                .collect()
+        };
+        assert_eq!(
+            cols(&dir.join("a/curve.csv")),
+            cols(&dir.join("b/curve.csv"))
+        );
+    }
+
     /// A float `TensorProto` `name` of `dims` whose values lie in external data at
     /// `location` (with more `entries`, such as `offset` and `length`), `data_location` as
     /// given (1 is external).
