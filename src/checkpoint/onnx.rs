@@ -14,7 +14,9 @@
 //! what the graph multiplies: `h W^T + b` is its logits (a probe batch checks it when the model
 //! is opened). Nothing else of the graph is interpreted: the file is parsed here only as far as
 //! the graph's nodes, outputs and initializers (a protobuf reader that checks every length
-//! against what is left), and ONNX Runtime runs it.
+//! against what is left), and ONNX Runtime runs it. Weights kept in external data files are
+//! checked wherever a tensor names one (location, regular file, byte range) before ONNX
+//! Runtime is given the model, and read from the model's folder by both.
 //!
 //! The preprocessing is timm's: a timm `config.json` beside the model (as `save_config_for_hf`
 //! writes it) says the input size, resize, crop, mean, std and class names, timm's defaults
