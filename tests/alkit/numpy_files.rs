@@ -284,3 +284,114 @@ fn a_head_s_curve_on_an_npz_and_scores_over_an_npy_pool() {
     };
     assert_eq!(scores(&npz), scores(&npy));
 }
+
+#[test]
+fn a_hub_dataset_of_embedding_shards_reads_as_one_pool_whole_streamed_and_in_a_curve() {
+    let Some(py) = python() else {
+        return;
+    };
+    let dir = tmp("hub-embeddings");
+    let files = dir.join("files");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/hub_embeddings.py");
+    let o = Command::new(py).arg(&script).arg(&files).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cache = dir.join("hub");
+    let shards = [
+        "README.md",
+        "data/train-00000-of-00002.parquet",
+        "data/train-00001-of-00002.parquet",
+        "data/test-00000-of-00001.parquet",
+    ];
+    let listed: Vec<(&str, PathBuf)> = shards.iter().map(|f| (*f, files.join(f))).collect();
+    fake_hub_cache(&cache, "datasets--test--emb", &listed);
+    let hub = Hub::new(&cache, true);
+    let src = Source::parse("hf:test/emb").unwrap();
+    // Whole: the two train shards one after the other, the card's classes, the test shard.
+    let loaded = load_source(&src, &hub, &mut Silent, None).unwrap();
+    let expected = load_source(
+        &Source::parse(&files.join("expected.safetensors").to_string_lossy()).unwrap(),
+        &hub,
+        &mut Silent,
+        None,
+    )
+    .unwrap();
+    assert_eq!(loaded.pool.item_shape, [8]);
+    assert_eq!(bits(&loaded.pool.x), bits(&expected.pool.x));
+    assert_eq!(loaded.pool.labels, expected.pool.labels);
+    assert_eq!(loaded.pool.classes, ["cat", "dog", "bird"]);
+    assert_eq!(loaded.pool.ids.len(), 55);
+    assert_eq!(loaded.pool.ids[54], "54");
+    let test = loaded.test.as_ref().unwrap();
+    assert_eq!(bits(&test.x), bits(&expected.test.as_ref().unwrap().x));
+    // Streamed in chunks that cross the shards' boundary: the same items; the labels and
+    // the test split alone, as a streamed run reads them.
+    let mut stream = alkit::data::source::open(&src, &hub, &mut Silent, None).unwrap();
+    let (mut ids, mut x) = (Vec::new(), Vec::new());
+    while let Some(c) = stream.next_chunk(7).unwrap() {
+        ids.extend(c.ids);
+        x.extend(c.x);
+    }
+    assert_eq!(ids, loaded.pool.ids);
+    assert_eq!(bits(&x), bits(&loaded.pool.x));
+    let labels = alkit::data::source::pool_labels(&src, &hub, &mut Silent).unwrap();
+    assert_eq!(labels.labels, loaded.pool.labels);
+    assert_eq!(labels.classes, loaded.pool.classes);
+    let alone = alkit::data::source::load_test(&src, &hub, &mut Silent)
+        .unwrap()
+        .unwrap();
+    assert_eq!(bits(&alone.x), bits(&test.x));
+    // A curve on it, in memory and streamed: the same curve.
+    let curve = |out: &Path, extra: &[&str]| {
+        let o = alkit_cmd()
+            .args(["-q", "curve", "--data", "hf:test/emb", "--model", "linear"])
+            .args([
+                "--initial",
+                "6",
+                "--query",
+                "6",
+                "--cycles",
+                "2",
+                "--scorer",
+                "entropy",
+            ])
+            .args(extra)
+            .arg("--out")
+            .arg(out)
+            .env("HF_HUB_CACHE", &cache)
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(out.join("curve.csv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.split(',').take(6).collect::<Vec<_>>().join(","))
+            .collect::<Vec<_>>()
+    };
+    let a = curve(&dir.join("a"), &[]);
+    assert_eq!(a.len(), 4, "{a:?}");
+    assert_eq!(a, curve(&dir.join("b"), &["--stream"]));
+    // A shard whose columns differ from the first's is refused by name.
+    let other = dir.join("other.parquet");
+    let o = Command::new(python().unwrap())
+        .arg("-c")
+        .arg(format!(
+            "import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.table({{'embedding': pa.array([[0.5] * 8], type=pa.list_(pa.float32())), 'label': [1]}}), {:?})",
+            other.to_string_lossy()
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bad_cache = dir.join("bad-hub");
+    let mut bad = listed.clone();
+    bad[2] = ("data/train-00001-of-00002.parquet", other);
+    fake_hub_cache(&bad_cache, "datasets--test--emb", &bad);
+    let e = load_source(&src, &Hub::new(&bad_cache, true), &mut Silent, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("train-00001-of-00002.parquet")
+            && e.contains("other columns than the first shard's"),
+        "{e}"
+    );
+}

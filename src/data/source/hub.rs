@@ -1,10 +1,14 @@
 //! Hub datasets (`hf:OWNER/NAME[@REV]`): the `*train*` and `*test*` Parquet shards `datasets`
-//! publishes, read as [Parquet](super::parquet) with the class names of the dataset card, or
-//! the four IDX files anywhere in the repository, read as an [IDX folder](super::idx). Files
-//! are fetched into the Hub cache when missing.
+//! publishes, read as [Parquet](super::parquet) with the class names of the dataset card (or,
+//! when the first train shard's schema has a list column, as one
+//! [table of embeddings](super::parquet_embeddings) across the shards), or the four IDX files
+//! anywhere in the repository, read as an [IDX folder](super::idx). Files are fetched into the
+//! Hub cache when missing.
 
 use super::idx::{Idx, IDX_FILES};
 use super::parquet::{ParquetPool, ParquetStream};
+use super::parquet_embeddings::{first_dim, is_embedding_table, EmbeddingTable};
+use super::safetensors::check_test_split;
 use crate::data::plan::ImagePlan;
 use crate::data::stream::{Format, ItemStream, Items, Loaded, PoolLabels};
 use crate::error::{Error, Result};
@@ -28,6 +32,56 @@ impl HubDataset<'_> {
             .map(|f| hub.get(self.0, RepoKind::Dataset, f, observer))
             .collect()
     }
+
+    /// The shards `paths` (fetched, at least one) as one table of embeddings, when the first
+    /// one's schema makes it one; `None` for image tables.
+    fn embeddings(
+        &self,
+        paths: &[PathBuf],
+        classes: Option<Vec<String>>,
+    ) -> Result<Option<EmbeddingTable>> {
+        match paths.first() {
+            Some(first) if is_embedding_table(first)? => {
+                let name = PathBuf::from(self.0.to_string());
+                EmbeddingTable::open_files(paths, classes, &name).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The test split of a dataset of embeddings, checked against the pool's dimension.
+    fn embedding_test(
+        &self,
+        pool_shape: &[usize],
+        test: &[String],
+        classes: Option<Vec<String>>,
+        hub: &Hub,
+        observer: &mut dyn Observer,
+    ) -> Result<Option<Items>> {
+        if test.is_empty() {
+            return Ok(None);
+        }
+        let paths = self.fetch(test, hub, observer)?;
+        let name = PathBuf::from(self.0.to_string());
+        let Some(table) = self.embeddings(&paths, classes)? else {
+            return Err(Error::data(
+                &name,
+                crate::error::DataProblem::Other(
+                    "its train shards hold embeddings, its test shards do not".into(),
+                ),
+            ));
+        };
+        let test = table.items()?;
+        let pool = Items {
+            ids: Vec::new(),
+            x: Vec::new(),
+            item_shape: pool_shape.to_vec(),
+            labels: Vec::new(),
+            classes: Vec::new(),
+        };
+        check_test_split(&pool, &test, "column", ("features", "label"), &name)?;
+        Ok(Some(test))
+    }
 }
 
 impl Format for HubDataset<'_> {
@@ -45,6 +99,9 @@ impl Format for HubDataset<'_> {
             HubLayout::Idx(dir) => Idx(&dir).open(hub, observer, plan),
             HubLayout::Parquet { train, classes, .. } => {
                 let paths = self.fetch(&train, hub, observer)?;
+                if let Some(table) = self.embeddings(&paths, classes.clone())? {
+                    return Ok(Box::new(table));
+                }
                 Ok(Box::new(
                     ParquetStream::open(paths, classes, &PathBuf::from(self.0.to_string()))?
                         .with(plan),
@@ -66,6 +123,13 @@ impl Format for HubDataset<'_> {
                 classes,
             } => {
                 let name = PathBuf::from(self.0.to_string());
+                let paths = self.fetch(&train, hub, observer)?;
+                if let Some(table) = self.embeddings(&paths, classes.clone())? {
+                    let pool = table.items()?;
+                    let test =
+                        self.embedding_test(&pool.item_shape, &test, classes, hub, observer)?;
+                    return Ok(Loaded { pool, test });
+                }
                 let mut read = |shards: &[String]| -> Result<Option<Items>> {
                     if shards.is_empty() {
                         return Ok(None);
@@ -88,6 +152,9 @@ impl Format for HubDataset<'_> {
         match hub_layout(self.0, hub, observer)? {
             HubLayout::Parquet { train, classes, .. } => {
                 let paths = self.fetch(&train, hub, observer)?;
+                if let Some(table) = self.embeddings(&paths, classes.clone())? {
+                    return Ok(table.pool_labels());
+                }
                 let name = PathBuf::from(self.0.to_string());
                 ParquetPool::scan(paths, classes, &name, true).map(ParquetPool::labels)
             }
@@ -97,7 +164,17 @@ impl Format for HubDataset<'_> {
 
     fn load_test(&self, hub: &Hub, observer: &mut dyn Observer) -> Result<Option<Items>> {
         match hub_layout(self.0, hub, observer)? {
-            HubLayout::Parquet { test, classes, .. } if !test.is_empty() => {
+            HubLayout::Parquet {
+                train,
+                test,
+                classes,
+            } if !test.is_empty() => {
+                // A dataset of embeddings: the pool's dimension from its first row.
+                let first = self.fetch(&train[..1], hub, observer)?;
+                if is_embedding_table(&first[0])? {
+                    let d = first_dim(&first[0])?;
+                    return self.embedding_test(&[d], &test, classes, hub, observer);
+                }
                 let paths = self.fetch(&test, hub, observer)?;
                 let name = PathBuf::from(self.0.to_string());
                 ParquetPool::scan(paths, classes, &name, true)?

@@ -66,7 +66,7 @@ fn leaf(t: &Type) -> Option<&Type> {
 }
 
 /// Which top-level columns hold what, by their position in a row.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 struct Columns {
     features: usize,
     features_name: String,
@@ -233,8 +233,12 @@ fn parse_row(row: &parquet::record::Row, r: usize, cols: &Columns, path: &Path) 
     Ok(out)
 }
 
-/// An embedding table's rows, read in order.
+/// An embedding table's rows, read in order: one file's, or a Hub dataset's shards' one after
+/// another (each shard with the first one's columns).
 struct Rows {
+    files: Vec<PathBuf>,
+    /// The file being read (errors name it), its rows, and the row within it.
+    at: usize,
     path: PathBuf,
     cols: Columns,
     rows: parquet::record::reader::RowIter<'static>,
@@ -242,29 +246,70 @@ struct Rows {
 }
 
 impl Rows {
-    fn open(path: &Path) -> Result<Rows> {
-        let r = reader(path)?;
-        let cols = columns(r.metadata().file_metadata().schema(), path)?;
-        let rows = contain(path, "the Parquet reader", || Ok(r.into_iter()))?;
+    /// The rows of `files` (at least one), the first file opened and its columns picked.
+    fn open(files: &[PathBuf]) -> Result<Rows> {
+        let first = files
+            .first()
+            .ok_or_else(|| bad(Path::new("."), "no Parquet file to read"))?;
+        let (cols, rows) = Self::file(first, None)?;
         Ok(Rows {
-            path: path.to_path_buf(),
+            files: files.to_vec(),
+            at: 0,
+            path: first.clone(),
             cols,
             rows,
             row: 0,
         })
     }
 
+    /// A checked reader of `path` and its columns, which must be `like`'s where given.
+    fn file(
+        path: &Path,
+        like: Option<&Columns>,
+    ) -> Result<(Columns, parquet::record::reader::RowIter<'static>)> {
+        let r = reader(path)?;
+        let cols = columns(r.metadata().file_metadata().schema(), path)?;
+        if like.is_some_and(|c| *c != cols) {
+            return Err(bad(
+                path,
+                "has other columns than the first shard's (a dataset's shards share one schema)",
+            ));
+        }
+        let rows = contain(path, "the Parquet reader", || Ok(r.into_iter()))?;
+        Ok((cols, rows))
+    }
+
     fn next_row(&mut self) -> Result<Option<Row>> {
-        let (path, r) = (&self.path, self.row);
-        let rows = &mut self.rows;
-        let next = contain(path, "the Parquet reader", || {
-            rows.next()
-                .transpose()
-                .map_err(|e| bad(path, format!("row {r}: {e}")))
-        })?;
-        let Some(row) = next else { return Ok(None) };
-        self.row += 1;
-        parse_row(&row, r, &self.cols, path).map(Some)
+        loop {
+            let (path, r) = (&self.path, self.row);
+            let rows = &mut self.rows;
+            let next = contain(path, "the Parquet reader", || {
+                rows.next()
+                    .transpose()
+                    .map_err(|e| bad(path, format!("row {r}: {e}")))
+            })?;
+            if let Some(row) = next {
+                self.row += 1;
+                return parse_row(&row, r, &self.cols, path).map(Some);
+            }
+            if self.at + 1 >= self.files.len() {
+                return Ok(None);
+            }
+            self.at += 1;
+            self.path = self.files[self.at].clone();
+            let (_, rows) = Self::file(&self.path, Some(&self.cols))?;
+            self.rows = rows;
+            self.row = 0;
+        }
+    }
+}
+
+/// The dimension of an embedding table's items: its first row's length (no other row read).
+pub(super) fn first_dim(path: &Path) -> Result<usize> {
+    let mut rows = Rows::open(&[path.to_path_buf()])?;
+    match rows.next_row()? {
+        Some(row) if !row.x.is_empty() => Ok(row.x.len()),
+        _ => Err(bad(path, "holds no rows")),
     }
 }
 
@@ -283,23 +328,45 @@ pub(super) struct EmbeddingTable {
 impl EmbeddingTable {
     /// Scans `path` once: every row's length, values, label and id.
     pub(super) fn open(path: &Path) -> Result<EmbeddingTable> {
-        let mut rows = Rows::open(path)?;
-        let name = rows.cols.features_name.clone();
+        Self::open_files(&[path.to_path_buf()], None, path)
+    }
+
+    /// Scans `files` once, in order, as one table (a Hub dataset's shards, `name` naming it):
+    /// the same checks as [`EmbeddingTable::open`], labels against `classes` where the
+    /// dataset card names them.
+    pub(super) fn open_files(
+        files: &[PathBuf],
+        classes: Option<Vec<String>>,
+        name: &Path,
+    ) -> Result<EmbeddingTable> {
+        let mut rows = Rows::open(files)?;
+        let path = name;
+        // A row of one file; an item across a dataset's shards.
+        let unit = if files.len() > 1 { "item" } else { "row" };
+        let column = rows.cols.features_name.clone();
         let mut d = None;
         let (mut ids, mut labels, mut shown) = (Vec::new(), Vec::new(), Vec::new());
-        let mut check = LabelCheck::new(None, "the label column", path)?;
+        let declared_by = if classes.is_some() {
+            "the dataset card"
+        } else {
+            "the label column"
+        };
+        let mut check = LabelCheck::new(classes, declared_by, path)?;
         while let Some(row) = rows.next_row()? {
             let r = labels.len();
             match d {
                 None if row.x.is_empty() => {
-                    return Err(bad(path, format!("row 0: column `{name}` is empty")))
+                    return Err(bad(
+                        &rows.path,
+                        format!("row 0: column `{column}` is empty"),
+                    ))
                 }
                 None => d = Some(row.x.len()),
                 Some(d) if d != row.x.len() => {
                     return Err(bad(
-                        path,
+                        &rows.path,
                         format!(
-                            "row {r}: column `{name}` has {} values, row 0 has {d}",
+                            "{unit} {r}: column `{column}` has {} values, {unit} 0 has {d}",
                             row.x.len()
                         ),
                     ))
@@ -335,7 +402,7 @@ impl EmbeddingTable {
         };
         Ok(EmbeddingTable {
             displays,
-            rows: Rows::open(path)?,
+            rows: Rows::open(files)?,
             n,
             item_shape: vec![d],
             ids,
