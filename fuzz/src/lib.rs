@@ -151,9 +151,10 @@ pub fn image(data: &[u8]) {
     }
 }
 
-/// Loads `source` whole and streams it in chunks of 3: both must fail, or give the same ids
-/// and the same values bit for bit. (The error messages may differ: the stream finds some
-/// problems in another order, e.g. a corrupt image before a skipped label class.)
+/// Loads `source` whole, and streams it in chunks of 3 with its test split read alone (what a
+/// streamed run reads): both must fail, or give the same ids and values bit for bit, and the
+/// same test split. (The error messages may differ: the stream finds some problems in another
+/// order, e.g. a corrupt image before a skipped label class.)
 fn streams_as_loaded(source: &alkit::data::Source) {
     let hub = alkit::hub::Hub::new(scratch().join("hub"), true);
     let whole = alkit::data::source::load(source, &hub, &mut alkit::observe::Silent, None);
@@ -165,13 +166,31 @@ fn streams_as_loaded(source: &alkit::data::Source) {
                 x.extend(c.x);
             }
             Ok((ids, x, st.item_shape().to_vec()))
+        })
+        .and_then(|pool| {
+            let test = alkit::data::source::load_test(source, &hub, &mut alkit::observe::Silent)?;
+            Ok((pool, test))
         });
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     match (whole, streamed) {
-        (Ok(w), Ok((ids, x, shape))) => {
+        (Ok(w), Ok(((ids, x, shape), test))) => {
             assert_eq!(w.pool.ids, ids);
             assert_eq!(w.pool.item_shape, shape);
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert!(bits(&w.pool.x) == bits(&x), "streamed values differ");
+            match (&w.test, &test) {
+                (None, None) => {}
+                (Some(a), Some(b)) => {
+                    assert_eq!(
+                        (&a.ids, &a.labels, &a.classes),
+                        (&b.ids, &b.labels, &b.classes)
+                    );
+                    assert!(
+                        bits(&a.x) == bits(&b.x),
+                        "the test split read alone differs"
+                    );
+                }
+                (a, b) => panic!("test split whole {}, alone {}", a.is_some(), b.is_some()),
+            }
         }
         (Err(_), Err(_)) => {}
         (w, s) => panic!(
