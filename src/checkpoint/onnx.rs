@@ -63,14 +63,7 @@ pub struct Outline {
 /// weights are decoded, from external data files below its folder where they lie there.
 pub fn outline(path: &Path) -> Result<Outline> {
     let bytes = read_model(path)?;
-    let mut graph =
-        parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
-    let dir = model_dir(path);
-    // The files and ranges are checked as `load` checks them.
-    graph
-        .external_files(&dir)
-        .map_err(|e| Error::state(path, format!("external data: {e}")))?;
-    graph.dir = Some(dir);
+    let graph = checked_graph(&bytes, path)?;
     let external = locations(&graph, path)?;
     let logits = graph
         .outputs
@@ -97,6 +90,22 @@ pub fn external_locations(path: &Path) -> Result<Vec<String>> {
     let graph =
         parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
     locations(&graph, path)
+}
+
+/// The graph of the model file `path` whose bytes are `bytes`, with every external data file
+/// its tensors name checked (location, regular file, byte range) and its folder set for
+/// reading them. Weights kept in external data files (as `onnx.save_model(...,
+/// save_as_external_data=True)` and large exports write them) lie beside the model: ONNX
+/// Runtime reads them from that folder, and the last layer's are read from them too.
+fn checked_graph<'a>(bytes: &'a [u8], path: &Path) -> Result<Graph<'a>> {
+    let mut graph =
+        parse_model(bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
+    let dir = model_dir(path);
+    graph
+        .external_files(&dir)
+        .map_err(|e| Error::state(path, format!("external data: {e}")))?;
+    graph.dir = Some(dir);
+    Ok(graph)
 }
 
 /// The bytes of the model file `path`, refused past protobuf's 2 GiB before any is read.
@@ -1189,16 +1198,8 @@ impl Classifier for OnnxModel {
 /// features, the logits output by position) is told to `observer`.
 pub fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> Result<Checkpoint> {
     let mut bytes = read_model(path)?;
-    let mut graph =
-        parse_model(&bytes).map_err(|e| Error::state(path, format!("not an ONNX model: {e}")))?;
-    // Weights kept in external data files (as `onnx.save_model(..., save_as_external_data=True)`
-    // and large exports write them) lie beside the model: checked here, read by ONNX Runtime
-    // from the model's folder, and the last layer's read from them too.
+    let graph = checked_graph(&bytes, path)?;
     let dir = model_dir(path);
-    graph
-        .external_files(&dir)
-        .map_err(|e| Error::state(path, format!("external data: {e}")))?;
-    graph.dir = Some(dir.clone());
     let shown = path.display().to_string();
     // The timm configuration beside it, read before anything runs.
     // One given in the options is read whatever it is (a missing file is an error, not
