@@ -53,19 +53,16 @@ impl HeadFile for CheckedHeader {
     }
 
     fn shape(&self, name: &str) -> Option<Vec<u64>> {
-        self.tensors
-            .iter()
-            .find(|t| t.name == name)
-            .map(|t| t.shape.clone())
+        self.tensor(name).map(|t| t.shape.clone())
     }
 
     fn values(&mut self, name: &str, path: &Path) -> Result<Vec<f64>> {
-        let t = self.entry(name, path)?;
+        let t = entry(self, name, path)?;
         floats(&self.bytes(&t, path)?, &t.dtype, name, path)
     }
 
     fn first_rows(&mut self, name: &str, rows: u64, path: &Path) -> Result<Vec<f64>> {
-        let t = self.entry(name, path)?;
+        let t = entry(self, name, path)?;
         let n = t.shape.first().copied().unwrap_or(0).max(1);
         let part = TensorEntry {
             len: t.len / n * rows.min(n),
@@ -85,18 +82,10 @@ impl HeadFile for CheckedHeader {
 }
 
 /// The tensor `name` of a checked header (present: the caller found its shape).
-trait Entry {
-    fn entry(&self, name: &str, path: &Path) -> Result<TensorEntry>;
-}
-
-impl Entry for CheckedHeader {
-    fn entry(&self, name: &str, path: &Path) -> Result<TensorEntry> {
-        self.tensors
-            .iter()
-            .find(|t| t.name == name)
-            .cloned()
-            .ok_or_else(|| bad(path, format!("has no tensor `{name}`")))
-    }
+fn entry(h: &CheckedHeader, name: &str, path: &Path) -> Result<TensorEntry> {
+    h.tensor(name)
+        .cloned()
+        .ok_or_else(|| bad(path, format!("has no tensor `{name}`")))
 }
 
 impl HeadFile for NpzHead {
@@ -140,8 +129,8 @@ fn head_file(path: &Path) -> Result<Option<Box<dyn HeadFile>>> {
         let Ok(h) = CheckedHeader::read(path) else {
             return Ok(None);
         };
-        let has = |name: &str| h.tensors.iter().any(|t| t.name == name);
-        return Ok((has(HEAD_WEIGHT) && has(FEATURES)).then(|| Box::new(h) as Box<dyn HeadFile>));
+        let has = h.tensor(HEAD_WEIGHT).is_some() && h.tensor(FEATURES).is_some();
+        return Ok(has.then(|| Box::new(h) as Box<dyn HeadFile>));
     }
     if ext("npz") {
         return Ok(NpzHead::open(path)?.map(|h| Box::new(h) as Box<dyn HeadFile>));

@@ -470,8 +470,7 @@ fn load_test_split(path: &Path) -> Result<Option<Items>> {
             .and_then(|m| m.get("classes"))
             .and_then(Value::as_str),
     );
-    let entry = |h: &CheckedHeader, name: &str| h.tensors.iter().find(|t| t.name == name).cloned();
-    let pool_x = entry(&h, pool_names.x).ok_or_else(|| {
+    let pool_x = h.tensor(pool_names.x).cloned().ok_or_else(|| {
         bad(
             path,
             format!("has no tensor `{}` (items, ...)", pool_names.x),
@@ -481,7 +480,7 @@ fn load_test_split(path: &Path) -> Result<Option<Items>> {
     check_items_shape(&pool_shape, &pool_names, path)?;
     let test = load_split(
         |name| {
-            let Some(t) = entry(&h, name) else {
+            let Some(t) = h.tensor(name).cloned() else {
                 return Ok(None);
             };
             let bytes = h.bytes(&t, path)?;
@@ -685,6 +684,11 @@ impl CheckedHeader {
             tensors,
             data_start: 8 + hlen,
         })
+    }
+
+    /// The tensor `name`, `None` when the file has none.
+    pub(crate) fn tensor(&self, name: &str) -> Option<&TensorEntry> {
+        self.tensors.iter().find(|t| t.name == name)
     }
 
     /// The bytes of `t`, one of this header's tensors.
