@@ -49,21 +49,19 @@ impl HubDataset<'_> {
         }
     }
 
-    /// The test split of a dataset of embeddings, checked against the pool's dimension.
+    /// The test split of a dataset of embeddings, its shards `paths` (fetched) checked against
+    /// the pool's dimension; `None` when it has no test shard.
     fn embedding_test(
         &self,
         pool_shape: &[usize],
-        test: &[String],
+        paths: &[PathBuf],
         classes: Option<Vec<String>>,
-        hub: &Hub,
-        observer: &mut dyn Observer,
     ) -> Result<Option<Items>> {
-        if test.is_empty() {
+        if paths.is_empty() {
             return Ok(None);
         }
-        let paths = self.fetch(test, hub, observer)?;
         let name = PathBuf::from(self.0.to_string());
-        let Some(table) = self.embeddings(&paths, classes)? else {
+        let Some(table) = self.embeddings(paths, classes)? else {
             return Err(Error::data(
                 &name,
                 crate::error::DataProblem::Other(
@@ -123,25 +121,24 @@ impl Format for HubDataset<'_> {
                 classes,
             } => {
                 let name = PathBuf::from(self.0.to_string());
-                let paths = self.fetch(&train, hub, observer)?;
-                if let Some(table) = self.embeddings(&paths, classes.clone())? {
+                let train = self.fetch(&train, hub, observer)?;
+                let test = self.fetch(&test, hub, observer)?;
+                if let Some(table) = self.embeddings(&train, classes.clone())? {
                     let pool = table.items()?;
-                    let test =
-                        self.embedding_test(&pool.item_shape, &test, classes, hub, observer)?;
+                    let test = self.embedding_test(&pool.item_shape, &test, classes)?;
                     return Ok(Loaded { pool, test });
                 }
-                let mut read = |shards: &[String]| -> Result<Option<Items>> {
-                    if shards.is_empty() {
+                let read = |paths: Vec<PathBuf>| -> Result<Option<Items>> {
+                    if paths.is_empty() {
                         return Ok(None);
                     }
-                    let paths = self.fetch(shards, hub, observer)?;
                     ParquetPool::scan(paths, classes.clone(), &name, true)?
                         .planned(plan)
                         .items()
                         .map(Some)
                 };
-                let pool = read(&train)?.expect("non-empty");
-                let test = read(&test)?;
+                let pool = read(train)?.expect("non-empty");
+                let test = read(test)?;
                 Ok(Loaded { pool, test })
             }
             HubLayout::Idx(dir) => Idx(&dir).load(hub, observer, None),
@@ -169,13 +166,12 @@ impl Format for HubDataset<'_> {
                 test,
                 classes,
             } if !test.is_empty() => {
-                // A dataset of embeddings: the pool's dimension from its first row.
-                let first = self.fetch(&train[..1], hub, observer)?;
-                if is_embedding_table(&first[0])? {
-                    let d = first_dim(&first[0])?;
-                    return self.embedding_test(&[d], &test, classes, hub, observer);
-                }
                 let paths = self.fetch(&test, hub, observer)?;
+                // A dataset of embeddings: the pool's dimension from its first train row.
+                if is_embedding_table(&paths[0])? {
+                    let first = self.fetch(&train[..1], hub, observer)?;
+                    return self.embedding_test(&[first_dim(&first[0])?], &paths, classes);
+                }
                 let name = PathBuf::from(self.0.to_string());
                 ParquetPool::scan(paths, classes, &name, true)?
                     .items()
