@@ -9,8 +9,10 @@
 #   cargo test
 #
 # numpy is pinned to one release from PyPI so that every machine computes the references
-# with the same library; the scripts use nothing else (no torch, scikit-learn or faiss), and
-# compute in float64 from the f32 inputs the Rust side hands them. safetensors and pyarrow,
+# with the same library; the scripts use nothing else (no torch or faiss), and
+# compute in float64 from the f32 inputs the Rust side hands them. MAPIE (with scikit-learn)
+# is the library users compare conformal sets with (tests/reference/conformal_libs.py runs
+# it live beside alkit's sets). safetensors and pyarrow,
 # pinned too, write the embedding files tests read as their users' tools write them:
 # safetensors' `save_file` (tests/reference/embedded_head.py, display_embeddings.py) and
 # pyarrow's Parquet tables (tests/reference/numpy_embeddings.py, for numpy_files.rs).
@@ -20,8 +22,8 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
 "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  --no-warn-script-location --root-user-action=ignore numpy==2.4.6 safetensors==0.8.0 pyarrow==26.0.1
-"$dir/venv/bin/python" -c 'import numpy, safetensors.numpy, pyarrow' || { echo "numpy, safetensors or pyarrow does not import in $dir/venv" >&2; exit 1; }
+  --no-warn-script-location --root-user-action=ignore numpy==2.4.6 safetensors==0.8.0 pyarrow==26.0.1 mapie==1.6.0
+"$dir/venv/bin/python" -c 'import numpy, safetensors.numpy, pyarrow, mapie' || { echo "numpy, safetensors or pyarrow does not import in $dir/venv" >&2; exit 1; }
 cat > "$dir/env.sh" <<ENV
 # Written by scripts/refpython.sh: the Python (with numpy and pyarrow) that runs tests/reference/*.py.
 export ALKIT_PYTHON="$dir/venv/bin/python"

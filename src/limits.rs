@@ -180,6 +180,49 @@ pub fn evidence(
     Ok(())
 }
 
+/// The most worker threads `RAYON_NUM_THREADS` may ask for: four per core, and at least
+/// 1,024. Past it, starting the pool alone takes minutes and then fails.
+pub fn max_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    cores.saturating_mul(4).max(1024)
+}
+
+/// Checks `RAYON_NUM_THREADS`, which sizes the thread pool that alkit's and candle's parallel
+/// loops run on, before anything starts that pool: unset or empty, or a whole number from 0
+/// (one thread per core) to [`max_threads`]. A value outside that is an [`Error::Env`] saying
+/// what to set, never a pool started with it (rayon would spawn 100,000 threads for minutes
+/// and then panic) or a value ignored in silence (rayon ignores one that is not a number).
+pub fn check_thread_env() -> Result<()> {
+    thread_env(
+        std::env::var_os("RAYON_NUM_THREADS").as_deref(),
+        max_threads(),
+    )
+}
+
+fn thread_env(value: Option<&std::ffi::OsStr>, max: usize) -> Result<()> {
+    const NAME: &str = "RAYON_NUM_THREADS";
+    let Some(value) = value else { return Ok(()) };
+    let text = value.to_string_lossy();
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    let fix =
+        format!("set it to a number of threads from 1 to {max}, or unset it for one per core");
+    match text.trim().parse::<u64>() {
+        Ok(n) if n <= max as u64 => Ok(()),
+        Ok(_) => Err(Error::env(
+            NAME,
+            text.as_ref(),
+            format!("more threads than this machine can use; {fix}"),
+        )),
+        Err(_) => Err(Error::env(
+            NAME,
+            text.as_ref(),
+            format!("not a whole number; {fix}"),
+        )),
+    }
+}
+
 /// `a x b x ...` bytes, `None` on overflow.
 pub fn product(factors: &[usize]) -> Option<u64> {
     factors
@@ -204,6 +247,38 @@ mod tests {
         assert!(batch("batch", 0, 784).is_err());
         // One item always fits, however large.
         assert!(batch("batch", 1, usize::MAX).is_ok());
+    }
+
+    #[test]
+    fn the_thread_count_is_a_number_within_the_machine() {
+        use std::ffi::OsStr;
+        for ok in [
+            None,
+            Some(""),
+            Some(" "),
+            Some("0"),
+            Some("1"),
+            Some("64"),
+            Some("1024"),
+        ] {
+            assert!(thread_env(ok.map(OsStr::new), 1024).is_ok(), "{ok:?}");
+        }
+        for (bad, says) in [
+            ("100000", "more threads"),
+            ("1025", "more threads"),
+            ("-1", "not a whole number"),
+            ("four", "not a whole number"),
+            ("99999999999999999999999", "not a whole number"),
+        ] {
+            let e = thread_env(Some(OsStr::new(bad)), 1024)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("RAYON_NUM_THREADS={bad}")) && e.contains(says),
+                "{e}"
+            );
+        }
+        assert!(max_threads() >= 1024);
     }
 
     #[test]

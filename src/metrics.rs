@@ -10,9 +10,12 @@
 //! - **AUPR-out** / **AUPR-in**: average precision (scikit-learn's `average_precision_score`,
 //!   one threshold per distinct score, no interpolation) with OOD resp. in-distribution as the
 //!   positive class; AUPR-in ranks by the negated score.
-//! - **FPR@95**: in-distribution is the positive class, ranked by the negated score (OpenOOD's
-//!   convention): the fraction of OOD items accepted at the first threshold where at least 95%
-//!   of in-distribution items are accepted.
+//! - **FPR@95**: in-distribution is the positive class, ranked by the negated score (OpenOOD
+//!   v1.5's convention): the fraction of OOD items accepted at the first threshold where at
+//!   least 95% of in-distribution items are accepted. OpenOOD since its commit of 2023-08-10
+//!   takes the OOD items as the positives instead (the fraction of in-distribution items
+//!   flagged where 95% of OOD items are caught), which gives other figures: 0.276 instead of
+//!   0.336 for energy on the same scores.
 //! - **rAULC** (Postels et al. 2021): order items by increasing uncertainty; `F_k` = accuracy of
 //!   the `k` most certain; `AULC = (1/n) sum_k F_k / acc - 1`; `rAULC = AULC / AULC(oracle)`
 //!   where the oracle puts every correct item first. Ties in the score are resolved by the

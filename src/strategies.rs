@@ -103,7 +103,7 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "knn", about: "KNN (Sun et al. 2022): distance to the k-th nearest normalised training feature (setting `knn_k`)", build: |s| scorer(PostHoc::Knn { k: s.knn_k }) },
     Entry { name: "mahalanobis", about: "Mahalanobis (Lee et al. 2018): smallest distance to a class mean, tied training covariance", build: |_| scorer(PostHoc::Mahalanobis) },
     Entry { name: "vim", about: "ViM (Wang et al. 2022): virtual-logit residual beyond the principal subspace minus energy (setting `vim_dim`)", build: |s| scorer(PostHoc::Vim { dim: s.vim_dim }) },
-    Entry { name: "conformal-size", about: "size of the APS conformal set at alpha 0.1, calibrated on the labeled items (Romano et al. 2020)", build: |_| scorer(SetSize { score: ConformalScore::Aps, alpha: 0.1 }) },
+    Entry { name: "conformal-size", about: "size of the APS conformal set at alpha 0.1 (Romano et al. 2020's non-randomised rule), calibrated on the labeled items; ties by the mass outside the set", build: |_| scorer(SetSize { score: ConformalScore::APS, alpha: 0.1 }) },
     Entry { name: "badge", about: "BADGE (Ash et al. 2020): k-means++ seeding on gradient embeddings", build: |_| batch(Badge) },
     Entry { name: "coreset", about: "core-set (Sener & Savarese 2018): k-center greedy on the features", build: |_| batch(CoreSet) },
     Entry { name: "typiclust", about: "TypiClust (Hacohen et al. 2022): the most typical item of each uncovered cluster (cold start)", build: |_| batch(TypiClust::default()) },

@@ -4,12 +4,22 @@
 //!
 //! A [`ConformalScore`] says how unlike a class is for an item, from its probabilities:
 //! - LAC (Sadinle et al. 2019): `1 - p_y`;
-//! - APS (Romano et al. 2020): the probability mass of the classes ranked at or above `y`;
-//! - RAPS (Angelopoulos et al. 2021): APS plus `lambda (rank(y) - k_reg)^+`.
+//! - APS (Romano, Sesia & Candes 2020): with the classes ranked by probability (lower class
+//!   index first on ties), the mass of the classes ranked strictly above `y`, plus `u p_y`;
+//! - RAPS (Angelopoulos et al. 2021): APS plus `lambda (rank(y) - k_reg)^+` (rank from 1).
 //!
-//! APS and RAPS are the non-randomised forms (the true label's own mass is always counted),
-//! so sets do not depend on a random draw and coverage stays at least `1 - alpha`. Ranks
-//! order classes by probability, lower class index first on ties.
+//! What `u` is, the [`ApsForm`], decides what APS and RAPS sets do:
+//! - [`ApsForm::Romano`] (the default), `u = 0`: Romano et al.'s own non-randomised rule.
+//!   A set runs down the ranking while the mass above a class is at most the threshold. The
+//!   most probable class scores the least any class can (0, or RAPS's penalty at rank 1),
+//!   and the threshold is one of those scores, so every set holds it (never empty); sets
+//!   cover the label with probability at least `1 - alpha`.
+//! - [`ApsForm::Randomized`], `u` uniform in `[0, 1)`, one draw per item shared by its
+//!   classes (as MAPIE draws it; the caller passes the draws): coverage `1 - alpha` exactly
+//!   in expectation, and a set may be empty.
+//! - [`ApsForm::Inclusive`], `u = 1` (torchcp's `randomized=False`): the mass at and above
+//!   the class. On an accurate model the threshold is within a hair of 1, so the items the
+//!   model is surest of get *empty* sets and the rest nearly full ones; kept for comparison.
 //!
 //! [`Conformal::calibrate`] takes the `ceil((n + 1)(1 - alpha))`-th smallest calibration
 //! score as the threshold `q` (infinite when that exceeds `n`: every class); a set is every
@@ -18,52 +28,119 @@
 
 use crate::{Evidence, Needs, Probs, ScoreError, Scorer};
 
+/// How APS and RAPS weigh a class's own probability (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApsForm {
+    /// The mass strictly above the class (`u = 0`): never empty, coverage `>= 1 - alpha`.
+    #[default]
+    Romano,
+    /// The mass above plus a uniform draw `u` times the class's own: exact coverage.
+    Randomized,
+    /// The mass at and above the class (`u = 1`): the old non-randomised form.
+    Inclusive,
+}
+
+impl ApsForm {
+    /// The weight `u` of a class's own probability for an item whose draw is `draw`.
+    fn weight(self, draw: f64) -> f64 {
+        match self {
+            ApsForm::Romano => 0.0,
+            ApsForm::Randomized => draw,
+            ApsForm::Inclusive => 1.0,
+        }
+    }
+}
+
 /// How a class's non-conformity is scored (module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub enum ConformalScore {
     /// `1 - p_y`.
     Lac,
-    /// Cumulative mass down to `y`.
-    Aps,
+    /// The mass ranked above `y` (and `u p_y`).
+    Aps {
+        /// How `y`'s own mass counts.
+        form: ApsForm,
+    },
     /// APS with a rank penalty.
     Raps {
         /// Penalty per rank beyond `k_reg`.
         lambda: f32,
         /// Ranks free of penalty.
         k_reg: usize,
+        /// How `y`'s own mass counts.
+        form: ApsForm,
     },
 }
 
 impl ConformalScore {
-    /// The name tables use.
+    /// APS by Romano et al.'s non-randomised rule, the default.
+    pub const APS: ConformalScore = ConformalScore::Aps {
+        form: ApsForm::Romano,
+    };
+
+    /// The name tables use: `lac`, `aps`, `raps`, with `-randomized` or `-inclusive` after
+    /// the other forms.
     pub fn name(&self) -> &'static str {
         match self {
             ConformalScore::Lac => "lac",
-            ConformalScore::Aps => "aps",
-            ConformalScore::Raps { .. } => "raps",
+            ConformalScore::Aps { form } => match form {
+                ApsForm::Romano => "aps",
+                ApsForm::Randomized => "aps-randomized",
+                ApsForm::Inclusive => "aps-inclusive",
+            },
+            ConformalScore::Raps { form, .. } => match form {
+                ApsForm::Romano => "raps",
+                ApsForm::Randomized => "raps-randomized",
+                ApsForm::Inclusive => "raps-inclusive",
+            },
         }
     }
 
-    /// The score of every class for one probability row `(c,)`, `(c,)`.
-    pub fn class_scores(&self, p: &[f32]) -> Vec<f64> {
+    /// The form of APS or RAPS (`None` for LAC).
+    pub fn form(&self) -> Option<ApsForm> {
+        match *self {
+            ConformalScore::Lac => None,
+            ConformalScore::Aps { form } | ConformalScore::Raps { form, .. } => Some(form),
+        }
+    }
+
+    /// Whether each item needs a uniform draw ([`ApsForm::Randomized`]).
+    pub fn randomized(&self) -> bool {
+        self.form() == Some(ApsForm::Randomized)
+    }
+
+    /// The score of every class for one probability row `(c,)` of an item whose uniform
+    /// draw is `draw` (read by the randomised forms only), `(c,)`.
+    pub fn class_scores(&self, p: &[f32], draw: f64) -> Vec<f64> {
         match *self {
             ConformalScore::Lac => p.iter().map(|&v| 1.0 - f64::from(v)).collect(),
-            ConformalScore::Aps => cumulative(p, 0.0, 0),
-            ConformalScore::Raps { lambda, k_reg } => cumulative(p, f64::from(lambda), k_reg),
+            ConformalScore::Aps { form } => cumulative(p, form.weight(draw), 0.0, 0),
+            ConformalScore::Raps {
+                lambda,
+                k_reg,
+                form,
+            } => cumulative(p, form.weight(draw), f64::from(lambda), k_reg),
         }
     }
 }
 
-/// APS's mass at and above each class's rank, plus `lambda (rank - k_reg)^+` (rank 1-based).
-fn cumulative(p: &[f32], lambda: f64, k_reg: usize) -> Vec<f64> {
+/// The classes of a probability row by rank: probability descending, lower index first.
+fn ranking(p: &[f32]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..p.len()).collect();
     order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+    order
+}
+
+/// The mass ranked above each class, plus `u` times its own and `lambda (rank - k_reg)^+`
+/// (rank from 1).
+fn cumulative(p: &[f32], u: f64, lambda: f64, k_reg: usize) -> Vec<f64> {
     let mut out = vec![0.0; p.len()];
-    let mut mass = 0.0;
-    for (rank0, &c) in order.iter().enumerate() {
-        mass += f64::from(p[c]);
-        out[c] = mass + lambda * (rank0 + 1).saturating_sub(k_reg) as f64;
+    let mut above = 0.0;
+    for (rank0, c) in ranking(p).into_iter().enumerate() {
+        let own = f64::from(p[c]);
+        out[c] = above + u * own + lambda * (rank0 + 1).saturating_sub(k_reg) as f64;
+        above += own;
     }
     out
 }
@@ -79,12 +156,14 @@ pub struct Conformal {
 
 impl Conformal {
     /// Calibrates `score` at miscoverage `alpha` in `(0, 1)` on `probs (n, c)` of held-out
-    /// items with their `labels (n,)`.
+    /// items with their `labels (n,)`; `draws (n,)` are the items' uniform draws in `[0, 1)`
+    /// for a randomised form, and empty otherwise.
     pub fn calibrate(
         score: ConformalScore,
         probs: &Probs,
         labels: &[usize],
         alpha: f64,
+        draws: &[f64],
     ) -> Result<Self, ScoreError> {
         if !(alpha > 0.0 && alpha < 1.0) {
             return Err(ScoreError::Setting {
@@ -107,10 +186,13 @@ impl Conformal {
                 got: format!("label {bad}"),
             });
         }
+        check_draws(score, draws, n, "calibration draws")?;
+        let draw = |i: usize| draws.get(i).copied().unwrap_or(0.0);
         let mut scores: Vec<f64> = probs
             .rows()
             .zip(labels)
-            .map(|(p, &y)| score.class_scores(p)[y])
+            .enumerate()
+            .map(|(i, (p, &y))| score.class_scores(p, draw(i))[y])
             .collect();
         scores.sort_by(f64::total_cmp);
         // The tolerance keeps a product that is an integer in exact arithmetic (n = 99 at
@@ -124,29 +206,80 @@ impl Conformal {
         Ok(Self { score, threshold })
     }
 
-    /// The prediction set of one probability row: ascending class indices.
-    pub fn set(&self, p: &[f32]) -> Vec<usize> {
+    /// The prediction set of one probability row whose item drew `draw` (read by the
+    /// randomised forms only): ascending class indices.
+    pub fn set(&self, p: &[f32], draw: f64) -> Vec<usize> {
         self.score
-            .class_scores(p)
+            .class_scores(p, draw)
             .iter()
             .enumerate()
-            .filter(|(_, &s)| s <= self.threshold)
+            .filter(|&(_, &s)| s <= self.threshold)
             .map(|(c, _)| c)
             .collect()
     }
 }
 
+/// Refuses draws that do not fit `score`: one per item in `[0, 1)` for a randomised form,
+/// none otherwise.
+pub fn check_draws(
+    score: ConformalScore,
+    draws: &[f64],
+    n: usize,
+    what: &'static str,
+) -> Result<(), ScoreError> {
+    if !score.randomized() {
+        if draws.is_empty() {
+            return Ok(());
+        }
+        return Err(ScoreError::Setting {
+            setting: "draws",
+            why: format!(
+                "`{}` draws nothing; uniform draws are for the randomised forms",
+                score.name()
+            ),
+        });
+    }
+    if draws.len() != n {
+        return Err(ScoreError::Shape {
+            what,
+            expected: format!("({n},): one uniform draw per item"),
+            got: format!("{} draws", draws.len()),
+        });
+    }
+    match draws.iter().position(|u| !(0.0..1.0).contains(u)) {
+        Some(i) => Err(ScoreError::Setting {
+            setting: "draws",
+            why: format!("draw {i} is {}, not in [0, 1)", draws[i]),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The size of each candidate's conformal set as an acquisition score (larger sets: less
-/// certain), calibrated on [`Evidence::reference`] with the last layer's probabilities. In an
-/// acquisition round the reference is the labeled set the model was trained on, so the
-/// threshold is optimistic (sets smaller than a held-out split would give) and the guarantee
-/// does not hold; the ranking is what acquisition uses.
+/// certain), plus half the probability mass outside the set, so that items whose sets have
+/// one size are ordered by how close the next class is to entering (with Romano's rule and
+/// a threshold of 0, what a model that fits its labeled items gets, every set holds one
+/// class and the order is the top class's probability, lowest first). Calibrated on
+/// [`Evidence::reference`] with the last layer's probabilities. In an acquisition round the
+/// reference is the labeled set the model was trained on, so the threshold is optimistic
+/// (sets smaller than a held-out split would give) and the guarantee does not hold; the
+/// ranking is what acquisition uses. The randomised forms are refused: a score must not
+/// depend on a draw.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SetSize {
     /// The non-conformity score.
     pub score: ConformalScore,
     /// The miscoverage level.
     pub alpha: f32,
+}
+
+impl SetSize {
+    /// The score of one probability row under `cal`.
+    pub fn of(cal: &Conformal, p: &[f32]) -> f32 {
+        let set = cal.set(p, 0.0);
+        let inside: f64 = set.iter().map(|&c| f64::from(p[c])).sum();
+        (set.len() as f64 + 0.5 * (1.0 - inside).clamp(0.0, 1.0)) as f32
+    }
 }
 
 impl Scorer for SetSize {
@@ -165,14 +298,22 @@ impl Scorer for SetSize {
             scorer: self.name().to_string(),
             evidence: "labeled items to calibrate on (reference evidence)",
         })?;
+        if self.score.randomized() {
+            return Err(ScoreError::Setting {
+                setting: "conformal",
+                why: "a set size to rank by cannot depend on a random draw: use a \
+                      non-randomised form"
+                    .into(),
+            });
+        }
         let (score, alpha) = (self.score, f64::from(self.alpha));
         let key = format!("conformal-{}-{alpha}-{score:?}", score.name());
         let cal = r.memo(&key, |r| {
             let probs = r.features().probs()?;
-            Conformal::calibrate(score, &probs, r.labels(), alpha)
+            Conformal::calibrate(score, &probs, r.labels(), alpha, &[])
         })?;
         let probs = f.probs()?;
-        Ok(probs.rows().map(|p| cal.set(p).len() as f32).collect())
+        Ok(probs.rows().map(|p| SetSize::of(&cal, p)).collect())
     }
 }
 
@@ -180,24 +321,44 @@ impl Scorer for SetSize {
 mod tests {
     use super::*;
 
+    fn close(a: &[f64], b: &[f64]) -> bool {
+        a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6)
+    }
+
     #[test]
     fn scores_match_hand_worked_values() {
         let p = [0.2f32, 0.5, 0.3];
-        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
         assert!(close(
-            &ConformalScore::Lac.class_scores(&p),
+            &ConformalScore::Lac.class_scores(&p, 0.0),
             &[0.8, 0.5, 0.7]
         ));
-        // Order 1, 2, 0: masses 0.5, 0.8, 1.0.
+        // Order 1, 2, 0: mass above 0, 0.5, 0.8; at and above 0.5, 0.8, 1.0.
+        let aps = |form| ConformalScore::Aps { form };
         assert!(close(
-            &ConformalScore::Aps.class_scores(&p),
+            &aps(ApsForm::Romano).class_scores(&p, 0.9),
+            &[0.8, 0.0, 0.5]
+        ));
+        assert!(close(
+            &aps(ApsForm::Inclusive).class_scores(&p, 0.9),
             &[1.0, 0.5, 0.8]
+        ));
+        // u = 0.5: above + 0.5 p.
+        assert!(close(
+            &aps(ApsForm::Randomized).class_scores(&p, 0.5),
+            &[0.9, 0.25, 0.65]
         ));
         let raps = ConformalScore::Raps {
             lambda: 0.1,
             k_reg: 1,
+            form: ApsForm::Inclusive,
         };
-        assert!(close(&raps.class_scores(&p), &[1.2, 0.5, 0.9]));
+        assert!(close(&raps.class_scores(&p, 0.0), &[1.2, 0.5, 0.9]));
+        let romano = ConformalScore::Raps {
+            lambda: 0.1,
+            k_reg: 1,
+            form: ApsForm::Romano,
+        };
+        assert!(close(&romano.class_scores(&p, 0.0), &[1.0, 0.0, 0.6]));
     }
 
     #[test]
@@ -205,12 +366,64 @@ mod tests {
         // Four calibration items, LAC scores 0.1, 0.2, 0.3, 0.4; alpha 0.4:
         // ceil(5 * 0.6) = 3 -> 0.3. alpha 0.1: ceil(4.5) = 5 > 4 -> infinite.
         let probs = Probs::new(vec![0.9, 0.1, 0.8, 0.2, 0.7, 0.3, 0.6, 0.4], 4, 2).unwrap();
-        let c = Conformal::calibrate(ConformalScore::Lac, &probs, &[0; 4], 0.4).unwrap();
+        let lac = ConformalScore::Lac;
+        let c = Conformal::calibrate(lac, &probs, &[0; 4], 0.4, &[]).unwrap();
         assert!((c.threshold - 0.3).abs() < 1e-6);
-        assert_eq!(c.set(&[0.75, 0.25]), vec![0]);
-        let all = Conformal::calibrate(ConformalScore::Lac, &probs, &[0; 4], 0.1).unwrap();
-        assert_eq!(all.set(&[1.0, 0.0]), vec![0, 1]);
-        assert!(Conformal::calibrate(ConformalScore::Lac, &probs, &[0; 4], 1.0).is_err());
-        assert!(Conformal::calibrate(ConformalScore::Lac, &probs, &[0, 0, 0, 2], 0.1).is_err());
+        assert_eq!(c.set(&[0.75, 0.25], 0.0), vec![0]);
+        let all = Conformal::calibrate(lac, &probs, &[0; 4], 0.1, &[]).unwrap();
+        assert_eq!(all.set(&[1.0, 0.0], 0.0), vec![0, 1]);
+        assert!(Conformal::calibrate(lac, &probs, &[0; 4], 1.0, &[]).is_err());
+        assert!(Conformal::calibrate(lac, &probs, &[0, 0, 0, 2], 0.1, &[]).is_err());
+    }
+
+    #[test]
+    fn romanos_sets_are_never_empty_where_the_inclusive_form_empties_them() {
+        // The issue's case: nine confident right items and one less sure; alpha 0.2 takes
+        // the 9th of 10 scores. Romano: every calibration item's label is on top, q = 0, and
+        // each test set is the top class. Inclusive: q = 0.9, and the 0.95 item gets no
+        // class at all.
+        let mut cal = [0.9f32, 0.1, 0.0].repeat(9);
+        cal.extend([0.5, 0.3, 0.2]);
+        let cal = Probs::new(cal, 10, 3).unwrap();
+        let romano = Conformal::calibrate(ConformalScore::APS, &cal, &[0; 10], 0.2, &[]).unwrap();
+        assert_eq!(romano.threshold, 0.0);
+        for p in [[0.95f32, 0.05, 0.0], [0.85, 0.1, 0.05]] {
+            assert_eq!(romano.set(&p, 0.0), vec![0]);
+        }
+        let inclusive = ConformalScore::Aps {
+            form: ApsForm::Inclusive,
+        };
+        let old = Conformal::calibrate(inclusive, &cal, &[0; 10], 0.2, &[]).unwrap();
+        assert!((old.threshold - 0.9).abs() < 1e-6);
+        assert_eq!(old.set(&[0.95, 0.05, 0.0], 0.0), Vec::<usize>::new());
+        // RAPS with k_reg 0 charges the top class too, and every calibration score as
+        // much at least: the top class stays in.
+        let raps = ConformalScore::Raps {
+            lambda: 0.5,
+            k_reg: 0,
+            form: ApsForm::Romano,
+        };
+        let r = Conformal::calibrate(raps, &cal, &[0; 10], 0.2, &[]).unwrap();
+        assert_eq!(r.threshold, 0.5);
+        assert_eq!(r.set(&[0.2, 0.5, 0.3], 0.0), vec![1]);
+    }
+
+    #[test]
+    fn randomised_forms_take_one_draw_per_item() {
+        let probs = Probs::new(vec![0.9, 0.1, 0.6, 0.4], 2, 2).unwrap();
+        let rand = ConformalScore::Aps {
+            form: ApsForm::Randomized,
+        };
+        let e = Conformal::calibrate(rand, &probs, &[0, 0], 0.4, &[0.5])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one uniform draw per item"), "{e}");
+        assert!(Conformal::calibrate(rand, &probs, &[0, 0], 0.4, &[0.5, 1.0]).is_err());
+        assert!(Conformal::calibrate(ConformalScore::APS, &probs, &[0, 0], 0.4, &[0.5]).is_err());
+        // Scores u p_0: 0.45 and 0.3; alpha 0.4 takes ceil(1.8) = 2nd: 0.45.
+        let c = Conformal::calibrate(rand, &probs, &[0, 0], 0.4, &[0.5, 0.5]).unwrap();
+        assert!((c.threshold - 0.45).abs() < 1e-6);
+        assert_eq!(c.set(&[0.9, 0.1], 0.9), Vec::<usize>::new());
+        assert_eq!(c.set(&[0.9, 0.1], 0.1), vec![0]);
     }
 }

@@ -50,7 +50,7 @@ mod selection;
 
 pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
 pub use bayes::{SampleScore, SampleScorer};
-pub use conformal::{Conformal, ConformalScore, SetSize};
+pub use conformal::{check_draws, ApsForm, Conformal, ConformalScore, SetSize};
 pub use diverse::{kmeans, purity_radius, Badge, CoreSet, ProbCover, TypiClust, MAX_EDGES};
 pub use evidence::{
     Evidence, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,

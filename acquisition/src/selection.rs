@@ -12,7 +12,8 @@ use rand::RngCore;
 /// The stochastic modes (Kirsch et al. 2023, "Stochastic Batch Acquisition") sample `k`
 /// candidates without replacement with probability proportional to a weight, by the
 /// Gumbel-top-k trick (top `k` of `ln w_i + G_i`, `G_i` standard Gumbel): `Power`
-/// `w = s^beta` (scores `<= 0` get weight `1e-30^beta`), `Softmax` `w = exp(beta s)`, `SoftRank`
+/// `w = s^beta` (a score of 0 gets weight `1e-30^beta`; negative scores are refused, see
+/// [`Selection::outside_domain`]), `Softmax` `w = exp(beta s)`, `SoftRank`
 /// `w = rank^-beta` (rank 1 = highest score, ties by position).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]
@@ -62,6 +63,12 @@ impl Selection {
             {
                 return Err(ScoreError::NonFinite { position, value });
             }
+        }
+        if let Some((position, value)) = self.outside_domain(scores) {
+            return Err(ScoreError::Setting {
+                setting: "select",
+                why: Self::power_domain(&format!("the candidate at position {position}"), value),
+            });
         }
         let top_k = |keys: &[f64]| {
             let mut order: Vec<usize> = (0..n).collect();
@@ -115,6 +122,30 @@ impl Selection {
 }
 
 impl Selection {
+    /// The first candidate whose score lies outside this mode's domain, with its score:
+    /// `Power` weighs by `score^beta`, defined for scores `>= 0` only, so a negative score
+    /// (max-logit, energy and other detectors go negative) would make it uniform sampling
+    /// under another name. Every other mode takes any finite score.
+    pub fn outside_domain(&self, scores: &[f32]) -> Option<(usize, f32)> {
+        match self {
+            Selection::Power { .. } => scores
+                .iter()
+                .enumerate()
+                .find(|(_, &s)| s < 0.0)
+                .map(|(i, &s)| (i, s)),
+            _ => None,
+        }
+    }
+
+    /// Why `Power` refuses `what`, which scored `value` (below 0), and what to use instead.
+    pub fn power_domain(what: &str, value: f32) -> String {
+        format!(
+            "power selection weighs candidates by score^beta, which needs scores >= 0, but \
+             {what} scored {value}; for a scorer that goes negative (max-logit, energy, ...) \
+             select with softmax or softrank"
+        )
+    }
+
     /// The log-weight `ln w` of one candidate's score for the modes whose weight depends on
     /// that score alone (`TopK`: the score itself, `Power`, `Softmax`), so that a candidate's
     /// selection key `ln w + G` can be computed without the others (sharded scoring).
@@ -178,6 +209,29 @@ mod tests {
             Selection::TopK.select(&[0.1], 2, &mut rng),
             Err(ScoreError::TooMany { k: 2, n: 1 })
         ));
+    }
+
+    #[test]
+    fn power_refuses_negative_scores_and_the_others_take_them() {
+        let scores = [0.5f32, 0.0, -0.25, 2.0];
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let err = Selection::Power { beta: 1.0 }
+            .select(&scores, 2, &mut rng)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("position 2 scored -0.25"), "{err}");
+        assert!(err.contains("softmax or softrank"), "{err}");
+        assert!(Selection::Power { beta: 1.0 }
+            .select(&[0.5, 0.0, 2.0], 2, &mut rng)
+            .is_ok());
+        for mode in [
+            Selection::TopK,
+            Selection::Softmax { beta: 1.0 },
+            Selection::SoftRank { beta: 1.0 },
+            Selection::Random,
+        ] {
+            assert!(mode.select(&scores, 2, &mut rng).is_ok(), "{mode:?}");
+        }
     }
 
     #[test]

@@ -97,6 +97,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("run_json", run_json),
     ("hf_name", hf_name),
     ("onnx_model", onnx_model),
+    ("label_studio_export", label_studio_export),
+    ("backend_request", backend_request),
 ];
 
 /// IDX image and label files, plain and gzip. The first byte picks the reader and whether the
@@ -378,6 +380,45 @@ pub fn hf_name(data: &[u8]) {
                 assert!(p.starts_with(&cache), "{} escapes the cache", p.display());
             }
             let _ = hub.files(&repo, kind);
+        }
+    }
+}
+
+/// A Label Studio export or answer file taught back (`alkit teach`), as JSON, CSV and TSV, with
+/// tasks matched by `alkit_id` or by an image path of a fixed pool (`photos/<n>.png`); then
+/// the same bytes as a whole project's JSON export read by the ML backend.
+pub fn label_studio_export(data: &[u8]) {
+    init();
+    let namer = |url: &str| -> Option<String> {
+        let (path, query) = alkit::label_studio::image_path::split_url(url);
+        let d = alkit::label_studio::image_path::query_param(query, "d");
+        let p = d.unwrap_or_else(|| path.to_string());
+        let name = p.rsplit('/').next()?;
+        name.strip_suffix(".png")
+            .filter(|n| n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
+            .map(|n| format!("photos/{n}.png"))
+    };
+    for name in ["export.json", "export.csv", "export.tsv"] {
+        let p = put(name, data);
+        let _ = alkit::label_studio::read_export(&p);
+        let _ = alkit::label_studio::read_export_with(&p, Some(&namer));
+    }
+    if let Ok(serde_json::Value::Array(tasks)) = serde_json::from_slice(data) {
+        let _ = alkit::label_studio::export::project_answers(&tasks, Some(&namer));
+    }
+}
+
+/// A request body Label Studio sends the ML backend (`/setup`, `/predict`, `/webhook`,
+/// `/train`), read as the backend reads each; what a webhook's annotation chose.
+pub fn backend_request(data: &[u8]) {
+    init();
+    use alkit::serve::backend::requests::{Predict, Setup, Train, Webhook};
+    let _ = serde_json::from_slice::<Setup>(data);
+    let _ = serde_json::from_slice::<Predict>(data);
+    let _ = serde_json::from_slice::<Train>(data);
+    if let Ok(w) = serde_json::from_slice::<Webhook>(data) {
+        for (_, a) in w.pairs() {
+            let _ = a.choice();
         }
     }
 }

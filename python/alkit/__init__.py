@@ -85,6 +85,23 @@ def _f32(x: object, name: str, ndim: int) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
+def _floats(x: Union[None, float, Sequence[float]]) -> Optional[List[float]]:
+    """One number or several as a list of floats, ``None`` kept."""
+    if x is None:
+        return None
+    return [float(v) for v in (x if isinstance(x, (list, tuple, np.ndarray)) else [x])]
+
+
+def _f64(x: Optional[object], name: str) -> Optional[np.ndarray]:
+    """``x`` as a C-ordered float64 vector, ``None`` kept."""
+    if x is None:
+        return None
+    a = _array(x, name)
+    if a.ndim != 1 or a.dtype.kind not in "fiu":
+        raise DataError(f"{name}: expected 1 axis of numbers, got shape {a.shape}", field=name)
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
 def _labels(x: object, name: str) -> np.ndarray:
     """Class indices as int64 (integers only: a float label is refused, never truncated)."""
     a = _array(x, name)
@@ -99,14 +116,23 @@ def _labels(x: object, name: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
+#: The largest seed (the native module's 64-bit unsigned) and count (a 64-bit size).
+_MAX_SEED = 2**64 - 1
+_MAX_COUNT = 2**63 - 1
+
+
 def _counts(**values: Optional[int]) -> None:
-    """Refuses a count or seed that is not a non-negative integer (``None``: the default),
+    """Refuses a count or seed that is not an integer in its range (``None``: the default),
     naming it, before the native module would raise a bare ``OverflowError``."""
     for name, v in values.items():
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise SettingsError(f"{name}: expected an integer >= 0, got {v!r}", field=name)
+        top = _MAX_SEED if name == "seed" else _MAX_COUNT
+        top_text = "2**64 - 1" if name == "seed" else "2**63 - 1"
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= top:
+            raise SettingsError(
+                f"{name}: expected an integer from 0 to {top_text}, got {v!r}", field=name
+            )
 
 
 def _opt(x: Optional[object], name: str, ndim: int) -> Optional[np.ndarray]:
@@ -167,6 +193,9 @@ def score(
     mc_samples: int = 20,
     layers: str = "all",
     onnx_features: Optional[str] = None,
+    onnx_config: Optional[PathLike] = None,
+    input_mean: Union[None, float, Sequence[float]] = None,
+    input_std: Union[None, float, Sequence[float]] = None,
 ) -> Dict[str, np.ndarray]:
     """One score per item for each scorer (higher = label first), by name.
 
@@ -186,7 +215,10 @@ def score(
 
     From files: ``checkpoint`` (an alkit checkpoint, ``hf:timm/...``, an ONNX model; a list
     is an ensemble) and ``data`` (any source ``alkit score`` reads) score the ``split``
-    exactly as ``alkit score`` does, and return :class:`ItemScores` (with ``ids``).
+    exactly as ``alkit score`` does, and return :class:`ItemScores` (with ``ids``). An ONNX
+    model's preprocessing comes from the ``config.json`` beside it, or ``onnx_config``;
+    without one, ``input_mean`` and ``input_std`` (one value, or one per channel) give its
+    normalisation of pixels in ``[0, 1]`` (``0`` and ``1``: the pixels as they are).
     """
     _counts(batch=batch, seed=seed, perturbations=perturbations, mc_samples=mc_samples,
             knn_k=knn_k, vim_dim=vim_dim)
@@ -203,6 +235,8 @@ def score(
             split=(split, "train"), batch=(batch, None), seed=(seed, 0), sigma=(sigma, 0.02),
             perturbations=(perturbations, 8), mc_samples=(mc_samples, 20),
             layers=(layers, "all"), onnx_features=(onnx_features, None),
+            onnx_config=(onnx_config, None), input_mean=(input_mean, None),
+            input_std=(input_std, None),
         )
     )
     for key, (value, default) in unread.items():
@@ -232,6 +266,8 @@ def score(
             [os.fspath(c) for c in cks], os.fspath(data), names, split=split, batch=batch,
             seed=seed, lambda_=lambda_, sigma=sigma, perturbations=perturbations,
             mc_samples=mc_samples, layers=layers, onnx_features=onnx_features,
+            onnx_config=None if onnx_config is None else os.fspath(onnx_config),
+            input_mean=_floats(input_mean), input_std=_floats(input_std),
         )
         return ItemScores(indices.astype(np.int64), ids, cols)
     cols = _alkit.score_arrays(
@@ -350,11 +386,23 @@ def conformal(
     score: str = "aps",
     raps_lambda: float = 0.01,
     raps_k_reg: int = 5,
+    seed: int = 0,
+    cal_draws: Optional[object] = None,
+    draws: Optional[object] = None,
 ) -> Tuple[float, np.ndarray]:
     """Split conformal prediction sets at miscoverage ``alpha``: the threshold calibrated on
-    held-out ``cal_probs`` with ``cal_labels`` (score ``"lac"``, ``"aps"`` or ``"raps"``,
-    non-randomised), and the sets of ``probs`` as a boolean mask ``(n, C)``. ``inf``: every
-    class is in every set."""
+    held-out ``cal_probs`` with ``cal_labels``, and the sets of ``probs`` as a boolean mask
+    ``(n, C)``. ``inf``: every class is in every set.
+
+    ``score``: ``"lac"``, ``"aps"`` or ``"raps"``. APS and RAPS follow Romano et al. 2020's
+    non-randomised rule (a class scores the mass ranked strictly above it): their sets always
+    hold the most probable class and cover at least ``1 - alpha``. ``"aps-randomized"`` and
+    ``"raps-randomized"`` add ``u`` times the class's own mass, one uniform ``u`` per item
+    (``cal_draws`` ``(n_cal,)`` and ``draws`` ``(n,)`` as given, e.g. to match MAPIE's, else
+    drawn from ``seed``): coverage ``1 - alpha`` in expectation, and a set may be empty.
+    ``"aps-inclusive"`` and ``"raps-inclusive"`` count the class's own mass whole (torchcp's
+    ``randomized=False``): on an accurate model the items it is surest of get empty sets."""
+    _counts(raps_k_reg=raps_k_reg, seed=seed)
     return _alkit.conformal(
         _f32(cal_probs, "cal_probs", 2),
         _labels(cal_labels, "cal_labels"),
@@ -363,6 +411,9 @@ def conformal(
         score=score,
         raps_lambda=raps_lambda,
         raps_k_reg=raps_k_reg,
+        seed=seed,
+        cal_draws=_f64(cal_draws, "cal_draws"),
+        draws=_f64(draws, "draws"),
     )
 
 
@@ -401,6 +452,7 @@ class Session:
         --backbone``: the pool is embedded once through it into the embeddings cache
         (``embed_cache``, else the command line's default) and each round trains a head
         (``model``, default ``linear``)."""
+        _counts(steps=steps, batch_size=batch_size, seed=seed, ensemble=ensemble)
         _alkit.Session.start(
             os.fspath(state),
             os.fspath(pool),
@@ -443,6 +495,7 @@ class Session:
         ``alkit query`` does: ``{"id", "index", "score"}`` each (``score`` is ``None`` for
         random picks and joint selectors). With ``out`` the batch is written there too, as CSV
         or (``format="label-studio"``) Label Studio tasks."""
+        _counts(n=n, subsample=subsample, mc_samples=mc_samples)
         return self._s.query(
             n,
             scorer=scorer,

@@ -42,6 +42,9 @@ def score_data(
     mc_samples: int = 20,
     layers: str = "all",
     onnx_features: Optional[str] = None,
+    onnx_config: Optional[str] = None,
+    input_mean: Optional[Sequence[float]] = None,
+    input_std: Optional[Sequence[float]] = None,
 ) -> Tuple[npt.NDArray[np.uintp], List[str], List[Tuple[str, F32]]]: ...
 def select(
     scores: F32, k: int, *, method: str = "top-k", beta: float = 1.0, seed: int = 0
@@ -76,6 +79,9 @@ def conformal(
     score: str = "aps",
     raps_lambda: float = 0.01,
     raps_k_reg: int = 5,
+    seed: int = 0,
+    cal_draws: Optional[npt.NDArray[np.float64]] = None,
+    draws: Optional[npt.NDArray[np.float64]] = None,
 ) -> Tuple[float, npt.NDArray[np.bool_]]: ...
 
 class Session:

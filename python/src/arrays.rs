@@ -14,13 +14,27 @@ use numpy::{
 };
 use std::sync::Arc;
 
-/// The values of `a` in C order: the buffer itself when it is C-ordered, else walked in
-/// order (a Fortran-ordered buffer is contiguous too, but in the other order).
-pub fn values<T: Element + Copy, D: Dimension>(a: &PyReadonlyArray<'_, T, D>) -> Vec<T> {
-    match c_slice(a) {
-        Some(s) => s.to_vec(),
-        None => a.as_array().iter().copied().collect(),
+/// The values of `a` (the argument `name`) in C order: the buffer itself when it is
+/// C-ordered, else walked in order (a Fortran-ordered buffer is contiguous too, but in the
+/// other order). A view that is not C-ordered may claim far more values than its buffer
+/// holds (a broadcast of one value to 10^12 items has strides of 0), so its copy is sized
+/// against the machine's memory before it is made.
+pub fn values<T: Element + Copy, D: Dimension>(
+    a: &PyReadonlyArray<'_, T, D>,
+    name: &'static str,
+) -> Result<Vec<T>> {
+    if let Some(s) = c_slice(a) {
+        return Ok(s.to_vec());
     }
+    let bytes = alkit::limits::product(&[a.len(), std::mem::size_of::<T>()]);
+    let what = format!(
+        "a copy of the view `{name}` of shape {:?} ({} values; strides {:?})",
+        a.shape(),
+        a.len(),
+        a.strides()
+    );
+    alkit::limits::fits(name, &what, bytes)?;
+    Ok(a.as_array().iter().copied().collect())
 }
 
 /// The buffer of `a` when it holds the values in C order.
@@ -47,9 +61,9 @@ pub fn check_classes(field: &'static str, classes: usize) -> Result<()> {
 }
 
 /// A 2-D array's values and shape `(rows, cols)`.
-pub fn matrix(a: &PyReadonlyArray2<'_, f32>) -> Matrix {
+pub fn matrix(a: &PyReadonlyArray2<'_, f32>, name: &'static str) -> Result<Matrix> {
     let s = a.shape();
-    (values(a), s[0], s[1])
+    Ok((values(a, name)?, s[0], s[1]))
 }
 
 /// Class labels: non-negative integers, below `classes` when it is known.
@@ -58,7 +72,7 @@ pub fn labels(
     what: &'static str,
     classes: Option<usize>,
 ) -> Result<Vec<usize>> {
-    let labels: Vec<usize> = values(a)
+    let labels: Vec<usize> = values(a, what)?
         .into_iter()
         .enumerate()
         .map(|(i, y)| usize::try_from(y).map_err(|_| not_below(what, i, y, classes)))
@@ -124,7 +138,7 @@ pub struct Draws {
 impl Draws {
     /// The array's values, axes as `layout` says, read in one pass in the array's own order
     /// (straight from its buffer when it is C-ordered), each draw's buffer filled in turn.
-    pub fn read(a: &PyReadonlyArray3<'_, f32>, layout: Layout) -> Draws {
+    pub fn read(a: &PyReadonlyArray3<'_, f32>, layout: Layout) -> Result<Draws> {
         let shape = [a.shape()[0], a.shape()[1], a.shape()[2]];
         let [x, y, z] = shape;
         let (n, c, t) = match layout {
@@ -135,18 +149,18 @@ impl Draws {
         // An empty axis reads nothing (and is refused by `samples`): no buffer is allocated
         // for the other axes' sizes, whatever they claim.
         if n == 0 || c == 0 || t == 0 {
-            return Draws {
+            return Ok(Draws {
                 bufs: Vec::new(),
                 shape,
                 n,
                 c,
-            };
+            });
         }
         let copied;
         let v = match c_slice(a) {
             Some(v) => v,
             None => {
-                copied = values(a);
+                copied = values(a, "draws")?;
                 &copied[..]
             }
         };
@@ -174,7 +188,7 @@ impl Draws {
                 }
             }
         }
-        Draws { bufs, shape, n, c }
+        Ok(Draws { bufs, shape, n, c })
     }
 
     /// The library's samples: `t` draws of `(n, c)` probabilities (each row checked).
@@ -235,7 +249,7 @@ impl Layer {
         match (weight, bias) {
             (Some(w), Some(b)) => {
                 let (c, d) = (w.shape()[0], w.shape()[1]);
-                let bias = values(b);
+                let bias = values(b, "bias")?;
                 if bias.len() != c || c == 0 || d == 0 {
                     return Err(Error::config(
                         "bias",
@@ -246,7 +260,7 @@ impl Layer {
                     ));
                 }
                 Ok(Layer::Given {
-                    weight: values(w),
+                    weight: values(w, "weight")?,
                     bias,
                 })
             }

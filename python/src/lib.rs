@@ -17,6 +17,8 @@ mod session;
 /// Registers the module's functions and classes.
 #[pymodule]
 fn _alkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Before any call could start the thread pool with a count it cannot survive.
+    alkit::limits::check_thread_env().map_err(errors::to_py)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(scoring::score_arrays, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::score_data, m)?)?;

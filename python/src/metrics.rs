@@ -5,7 +5,7 @@
 
 use crate::arrays;
 use crate::errors::{score_to_py, to_py};
-use alkit::acquisition::{Conformal, ConformalScore, Probs};
+use alkit::acquisition::{check_draws, ApsForm, Conformal, ConformalScore, Probs};
 use alkit::error::{Error, Result};
 use alkit::metrics;
 use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
@@ -20,7 +20,8 @@ pub fn ood_metrics<'py>(
     in_scores: PyReadonlyArray1<'py, f32>,
     out_scores: PyReadonlyArray1<'py, f32>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let (a, b) = (arrays::values(&in_scores), arrays::values(&out_scores));
+    let a = arrays::values(&in_scores, "in-distribution scores").map_err(to_py)?;
+    let b = arrays::values(&out_scores, "OOD scores").map_err(to_py)?;
     let m = py
         .detach(move || metrics::ood_metrics(&a, &b))
         .map_err(to_py)?;
@@ -37,7 +38,7 @@ fn probs_labels(
     probs: &PyReadonlyArray2<'_, f32>,
     labels: &PyReadonlyArray1<'_, i64>,
 ) -> Result<(Probs, Vec<usize>)> {
-    let (p, n, c) = arrays::matrix(probs);
+    let (p, n, c) = arrays::matrix(probs, "probs")?;
     let y = arrays::labels(labels, "labels", Some(c))?;
     if y.len() != n {
         return Err(Error::config(
@@ -62,8 +63,9 @@ pub fn calibration<'py>(
     let scores: Vec<(String, Vec<f32>)> = scores
         .unwrap_or_default()
         .iter()
-        .map(|(name, s)| (name.clone(), arrays::values(s)))
-        .collect();
+        .map(|(name, s)| Ok((name.clone(), arrays::values(s, "scores")?)))
+        .collect::<Result<_>>()
+        .map_err(to_py)?;
     // rAULC and the misclassification AUROC need right and wrong items both: with every item
     // right (or every one wrong) they are undefined, reported as None, not as an error that
     // would hide the other figures.
@@ -131,7 +133,7 @@ pub fn fit_temperature(
     logits: PyReadonlyArray2<'_, f32>,
     labels: PyReadonlyArray1<'_, i64>,
 ) -> PyResult<f64> {
-    let (z, n, c) = arrays::matrix(&logits);
+    let (z, n, c) = arrays::matrix(&logits, "logits").map_err(to_py)?;
     let y = arrays::labels(&labels, "labels", Some(c)).map_err(to_py)?;
     if y.len() != n {
         return Err(to_py(Error::config(
@@ -144,10 +146,43 @@ pub fn fit_temperature(
         .map_err(to_py)
 }
 
+/// The conformal score named `name` (`lac`, `aps`, `raps`, with `-randomized` or
+/// `-inclusive` after the other forms of APS and RAPS).
+fn conformal_score(name: &str, raps_lambda: f32, raps_k_reg: usize) -> Result<ConformalScore> {
+    let (base, form) = match name.split_once('-') {
+        None => (name, ApsForm::Romano),
+        Some((b, "randomized")) => (b, ApsForm::Randomized),
+        Some((b, "inclusive")) => (b, ApsForm::Inclusive),
+        Some(_) => ("", ApsForm::Romano),
+    };
+    match base {
+        "lac" if name == "lac" => Ok(ConformalScore::Lac),
+        "aps" => Ok(ConformalScore::Aps { form }),
+        "raps" if raps_lambda.is_finite() && raps_lambda >= 0.0 => Ok(ConformalScore::Raps {
+            lambda: raps_lambda,
+            k_reg: raps_k_reg,
+            form,
+        }),
+        "raps" => Err(Error::config("raps_lambda", "must be a finite number >= 0")),
+        _ => Err(Error::config(
+            "score",
+            format!(
+                "unknown conformal score `{name}`; expected lac, aps or raps, the latter two \
+                 with -randomized or -inclusive for their other forms"
+            ),
+        )),
+    }
+}
+
 /// Split conformal prediction: the threshold calibrated on `cal_probs` with `cal_labels` at
-/// miscoverage `alpha`, and the sets of `probs` as a boolean mask `(n, c)`.
+/// miscoverage `alpha`, and the sets of `probs` as a boolean mask `(n, c)`. The randomised
+/// forms take one uniform draw per item: `cal_draws (n_cal,)` and `draws (n,)` when given,
+/// else from `seed`'s stream (calibration items first).
 #[pyfunction]
-#[pyo3(signature = (cal_probs, cal_labels, probs, alpha, *, score="aps", raps_lambda=0.01, raps_k_reg=5))]
+#[pyo3(signature = (
+    cal_probs, cal_labels, probs, alpha, *, score="aps", raps_lambda=0.01, raps_k_reg=5,
+    seed=0, cal_draws=None, draws=None
+))]
 #[allow(clippy::too_many_arguments)]
 pub fn conformal<'py>(
     py: Python<'py>,
@@ -158,29 +193,29 @@ pub fn conformal<'py>(
     score: &str,
     raps_lambda: f32,
     raps_k_reg: usize,
+    seed: u64,
+    cal_draws: Option<PyReadonlyArray1<'py, f64>>,
+    draws: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<(f64, Bound<'py, PyArray2<bool>>)> {
-    let score = match score {
-        "lac" => ConformalScore::Lac,
-        "aps" => ConformalScore::Aps,
-        "raps" if raps_lambda.is_finite() && raps_lambda >= 0.0 => ConformalScore::Raps {
-            lambda: raps_lambda,
-            k_reg: raps_k_reg,
-        },
-        "raps" => {
-            return Err(to_py(Error::config(
-                "raps_lambda",
-                "must be a finite number >= 0",
-            )))
-        }
-        other => {
-            return Err(to_py(Error::config(
-                "score",
-                format!("unknown conformal score `{other}`; expected lac, aps or raps"),
-            )))
-        }
+    let score = conformal_score(score, raps_lambda, raps_k_reg).map_err(to_py)?;
+    let given = |a: &Option<PyReadonlyArray1<'py, f64>>, name| {
+        a.as_ref().map(|a| arrays::values(a, name)).transpose()
     };
+    let (cal_u, test_u) = (
+        given(&cal_draws, "cal_draws").map_err(to_py)?,
+        given(&draws, "draws").map_err(to_py)?,
+    );
+    if (cal_u.is_some() || test_u.is_some()) && !score.randomized() {
+        return Err(to_py(Error::config(
+            "draws",
+            format!(
+                "`{}` draws nothing; draws are for the randomised forms",
+                score.name()
+            ),
+        )));
+    }
     let (cal, y) = probs_labels(&cal_probs, &cal_labels).map_err(to_py)?;
-    let (p, n, c) = arrays::matrix(&probs);
+    let (p, n, c) = arrays::matrix(&probs, "probs").map_err(to_py)?;
     if c != cal.classes() {
         return Err(to_py(Error::config(
             "probs",
@@ -193,10 +228,11 @@ pub fn conformal<'py>(
     let p = Probs::new(p, n, c).map_err(score_to_py)?;
     let (threshold, mask) = py
         .detach(move || -> Result<(f64, Vec<bool>)> {
-            let fitted = Conformal::calibrate(score, &cal, &y, alpha)?;
+            let (cal_u, test_u) = uniform_draws(score, seed, cal.n(), n, cal_u, test_u)?;
+            let fitted = Conformal::calibrate(score, &cal, &y, alpha, &cal_u)?;
             let mut mask = vec![false; n * c];
             for (i, row) in p.rows().enumerate() {
-                for k in fitted.set(row) {
+                for k in fitted.set(row, test_u.get(i).copied().unwrap_or(0.0)) {
                     mask[i * c + k] = true;
                 }
             }
@@ -206,4 +242,26 @@ pub fn conformal<'py>(
     let mask = numpy::ndarray::Array2::from_shape_vec((n, c), mask)
         .map_err(|e| to_py(Error::config("probs", e.to_string())))?;
     Ok((threshold, numpy::IntoPyArray::into_pyarray(mask, py)))
+}
+
+/// The randomised form's draws: those given, else `seed`'s stream (the `n_cal` calibration
+/// items' first, then the `n` others'); none for the other scores.
+fn uniform_draws(
+    score: ConformalScore,
+    seed: u64,
+    n_cal: usize,
+    n: usize,
+    cal: Option<Vec<f64>>,
+    test: Option<Vec<f64>>,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    if !score.randomized() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut rng = alkit::rng::stream(seed, alkit::rng::Purpose::Tool, 1);
+    let mut draw =
+        |k: usize| -> Vec<f64> { (0..k).map(|_| alkit::rng::uniform(&mut rng)).collect() };
+    let cal = cal.unwrap_or_else(|| draw(n_cal));
+    let test = test.unwrap_or_else(|| draw(n));
+    check_draws(score, &test, n, "draws")?;
+    Ok((cal, test))
 }

@@ -90,7 +90,7 @@ pub fn score_arrays<'py>(
     let reference = match (train_features, train_labels) {
         (Some(f), Some(y)) => {
             arrays::check_below(&y, "train_labels", layer.classes()).map_err(to_py)?;
-            Some((arrays::matrix(&f), y))
+            Some((arrays::matrix(&f, "train_features").map_err(to_py)?, y))
         }
         (None, None) => None,
         _ => {
@@ -101,10 +101,22 @@ pub fn score_arrays<'py>(
         }
     };
     let inputs = Inputs {
-        probs: probs.as_ref().map(arrays::matrix),
-        draws: draws.as_ref().map(|d| Draws::read(d, layout)),
+        probs: probs
+            .as_ref()
+            .map(|p| arrays::matrix(p, "probs"))
+            .transpose()
+            .map_err(to_py)?,
+        draws: draws
+            .as_ref()
+            .map(|d| Draws::read(d, layout))
+            .transpose()
+            .map_err(to_py)?,
         layer: features.is_some().then_some(layer),
-        features: features.as_ref().map(arrays::matrix),
+        features: features
+            .as_ref()
+            .map(|f| arrays::matrix(f, "features"))
+            .transpose()
+            .map_err(to_py)?,
         reference,
     };
     let settings = ScorerSettings {
@@ -154,7 +166,8 @@ type Table<'py> = (
 #[pyfunction]
 #[pyo3(signature = (
     checkpoints, data, scorers, *, split="train", batch=None, seed=0, lambda_=0.3, sigma=0.02,
-    perturbations=8, mc_samples=20, layers="all", onnx_features=None
+    perturbations=8, mc_samples=20, layers="all", onnx_features=None, onnx_config=None,
+    input_mean=None, input_std=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn score_data<'py>(
@@ -171,6 +184,9 @@ pub fn score_data<'py>(
     mc_samples: usize,
     layers: &str,
     onnx_features: Option<String>,
+    onnx_config: Option<String>,
+    input_mean: Option<Vec<f32>>,
+    input_std: Option<Vec<f32>>,
 ) -> PyResult<Table<'py>> {
     let split = match split {
         "train" => Split::Train,
@@ -197,7 +213,9 @@ pub fn score_data<'py>(
                 checkpoints,
                 checkpoint_options: alkit::checkpoint::OpenOptions {
                     onnx_features,
-                    ..Default::default()
+                    onnx_config: onnx_config.map(Into::into),
+                    input_mean,
+                    input_std,
                 },
                 data,
                 split,

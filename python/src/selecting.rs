@@ -47,7 +47,7 @@ pub fn select<'py>(
             })?
         }
     };
-    let scores = arrays::values(&scores);
+    let scores = arrays::values(&scores, "scores").map_err(to_py)?;
     let picks = py
         .detach(move || {
             let mut rng = stream(seed, Purpose::Select, 0);
@@ -141,9 +141,12 @@ pub fn select_batch<'py>(
     }
     // The labeled items: what core-set covers and TypiClust and ProbCover leave out. Their
     // labels play no part in a selection, so each is given class 0.
-    let reference = labeled
+    let labeled = labeled
         .as_ref()
-        .map(arrays::matrix)
+        .map(|l| arrays::matrix(l, "labeled"))
+        .transpose()
+        .map_err(to_py)?;
+    let reference = labeled
         .or_else(|| {
             (needs.reference)
                 .then(|| features.as_ref().map(|f| (Vec::new(), 0, f.shape()[1])))
@@ -155,9 +158,17 @@ pub fn select_batch<'py>(
         });
     let inputs = Inputs {
         probs: None,
-        draws: draws.as_ref().map(|d| Draws::read(d, layout)),
+        draws: draws
+            .as_ref()
+            .map(|d| Draws::read(d, layout))
+            .transpose()
+            .map_err(to_py)?,
         layer: features.is_some().then_some(layer),
-        features: features.as_ref().map(arrays::matrix),
+        features: features
+            .as_ref()
+            .map(|f| arrays::matrix(f, "features"))
+            .transpose()
+            .map_err(to_py)?,
         reference,
     };
     let picks = py

@@ -139,3 +139,38 @@ def test_negative_or_fractional_counts_are_settings_errors(model):
         alkit.score("knn", features=model["h"], train_features=model["train_h"],
                     train_labels=model["train_y"], knn_k=-5)
     assert e.value.field == "knn_k"
+
+
+def test_counts_and_seeds_past_64_bits_are_settings_errors_not_overflow():
+    s = np.ones(3, np.float32)
+    for kw in (dict(k=2**64), dict(k=1, seed=2**64), dict(k=-1)):
+        with pytest.raises(SettingsError) as e:
+            alkit.select(s, **kw)
+        assert e.value.field in kw and "2**" in str(e.value)
+    assert alkit.select(s, 1, method="random", seed=2**64 - 1).shape == (1,)
+
+
+def test_a_view_larger_than_memory_is_refused_before_it_is_copied():
+    # One value broadcast to 10^12 items: strides of 0, four terabytes once copied. The
+    # private entry point takes the view as it is (the public one copies with numpy first).
+    view = np.broadcast_to(np.float32(0.5), (10**12,))
+    with pytest.raises(DataError) as e:
+        alkit._alkit.select(view, 1)
+    assert e.value.field == "scores" and "memory" in str(e.value)
+
+
+def test_power_selection_refuses_negative_scores():
+    with pytest.raises(SettingsError, match="softmax or softrank") as e:
+        alkit.select(np.array([0.5, -0.2, 1.0], np.float32), 1, method="power")
+    assert e.value.field == "select"
+
+
+def test_a_thread_count_the_machine_cannot_hold_is_refused_at_import():
+    import subprocess
+    import sys
+
+    code = "import alkit"
+    env = dict(__import__("os").environ, RAYON_NUM_THREADS="100000")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "RAYON_NUM_THREADS=100000" in out.stderr and "SettingsError" in out.stderr

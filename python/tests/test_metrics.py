@@ -107,25 +107,53 @@ def _conformal_reference():
     return mod
 
 
-@pytest.mark.parametrize("method", ["lac", "aps", "raps"])
-def test_conformal_sets_match_the_reference(model, method):
+@pytest.mark.parametrize(
+    "score",
+    ["lac", "aps", "raps", "aps-randomized", "raps-randomized", "aps-inclusive", "raps-inclusive"],
+)
+def test_conformal_sets_match_the_reference(model, score):
     ref = _conformal_reference()
+    method, _, form = score.partition("-")
+    form = form or "romano"
     p, y = model["probs"], model["labels"]
     cal_p, cal_y, test_p = p[:250], y[:250], p[250:]
+    rng = np.random.default_rng(3)
+    u_cal, u = rng.random(250), rng.random(len(test_p))
+    draws = dict(cal_draws=u_cal, draws=u) if form == "randomized" else {}
     alpha = 0.1
-    qhat, sets = alkit.conformal(cal_p, cal_y, test_p, alpha, score=method)
-    cal = ref.all_scores(cal_p.astype(np.float64), method, 0.01, 5)
+    qhat, sets = alkit.conformal(cal_p, cal_y, test_p, alpha, score=score, **draws)
+    cal = ref.all_scores(cal_p.astype(np.float64), method, 0.01, 5, form, u_cal)
     cal_scores = np.sort(cal[np.arange(250), cal_y])
     index = math.ceil((250 + 1) * (1 - Fraction(repr(alpha))))
     want_q = cal_scores[index - 1]
     assert qhat == pytest.approx(want_q, abs=1e-6)
-    want = ref.all_scores(test_p.astype(np.float64), method, 0.01, 5) <= want_q
+    test_scores = ref.all_scores(test_p.astype(np.float64), method, 0.01, 5, form, u)
+    want = test_scores <= want_q
     assert sets.dtype == np.bool_ and sets.shape == test_p.shape
     # Scores within float32 rounding of the threshold may fall either way.
-    near = np.abs(ref.all_scores(test_p.astype(np.float64), method, 0.01, 5) - want_q) < 1e-6
+    near = np.abs(test_scores - want_q) < 1e-6
     np.testing.assert_array_equal(sets[~near], want[~near])
     coverage = sets[np.arange(len(test_p)), y[250:]].mean()
     assert coverage >= 1 - alpha - 0.06
+    if form == "romano":
+        assert sets.any(axis=1).all(), "Romano's sets always hold the top class"
+
+
+def test_conformal_sets_of_confident_items_are_not_empty():
+    # The surest items of an accurate model: the inclusive form's threshold is 0.9 and the
+    # 0.95 item gets no class; Romano's rule gives it its top class.
+    cal = np.array([[0.9, 0.1, 0]] * 9 + [[0.5, 0.3, 0.2]], np.float32)
+    y = np.zeros(10, np.int64)
+    t = np.array([[0.95, 0.05, 0], [0.85, 0.1, 0.05]], np.float32)
+    q, sets = alkit.conformal(cal, y, t, 0.2, score="aps")
+    assert q == 0.0 and sets.tolist() == [[True, False, False]] * 2
+    q, sets = alkit.conformal(cal, y, t, 0.2, score="aps-inclusive")
+    assert q == pytest.approx(0.9) and sets.tolist() == [[False] * 3, [True, False, False]]
+    with pytest.raises(alkit.errors.AlkitError) as e:
+        alkit.conformal(cal, y, t, 0.2, score="aps", draws=np.zeros(2))
+    assert e.value.field == "draws" and "randomised forms" in str(e.value)
+    with pytest.raises(alkit.errors.SettingsError):
+        alkit.conformal(cal, y, t, 0.2, score="aps-bogus")
 
 
 def test_scores_of_a_perfect_classifier_have_no_rejection_figures():

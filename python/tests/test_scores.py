@@ -118,7 +118,7 @@ def test_conformal_size_and_names_as_the_registry_lists(model):
     assert listed["entropy"].per_item and not listed["batchbald"].per_item
     assert "badge" in listed and "random" in listed and not listed["random"].per_item
     # conformal-size: the size of each item's APS set at alpha 0.1, calibrated on the training
-    # items; the same as alkit.conformal's sets with those items as the calibration split.
+    # items (alkit.conformal's sets with those items as the calibration split).
     kw = dict(features=model["h"], weight=model["w"], bias=model["b"])
     got = alkit.score("conformal-size", train_features=model["train_h"],
                       train_labels=model["train_y"], **kw)["conformal-size"]
@@ -127,7 +127,10 @@ def test_conformal_size_and_names_as_the_registry_lists(model):
     pt = np.exp(z - z.max(1, keepdims=True))
     pt /= pt.sum(1, keepdims=True)
     _, sets = alkit.conformal(pt.astype(np.float32), model["train_y"], model["probs"], 0.1)
-    assert (np.abs(got - sets.sum(1)) <= 1).all() and np.mean(got == sets.sum(1)) > 0.95
+    # The size, plus half the mass outside the set (ties among sizes broken by it).
+    outside = 1 - np.where(sets, model["probs"], 0).sum(1)
+    want = sets.sum(1) + 0.5 * np.clip(outside, 0, 1)
+    np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_torch_like_dlpack_producers_are_read_without_numpy_conversion(model):

@@ -31,7 +31,10 @@ fn main() {
     // file (alkit::error::contain); only other panics print.
     alkit::error::quiet_contained_panics();
     let cli = Cli::parse();
-    let code = match dispatch(cli) {
+    let code = match alkit::limits::check_thread_env()
+        .map_err(anyhow::Error::from)
+        .and_then(|()| dispatch(cli))
+    {
         Ok(()) => 0,
         Err(e) => {
             let _ = writeln!(

@@ -82,7 +82,7 @@ pub struct Checkpoint {
 const FORMAT: u32 = 1;
 
 /// How checkpoints are opened, beyond their names: what some kinds need said.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct OpenOptions {
     /// An ONNX model's output holding the features its last layer multiplies (`None`: found
     /// in the graph as that layer's input, and told to the observer).
@@ -90,6 +90,13 @@ pub struct OpenOptions {
     /// An ONNX model's preprocessing: a timm `config.json` to read instead of the one beside
     /// the model (`None`: the one beside it, else timm's defaults for the model's input).
     pub onnx_config: Option<PathBuf>,
+    /// An ONNX model without a `config.json`: the mean subtracted from its input values in
+    /// `[0, 1]`, one value for every channel or one per channel (with `input_std`; both or
+    /// neither); the items are then resized to the model's input without a crop. timm's
+    /// defaults otherwise, which exist for 3-channel inputs only.
+    pub input_mean: Option<Vec<f32>>,
+    /// The standard deviation its input values are divided by (see `input_mean`).
+    pub input_std: Option<Vec<f32>>,
 }
 
 /// The file name of an ONNX model inside a checkpoint folder.

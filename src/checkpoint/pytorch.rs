@@ -101,14 +101,26 @@ enum Obj {
     /// The result of calling a name we do not interpret: its class or function name.
     Opaque(String),
     /// A storage by key: `torch.save`'s persistent id.
-    Storage {
-        key: String,
-        dtype: Option<DType>,
-        type_name: String,
-        numel: u64,
-    },
-    Tensor(TensorRef),
+    Storage(Box<StorageRef>),
+    Tensor(Box<TensorRef>),
 }
+
+/// A storage as its persistent id declares it (boxed in [`Obj`], so that every value a pickle
+/// builds costs 32 bytes at most and the arena's memory stays a small multiple of the
+/// pickle's bytes).
+#[derive(Debug, Clone)]
+struct StorageRef {
+    key: String,
+    dtype: Option<DType>,
+    type_name: String,
+    numel: u64,
+}
+
+/// The most values one pickle may hold at once, its stack and memo entries counted too: 2^21,
+/// under 100 MB whatever the file. A state dict's pickle holds a few per tensor (a
+/// ResNet-50's about 3,000); without a bound, a pickle of one-byte opcodes that each build a
+/// value would cost tens of bytes of memory per byte of file.
+const MAX_VALUES: usize = 1 << 21;
 
 #[derive(Debug, Clone)]
 struct TensorRef {
@@ -233,6 +245,13 @@ impl<'a> Machine<'a> {
     /// Runs to STOP; returns the object the pickle built.
     fn run(&mut self) -> Step<usize> {
         loop {
+            if self.objs.len() + self.stack.len() + self.memo.len() > MAX_VALUES {
+                return Err(format!(
+                    "the pickle holds more than {MAX_VALUES} values by byte {} (a state dict \
+                     holds a few per tensor)",
+                    self.at
+                ));
+            }
             let op = self.u8()?;
             match op {
                 0x80 => {
@@ -454,12 +473,12 @@ impl<'a> Machine<'a> {
             "torch.ByteStorage" => Some(DType::U8),
             _ => None,
         };
-        Ok(Obj::Storage {
+        Ok(Obj::Storage(Box::new(StorageRef {
             key,
             dtype,
             type_name,
             numel,
-        })
+        })))
     }
 
     /// What calling `f` with `args` gives, for the names a state dict uses; an opaque value
@@ -477,7 +496,7 @@ impl<'a> Machine<'a> {
                 if a.len() < 4 {
                     return Err(bad());
                 }
-                if !matches!(self.objs[a[0]], Obj::Storage { .. }) {
+                if !matches!(self.objs[a[0]], Obj::Storage(_)) {
                     return Err(bad());
                 }
                 let offset = self
@@ -489,12 +508,12 @@ impl<'a> Machine<'a> {
                 if size.len() != stride.len() {
                     return Err(bad());
                 }
-                Ok(Obj::Tensor(TensorRef {
+                Ok(Obj::Tensor(Box::new(TensorRef {
                     storage: a[0],
                     offset,
                     size,
                     stride,
-                }))
+                })))
             }
             // `nn.Parameter`s (a state dict saved with `keep_vars=True`): the tensor inside.
             "torch._utils._rebuild_parameter" | "torch._utils._rebuild_parameter_with_state"
@@ -597,7 +616,7 @@ fn state_dict(m: &Machine, root: usize, path: &Path) -> Result<Vec<(String, Tens
                 .str_of(k)
                 .ok_or_else(|| Error::state(path, "a state dict entry's name is not a string"))?;
             match &m.objs[v] {
-                Obj::Tensor(t) => Ok((name.to_string(), t.clone())),
+                Obj::Tensor(t) => Ok((name.to_string(), TensorRef::clone(t))),
                 Obj::Opaque(class) => Err(Error::state(
                     path,
                     format!("state dict entry `{name}` is a `{class}`, not a tensor"),
@@ -621,15 +640,15 @@ fn tensor(
     path: &Path,
 ) -> Result<Tensor> {
     let bad = |msg: String| Error::state(path, format!("tensor `{name}`: {msg}"));
-    let Obj::Storage {
+    let Obj::Storage(storage) = &m.objs[t.storage] else {
+        return Err(bad("no storage".into()));
+    };
+    let StorageRef {
         key,
         dtype,
         type_name,
         numel,
-    } = &m.objs[t.storage]
-    else {
-        return Err(bad("no storage".into()));
-    };
+    } = storage.as_ref();
     let dtype = dtype.ok_or_else(|| bad(format!("its storage is a `{type_name}`")))?;
     let bytes = storages
         .get(key)
@@ -791,13 +810,16 @@ fn read_zip(path: &Path) -> Result<HashMap<String, Tensor>> {
     // Only the storages the state dict uses are read (not a checkpoint's optimiser state).
     let mut storages = HashMap::new();
     for (_, t) in &sd {
-        if let Obj::Storage {
-            key,
-            dtype: Some(d),
-            numel,
-            ..
-        } = &m.objs[t.storage]
-        {
+        if let Obj::Storage(s) = &m.objs[t.storage] {
+            let StorageRef {
+                key,
+                dtype: Some(d),
+                numel,
+                ..
+            } = s.as_ref()
+            else {
+                continue;
+            };
             if !storages.contains_key(key) {
                 let size = numel.saturating_mul(d.size_in_bytes() as u64);
                 storages.insert(key.clone(), entry(&format!("{prefix}data/{key}"), size)?);
@@ -849,12 +871,7 @@ fn read_legacy(path: &Path) -> Result<HashMap<String, Tensor>> {
         .objs
         .iter()
         .filter_map(|o| match o {
-            Obj::Storage {
-                key,
-                type_name,
-                numel,
-                ..
-            } => Some((key.as_str(), (*numel, type_name.as_str()))),
+            Obj::Storage(s) => Some((s.key.as_str(), (s.numel, s.type_name.as_str()))),
             _ => None,
         })
         .collect();

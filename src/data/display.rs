@@ -5,7 +5,7 @@
 //! labeler reads them.
 
 use crate::error::{DataProblem, Error, Result};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// The longest text shown for one item, in bytes (a paragraph or a page; a labeler reads no
 /// more, and the page's answer must stay small).
@@ -20,8 +20,9 @@ pub const MAX_IMAGE_BYTES: u64 = 64 << 20;
 pub enum DisplayKind {
     /// A text per item.
     Text,
-    /// An image file per item (PNG, JPEG or WebP), its path relative to the file that names it
-    /// or absolute.
+    /// An image file per item (PNG, JPEG or WebP), its path relative to the folder of the
+    /// file that names it (or to the folder its metadata `display_root` names), never above
+    /// that folder: no `..`, no absolute path, no link that leads out of it.
     Image,
 }
 
@@ -37,8 +38,8 @@ pub struct Displays {
 impl Displays {
     /// The displays `values` of a pool of `n` items, named by `file` (whose folder relative
     /// image paths start from) in its part `what` (``metadata `display` ``, ...), checked: one
-    /// per item, each non-empty and at most [`MAX_TEXT`] bytes, an image path with an image's
-    /// extension and no `..`.
+    /// per item, each non-empty and at most [`MAX_TEXT`] bytes, an image path relative, with
+    /// an image's extension and no `..`.
     pub fn new(
         kind: DisplayKind,
         values: Vec<String>,
@@ -65,12 +66,14 @@ impl Displays {
                     .extension()
                     .map(|e| e.to_string_lossy().to_ascii_lowercase())
                     .unwrap_or_default();
-                if !matches!(ext.as_str(), "png" | "jpg" | "jpeg" | "webp")
-                    || p.components().any(|c| c == std::path::Component::ParentDir)
-                {
+                let below = p
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+                if !matches!(ext.as_str(), "png" | "jpg" | "jpeg" | "webp") || !below {
                     return Err(bad(format!(
                         "{what}: entry {i} (`{v}`) is not the path of a PNG, JPEG or WebP file \
-                         without `..`"
+                         relative to the file's folder (no absolute path, no `..`); write the \
+                         images' paths relative to that folder"
                     )));
                 }
             }
@@ -90,23 +93,42 @@ impl Displays {
         self
     }
 
-    /// The bytes of item `i`'s image file and its media type, for an image display: a file of
-    /// at most [`MAX_IMAGE_BYTES`], or an error naming it.
+    /// The bytes of item `i`'s image file and its media type (read from the bytes), for an
+    /// image display: a PNG, JPEG or WebP file of at most [`MAX_IMAGE_BYTES`] inside the
+    /// displays' folder once links are followed, or an error naming it. Checked when read,
+    /// since a link may change after the pool was opened.
     pub fn image_bytes(&self, i: usize) -> Option<Result<(Vec<u8>, &'static str)>> {
-        let (path, media) = self.image(i)?;
-        let read = || -> Result<Vec<u8>> {
-            let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
-            if !meta.is_file() || meta.len() > MAX_IMAGE_BYTES {
-                return Err(Error::data(
-                    &path,
-                    DataProblem::Other(format!(
-                        "an item's image must be a file of at most {MAX_IMAGE_BYTES} bytes"
-                    )),
-                ));
-            }
-            std::fs::read(&path).map_err(|e| Error::io(&path, e))
-        };
-        Some(read().map(|b| (b, media)))
+        let (path, _) = self.image(i)?;
+        Some(self.read_image(&path))
+    }
+
+    fn read_image(&self, path: &Path) -> Result<(Vec<u8>, &'static str)> {
+        let bad = |m: String| Error::data(path, DataProblem::Other(m));
+        let real = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+        let base = std::fs::canonicalize(&self.base).map_err(|e| Error::io(&self.base, e))?;
+        if !real.starts_with(&base) {
+            return Err(bad(format!(
+                "an item's image leads out of the folder {} (to {}, through a link): images \
+                 shown must lie inside it",
+                self.base.display(),
+                real.display()
+            )));
+        }
+        let meta = std::fs::metadata(&real).map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() || meta.len() > MAX_IMAGE_BYTES {
+            return Err(bad(format!(
+                "an item's image must be a file of at most {MAX_IMAGE_BYTES} bytes"
+            )));
+        }
+        let bytes = std::fs::read(&real).map_err(|e| Error::io(path, e))?;
+        let media = media_of(&bytes).ok_or_else(|| {
+            bad(
+                "an item's image is not a PNG, JPEG or WebP file (its first bytes say \
+                 otherwise)"
+                    .into(),
+            )
+        })?;
+        Ok((bytes, media))
     }
 
     /// How items are shown.
@@ -135,6 +157,19 @@ impl Displays {
     }
 }
 
+/// The media type of a PNG, JPEG or WebP file by its signature, `None` for anything else.
+fn media_of(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
 /// The kind named by an embedding file's metadata `display_kind` (`text` when absent).
 pub fn kind_named(name: Option<&str>, file: &Path) -> Result<DisplayKind> {
     match name {
@@ -146,5 +181,64 @@ pub fn kind_named(name: Option<&str>, file: &Path) -> Result<DisplayKind> {
                 "metadata `display_kind` is `{other}`; expected `text` or `image`"
             )),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn images(values: &[&str], file: &Path) -> Result<Displays> {
+        let v: Vec<String> = values.iter().map(|s| s.to_string()).collect();
+        Displays::new(
+            DisplayKind::Image,
+            v,
+            values.len(),
+            file,
+            "array `display_image`",
+        )
+    }
+
+    #[test]
+    fn image_paths_stay_inside_the_files_folder() {
+        let root = std::env::temp_dir().join(format!("alkit-display-{}", std::process::id()));
+        let (inside, outside) = (root.join("pool"), root.join("secret"));
+        std::fs::create_dir_all(inside.join("img")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let file = inside.join("emb.npz");
+        let png = b"\x89PNG\r\n\x1a\nrest of a png".to_vec();
+        std::fs::write(inside.join("img/a.png"), &png).unwrap();
+        std::fs::write(inside.join("notes.png"), b"a text file named .png").unwrap();
+        std::fs::write(outside.join("key.txt"), b"secret").unwrap();
+        std::fs::write(outside.join("b.png"), &png).unwrap();
+        for bad in [
+            "/etc/passwd.png",
+            "../secret/b.png",
+            "img/../../secret/b.png",
+        ] {
+            let e = images(&[bad], &file).unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("relative"), "{e}");
+        }
+        let ok = images(&["img/a.png", "./img/a.png"], &file).unwrap();
+        for i in 0..2 {
+            assert_eq!(
+                ok.image_bytes(i).unwrap().unwrap(),
+                (png.clone(), "image/png")
+            );
+        }
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(outside.join("key.txt"), inside.join("link.png")).unwrap();
+            std::os::unix::fs::symlink(&outside, inside.join("dir")).unwrap();
+            let links = images(&["link.png", "dir/b.png"], &file).unwrap();
+            for i in 0..2 {
+                let e = links.image_bytes(i).unwrap().unwrap_err().to_string();
+                assert!(e.contains("leads out of the folder"), "{e}");
+            }
+        }
+        let text = images(&["notes.png"], &file).unwrap();
+        let e = text.image_bytes(0).unwrap().unwrap_err().to_string();
+        assert!(e.contains("notes.png") && e.contains("not a PNG"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

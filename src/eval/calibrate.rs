@@ -24,8 +24,10 @@ use crate::observe::Observer;
 use crate::observe::Silent;
 use crate::plot::{Figure, Panel, Series};
 use crate::predict::{log_probs_of, probs_from_log};
-use crate::rng::{stream, Purpose};
-use alkit_acquisition::{Conformal, ConformalScore, Evidence, Needs, Probs, Reference, Scorer};
+use crate::rng::{stream, uniform, Purpose};
+use alkit_acquisition::{
+    ApsForm, Conformal, ConformalScore, Evidence, Needs, Probs, Reference, Scorer,
+};
 use candle_core::Device;
 use serde::Serialize;
 use std::path::Path;
@@ -145,14 +147,32 @@ pub struct ClassCoverage {
     pub mean_size: Option<f64>,
 }
 
-/// RAPS's penalty and free ranks (Angelopoulos et al. 2021's ImageNet choice).
-pub const RAPS: ConformalScore = ConformalScore::Raps {
-    lambda: 0.01,
-    k_reg: 5,
-};
+/// RAPS with Angelopoulos et al. 2021's ImageNet penalty and free ranks, in `form`.
+pub const fn raps(form: ApsForm) -> ConformalScore {
+    ConformalScore::Raps {
+        lambda: 0.01,
+        k_reg: 5,
+        form,
+    }
+}
+
+/// The scores `calibrate` reports, in its table's order: LAC, APS and RAPS ([`raps`]) by
+/// Romano's non-randomised rule, then APS and RAPS randomised.
+pub const REPORTED: [ConformalScore; 5] = [
+    ConformalScore::Lac,
+    ConformalScore::Aps {
+        form: ApsForm::Romano,
+    },
+    raps(ApsForm::Romano),
+    ConformalScore::Aps {
+        form: ApsForm::Randomized,
+    },
+    raps(ApsForm::Randomized),
+];
 
 /// Split conformal on `probs (n, c)` with `labels`: a seeded random half calibrates, the other
-/// half is evaluated, for LAC, APS and RAPS ([`RAPS`]).
+/// half is evaluated, for each of [`REPORTED`]. The randomised forms draw one uniform per test
+/// item from the seed's tool stream (key 1), the same draw for every score.
 pub fn conformal_rows(
     probs: &Probs,
     labels: &[u32],
@@ -181,12 +201,20 @@ pub fn conformal_rows(
     };
     let cal_probs = rows_of(cal)?;
     let cal_labels: Vec<usize> = cal.iter().map(|&i| labels[i] as usize).collect();
+    let mut draw_rng = stream(seed, Purpose::Tool, 1);
+    let draws: Vec<f64> = (0..n).map(|_| uniform(&mut draw_rng)).collect();
+    let cal_draws: Vec<f64> = cal.iter().map(|&i| draws[i]).collect();
     let mut out = Vec::new();
-    for score in [ConformalScore::Lac, ConformalScore::Aps, RAPS] {
-        let conf = Conformal::calibrate(score, &cal_probs, &cal_labels, alpha)?;
+    for score in REPORTED {
+        let given = if score.randomized() {
+            &cal_draws[..]
+        } else {
+            &[]
+        };
+        let conf = Conformal::calibrate(score, &cal_probs, &cal_labels, alpha, given)?;
         let mut per = vec![(0usize, 0usize, 0usize); c];
         for &i in eval.iter() {
-            let set = conf.set(probs.row(i));
+            let set = conf.set(probs.row(i), draws[i]);
             let y = labels[i] as usize;
             let slot = &mut per[y.min(c - 1)];
             slot.0 += 1;

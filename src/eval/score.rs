@@ -144,6 +144,12 @@ fn check_pool_scoring(job: &ScoreJob, scorers: &[Arc<dyn Scorer>]) -> Result<()>
             "setting `batch` and setting `chunk` must be at least 1",
         ));
     }
+    if job.top == Some(0) {
+        return Err(Error::config(
+            "top",
+            "0 items would be kept: give at least 1, or leave it out to write every item",
+        ));
+    }
     // Scoring a pool reads no training items, which these compare with.
     if let Some(s) = scorers.iter().find(|s| s.needs().reference) {
         return Err(Error::config(

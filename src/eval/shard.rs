@@ -239,6 +239,12 @@ pub fn selection_keys(
             ),
         ));
     }
+    if let Some((i, v)) = selection.outside_domain(scores) {
+        return Err(Error::config(
+            "select",
+            Selection::power_domain(&format!("item `{}`", ids[i]), v),
+        ));
+    }
     let noise = |id: &str| gumbel(stream(seed, Purpose::Select, id_hash(id)).next_u64());
     if selection.log_weight(0.5).is_some() {
         return Ok(scores

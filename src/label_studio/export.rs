@@ -4,19 +4,25 @@
 //!
 //! Rows are matched to pool items by `alkit_id`, the id alkit wrote into each task's data,
 //! never by Label Studio's `id` (its own task number, which the CSV and JSON_MIN exports also
-//! call `id`). JSON is told by its content, whatever the file's name: a list starting with
-//! `[` is the JSON export (tasks holding `annotations`) or JSON_MIN (one flat row per
-//! annotation, `alkit_id` and the choice at the top level). Anything else is a table, TSV
-//! when the name ends in `.tsv`, CSV otherwise: Label Studio's export when its header has
-//! `alkit_id`, alkit's answers when it has `id,label` and none of Label Studio's annotation
-//! columns, and refused otherwise, naming what it looked like. The choices read are those
-//! of the `Choices` tag named `label`, as in the labeling configuration alkit writes; an
-//! export without any is refused rather than read as unanswered.
+//! call `id`); tasks without it (imported from the pool's image folder, through Label
+//! Studio's local-files storage) by the image path their data holds, when the caller gives
+//! the pool's rule for that ([`read_export_with`], the rule of [`super::image_path`], the one
+//! the ML backend follows). JSON is told by its content, whatever the file's name: a list
+//! starting with `[` is the JSON export (tasks holding `annotations`) or JSON_MIN (one flat
+//! row per annotation, `alkit_id` or `annotation_id` and the choice at the top level).
+//! Anything else is a table, TSV when the name ends in `.tsv`, CSV otherwise: Label Studio's
+//! export when its header has `alkit_id` (or Label Studio's annotation columns and image
+//! paths), alkit's answers when it has `id,label` and none of Label Studio's annotation
+//! columns, and refused otherwise, naming what it looked like. The choices read are those of
+//! the `Choices` tag named `label`, as in the labeling configuration alkit writes; an export
+//! without any is refused rather than read as unanswered.
 //!
-//! Per task, the annotators' single choices are resolved by majority (cancelled annotations
-//! and results of other types ignored); a tie is an error naming Label Studio's task, because
-//! a person must decide. One item in several tasks (a task file imported twice) is taught
-//! once when the tasks agree and refused, naming both tasks, when they do not.
+//! Per task, an annotation Label Studio marks as ground truth (the star; only the JSON export
+//! carries the mark) decides; otherwise the annotators' single choices are resolved by
+//! majority (cancelled annotations and results of other types ignored), and a tie is an
+//! error naming Label Studio's task, because a person must decide. One item in several tasks
+//! (a task file imported twice) is taught once when the tasks agree and refused, naming both
+//! tasks, when they do not.
 
 use super::FROM_NAME;
 use crate::data::source::read_delimited;
@@ -98,9 +104,31 @@ const MAX_EXPORT: u64 = 1 << 30;
 /// is an export of tasks alkit did not write, whose `id` is not an alkit id.
 const LS_COLUMNS: &[&str] = &["annotation_id", "annotator", "lead_time"];
 
-/// Reads the answers in `path` (see the module docs). Errors name the file and row, and
-/// Label Studio's task where there is one.
+/// The pool's rule for a task without `alkit_id`: the id of the item an image URL or path
+/// names, if any.
+pub type ImageNamer<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Label Studio's own fields of a JSON_MIN row or a flat export's columns: never an image
+/// path of the task's data.
+const LS_FIELDS: &[&str] = &[
+    "id",
+    "annotation_id",
+    "annotator",
+    "created_at",
+    "updated_at",
+    "lead_time",
+    FROM_NAME,
+];
+
+/// Reads the answers in `path` (see the module docs), matching tasks by `alkit_id` only.
+/// Errors name the file and row, and Label Studio's task where there is one.
 pub fn read_export(path: &Path) -> Result<Export> {
+    read_export_with(path, None)
+}
+
+/// [`read_export`], with tasks that carry no `alkit_id` matched by the image path their
+/// data holds through `images` (an image-folder pool's rule).
+pub fn read_export_with(path: &Path, images: Option<ImageNamer<'_>>) -> Result<Export> {
     let size = std::fs::metadata(path)
         .map_err(|e| Error::io(path, e))?
         .len();
@@ -125,12 +153,43 @@ pub fn read_export(path: &Path) -> Result<Export> {
                 "JSON, but not a Label Studio export (JSON or JSON_MIN: a list of tasks)",
             ));
         };
-        return read_json(path, items);
+        return read_json(path, items, images);
     }
     let tsv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("tsv"));
-    read_table(path, &bytes, tsv)
+    read_table(path, &bytes, tsv, images)
+}
+
+/// The field of a flat export (JSON_MIN's keys, a table's header) that holds the choices,
+/// given the values of its first row: `label`, the name alkit's labeling configuration
+/// gives its `Choices` tag; else, for tasks matched by image path (imported from the pool's
+/// folder into a labeling configuration of the person's own), the one field that is neither
+/// Label Studio's own nor the image's. `None` when there is no such single field.
+fn choices_field(fields: &[(&str, &str)], images: Option<ImageNamer<'_>>) -> Option<String> {
+    if fields.iter().any(|(k, _)| *k == FROM_NAME) {
+        return Some(FROM_NAME.to_string());
+    }
+    let images = images?;
+    let rest: Vec<&str> = fields
+        .iter()
+        .filter(|(k, v)| !LS_FIELDS.contains(k) && *k != "alkit_id" && images(v).is_none())
+        .map(|(k, _)| *k)
+        .collect();
+    match rest.as_slice() {
+        [one] => Some(one.to_string()),
+        _ => None,
+    }
+}
+
+/// The id of the item the first of `values` (a task's data, or an export row's own
+/// fields) naming an image of the pool names.
+fn by_image<'v>(
+    values: impl IntoIterator<Item = &'v str>,
+    images: Option<ImageNamer<'_>>,
+) -> Option<String> {
+    let images = images?;
+    values.into_iter().find_map(images)
 }
 
 /// A task's votes and where it came from, before the majority is taken.
@@ -140,6 +199,15 @@ struct Task {
     row: usize,
     id: String,
     votes: BTreeMap<String, usize>,
+    /// The choices of annotations marked as ground truth (the JSON export's `ground_truth`).
+    truth: BTreeMap<String, usize>,
+}
+
+/// A row's or task's choices: every annotation's, and those marked as ground truth.
+#[derive(Default)]
+struct Votes {
+    all: BTreeMap<String, usize>,
+    truth: BTreeMap<String, usize>,
 }
 
 /// The tasks of a file in order, the rows of one Label Studio task (JSON_MIN, CSV and TSV
@@ -160,7 +228,7 @@ impl Tasks {
         row: usize,
         unit: &str,
         id: String,
-        votes: BTreeMap<String, usize>,
+        votes: Votes,
     ) -> std::result::Result<(), String> {
         if let Some((t, &j)) = task.and_then(|t| self.at.get(&t).map(|j| (t, j))) {
             let prev = &mut self.list[j];
@@ -170,8 +238,11 @@ impl Tasks {
                     prev.id, prev.row
                 ));
             }
-            for (c, n) in votes {
+            for (c, n) in votes.all {
                 *prev.votes.entry(c).or_default() += n;
+            }
+            for (c, n) in votes.truth {
+                *prev.truth.entry(c).or_default() += n;
             }
             return Ok(());
         }
@@ -182,7 +253,8 @@ impl Tasks {
             task,
             row,
             id,
-            votes,
+            votes: votes.all,
+            truth: votes.truth,
         });
         Ok(())
     }
@@ -192,8 +264,10 @@ impl Tasks {
 fn without_choices(found: &str) -> String {
     format!(
         "{found}: alkit reads the choices of the `Choices` tag named `{FROM_NAME}` (the \
-         labeling configuration alkit wrote beside its tasks), and Label Studio leaves it out \
-         when no annotation chose a class"
+         labeling configuration alkit wrote beside its tasks; for tasks imported from the \
+         pool's image folder, the one column besides Label Studio's own and the image's), and \
+         Label Studio leaves it out when no annotation chose a class; the JSON export always \
+         names it"
     )
 }
 
@@ -213,13 +287,30 @@ fn who(task: Option<u64>, id: &str) -> String {
     }
 }
 
-fn read_json(path: &Path, items: &[Value]) -> Result<Export> {
-    // JSON_MIN's rows hold `alkit_id` at the top level and no `annotations` (a task's own
-    // data may well have a field named `data`); the JSON export's tasks hold it in `data`.
-    // An empty list is an export of nothing.
-    let min = items
+fn read_json(path: &Path, items: &[Value], images: Option<ImageNamer<'_>>) -> Result<Export> {
+    // JSON_MIN's rows hold `alkit_id` (or, for tasks alkit did not write, Label Studio's
+    // `annotation_id`) at the top level and no `annotations` (a task's own data may well
+    // have a field named `data`); the JSON export's tasks hold the id in `data`. An empty
+    // list is an export of nothing.
+    let min = items.first().is_some_and(|t| {
+        (t.get("alkit_id").is_some() || t.get("annotation_id").is_some())
+            && t.get("annotations").is_none()
+    });
+    let first: Vec<(&str, &str)> = items
         .first()
-        .is_some_and(|t| t.get("alkit_id").is_some() && t.get("annotations").is_none());
+        .and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let choices = if min {
+        choices_field(&first, images)
+    } else {
+        None
+    };
+    let key = choices.as_deref().unwrap_or(FROM_NAME);
     let mut tasks = Tasks::default();
     for (k, t) in items.iter().enumerate() {
         let row = k + 1;
@@ -233,42 +324,19 @@ fn read_json(path: &Path, items: &[Value]) -> Result<Export> {
                 ))
             })?),
         };
-        let id_at = if min { "/alkit_id" } else { "/data/alkit_id" };
-        let id = match t.pointer(id_at) {
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => {
-                return Err(bad(format!(
-                    "`{}` is {}, not a string",
-                    &id_at[1..].replace('/', "."),
-                    json_kind(other)
-                )))
-            }
-            None if min => {
-                return Err(bad(format!(
-                    "a JSON_MIN row without `alkit_id` ({}); every row of one export has it",
-                    who(task, "?")
-                )))
-            }
-            None => {
-                return Err(bad(format!(
-                    "{} has no `data.alkit_id`: alkit matches answers by its own ids, never \
-                     by Label Studio's task id (import the task file alkit wrote for a query)",
-                    task.map_or("the task".to_string(), |t| format!("Label Studio task {t}"))
-                )))
-            }
-        };
+        let id = json_item(t, min, task, images).map_err(&bad)?;
         let whom = who(task, &id);
-        let mut votes = BTreeMap::new();
+        let mut votes = Votes::default();
         if min {
-            if let Some(c) = min_choice(t.get(FROM_NAME), &whom).map_err(&bad)? {
-                *votes.entry(c).or_default() += 1;
+            if let Some(c) = min_choice(t.get(key), key, &whom).map_err(&bad)? {
+                *votes.all.entry(c).or_default() += 1;
             }
         } else {
             json_votes(t, &whom, &mut votes).map_err(&bad)?;
         }
         tasks.add(task, row, "row", id, votes).map_err(&bad)?;
     }
-    if min && items.iter().all(|t| t.get(FROM_NAME).is_none()) {
+    if min && items.iter().all(|t| t.get(key).is_none()) {
         return Err(row_err(
             path,
             1,
@@ -283,12 +351,104 @@ fn read_json(path: &Path, items: &[Value]) -> Result<Export> {
     decide(path, format, tasks)
 }
 
-/// The choices of one task of the JSON export, counted into `votes`.
-fn json_votes(
+/// The item of one task of the JSON export (`min`: a JSON_MIN row): its `alkit_id`, else
+/// the image its data (a row's own fields) names.
+fn json_item(
     t: &Value,
-    whom: &str,
-    votes: &mut BTreeMap<String, usize>,
-) -> std::result::Result<(), String> {
+    min: bool,
+    task: Option<u64>,
+    images: Option<ImageNamer<'_>>,
+) -> std::result::Result<String, String> {
+    let id_at = if min { "/alkit_id" } else { "/data/alkit_id" };
+    match t.pointer(id_at) {
+        Some(Value::String(s)) => return Ok(s.clone()),
+        Some(other) => {
+            return Err(format!(
+                "`{}` is {}, not a string",
+                &id_at[1..].replace('/', "."),
+                json_kind(other)
+            ))
+        }
+        None => {}
+    }
+    let fields = if min {
+        t.as_object()
+    } else {
+        t.get("data").and_then(Value::as_object)
+    };
+    let values = fields.into_iter().flatten().filter_map(|(k, v)| {
+        (!min || !LS_FIELDS.contains(&k.as_str()))
+            .then_some(v.as_str())
+            .flatten()
+    });
+    if let Some(id) = by_image(values, images) {
+        return Ok(id);
+    }
+    let the_task = task.map_or("the task".to_string(), |t| format!("Label Studio task {t}"));
+    Err(match (min, images.is_some()) {
+        (true, false) => format!(
+            "a JSON_MIN row without `alkit_id` ({}); every row of one export has it",
+            who(task, "?")
+        ),
+        (false, false) => format!(
+            "{the_task} has no `data.alkit_id`: alkit matches answers by its own ids, never by \
+             Label Studio's task id (import the task file alkit wrote for a query)"
+        ),
+        (_, true) => format!(
+            "{the_task} has no `alkit_id` and no image path of the pool's folder: alkit matches \
+             answers by its own ids or by the image a task shows, never by Label Studio's task \
+             id"
+        ),
+    })
+}
+
+/// Every answer of a whole project's JSON export `tasks` as the ML backend reads it (one
+/// task after another, no file): each task's ground truth, else its majority, and a
+/// description of each task that gives none it can teach (no item of the pool, a tie,
+/// malformed annotations), instead of refusing the whole project for one task. Tasks
+/// without an answer are left out.
+pub fn project_answers(
+    tasks: &[Value],
+    images: Option<ImageNamer<'_>>,
+) -> (Vec<ExportRow>, Vec<String>) {
+    let (mut rows, mut problems) = (Vec::new(), Vec::new());
+    for (k, t) in tasks.iter().enumerate() {
+        let task = t.get("id").and_then(Value::as_u64);
+        let name = task.map_or(format!("task {}", k + 1), |t| {
+            format!("Label Studio task {t}")
+        });
+        let decided = (|| -> std::result::Result<Option<(String, String)>, String> {
+            let id = json_item(t, false, task, images)?;
+            let mut votes = Votes::default();
+            json_votes(t, &who(task, &id), &mut votes)?;
+            let one = Task {
+                task,
+                row: k + 1,
+                id,
+                votes: votes.all,
+                truth: votes.truth,
+            };
+            Ok(decision(&one, ExportFormat::Json)?.map(|label| (one.id, label)))
+        })();
+        match decided {
+            Ok(Some((id, label))) => rows.push(ExportRow {
+                row: k + 1,
+                task,
+                id,
+                label,
+                note: None,
+            }),
+            Ok(None) => {}
+            Err(m) if m.contains("Label Studio task") => problems.push(m),
+            Err(m) => problems.push(format!("{name}: {m}")),
+        }
+    }
+    (rows, problems)
+}
+
+/// The choices of one task of the JSON export, counted into `votes` (those of annotations
+/// marked as ground truth into its `truth` too).
+fn json_votes(t: &Value, whom: &str, votes: &mut Votes) -> std::result::Result<(), String> {
     // A field of the wrong JSON type is refused, not read as "no answer": an export edited
     // or produced by another tool would otherwise teach nothing and succeed.
     let annotations = match t.get("annotations") {
@@ -337,9 +497,15 @@ fn json_votes(
                 );
             }
         }
+        let truth = a.get("ground_truth").and_then(Value::as_bool) == Some(true);
         match choices.as_slice() {
             [] => {}
-            [c] => *votes.entry(c.to_string()).or_default() += 1,
+            [c] => {
+                *votes.all.entry(c.to_string()).or_default() += 1;
+                if truth {
+                    *votes.truth.entry(c.to_string()).or_default() += 1;
+                }
+            }
             many => {
                 return Err(format!(
                     "{whom}: one annotation chose {many:?}; alkit takes one class per item"
@@ -352,7 +518,11 @@ fn json_votes(
 
 /// The choice of one JSON_MIN row (or a table's cell, parsed): a class name, `{"choices":
 /// [...]}` when the annotation chose several, absent when it chose none.
-fn min_choice(v: Option<&Value>, whom: &str) -> std::result::Result<Option<String>, String> {
+fn min_choice(
+    v: Option<&Value>,
+    key: &str,
+    whom: &str,
+) -> std::result::Result<Option<String>, String> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
@@ -368,65 +538,112 @@ fn min_choice(v: Option<&Value>, whom: &str) -> std::result::Result<Option<Strin
                 )),
             },
             _ => Err(format!(
-                "{whom}: `{FROM_NAME}` is an object without a `choices` list"
+                "{whom}: `{key}` is an object without a `choices` list"
             )),
         },
         Some(Value::Array(_)) => Err(format!(
-            "{whom}: `{FROM_NAME}` is a list; alkit takes one class per item"
+            "{whom}: `{key}` is a list; alkit takes one class per item"
         )),
         Some(other) => Err(format!(
-            "{whom}: `{FROM_NAME}` is {}, not a class name",
+            "{whom}: `{key}` is {}, not a class name",
             json_kind(other)
         )),
     }
 }
 
-fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
+fn read_table(
+    path: &Path,
+    bytes: &[u8],
+    tsv: bool,
+    images: Option<ImageNamer<'_>>,
+) -> Result<Export> {
     let (header, rows) = read_delimited(path, bytes, if tsv { b'\t' } else { b',' })?;
     let col = |name: &str| header.iter().position(|h| h == name);
-    let Some(ic) = col("alkit_id") else {
-        let ls = LS_COLUMNS.iter().find(|c| col(c).is_some());
-        if let Some(c) = ls {
-            return Err(row_err(
-                path,
-                1,
-                format!(
-                    "a Label Studio export (it has `{c}`) of tasks without `alkit_id`: alkit \
-                     matches answers by its own ids, never by Label Studio's `id` (import the \
-                     task file alkit wrote for a query)"
-                ),
-            ));
+    let ls = LS_COLUMNS.iter().find(|c| col(c).is_some());
+    let ic = match col("alkit_id") {
+        Some(c) => Some(c),
+        None if ls.is_some() && images.is_some() => None,
+        None => {
+            return answers_table(path, bytes, tsv, &header, ls.copied());
         }
-        if col("id").is_none() || col("label").is_none() {
-            return Err(row_err(
-                path,
-                1,
-                format!(
-                    "neither a Label Studio {} export (an `alkit_id` column) nor alkit's \
-                     answers (`id,label` columns); the header is {header:?}",
-                    if tsv { "TSV" } else { "CSV" }
-                ),
-            ));
-        }
-        let delimiter = if tsv { b'\t' } else { b',' };
-        let rows = read_answers_from(path, bytes, delimiter)?
-            .into_iter()
-            .map(|a| ExportRow {
-                row: a.row,
-                task: None,
-                id: a.id,
-                label: a.label,
-                note: a.note,
-            })
-            .collect();
-        return Ok(Export {
-            format: ExportFormat::Answers,
-            rows,
-            unanswered: 0,
-        });
     };
+    read_ls_table(path, tsv, &header, rows, ic, images)
+}
+
+/// alkit's `id,label` answers, or an error saying what the table looked like (`ls`: a Label
+/// Studio column it has, whose tasks then lack `alkit_id`).
+fn answers_table(
+    path: &Path,
+    bytes: &[u8],
+    tsv: bool,
+    header: &[String],
+    ls: Option<&str>,
+) -> Result<Export> {
+    let col = |name: &str| header.iter().position(|h| h == name);
+    if let Some(c) = ls {
+        return Err(row_err(
+            path,
+            1,
+            format!(
+                "a Label Studio export (it has `{c}`) of tasks without `alkit_id`: alkit \
+                 matches answers by its own ids, never by Label Studio's `id` (import the \
+                 task file alkit wrote for a query)"
+            ),
+        ));
+    }
+    if col("id").is_none() || col("label").is_none() {
+        return Err(row_err(
+            path,
+            1,
+            format!(
+                "neither a Label Studio {} export (an `alkit_id` column) nor alkit's \
+                 answers (`id,label` columns); the header is {header:?}",
+                if tsv { "TSV" } else { "CSV" }
+            ),
+        ));
+    }
+    let delimiter = if tsv { b'\t' } else { b',' };
+    let rows = read_answers_from(path, bytes, delimiter)?
+        .into_iter()
+        .map(|a| ExportRow {
+            row: a.row,
+            task: None,
+            id: a.id,
+            label: a.label,
+            note: a.note,
+        })
+        .collect();
+    Ok(Export {
+        format: ExportFormat::Answers,
+        rows,
+        unanswered: 0,
+    })
+}
+
+/// Label Studio's CSV or TSV export: each row's item by its `alkit_id` column `ic`, else by
+/// the image path one of its own columns holds.
+fn read_ls_table(
+    path: &Path,
+    tsv: bool,
+    header: &[String],
+    rows: Vec<(usize, Vec<String>)>,
+    ic: Option<usize>,
+    images: Option<ImageNamer<'_>>,
+) -> Result<Export> {
+    let col = |name: &str| header.iter().position(|h| h == name);
     let tc = col("id");
-    let lc = col(FROM_NAME);
+    let first: Vec<(&str, &str)> = rows
+        .first()
+        .map(|(_, r)| {
+            header
+                .iter()
+                .map(String::as_str)
+                .zip(r.iter().map(String::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    let key = choices_field(&first, images);
+    let lc = key.as_deref().and_then(col);
     if lc.is_none() && !rows.is_empty() {
         let found = format!("no `{FROM_NAME}` column (the header is {header:?})");
         return Err(row_err(path, 1, without_choices(&found)));
@@ -434,10 +651,6 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
     let mut tasks = Tasks::default();
     for (line, r) in rows {
         let bad = |m: String| row_err(path, line, m);
-        let id = r[ic].clone();
-        if id.is_empty() {
-            return Err(bad("an empty `alkit_id`".into()));
-        }
         let task = match tc.map(|c| r[c].as_str()) {
             None | Some("") => None,
             Some(s) => Some(s.parse::<u64>().map_err(|_| {
@@ -445,6 +658,24 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
                     "Label Studio's task `id` is `{s}`, not a task number"
                 ))
             })?),
+        };
+        let id = match ic {
+            Some(ic) if r[ic].is_empty() => return Err(bad("an empty `alkit_id`".into())),
+            Some(ic) => r[ic].clone(),
+            None => {
+                let own = header
+                    .iter()
+                    .zip(&r)
+                    .filter_map(|(h, v)| (!LS_FIELDS.contains(&h.as_str())).then_some(v.as_str()));
+                by_image(own, images).ok_or_else(|| {
+                    bad(format!(
+                        "{} has no `alkit_id` and no image path of the pool's folder: alkit \
+                         matches answers by its own ids or by the image a task shows, never by \
+                         Label Studio's task id",
+                        who(task, "?")
+                    ))
+                })?
+            }
         };
         let whom = who(task, &id);
         // Several choices come as the JSON object `{"choices": [...]}`, one as the name.
@@ -454,8 +685,12 @@ fn read_table(path: &Path, bytes: &[u8], tsv: bool) -> Result<Export> {
         } else {
             Value::String(cell.into())
         };
-        let choice = min_choice(Some(&value), &whom).map_err(&bad)?;
-        let votes = choice.into_iter().map(|c| (c, 1)).collect();
+        let choice =
+            min_choice(Some(&value), key.as_deref().unwrap_or(FROM_NAME), &whom).map_err(&bad)?;
+        let votes = Votes {
+            all: choice.into_iter().map(|c| (c, 1)).collect(),
+            truth: BTreeMap::new(),
+        };
         tasks.add(task, line, "line", id, votes).map_err(&bad)?;
     }
     let format = if tsv {
@@ -474,28 +709,14 @@ fn decide(path: &Path, format: ExportFormat, tasks: Tasks) -> Result<Export> {
     for t in tasks.list {
         let task = t.task;
         let whom = who(task, &t.id);
-        let Some(&top) = t.votes.values().max() else {
-            unanswered += 1;
-            continue;
+        let label = match decision(&t, format) {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                unanswered += 1;
+                continue;
+            }
+            Err(m) => return Err(row_err(path, t.row, format!("{whom}: {m}"))),
         };
-        let winners: Vec<&String> = t
-            .votes
-            .iter()
-            .filter(|(_, &n)| n == top)
-            .map(|(c, _)| c)
-            .collect();
-        if winners.len() > 1 {
-            return Err(row_err(
-                path,
-                t.row,
-                format!(
-                    "{whom}: annotators disagree with no majority ({:?}); resolve it in Label \
-                     Studio and export again",
-                    t.votes
-                ),
-            ));
-        }
-        let label = winners[0].clone();
         if let Some(&k) = by_id.get(&t.id) {
             let prev = &rows[k];
             if prev.label != label {
@@ -527,6 +748,43 @@ fn decide(path: &Path, format: ExportFormat, tasks: Tasks) -> Result<Export> {
         rows,
         unanswered,
     })
+}
+
+/// A task's answer: its ground truth when an annotation is marked so, else its annotators'
+/// majority; `None` without any choice, an error on a tie.
+fn decision(t: &Task, format: ExportFormat) -> std::result::Result<Option<String>, String> {
+    if !t.truth.is_empty() {
+        return match t.truth.keys().collect::<Vec<_>>().as_slice() {
+            [one] => Ok(Some((*one).clone())),
+            many => Err(format!(
+                "annotations marked as ground truth disagree ({many:?}); keep the star on one \
+                 in Label Studio and export again"
+            )),
+        };
+    }
+    let Some(&top) = t.votes.values().max() else {
+        return Ok(None);
+    };
+    let winners: Vec<&String> = t
+        .votes
+        .iter()
+        .filter(|(_, &n)| n == top)
+        .map(|(c, _)| c)
+        .collect();
+    if let [one] = winners.as_slice() {
+        return Ok(Some((*one).clone()));
+    }
+    let how = if format == ExportFormat::Json {
+        "mark the right annotation as ground truth (the star) in Label Studio, or resolve it \
+         there, and export again"
+    } else {
+        "mark the right annotation as ground truth (the star) in Label Studio and export as \
+         JSON (only the JSON export carries the mark), or resolve it there and export again"
+    };
+    Err(format!(
+        "annotators disagree with no majority ({:?}); {how}",
+        t.votes
+    ))
 }
 
 /// What a JSON value is, for messages about a field of the wrong type.

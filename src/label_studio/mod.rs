@@ -15,20 +15,31 @@
 //! `Choices` tag `label` over `image` (or `text`) with one `Choice` per class name.
 //!
 //! **Answers** ([`export`]): Label Studio's JSON, JSON_MIN, CSV and TSV exports, matched by
-//! `alkit_id`, and alkit's own `id,label` files; [`teach_file`] teaches them through the
+//! `alkit_id` (or, for tasks of an image-folder pool imported from that folder, by image
+//! path: [`image_path`]), and alkit's own `id,label` files; [`teach_file`] teaches them through the
 //! session's checks, where an answer an item already has is a no-op and another label for a
 //! labeled item an error.
 
 pub mod export;
+pub mod image_path;
 pub mod tasks;
 
-pub use export::{read_export, Export, ExportFormat, ExportRow};
+pub use export::{read_export, read_export_with, Export, ExportFormat, ExportRow, ImageNamer};
 pub use tasks::{tasks, write_batch, write_tasks};
 
 use crate::error::{Error, Result};
 use crate::session::{Answer, Learner, SessionState, Taught};
 use serde_json::{json, Value};
 use std::path::Path;
+
+/// Whether the session's pool is a folder of images, whose tasks imported into Label Studio
+/// from that folder name their items by image path ([`image_path`]).
+pub fn image_folder(state: &SessionState) -> bool {
+    matches!(
+        crate::data::source::Source::parse(&state.source),
+        Ok(crate::data::source::Source::Images(_))
+    )
+}
 
 /// The name of the `Choices` tag, in the labeling configuration and in results.
 pub const FROM_NAME: &str = "label";
@@ -153,7 +164,10 @@ pub(crate) fn short(v: f32) -> Value {
 /// checked whole, one bad row changes nothing. Errors about a row name Label Studio's task
 /// too.
 pub fn teach_file(learner: &mut Learner, path: &Path) -> Result<TaughtFile> {
-    let export = read_export(path)?;
+    let items = learner.shared_items();
+    let namer = |url: &str| image_path::item_of_image(&items, url).map(|i| items.ids()[i].clone());
+    let images = image_folder(learner.state()).then_some(&namer as ImageNamer<'_>);
+    let export = read_export_with(path, images)?;
     let answers: Vec<Answer> = export
         .rows
         .iter()

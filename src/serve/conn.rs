@@ -31,6 +31,10 @@ pub struct Limits {
     /// The time a client has from its connection's accept to the last byte of its request,
     /// head and body together; a connection idle or stalled that long is closed.
     pub request_timeout: Duration,
+    /// The time a client has from the accept to the end of its request's head (the lesser
+    /// of this and `request_timeout` holds): a connection that says nothing, or too slowly,
+    /// gives its slot back this soon, whatever time a large body may take after it.
+    pub head_timeout: Duration,
     /// The time a reply may take to send (a client that stops reading is dropped).
     pub send_timeout: Duration,
     /// Connections served at once; one more is answered `503` and closed.
@@ -42,12 +46,13 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 10 s per request, 60 s per reply, 64 connections, heads of at most 16 KiB and 64
-    /// headers: a page's own request is a few hundred bytes and about 20 headers, answered in
-    /// milliseconds, and a browser opens at most 6 connections to one server.
+    /// 10 s per request and its head, 60 s per reply, 64 connections, heads of at most 16
+    /// KiB and 64 headers: a page's own request is a few hundred bytes and about 20 headers,
+    /// answered in milliseconds, and a browser opens at most 6 connections to one server.
     fn default() -> Limits {
         Limits {
             request_timeout: Duration::from_secs(10),
+            head_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(60),
             max_connections: 64,
             max_head_bytes: 16 << 10,
@@ -62,6 +67,7 @@ impl Limits {
         let day = Duration::from_secs(86_400);
         for (name, t) in [
             ("request_timeout", self.request_timeout),
+            ("head_timeout", self.head_timeout),
             ("send_timeout", self.send_timeout),
         ] {
             if t < Duration::from_millis(1) || t > day {
@@ -231,9 +237,11 @@ enum HeadError {
 
 /// Serves the one request of a connection, then closes it.
 fn connection(stream: &TcpStream, limits: &Limits, handler: &Handler) {
-    let deadline = Instant::now() + limits.request_timeout;
+    let accepted = Instant::now();
+    let deadline = accepted + limits.request_timeout;
+    let head_deadline = accepted + limits.head_timeout.min(limits.request_timeout);
     let _ = stream.set_nodelay(true);
-    let (reply, head_only) = match read_head(stream, limits, deadline) {
+    let (reply, head_only) = match read_head(stream, limits, head_deadline, deadline) {
         Err(HeadError::Silent) => {
             let _ = stream.shutdown(Shutdown::Both);
             return;
@@ -258,10 +266,12 @@ fn close(stream: &TcpStream) {
     while matches!(read_by(&mut s, &mut sink, until), Ok(n) if n > 0) {}
 }
 
-/// Reads and checks a request's head; the body stays on the connection.
+/// Reads and checks a request's head by `head_deadline`; the body stays on the connection,
+/// to be read by `deadline`.
 fn read_head<'s>(
     stream: &'s TcpStream,
     limits: &Limits,
+    head_deadline: Instant,
     deadline: Instant,
 ) -> std::result::Result<Request<'s>, HeadError> {
     let bad = |status: u16, message: &str| HeadError::Reply(Reply::error(status, message));
@@ -270,7 +280,7 @@ fn read_head<'s>(
     let mut s = stream;
     loop {
         let room = limits.max_head_bytes - buf.len();
-        let n = match read_by(&mut s, &mut chunk[..room.min(4096)], deadline) {
+        let n = match read_by(&mut s, &mut chunk[..room.min(4096)], head_deadline) {
             Ok(0) => return Err(HeadError::Silent),
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::TimedOut && !buf.is_empty() => {
@@ -397,6 +407,10 @@ mod tests {
                 ..Limits::default()
             },
             Limits {
+                head_timeout: Duration::ZERO,
+                ..Limits::default()
+            },
+            Limits {
                 max_connections: 0,
                 ..Limits::default()
             },
@@ -416,6 +430,7 @@ mod tests {
         for (m, name) in names.iter().zip([
             "request_timeout",
             "send_timeout",
+            "head_timeout",
             "max_connections",
             "max_head_bytes",
             "max_headers",

@@ -343,43 +343,7 @@ pub fn header<'r>(request: &'r Request<'_>, name: &str) -> Option<&'r str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The route (path without the query) and the raw query string.
-pub fn split_url(url: &str) -> (&str, &str) {
-    match url.split_once('?') {
-        Some((p, q)) => (p, q),
-        None => (url, ""),
-    }
-}
-
-/// The value of query parameter `name`, percent-decoded; `None` when absent or not UTF-8.
-pub fn query_param(query: &str, name: &str) -> Option<String> {
-    query.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == name).then(|| percent_decode(v)).flatten()
-    })
-}
-
-/// Decodes `%XX` escapes and `+` (a space in a query string); `None` on a bad escape or
-/// bytes that are not UTF-8.
-pub fn percent_decode(s: &str) -> Option<String> {
-    // The crate passes a malformed escape through as it stands; refused here instead, so that
-    // a query never means something other than what its sender encoded.
-    let b = s.as_bytes();
-    let malformed = b.iter().enumerate().any(|(i, &c)| {
-        c == b'%'
-            && !b
-                .get(i + 1..i + 3)
-                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
-    });
-    if malformed {
-        return None;
-    }
-    // `+` is replaced before decoding, so that an encoded `%2B` stays a plus sign.
-    percent_encoding::percent_decode_str(&s.replace('+', " "))
-        .decode_utf8()
-        .ok()
-        .map(std::borrow::Cow::into_owned)
-}
+pub use crate::label_studio::image_path::{percent_decode, query_param, split_url};
 
 /// The value of cookie `name` in the request's `Cookie` header.
 pub fn cookie(request: &Request<'_>, name: &str) -> Option<String> {

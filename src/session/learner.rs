@@ -199,7 +199,7 @@ impl Learner {
         let hashes = content_hashes(&loaded.pool);
         let mut learner = Learner::resume(state, loaded, Path::new(STATE_FILE))?;
         learner.index = pending(hashes);
-        learner.seeded(seeds)
+        learner.seeded(seeds, source)
     }
 
     /// [`Learner::new`] over a pool read from its source (`open` opens it at its first item),
@@ -242,7 +242,7 @@ impl Learner {
         let reader = SourceReader::new(open, source, found.ids, found.item_shape);
         let mut learner = Learner::streamed(state, reader, test, Path::new(STATE_FILE))?;
         learner.index = pending(hashes);
-        learner.seeded(seeds)
+        learner.seeded(seeds, source)
     }
 
     /// Continues a saved session over the same pool, decoded in memory. `origin` names the

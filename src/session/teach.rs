@@ -19,15 +19,25 @@ pub struct Taught {
 }
 
 impl Learner {
-    /// Teaches the seed labels `(id, class name)` as round 0.
-    pub(super) fn seeded(mut self, seeds: &[(String, String)]) -> Result<Learner> {
+    /// Teaches the seed labels `(id, class name)` the pool `source` gives (its class
+    /// subfolders or label cells) as round 0; an error names the source and the item.
+    pub(super) fn seeded(mut self, seeds: &[(String, String)], source: &str) -> Result<Learner> {
         let rows: Vec<Answer> = seeds
             .iter()
             .enumerate()
             .map(|(i, (id, c))| Answer::new(i + 1, id.clone(), c.clone()))
             .collect();
-        self.teach_rows(&rows, Path::new("seed labels"), 0, false)?;
-        Ok(self)
+        match self.teach_rows(&rows, Path::new(source), 0, false) {
+            Ok(_) => Ok(self),
+            Err(Error::Row { path, row, problem }) => Err(Error::data(
+                path,
+                crate::error::DataProblem::Other(format!(
+                    "the label it gives item `{}`: {problem}",
+                    seeds.get(row.wrapping_sub(1)).map_or("?", |s| s.0.as_str())
+                )),
+            )),
+            Err(e) => Err(e),
+        }
     }
 
     /// Teaches `(row, id, class name)` answers read from `origin` (a file; `row` its line or

@@ -12,8 +12,8 @@
 
 use super::*;
 use alkit::acquisition::{
-    kmeans, purity_radius, Badge, BatchSelector, Conformal, ConformalScore, CoreSet, Features,
-    PostHoc, ProbCover, Reference, TypiClust,
+    kmeans, purity_radius, ApsForm, Badge, BatchSelector, Conformal, ConformalScore, CoreSet,
+    Features, PostHoc, ProbCover, Reference, TypiClust,
 };
 use alkit::data::source::load_splits;
 use alkit::hub::Hub;
@@ -374,6 +374,25 @@ fn batch_selectors_pick_what_the_numpy_reference_picks_with_the_same_draws() {
     assert_eq!(through[..5], picks[..5]);
 }
 
+/// Every conformal score alkit offers, with the form name the references use.
+fn conformal_forms() -> Vec<(ConformalScore, &'static str)> {
+    let raps = |form| ConformalScore::Raps {
+        lambda: 0.01,
+        k_reg: 5,
+        form,
+    };
+    let aps = |form| ConformalScore::Aps { form };
+    vec![
+        (ConformalScore::Lac, "romano"),
+        (aps(ApsForm::Romano), "romano"),
+        (aps(ApsForm::Randomized), "randomized"),
+        (aps(ApsForm::Inclusive), "inclusive"),
+        (raps(ApsForm::Romano), "romano"),
+        (raps(ApsForm::Randomized), "randomized"),
+        (raps(ApsForm::Inclusive), "inclusive"),
+    ]
+}
+
 #[test]
 fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
     let dir = tmp("conformal-ref");
@@ -400,30 +419,35 @@ fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
         let v: Vec<f32> = idx.iter().flat_map(|&i| probs.row(i).to_vec()).collect();
         alkit::acquisition::Probs::new(v, idx.len(), c).unwrap()
     };
-    let scores = [
-        ConformalScore::Lac,
-        ConformalScore::Aps,
-        ConformalScore::Raps {
-            lambda: 0.01,
-            k_reg: 5,
-        },
-    ];
+    // One uniform draw per item, for the randomised forms.
+    let draws: Vec<f64> = (0..f.n())
+        .map(|i| ((i * 7919) % 1000) as f64 / 1000.0)
+        .collect();
+    let forms = conformal_forms();
     if let Some(py) = python() {
         let cal: Vec<usize> = (0..250).collect();
         let test: Vec<usize> = (250..500).collect();
-        for score in scores {
+        for &(score, form) in &forms {
             let (lambda, k_reg) = match score {
-                ConformalScore::Raps { lambda, k_reg } => (lambda, k_reg),
+                ConformalScore::Raps { lambda, k_reg, .. } => (lambda, k_reg),
                 _ => (0.0, 0),
             };
-            let conf = Conformal::calibrate(score, &rows(&cal), &labels[..250], 0.1).unwrap();
+            let method = score.name().split('-').next().unwrap();
+            let given = if score.randomized() {
+                &draws[..250]
+            } else {
+                &[]
+            };
+            let conf =
+                Conformal::calibrate(score, &rows(&cal), &labels[..250], 0.1, given).unwrap();
             let want = reference(
                 &py,
                 "conformal.py",
                 &json!({
-                    "method": score.name(), "alpha": 0.1, "lambda": lambda, "k_reg": k_reg,
-                    "n_cal": 250, "c": c, "cal_probs": rows(&cal).as_slice(),
+                    "method": method, "form": form, "alpha": 0.1, "lambda": lambda,
+                    "k_reg": k_reg, "n_cal": 250, "c": c, "cal_probs": rows(&cal).as_slice(),
                     "cal_labels": &labels[..250], "n": 250, "probs": rows(&test).as_slice(),
+                    "u_cal": &draws[..250], "u": &draws[250..],
                 }),
                 &dir,
             );
@@ -435,7 +459,7 @@ fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
             );
             for (j, &i) in test.iter().enumerate() {
                 assert_eq!(
-                    conf.set(probs.row(i)),
+                    conf.set(probs.row(i), draws[i]),
                     ints(&want["sets"][j]),
                     "{} item {i}",
                     score.name()
@@ -443,13 +467,24 @@ fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
             }
         }
     }
+    // Romano's sets always hold the top class; on this 90%-accurate head at alpha 0.1 the
+    // inclusive form empties some of the surest items' sets, which Romano's never does.
+    let romano = Conformal::calibrate(
+        forms[1].0,
+        &rows(&(0..250).collect::<Vec<_>>()),
+        &labels[..250],
+        0.1,
+        &[],
+    )
+    .unwrap();
+    assert!((250..500).all(|i| !romano.set(probs.row(i), 0.0).is_empty()));
     // The guarantee: over random calibration/evaluation splits of exchangeable items the
     // mean coverage is at least 1 - alpha (and, for LAC, whose scores do not tie, below
     // 1 - alpha + 1/(n_cal + 1)). 400 splits: the mean's Monte Carlo error is about 0.001.
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
     for alpha in [0.05, 0.1, 0.2] {
-        for score in scores {
+        for &(score, _) in &forms {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
             let mut covered = 0usize;
             let splits = 400;
@@ -458,10 +493,17 @@ fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
                 order.shuffle(&mut rng);
                 let (cal, test) = order.split_at(250);
                 let cal_labels: Vec<usize> = cal.iter().map(|&i| labels[i]).collect();
-                let conf = Conformal::calibrate(score, &rows(cal), &cal_labels, alpha).unwrap();
+                let cal_draws: Vec<f64> = cal.iter().map(|&i| draws[i]).collect();
+                let given = if score.randomized() {
+                    &cal_draws[..]
+                } else {
+                    &[]
+                };
+                let conf =
+                    Conformal::calibrate(score, &rows(cal), &cal_labels, alpha, given).unwrap();
                 covered += test
                     .iter()
-                    .filter(|&&i| conf.set(probs.row(i)).contains(&labels[i]))
+                    .filter(|&&i| conf.set(probs.row(i), draws[i]).contains(&labels[i]))
                     .count();
             }
             let mean = covered as f64 / (splits * 250) as f64;
@@ -474,6 +516,118 @@ fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
                 assert!(
                     mean <= 1.0 - alpha + 1.0 / 251.0 + 0.005,
                     "lac at {alpha}: {mean}"
+                );
+            }
+        }
+    }
+}
+
+/// The sets of `score` on the fixture's input, as `conformal_libs.py` names the form.
+fn fixture_sets(input: &serde_json::Value, score: ConformalScore) -> (f64, Vec<Vec<usize>>) {
+    let f32s = |v: &serde_json::Value| -> Vec<f32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
+            .collect()
+    };
+    let f64s = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (cal, test) = (f32s(&input["cal_probs"]), f32s(&input["test_probs"]));
+    let labels: Vec<usize> = ints(&input["cal_labels"]);
+    let c = cal.len() / labels.len();
+    let cal = alkit::acquisition::Probs::new(cal, labels.len(), c).unwrap();
+    let (u_cal, u_test) = (f64s(&input["u_cal"]), f64s(&input["u_test"]));
+    let given = if score.randomized() { &u_cal[..] } else { &[] };
+    let alpha = input["alpha"].as_f64().unwrap();
+    let conf = Conformal::calibrate(score, &cal, &labels, alpha, given).unwrap();
+    let sets = test
+        .chunks(c)
+        .zip(&u_test)
+        .map(|(p, &u)| conf.set(p, u))
+        .collect();
+    (conf.threshold, sets)
+}
+
+#[test]
+fn conformal_sets_equal_mapie_and_torchcp_on_the_same_draws() {
+    // Recorded by tests/reference/conformal_libs.py --example (MAPIE 1.6.0 and torchcp
+    // 1.2.1 on 500 + 200 seeded rows of 10 classes, with the same uniform draws injected):
+    // every form torchcp has, and MAPIE's LAC, APS and randomised APS, equal alkit's sets.
+    let fx: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformal_libs.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let input = &fx["input"];
+    let (lambda, k_reg) = (
+        input["lambda"].as_f64().unwrap() as f32,
+        input["k_reg"].as_u64().unwrap() as usize,
+    );
+    let mut compared = 0;
+    for (score, _) in conformal_forms() {
+        let score = match score {
+            ConformalScore::Raps { form, .. } => ConformalScore::Raps {
+                lambda,
+                k_reg,
+                form,
+            },
+            other => other,
+        };
+        let (q, sets) = fixture_sets(input, score);
+        let key = score.name().replace('-', "_");
+        for lib in ["torchcp", "mapie"] {
+            let Some(want) = fx[lib].get(&key) else {
+                continue;
+            };
+            close(
+                q,
+                want["threshold"].as_f64().unwrap(),
+                1e-7,
+                &format!("{lib} {key}"),
+            );
+            for (j, set) in sets.iter().enumerate() {
+                assert_eq!(set, &ints(&want["sets"][j]), "{lib} {key} row {j}");
+            }
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 10);
+    // MAPIE itself, installed from PyPI in the reference venv (scripts/refpython.sh), on the
+    // same input now: its LAC, APS and randomised APS.
+    if let Some(py) = python() {
+        let dir = tmp("conformal-mapie");
+        let live = reference(&py, "conformal_libs.py", input, &dir);
+        let mapie = &live["mapie"];
+        assert!(mapie.is_object(), "MAPIE did not run: {live}");
+        for score in [
+            ConformalScore::Lac,
+            ConformalScore::APS,
+            ConformalScore::Aps {
+                form: ApsForm::Randomized,
+            },
+        ] {
+            let (q, sets) = fixture_sets(input, score);
+            let want = &mapie[score.name().replace('-', "_")];
+            close(q, want["threshold"].as_f64().unwrap(), 1e-7, score.name());
+            for (j, set) in sets.iter().enumerate() {
+                assert_eq!(
+                    set,
+                    &ints(&want["sets"][j]),
+                    "live MAPIE {} row {j}",
+                    score.name()
                 );
             }
         }
@@ -571,12 +725,21 @@ fn ood_and_calibrate_report_every_detector_and_conformal_sets() {
         serde_json::from_slice(&std::fs::read(dir.join("cal/metrics.json")).unwrap()).unwrap();
     let rows = metrics["conformal"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["score"].as_str().unwrap()).collect();
-    assert_eq!(names, ["lac", "aps", "raps"]);
+    assert_eq!(
+        names,
+        ["lac", "aps", "raps", "aps-randomized", "raps-randomized"]
+    );
     for r in rows {
         assert_eq!(r["calibration_items"].as_u64(), Some(250));
         assert_eq!(r["per_class"].as_array().unwrap().len(), 10);
         let size = r["mean_size"].as_f64().unwrap();
-        assert!((1.0..=10.0).contains(&size) || size < 1.0, "{size}");
+        // Romano's rule never gives an empty set: a mean size of at least 1.
+        let least = if r["score"].as_str().unwrap().contains('-') || r["score"] == "lac" {
+            0.0
+        } else {
+            1.0
+        };
+        assert!((least..=10.0).contains(&size), "{}: {size}", r["score"]);
     }
     // A level outside (0, 1) is refused by name.
     let o = alkit_cmd()

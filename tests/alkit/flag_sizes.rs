@@ -153,11 +153,11 @@ fn is_numeric(cmd: &str, flag: &str) -> bool {
         && !String::from_utf8_lossy(&o.stderr).contains("possible values")
 }
 
-struct Outcome {
-    code: Option<i32>,
-    stderr: String,
+pub(super) struct Outcome {
+    pub(super) code: Option<i32>,
+    pub(super) stderr: String,
     elapsed: std::time::Duration,
-    timed_out: bool,
+    pub(super) timed_out: bool,
 }
 
 fn run_capped(args: &[String], cwd: &Path) -> Outcome {
@@ -165,7 +165,7 @@ fn run_capped(args: &[String], cwd: &Path) -> Outcome {
 }
 
 /// [`run_capped`] under an address-space cap of `cap` bytes.
-fn run_capped_at(args: &[String], cwd: &Path, cap: &str) -> Outcome {
+pub(super) fn run_capped_at(args: &[String], cwd: &Path, cap: &str) -> Outcome {
     use std::io::Read;
     let bin = env!("CARGO_BIN_EXE_alkit");
     let mut c = if Path::new("/usr/bin/prlimit").exists() {

@@ -232,7 +232,7 @@ fn torch_fixture(name: &str) -> Vec<u8> {
 }
 
 /// A zip archive laid out as torch.save writes it: `archive/data.pkl` and the storages.
-fn torch_zip(pickle: &[u8], storages: &[(&str, &[u8])]) -> Vec<u8> {
+pub(super) fn torch_zip(pickle: &[u8], storages: &[(&str, &[u8])]) -> Vec<u8> {
     use std::io::Write;
     let mut z = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let opts =
@@ -749,6 +749,71 @@ fn cases() -> Vec<Case> {
             ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
             1,
             ["p.npz", "array `labels` has shape [3]; expected (2,)"]
+        ),
+        case!(
+            "npz-display-image-absolute",
+            |d, _| {
+                let x = npy("<f4", "(2, 2)", &f32s(&[0.5; 4]));
+                let shown = npy("<U15", "(2,)", &unicode(&["/etc/passwd.png", "b.png"], 15));
+                let b = npz(&[("features.npy", x), ("display_image.npy", shown)]);
+                std::fs::write(d.join("p.npz"), b).unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.npz",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            [
+                "p.npz",
+                "`/etc/passwd.png`",
+                "relative to the file's folder"
+            ]
+        ),
+        case!(
+            "npz-display-image-link-to-a-text-file",
+            |d, _| {
+                let x = npy("<f4", "(2, 2)", &f32s(&[0.5, 0.1, 0.2, 0.9]));
+                let shown = npy("<U5", "(2,)", &unicode(&["a.png", "b.png"], 5));
+                let b = npz(&[("features.npy", x), ("display_image.npy", shown)]);
+                std::fs::write(d.join("p.npz"), b).unwrap();
+                png_of(&d.join("b.png"), 4, 4);
+                std::fs::write(d.join("notes.txt"), "not an image").unwrap();
+                #[cfg(unix)]
+                std::os::unix::fs::symlink(d.join("notes.txt"), d.join("a.png")).unwrap();
+                ok(&[
+                    "init",
+                    "--pool",
+                    &d.join("p.npz").display().to_string(),
+                    "--state",
+                    &d.join("s").display().to_string(),
+                    "--model",
+                    "linear",
+                    "--steps",
+                    "2",
+                    "--classes",
+                    "a,b",
+                ]);
+            },
+            [
+                "query",
+                "--state",
+                "{d}/s",
+                "--n",
+                "2",
+                "--scorer",
+                "random",
+                "--format",
+                "label-studio",
+                "--out",
+                "{d}/q.json"
+            ],
+            1,
+            ["a.png", "not a PNG, JPEG or WebP file"]
         ),
         case!(
             "st-negative-label",
@@ -2177,6 +2242,24 @@ fn cases() -> Vec<Case> {
             ["bald", "dropout"]
         ),
         case!(
+            "init-pool-label-cell-not-a-class",
+            |d, _| {
+                let pool = "id,label,a\np0,cat,1\n\n\"p\n1\",dog,2\np2,bird,3\n";
+                std::fs::write(d.join("p.csv"), pool).unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.csv",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "cat,dog"
+            ],
+            1,
+            ["p.csv", "item `p2`", "`bird` is not one of the classes"]
+        ),
+        case!(
             "init-labels-unknown-class",
             |d, _| {
                 std::fs::write(
@@ -2500,6 +2583,48 @@ y,bird
             ["train", "--steps", "1", "--data", "{data}", "--out", "{data}"],
             2,
             ["out"]
+        ),
+        case!(
+            "flag-score-top-0",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--top",
+                "0",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["--top", "0 items would be kept"]
+        ),
+        case!(
+            "flag-select-power-on-negative-scores",
+            none,
+            [
+                "score",
+                "--checkpoint",
+                "{ck}",
+                "--scorer",
+                "max-logit",
+                "--select",
+                "power",
+                "--top",
+                "3",
+                "--out",
+                "{d}/s.csv"
+            ],
+            2,
+            ["--select", "power selection", "softmax or softrank"]
+        ),
+        case!(
+            "env-rayon-threads-100000",
+            none,
+            ["score", "--checkpoint", "{ck}", "--out", "{d}/s.csv"],
+            2,
+            ["RAYON_NUM_THREADS=100000", "from 1 to"],
+            env[("RAYON_NUM_THREADS", "100000")]
         ),
         case!(
             "flag-score-batch-10^8",
@@ -2848,6 +2973,22 @@ fn hostile_hub(path: &str) -> (String, Vec<u8>) {
             Vec::new(),
         ),
     }
+}
+
+#[test]
+fn every_case_is_listed_in_the_contributing_guide() {
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("CONTRIBUTING.md"))
+            .unwrap();
+    let missing: Vec<&str> = cases()
+        .iter()
+        .map(|c| c.name)
+        .filter(|n| !guide.contains(&format!("`{n}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "CONTRIBUTING.md's bad-input table lacks {missing:?}"
+    );
 }
 
 #[test]

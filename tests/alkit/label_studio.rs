@@ -545,6 +545,8 @@ fn ml_backend(
         &pool,
         &["--steps", "60", "--classes", "0,1,2,3,4,5,6,7,8,9"],
     );
+    let fresh = dir.join("b-fresh");
+    copy_session(&state, &fresh);
     let b = start_backend(
         &state,
         &["--retrain-every", "5", "--n", "5"],
@@ -701,16 +703,193 @@ fn ml_backend(
             && log.contains(&format!("says `{wrong}`")),
         "{log}"
     );
+    // What the project's exports say of that item.
+    let changed = (ids[i].clone(), wrong.to_string());
+    let unannotated = |n: usize| -> Vec<(u64, usize)> {
+        ls.tasks(project)
+            .into_iter()
+            .filter(|t| {
+                !t["data"]["img"].as_str().unwrap().starts_with("https:")
+                    && t["annotations"].as_array().is_none_or(|a| a.is_empty())
+            })
+            .take(n)
+            .map(|t| (t["id"].as_u64().unwrap(), item_of(&t)))
+            .collect()
+    };
+    // Two answers while the backend is down: Label Studio saves them and sends their
+    // webhooks once, to nobody. The backend started again on the same port with Label
+    // Studio's address and a token reads them back from the project (the one Label Studio
+    // named in its requests, remembered in the session folder).
+    let port = b
+        .url
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    drop(b);
+    for (task, i) in unannotated(2) {
+        ls.annotate(task, "digit", "photo", Some(&truth(i)), false);
+        expected.insert(ids[i].clone(), truth(i));
+    }
+    assert_ne!(labels_of(&state), expected);
+    assert_eq!(
+        std::fs::read_to_string(state.join("label-studio-project"))
+            .unwrap()
+            .trim(),
+        project.to_string()
+    );
+    let env = [
+        ("LABEL_STUDIO_URL", ls.base.as_str()),
+        ("LABEL_STUDIO_API_KEY", TOKEN),
+    ];
+    let log2 = dir.join("backend-2.log");
+    let b = start_backend_with(
+        &state,
+        &["--retrain-every", "50", "--n", "5", "--port", &port],
+        Some(&log2),
+        &env,
+    );
+    wait_for(
+        || labels_of(&state) == expected,
+        "the answers given while it was down",
+    );
+    let said = std::fs::read_to_string(&log2).unwrap();
+    assert!(
+        said.contains(&format!("Label Studio project {project}:")),
+        "{said}"
+    );
+    // Start Training reads back what no webhook delivered (here: the project's webhook
+    // deleted, as a failed delivery leaves it), then trains on it.
+    for hook in ls
+        .api("GET", &format!("/api/webhooks?project={project}"), None)
+        .as_array()
+        .unwrap()
+    {
+        let id = hook["id"].as_u64().unwrap();
+        ls.api("DELETE", &format!("/api/webhooks/{id}"), None);
+    }
+    for (task, i) in unannotated(1) {
+        ls.annotate(task, "digit", "photo", Some(&truth(i)), false);
+        expected.insert(ids[i].clone(), truth(i));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    assert_ne!(labels_of(&state), expected, "no webhook: not taught yet");
+    let ml = ls.api("GET", &format!("/api/ml?project={project}"), None);
+    let ml = ml.as_array().unwrap()[0]["id"].as_u64().unwrap();
+    ls.api("POST", &format!("/api/ml/{ml}/train"), None);
+    wait_for(
+        || labels_of(&state) == expected,
+        "the answers Start Training read back",
+    );
+    drop(b);
+    // The same project's exports taught to the session as it was before any answer: its
+    // tasks carry no alkit id, and `teach` finds their items by image path, as the backend
+    // does (in the flat exports, the choices are the column of the person's own `Choices`
+    // tag, `digit`).
+    let mut want = expected.clone();
+    want.insert(changed.0.clone(), changed.1.clone());
+    let teach_export = |format: &str, round: usize| -> (bool, String, BTreeMap<String, String>) {
+        let ext = match format {
+            "CSV" => "csv",
+            "TSV" => "tsv",
+            _ => "json",
+        };
+        let file = dir.join(format!("local-files-{round}-{format}.{ext}"));
+        std::fs::write(&file, ls.export(project, format)).unwrap();
+        let copy = dir.join(format!("b-taught-{round}-{format}"));
+        copy_session(&fresh, &copy);
+        let out = alkit_cmd()
+            .args(["teach", "--labels"])
+            .arg(&file)
+            .arg("--state")
+            .arg(&copy)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), err, labels_of(&copy))
+    };
+    for format in ["JSON", "JSON_MIN", "CSV", "TSV"] {
+        let (ok, err, got) = teach_export(format, 1);
+        assert!(ok, "{format}: {err}");
+        assert_eq!(got, want, "{format}");
+    }
+    // A task two annotators disagree on is decided by the one marked ground truth, which
+    // only the JSON export carries; the flat exports refuse the tie by name.
+    let (task, i) = unannotated(1)[0];
+    let other = if truth(i) == "0" { "1" } else { "0" };
+    ls.annotate(task, "digit", "photo", Some(other), false);
+    ls.annotate(task, "digit", "photo", Some(&truth(i)), false);
+    let anns = ls.api("GET", &format!("/api/tasks/{task}"), None)["annotations"].clone();
+    let right = anns
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["result"][0]["value"]["choices"][0] == json!(truth(i)))
+        .unwrap()["id"]
+        .as_u64()
+        .unwrap();
+    ls.api(
+        "PATCH",
+        &format!("/api/annotations/{right}"),
+        Some(&json!({ "ground_truth": true })),
+    );
+    want.insert(ids[i].clone(), truth(i));
+    for format in ["JSON", "JSON_MIN", "CSV", "TSV"] {
+        let (ok, err, got) = teach_export(format, 2);
+        if format == "JSON" {
+            assert!(ok, "{format}: {err}");
+            assert_eq!(got, want, "{format}");
+        } else {
+            assert!(!ok, "{format}");
+            assert!(
+                err.contains(&format!("Label Studio task {task}")) && err.contains("ground truth"),
+                "{format}: {err}"
+            );
+            assert_eq!(got, labels_of(&fresh), "{format}: nothing taught");
+        }
+    }
+}
+
+/// Polls `done` for up to five minutes.
+fn wait_for(done: impl Fn() -> bool, what: &str) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "waited 5 minutes for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// `alkit serve-label-studio` on `state`, its URL read from what it prints.
 fn start_backend(state: &Path, extra: &[&str], log: Option<&Path>) -> Backend {
+    start_backend_with(state, extra, log, &[])
+}
+
+/// [`start_backend`] with environment variables `env` set.
+fn start_backend_with(
+    state: &Path,
+    extra: &[&str],
+    log: Option<&Path>,
+    env: &[(&str, &str)],
+) -> Backend {
     let stderr = match log {
         Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
         None => Stdio::null(),
     };
+    let port = if extra.contains(&"--port") {
+        &[][..]
+    } else {
+        &["--port", "0"][..]
+    };
     let mut child = alkit_cmd()
-        .args(["serve-label-studio", "--port", "0"])
+        .arg("serve-label-studio")
+        .args(port)
+        .envs(env.iter().copied())
         .args(extra)
         .arg("--state")
         .arg(state)
@@ -779,6 +958,41 @@ fn the_backend_loses_no_answer_to_kill_9_and_refuses_what_it_cannot_teach() {
         assert_eq!(post(&b, "/webhook", &body).0, status, "{body}");
     }
     assert_eq!(post(&b, "/predict", &json!({ "tasks": 5 })).0, 400);
+    // A body that would be millions of values is refused at its first element, within the
+    // memory the backend holds anyway (a 4 MiB `[0, 0, ...]` once grew it by 3.2 GB).
+    let peak = || -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", b.child.0.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let before_kb = peak();
+    let zeros = format!("{{\"tasks\": [{}0]}}", "0,".repeat(2 << 20));
+    let (s, body) = super::label_page::http(
+        "POST",
+        &format!("{}/predict", b.url),
+        &[("Content-Type", "application/json")],
+        Some(&zeros),
+    );
+    assert_eq!(s, 400, "{}", String::from_utf8_lossy(&body));
+    let (s, _) = super::label_page::http(
+        "POST",
+        &format!("{}/setup", b.url),
+        &[("Content-Type", "application/json")],
+        Some(&format!(
+            "{{\"project\": 3, \"x\": [{}0]}}",
+            "0,".repeat(8 << 20)
+        )),
+    );
+    assert_eq!(s, 200);
+    assert!(
+        peak() < before_kb + 200_000,
+        "the backend grew from {before_kb} kB to {} kB",
+        peak()
+    );
     let (s, _) = call(
         "POST",
         &format!("{}/webhook", b.url),
@@ -797,15 +1011,27 @@ fn the_backend_loses_no_answer_to_kill_9_and_refuses_what_it_cannot_teach() {
         .0,
         200
     );
-    // Ten answers, the first of which starts a training; then kill -9.
+    // An answer that starts a training, then twelve at once while it trains (Label Studio
+    // sends each once: a 503 would lose it); then kill -9.
     let mut expected = labels_of(&state);
-    for i in 100..110usize {
-        let label = train.labels()[i].to_string();
-        let (s, v) = post(&b, "/webhook", &created(i as u64, &i.to_string(), &label));
-        assert_eq!(s, 200, "{v}");
-        expected.insert(i.to_string(), label);
+    let label = |i: usize| train.labels()[i].to_string();
+    let (s, v) = post(&b, "/webhook", &created(100, "100", &label(100)));
+    assert_eq!(s, 200, "{v}");
+    expected.insert("100".into(), label(100));
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let sent: Vec<_> = (101..113usize)
+            .map(|i| {
+                let (b, l) = (&b, label(i));
+                scope.spawn(move || post(b, "/webhook", &created(i as u64, &i.to_string(), &l)).0)
+            })
+            .collect();
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    for i in 101..113usize {
+        expected.insert(i.to_string(), label(i));
     }
-    // (3000 training steps outlast ten requests: these answers wait in the journal.)
+    // (3000 training steps outlast these requests: the answers wait in the journal.)
     let h = backend_health(&b.url);
     assert!(
         h["training"] == json!(true) && h["queued"].as_u64() > Some(0),

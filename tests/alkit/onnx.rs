@@ -586,6 +586,84 @@ mod with_runtime {
     }
 
     #[test]
+    fn a_one_channel_model_without_config_says_what_to_write_and_scores_as_onnxruntime() {
+        // A 1-channel MNIST CNN exported by torch.onnx.export (tests/reference/
+        // onnx_mnist_cnn.py), no config.json: refused naming the file to write, with its
+        // content and the inline settings; with those settings, its entropy on the shipped
+        // test split equals ONNX Runtime's in Python.
+        if !runtime() {
+            return;
+        }
+        let dir = tmp("onnx-mnist");
+        let ck = model("mnist_cnn");
+        let out = dir.join("s.csv");
+        let score = |extra: &[&str]| {
+            alkit_cmd()
+                .args(["score", "--checkpoint"])
+                .arg(&ck)
+                .args(["--data", "data", "--split", "test", "--scorer", "entropy"])
+                .args(extra)
+                .arg("--out")
+                .arg(&out)
+                .output()
+                .unwrap()
+        };
+        let o = score(&[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        let cfg = ck.with_file_name("config.json");
+        let error = &err[err.find("error:").unwrap()..];
+        assert_eq!(
+            error.matches(&*ck.display().to_string()).count(),
+            1,
+            "{err}"
+        );
+        for says in [
+            &*format!("{}: missing", cfg.display()),
+            "3 channels, not the model's 1",
+            "\"input_size\": [1, 28, 28]",
+            "\"num_classes\": 10",
+            "`--input-mean` 0 and `--input-std` 1",
+        ] {
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        assert!(!out.exists());
+        let o = score(&["--input-mean", "0", "--input-std", "1"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let expected =
+            candle_core::safetensors::load(ck.with_file_name("expected.safetensors"), &Device::Cpu)
+                .unwrap();
+        let want = expected["ort_entropy"].to_vec1::<f64>().unwrap();
+        let csv = std::fs::read_to_string(&out).unwrap();
+        let mut rows = csv.lines();
+        let header: Vec<&str> = rows.next().unwrap().split(',').collect();
+        let col = header.iter().position(|h| *h == "entropy").unwrap();
+        let got: Vec<f64> = rows
+            .take(want.len())
+            .map(|r| r.split(',').nth(col).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(got.len(), 64);
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst < 1.2e-6,
+            "entropy differs from ONNX Runtime's by {worst}"
+        );
+        // One mean for a 1-channel model, or per channel; never half of the pair.
+        let o = score(&["--input-mean", "0"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--input-std"), "{err}");
+        let o = score(&["--input-mean", "0,0", "--input-std", "1,1"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("2 values for a model of 1 channels"), "{err}");
+    }
+
+    #[test]
     fn an_onnx_model_is_a_frozen_backbone_for_a_curve() {
         if !runtime() {
             return;

@@ -169,6 +169,22 @@ pub(crate) struct SurfaceArgs {
     pub(crate) out: PathBuf,
 }
 
+/// An ONNX model's normalisation when no config.json gives it.
+#[derive(clap::Args)]
+pub(crate) struct InputNorm {
+    /// With an ONNX checkpoint and no config.json: the mean subtracted from its input pixels in [0, 1], one value or one per channel (comma-separated); with --input-std. [default: timm's (ImageNet's), for 3-channel models only]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        value_name = "M"
+    )]
+    pub(crate) input_mean: Option<Vec<f32>>,
+    /// With --input-mean: the standard deviation the input is divided by, one value or one per channel.
+    #[arg(long, value_delimiter = ',', value_name = "S")]
+    pub(crate) input_std: Option<Vec<f32>>,
+}
+
 /// A model to evaluate: loaded from a checkpoint, or trained here on a training split.
 #[derive(clap::Args)]
 pub(crate) struct ModelSource {
@@ -182,6 +198,8 @@ pub(crate) struct ModelSource {
     /// With an ONNX --checkpoint: a timm config.json giving its preprocessing (input size, resize and crop, interpolation, mean, std, class names). [default: the config.json beside the model, else timm's defaults for its input]
     #[arg(long, value_name = "FILE")]
     pub(crate) onnx_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input_norm: InputNorm,
     /// Architecture to train when no checkpoint is given. [default: cnn]
     #[arg(long, value_parser = model_kind())]
     pub(crate) model: Option<ModelKind>,
@@ -234,7 +252,7 @@ pub(crate) struct CalibrateArgs {
     /// Temperature-scale the probabilities first, fitting T by NLL on the last 10% of the train split (held out from training when alkit trains the model).
     #[arg(long)]
     pub(crate) temperature: bool,
-    /// Split conformal prediction at miscoverage ALPHA (e.g. 0.1 for 90% sets): a seeded random half of the test split calibrates LAC, APS and RAPS; coverage and mean set size are reported on the other half, overall and per class.
+    /// Split conformal prediction at miscoverage ALPHA (e.g. 0.1 for 90% sets): a seeded random half of the test split calibrates LAC, APS and RAPS (Romano's non-randomised rule: never empty) and the randomised APS and RAPS; coverage and mean set size are reported on the other half, overall and per class.
     #[arg(long, value_name = "ALPHA")]
     pub(crate) conformal: Option<f64>,
     /// Output folder: metrics.json, reliability.svg/png, rejection.svg/png.
@@ -461,6 +479,8 @@ pub(crate) struct ScoreArgs {
     /// With ONNX checkpoints: a timm config.json giving their preprocessing (input size, resize and crop, interpolation, mean, std, class names). [default: the config.json beside each model, else timm's defaults for its input]
     #[arg(long, value_name = "FILE")]
     pub(crate) onnx_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input_norm: InputNorm,
     /// Items to score: an IDX folder, a folder of PNG/JPEG images (of a train/test folder: train/), FILE.safetensors, FILE.npy, FILE.npz, FILE.csv, FILE.parquet, or hf:OWNER/NAME.
     #[arg(long, default_value = "data")]
     pub(crate) data: PathBuf,
@@ -600,6 +620,13 @@ impl ModelSource {
             )
             .into());
         }
+        if self.checkpoint.is_none() && self.input_norm.input_mean.is_some() {
+            return Err(alkit::Error::config(
+                "input_mean",
+                "gives the normalisation of an ONNX --checkpoint, and none is given",
+            )
+            .into());
+        }
         Ok(alkit::eval::ModelSource {
             checkpoint: self
                 .checkpoint
@@ -608,6 +635,8 @@ impl ModelSource {
             checkpoint_options: alkit::checkpoint::OpenOptions {
                 onnx_features: self.onnx_features.clone(),
                 onnx_config: self.onnx_config.clone(),
+                input_mean: self.input_norm.input_mean.clone(),
+                input_std: self.input_norm.input_std.clone(),
             },
             model: self
                 .model
@@ -688,6 +717,8 @@ impl ScoreArgs {
             checkpoint_options: alkit::checkpoint::OpenOptions {
                 onnx_features: self.onnx_features.clone(),
                 onnx_config: self.onnx_config.clone(),
+                input_mean: self.input_norm.input_mean.clone(),
+                input_std: self.input_norm.input_std.clone(),
             },
             data: self.data.to_string_lossy().into_owned(),
             split: match self.split {

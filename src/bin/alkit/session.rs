@@ -177,6 +177,12 @@ pub struct BackendArgs {
     /// Port (Label Studio's ML backends use 9090 by convention).
     #[arg(long, default_value_t = 9090)]
     port: u16,
+    /// Label Studio's address (http://HOST:PORT; else $LABEL_STUDIO_URL), with a user's API token in $LABEL_STUDIO_API_KEY: the backend then reads back, when it starts and on Start Training, the answers given while it was down (Label Studio sends each webhook once).
+    #[arg(long, value_name = "URL")]
+    label_studio_url: Option<String>,
+    /// The Label Studio project to read answers back from [default: the one Label Studio last named in a request].
+    #[arg(long)]
+    project: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -429,6 +435,7 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
         include_pending: true,
         subsample: a.served.subsample,
     };
+    let label_studio = label_studio_api(a.label_studio_url.as_deref())?;
     let settings = BackendSettings {
         host: a.served.host,
         port: a.port,
@@ -436,6 +443,8 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
         retrain_every: a.retrain_every,
         device: device.clone(),
         limits: BackendSettings::limits(),
+        label_studio: label_studio.clone(),
+        project: a.project,
     };
     let events: alkit::serve::backend::BackendEvents = Arc::new(|e: &BackendEvent<'_>| {
         let mut se = std::io::stderr().lock();
@@ -471,6 +480,14 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
                 None => writeln!(se, "round {round}: the new model ranks {ranked} items"),
             },
             BackendEvent::Failed { problem } => writeln!(se, "error: {problem}"),
+            BackendEvent::Reconciled {
+                project,
+                answers,
+                taught,
+            } => writeln!(
+                se,
+                "Label Studio project {project}: {answers} answers read back, {taught} of them new"
+            ),
             BackendEvent::Predicted {
                 tasks,
                 predicted,
@@ -491,8 +508,35 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
         a.served.state.join(alkit::serve::backend::SECRET_FILE).display(),
         backend.model_version(),
     )?;
+    if label_studio.is_none() {
+        writeln!(
+            std::io::stderr().lock(),
+            "note: without Label Studio's address and an API token (--label-studio-url or \
+             LABEL_STUDIO_URL, and LABEL_STUDIO_API_KEY), answers given while this backend is \
+             down are not read back; teach them from an export (alkit teach)"
+        )?;
+    }
     backend.run()?;
     Ok(())
+}
+
+/// Label Studio's API from `--label-studio-url` (else `LABEL_STUDIO_URL`) and
+/// `LABEL_STUDIO_API_KEY`: both or neither.
+fn label_studio_api(url: Option<&str>) -> Result<Option<alkit::serve::backend::LabelStudioApi>> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let url = url.map(str::to_string).or_else(|| var("LABEL_STUDIO_URL"));
+    match (url, var("LABEL_STUDIO_API_KEY")) {
+        (None, None) => Ok(None),
+        (Some(u), Some(t)) => Ok(Some(alkit::serve::backend::LabelStudioApi::new(&u, &t)?)),
+        (Some(_), None) => bail!(
+            "Label Studio's address is given but no API token: set LABEL_STUDIO_API_KEY to a \
+             user's token (Label Studio: Account & Settings)"
+        ),
+        (None, Some(_)) => bail!(
+            "LABEL_STUDIO_API_KEY is set but not Label Studio's address: give \
+             --label-studio-url http://HOST:PORT (or set LABEL_STUDIO_URL)"
+        ),
+    }
 }
 
 pub fn status(a: StatusArgs) -> Result<()> {

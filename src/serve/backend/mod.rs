@@ -20,34 +20,65 @@
 //!   trains wait in the session's [`journal`] (written atomically before the reply) and
 //!   are taught when it is done, or by whatever opens the session next.
 //!
+//! Label Studio sends each webhook once: an answer given while the backend was down is never
+//! sent again. Given Label Studio's URL and an API token ([`LabelStudioApi`]), the backend
+//! reads the project's annotations back when it starts and on `START_TRAINING`, and teaches
+//! what it missed by the same checks (`reconcile.rs`); the project is the one Label Studio
+//! last named in a request, remembered in the session folder ([`PROJECT_FILE`]).
+//!
 //! Every request must carry the session's secret ([`secret`], kept in the session folder so
 //! that Label Studio's saved connection outlives a restart): as the first path segment (the
 //! connection URL `http://HOST:PORT/SECRET`, which Label Studio's webhook inherits) or as
 //! the password of Basic authentication. It binds loopback unless told otherwise, holds the
-//! session's lock for its life, and saves every answer before replying.
+//! session's lock for its life, and saves every answer before replying. Request bodies are
+//! read into typed values that keep only what the backend uses (`requests.rs`), within a
+//! budget of bytes shared by every connection ([`BODY_BUDGET`]), so that no request, and no
+//! number of them, costs memory out of proportion to what the backend holds.
+
+mod reconcile;
+pub mod requests;
+
+pub use reconcile::LabelStudioApi;
+pub use requests::MAX_TASKS;
 
 use super::conn::Limits;
 use super::guard;
 use super::http::{self, Reply};
-use crate::data::source::Source;
 use crate::error::{Error, Result};
-use crate::label_studio::{model_version, ordered_confidence, short, FROM_NAME};
+use crate::label_studio::{
+    image_folder, image_path, model_version, ordered_confidence, short, FROM_NAME,
+};
 use crate::observe::Silent;
 use crate::session::journal::{self, Queued};
 use crate::session::{Answer, Learner, PoolItems, QueryRequest, SessionLock, SessionState};
 use candle_core::Device;
+use requests::{Annotation, ProjectId, Task};
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// The file in a session folder holding the backend's secret.
 pub const SECRET_FILE: &str = "label-studio-secret";
 
+/// The file in a session folder holding the Label Studio project the backend serves (its
+/// number, as Label Studio last named it), for catching up when it starts.
+pub const PROJECT_FILE: &str = "label-studio-project";
+
 /// The largest request body read: a predict request for a thousand tasks whose images are
 /// inline data URIs of tens of KB each.
 pub const MAX_REQUEST: usize = 64 << 20;
+
+/// The request bytes all connections may hold at once (four of the largest bodies); a
+/// request whose body does not fit waits for room, and is answered `503` after
+/// [`BODY_WAIT`].
+pub const BODY_BUDGET: u64 = 256 << 20;
+
+/// How long a request waits for room in [`BODY_BUDGET`].
+pub const BODY_WAIT: Duration = Duration::from_secs(10);
 
 /// How the backend listens and when it retrains.
 #[derive(Clone)]
@@ -65,17 +96,24 @@ pub struct BackendSettings {
     pub device: Device,
     /// Connection bounds; [`BackendSettings::limits`] gives the backend's defaults.
     pub limits: Limits,
+    /// Label Studio's API, for reading back the answers the backend missed (module docs).
+    pub label_studio: Option<LabelStudioApi>,
+    /// The project to read them from, when Label Studio has not named it yet.
+    pub project: Option<u64>,
 }
 
 impl BackendSettings {
     /// The connection bounds of a backend: Label Studio waits up to 100 s for a prediction
-    /// and sends tasks with their data, so requests may take a minute and be large.
+    /// and sends tasks with their data, so a request may take a minute and be large; its
+    /// head must arrive within 10 s, so idle connections give their slot back soon. 256
+    /// connections at once (their bodies share [`BODY_BUDGET`]): Label Studio opens one per
+    /// request, and a burst of webhooks while the model trains must not be turned away.
     pub fn limits() -> Limits {
         Limits {
-            request_timeout: std::time::Duration::from_secs(60),
-            send_timeout: std::time::Duration::from_secs(120),
-            // Bodies of up to MAX_REQUEST each: at most 512 MiB read at once.
-            max_connections: 8,
+            request_timeout: Duration::from_secs(60),
+            head_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(120),
+            max_connections: 256,
             ..Limits::default()
         }
     }
@@ -129,6 +167,16 @@ pub enum BackendEvent<'a> {
     Failed {
         /// What went wrong.
         problem: &'a str,
+    },
+    /// The project's annotations were read back from Label Studio and what the backend had
+    /// missed was taught (each refused one is a [`BackendEvent::Refused`] too).
+    Reconciled {
+        /// Label Studio's project.
+        project: u64,
+        /// Tasks with an answer in the project.
+        answers: usize,
+        /// Answers new to the session (taught or queued).
+        taught: usize,
     },
     /// A predict request was answered.
     Predicted {
@@ -224,10 +272,65 @@ struct Inner {
     error: Option<String>,
 }
 
+/// Bytes of request bodies held at once, shared by every connection ([`BODY_BUDGET`]).
+struct Budget {
+    left: Mutex<u64>,
+    freed: Condvar,
+}
+
+/// Bytes taken from the [`Budget`], given back when dropped.
+struct Taken<'a> {
+    budget: &'a Budget,
+    bytes: u64,
+}
+
+impl Budget {
+    fn new(total: u64) -> Budget {
+        Budget {
+            left: Mutex::new(total),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// `bytes` of the budget, waiting up to `wait` for them; `None` when they never came.
+    fn take(&self, bytes: u64, wait: Duration) -> Option<Taken<'_>> {
+        let until = Instant::now() + wait;
+        let mut left = guard(&self.left);
+        while *left < bytes {
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            left = self
+                .freed
+                .wait_timeout(left, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *left -= bytes;
+        Some(Taken {
+            budget: self,
+            bytes,
+        })
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        *guard(&self.budget.left) += self.bytes;
+        self.budget.freed.notify_all();
+    }
+}
+
 struct App {
     dir: PathBuf,
     items: PoolItems,
-    folder: Option<PathBuf>,
+    /// Tasks may name items by image path (an image-folder pool).
+    image_folder: bool,
+    api: Option<LabelStudioApi>,
+    /// The Label Studio project served, as last named (or given).
+    project: Mutex<Option<u64>>,
+    budget: Budget,
     secret: String,
     hosts: Option<Vec<String>>,
     version: String,
@@ -284,14 +387,17 @@ impl LabelStudioBackend {
         journal::replay(&mut learner, dir)?;
         let (listener, addr, hosts) = super::listen(settings.host, settings.port)?;
         let state = learner.state().clone();
-        let folder = match Source::parse(&state.source) {
-            Ok(Source::Images(d)) => Some(d),
-            _ => None,
+        let project = match settings.project {
+            Some(p) => Some(p),
+            None => read_project(dir)?,
         };
         let app = App {
             dir: dir.to_path_buf(),
             items: learner.shared_items(),
-            folder,
+            image_folder: image_folder(&state),
+            api: settings.label_studio,
+            project: Mutex::new(project),
+            budget: Budget::new(BODY_BUDGET),
             secret,
             hosts,
             version: model_version(&state),
@@ -356,14 +462,17 @@ impl LabelStudioBackend {
     }
 
     /// Serves until stopped. A session with labels trains its first model at once, in the
-    /// background; until it is ready, predictions are answered with an error per task.
+    /// background, after reading back from Label Studio what it missed (when it can); until
+    /// the model is ready, predictions are answered with an error per task.
     pub fn run(self) -> Result<()> {
-        {
-            let mut inner = guard(&self.app.inner);
+        let app = Arc::clone(&self.app);
+        std::thread::spawn(move || {
+            app.catch_up();
+            let mut inner = guard(&app.inner);
             if !inner.state.labeled.is_empty() {
-                self.app.start_round(&mut inner);
+                app.start_round(&mut inner);
             }
-        }
+        });
         let app = Arc::clone(&self.app);
         super::serve_until_stopped(
             &self.listener,
@@ -420,19 +529,22 @@ impl App {
         match route {
             "" | "/health" if get => self.health(),
             "/versions" if get => Reply::json(200, &json!({ "versions": [self.version] })),
-            "/setup" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
-                Ok(_) => Reply::json(200, &json!({ "model_version": self.version })),
+            "/setup" if post => match self.body::<requests::Setup>(req) {
+                Ok(b) => {
+                    self.remember(b.project);
+                    Reply::json(200, &json!({ "model_version": self.version }))
+                }
                 Err(e) => e,
             },
-            "/predict" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
+            "/predict" if post => match self.body::<requests::Predict>(req) {
                 Ok(b) => self.predict(&b),
                 Err(e) => e,
             },
-            "/webhook" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
-                Ok(b) => self.webhook(&b),
+            "/webhook" if post => match self.body::<requests::Webhook>(req) {
+                Ok(b) => self.webhook(b),
                 Err(e) => e,
             },
-            "/train" if post => match http::json_body_of::<Value>(req, MAX_REQUEST) {
+            "/train" if post => match self.body::<requests::Train>(req) {
                 Ok(b) => self.train(&b),
                 Err(e) => e,
             },
@@ -441,6 +553,83 @@ impl App {
             }
             _ => Reply::error(404, "no such endpoint"),
         }
+    }
+
+    /// The request's JSON body as `T`, read within the shared budget of body bytes.
+    fn body<T: DeserializeOwned>(
+        &self,
+        req: &mut http::Request<'_>,
+    ) -> std::result::Result<T, Reply> {
+        let bytes = req.body_length().min(MAX_REQUEST as u64 + 1);
+        let Some(_taken) = self.budget.take(bytes, BODY_WAIT) else {
+            let mut r = Reply::error(
+                503,
+                "the backend holds as many request bodies as it may; try again",
+            );
+            r.headers.push(("Retry-After", "1".to_string()));
+            return Err(r);
+        };
+        http::json_body_of::<T>(req, MAX_REQUEST)
+    }
+
+    /// Keeps the project Label Studio named, in memory and in the session folder.
+    fn remember(&self, project: ProjectId) {
+        let Some(p) = project.0 else { return };
+        let mut known = guard(&self.project);
+        if *known != Some(p) {
+            *known = Some(p);
+            if let Err(e) = write_project(&self.dir, p) {
+                let m = e.to_string();
+                (self.events)(&BackendEvent::Failed { problem: &m });
+            }
+        }
+    }
+
+    /// Reads the project's answers back from Label Studio and teaches those the session
+    /// lacks (module docs); reports what it did, or why it could not.
+    fn catch_up(self: &Arc<Self>) {
+        let (Some(api), Some(project)) = (&self.api, *guard(&self.project)) else {
+            return;
+        };
+        let items = &self.items;
+        let namer =
+            |url: &str| image_path::item_of_image(items, url).map(|i| items.ids()[i].clone());
+        let images = self.image_folder.then_some(&namer as _);
+        let (rows, problems) = match api.answers(project, images) {
+            Ok(r) => r,
+            Err(e) => {
+                let m = e.to_string();
+                (self.events)(&BackendEvent::Failed { problem: &m });
+                return;
+            }
+        };
+        for m in &problems {
+            (self.events)(&BackendEvent::Refused { problem: m });
+        }
+        let mut taught = 0;
+        for r in &rows {
+            let Some(i) = self.items.position(&r.id) else {
+                let m = format!(
+                    "Label Studio task {}: `{}` is not an item of the session's pool",
+                    r.task.unwrap_or(0),
+                    r.id
+                );
+                (self.events)(&BackendEvent::Refused { problem: &m });
+                continue;
+            };
+            let reply = self.answer_item(r.task.unwrap_or(0), i, r.label.clone());
+            let status = serde_json::from_slice::<Value>(&reply.body)
+                .ok()
+                .and_then(|v| v.get("status").and_then(Value::as_str).map(str::to_string));
+            if matches!(status.as_deref(), Some("ok" | "queued")) {
+                taught += 1;
+            }
+        }
+        (self.events)(&BackendEvent::Reconciled {
+            project,
+            answers: rows.len(),
+            taught,
+        });
     }
 
     fn health(&self) -> Reply {
@@ -467,59 +656,39 @@ impl App {
 
     /// The pool item of a task: its `data.alkit_id`, or the pool image its data's URL or
     /// path names.
-    fn item_of(&self, task: &Value) -> std::result::Result<usize, String> {
-        let tid = task.get("id").and_then(Value::as_u64);
-        let name = tid.map_or("a task".to_string(), |t| format!("task {t}"));
-        let Some(data) = task.get("data").and_then(Value::as_object) else {
+    fn item_of(&self, task: &Task) -> std::result::Result<usize, String> {
+        let name = task
+            .id
+            .map_or("a task".to_string(), |t| format!("task {t}"));
+        let Some(data) = &task.data else {
             return Err(format!("{name} has no `data` object"));
         };
-        if let Some(v) = data.get("alkit_id") {
-            let Some(id) = v.as_str() else {
-                return Err(format!("{name}: `data.alkit_id` is not a string"));
-            };
+        if let Some(id) = data.get("alkit_id") {
             return self
                 .items
                 .position(id)
                 .ok_or_else(|| format!("{name}: `{id}` is not an item of the session's pool"));
         }
-        if self.folder.is_none() {
+        if !self.image_folder {
             return Err(format!(
                 "{name} has no `data.alkit_id`, and the pool is not an image folder whose \
                  paths could name it"
             ));
         }
-        let mut urls = data.values().filter_map(Value::as_str);
-        let found = urls.find_map(|u| self.image_item(u));
+        let found = data
+            .0
+            .iter()
+            .find_map(|(_, u)| image_path::item_of_image(&self.items, u));
         found.ok_or_else(|| {
             format!("{name} has no `data.alkit_id` and no image path of the pool's folder")
         })
     }
 
-    /// The pool image a URL or path names: the longest ending of its path (or of its `d=`
-    /// parameter, as Label Studio's local-files URLs carry it) at a `/` that is a pool id.
-    fn image_item(&self, url: &str) -> Option<usize> {
-        let (path, query) = http::split_url(url);
-        let mut candidates = vec![http::percent_decode(path).unwrap_or_else(|| path.into())];
-        if let Some(d) = http::query_param(query, "d") {
-            candidates.insert(0, d);
-        }
-        candidates.iter().find_map(|p| {
-            let p = p.replace('\\', "/");
-            let starts: Vec<usize> = std::iter::once(0)
-                .chain(p.match_indices('/').map(|(k, _)| k + 1))
-                .collect();
-            starts
-                .into_iter()
-                .find_map(|k| self.items.position(&p[k..]))
-        })
-    }
-
-    fn predict(&self, body: &Value) -> Reply {
+    fn predict(&self, body: &requests::Predict) -> Reply {
         let started = std::time::Instant::now();
-        let Some(tasks) = body.get("tasks").and_then(Value::as_array) else {
-            return self.refuse(400, "a predict request without a `tasks` list".into());
-        };
-        let (from, to) = match body.get("label_config").and_then(Value::as_str) {
+        self.remember(body.project);
+        let tasks = &body.tasks.0;
+        let (from, to) = match body.label_config.as_deref() {
             Some(c) => match choices_tag(c) {
                 Some(t) => t,
                 None => {
@@ -584,47 +753,46 @@ impl App {
         )
     }
 
-    /// The single choice of an annotation, `None` when it has none (cancelled, or results
-    /// of other kinds).
-    fn choice_of(annotation: &Value) -> std::result::Result<Option<String>, String> {
-        if annotation.get("was_cancelled").and_then(Value::as_bool) == Some(true) {
-            return Ok(None);
-        }
-        let Some(results) = annotation.get("result").and_then(Value::as_array) else {
-            return Err("an annotation without a `result` list".into());
-        };
-        let mut chosen: Vec<&str> = Vec::new();
-        for r in results {
-            if r.get("type").and_then(Value::as_str) != Some("choices") {
-                continue;
-            }
-            let Some(list) = r.pointer("/value/choices").and_then(Value::as_array) else {
-                return Err("a `choices` result without a `value.choices` list".into());
-            };
-            for c in list {
-                chosen.push(c.as_str().ok_or("a choice is not a string")?);
-            }
-        }
-        match chosen.as_slice() {
-            [] => Ok(None),
-            [c] => Ok(Some(c.to_string())),
-            many => Err(format!(
-                "one annotation chose {many:?}; alkit takes one class per item"
-            )),
-        }
-    }
-
-    fn webhook(self: &Arc<Self>, body: &Value) -> Reply {
-        let action = body.get("action").and_then(Value::as_str).unwrap_or("");
+    fn webhook(self: &Arc<Self>, body: requests::Webhook) -> Reply {
+        self.remember(body.project);
+        let action = body.action.as_deref().unwrap_or("");
         match action {
-            "ANNOTATION_CREATED" | "ANNOTATION_UPDATED" => {
-                let (Some(task), Some(annotation)) = (body.get("task"), body.get("annotation"))
-                else {
+            "ANNOTATION_CREATED" | "ANNOTATION_UPDATED" | "ANNOTATIONS_CREATED" => {
+                let pairs = body.pairs();
+                if pairs.is_empty() || body.task.0.is_empty() {
                     return self.refuse(400, format!("{action} without `task` and `annotation`"));
-                };
-                self.answer(task, annotation)
+                }
+                // Several at once (annotations made from predictions): each taught by itself,
+                // the answer the first refusal's, if any.
+                let (mut first, mut refused) = (None, None);
+                for (task, annotation) in pairs {
+                    let r = match task {
+                        Some(t) => self.answer(t, annotation),
+                        None => self.refuse(
+                            422,
+                            format!("{action}: an annotation of a task the event does not hold"),
+                        ),
+                    };
+                    if r.status >= 400 && refused.is_none() {
+                        refused = Some(r);
+                    } else if first.is_none() {
+                        first = Some(r);
+                    }
+                }
+                refused
+                    .or(first)
+                    .unwrap_or_else(|| Reply::json(200, &json!({ "status": "ok" })))
             }
-            "START_TRAINING" => self.train_now(),
+            "START_TRAINING" => {
+                // What was missed first (reading the project takes seconds): the answer comes
+                // at once, the training after the catching up.
+                let app = Arc::clone(self);
+                std::thread::spawn(move || {
+                    app.catch_up();
+                    app.train_now();
+                });
+                Reply::json(200, &json!({ "status": "ok", "job": "alkit" }))
+            }
             // Other events (tasks imported, projects updated, annotations deleted) change
             // nothing alkit holds: a deleted answer stays taught until taken back by hand.
             _ => Reply::json(200, &json!({ "status": "ignored", "action": action })),
@@ -632,15 +800,13 @@ impl App {
     }
 
     /// The legacy train endpoint: every annotated task of the project, then a retraining.
-    fn train(self: &Arc<Self>, body: &Value) -> Reply {
-        if let Some(tasks) = body.get("annotations").and_then(Value::as_array) {
-            for t in tasks {
-                let anns = t.get("annotations").and_then(Value::as_array);
-                for a in anns.into_iter().flatten() {
-                    let r = self.answer(t, a);
-                    if r.status >= 400 {
-                        return r;
-                    }
+    fn train(self: &Arc<Self>, body: &requests::Train) -> Reply {
+        self.remember(body.project);
+        for t in body.annotations.iter().flat_map(|a| &a.0) {
+            for a in t.annotations.iter().flat_map(|a| &a.0) {
+                let r = self.answer(t, a);
+                if r.status >= 400 {
+                    return r;
                 }
             }
         }
@@ -657,17 +823,23 @@ impl App {
         Reply::json(200, &json!({ "status": "ok", "job": "alkit" }))
     }
 
-    fn answer(self: &Arc<Self>, task: &Value, annotation: &Value) -> Reply {
-        let tid = task.get("id").and_then(Value::as_u64).unwrap_or(0);
+    fn answer(self: &Arc<Self>, task: &Task, annotation: &Annotation) -> Reply {
+        let tid = task.id.unwrap_or(0);
         let i = match self.item_of(task) {
             Ok(i) => i,
             Err(e) => return self.refuse(422, e),
         };
-        let label = match Self::choice_of(annotation) {
+        let label = match annotation.choice() {
             Ok(Some(c)) => c,
             Ok(None) => return Reply::json(200, &json!({ "status": "no choice" })),
             Err(e) => return self.refuse(422, format!("task {tid}: {e}")),
         };
+        self.answer_item(tid, i, label)
+    }
+
+    /// Teaches Label Studio task `tid`'s answer `label` for pool item `i` by the session's
+    /// checks (queued while the model trains); the reply's `status` says what happened.
+    fn answer_item(self: &Arc<Self>, tid: u64, i: usize, label: String) -> Reply {
         let id = self.items.ids()[i].clone();
         let mut inner = guard(&self.inner);
         let inner = &mut *inner;
@@ -881,4 +1053,25 @@ impl App {
             self.start_round(inner);
         }
     }
+}
+
+/// The project remembered in `dir` ([`PROJECT_FILE`]), if any.
+fn read_project(dir: &Path) -> Result<Option<u64>> {
+    let path = dir.join(PROJECT_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse().map(Some).map_err(|_| {
+            Error::state(
+                &path,
+                "not a Label Studio project number; delete it (the backend learns the project \
+                 from Label Studio's next request)",
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// Remembers `project` in `dir`, atomically.
+fn write_project(dir: &Path, project: u64) -> Result<()> {
+    crate::fsutil::write_atomic(&dir.join(PROJECT_FILE), format!("{project}\n").as_bytes())
 }
