@@ -91,6 +91,20 @@ pub fn resnet(cfg: &ResNetConfig, vb: VarBuilder) -> Result<Net> {
 /// flattening, `(b, c, h, w)` to `(b, d)`; returns the stack and `d` (512, or 2048 for
 /// ResNet-50). `cfg.classes` is not used. DUQ's feature extractor on a ResNet.
 pub fn resnet_trunk(cfg: &ResNetConfig, vb: VarBuilder) -> Result<(Sequential, usize)> {
+    resnet_trunk_of_width(cfg, 64, vb)
+}
+
+/// [`resnet_trunk`] with `base` channels in the stem and the first stage (64 in every
+/// ResNet; the stages double it): the same layers, blocks and strides at another width, as
+/// the tests' f64 gradient checks build them narrow to stay fast.
+pub fn resnet_trunk_of_width(
+    cfg: &ResNetConfig,
+    base: usize,
+    vb: VarBuilder,
+) -> Result<(Sequential, usize)> {
+    if base == 0 {
+        candle_core::bail!("a ResNet needs at least one channel");
+    }
     let Some((blocks, bottleneck)) = cfg.blocks() else {
         candle_core::bail!("ResNet-{} is not built in (18, 34 or 50)", cfg.depth);
     };
@@ -110,15 +124,15 @@ pub fn resnet_trunk(cfg: &ResNetConfig, vb: VarBuilder) -> Result<(Sequential, u
         init: Some(super::net::residual_init()),
     };
     let mut body = Sequential::new()
-        .with(Conv2d::new(cfg.in_channels, 64, stem, vb.pp("conv1"))?)
-        .with(BatchNorm2d::new(64, vb.pp("bn1"))?)
+        .with(Conv2d::new(cfg.in_channels, base, stem, vb.pp("conv1"))?)
+        .with(BatchNorm2d::new(base, vb.pp("bn1"))?)
         .with(Relu);
     if cfg.stem == Stem::Imagenet {
         body = body.with(MaxPool2d::new(3, 2, 1)?);
     }
-    let mut inputs = 64;
+    let mut inputs = base;
     for (stage, &n) in blocks.iter().enumerate() {
-        let width = 64 << stage;
+        let width = base << stage;
         let vb = vb.pp(format!("layer{}", stage + 1));
         for b in 0..n {
             let stride = if stage > 0 && b == 0 { 2 } else { 1 };

@@ -716,32 +716,35 @@ fn assert_round_trip(
 /// `n` items of `ds` from `from` on, padded by 2 pixels a side to 32x32 and replicated to three
 /// channels: MNIST-sized grey images in the CIFAR shape.
 fn padded_rgb(ds: &Dataset, from: usize, n: usize) -> Dataset {
-    let mut x = Vec::with_capacity(n * 3 * 32 * 32);
+    let mut x = Vec::with_capacity(n * 3 * 16 * 16);
     let mut y = Vec::with_capacity(n);
     for i in from..from + n {
         let item = ds.item(i);
-        let mut plane = vec![0f32; 32 * 32];
-        for r in 0..28 {
-            plane[(r + 2) * 32 + 2..(r + 2) * 32 + 30].copy_from_slice(&item[r * 28..r * 28 + 28]);
+        // Every other pixel (14x14), centred in 16x16.
+        let mut plane = vec![0f32; 16 * 16];
+        for r in 0..14 {
+            for c in 0..14 {
+                plane[(r + 1) * 16 + c + 1] = item[2 * r * 28 + 2 * c];
+            }
         }
         for _ in 0..3 {
             x.extend_from_slice(&plane);
         }
         y.push(ds.labels()[i]);
     }
-    Dataset::new(x, y, vec![3, 32, 32], ds.classes()).unwrap()
+    Dataset::new(x, y, vec![3, 16, 16], ds.classes()).unwrap()
 }
 
-/// `n` synthetic colour images 3x32x32 of 3 classes: a class-coloured square on seeded noise.
+/// `n` synthetic colour images 3x16x16 of 3 classes: a class-coloured square on seeded noise.
 fn colour_squares(n: usize, seed: u64) -> Dataset {
     let mut rng = stream(seed, Purpose::Tool, 0);
-    let mut x = Vec::with_capacity(n * 3 * 32 * 32);
+    let mut x = Vec::with_capacity(n * 3 * 16 * 16);
     let y: Vec<u32> = (0..n).map(|i| (i % 3) as u32).collect();
     for &c in &y {
         for ch in 0..3 {
-            for r in 0..32 {
-                for col in 0..32 {
-                    let inside = (8..24).contains(&r) && (8..24).contains(&col);
+            for r in 0..16 {
+                for col in 0..16 {
+                    let inside = (4..12).contains(&r) && (4..12).contains(&col);
                     let noise = alkit::rng::uniform(&mut rng) as f32 * 0.3;
                     x.push(if inside && ch == c as usize {
                         0.7 + noise
@@ -752,13 +755,14 @@ fn colour_squares(n: usize, seed: u64) -> Dataset {
             }
         }
     }
-    Dataset::new(x, y, vec![3, 32, 32], 3).unwrap()
+    Dataset::new(x, y, vec![3, 16, 16], 3).unwrap()
 }
 
 #[test]
 fn resnets_and_duq_resnet_run_every_command_on_colour_images() {
-    // Colour 3x32x32 data in the loop: MNIST padded to 32x32 and replicated to three channels,
-    // and synthetic coloured squares, each a folder with train/ and test/ subfolders.
+    // Colour 3x16x16 data in the loop (every ResNet stage runs: 16, 16, 8, 4, 2 pixels a
+    // side): MNIST at half resolution padded to 16x16 and replicated to three channels, and
+    // synthetic coloured squares, each a folder with train/ and test/ subfolders.
     // `train`, `score`, `ood`, `calibrate` and `curve` take the ResNets and DUQ on ResNet-18,
     // whose checkpoint keeps its centroid state and running statistics exactly.
     let dir = tmp("colour");

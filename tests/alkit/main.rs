@@ -62,8 +62,10 @@ fn data_dir() -> PathBuf {
 
 /// A test's own scratch folder, removed when the test passes. A failing test leaves it for
 /// a look (the panic message names the files); a passing one must not leave hundreds of
-/// megabytes per run on the disk CI shares with everything else.
-struct Scratch(PathBuf);
+/// megabytes per run on the disk CI shares with everything else. Where `ALKIT_TEST_TIMES`
+/// names a file (`.ci/run` does), the time from the folder's making to its removal is
+/// appended to it with the test's name, for the table of the slowest tests.
+struct Scratch(PathBuf, std::time::Instant);
 
 impl std::ops::Deref for Scratch {
     type Target = Path;
@@ -89,6 +91,17 @@ impl Drop for Scratch {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+        if let Some(times) = std::env::var_os("ALKIT_TEST_TIMES") {
+            use std::io::Write;
+            let test = std::thread::current().name().unwrap_or("?").to_string();
+            let line = format!("{test}\t{:.3}\n", self.1.elapsed().as_secs_f64());
+            let file = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(times);
+            // One write per line on a file opened to append: lines of parallel tests never mix.
+            let _ = file.and_then(|mut f| f.write_all(line.as_bytes()));
+        }
     }
 }
 
@@ -112,7 +125,7 @@ fn tmp(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("alkit-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
+    Scratch(dir, std::time::Instant::now())
 }
 
 fn write_idx_dir(
