@@ -57,6 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: 0,
         batch: 512,
         ensemble: None,
+        display_root: None,
     };
     let mut learner = Learner::new(&source.to_string(), loaded, classes, &seeds, config)?;
     let request = QueryRequest {

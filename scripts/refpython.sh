@@ -23,7 +23,7 @@ dir="$(cd "$dir" && pwd)"
 [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
 "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   --no-warn-script-location --root-user-action=ignore numpy==2.4.6 safetensors==0.8.0 pyarrow==26.0.1 mapie==1.6.0
-"$dir/venv/bin/python" -c 'import numpy, safetensors.numpy, pyarrow, mapie' || { echo "numpy, safetensors or pyarrow does not import in $dir/venv" >&2; exit 1; }
+"$dir/venv/bin/python" -c 'import numpy, safetensors.numpy, pyarrow, mapie' || { echo "numpy, safetensors, pyarrow or mapie does not import in $dir/venv" >&2; exit 1; }
 cat > "$dir/env.sh" <<ENV
 # Written by scripts/refpython.sh: the Python (with numpy and pyarrow) that runs tests/reference/*.py.
 export ALKIT_PYTHON="$dir/venv/bin/python"

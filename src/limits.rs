@@ -187,38 +187,40 @@ pub fn max_threads() -> usize {
     cores.saturating_mul(4).max(1024)
 }
 
-/// Checks `RAYON_NUM_THREADS`, which sizes the thread pool that alkit's and candle's parallel
-/// loops run on, before anything starts that pool: unset or empty, or a whole number from 0
-/// (one thread per core) to [`max_threads`]. A value outside that is an [`Error::Env`] saying
-/// what to set, never a pool started with it (rayon would spawn 100,000 threads for minutes
-/// and then panic) or a value ignored in silence (rayon ignores one that is not a number).
+/// Checks `RAYON_NUM_THREADS` (and `RAYON_RS_NUM_CPUS`, which rayon reads when the first is
+/// unset or not a number), which size the thread pool that alkit's and candle's parallel loops
+/// run on, before anything starts that pool: each unset or empty, or a whole number, digits
+/// only, from 0 (one thread per core) to [`max_threads`]. A value outside that is an
+/// [`Error::Env`] saying what to set, never a pool started with it (rayon would spawn 100,000
+/// threads for minutes and then panic) or a value ignored in silence (rayon ignores one that
+/// is not a number, `" 8"` included).
 pub fn check_thread_env() -> Result<()> {
-    thread_env(
-        std::env::var_os("RAYON_NUM_THREADS").as_deref(),
-        max_threads(),
-    )
+    for name in ["RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS"] {
+        thread_env(name, std::env::var_os(name).as_deref(), max_threads())?;
+    }
+    Ok(())
 }
 
-fn thread_env(value: Option<&std::ffi::OsStr>, max: usize) -> Result<()> {
-    const NAME: &str = "RAYON_NUM_THREADS";
+fn thread_env(name: &'static str, value: Option<&std::ffi::OsStr>, max: usize) -> Result<()> {
     let Some(value) = value else { return Ok(()) };
     let text = value.to_string_lossy();
-    if text.trim().is_empty() {
+    if text.is_empty() {
         return Ok(());
     }
     let fix =
         format!("set it to a number of threads from 1 to {max}, or unset it for one per core");
-    match text.trim().parse::<u64>() {
-        Ok(n) if n <= max as u64 => Ok(()),
-        Ok(_) => Err(Error::env(
-            NAME,
+    let digits = text.bytes().all(|b| b.is_ascii_digit());
+    match text.parse::<u64>() {
+        Ok(n) if digits && n <= max as u64 => Ok(()),
+        _ if digits => Err(Error::env(
+            name,
             text.as_ref(),
             format!("more threads than this machine can use; {fix}"),
         )),
-        Err(_) => Err(Error::env(
-            NAME,
+        _ => Err(Error::env(
+            name,
             text.as_ref(),
-            format!("not a whole number; {fix}"),
+            format!("not a whole number (digits only); {fix}"),
         )),
     }
 }
@@ -252,25 +254,26 @@ mod tests {
     #[test]
     fn the_thread_count_is_a_number_within_the_machine() {
         use std::ffi::OsStr;
+        let name = "RAYON_NUM_THREADS";
         for ok in [
             None,
             Some(""),
-            Some(" "),
             Some("0"),
             Some("1"),
             Some("64"),
             Some("1024"),
         ] {
-            assert!(thread_env(ok.map(OsStr::new), 1024).is_ok(), "{ok:?}");
+            assert!(thread_env(name, ok.map(OsStr::new), 1024).is_ok(), "{ok:?}");
         }
         for (bad, says) in [
             ("100000", "more threads"),
             ("1025", "more threads"),
+            ("99999999999999999999999", "more threads"),
             ("-1", "not a whole number"),
             ("four", "not a whole number"),
-            ("99999999999999999999999", "not a whole number"),
+            (" 8", "not a whole number"),
         ] {
-            let e = thread_env(Some(OsStr::new(bad)), 1024)
+            let e = thread_env(name, Some(OsStr::new(bad)), 1024)
                 .unwrap_err()
                 .to_string();
             assert!(

@@ -123,15 +123,17 @@ impl Selection {
 
 impl Selection {
     /// The first candidate whose score lies outside this mode's domain, with its score:
-    /// `Power` weighs by `score^beta`, defined for scores `>= 0` only, so a negative score
+    /// `Power` weighs by `score^beta`, defined for scores `>= 0` only (down to `-1e-6`,
+    /// rounding, weighed as 0), so a negative score
     /// (max-logit, energy and other detectors go negative) would make it uniform sampling
     /// under another name. Every other mode takes any finite score.
     pub fn outside_domain(&self, scores: &[f32]) -> Option<(usize, f32)> {
         match self {
+            // A hair below 0 is rounding (`1 - p` with `p` a float over 1): weighed as 0.
             Selection::Power { .. } => scores
                 .iter()
                 .enumerate()
-                .find(|(_, &s)| s < 0.0)
+                .find(|(_, &s)| s < -1e-6)
                 .map(|(i, &s)| (i, s)),
             _ => None,
         }

@@ -4,6 +4,8 @@ and the ``alkit`` binary for the interop tests."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 import shutil
 import subprocess
@@ -115,3 +117,14 @@ def run_cli(binary, *args, cwd=None):
     if r.returncode != 0:
         pytest.fail(f"alkit {' '.join(map(str, args))} failed ({r.returncode}):\n{r.stderr}")
     return r.stdout
+
+
+def conformal_reference():
+    """tests/reference/conformal.py, the independent numpy reference of conformal sets."""
+    spec = importlib.util.spec_from_file_location(
+        "conformal_reference", ROOT / "tests" / "reference" / "conformal.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import alkit
-from conftest import ROOT
+from conftest import ROOT, conformal_reference
 
 
 def midrank_auroc(scores, positive):
@@ -98,21 +98,12 @@ def test_fit_temperature_minimises_the_nll(model):
     assert nll(t) <= nll(t * 1.01) + 1e-9 and nll(t) <= nll(t / 1.01) + 1e-9
 
 
-def _conformal_reference():
-    spec = importlib.util.spec_from_file_location(
-        "conformal_reference", ROOT / "tests" / "reference" / "conformal.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize(
     "score",
     ["lac", "aps", "raps", "aps-randomized", "raps-randomized", "aps-inclusive", "raps-inclusive"],
 )
 def test_conformal_sets_match_the_reference(model, score):
-    ref = _conformal_reference()
+    ref = conformal_reference()
     method, _, form = score.partition("-")
     form = form or "romano"
     p, y = model["probs"], model["labels"]

@@ -421,6 +421,7 @@ pub fn load_with(
     if let Some(model) = onnx_model(dir) {
         return load_onnx(&model, options, observer);
     }
+    not_for_onnx_only(options, &dir.display().to_string())?;
     if let Some(ck) = embedded::load_if_head(dir, device)? {
         return Ok(ck);
     }
@@ -606,9 +607,27 @@ pub fn open_with(
     };
     let repo = HubRepo::parse(repo)?;
     match hub_files(&repo, hub, observer)? {
-        HubModel::Weights { config, weights } => load_from(&config, &weights, device),
+        HubModel::Weights { config, weights } => {
+            not_for_onnx_only(options, name)?;
+            load_from(&config, &weights, device)
+        }
         HubModel::Onnx(model) => load_onnx(&model, options, observer),
     }
+}
+
+/// Refuses the normalisation `options` give inline for the checkpoint `name`, which is not
+/// an ONNX model: its own `config.json` gives its normalisation.
+fn not_for_onnx_only(options: &OpenOptions, name: &str) -> Result<()> {
+    if options.input_mean.is_some() || options.input_std.is_some() {
+        return Err(Error::config(
+            "input_mean",
+            format!(
+                "and setting `input_std` give an ONNX model's normalisation; `{name}` is not an \
+                 ONNX model (its config.json gives its own): leave them out"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a Hub model repository holds, fetched into the cache.
@@ -718,10 +737,19 @@ pub fn content_hash(
     let mut h = crate::data::Fnv1a::default();
     let mut buf = vec![0u8; 1 << 20];
     // How the models are opened changes what they give: the features output named, the
-    // preprocessing read from elsewhere (its bytes, below).
+    // normalisation given inline, the preprocessing read from elsewhere (its bytes, below).
     if let Some(f) = &options.onnx_features {
         h.write(f.as_bytes());
         h.write(&[0]);
+    }
+    for (tag, values) in [(b'm', &options.input_mean), (b's', &options.input_std)] {
+        if let Some(v) = values {
+            h.write(&[tag]);
+            h.write(&(v.len() as u64).to_le_bytes());
+            for x in v {
+                h.write(&x.to_le_bytes());
+            }
+        }
     }
     let mut paths = Vec::new();
     for name in names {

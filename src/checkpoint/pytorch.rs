@@ -116,8 +116,8 @@ struct StorageRef {
     numel: u64,
 }
 
-/// The most values one pickle may hold at once, its stack and memo entries counted too: 2^21,
-/// under 100 MB whatever the file. A state dict's pickle holds a few per tensor (a
+/// The most values one pickle may hold at once, its stack, marks, memo entries and the
+/// contents of its tuples, lists and dicts counted too: 2^21, under 100 MB whatever the file. A state dict's pickle holds a few per tensor (a
 /// ResNet-50's about 3,000); without a bound, a pickle of one-byte opcodes that each build a
 /// value would cost tens of bytes of memory per byte of file.
 const MAX_VALUES: usize = 1 << 21;
@@ -138,6 +138,8 @@ struct Machine<'a> {
     stack: Vec<usize>,
     marks: Vec<usize>,
     memo: HashMap<u32, usize>,
+    /// Values held inside tuples, lists and dicts (moved there from the stack).
+    elements: usize,
 }
 
 type Step<T> = std::result::Result<T, String>;
@@ -151,6 +153,7 @@ impl<'a> Machine<'a> {
             stack: Vec::new(),
             marks: Vec::new(),
             memo: HashMap::new(),
+            elements: 0,
         }
     }
 
@@ -204,7 +207,10 @@ impl<'a> Machine<'a> {
 
     fn pop_mark(&mut self) -> Step<Vec<usize>> {
         let m = self.marks.pop().ok_or("no MARK to pop to")?;
-        Ok(self.stack.split_off(m))
+        let items = self.stack.split_off(m);
+        // Every caller keeps them in a container.
+        self.elements += items.len();
+        Ok(items)
     }
 
     fn top(&self) -> Step<usize> {
@@ -245,7 +251,8 @@ impl<'a> Machine<'a> {
     /// Runs to STOP; returns the object the pickle built.
     fn run(&mut self) -> Step<usize> {
         loop {
-            if self.objs.len() + self.stack.len() + self.memo.len() > MAX_VALUES {
+            let held = self.objs.len() + self.stack.len() + self.memo.len();
+            if held + self.marks.len() + self.elements > MAX_VALUES {
                 return Err(format!(
                     "the pickle holds more than {MAX_VALUES} values by byte {} (a state dict \
                      holds a few per tensor)",
@@ -338,6 +345,7 @@ impl<'a> Machine<'a> {
                         items.push(self.pop()?);
                     }
                     items.reverse();
+                    self.elements += n;
                     self.push(Obj::Tuple(items))
                 }
                 b']' => self.push(Obj::List(Vec::new())),
@@ -347,6 +355,7 @@ impl<'a> Machine<'a> {
                 }
                 b'a' | b'e' => {
                     let items = if op == b'a' {
+                        self.elements += 1;
                         vec![self.pop()?]
                     } else {
                         self.pop_mark()?
@@ -362,6 +371,7 @@ impl<'a> Machine<'a> {
                     let items = if op == b's' {
                         let v = self.pop()?;
                         let k = self.pop()?;
+                        self.elements += 2;
                         vec![k, v]
                     } else {
                         self.pop_mark()?

@@ -103,24 +103,49 @@ impl Displays {
     }
 
     fn read_image(&self, path: &Path) -> Result<(Vec<u8>, &'static str)> {
+        use std::io::Read;
         let bad = |m: String| Error::data(path, DataProblem::Other(m));
-        let real = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
         let base = std::fs::canonicalize(&self.base).map_err(|e| Error::io(&self.base, e))?;
-        if !real.starts_with(&base) {
-            return Err(bad(format!(
+        let outside = |real: &Path| {
+            bad(format!(
                 "an item's image leads out of the folder {} (to {}, through a link): images \
                  shown must lie inside it",
                 self.base.display(),
                 real.display()
-            )));
+            ))
+        };
+        let real = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+        if !real.starts_with(&base) {
+            return Err(outside(&real));
         }
-        let meta = std::fs::metadata(&real).map_err(|e| Error::io(path, e))?;
+        // Opened once, and everything after is asked of the open file: a link swapped in
+        // after the check above changes nothing read here.
+        let file = std::fs::File::open(&real).map_err(|e| Error::io(path, e))?;
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()));
+            if let Ok(opened) = opened {
+                if !opened.starts_with(&base) {
+                    return Err(outside(&opened));
+                }
+            }
+        }
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
         if !meta.is_file() || meta.len() > MAX_IMAGE_BYTES {
             return Err(bad(format!(
                 "an item's image must be a file of at most {MAX_IMAGE_BYTES} bytes"
             )));
         }
-        let bytes = std::fs::read(&real).map_err(|e| Error::io(path, e))?;
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(MAX_IMAGE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(path, e))?;
+        if bytes.len() as u64 > MAX_IMAGE_BYTES {
+            return Err(bad(format!(
+                "an item's image must be a file of at most {MAX_IMAGE_BYTES} bytes"
+            )));
+        }
         let media = media_of(&bytes).ok_or_else(|| {
             bad(
                 "an item's image is not a PNG, JPEG or WebP file (its first bytes say \

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::nchw_to_nhwc;
 use crate::nn::net::{Ctx, Flatten, Layer, Linear, Relu, Sequential, Tape};
-use crate::nn::resnet::{resnet_trunk, ResNetConfig};
+use crate::nn::resnet::{resnet_trunk_of_width, ResNetConfig};
 use crate::observe::Observer;
 use crate::rng::Rng;
 use candle_core::{DType, Device, Tensor, Var};
@@ -132,7 +132,19 @@ impl Duq<NetExtractor> {
         vb: VarBuilder,
         params: &Weights,
     ) -> Result<Self> {
-        let (trunk, features) = resnet_trunk(cfg, vb.clone())?;
+        Self::resnet_of_width(cfg, 64, duq, vb, params)
+    }
+
+    /// [`Duq::resnet`] on a trunk of `base` channels
+    /// ([`crate::nn::resnet::resnet_trunk_of_width`]; every ResNet's is 64).
+    pub fn resnet_of_width(
+        cfg: &ResNetConfig,
+        base: usize,
+        duq: &DuqSettings,
+        vb: VarBuilder,
+        params: &Weights,
+    ) -> Result<Self> {
+        let (trunk, features) = resnet_trunk_of_width(cfg, base, vb.clone())?;
         // Before the head exists in `params`: the extractor's variables are the trunk's, and
         // the head's `W` is added once by `Duq` (its centroid state is never optimised).
         let extractor = NetExtractor::new(trunk, features, params)?;

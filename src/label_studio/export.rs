@@ -162,18 +162,30 @@ pub fn read_export_with(path: &Path, images: Option<ImageNamer<'_>>) -> Result<E
 }
 
 /// The field of a flat export (JSON_MIN's keys, a table's header) that holds the choices,
-/// given the values of its first row: `label`, the name alkit's labeling configuration
-/// gives its `Choices` tag; else, for tasks matched by image path (imported from the pool's
-/// folder into a labeling configuration of the person's own), the one field that is neither
-/// Label Studio's own nor the image's. `None` when there is no such single field.
-fn choices_field(fields: &[(&str, &str)], images: Option<ImageNamer<'_>>) -> Option<String> {
+/// given every row's `(field, value)` pairs: `label`, the name alkit's labeling
+/// configuration gives its `Choices` tag; else, for tasks matched by image path (imported
+/// from the pool's folder into a labeling configuration of the person's own), the one field
+/// that is neither Label Studio's own nor one whose value names a pool image in any row.
+/// `None` when there is no such single field.
+fn choices_field<'a>(
+    rows: impl IntoIterator<Item = (&'a str, &'a str)>,
+    images: Option<ImageNamer<'_>>,
+) -> Option<String> {
+    let mut fields: Vec<(&str, bool)> = Vec::new();
+    for (k, v) in rows {
+        let image = images.is_some_and(|f| f(v).is_some());
+        match fields.iter_mut().find(|(f, _)| *f == k) {
+            Some((_, seen)) => *seen |= image,
+            None => fields.push((k, image)),
+        }
+    }
     if fields.iter().any(|(k, _)| *k == FROM_NAME) {
         return Some(FROM_NAME.to_string());
     }
-    let images = images?;
+    images?;
     let rest: Vec<&str> = fields
         .iter()
-        .filter(|(k, v)| !LS_FIELDS.contains(k) && *k != "alkit_id" && images(v).is_none())
+        .filter(|(k, image)| !LS_FIELDS.contains(k) && *k != "alkit_id" && !image)
         .map(|(k, _)| *k)
         .collect();
     match rest.as_slice() {
@@ -182,14 +194,17 @@ fn choices_field(fields: &[(&str, &str)], images: Option<ImageNamer<'_>>) -> Opt
     }
 }
 
-/// The id of the item the first of `values` (a task's data, or an export row's own
-/// fields) naming an image of the pool names.
+/// The id of the item `values` (a task's data, or an export row's own fields) name by image
+/// path; `None` when none names one, an error when they name different items (the rule the
+/// ML backend follows: [`super::image_path::one_item`]).
 fn by_image<'v>(
     values: impl IntoIterator<Item = &'v str>,
     images: Option<ImageNamer<'_>>,
-) -> Option<String> {
-    let images = images?;
-    values.into_iter().find_map(images)
+) -> std::result::Result<Option<String>, String> {
+    let Some(images) = images else {
+        return Ok(None);
+    };
+    super::image_path::one_item(values.into_iter().map(images))
 }
 
 /// A task's votes and where it came from, before the majority is taken.
@@ -296,17 +311,12 @@ fn read_json(path: &Path, items: &[Value], images: Option<ImageNamer<'_>>) -> Re
         (t.get("alkit_id").is_some() || t.get("annotation_id").is_some())
             && t.get("annotations").is_none()
     });
-    let first: Vec<(&str, &str)> = items
-        .first()
-        .and_then(Value::as_object)
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("")))
-                .collect()
-        })
-        .unwrap_or_default();
+    let every = items.iter().filter_map(Value::as_object).flat_map(|o| {
+        o.iter()
+            .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("")))
+    });
     let choices = if min {
-        choices_field(&first, images)
+        choices_field(every, images)
     } else {
         None
     };
@@ -381,10 +391,10 @@ fn json_item(
             .then_some(v.as_str())
             .flatten()
     });
-    if let Some(id) = by_image(values, images) {
+    let the_task = task.map_or("the task".to_string(), |t| format!("Label Studio task {t}"));
+    if let Some(id) = by_image(values, images).map_err(|e| format!("{the_task}: {e}"))? {
         return Ok(id);
     }
-    let the_task = task.map_or("the task".to_string(), |t| format!("Label Studio task {t}"));
     Err(match (min, images.is_some()) {
         (true, false) => format!(
             "a JSON_MIN row without `alkit_id` ({}); every row of one export has it",
@@ -411,12 +421,54 @@ pub fn project_answers(
     tasks: &[Value],
     images: Option<ImageNamer<'_>>,
 ) -> (Vec<ExportRow>, Vec<String>) {
-    let (mut rows, mut problems) = (Vec::new(), Vec::new());
+    let mut found = ProjectAnswers::default();
     for (k, t) in tasks.iter().enumerate() {
+        found.add(k, t, images);
+    }
+    (found.rows, found.problems)
+}
+
+/// [`project_answers`] of the export `bytes` (a JSON list of tasks), each task parsed and
+/// decided before the next is read, so that memory holds one task's JSON at a time and the
+/// answers, whatever the export's size.
+pub fn project_answers_of(
+    bytes: &[u8],
+    images: Option<ImageNamer<'_>>,
+) -> std::result::Result<(Vec<ExportRow>, Vec<String>), serde_json::Error> {
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    struct Each<'a, 'n>(&'a mut ProjectAnswers, Option<ImageNamer<'n>>);
+    impl<'de> Visitor<'de> for Each<'_, '_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of Label Studio tasks")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+            let mut k = 0;
+            while let Some(t) = seq.next_element::<Value>()? {
+                self.0.add(k, &t, self.1);
+                k += 1;
+            }
+            Ok(())
+        }
+    }
+    let mut found = ProjectAnswers::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    de.deserialize_seq(Each(&mut found, images))?;
+    de.end()?;
+    Ok((found.rows, found.problems))
+}
+
+/// The answers of a project's tasks so far, and what kept a task from giving one.
+#[derive(Default)]
+struct ProjectAnswers {
+    rows: Vec<ExportRow>,
+    problems: Vec<String>,
+}
+
+impl ProjectAnswers {
+    /// Task `k` (from 0) of the export.
+    fn add(&mut self, k: usize, t: &Value, images: Option<ImageNamer<'_>>) {
         let task = t.get("id").and_then(Value::as_u64);
-        let name = task.map_or(format!("task {}", k + 1), |t| {
-            format!("Label Studio task {t}")
-        });
         let decided = (|| -> std::result::Result<Option<(String, String)>, String> {
             let id = json_item(t, false, task, images)?;
             let mut votes = Votes::default();
@@ -431,7 +483,7 @@ pub fn project_answers(
             Ok(decision(&one, ExportFormat::Json)?.map(|label| (one.id, label)))
         })();
         match decided {
-            Ok(Some((id, label))) => rows.push(ExportRow {
+            Ok(Some((id, label))) => self.rows.push(ExportRow {
                 row: k + 1,
                 task,
                 id,
@@ -439,11 +491,20 @@ pub fn project_answers(
                 note: None,
             }),
             Ok(None) => {}
-            Err(m) if m.contains("Label Studio task") => problems.push(m),
-            Err(m) => problems.push(format!("{name}: {m}")),
+            Err(m) => {
+                let name = task.map_or(format!("task {}", k + 1), |t| {
+                    format!("Label Studio task {t}")
+                });
+                // Messages about a task's item or votes begin with its name already.
+                let m = if m.starts_with(&name) {
+                    m
+                } else {
+                    format!("{name}: {m}")
+                };
+                self.problems.push(m);
+            }
         }
     }
-    (rows, problems)
 }
 
 /// The choices of one task of the JSON export, counted into `votes` (those of annotations
@@ -632,17 +693,13 @@ fn read_ls_table(
 ) -> Result<Export> {
     let col = |name: &str| header.iter().position(|h| h == name);
     let tc = col("id");
-    let first: Vec<(&str, &str)> = rows
-        .first()
-        .map(|(_, r)| {
-            header
-                .iter()
-                .map(String::as_str)
-                .zip(r.iter().map(String::as_str))
-                .collect()
-        })
-        .unwrap_or_default();
-    let key = choices_field(&first, images);
+    let every = rows.iter().flat_map(|(_, r)| {
+        header
+            .iter()
+            .map(String::as_str)
+            .zip(r.iter().map(String::as_str))
+    });
+    let key = choices_field(every, images);
     let lc = key.as_deref().and_then(col);
     if lc.is_none() && !rows.is_empty() {
         let found = format!("no `{FROM_NAME}` column (the header is {header:?})");
@@ -667,14 +724,17 @@ fn read_ls_table(
                     .iter()
                     .zip(&r)
                     .filter_map(|(h, v)| (!LS_FIELDS.contains(&h.as_str())).then_some(v.as_str()));
-                by_image(own, images).ok_or_else(|| {
-                    bad(format!(
-                        "{} has no `alkit_id` and no image path of the pool's folder: alkit \
+                let own_task = who(task, "?");
+                by_image(own, images)
+                    .map_err(|e| bad(format!("{own_task}: {e}")))?
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "{} has no `alkit_id` and no image path of the pool's folder: alkit \
                          matches answers by its own ids or by the image a task shows, never by \
                          Label Studio's task id",
-                        who(task, "?")
-                    ))
-                })?
+                            who(task, "?")
+                        ))
+                    })?
             }
         };
         let whom = who(task, &id);

@@ -49,6 +49,27 @@ pub fn percent_decode(s: &str) -> Option<String> {
         .map(std::borrow::Cow::into_owned)
 }
 
+/// The one item `names` (the item each of a task's values names, if any) agree on: `None`
+/// when no value names one, an error naming them when values name different items (a task
+/// must not be taught to whichever item its fields happen to list first).
+pub fn one_item<T: PartialEq + std::fmt::Display>(
+    names: impl IntoIterator<Item = Option<T>>,
+) -> std::result::Result<Option<T>, String> {
+    let mut found: Option<T> = None;
+    for n in names.into_iter().flatten() {
+        match &found {
+            Some(f) if *f != n => {
+                return Err(format!(
+                    "its fields name two items of the pool, `{f}` and `{n}`; give it one image"
+                ))
+            }
+            Some(_) => {}
+            None => found = Some(n),
+        }
+    }
+    Ok(found)
+}
+
 /// The position of the pool item the image URL or path `url` names (module docs), if any.
 pub fn item_of_image(items: &PoolItems, url: &str) -> Option<usize> {
     let (path, query) = split_url(url);

@@ -102,8 +102,8 @@ pub fn resnet_trunk_of_width(
     base: usize,
     vb: VarBuilder,
 ) -> Result<(Sequential, usize)> {
-    if base == 0 {
-        candle_core::bail!("a ResNet needs at least one channel");
+    if !(1..=1024).contains(&base) {
+        candle_core::bail!("a ResNet's base width is 1 to 1024 channels, not {base}");
     }
     let Some((blocks, bottleneck)) = cfg.blocks() else {
         candle_core::bail!("ResNet-{} is not built in (18, 34 or 50)", cfg.depth);

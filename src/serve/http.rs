@@ -370,11 +370,18 @@ pub fn json_body_of<T: DeserializeOwned>(
     request: &mut Request<'_>,
     max: usize,
 ) -> Result<T, Reply> {
+    let buf = body_bytes(request, max)?;
+    serde_json::from_slice(&buf).map_err(|e| Reply::error(400, format!("invalid JSON body: {e}")))
+}
+
+/// The request's body, at most `max` bytes (413 past it, 408 when it does not arrive in
+/// time).
+pub fn body_bytes(request: &mut Request<'_>, max: usize) -> Result<Vec<u8>, Reply> {
     let too_large = || Reply::error(413, format!("bodies are at most {max} bytes"));
     if request.body_length() > max as u64 {
         return Err(too_large());
     }
-    let mut buf = Vec::new();
+    let mut buf = Vec::with_capacity(request.body_length().min(max as u64) as usize);
     request
         .body()
         .take(max as u64 + 1)
@@ -386,7 +393,7 @@ pub fn json_body_of<T: DeserializeOwned>(
     if buf.len() > max {
         return Err(too_large());
     }
-    serde_json::from_slice(&buf).map_err(|e| Reply::error(400, format!("invalid JSON body: {e}")))
+    Ok(buf)
 }
 
 /// The password of an `Authorization: Basic` header (RFC 7617: base64 of `user:password`).

@@ -269,7 +269,7 @@ impl Learner {
             state.classes.len(),
         )?;
         let items = PoolItems::new(Values::Memory(Arc::new(loaded.pool)))
-            .with_displays(source_displays(&state.source)?);
+            .with_displays(source_displays(&state)?);
         let mut data = state.normalizer.apply(&raw)?;
         drop(raw);
         data.set_labels(&taught(&state, &items, origin)?)?;
@@ -361,7 +361,7 @@ impl Learner {
             reader: Arc::clone(&reader),
             kept: Arc::default(),
         })
-        .with_displays(source_displays(&state.source)?);
+        .with_displays(source_displays(&state)?);
         let mut pool = StreamedPool::new(reader, state.normalizer.clone(), state.classes.len())?;
         pool.set_labels(&taught(&state, &items, origin)?)?;
         let test = test_set(&state, test.as_ref(), &shape)?;
@@ -461,12 +461,13 @@ impl Learner {
     }
 }
 
-/// What the session's pool `source` shows of its items (an embedding file's texts or image
-/// paths), read anew by each command so that it follows the file. A source name that does not
-/// parse has none (its pool was read by whoever gave it).
-fn source_displays(source: &str) -> Result<Option<crate::data::display::Displays>> {
-    match crate::data::Source::parse(source) {
-        Ok(src) => crate::data::source::displays(&src),
+/// What the session's pool shows of its items (an embedding file's texts or image paths),
+/// read anew by each command so that it follows the file: below the image folder the session
+/// embedded, when it did ([`SessionConfig::display_root`]). A source name that does not parse
+/// has none (its pool was read by whoever gave it).
+fn source_displays(state: &SessionState) -> Result<Option<crate::data::display::Displays>> {
+    match crate::data::Source::parse(&state.source) {
+        Ok(src) => crate::data::source::displays_below(&src, state.config.display_root.as_deref()),
         Err(_) => Ok(None),
     }
 }

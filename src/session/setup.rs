@@ -262,6 +262,16 @@ impl SessionOptions {
         Ok(learner)
     }
 
+    /// The image folder the pool was embedded from, canonical, when it is one.
+    fn embedded_images(&self) -> Result<Option<PathBuf>> {
+        match self.embedded_from.as_deref().map(Source::parse) {
+            Some(Ok(Source::Images(dir))) => std::fs::canonicalize(&dir)
+                .map(Some)
+                .map_err(|e| Error::io(&dir, e)),
+            _ => Ok(None),
+        }
+    }
+
     /// The session's model and training settings for items of `shape` in `classes` classes.
     fn config(&self, shape: &[usize], classes: usize) -> Result<SessionConfig> {
         let arch = match self.model {
@@ -285,6 +295,7 @@ impl SessionOptions {
             seed: self.seed,
             batch: crate::predict::default_batch(shape.iter().product()),
             ensemble: self.ensemble,
+            display_root: self.embedded_images()?,
         })
     }
 }

@@ -115,6 +115,11 @@ pub struct SessionConfig {
     /// then read the members' draws); `None`: one model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ensemble: Option<usize>,
+    /// The image folder a backbone embedded into the session's pool: the person named it, so
+    /// its images are what the page and Label Studio tasks show of the items (never a folder
+    /// the embedding file itself names outside its own folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_root: Option<std::path::PathBuf>,
 }
 
 /// Everything a session is: written to `session.json`.

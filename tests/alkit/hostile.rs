@@ -72,6 +72,11 @@ fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
 
 /// A safetensors file: `(name, dtype, shape, bytes)` per tensor, optional metadata.
 fn st(tensors: &[(&str, &str, &[usize], Vec<u8>)], meta: Option<(&str, &str)>) -> Vec<u8> {
+    st_meta(tensors, meta.as_slice())
+}
+
+/// A safetensors file with the metadata `meta` (key, value pairs).
+fn st_meta(tensors: &[(&str, &str, &[usize], Vec<u8>)], meta: &[(&str, &str)]) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     let mut data = Vec::new();
     for (name, dtype, shape, bytes) in tensors {
@@ -82,8 +87,12 @@ fn st(tensors: &[(&str, &str, &[usize], Vec<u8>)], meta: Option<(&str, &str)>) -
         );
         data.extend_from_slice(bytes);
     }
-    if let Some((k, v)) = meta {
-        header.insert("__metadata__".into(), serde_json::json!({ k: v }));
+    if !meta.is_empty() {
+        let m: serde_json::Map<String, serde_json::Value> = meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
+        header.insert("__metadata__".into(), serde_json::Value::Object(m));
     }
     let mut h = serde_json::to_vec(&header).unwrap();
     while !h.len().is_multiple_of(8) {
@@ -749,6 +758,70 @@ fn cases() -> Vec<Case> {
             ["init", "--pool", "{d}/p.npz", "--state", "{d}/s"],
             1,
             ["p.npz", "array `labels` has shape [3]; expected (2,)"]
+        ),
+        case!(
+            "st-display-root-outside-its-folder",
+            |d, _| {
+                let x = ("x", "F32", &[2usize, 2][..], f32s(&[0.5; 4]));
+                let meta = [
+                    ("display_kind", "image"),
+                    ("display_root", "/"),
+                    ("ids", r#"["etc/a.png", "etc/b.png"]"#),
+                ];
+                std::fs::write(d.join("p.safetensors"), st_meta(&[x], &meta)).unwrap();
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/p.safetensors",
+                "--state",
+                "{d}/s",
+                "--classes",
+                "a,b"
+            ],
+            1,
+            [
+                "p.safetensors",
+                "`display_root` `/`",
+                "inside the file's folder"
+            ]
+        ),
+        case!(
+            "teach-label-studio-task-names-two-images",
+            |d, _| {
+                std::fs::create_dir_all(d.join("photos")).unwrap();
+                for n in ["a", "b"] {
+                    png_of(&d.join(format!("photos/{n}.png")), 4, 4);
+                }
+                ok(&[
+                    "init",
+                    "--pool",
+                    &d.join("photos").display().to_string(),
+                    "--state",
+                    &d.join("s").display().to_string(),
+                    "--classes",
+                    "cat,dog",
+                    "--steps",
+                    "2",
+                ]);
+                let export = serde_json::json!([{
+                    "id": 7,
+                    "data": {"image": "/data/local-files/?d=photos/a.png",
+                             "thumb": "/data/local-files/?d=photos/b.png"},
+                    "annotations": [{"result": [{"type": "choices",
+                                                 "value": {"choices": ["cat"]}}]}],
+                }]);
+                std::fs::write(d.join("export.json"), export.to_string()).unwrap();
+            },
+            ["teach", "--state", "{d}/s", "--labels", "{d}/export.json"],
+            1,
+            [
+                "export.json",
+                "task 7",
+                "two items of the pool",
+                "`a.png`",
+                "`b.png`"
+            ]
         ),
         case!(
             "npz-display-image-absolute",

@@ -675,7 +675,7 @@ fn duq_on_a_layer_stack_has_exact_input_and_penalty_gradients_in_f64() {
 #[test]
 fn duq_on_resnet18_has_exact_input_and_penalty_gradients_in_f64() {
     use alkit::duq::net::NetExtractor;
-    use alkit::duq::{check_input_gradient, Duq, DuqSettings, Extractor, RbfHead};
+    use alkit::duq::{check_input_gradient, Duq, DuqSettings, Extractor};
     use alkit::nn::resnet::resnet_trunk_of_width;
     // The DUQ paper's CIFAR model on 8x8 inputs: every stage runs (8, 8, 4, 2, 1 pixels a side),
     // its strided blocks' 1x1 downsampling included, batch norm in training mode. Built 8
@@ -707,20 +707,8 @@ fn duq_on_resnet18_has_exact_input_and_penalty_gradients_in_f64() {
         n_init: 1.0,
         ..DuqSettings::default()
     };
-    // As `Duq::resnet` assembles it, at the narrow width.
     let (vb, params) = f64_builder(13);
-    let (trunk, features) = resnet_trunk_of_width(&cfg, 8, vb.clone()).unwrap();
-    let extractor = NetExtractor::new(trunk, features, &params).unwrap();
-    let head = RbfHead::from_vb(
-        features,
-        cfg.classes,
-        settings.centroid_dims,
-        (settings.sigma, settings.gamma),
-        (settings.w_std, settings.n_init),
-        vb.pp("duq"),
-    )
-    .unwrap();
-    let model = Duq::from_parts(extractor, head, cfg.classes, &settings).unwrap();
+    let model = Duq::resnet_of_width(&cfg, 8, &settings, vb, &params).unwrap();
     perturb_batch_norms(&params, 10);
     // The optimiser sees the trunk's parameters and the head's W once; never the centroid
     // state or the running statistics.

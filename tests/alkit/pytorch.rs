@@ -204,9 +204,9 @@ fn a_pth_becomes_a_checkpoint_in_one_step() {
 
 #[test]
 fn a_pickle_of_one_byte_values_is_refused_within_bounded_memory() {
-    // 48 MiB of NONE opcodes, each building a value: about 80 bytes of memory per byte of
-    // file once cost 4 GB. Under an address-space cap of 2.5 GB the reader must refuse it by
-    // name, having held a bounded number of values.
+    // 48 MiB of one-byte opcodes, each making the interpreter hold one more value: about 80
+    // bytes of memory per byte of file once cost 4 GB. Under an address-space cap of 2.5 GB
+    // the reader must refuse each by name, having held a bounded number of values.
     let dir = tmp("pt-none-flood");
     let ck = dir.join("ck");
     let o = alkit_cmd()
@@ -218,30 +218,48 @@ fn a_pickle_of_one_byte_values_is_refused_within_bounded_memory() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::remove_file(ck.join("model.safetensors")).unwrap();
-    let mut pickle = vec![0x80, 2];
-    pickle.resize(48 << 20, b'N');
-    pickle.push(b'.');
-    std::fs::write(
-        ck.join("pytorch_model.bin"),
-        super::hostile::torch_zip(&pickle, &[]),
-    )
-    .unwrap();
-    let args: Vec<String> = ["score", "--checkpoint"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([ck.display().to_string(), "--out".into()])
-        .chain([dir.join("s.csv").display().to_string()])
-        .collect();
-    let o = super::flag_sizes::run_capped_at(&args, &dir, "2500000000");
-    assert!(
-        !o.timed_out && o.code == Some(1),
-        "{:?}: {}",
-        o.code,
-        o.stderr
-    );
-    assert!(
-        o.stderr.contains("pytorch_model.bin") && o.stderr.contains("more than 2097152 values"),
-        "{}",
-        o.stderr
-    );
+    // NONE opcodes (a value each), MARKs (a mark each) and one list that 100 values at a time
+    // are appended to (its elements; the stack stays short): each held value counts.
+    let mut appends = vec![0x80, 2, b']', b'q', 0];
+    while appends.len() < 48 << 20 {
+        appends.push(b'(');
+        for _ in 0..100 {
+            appends.extend_from_slice(b"h\x00");
+        }
+        appends.push(b'e');
+    }
+    for (what, mut pickle) in [
+        ("NONE", vec![0x80, 2]),
+        ("MARK", vec![0x80, 2]),
+        ("APPENDS", appends),
+    ] {
+        let fill = if what == "MARK" { b'(' } else { b'N' };
+        if what != "APPENDS" {
+            pickle.resize(48 << 20, fill);
+        }
+        pickle.push(b'.');
+        std::fs::write(
+            ck.join("pytorch_model.bin"),
+            super::hostile::torch_zip(&pickle, &[]),
+        )
+        .unwrap();
+        let args: Vec<String> = ["score", "--checkpoint"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([ck.display().to_string(), "--out".into()])
+            .chain([dir.join("s.csv").display().to_string()])
+            .collect();
+        let o = super::flag_sizes::run_capped_at(&args, &dir, "2500000000");
+        assert!(
+            !o.timed_out && o.code == Some(1),
+            "{what}: {:?}: {}",
+            o.code,
+            o.stderr
+        );
+        assert!(
+            o.stderr.contains("pytorch_model.bin") && o.stderr.contains("more than 2097152 values"),
+            "{what}: {}",
+            o.stderr
+        );
+    }
 }

@@ -41,6 +41,7 @@ fn session(dir: &std::path::Path, ensemble: Option<usize>) -> Learner {
         seed: 3,
         batch: 512,
         ensemble,
+        display_root: None,
     };
     let classes: Vec<String> = (0..10).map(|c| c.to_string()).collect();
     Learner::new(&pool.to_string_lossy(), loaded, classes, &seeds, config).unwrap()
@@ -207,6 +208,7 @@ fn ids_that_need_quoting_survive_query_then_teach() {
         seed: 1,
         batch: 64,
         ensemble: None,
+        display_root: None,
     };
     let classes = vec!["0".to_string(), "1".to_string()];
     let mut learner =

@@ -470,8 +470,8 @@ pub(crate) struct TrainArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct ScoreArgs {
-    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), hf:OWNER/NAME for a model repository on the Hub, or an ONNX model (FILE.onnx, a timm config.json beside it for the preprocessing; built with the cargo feature `onnx`). Several, comma-separated, form a deep ensemble: its mean prediction is scored, and bald, class-variance, ... read one draw per member.
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Checkpoint folder (from `alkit train`, a labeling session's `model/`, or converted weights), hf:OWNER/NAME for a model repository on the Hub, or an ONNX model (FILE.onnx, a timm config.json beside it for the preprocessing; built with the cargo feature `onnx`). Several (comma-separated, or the flag repeated) form a deep ensemble: its mean prediction is scored, and bald, class-variance, ... read one draw per member. A path that exists is taken whole, commas in it included.
+    #[arg(long, required = true, action = clap::ArgAction::Append)]
     pub(crate) checkpoint: Vec<PathBuf>,
     /// With ONNX checkpoints (FILE.onnx, or a folder holding model.onnx; built with the cargo feature `onnx`): the output holding the features the last layer multiplies. [default: that layer's input, found in the graph]
     #[arg(long, value_name = "NAME")]
@@ -703,17 +703,29 @@ impl CurveArgs {
 
 impl ScoreArgs {
     /// The library's score job; the shard from `--shard`, or the scheduler's environment.
+    /// The checkpoints named: each `--checkpoint` value a path that exists taken whole (a
+    /// folder may have a comma in its name), any other split at its commas.
+    pub(crate) fn checkpoints(&self) -> Vec<String> {
+        self.checkpoint
+            .iter()
+            .flat_map(|p| {
+                let text = p.to_string_lossy().into_owned();
+                if p.exists() {
+                    vec![text]
+                } else {
+                    text.split(',').map(str::to_string).collect()
+                }
+            })
+            .collect()
+    }
+
     pub(crate) fn job(&self) -> Result<alkit::eval::score::ScoreJob> {
         use alkit::eval::score::Split;
         let shard = alkit::eval::shard::Shard::resolve(self.shard.as_deref(), self.shards, &|k| {
             std::env::var(k).ok()
         })?;
         Ok(alkit::eval::score::ScoreJob {
-            checkpoints: self
-                .checkpoint
-                .iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect(),
+            checkpoints: self.checkpoints(),
             checkpoint_options: alkit::checkpoint::OpenOptions {
                 onnx_features: self.onnx_features.clone(),
                 onnx_config: self.onnx_config.clone(),

@@ -257,3 +257,15 @@ pub fn listed_labels(source: &Source) -> Result<Option<Listed>> {
 pub fn displays(source: &Source) -> Result<Option<crate::data::display::Displays>> {
     source.format().displays()
 }
+
+/// [`displays`], with an embedding file's images taken below `trusted` (a folder the person
+/// named) instead of the folder its metadata `display_root` names.
+pub fn displays_below(
+    source: &Source,
+    trusted: Option<&std::path::Path>,
+) -> Result<Option<crate::data::display::Displays>> {
+    match (source, trusted) {
+        (Source::Safetensors(p), Some(t)) => self::safetensors::displays_of(p, Some(t)),
+        _ => displays(source),
+    }
+}

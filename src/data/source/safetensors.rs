@@ -61,42 +61,79 @@ impl Format for Safetensors<'_> {
     }
 
     fn displays(&self) -> Result<Option<Displays>> {
-        let path = self.0;
-        let h = CheckedHeader::read(path)?;
-        let meta = |key: &str| {
-            h.header
-                .get("__metadata__")
-                .and_then(|m| m.get(key))
-                .and_then(Value::as_str)
-        };
-        let (text, root) = (meta("display"), meta("display_root"));
-        if text.is_none() && root.is_none() {
-            return Ok(None);
-        }
-        let kind = display::kind_named(meta("display_kind"), path)?;
-        let (names, _) = layout(|n| h.header.contains_key(n), path)?;
-        let n = h
-            .tensors
-            .iter()
-            .find(|t| t.name == names.x)
-            .and_then(|t| t.shape.first().copied())
-            .ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?
-            as usize;
-        let values: Vec<String> = match text {
-            Some(text) => serde_json::from_str(text).map_err(|e| {
-                bad(
-                    path,
-                    format!("metadata `display` is not a JSON array of strings: {e}"),
-                )
-            })?,
-            // An image folder's embeddings: each item's image is its id below the folder.
-            None => metadata_ids(meta("ids"), n, path)?,
-        };
-        let shown = Displays::new(kind, values, n, path, "metadata `display`")?;
-        Ok(Some(match root {
-            Some(r) => shown.rooted(PathBuf::from(r)),
-            None => shown,
-        }))
+        displays_of(self.0, None)
+    }
+}
+
+/// What a safetensors embedding file shows of its items (its metadata `display`, or with
+/// `display_root` the images below that folder named by the items' ids). The root is the
+/// caller's `trusted` folder when given (a session that embedded an image folder the person
+/// named), else the file's own `display_root`, which must lie inside the file's folder: a
+/// file may name no image above it, through its root no more than through its paths.
+pub fn displays_of(path: &Path, trusted: Option<&Path>) -> Result<Option<Displays>> {
+    let h = CheckedHeader::read(path)?;
+    let meta = |key: &str| {
+        h.header
+            .get("__metadata__")
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+    };
+    let (text, root) = (meta("display"), meta("display_root"));
+    if text.is_none() && root.is_none() {
+        return Ok(None);
+    }
+    let kind = display::kind_named(meta("display_kind"), path)?;
+    let (names, _) = layout(|n| h.header.contains_key(n), path)?;
+    let n = h
+        .tensors
+        .iter()
+        .find(|t| t.name == names.x)
+        .and_then(|t| t.shape.first().copied())
+        .ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?
+        as usize;
+    let values: Vec<String> = match text {
+        Some(text) => serde_json::from_str(text).map_err(|e| {
+            bad(
+                path,
+                format!("metadata `display` is not a JSON array of strings: {e}"),
+            )
+        })?,
+        // An image folder's embeddings: each item's image is its id below the folder.
+        None => metadata_ids(meta("ids"), n, path)?,
+    };
+    let shown = Displays::new(kind, values, n, path, "metadata `display`")?;
+    Ok(Some(match (trusted, root) {
+        (Some(t), _) => shown.rooted(t.to_path_buf()),
+        (None, Some(r)) => shown.rooted(root_inside(path, r)?),
+        (None, None) => shown,
+    }))
+}
+
+/// The metadata `display_root` `root` of the file `path`, resolved from the file's folder and
+/// required to lie inside it.
+fn root_inside(path: &Path, root: &str) -> Result<PathBuf> {
+    let folder = path.parent().unwrap_or(Path::new("."));
+    let folder = if folder.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        folder
+    };
+    let joined = folder.join(root);
+    let (real, base) = (
+        std::fs::canonicalize(&joined),
+        std::fs::canonicalize(folder),
+    );
+    match (real, base) {
+        (Ok(r), Ok(b)) if r.starts_with(&b) => Ok(r),
+        _ => Err(bad(
+            path,
+            format!(
+                "metadata `display_root` `{root}` is not a folder inside the file's folder: a \
+                 file shows images below its own folder only. A session started on an image \
+                 folder through a backbone shows that folder's images; for a file of your own, \
+                 keep it beside the images or give their paths relative to it"
+            ),
+        )),
     }
 }
 

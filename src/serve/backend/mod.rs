@@ -46,7 +46,7 @@ use super::guard;
 use super::http::{self, Reply};
 use crate::error::{Error, Result};
 use crate::label_studio::{
-    image_folder, image_path, model_version, ordered_confidence, short, FROM_NAME,
+    image_folder, image_path, model_version, ordered_confidence, short, ExportRow, FROM_NAME,
 };
 use crate::observe::Silent;
 use crate::session::journal::{self, Queued};
@@ -57,7 +57,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -330,6 +330,8 @@ struct App {
     api: Option<LabelStudioApi>,
     /// The Label Studio project served, as last named (or given).
     project: Mutex<Option<u64>>,
+    /// A catch-up is reading the project.
+    catching_up: AtomicBool,
     budget: Budget,
     secret: String,
     hosts: Option<Vec<String>>,
@@ -397,6 +399,7 @@ impl LabelStudioBackend {
             image_folder: image_folder(&state),
             api: settings.label_studio,
             project: Mutex::new(project),
+            catching_up: AtomicBool::new(false),
             budget: Budget::new(BODY_BUDGET),
             secret,
             hosts,
@@ -530,22 +533,22 @@ impl App {
             "" | "/health" if get => self.health(),
             "/versions" if get => Reply::json(200, &json!({ "versions": [self.version] })),
             "/setup" if post => match self.body::<requests::Setup>(req) {
-                Ok(b) => {
+                Ok((b, _held)) => {
                     self.remember(b.project);
                     Reply::json(200, &json!({ "model_version": self.version }))
                 }
                 Err(e) => e,
             },
             "/predict" if post => match self.body::<requests::Predict>(req) {
-                Ok(b) => self.predict(&b),
+                Ok((b, _held)) => self.predict(&b),
                 Err(e) => e,
             },
-            "/webhook" if post => match self.body::<requests::Webhook>(req) {
-                Ok(b) => self.webhook(b),
+            "/webhook" if post => match self.raw_body(req) {
+                Ok((bytes, _held)) => self.webhook(&bytes),
                 Err(e) => e,
             },
             "/train" if post => match self.body::<requests::Train>(req) {
-                Ok(b) => self.train(&b),
+                Ok((b, _held)) => self.train(&b),
                 Err(e) => e,
             },
             "" | "/health" | "/versions" | "/setup" | "/predict" | "/webhook" | "/train" => {
@@ -555,13 +558,21 @@ impl App {
         }
     }
 
-    /// The request's JSON body as `T`, read within the shared budget of body bytes.
-    fn body<T: DeserializeOwned>(
+    /// The request's body, read within the shared budget of body bytes, which the returned
+    /// share holds until it is dropped (after the answer is made).
+    fn raw_body(
         &self,
         req: &mut http::Request<'_>,
-    ) -> std::result::Result<T, Reply> {
-        let bytes = req.body_length().min(MAX_REQUEST as u64 + 1);
-        let Some(_taken) = self.budget.take(bytes, BODY_WAIT) else {
+    ) -> std::result::Result<(Vec<u8>, Taken<'_>), Reply> {
+        let declared = req.body_length();
+        if declared > MAX_REQUEST as u64 {
+            return Err(Reply::error(
+                413,
+                format!("bodies are at most {MAX_REQUEST} bytes"),
+            ));
+        }
+        // Twice the body: its bytes, and what is parsed from them.
+        let Some(taken) = self.budget.take(2 * declared, BODY_WAIT) else {
             let mut r = Reply::error(
                 503,
                 "the backend holds as many request bodies as it may; try again",
@@ -569,7 +580,18 @@ impl App {
             r.headers.push(("Retry-After", "1".to_string()));
             return Err(r);
         };
-        http::json_body_of::<T>(req, MAX_REQUEST)
+        Ok((http::body_bytes(req, MAX_REQUEST)?, taken))
+    }
+
+    /// The request's JSON body as `T` (see [`App::raw_body`]).
+    fn body<T: DeserializeOwned>(
+        &self,
+        req: &mut http::Request<'_>,
+    ) -> std::result::Result<(T, Taken<'_>), Reply> {
+        let (bytes, taken) = self.raw_body(req)?;
+        let value = serde_json::from_slice(&bytes)
+            .map_err(|e| Reply::error(400, format!("invalid JSON body: {e}")))?;
+        Ok((value, taken))
     }
 
     /// Keeps the project Label Studio named, in memory and in the session folder.
@@ -591,11 +613,18 @@ impl App {
         let (Some(api), Some(project)) = (&self.api, *guard(&self.project)) else {
             return;
         };
+        // One at a time: a second Start Training while the project is read asks for nothing
+        // the first does not do.
+        if self.catching_up.swap(true, Ordering::SeqCst) {
+            return;
+        }
         let items = &self.items;
         let namer =
             |url: &str| image_path::item_of_image(items, url).map(|i| items.ids()[i].clone());
         let images = self.image_folder.then_some(&namer as _);
-        let (rows, problems) = match api.answers(project, images) {
+        let read = api.answers(project, images);
+        self.catching_up.store(false, Ordering::SeqCst);
+        let (rows, problems) = match read {
             Ok(r) => r,
             Err(e) => {
                 let m = e.to_string();
@@ -606,30 +635,92 @@ impl App {
         for m in &problems {
             (self.events)(&BackendEvent::Refused { problem: m });
         }
-        let mut taught = 0;
-        for r in &rows {
-            let Some(i) = self.items.position(&r.id) else {
-                let m = format!(
-                    "Label Studio task {}: `{}` is not an item of the session's pool",
-                    r.task.unwrap_or(0),
-                    r.id
-                );
-                (self.events)(&BackendEvent::Refused { problem: &m });
-                continue;
-            };
-            let reply = self.answer_item(r.task.unwrap_or(0), i, r.label.clone());
-            let status = serde_json::from_slice::<Value>(&reply.body)
-                .ok()
-                .and_then(|v| v.get("status").and_then(Value::as_str).map(str::to_string));
-            if matches!(status.as_deref(), Some("ok" | "queued")) {
-                taught += 1;
-            }
-        }
+        let taught = self.teach_missed(&rows);
         (self.events)(&BackendEvent::Reconciled {
             project,
             answers: rows.len(),
             taught,
         });
+    }
+
+    /// Teaches the answers read back from Label Studio that the session lacks, in one batch
+    /// and one save (or one journal write while the model trains); each one the session's
+    /// checks refuse is reported and left out. Returns how many were new.
+    fn teach_missed(&self, rows: &[ExportRow]) -> usize {
+        let mut inner = guard(&self.inner);
+        let inner = &mut *inner;
+        let mut new: Vec<Queued> = Vec::new();
+        for r in rows {
+            let task = r.task.unwrap_or(0);
+            let refuse = |m: String| (self.events)(&BackendEvent::Refused { problem: &m });
+            if self.items.position(&r.id).is_none() {
+                refuse(format!(
+                    "Label Studio task {task}: `{}` is not an item of the session's pool",
+                    r.id
+                ));
+                continue;
+            }
+            if !inner.state.classes.contains(&r.label) {
+                refuse(format!(
+                    "Label Studio task {task}: `{}` is not one of the classes {:?}",
+                    r.label, inner.state.classes
+                ));
+                continue;
+            }
+            let held = inner
+                .state
+                .labeled
+                .iter()
+                .find(|l| l.id == r.id)
+                .map(|l| &l.label);
+            let waiting = inner
+                .queue
+                .iter()
+                .chain(&new)
+                .find(|q| q.id == r.id)
+                .map(|q| &q.label);
+            match held.or(waiting) {
+                Some(l) if *l == r.label => {}
+                Some(l) => refuse(format!(
+                    "Label Studio task {task}: `{}` is already labeled `{l}`; Label Studio says `{}`",
+                    r.id, r.label
+                )),
+                None => new.push(Queued {
+                    task,
+                    id: r.id.clone(),
+                    label: r.label.clone(),
+                }),
+            }
+        }
+        if new.is_empty() {
+            return 0;
+        }
+        let count = new.len();
+        let saved = match inner.learner.as_mut() {
+            Some(learner) => {
+                let answers: Vec<Answer> = new
+                    .iter()
+                    .enumerate()
+                    .map(|(k, q)| Answer::new(k + 1, q.id.clone(), q.label.clone()))
+                    .collect();
+                let origin = PathBuf::from("Label Studio's project, read back");
+                learner
+                    .teach_file_answers(&answers, &origin)
+                    .and_then(|_| learner.save_state(&self.dir))
+                    .map(|()| inner.state = learner.state().clone())
+            }
+            None => {
+                inner.queue.extend(new);
+                journal::write(&self.dir, &inner.queue)
+            }
+        };
+        if let Err(e) = saved {
+            let m = format!("the answers read back from Label Studio were not saved: {e}");
+            (self.events)(&BackendEvent::Failed { problem: &m });
+            return 0;
+        }
+        inner.since += count;
+        count
     }
 
     fn health(&self) -> Reply {
@@ -675,13 +766,16 @@ impl App {
                  paths could name it"
             ));
         }
-        let found = data
-            .0
-            .iter()
-            .find_map(|(_, u)| image_path::item_of_image(&self.items, u));
-        found.ok_or_else(|| {
+        let named = data.0.iter().map(|(_, u)| {
+            image_path::item_of_image(&self.items, u).map(|i| self.items.ids()[i].clone())
+        });
+        let found = image_path::one_item(named).map_err(|e| format!("{name}: {e}"))?;
+        let id = found.ok_or_else(|| {
             format!("{name} has no `data.alkit_id` and no image path of the pool's folder")
-        })
+        })?;
+        self.items
+            .position(&id)
+            .ok_or_else(|| format!("{name}: `{id}` is not an item of the session's pool"))
     }
 
     fn predict(&self, body: &requests::Predict) -> Reply {
@@ -753,58 +847,70 @@ impl App {
         )
     }
 
-    fn webhook(self: &Arc<Self>, body: requests::Webhook) -> Reply {
-        self.remember(body.project);
-        let action = body.action.as_deref().unwrap_or("");
-        match action {
-            "ANNOTATION_CREATED" | "ANNOTATION_UPDATED" | "ANNOTATIONS_CREATED" => {
-                let pairs = body.pairs();
-                if pairs.is_empty() || body.task.0.is_empty() {
-                    return self.refuse(400, format!("{action} without `task` and `annotation`"));
-                }
-                // Several at once (annotations made from predictions): each taught by itself,
-                // the answer the first refusal's, if any.
-                let (mut first, mut refused) = (None, None);
-                for (task, annotation) in pairs {
-                    let r = match task {
-                        Some(t) => self.answer(t, annotation),
-                        None => self.refuse(
-                            422,
-                            format!("{action}: an annotation of a task the event does not hold"),
-                        ),
-                    };
-                    if r.status >= 400 && refused.is_none() {
-                        refused = Some(r);
-                    } else if first.is_none() {
-                        first = Some(r);
-                    }
-                }
-                refused
-                    .or(first)
-                    .unwrap_or_else(|| Reply::json(200, &json!({ "status": "ok" })))
-            }
-            "START_TRAINING" => {
-                // What was missed first (reading the project takes seconds): the answer comes
-                // at once, the training after the catching up.
-                let app = Arc::clone(self);
-                std::thread::spawn(move || {
-                    app.catch_up();
-                    app.train_now();
-                });
-                Reply::json(200, &json!({ "status": "ok", "job": "alkit" }))
-            }
+    /// An event: its action read first, the rest only for the actions the backend acts on, so
+    /// that an event it ignores is acknowledged whatever else it carries.
+    fn webhook(self: &Arc<Self>, bytes: &[u8]) -> Reply {
+        let event = match serde_json::from_slice::<requests::Event>(bytes) {
+            Ok(e) => e,
+            Err(e) => return Reply::error(400, format!("invalid JSON body: {e}")),
+        };
+        self.remember(event.project);
+        let action = event.action.as_deref().unwrap_or("");
+        if action == "START_TRAINING" {
+            // What was missed first (reading the project takes seconds): the answer comes
+            // at once, the training after the catching up.
+            let app = Arc::clone(self);
+            std::thread::spawn(move || {
+                app.catch_up();
+                app.train_now();
+            });
+            return Reply::json(200, &json!({ "status": "ok", "job": "alkit" }));
+        }
+        if !matches!(
+            action,
+            "ANNOTATION_CREATED" | "ANNOTATION_UPDATED" | "ANNOTATIONS_CREATED"
+        ) {
             // Other events (tasks imported, projects updated, annotations deleted) change
             // nothing alkit holds: a deleted answer stays taught until taken back by hand.
-            _ => Reply::json(200, &json!({ "status": "ignored", "action": action })),
+            return Reply::json(200, &json!({ "status": "ignored", "action": action }));
         }
+        let body = match serde_json::from_slice::<requests::Webhook>(bytes) {
+            Ok(b) => b,
+            Err(e) => return self.refuse(400, format!("{action}: {e}")),
+        };
+        let pairs = body.pairs();
+        if pairs.is_empty() || body.task.0.is_empty() {
+            return self.refuse(400, format!("{action} without `task` and `annotation`"));
+        }
+        // Several at once (annotations made from predictions): each taught by itself, the
+        // answer the first refusal's, if any.
+        let (mut first, mut refused) = (None, None);
+        for (task, annotation) in pairs {
+            let r = match task {
+                Some(t) => self.answer(t, annotation),
+                None => self.refuse(
+                    422,
+                    format!("{action}: an annotation of a task the event does not hold"),
+                ),
+            };
+            if r.status >= 400 && refused.is_none() {
+                refused = Some(r);
+            } else if first.is_none() {
+                first = Some(r);
+            }
+        }
+        refused
+            .or(first)
+            .unwrap_or_else(|| Reply::json(200, &json!({ "status": "ok" })))
     }
 
     /// The legacy train endpoint: every annotated task of the project, then a retraining.
     fn train(self: &Arc<Self>, body: &requests::Train) -> Reply {
         self.remember(body.project);
         for t in body.annotations.iter().flat_map(|a| &a.0) {
+            let task = t.task();
             for a in t.annotations.iter().flat_map(|a| &a.0) {
-                let r = self.answer(t, a);
+                let r = self.answer(&task, a);
                 if r.status >= 400 {
                     return r;
                 }

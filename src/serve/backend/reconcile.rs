@@ -12,7 +12,7 @@
 //! others.
 
 use crate::error::{Error, Result};
-use crate::label_studio::export::{project_answers, ExportRow, ImageNamer};
+use crate::label_studio::export::{project_answers_of, ExportRow, ImageNamer};
 use std::io::Read;
 use std::time::Duration;
 
@@ -84,6 +84,7 @@ impl LabelStudioApi {
             .redirects(0)
             .timeout_connect(Duration::from_secs(10))
             .timeout_read(Duration::from_secs(300))
+            .timeout(Duration::from_secs(900))
             .user_agent(concat!("alkit/", env!("CARGO_PKG_VERSION")))
             .build();
         let resp = match agent
@@ -104,6 +105,13 @@ impl LabelStudioApi {
             }
             Err(e) => return Err(failed(e.to_string())),
         };
+        if resp.status() != 200 {
+            let to = resp.header("Location").unwrap_or("nowhere").to_string();
+            return Err(failed(format!(
+                "the answer is {} (to {to}), not the export: give Label Studio's own address",
+                resp.status()
+            )));
+        }
         let mut body = Vec::new();
         resp.into_reader()
             .take(MAX_EXPORT + 1)
@@ -112,11 +120,10 @@ impl LabelStudioApi {
         if body.len() as u64 > MAX_EXPORT {
             return Err(failed(format!("an export of more than {MAX_EXPORT} bytes")));
         }
-        let tasks: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|e| failed(format!("not JSON: {e}")))?;
-        let Some(tasks) = tasks.as_array() else {
-            return Err(failed("not a list of tasks".into()));
-        };
-        Ok(project_answers(tasks, images))
+        project_answers_of(&body, images).map_err(|e| {
+            failed(format!(
+                "not Label Studio's JSON export (a list of tasks): {e}"
+            ))
+        })
     }
 }

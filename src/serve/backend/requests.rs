@@ -227,7 +227,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
     }
 }
 
-/// One task as Label Studio sends it.
+/// One task as Label Studio sends it (its annotations, when it carries them, skipped).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Task {
     /// Label Studio's task number.
@@ -236,28 +236,102 @@ pub struct Task {
     /// Its data's string fields (`None`: no `data` object).
     #[serde(default)]
     pub data: Option<Data>,
-    /// Its annotations (the legacy train request and exports carry them).
-    #[serde(default)]
-    pub annotations: Option<Bounded<Annotation, 1024>>,
 }
 
-/// One result of an annotation: its type and, for a `choices` result, the choices.
+/// A task with its annotations, as the legacy train request carries every annotated task.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AnnotatedTask {
+    /// Label Studio's task number.
+    #[serde(default)]
+    pub id: Option<u64>,
+    /// Its data's string fields.
+    #[serde(default)]
+    pub data: Option<Data>,
+    /// Its annotations.
+    #[serde(default)]
+    pub annotations: Option<Bounded<Annotation, MAX_TASKS>>,
+}
+
+impl AnnotatedTask {
+    /// The task without its annotations.
+    pub fn task(&self) -> Task {
+        Task {
+            id: self.id,
+            data: self.data.clone(),
+        }
+    }
+}
+
+/// One result of an annotation: its type and, for a `choices` result, the choices. Results
+/// of other kinds are read as leniently as their fields allow: they never refuse a request.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct AnnotationResult {
-    /// `choices`, `rectanglelabels`, ...
-    #[serde(rename = "type", default)]
+    /// `choices`, `rectanglelabels`, ... (`None` when absent or not a string).
+    #[serde(rename = "type", default, deserialize_with = "maybe_str")]
     pub kind: Option<String>,
-    /// The result's value.
-    #[serde(default)]
+    /// The result's value (`None` when absent or not an object).
+    #[serde(default, deserialize_with = "lenient")]
     pub value: Option<ResultValue>,
 }
 
 /// The part of a result's `value` the backend reads.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ResultValue {
-    /// The classes chosen.
-    #[serde(default)]
-    pub choices: Option<Bounded<String, 4096>>,
+    /// The classes chosen, when they are a list of strings (`None` otherwise).
+    #[serde(default, deserialize_with = "strings")]
+    pub choices: Option<Vec<String>>,
+}
+
+fn maybe_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(MaybeStr::deserialize(d)?.0)
+}
+
+fn lenient<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Ok(Lenient::<T>::deserialize(d)?.0)
+}
+
+/// A list of strings (at most 4,096), or `None` for any other value.
+fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<Vec<String>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Some(Vec::new());
+            while let Some(MaybeStr(v)) = seq.next_element()? {
+                match (&mut out, v) {
+                    (Some(list), Some(s)) if list.len() < 4096 => list.push(s),
+                    _ => out = None,
+                }
+            }
+            Ok(out)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
 }
 
 /// One annotation: its results and marks.
@@ -271,7 +345,7 @@ pub struct Annotation {
     pub was_cancelled: Option<bool>,
     /// Its results (`None`: no `result` list).
     #[serde(default)]
-    pub result: Option<Bounded<AnnotationResult, 1024>>,
+    pub result: Option<Bounded<AnnotationResult, MAX_TASKS>>,
 }
 
 impl Annotation {
@@ -292,7 +366,7 @@ impl Annotation {
             let Some(list) = r.value.as_ref().and_then(|v| v.choices.as_ref()) else {
                 return Err("a `choices` result without a `value.choices` list".into());
             };
-            chosen.extend(list.0.iter().map(String::as_str));
+            chosen.extend(list.iter().map(String::as_str));
         }
         match chosen.as_slice() {
             [] => Ok(None),
@@ -340,10 +414,84 @@ pub struct Predict {
 pub struct Train {
     /// The tasks, with their annotations.
     #[serde(default)]
-    pub annotations: Option<Bounded<Task, MAX_TASKS>>,
+    pub annotations: Option<Bounded<AnnotatedTask, MAX_TASKS>>,
     /// The project.
     #[serde(default)]
     pub project: ProjectId,
+}
+
+/// `POST /webhook`, read first for its action and project only (every other field skipped),
+/// so that events the backend does not act on are acknowledged whatever they carry. A body
+/// that is not an object is an event without an action.
+#[derive(Debug, Clone, Default)]
+pub struct Event {
+    /// `ANNOTATION_CREATED`, `START_TRAINING`, ...
+    pub action: Option<String>,
+    /// The project.
+    pub project: ProjectId,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = Lenient::<EventFields>::deserialize(d)?
+            .0
+            .unwrap_or_default();
+        Ok(Event {
+            action: w.action.and_then(|a| a.0),
+            project: w.project,
+        })
+    }
+}
+
+/// The fields of an [`Event`].
+#[derive(Default, Deserialize)]
+struct EventFields {
+    #[serde(default)]
+    action: Option<MaybeStr>,
+    #[serde(default)]
+    project: ProjectId,
+}
+
+/// A `T` read from an object; any other JSON value is read and dropped (`None`).
+struct Lenient<T>(Option<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Lenient<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Lenient<T>, A::Error> {
+                let t = T::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Lenient(Some(t)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Lenient<T>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Lenient(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Lenient<T>, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Lenient<T>, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Lenient<T>, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Lenient<T>, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Lenient<T>, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_unit<E>(self) -> Result<Lenient<T>, E> {
+                Ok(Lenient(None))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
 }
 
 /// `POST /webhook`: an event. A body that is not an object is an event without an action
