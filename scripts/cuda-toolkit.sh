@@ -17,12 +17,15 @@ set -euo pipefail
 dir="${1:-.cuda}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
+root="$dir/py/nvidia/cu13"
+# A folder that holds this release already is reused as it is (pip --target would reinstall).
+if ! "$root/bin/nvcc" --version 2>/dev/null | grep -q "release 13.0"; then
 python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
   --root-user-action=ignore --target "$dir/py" \
   nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 \
   nvidia-cublas==13.0.2.14 nvidia-curand==10.4.0.35 nvidia-cuda-nvrtc==13.0.88
-root="$dir/py/nvidia/cu13"
+fi
 [ -x "$root/bin/nvcc" ] || { echo "no nvcc in $root/bin after the install" >&2; exit 1; }
 [ -x "$root/nvvm/bin/cicc" ] || { echo "no NVVM (cicc) in $root/nvvm after the install" >&2; exit 1; }
 # The toolkit's unversioned link names, and a stub libcuda for the link (the real driver is

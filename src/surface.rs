@@ -372,7 +372,7 @@ pub fn moons_surface(spec: &SurfaceSpec, device: &Device) -> Result<Surface> {
     let mut mask_rng = stream(spec.seed, Purpose::Perturb, 0);
     let score_name = match (&spec.model, spec.score) {
         (SurfaceModel::Duq(_), _) => "duq",
-        (_, SurfaceScore::MaxProb) => "max-prob",
+        (_, SurfaceScore::MaxProb) => "least-confidence",
         (_, SurfaceScore::Entropy) => "entropy",
         (_, SurfaceScore::ClassVariance) => "class-variance",
         (_, SurfaceScore::Bald) => "bald",

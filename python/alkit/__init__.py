@@ -102,6 +102,48 @@ def _f64(x: Optional[object], name: str) -> Optional[np.ndarray]:
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
+def _hint_probs(probs: Optional[object]) -> None:
+    """Refuses logits passed as probabilities, saying so (the library would only say that a
+    row is not a probability vector)."""
+    if probs is None:
+        return
+    p = np.asarray(probs)
+    if p.ndim == 2 and p.size and p.dtype.kind == "f" and np.isfinite(p).all():
+        if (p < 0).any() or (np.abs(p.sum(axis=1) - 1) > 1e-3).all():
+            raise DataError(
+                "probs: the rows are not probabilities (negative values, or none sums to 1): "
+                "these look like logits; apply a softmax first, e.g. "
+                "scipy.special.softmax(z, axis=1), or pass the last layer's features with "
+                "weight= and bias= to score them exactly",
+                field="probs",
+            )
+
+
+def _hint_layout(draws: Optional[object], layout: str) -> None:
+    """Refuses draws whose class axis is not where ``layout`` says, naming the layout that
+    fits (the library would only say that a row is not a probability vector)."""
+    if draws is None or layout not in ("nct", "tnc", "ntc"):
+        return
+    d = np.asarray(draws)
+    if d.ndim != 3 or not d.size or d.dtype.kind != "f" or not np.isfinite(d).all():
+        return
+    class_axis = {"nct": 1, "tnc": 2, "ntc": 2}
+    sums = lambda axis: np.abs(d.sum(axis=axis) - 1).max() <= 1e-3  # noqa: E731
+    if sums(class_axis[layout]):
+        return
+    fits = [name for name, axis in (("nct", 1), ("tnc", 2)) if sums(axis)]
+    if fits:
+        shapes = {"nct": "(n, C, T)", "tnc": "(T, n, C)", "ntc": "(n, T, C)"}
+        other = fits[0] if fits[0] != layout else None
+        if other:
+            raise DataError(
+                f"draws: with layout={layout!r} {shapes[layout]} the class axis does not sum to "
+                f"1, but axis {class_axis[other]} does: pass layout={other!r} "
+                f"{shapes[other]}" + (" or 'ntc' (n, T, C)" if other == "tnc" else ""),
+                field="draws",
+            )
+
+
 def _labels(x: object, name: str) -> np.ndarray:
     """Class indices as int64 (integers only: a float label is refused, never truncated)."""
     a = _array(x, name)
@@ -270,6 +312,8 @@ def score(
             input_mean=_floats(input_mean), input_std=_floats(input_std),
         )
         return ItemScores(indices.astype(np.int64), ids, cols)
+    _hint_probs(probs)
+    _hint_layout(draws, layout)
     cols = _alkit.score_arrays(
         names,
         probs=_opt(probs, "probs", 2),
@@ -302,6 +346,15 @@ def select(
     (``exp(beta * score)``) and ``"softrank"`` (``rank**-beta``); random draws come from
     ``seed``."""
     _counts(k=k, seed=seed)
+    if isinstance(scores, Mapping):
+        # What score() returns: a dict of one array per scorer.
+        if len(scores) != 1:
+            raise SettingsError(
+                f"scores: a dict of {len(scores)} scorers ({', '.join(map(str, scores))}); "
+                "select from one: scores[\"NAME\"]",
+                field="scores",
+            )
+        scores = next(iter(scores.values()))
     picks = _alkit.select(_f32(scores, "scores", 1), k, method=method, beta=beta, seed=seed)
     return picks.astype(np.int64)
 
@@ -453,6 +506,13 @@ class Session:
         (``embed_cache``, else the command line's default) and each round trains a head
         (``model``, default ``linear``)."""
         _counts(steps=steps, batch_size=batch_size, seed=seed, ensemble=ensemble)
+        if not isinstance(pool, (str, os.PathLike)):
+            raise SettingsError(
+                f"pool: a path to a data source, not {type(pool).__name__}; to label arrays, "
+                "save them first, e.g. np.savez('pool.npz', features=x, labels=y) (-1: "
+                "unlabeled), and start on 'pool.npz'",
+                field="pool",
+            )
         _alkit.Session.start(
             os.fspath(state),
             os.fspath(pool),
@@ -522,13 +582,20 @@ class Session:
         applied; an answer an item already has is skipped. Returns how many were taught."""
         if isinstance(answers, (str, os.PathLike)):
             return self._s.teach(file=os.fspath(answers), stream=stream)
-        pairs = list(answers.items()) if isinstance(answers, Mapping) else list(answers)
-        for i, p in enumerate(pairs):
-            if not (isinstance(p, tuple) and len(p) == 2 and all(isinstance(v, str) for v in p)):
-                raise DataError(
-                    f"answers: entry {i} is {p!r}, not an (id, class name) pair of strings",
-                    field="answers",
-                )
+        raw = list(answers.items()) if isinstance(answers, Mapping) else list(answers)
+        pairs = []
+        for i, p in enumerate(raw):
+            # Integer ids (positions of an array pool) and class labels are what users have:
+            # alkit's ids and class names are their decimal text.
+            if isinstance(p, (tuple, list)) and len(p) == 2 and all(
+                isinstance(v, (str, int, np.integer)) and not isinstance(v, bool) for v in p
+            ):
+                pairs.append((str(p[0]), str(p[1])))
+                continue
+            raise DataError(
+                f"answers: entry {i} is {p!r}, not an (id, class name) pair (strings or integers)",
+                field="answers",
+            )
         return self._s.teach(pairs, stream=stream)
 
     def status(self) -> Dict[str, object]:

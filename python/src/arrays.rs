@@ -250,6 +250,16 @@ impl Layer {
             (Some(w), Some(b)) => {
                 let (c, d) = (w.shape()[0], w.shape()[1]);
                 let bias = values(b, "bias")?;
+                if bias.len() == d && d != c && c > 0 {
+                    return Err(Error::config(
+                        "weight",
+                        format!(
+                            "the weight is ({c}, {d}) and the bias has {d} values: the weight \
+                             looks transposed; the last layer's weight is (classes, features) \
+                             as PyTorch's nn.Linear keeps it: pass weight.T"
+                        ),
+                    ));
+                }
                 if bias.len() != c || c == 0 || d == 0 {
                     return Err(Error::config(
                         "bias",

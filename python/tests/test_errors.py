@@ -174,3 +174,28 @@ def test_a_thread_count_the_machine_cannot_hold_is_refused_at_import():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode != 0
     assert "RAYON_NUM_THREADS=100000" in out.stderr and "SettingsError" in out.stderr
+
+
+def test_errors_say_the_fix_for_the_usual_mistakes(model):
+    p = model["probs"]
+    # Draws stacked (T, n, C) under the default layout (n, C, T).
+    draws = np.stack([p, p[::-1]])
+    with pytest.raises(DataError, match="layout='tnc'") as e:
+        alkit.score("bald", draws=draws)
+    assert e.value.field == "draws"
+    assert alkit.score("bald", draws=draws, layout="tnc")["bald"].shape == (len(p),)
+    # Logits where probabilities go.
+    z = np.log(p + 1e-9) * 3
+    with pytest.raises(DataError, match="softmax"):
+        alkit.score("entropy", probs=z.astype(np.float32))
+    # A transposed weight is named, not blamed on the bias.
+    with pytest.raises(SettingsError, match="weight.T"):
+        alkit.score("energy", features=model["h"], weight=model["w"].T.copy(), bias=model["b"])
+    # score()'s dict goes to select() as it is when it holds one scorer.
+    s = alkit.score("entropy", probs=p)
+    assert (alkit.select(s, 3) == alkit.select(s["entropy"], 3)).all()
+    with pytest.raises(SettingsError, match="select from one"):
+        alkit.select(alkit.score(["entropy", "margin"], probs=p), 3)
+    # Arrays where a pool's path goes.
+    with pytest.raises(SettingsError, match="np.savez"):
+        alkit.Session.start("s", np.zeros((3, 2), np.float32))

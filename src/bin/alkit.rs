@@ -31,11 +31,20 @@ fn main() {
     // file (alkit::error::contain); only other panics print.
     alkit::error::quiet_contained_panics();
     let cli = Cli::parse();
+    ui::catch_ctrl_c();
     let code = match alkit::limits::check_thread_env()
         .map_err(anyhow::Error::from)
         .and_then(|()| dispatch(cli))
     {
         Ok(()) => 0,
+        Err(e) if exit_code(&e) == 130 => {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "interrupted: {}",
+                ui::interrupted_note()
+            );
+            130
+        }
         Err(e) => {
             let _ = writeln!(
                 std::io::stderr().lock(),
@@ -46,6 +55,22 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Refuses `--data data` (every command's default) where no `data` is: the default is the
+/// MNIST subset in the repository's data/ folder, which a person outside the clone does not
+/// have, and the bare "no such file" would not say so.
+fn default_data_is_here(data: &Path) -> Result<()> {
+    if data == Path::new("data") && !data.exists() {
+        let here = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
+        bail!(
+            "--data is `data`, its default: the MNIST subset in the data/ folder of alkit's \
+             repository, and {here} has no `data`; run from the repository's root, or give \
+             --data DIR (an IDX folder, a folder of images, an embedding file, CSV, Parquet or \
+             hf:OWNER/NAME)"
+        );
+    }
+    Ok(())
 }
 
 /// 2 for bad settings, 130 when interrupted, 1 otherwise.
@@ -62,6 +87,20 @@ fn exit_code(e: &anyhow::Error) -> i32 {
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
+    let data = match &cli.command {
+        Command::Curve(a) if a.resume.is_none() => {
+            Some(a.data.as_deref().unwrap_or(Path::new("data")))
+        }
+        Command::Calibrate(a) => Some(a.data.as_path()),
+        Command::Embed(a) => Some(a.data.as_path()),
+        Command::Train(a) => Some(a.data.as_path()),
+        Command::Score(a) => Some(a.data.as_path()),
+        Command::Bench(a) => Some(a.data.as_path()),
+        _ => None,
+    };
+    if let Some(data) = data {
+        default_data_is_here(data)?;
+    }
     let device = make_device(cli.device)?;
     match cli.command {
         Command::Curve(a) => curve(a, &device, cli.quiet),
@@ -150,6 +189,10 @@ fn embed_cmd(a: EmbedArgs, device: &Device, quiet: bool) -> Result<()> {
         batch: a.batch,
         chunk: a.chunk,
     };
+    ui::on_interrupt(format!(
+        "the items embedded so far are kept beside {}; the same command continues",
+        a.out.display()
+    ));
     let mut bars = Bars::new(quiet, 1);
     let r = alkit::eval::embed::run(&job, &a.out, &Hub::from_env(), device, &mut bars);
     bars.finish();
@@ -235,6 +278,11 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     let (spec, on, out, resume) = started?;
     let runs = (spec.seeds.len() * spec.strategies.len())
         .saturating_mul(spec.config.cycles.saturating_add(1));
+    ui::on_interrupt(format!(
+        "every finished cycle is saved in {}; continue with: alkit curve --resume {}",
+        out.display(),
+        ui::shell_word(&out)
+    ));
     let mut bars = Bars::new(quiet, runs);
     let states = alkit::curve::run(&spec, &on, &out, resume, a.save_scores, device, &mut bars);
     bars.finish();

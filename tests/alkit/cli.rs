@@ -168,8 +168,9 @@ fn cli_train_then_score_writes_one_row_per_item() {
         );
     }
     // Two checkpoints (another seed) form an ensemble: BALD over its members lies in
-    // [0, ln 10] and is not identically zero (the members disagree somewhere).
-    let ck2 = dir.join("ckpt2");
+    // [0, ln 10] and is not identically zero (the members disagree somewhere). The second
+    // folder has commas in its name, so the comma-separated list is split by what exists.
+    let ck2 = dir.join("ckpt,2,b");
     let o = alkit_cmd()
         .args(["-q", "train", "--steps", "30", "--seed", "1", "--out"])
         .arg(&ck2)
@@ -359,4 +360,65 @@ fn outputs_never_overwrite_inputs_or_state() {
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert_eq!(std::fs::read(&session).unwrap(), before);
+}
+
+#[test]
+fn ctrl_c_stops_a_curve_at_a_safe_point_and_resume_finishes_it_as_if_uninterrupted() {
+    use std::io::{BufRead, Read};
+    use std::process::Stdio;
+    let dir = tmp("cli-ctrl-c");
+    let args = |out: &Path| {
+        let mut c = alkit_cmd();
+        c.args(["curve", "--scorer", "entropy", "--cycles", "6"])
+            .args(["--steps", "60", "--query", "5", "--out"])
+            .arg(out);
+        c
+    };
+    // Uninterrupted, with stderr a pipe: plain progress lines, one at least per cycle.
+    let whole = dir.join("whole");
+    let o = args(&whole).output().unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{said}");
+    let lines: Vec<&str> = said.lines().filter(|l| l.starts_with("alkit: ")).collect();
+    assert!(lines.iter().any(|l| l.contains("[7/7 cycles")), "{said}");
+    assert!(!said.contains('\r') && !said.contains('\u{1b}'), "{said:?}");
+    // SIGINT once the first cycle is done: exit 130, the resume command named.
+    let cut = dir.join("cut");
+    let mut child = args(&cut).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "no cycle ended: {seen}"
+        );
+        seen.push_str(&line);
+        if line.contains("done: accuracy") {
+            break;
+        }
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    err.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(seen.contains("stopping at the next safe point"), "{seen}");
+    let resume = format!("alkit curve --resume {}", cut.display());
+    assert!(
+        seen.contains("interrupted: ") && seen.contains(&resume),
+        "{seen}"
+    );
+    let o = alkit_cmd()
+        .args(["-q", "curve", "--resume"])
+        .arg(&cut)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let csv = |d: &Path| strip_timings(&std::fs::read_to_string(d.join("curve.csv")).unwrap());
+    assert_eq!(csv(&cut), csv(&whole));
 }

@@ -774,7 +774,10 @@ fn wd(method: &str, url: &str, body: Option<Value>) -> Value {
 impl Browser {
     fn open(dir: &Path) -> Browser {
         let port = free_port();
+        // Chromium puts its singleton socket under TMPDIR, and a Unix socket's path must fit
+        // in 108 bytes: under CI's long awkward TMPDIR the browser exits at start.
         let driver = Command::new("chromedriver")
+            .env("TMPDIR", short_tmp())
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -899,6 +902,16 @@ impl Browser {
         base64::engine::general_purpose::STANDARD
             .decode(v.as_str().unwrap())
             .unwrap()
+    }
+}
+
+/// `/tmp` where there is one (short enough for Chromium's socket), else the usual folder.
+fn short_tmp() -> std::path::PathBuf {
+    let tmp = std::path::PathBuf::from("/tmp");
+    if tmp.is_dir() {
+        tmp
+    } else {
+        std::env::temp_dir()
     }
 }
 

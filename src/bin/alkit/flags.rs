@@ -112,7 +112,8 @@ pub(crate) enum PenaltyArg {
 
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum SurfaceScorerArg {
-    /// 1 - max of the mean probability.
+    /// 1 - max of the mean probability (the registry's least-confidence).
+    #[value(name = "least-confidence", alias = "max-prob")]
     MaxProb,
     /// Entropy of the mean probability.
     Entropy,
@@ -135,7 +136,7 @@ pub(crate) struct SurfaceArgs {
     /// DUQ's gradient-penalty form (lambda 1.0).
     #[arg(long, value_enum, default_value_t = PenaltyArg::TwoSided)]
     pub(crate) penalty: PenaltyArg,
-    /// The uncertainty score: duq for --model duq; max-prob, entropy, class-variance or bald otherwise. [default: duq for DUQ, entropy otherwise]
+    /// The uncertainty score: duq for --model duq; least-confidence, entropy, class-variance or bald otherwise. [default: duq for DUQ, entropy otherwise]
     #[arg(long, value_enum)]
     pub(crate) scorer: Option<SurfaceScorerArg>,
     /// Training points (DUQ's setting: 1000; Ulmer & Cina's: 500).
@@ -351,7 +352,7 @@ impl ScorerFlags {
 
 #[derive(clap::Args)]
 pub(crate) struct CurveArgs {
-    /// Data with a test split: a folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz), a folder with train/CLASS/ and test/CLASS/ images, or hf:OWNER/NAME (its train and test Parquet shards). [default: data]
+    /// Data with a test split: a folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz), a folder with train/CLASS/ and test/CLASS/ images, an embedding file with a test split (FILE.safetensors, FILE.npz, FILE.parquet: docs/data.md), or hf:OWNER/NAME (its train and test Parquet shards). [default: data]
     #[arg(long)]
     pub(crate) data: Option<PathBuf>,
     /// Comma-separated strategies (`alkit scorers` lists them). [default: entropy,margin,least-confidence,random]
@@ -703,19 +704,14 @@ impl CurveArgs {
 
 impl ScoreArgs {
     /// The library's score job; the shard from `--shard`, or the scheduler's environment.
-    /// The checkpoints named: each `--checkpoint` value a path that exists taken whole (a
-    /// folder may have a comma in its name), any other split at its commas.
+    /// The checkpoints named: each `--checkpoint` value split at its commas, neighbouring
+    /// pieces joined back while together they name a path that exists (a folder may have a
+    /// comma in its name), the longest such join first; a piece naming nothing stays as it is
+    /// (an `hf:` id, or a missing path the loader reports by name).
     pub(crate) fn checkpoints(&self) -> Vec<String> {
         self.checkpoint
             .iter()
-            .flat_map(|p| {
-                let text = p.to_string_lossy().into_owned();
-                if p.exists() {
-                    vec![text]
-                } else {
-                    text.split(',').map(str::to_string).collect()
-                }
-            })
+            .flat_map(|p| split_existing(&p.to_string_lossy()))
             .collect()
     }
 
@@ -810,4 +806,20 @@ impl SurfaceArgs {
         spec.validate()?;
         Ok(spec)
     }
+}
+
+/// `text` split at commas, runs of pieces that together name an existing path kept whole.
+fn split_existing(text: &str) -> Vec<String> {
+    let pieces: Vec<&str> = text.split(',').collect();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < pieces.len() {
+        let end = (start + 1..=pieces.len())
+            .rev()
+            .find(|&end| std::path::Path::new(&pieces[start..end].join(",")).exists())
+            .unwrap_or(start + 1);
+        out.push(pieces[start..end].join(","));
+        start = end;
+    }
+    out
 }

@@ -160,7 +160,7 @@ pub struct LabelArgs {
     #[arg(long, default_value_t = 20)]
     n: usize,
     /// Port [default: a free one].
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     port: u16,
 }
 

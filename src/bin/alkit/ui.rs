@@ -1,14 +1,148 @@
 //! What a person sees while the library works: indicatif progress bars fed by the library's
-//! observer events. The library itself never prints.
+//! observer events on a terminal, and plain progress lines where stderr is not one (a log
+//! file, `nohup`, Slurm, CI, a notebook's subprocess, `| tee`), at most every ten seconds and
+//! at each cycle's end. The library itself never prints. Ctrl-C asks the job to stop at its
+//! next event (every finished cycle of a run is saved by then) and says what was saved and
+//! how to continue; a second Ctrl-C, or one while nothing polls (a server), ends the process.
 
 use alkit::observe::{Control, Event, Observer};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Set by Ctrl-C: the next library event asks the job to stop.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// A job is feeding events (so it can stop at the next one).
+static POLLING: AtomicBool = AtomicBool::new(false);
+/// What the running job has saved and how to continue it, said when Ctrl-C stops it.
+static ON_INTERRUPT: Mutex<Option<String>> = Mutex::new(None);
+
+/// Installs the Ctrl-C handler (see the module docs).
+pub(crate) fn catch_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        if POLLING.load(Ordering::SeqCst) && !INTERRUPTED.swap(true, Ordering::SeqCst) {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "\nstopping at the next safe point (Ctrl-C again to stop at once)"
+            );
+        } else {
+            std::process::exit(130);
+        }
+    });
+}
+
+/// Says, if Ctrl-C stops the job, what it has saved and the command that continues it.
+pub(crate) fn on_interrupt(said: impl Into<String>) {
+    *ON_INTERRUPT.lock().unwrap_or_else(|e| e.into_inner()) = Some(said.into());
+}
+
+/// `path` as one word a POSIX shell reads back, quoted only where it needs to be.
+pub(crate) fn shell_word(path: &std::path::Path) -> String {
+    let text = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:@%,".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// What to tell a person whose Ctrl-C stopped the job.
+pub(crate) fn interrupted_note() -> String {
+    ON_INTERRUPT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_else(|| "nothing was written".to_string())
+}
+
+/// Plain progress lines for a stderr that is not a terminal.
+struct Plain {
+    started: Instant,
+    last: Option<Instant>,
+    label: String,
+    cycle: String,
+    phase: String,
+    /// Cycles done and in all (0 in all: a job without cycles).
+    cycles: (u64, u64),
+    /// The current phase's progress, for a job without cycles' estimate.
+    step: (u64, u64),
+}
+
+/// `1h02m`, `3m05s`, `42s`.
+fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
+}
+
+impl Plain {
+    fn new(total_cycles: usize) -> Plain {
+        Plain {
+            started: Instant::now(),
+            last: None,
+            label: String::new(),
+            cycle: String::new(),
+            phase: String::new(),
+            cycles: (0, total_cycles as u64),
+            step: (0, 0),
+        }
+    }
+
+    /// Prints the line when `now` is due (ten seconds after the last) or `force`d.
+    fn maybe_print(&mut self, force: bool) {
+        let now = Instant::now();
+        if !force && self.last.is_some_and(|t| now - t < Duration::from_secs(10)) {
+            return;
+        }
+        self.last = Some(now);
+        let elapsed = now - self.started;
+        let (done, total) = self.cycles;
+        let (at, of) = self.step;
+        let left = if total > 0 && done > 0 {
+            let each = elapsed.as_secs_f64() / done as f64;
+            format!(
+                "  [{done}/{total} cycles, about {} left]",
+                span(Duration::from_secs_f64(
+                    each * (total - done.min(total)) as f64
+                ))
+            )
+        } else if total == 0 && of > 0 && at > 0 {
+            let each = elapsed.as_secs_f64() / at as f64;
+            format!(
+                "  [about {} left]",
+                span(Duration::from_secs_f64(each * (of - at.min(of)) as f64))
+            )
+        } else if total > 0 {
+            format!("  [{done}/{total} cycles]")
+        } else {
+            String::new()
+        };
+        let what: Vec<&str> = [&self.label, &self.cycle, &self.phase]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .map(String::as_str)
+            .collect();
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "alkit: {:>7}  {}{left}",
+            span(elapsed),
+            what.join(", ")
+        );
+    }
+}
 
 /// indicatif progress bars fed by library events: each bar appears with the first event
 /// that needs it (cycles of a run, the steps of a training or a scoring, a Hub download),
 /// none with `quiet`.
 pub(crate) struct Bars {
     multi: MultiProgress,
+    plain: Option<Plain>,
     total_cycles: usize,
     overall: Option<ProgressBar>,
     step: Option<ProgressBar>,
@@ -29,14 +163,18 @@ fn bar(template: &str) -> ProgressBar {
 }
 
 impl Bars {
-    /// Bars for a job of `total_cycles` acquisition cycles (0 when it runs none).
+    /// Bars for a job of `total_cycles` acquisition cycles (0 when it runs none): drawn on a
+    /// terminal, plain lines elsewhere, nothing with `quiet`.
     pub(crate) fn new(quiet: bool, total_cycles: usize) -> Self {
         let multi = MultiProgress::new();
-        if quiet {
+        let terminal = std::io::stderr().is_terminal();
+        if quiet || !terminal {
             multi.set_draw_target(ProgressDrawTarget::hidden());
         }
+        POLLING.store(true, Ordering::SeqCst);
         Self {
             multi,
+            plain: (!quiet && !terminal).then(|| Plain::new(total_cycles)),
             total_cycles,
             overall: None,
             step: None,
@@ -65,6 +203,7 @@ impl Bars {
 
     /// Clears every bar.
     pub(crate) fn finish(&self) {
+        POLLING.store(false, Ordering::SeqCst);
         for b in [&self.download, &self.step, &self.overall]
             .into_iter()
             .flatten()
@@ -75,8 +214,57 @@ impl Bars {
     }
 }
 
+impl Bars {
+    /// Follows `event` in the plain lines, printing one when it is due.
+    fn plain(&mut self, event: &Event<'_>) {
+        let Some(p) = self.plain.as_mut() else { return };
+        let mut force = false;
+        match event {
+            Event::RunStarted {
+                strategy,
+                seed,
+                from_cycle,
+                ..
+            } => {
+                p.label = format!("{strategy} seed {seed}");
+                p.cycles.0 += *from_cycle as u64;
+            }
+            Event::CycleStarted { cycle, labeled } => {
+                p.cycle = format!("cycle {cycle} ({labeled} labeled)");
+                p.phase = "training".into();
+            }
+            Event::TrainStep { step, steps, loss } => {
+                p.step = (*step as u64, *steps as u64);
+                p.phase = match loss {
+                    Some(l) => format!("training step {step}/{steps}, loss {l:.3}"),
+                    None => format!("training step {step}/{steps}"),
+                };
+            }
+            Event::Scoring { done, total } => {
+                p.step = (*done as u64, *total as u64);
+                p.phase = format!("scoring {done}/{total}");
+            }
+            Event::CycleFinished { record } => {
+                p.cycles.0 += 1;
+                p.phase = format!("done: accuracy {:.2}%", 100.0 * record.acc);
+                force = true;
+            }
+            Event::Download { file, done, total } => {
+                p.step = (*done, *total);
+                p.phase = format!("downloading {file}: {done}/{total} bytes");
+            }
+            _ => return,
+        }
+        p.maybe_print(force);
+    }
+}
+
 impl Observer for Bars {
     fn on(&mut self, event: &Event<'_>) -> Control {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Control::Stop;
+        }
+        self.plain(event);
         match event {
             Event::RunStarted {
                 strategy,
