@@ -143,6 +143,13 @@ pub trait BuiltinModel: ModelBuilder {
     /// allocated); `None` when it overflows.
     fn weights_bound(&self) -> Option<u128>;
 
+    /// Why items of `item_shape` cannot go through this model, if they cannot: the
+    /// convolutional models take images `(c, h, w)`, not feature vectors. `None` for models
+    /// that flatten whatever they are given.
+    fn refuses_items(&self, _item_shape: &[usize]) -> Option<String> {
+        None
+    }
+
     /// Whether the model has a dropout layer with a positive rate (what MC-dropout draws need).
     fn has_dropout(&self) -> bool {
         false
@@ -220,4 +227,25 @@ pub(super) fn sum(terms: impl IntoIterator<Item = Option<u128>>) -> Option<u128>
     terms
         .into_iter()
         .try_fold(0u128, |acc, x| acc.checked_add(x?))
+}
+
+/// Why a convolutional model refuses items of `item_shape` (see
+/// [`BuiltinModel::refuses_items`]): not an image `(c, h, w)` or `(h, w)` of at least
+/// `min` x `min` pixels.
+pub(super) fn refuses_non_images(
+    kind: ModelKind,
+    item_shape: &[usize],
+    min: usize,
+) -> Option<String> {
+    let fits = match item_shape {
+        [_, h, w] | [h, w] => *h >= min && *w >= min,
+        _ => false,
+    };
+    (!fits).then(|| {
+        format!(
+            "model `{kind}` is convolutional and takes images of at least {min}x{min} pixels; \
+             the data's items have the shape {item_shape:?}: for feature vectors \
+             (embeddings, tables) use `linear`, `mlp` or `duq-mlp`"
+        )
+    })
 }

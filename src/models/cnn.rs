@@ -29,6 +29,10 @@ impl BuiltinModel for CnnConfig {
         CnnConfig::standard(item_shape, classes)
     }
 
+    fn refuses_items(&self, item_shape: &[usize]) -> Option<String> {
+        super::builtin::refuses_non_images(self.kind(), item_shape, 10)
+    }
+
     fn kind(&self) -> ModelKind {
         ModelKind::new(&KINDS[0])
     }

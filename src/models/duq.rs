@@ -77,6 +77,10 @@ impl BuiltinModel for DuqCnnArch {
         }
     }
 
+    fn refuses_items(&self, item_shape: &[usize]) -> Option<String> {
+        super::builtin::refuses_non_images(self.kind(), item_shape, 16)
+    }
+
     fn kind(&self) -> ModelKind {
         ModelKind::new(&KINDS[0])
     }

@@ -92,6 +92,10 @@ impl BuiltinModel for DuqResNetArch {
         DuqResNetArch { resnet, duq }
     }
 
+    fn refuses_items(&self, item_shape: &[usize]) -> Option<String> {
+        super::builtin::refuses_non_images(self.kind(), item_shape, 1)
+    }
+
     fn kind(&self) -> ModelKind {
         kind_of(self.resnet.depth, &KINDS)
     }

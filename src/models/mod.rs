@@ -253,8 +253,9 @@ impl Arch {
                 "scorer",
                 format!(
                     "`{name}` needs MC-dropout draws; model `{model}` has no dropout layer, so \
-                     every draw would be the same: use an ensemble (setting `ensemble`) for its draws, or a model \
-                     with dropout (cnn)"
+                     every draw would be the same: use a model with dropout (`cnn` for images, \
+                     `mlp-dropout` for feature vectors), or where a run trains one (curve, \
+                     init, bench), an ensemble (setting `ensemble`)"
                 ),
             ));
         }
@@ -301,6 +302,9 @@ impl ModelBuilder for Arch {
         device: &Device,
         observer: &mut dyn Observer,
     ) -> Result<Trained> {
+        if let Some(why) = self.spec().refuses_items(data.item_shape()) {
+            return Err(crate::Error::config("model", why));
+        }
         self.spec()
             .fit(data, indices, params, rngs, device, observer)
     }

@@ -78,6 +78,10 @@ impl BuiltinModel for ResNetConfig {
         sized(depth(kind, &KINDS), item_shape, classes)
     }
 
+    fn refuses_items(&self, item_shape: &[usize]) -> Option<String> {
+        super::builtin::refuses_non_images(self.kind(), item_shape, 1)
+    }
+
     fn kind(&self) -> ModelKind {
         kind_of(self.depth, &KINDS)
     }

@@ -135,6 +135,7 @@ impl SessionOptions {
                 .map_or((None, Vec::new()), |l| (Some(l.classes), l.given));
             let classes = self.classes(&source, named)?;
             let (seeds, listed) = self.seeds(&listed_from, given)?;
+            check_seed_classes(&listed_from, &seeds, &classes)?;
             let config = self.config(&shape, classes.len())?;
             let open = crate::data::reader::opener(src, hub.clone());
             Learner::new_streamed(&source, open, test, classes, &seeds, config, observer)
@@ -152,11 +153,15 @@ impl SessionOptions {
             } else {
                 self.seeds(&src, loaded.pool.given_labels())?
             };
+            check_seed_classes(&self.seeding_source(&src)?, &seeds, &classes)?;
             let config = self.config(&shape, classes.len())?;
             Learner::new(&source, loaded, classes, &seeds, config)
                 .and_then(|l| self.taught_listed(l, &listed))
         }
-        .context_with(|| format!("starting a session on {source}"))?;
+        .context_with(|| match &self.embedded_from {
+            Some(from) => format!("starting a session on {from} (embedded into {source})"),
+            None => format!("starting a session on {source}"),
+        })?;
         // Nothing is written before the pool and the settings are known to be good; then the
         // folder is held while the session is written (a page may already serve an old one).
         std::fs::create_dir_all(dir)
@@ -298,4 +303,26 @@ impl SessionOptions {
             display_root: self.embedded_images()?,
         })
     }
+}
+
+/// Refuses seed labels an image folder's subfolders give outside `classes`, before anything
+/// trains, named as the person made them: the subfolder, and the two ways out. (Other
+/// sources' labels are checked as they are taught, naming their file's line.)
+fn check_seed_classes(from: &Source, seeds: &[(String, String)], classes: &[String]) -> Result<()> {
+    let Source::Images(dir) = from else {
+        return Ok(());
+    };
+    let Some((id, class)) = seeds.iter().find(|(_, c)| !classes.contains(c)) else {
+        return Ok(());
+    };
+    Err(Error::data(
+        dir,
+        DataProblem::Other(format!(
+            "item `{id}` is in the subfolder `{class}/`, which makes `{class}` its seed label, \
+             and `{class}` is not one of the classes {classes:?}: add it to the class list \
+             (setting `classes`), or move the images out of {} (into the folder itself: \
+             unlabeled; into a class's subfolder: labeled that class)",
+            dir.join(class).display()
+        )),
+    ))
 }

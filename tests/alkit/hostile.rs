@@ -2315,6 +2315,62 @@ fn cases() -> Vec<Case> {
             ["bald", "dropout"]
         ),
         case!(
+            "train-cnn-on-feature-vectors",
+            |_, _| {},
+            [
+                "train",
+                "--data",
+                "{data}/embeddings/mnist-rp32.safetensors",
+                "--model",
+                "cnn",
+                "--steps",
+                "2",
+                "--out",
+                "{d}/ck"
+            ],
+            2,
+            ["--model", "`cnn` is convolutional", "[32]", "`linear`"]
+        ),
+        case!(
+            "init-seed-subfolder-not-a-class",
+            |d, fx| {
+                let (train, _) = shipped();
+                let items: Vec<(usize, Option<String>)> = (0..6)
+                    .map(|i| (i, (i < 2).then(|| "one".to_string())))
+                    .collect();
+                write_image_folder(&d.join("photos"), &train, &items).unwrap();
+                let _ = fx;
+            },
+            [
+                "init",
+                "--pool",
+                "{d}/photos",
+                "--classes",
+                "cat,dog",
+                "--state",
+                "{d}/s"
+            ],
+            1,
+            ["subfolder `one/`", "--classes", "photos/one"]
+        ),
+        case!(
+            "calibrate-bald-without-dropout",
+            |_, _| {},
+            [
+                "calibrate",
+                "--data",
+                "{data}",
+                "--model",
+                "mlp",
+                "--scorer",
+                "bald",
+                "--out",
+                "{d}/cal"
+            ],
+            2,
+            ["bald", "`mlp-dropout`", "curve, init, bench"]
+        ),
+        case!(
             "init-pool-label-cell-not-a-class",
             |d, _| {
                 let pool = "id,label,a\np0,cat,1\n\n\"p\n1\",dog,2\np2,bird,3\n";

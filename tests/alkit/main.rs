@@ -5,6 +5,7 @@ mod acquisition_loop;
 mod cli;
 mod data;
 mod device;
+mod doc_commands;
 mod duq;
 mod embeddings;
 mod feature_methods;

@@ -246,7 +246,8 @@ fn a_pickle_of_one_byte_values_is_refused_within_bounded_memory() {
         let args: Vec<String> = ["score", "--checkpoint"]
             .iter()
             .map(|s| s.to_string())
-            .chain([ck.display().to_string(), "--out".into()])
+            .chain([ck.display().to_string(), "--data".into()])
+            .chain([data_dir().display().to_string(), "--out".into()])
             .chain([dir.join("s.csv").display().to_string()])
             .collect();
         let o = super::flag_sizes::run_capped_at(&args, &dir, "2500000000");

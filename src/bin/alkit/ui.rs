@@ -65,8 +65,11 @@ struct Plain {
     label: String,
     cycle: String,
     phase: String,
-    /// Cycles done and in all (0 in all: a job without cycles).
+    /// Cycles done and in all, counted once a run of cycles starts (a curve's); a job of
+    /// one step (a training, an embedding) leaves it at 0 in all.
     cycles: (u64, u64),
+    /// The cycles the job was said to have, taken on once a run starts.
+    total_cycles: u64,
     /// The current phase's progress, for a job without cycles' estimate.
     step: (u64, u64),
 }
@@ -89,7 +92,8 @@ impl Plain {
             label: String::new(),
             cycle: String::new(),
             phase: String::new(),
-            cycles: (0, total_cycles as u64),
+            cycles: (0, 0),
+            total_cycles: total_cycles as u64,
             step: (0, 0),
         }
     }
@@ -227,6 +231,7 @@ impl Bars {
                 ..
             } => {
                 p.label = format!("{strategy} seed {seed}");
+                p.cycles.1 = p.total_cycles;
                 p.cycles.0 += *from_cycle as u64;
             }
             Event::CycleStarted { cycle, labeled } => {
