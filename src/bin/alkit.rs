@@ -673,14 +673,31 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
 }
 
 fn metrics_cmd(a: MetricsArgs) -> Result<()> {
-    let file = alkit::eval::scores_file::ScoresFile::read(&a.scores)?;
-    let out = file.metrics()?;
+    let files = alkit::eval::scores_file::ScoresFile::read_all(&a.scores)?;
+    let mut named = Vec::with_capacity(files.len());
+    for (name, file) in &files {
+        named.push((name.as_str(), file.metrics()?));
+    }
     let mut so = std::io::stdout().lock();
-    if a.json {
-        writeln!(so, "{}", serde_json::json!(out))?;
-    } else {
-        for (k, v) in &out {
-            writeln!(so, "{k:<24} {v:.6}")?;
+    match (named.as_slice(), a.json) {
+        ([(_, one)], true) => writeln!(so, "{}", serde_json::json!(one))?,
+        ([(_, one)], false) => {
+            for (k, v) in one {
+                writeln!(so, "{k:<24} {v:.6}")?;
+            }
+        }
+        (many, true) => {
+            let by_name: std::collections::BTreeMap<_, _> = many.iter().cloned().collect();
+            writeln!(so, "{}", serde_json::json!(by_name))?;
+        }
+        (many, false) => {
+            let keys: Vec<&str> = many[0].1.keys().copied().collect();
+            let head: String = keys.iter().map(|k| format!(" {k:>9}")).collect();
+            writeln!(so, "{:<16}{head}", "scorer")?;
+            for (name, m) in many {
+                let cells: String = keys.iter().map(|k| format!(" {:>9.4}", m[k])).collect();
+                writeln!(so, "{name:<16}{cells}")?;
+            }
         }
     }
     Ok(())

@@ -55,8 +55,9 @@ pub fn evaluate(
     inputs.extend(source.checkpoint.as_deref().map(Path::new));
     check_output_dir("out", out, &inputs, false)?;
     let holdout_of = |n: usize| if temperature { n / 10 } else { 0 };
-    let (ck, splits, scorers) = source.model_and_data(
-        &[data],
+    let (ck, splits, _, scorers) = source.model_and_data(
+        data,
+        &[],
         scorers,
         |n| Some(n - holdout_of(n)),
         &out.join("model"),
@@ -64,7 +65,6 @@ pub fn evaluate(
         device,
         observer,
     )?;
-    let splits = &splits[0];
     let n_train = splits.train.len();
     let test = ck.config.normalizer.apply(&splits.test)?;
     let train = ck.config.normalizer.apply(&splits.train)?;

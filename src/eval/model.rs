@@ -68,24 +68,27 @@ fn train_and_save(
 }
 
 impl ModelSource {
-    /// The model and the data sets named by `data` (each with a test split) read for it. A
-    /// checkpoint is opened first and the data read through its preprocessing (a timm model's
-    /// resize and crop); without one the data are read as stored and `model` is trained on the
-    /// first one's `train[..limit(n)]` and saved to `save_to` (`train_and_save`). Scorers the model
+    /// The model, the splits of `data` (the data it is evaluated on, with a test split) and
+    /// the items of each of `others` (OOD data sets: their test split where they have one,
+    /// else all their items, a plain folder of images say; their labels are not read), all
+    /// read for it. A checkpoint is opened first and the data read through its preprocessing
+    /// (a timm model's resize and crop); without one the data are read as stored and `model`
+    /// is trained on `data`'s `train[..limit(n)]` and saved to `save_to` (`train_and_save`). Scorers the model
     /// cannot serve (`duq` without DUQ, MC dropout without dropout) are refused before anything
     /// trains; the scorers are returned as the model serves them ([`served_scorers`]).
     /// Downloads and training report to `observer`.
     #[allow(clippy::too_many_arguments)]
     pub fn model_and_data(
         &self,
-        data: &[&str],
+        data: &str,
+        others: &[&str],
         scorers: &[Arc<dyn Scorer>],
         limit: impl Fn(usize) -> Option<usize>,
         save_to: &Path,
         hub: &Hub,
         device: &Device,
         observer: &mut dyn Observer,
-    ) -> Result<(Checkpoint, Vec<Splits>, Served)> {
+    ) -> Result<(Checkpoint, Splits, Vec<Dataset>, Served)> {
         let check = |arch: &Arch| -> Result<Served> {
             let served = served_scorers(arch, scorers);
             for s in &served {
@@ -94,18 +97,13 @@ impl ModelSource {
             Ok(served)
         };
         let Some(c) = &self.checkpoint else {
-            let splits = data
-                .iter()
-                .map(|d| load_splits(d, None, hub, observer))
-                .collect::<Result<Vec<_>>>()?;
-            let first = splits
-                .first()
-                .ok_or_else(|| Error::config("data", "no data set to evaluate on"))?;
-            let served = check(&Arch::for_data(self.model, &first.train))?;
-            let limit = limit(first.train.len());
-            let ck = train_and_save(self, &first.train, limit, save_to, device, observer)
+            let splits = load_splits(data, None, hub, observer)?;
+            let other = scored_items(others, None, hub, observer)?;
+            let served = check(&Arch::for_data(self.model, &splits.train))?;
+            let limit = limit(splits.train.len());
+            let ck = train_and_save(self, &splits.train, limit, save_to, device, observer)
                 .context_with(|| format!("training the model saved to {}", save_to.display()))?;
-            return Ok((ck, splits, served));
+            return Ok((ck, splits, other, served));
         };
         let ck = checkpoint::open_ensemble_with(
             std::slice::from_ref(c),
@@ -117,19 +115,37 @@ impl ModelSource {
         .context_with(|| format!("loading the checkpoint {c}"))?;
         let served = check(&ck.config.arch)?;
         let pre = ck.config.preprocess;
-        let splits = data
-            .iter()
-            .map(|d| load_splits(d, pre.as_ref(), hub, observer))
-            .collect::<Result<Vec<_>>>()?;
-        // The first data set's labels are scored against the model's classes; the others
-        // (OOD data) only need its item shape, which their evaluation checks.
-        if let (Some(first), Some(name)) = (splits.first(), data.first()) {
-            for split in [&first.train, &first.test] {
-                check_fits(&ck, c, split).context_with(|| format!("evaluating on {name}"))?;
-            }
+        let splits = load_splits(data, pre.as_ref(), hub, observer)?;
+        let other = scored_items(others, pre.as_ref(), hub, observer)?;
+        // `data`'s labels are scored against the model's classes; the others (OOD data) only
+        // need its item shape, which their evaluation checks.
+        for split in [&splits.train, &splits.test] {
+            check_fits(&ck, c, split).context_with(|| format!("evaluating on {data}"))?;
         }
-        Ok((ck, splits, served))
+        Ok((ck, splits, other, served))
     }
+}
+
+/// The items of each data set of `names` an evaluation scores without reading their labels
+/// (see [`ModelSource::model_and_data`]): the test split where there is one, else every item.
+fn scored_items(
+    names: &[&str],
+    pre: Option<&crate::data::image::Preprocess>,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<Vec<Dataset>> {
+    names
+        .iter()
+        .map(|name| {
+            let (_, loaded) = crate::data::source::load_named(name, pre, hub, observer)?;
+            loaded
+                .test
+                .as_ref()
+                .unwrap_or(&loaded.pool)
+                .dataset()
+                .context_with(|| format!("loading the data {name}"))
+        })
+        .collect()
 }
 
 /// Scorers as a model serves them ([`served_scorers`]).

@@ -54,8 +54,9 @@ pub fn evaluate(
     let mut inputs = vec![Path::new(id_data), Path::new(ood_data)];
     inputs.extend(source.checkpoint.as_deref().map(Path::new));
     check_output_dir("out", out, &inputs, false)?;
-    let (ck, splits, scorers) = source.model_and_data(
-        &[id_data, ood_data],
+    let (ck, splits, ood, scorers) = source.model_and_data(
+        id_data,
+        &[ood_data],
         scorers,
         |_| None,
         &out.join("model"),
@@ -64,8 +65,9 @@ pub fn evaluate(
         observer,
     )?;
     let norm = &ck.config.normalizer;
-    let (id_test, ood_test) = (norm.apply(&splits[0].test)?, norm.apply(&splits[1].test)?);
-    let train = &splits[0].train;
+    same_items(&splits.test, &ood[0])?;
+    let (id_test, ood_test) = (norm.apply(&splits.test)?, norm.apply(&ood[0])?);
+    let train = &splits.train;
     let all: Vec<usize> = (0..train.len()).collect();
     let reference = training_reference(
         source, &ck, id_data, train, &all, &scorers, hub, device, observer,
@@ -98,16 +100,7 @@ pub fn run(
     out: &Path,
     device: &Device,
 ) -> Result<OodReport> {
-    if ood_test.item_shape() != id_test.item_shape() {
-        return Err(Error::config(
-            "ood_data",
-            format!(
-                "OOD items are {:?}, in-distribution items {:?}",
-                ood_test.item_shape(),
-                id_test.item_shape()
-            ),
-        ));
-    }
+    same_items(id_test, ood_test)?;
     let mut scoring = scoring(model, device);
     scoring.reference = reference;
     let id_scores = score_all(&scoring, id_test, scorers, seed)?;
@@ -234,4 +227,22 @@ fn histogram_panel(name: &str, id: &[f32], ood: &[f32]) -> Panel {
             },
         ],
     }
+}
+
+/// Refuses OOD items of another shape than the in-distribution ones (before either is
+/// normalised with the model's statistics, which would fail less clearly).
+fn same_items(id_test: &Dataset, ood_test: &Dataset) -> Result<()> {
+    if ood_test.item_shape() == id_test.item_shape() {
+        return Ok(());
+    }
+    Err(Error::config(
+        "ood_data",
+        format!(
+            "OOD items are {:?}, in-distribution items {:?}: the model takes the latter; \
+             give OOD data of the same kind (images of the same size and channels, or \
+             features of the same width)",
+            ood_test.item_shape(),
+            id_test.item_shape()
+        ),
+    ))
 }

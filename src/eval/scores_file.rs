@@ -5,6 +5,11 @@
 //! Columns (a header names them, in any order; other columns are ignored): `score` (higher =
 //! more uncertain), `is_ood` (0/1) for OOD metrics and/or `correct` (0/1) for calibration
 //! metrics, and optionally `confidence` (the max probability, in `[0, 1]`) for ECE/MCE.
+//!
+//! The `scores.csv` that `alkit ood` writes reads too: without a `score` column but with a
+//! `split` column (`id` or `ood`), every column but `split`, `index`, `id`, `is_ood`,
+//! `correct` and `confidence` is one scorer's scores, and `split` gives `is_ood` where there
+//! is no such column.
 
 use crate::data::source::read_csv;
 use crate::error::{Error, Result};
@@ -28,74 +33,93 @@ pub struct ScoresFile {
 }
 
 impl ScoresFile {
-    /// Reads and checks `path` (the shared CSV reader: quoting, a BOM, blank lines): every row
-    /// has the header's field count, scores are finite, flags are 0 or 1, confidences lie in
-    /// `[0, 1]`; errors name the file's line.
+    /// Reads and checks `path` with one score column (`score`, or a single scorer's): see
+    /// [`ScoresFile::read_all`].
     pub fn read(path: &Path) -> Result<ScoresFile> {
+        let mut all = Self::read_all(path)?;
+        if all.len() > 1 {
+            return Err(Error::state(
+                path,
+                format!("holds {} score columns; read it with read_all", all.len()),
+            ));
+        }
+        Ok(all.remove(0).1)
+    }
+
+    /// Reads and checks `path` (the shared CSV reader: quoting, a BOM, blank lines), one
+    /// [`ScoresFile`] per score column (module docs), by the column's name: every row has the
+    /// header's field count, scores are finite, flags are 0 or 1, `split` is `id` or `ood`,
+    /// confidences lie in `[0, 1]`; errors name the file's line.
+    pub fn read_all(path: &Path) -> Result<Vec<(String, ScoresFile)>> {
         let (header, rows) = read_csv(path)?;
         let col = |name: &str| header.iter().position(|c| c == name);
-        let score_col =
-            col("score").ok_or_else(|| Error::state(path, "no `score` column in the header"))?;
-        let (ood_col, correct_col, conf_col) = (col("is_ood"), col("correct"), col("confidence"));
+        let score_cols: Vec<usize> = match (col("score"), col("split")) {
+            (Some(c), _) => vec![c],
+            (None, Some(_)) => (0..header.len())
+                .filter(|&c| !NOT_SCORES.contains(&header[c].as_str()))
+                .collect(),
+            (None, None) => Vec::new(),
+        };
+        if score_cols.is_empty() {
+            return Err(Error::state(
+                path,
+                "no `score` column in the header (nor a scorer's column beside `split`, as \
+                 `alkit ood` writes)",
+            ));
+        }
+        let ood_col = col("is_ood")
+            .map(Flag::Bit)
+            .or(col("split").map(Flag::Split));
+        let (correct_col, conf_col) = (col("correct"), col("confidence"));
         if ood_col.is_none() && correct_col.is_none() {
             return Err(Error::state(
                 path,
-                "needs an `is_ood` and/or a `correct` column",
+                "needs an `is_ood` and/or a `correct` column (or `split`, as `alkit ood` writes)",
             ));
         }
-        let mut out = ScoresFile {
-            path: path.to_path_buf(),
-            score: Vec::with_capacity(rows.len()),
-            is_ood: ood_col.map(|_| Vec::new()),
-            correct: correct_col.map(|_| Vec::new()),
-            confidence: conf_col.map(|_| Vec::new()),
-        };
-        for (line, fields) in &rows {
-            let row_err = |problem: String| Error::Row {
+        let mut files: Vec<ScoresFile> = score_cols
+            .iter()
+            .map(|_| ScoresFile {
                 path: path.to_path_buf(),
-                row: *line,
-                problem,
+                score: Vec::with_capacity(rows.len()),
+                is_ood: ood_col.map(|_| Vec::new()),
+                correct: correct_col.map(|_| Vec::new()),
+                confidence: conf_col.map(|_| Vec::new()),
+            })
+            .collect();
+        for (line, fields) in &rows {
+            let cells = Row {
+                path,
+                line: *line,
+                header: &header,
+                fields,
             };
-            let num = |c: usize, range: Option<(f32, f32)>| -> Result<f32> {
-                let v = fields[c].as_str();
-                match (v.parse::<f32>(), range) {
-                    (Ok(x), None) if x.is_finite() => Ok(x),
-                    (Ok(x), Some((lo, hi))) if (lo..=hi).contains(&x) => Ok(x),
-                    (Ok(_), Some((lo, hi))) => Err(row_err(format!(
-                        "`{v}` in column {} must lie in [{lo}, {hi}]",
-                        header[c]
-                    ))),
-                    _ => Err(row_err(format!(
-                        "`{v}` in column {} is not a finite number",
-                        header[c]
-                    ))),
+            let is_ood = ood_col.map(|c| cells.flag(c)).transpose()?;
+            let correct = correct_col.map(|c| cells.flag(Flag::Bit(c))).transpose()?;
+            let conf = conf_col
+                .map(|c| cells.num(c, Some((0.0, 1.0))))
+                .transpose()?;
+            for (file, &c) in files.iter_mut().zip(&score_cols) {
+                file.score.push(cells.num(c, None)?);
+                if let Some((v, x)) = file.is_ood.as_mut().zip(is_ood) {
+                    v.push(x);
                 }
-            };
-            let flag = |c: usize| -> Result<bool> {
-                match fields[c].as_str() {
-                    "0" => Ok(false),
-                    "1" => Ok(true),
-                    v => Err(row_err(format!(
-                        "`{v}` in column {} must be 0 or 1",
-                        header[c]
-                    ))),
+                if let Some((v, x)) = file.correct.as_mut().zip(correct) {
+                    v.push(x);
                 }
-            };
-            out.score.push(num(score_col, None)?);
-            if let (Some(c), Some(v)) = (ood_col, out.is_ood.as_mut()) {
-                v.push(flag(c)?);
-            }
-            if let (Some(c), Some(v)) = (correct_col, out.correct.as_mut()) {
-                v.push(flag(c)?);
-            }
-            if let (Some(c), Some(v)) = (conf_col, out.confidence.as_mut()) {
-                v.push(num(c, Some((0.0, 1.0)))?);
+                if let Some((v, x)) = file.confidence.as_mut().zip(conf) {
+                    v.push(x);
+                }
             }
         }
-        if out.score.is_empty() {
+        if rows.is_empty() {
             return Err(Error::state(path, "no rows after the header"));
         }
-        Ok(out)
+        Ok(score_cols
+            .iter()
+            .map(|&c| header[c].clone())
+            .zip(files)
+            .collect())
     }
 
     /// The metrics its columns allow, by name: `auroc`, `aupr_in`, `aupr_out`, `fpr95` (with
@@ -136,5 +160,65 @@ impl ScoresFile {
             }
         }
         Ok(out)
+    }
+}
+
+/// Columns that are never a scorer's scores.
+const NOT_SCORES: &[&str] = &["split", "index", "id", "is_ood", "correct", "confidence"];
+
+/// Where a row's OOD flag comes from: an `is_ood` 0/1 column, or `alkit ood`'s `split`.
+#[derive(Clone, Copy)]
+enum Flag {
+    Bit(usize),
+    Split(usize),
+}
+
+/// One row's cells, read with the file's line in errors.
+struct Row<'a> {
+    path: &'a Path,
+    line: usize,
+    header: &'a [String],
+    fields: &'a [String],
+}
+
+impl Row<'_> {
+    fn err(&self, problem: String) -> Error {
+        Error::Row {
+            path: self.path.to_path_buf(),
+            row: self.line,
+            problem,
+        }
+    }
+
+    /// Column `c` as a finite number, within `range` when given.
+    fn num(&self, c: usize, range: Option<(f32, f32)>) -> Result<f32> {
+        let v = self.fields[c].as_str();
+        match (v.parse::<f32>(), range) {
+            (Ok(x), None) if x.is_finite() => Ok(x),
+            (Ok(x), Some((lo, hi))) if (lo..=hi).contains(&x) => Ok(x),
+            (Ok(_), Some((lo, hi))) => Err(self.err(format!(
+                "`{v}` in column {} must lie in [{lo}, {hi}]",
+                self.header[c]
+            ))),
+            _ => Err(self.err(format!(
+                "`{v}` in column {} is not a finite number",
+                self.header[c]
+            ))),
+        }
+    }
+
+    fn flag(&self, f: Flag) -> Result<bool> {
+        let (c, no, yes) = match f {
+            Flag::Bit(c) => (c, "0", "1"),
+            Flag::Split(c) => (c, "id", "ood"),
+        };
+        match self.fields[c].as_str() {
+            v if v == no => Ok(false),
+            v if v == yes => Ok(true),
+            v => Err(self.err(format!(
+                "`{v}` in column {} must be {no} or {yes}",
+                self.header[c]
+            ))),
+        }
     }
 }

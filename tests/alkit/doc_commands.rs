@@ -342,9 +342,7 @@ fn runnable(cmd: &DocCommand, dir: &Path) -> Command {
 
 /// Runs the commands of `page` that can run here, in order, in a folder of its own: the
 /// places they ran (`FILE:LINE`), and each failure with what it said.
-fn run_page(page: &Path) -> (Vec<String>, Vec<String>) {
-    let stem = page.file_stem().unwrap().to_string_lossy().into_owned();
-    let dir = tmp(&format!("doc-{stem}"));
+fn run_page(page: &Path, dir: &Path) -> (Vec<String>, Vec<String>) {
     std::os::unix::fs::symlink(data_dir(), dir.join("data")).unwrap();
     let (mut ran, mut failed) = (Vec::new(), Vec::new());
     for cmd in commands_of(page) {
@@ -352,7 +350,7 @@ fn run_page(page: &Path) -> (Vec<String>, Vec<String>) {
             continue;
         }
         let t0 = std::time::Instant::now();
-        let o = runnable(&cmd, &dir).output().unwrap();
+        let o = runnable(&cmd, dir).output().unwrap();
         let took = t0.elapsed().as_secs_f64();
         if o.status.success() {
             ran.push(format!("{} ({took:.1} s)", cmd.at));
@@ -369,8 +367,15 @@ fn every_documented_command_that_can_run_here_runs() {
     // The pages at once (each in its own folder; a page's commands in order: a train before
     // the curve on it).
     let pages = pages();
+    // The scratch folders are made here, on the test's thread, which names them.
+    let dirs: Vec<Scratch> = pages
+        .iter()
+        .map(|p| tmp(&format!("doc-{}", p.file_stem().unwrap().to_string_lossy())))
+        .collect();
     let results: Vec<(Vec<String>, Vec<String>)> = std::thread::scope(|s| {
-        let runs: Vec<_> = pages.iter().map(|p| s.spawn(|| run_page(p))).collect();
+        let runs: Vec<_> = (pages.iter().zip(&dirs))
+            .map(|(p, d)| s.spawn(move || run_page(p, d)))
+            .collect();
         runs.into_iter().map(|r| r.join().unwrap()).collect()
     });
     let ran: Vec<&String> = results.iter().flat_map(|r| &r.0).collect();

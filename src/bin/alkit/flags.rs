@@ -223,7 +223,7 @@ pub(crate) struct OodArgs {
     /// In-distribution data (a source with a test split: an IDX folder, a folder with train/ and test/ image subfolders, or hf:OWNER/NAME): the model trains on its train split, its test split is scored.
     #[arg(long)]
     pub(crate) train_data: PathBuf,
-    /// OOD data (a source with a test split: an IDX folder, a folder with train/ and test/ image subfolders, or hf:OWNER/NAME): its test split is scored, normalised with the in-distribution statistics.
+    /// OOD data (any source: an IDX folder, a folder of images, an embedding file, CSV, Parquet or hf:OWNER/NAME): its test split is scored where it has one, else all its items (a plain folder of OOD images), normalised with the in-distribution statistics; labels are not read.
     #[arg(long)]
     pub(crate) ood_data: PathBuf,
     #[command(flatten)]
