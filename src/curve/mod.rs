@@ -321,14 +321,24 @@ pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
 
 /// Two panels (ACC, NLL against labeled count), one line per strategy with a ± std band.
 pub fn curve_figure(states: &[RunState]) -> Figure {
+    // What the line and band are, in the titles: one seed has no band.
+    let seeds = states
+        .iter()
+        .map(|s| s.seed)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let over = match seeds {
+        1 => " (1 seed)".to_string(),
+        n => format!(" (mean ± std over {n} seeds)"),
+    };
     let mut acc = Panel {
-        title: "Test accuracy".into(),
+        title: format!("Test accuracy{over}"),
         x_label: "labeled items".into(),
         y_label: "accuracy".into(),
         series: Vec::new(),
     };
     let mut nll = Panel {
-        title: "Test NLL".into(),
+        title: format!("Test NLL{over}"),
         x_label: "labeled items".into(),
         y_label: "NLL (nats)".into(),
         series: Vec::new(),
@@ -366,6 +376,7 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
         panels: vec![acc, nll],
         panel_width: 480,
         height: 360,
+        columns: 0,
     }
 }
 

@@ -398,12 +398,14 @@ pub fn run(
         panels: vec![rel],
         panel_width: 420,
         height: 400,
+        columns: 0,
     }
     .save(out, "reliability")?;
     Figure {
         panels: vec![rejection],
         panel_width: 520,
         height: 400,
+        columns: 0,
     }
     .save(out, "rejection")?;
     Ok(CalibrationReport {

@@ -127,7 +127,7 @@ pub fn run(
         let all: Vec<f32> = id_scores[i].iter().chain(&ood_scores[i]).copied().collect();
         let is_ood: Vec<bool> = (0..all.len()).map(|k| k >= id_scores[i].len()).collect();
         roc.series.push(Series {
-            name: s.name().into(),
+            name: format!("{} (AUROC {:.3})", s.name(), m.auroc),
             points: roc_curve(&all, &is_ood)?,
             band: Vec::new(),
         });
@@ -169,12 +169,14 @@ pub fn run(
         panels: vec![roc],
         panel_width: 520,
         height: 420,
+        columns: 0,
     }
     .save(out, "roc")?;
     Figure {
         panels: hists,
         panel_width: 360,
         height: 300,
+        columns: 4,
     }
     .save(out, "hist")?;
     Ok(OodReport {

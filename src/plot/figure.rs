@@ -31,19 +31,21 @@ pub struct Panel {
     pub series: Vec<Series>,
 }
 
-/// Panels side by side.
+/// Panels in rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
-    /// The panels, left to right.
+    /// The panels, left to right, then row by row.
     pub panels: Vec<Panel>,
     /// Width of one panel in pixels.
     pub panel_width: u32,
-    /// Height in pixels.
+    /// Height of one row of panels in pixels.
     pub height: u32,
+    /// Panels per row; 0: all in one row.
+    pub columns: usize,
 }
 
-/// The tab10 palette.
-const PALETTE: [Rgb; 10] = [
+/// The tab10 palette, then its lighter tab20 partners: twenty lines before a colour repeats.
+const PALETTE: [Rgb; 20] = [
     (31, 119, 180),
     (255, 127, 14),
     (44, 160, 44),
@@ -54,7 +56,43 @@ const PALETTE: [Rgb; 10] = [
     (127, 127, 127),
     (188, 189, 34),
     (23, 190, 207),
+    (174, 199, 232),
+    (255, 187, 120),
+    (152, 223, 138),
+    (255, 152, 150),
+    (197, 176, 213),
+    (196, 156, 148),
+    (247, 182, 210),
+    (199, 199, 199),
+    (219, 219, 141),
+    (158, 218, 229),
 ];
+
+/// The legend box's corner inside `(x0, y0, x1, y1)` that covers the fewest of `pts` (the
+/// drawn points and band edges, in pixels): top-left, top-right, bottom-right, bottom-left,
+/// the first of equals. Returns the box's top-left corner.
+fn legend_corner(
+    (x0, y0, x1, y1): (f64, f64, f64, f64),
+    (w, h): (f64, f64),
+    pts: &[(f64, f64)],
+) -> (f64, f64) {
+    let corners = [
+        (x0 + 3.0, y0 + 3.0),
+        (x1 - 3.0 - w, y0 + 3.0),
+        (x1 - 3.0 - w, y1 - 3.0 - h),
+        (x0 + 3.0, y1 - 3.0 - h),
+    ];
+    let covered = |&(lx, ly): &(f64, f64)| {
+        pts.iter()
+            .filter(|p| p.0 >= lx && p.0 <= lx + w && p.1 >= ly && p.1 <= ly + h)
+            .count()
+    };
+    corners
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, c)| (covered(c), *i))
+        .map_or(corners[0], |(_, c)| *c)
+}
 
 /// "Nice" tick positions covering `[lo, hi]`.
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
@@ -84,8 +122,20 @@ fn fmt_tick(v: f64) -> String {
 }
 
 impl Figure {
+    /// Panels per row, as laid out.
+    fn cols(&self) -> usize {
+        match self.columns {
+            0 => self.panels.len().max(1),
+            c => c.min(self.panels.len().max(1)),
+        }
+    }
+
     fn width(&self) -> u32 {
-        self.panel_width * self.panels.len().max(1) as u32
+        self.panel_width * self.cols() as u32
+    }
+
+    fn total_height(&self) -> u32 {
+        self.height * self.panels.len().max(1).div_ceil(self.cols()) as u32
     }
 
     /// The figure as drawing primitives, back to front.
@@ -93,9 +143,11 @@ impl Figure {
         let mut out = Vec::new();
         let (pw, h) = (f64::from(self.panel_width), f64::from(self.height));
         let (ml, mr, mt, mb) = (64.0, 16.0, 30.0, 48.0);
+        let cols = self.cols();
         for (pi, panel) in self.panels.iter().enumerate() {
-            let x0 = pi as f64 * pw + ml;
-            let (x1, y0, y1) = ((pi + 1) as f64 * pw - mr, mt, h - mb);
+            let (col, top) = ((pi % cols) as f64, (pi / cols) as f64 * h);
+            let x0 = col * pw + ml;
+            let (x1, y0, y1) = ((col + 1.0) * pw - mr, top + mt, top + h - mb);
             let all_x = panel
                 .series
                 .iter()
@@ -165,7 +217,7 @@ impl Figure {
             });
             out.push(Prim::Text {
                 x: (x0 + x1) / 2.0,
-                y: 18.0,
+                y: top + 18.0,
                 s: panel.title.clone(),
                 size: TITLE,
                 anchor: Anchor::Middle,
@@ -173,14 +225,14 @@ impl Figure {
             });
             out.push(Prim::Text {
                 x: (x0 + x1) / 2.0,
-                y: h - 12.0,
+                y: top + h - 12.0,
                 s: panel.x_label.clone(),
                 size: LABEL,
                 anchor: Anchor::Middle,
                 vertical: false,
             });
             out.push(Prim::Text {
-                x: pi as f64 * pw + 14.0,
+                x: col * pw + 14.0,
                 y: (y0 + y1) / 2.0,
                 s: panel.y_label.clone(),
                 size: LABEL,
@@ -196,6 +248,39 @@ impl Figure {
                     .map(|s| font::width(&s.name, LABEL))
                     .fold(0.0, f64::max);
             let legend_h = 8.0 + 14.0 * panel.series.len() as f64;
+            // The lines and band edges, sampled along each segment (a legend must not hide
+            // a line that passes between two of its points).
+            let drawn: Vec<(f64, f64)> = panel
+                .series
+                .iter()
+                .flat_map(|s| {
+                    let low = s.band.iter().map(|b| (b.0, b.1)).collect::<Vec<_>>();
+                    let high = s.band.iter().map(|b| (b.0, b.2)).collect::<Vec<_>>();
+                    [s.points.clone(), low, high]
+                })
+                .flat_map(|line| {
+                    let px: Vec<(f64, f64)> = line
+                        .iter()
+                        .filter(|p| p.1.is_finite())
+                        .map(|p| (sx(p.0), sy(p.1)))
+                        .collect();
+                    let mut along: Vec<(f64, f64)> = px
+                        .windows(2)
+                        .flat_map(|w| {
+                            (0..16).map(move |k| {
+                                let t = f64::from(k) / 16.0;
+                                (
+                                    w[0].0 + t * (w[1].0 - w[0].0),
+                                    w[0].1 + t * (w[1].1 - w[0].1),
+                                )
+                            })
+                        })
+                        .collect();
+                    along.extend(px.last());
+                    along
+                })
+                .collect();
+            let (lx, ly) = legend_corner((x0, y0, x1, y1), (legend_w, legend_h), &drawn);
             let mut entries = Vec::new();
             for (si, s) in panel.series.iter().enumerate() {
                 let color = PALETTE[si % PALETTE.len()];
@@ -220,16 +305,16 @@ impl Figure {
                     color,
                     width: 2.0,
                 });
-                // Legend, top-left inside the axes.
-                let ly = y0 + 14.0 + 14.0 * si as f64;
+                // Legend, in the corner it covers least.
+                let ey = ly + 11.0 + 14.0 * si as f64;
                 entries.push(Prim::Line {
-                    pts: vec![(x0 + 8.0, ly - 4.0), (x0 + 26.0, ly - 4.0)],
+                    pts: vec![(lx + 5.0, ey - 4.0), (lx + 23.0, ey - 4.0)],
                     color,
                     width: 2.0,
                 });
                 entries.push(Prim::Text {
-                    x: x0 + 30.0,
-                    y: ly,
+                    x: lx + 27.0,
+                    y: ey,
                     s: s.name.clone(),
                     size: LABEL,
                     anchor: Anchor::Start,
@@ -237,7 +322,6 @@ impl Figure {
                 });
             }
             if !panel.series.is_empty() {
-                let (lx, ly) = (x0 + 3.0, y0 + 3.0);
                 out.push(Prim::Fill {
                     pts: vec![
                         (lx, ly),
@@ -256,12 +340,12 @@ impl Figure {
 
     /// The figure as an SVG document.
     pub fn to_svg(&self) -> String {
-        super::svg::render(self.width(), self.height, &self.layout())
+        super::svg::render(self.width(), self.total_height(), &self.layout())
     }
 
     /// The figure as a PNG file's bytes.
     pub fn to_png(&self) -> Vec<u8> {
-        super::raster::render(self.width(), self.height, &self.layout())
+        super::raster::render(self.width(), self.total_height(), &self.layout())
     }
 
     /// Writes `dir/STEM.svg` and `dir/STEM.png`, each atomically.
@@ -299,7 +383,48 @@ mod tests {
             }],
             panel_width: 120,
             height: 90,
+            columns: 0,
         }
+    }
+
+    #[test]
+    fn the_legend_takes_the_corner_it_covers_least_and_panels_wrap_into_rows() {
+        let axes = (0.0, 0.0, 100.0, 100.0);
+        let top_left: Vec<(f64, f64)> = (0..10).map(|i| (5.0 + f64::from(i), 5.0)).collect();
+        assert_eq!(legend_corner(axes, (30.0, 20.0), &[]), (3.0, 3.0));
+        assert_eq!(legend_corner(axes, (30.0, 20.0), &top_left), (67.0, 3.0));
+        let mut both = top_left.clone();
+        both.extend((0..10).map(|i| (80.0 + f64::from(i), 10.0)));
+        assert_eq!(legend_corner(axes, (30.0, 20.0), &both), (67.0, 77.0));
+        // A line crossing the top-left corner between two far points still counts there.
+        let mut fig = figure();
+        fig.panels[0].series[0].points = vec![(0.0, 1.0), (1.0, 0.9), (2.0, 0.0)];
+        fig.panels[0].series[0].band.clear();
+        fig.panel_width = 400;
+        fig.height = 300;
+        let legend_at = |fig: &Figure| {
+            fig.layout()
+                .iter()
+                .find_map(|p| match p {
+                    Prim::Text { s, x, y, .. } if s == "a" => Some((*x, *y)),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        // Down from the top-left to the bottom-right: the line crosses the top-left box
+        // between its first two points, so the legend goes top-right.
+        let (x, y) = legend_at(&fig);
+        assert!(x > 200.0 && y < 150.0, "{x} {y}");
+        // Along the top, then down near the right edge: only the bottom-left corner is free.
+        fig.panels[0].series[0].points = vec![(0.0, 1.0), (1.9, 1.0), (1.9, 0.0), (2.0, 0.0)];
+        let (x, y) = legend_at(&fig);
+        assert!(x < 200.0 && y > 150.0, "{x} {y}");
+        let mut thirteen = figure();
+        thirteen.panels = vec![thirteen.panels[0].clone(); 13];
+        thirteen.columns = 4;
+        assert_eq!((thirteen.width(), thirteen.total_height()), (480, 360));
+        thirteen.columns = 0;
+        assert_eq!((thirteen.width(), thirteen.total_height()), (1560, 90));
     }
 
     /// The raster backend's PNG holds exactly the pixels it drew (tested here, where a
