@@ -242,13 +242,8 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     let (hub, mut downloads) = (Hub::from_env(), Bars::new(quiet, 0));
     let started = match &a.resume {
         Some(dir) => {
-            if let Some(flag) = a.given_with_resume() {
-                bail!(
-                    "--resume takes every setting from {}/run.json; drop {flag}",
-                    dir.display()
-                );
-            }
-            alkit::curve::resume(dir, a.stream, &hub, &mut downloads)
+            // clap refuses --backbone beside --resume: the run holds the embedded data.
+            alkit::curve::resume_with(dir, &a.options()?, &hub, &mut downloads)
                 .map(|(spec, on)| (spec, on, dir.clone(), true))
         }
         None => {

@@ -199,9 +199,152 @@ impl CurveOptions {
         )
     }
 
+    /// The first setting given here (a `Some`, or a `true`) whose value is not `run`'s own,
+    /// with the run's value: what resuming `run` with these options must refuse, while the
+    /// same settings repeated (a script that adds `--resume` to the command it ran) pass.
+    /// The scorers' settings count as one, `scorers`, compared whole when any differs from
+    /// its default. `data` compares the paths as given, else both made absolute. A setting is
+    /// named as its field is (setting `cold_start`), the strategies as setting `scorer`.
+    pub fn differs_from(&self, run: &CurveSpec) -> Option<(&'static str, String)> {
+        let c = &run.config;
+        let same_path = |a: &Path, b: &Path| {
+            a == b
+                || matches!(
+                    (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+                    (Ok(x), Ok(y)) if x == y
+                )
+        };
+        let seeds = self.seed_list().ok();
+        let checks: [(&'static str, bool, String); 15] = [
+            (
+                "data",
+                self.data
+                    .as_deref()
+                    .is_some_and(|d| !same_path(d, &run.data)),
+                run.data.display().to_string(),
+            ),
+            (
+                "model",
+                self.model.is_some_and(|m| m != run.model.kind()),
+                run.model.kind().to_string(),
+            ),
+            (
+                "scorer",
+                self.strategies
+                    .as_ref()
+                    .is_some_and(|s| *s != run.strategies),
+                names(&run.strategies),
+            ),
+            (
+                "seed",
+                self.seed.is_some() && seeds.as_ref().and_then(|s| s.first()) != run.seeds.first(),
+                format!("{:?}", run.seeds.first()),
+            ),
+            (
+                "seeds",
+                self.seeds.is_some_and(|n| n as usize != run.seeds.len()),
+                run.seeds.len().to_string(),
+            ),
+            (
+                "initial",
+                self.initial.is_some_and(|v| v != c.initial),
+                c.initial.to_string(),
+            ),
+            (
+                "query",
+                self.query.is_some_and(|v| v != c.query),
+                c.query.to_string(),
+            ),
+            (
+                "cycles",
+                self.cycles.is_some_and(|v| v != c.cycles),
+                c.cycles.to_string(),
+            ),
+            (
+                "steps",
+                self.steps.is_some_and(|v| v != c.train.steps),
+                c.train.steps.to_string(),
+            ),
+            (
+                "batch_size",
+                self.batch_size.is_some_and(|v| v != c.train.batch_size),
+                c.train.batch_size.to_string(),
+            ),
+            (
+                "lr",
+                self.lr.is_some_and(|v| v != c.train.lr),
+                c.train.lr.to_string(),
+            ),
+            (
+                "ensemble",
+                self.ensemble.is_some() && self.ensemble != c.ensemble,
+                format!("{:?}", c.ensemble),
+            ),
+            (
+                "anchor",
+                self.anchor.is_some() && self.anchor != c.train.anchor,
+                format!("{:?}", c.train.anchor),
+            ),
+            (
+                "subsample",
+                self.subsample.is_some() && self.subsample != c.subsample,
+                format!("{:?}", c.subsample),
+            ),
+            (
+                "cold_start",
+                self.cold_start && !c.cold_start,
+                c.cold_start.to_string(),
+            ),
+        ];
+        let given_scorers = ScorerSettings {
+            members: run.scorers.members,
+            ..self.scorers
+        };
+        let scorers_differ =
+            self.scorers != ScorerSettings::default() && given_scorers != run.scorers;
+        checks
+            .into_iter()
+            .find(|c| c.1)
+            .map(|(name, _, was)| (name, was))
+            .or(scorers_differ.then(|| {
+                let json = serde_json::to_string(&run.scorers).unwrap_or_default();
+                ("scorers", json)
+            }))
+    }
+
     fn data_path(&self) -> PathBuf {
         self.data.clone().unwrap_or_else(|| PathBuf::from("data"))
     }
+}
+
+/// [`resume`] with the settings a person gave again beside it: each must be the run's own
+/// ([`CurveOptions::differs_from`]), else it is refused naming the setting and the run's
+/// value; `options.stream` says how to read the pool.
+pub fn resume_with(
+    dir: &Path,
+    options: &CurveOptions,
+    hub: &Hub,
+    observer: &mut dyn Observer,
+) -> Result<(CurveSpec, CurveData)> {
+    let spec: CurveSpec = crate::fsutil::read_json(&dir.join("run.json"))
+        .context_with(|| format!("resuming {}: not a run folder", dir.display()))?;
+    if let Some((name, was)) = options.differs_from(&spec) {
+        let what = match name {
+            "scorers" => "the scorers' settings".to_string(),
+            _ => format!("setting `{name}`"),
+        };
+        return Err(Error::config(
+            "resume",
+            format!(
+                "the run in {} has {what} {was}, and resuming continues it with its own \
+                 settings: give the run's value or none (see its run.json), or start a new \
+                 run in another folder",
+                dir.display()
+            ),
+        ));
+    }
+    let on = CurveData::load(&spec.data, options.stream, hub, observer)?;
+    Ok((spec, on))
 }
 
 /// The spec and the data of the run in `dir`, to resume it (streamed with `stream`).
@@ -240,4 +383,13 @@ pub fn run(
         return Err(e.context("saving the scores of every round (setting `save_scores`)"));
     }
     r.context_with(run_in)
+}
+
+/// Strategy names, comma-separated, as a person types them.
+fn names(strategies: &[StrategyKind]) -> String {
+    strategies
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -65,13 +65,50 @@ fn cli_runs_a_tiny_curve_and_reports_errors_with_exit_codes() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--resume"));
-    // --resume with a setting flag is refused.
+    // --resume with another value of a setting than the run's is refused (exit 2), naming
+    // the flag and the run's value; the run's own settings repeated pass (a script adding
+    // --resume to the command it ran).
+    for (flag, value) in [
+        ("--steps", "3"),
+        ("--scorer", "entropy"),
+        ("--cold-start", ""),
+    ] {
+        let o = alkit_cmd()
+            .args(["-q", "curve", flag])
+            .args((!value.is_empty()).then_some(value))
+            .arg("--resume")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {said}");
+        assert!(said.contains(flag) && said.contains("run.json"), "{said}");
+    }
+    assert!(String::from_utf8_lossy(
+        &alkit_cmd()
+            .args(["-q", "curve", "--steps", "3", "--resume"])
+            .arg(&out)
+            .output()
+            .unwrap()
+            .stderr
+    )
+    .contains("`--steps` 5"));
     let o = alkit_cmd()
-        .args(["-q", "curve", "--steps", "3", "--resume"])
+        .args([
+            "-q",
+            "curve",
+            "--scorer",
+            "least-confidence",
+            "--cycles",
+            "1",
+        ])
+        .args([
+            "--steps", "5", "--query", "5", "--seed", "0", "--data", "data", "--resume",
+        ])
         .arg(&out)
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&o.stderr).contains("drop --steps"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Resuming a finished run is a no-op that succeeds.
     let o = alkit_cmd()
         .args(["-q", "curve", "--resume"])

@@ -673,33 +673,6 @@ impl CurveArgs {
             scorers: self.scorer_flags.settings()?,
         })
     }
-
-    /// The first flag given beside `--resume` that would set what the run folder already
-    /// holds.
-    pub(crate) fn given_with_resume(&self) -> Option<&'static str> {
-        [
-            ("--data", self.data.is_some()),
-            ("--scorer", self.scorer.is_some()),
-            ("--seeds", self.seeds.is_some()),
-            ("--seed", self.seed.is_some()),
-            ("--initial", self.initial.is_some()),
-            ("--query", self.query.is_some()),
-            ("--cycles", self.cycles.is_some()),
-            ("--steps", self.steps.is_some()),
-            ("--batch-size", self.batch_size.is_some()),
-            ("--lr", self.lr.is_some()),
-            ("--model", self.model.is_some()),
-            ("--ensemble", self.ensemble.is_some()),
-            ("--anchor", self.anchor.is_some()),
-            ("--subsample", self.subsample.is_some()),
-            ("--cold-start", self.cold_start),
-            ("--backbone", self.backbone.is_some()),
-        ]
-        .into_iter()
-        .find(|g| g.1)
-        .map(|g| g.0)
-        .or(self.scorer_flags.given())
-    }
 }
 
 impl ScoreArgs {

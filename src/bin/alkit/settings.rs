@@ -16,6 +16,7 @@ const SETTING_FLAGS: &[(&str, &str)] = &[
     ("checkpoint", "--checkpoint"),
     ("chunk", "--chunk"),
     ("classes", "--classes"),
+    ("cold_start", "--cold-start"),
     ("conformal", "--conformal"),
     ("cycles", "--cycles"),
     ("data", "--data"),
