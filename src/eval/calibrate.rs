@@ -357,22 +357,31 @@ pub fn run(
     });
     let bins = reliability(&confidence, &correct, 15)?;
     let used: Vec<&Bin> = bins.iter().filter(|b| b.count > 0).collect();
+    let line = |name: &str, points: Vec<(f64, f64)>| Series {
+        name: name.into(),
+        points,
+        band: Vec::new(),
+    };
+    // As the calibration papers draw it: each bin's accuracy as a bar, the diagonal, and
+    // below it how many items each bin holds (a bar of few items says little).
     let rel = Panel {
         title: "Reliability (15 bins)".into(),
         x_label: "confidence".into(),
         y_label: "accuracy".into(),
         series: vec![
-            Series {
-                name: "model".into(),
-                points: used.iter().map(|b| (b.confidence, b.accuracy)).collect(),
-                band: Vec::new(),
-            },
-            Series {
-                name: "perfect".into(),
-                points: vec![(0.0, 0.0), (1.0, 1.0)],
-                band: Vec::new(),
-            },
+            line("accuracy per bin", bars(&bins, |b| b.accuracy)),
+            line(
+                "mean confidence",
+                used.iter().map(|b| (b.confidence, b.accuracy)).collect(),
+            ),
+            line("perfect", vec![(0.0, 0.0), (1.0, 1.0)]),
         ],
+    };
+    let counts = Panel {
+        title: format!("Confidence histogram ({} items)", confidence.len()),
+        x_label: "confidence".into(),
+        y_label: "items".into(),
+        series: vec![line("items per bin", bars(&bins, |b| b.count as f64))],
     };
     create_out(out)?;
     let json_err = |e: serde_json::Error| Error::config("metrics", e.to_string());
@@ -395,7 +404,7 @@ pub fn run(
     }
     write_json(&out.join("metrics.json"), &serde_json::Value::Object(json))?;
     Figure {
-        panels: vec![rel],
+        panels: vec![rel, counts],
         panel_width: 420,
         height: 400,
         columns: 0,
@@ -418,4 +427,15 @@ pub fn run(
         rows,
         conformal,
     })
+}
+
+/// The outline of a bar chart over `bins`: each bin a bar of height `f(bin)` from its lower
+/// to its upper edge, all on the x axis at 0.
+fn bars(bins: &[Bin], f: impl Fn(&Bin) -> f64) -> Vec<(f64, f64)> {
+    let mut pts = Vec::with_capacity(4 * bins.len());
+    for b in bins {
+        let h = f(b);
+        pts.extend([(b.lo, 0.0), (b.lo, h), (b.hi, h), (b.hi, 0.0)]);
+    }
+    pts
 }

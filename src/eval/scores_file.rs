@@ -63,8 +63,8 @@ impl ScoresFile {
         if score_cols.is_empty() {
             return Err(Error::state(
                 path,
-                "no `score` column in the header (nor a scorer's column beside `split`, as \
-                 `alkit ood` writes)",
+                "no `score` column in the header (nor a scorer's column beside `split`, as an \
+                 OOD evaluation's scores.csv has)",
             ));
         }
         let ood_col = col("is_ood")
@@ -74,7 +74,8 @@ impl ScoresFile {
         if ood_col.is_none() && correct_col.is_none() {
             return Err(Error::state(
                 path,
-                "needs an `is_ood` and/or a `correct` column (or `split`, as `alkit ood` writes)",
+                "needs an `is_ood` and/or a `correct` column (or `split`, as an OOD evaluation's \
+                 scores.csv has)",
             ));
         }
         let mut files: Vec<ScoresFile> = score_cols
