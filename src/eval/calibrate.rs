@@ -371,7 +371,7 @@ pub fn run(
         series: vec![
             line("accuracy per bin", bars(&bins, |b| b.accuracy)),
             line(
-                "mean confidence",
+                "accuracy at mean confidence",
                 used.iter().map(|b| (b.confidence, b.accuracy)).collect(),
             ),
             line("perfect", vec![(0.0, 0.0), (1.0, 1.0)]),
