@@ -19,7 +19,8 @@
 #      for machines whose PyTorch no longer ships cuRAND; the build refuses to pack one if the
 #      binaries import any other cuRAND function; KIT/lib/stub/libcuda.so.1, the link stub,
 #      for CPU dry runs only; the shipped data (data/ without data/onnx), the PyTorch side
-#      (tests/reference/gpu_bench.py, resnet18_model.py), a copy of gpu-run.sh, and
+#      (tests/reference/gpu_bench.py, resnet18_model.py, duq_fm_model.py), a copy of
+#      gpu-run.sh, and
 #      manifest.json (commit, changed files, toolchain, compute capability, the libraries the
 #      binaries need, sizes and SHA-256s);
 #   4. the sizes, and a refusal if the kit would not fit in 64 MiB.
@@ -111,7 +112,7 @@ cp "$toolkit/stubs/libcuda.so" "$kit/lib/stub/libcuda.so.1"
 mkdir -p "$kit/data"
 ( cd data && find . -path ./onnx -prune -o -type f -print | while read -r f; do
     mkdir -p "$kit/data/$(dirname "$f")"; cp "$f" "$kit/data/$f"; done )
-cp tests/reference/gpu_bench.py tests/reference/resnet18_model.py "$kit/reference/"
+cp tests/reference/gpu_bench.py tests/reference/resnet18_model.py tests/reference/duq_fm_model.py "$kit/reference/"
 cp scripts/gpu-run.sh "$kit/gpu-run.sh"
 cat > "$kit/README.txt" <<'EOF'
 alkit GPU kit (scripts/gpu-kit.sh). On a Linux x86-64 machine with an NVIDIA driver for CUDA 13

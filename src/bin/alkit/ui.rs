@@ -62,14 +62,11 @@ pub(crate) fn interrupted_note() -> String {
 struct Plain {
     started: Instant,
     last: Option<Instant>,
-    label: String,
     cycle: String,
     phase: String,
     /// Cycles done and in all, counted once a run of cycles starts (a curve's); a job of
     /// one step (a training, an embedding) leaves it at 0 in all.
     cycles: (u64, u64),
-    /// The cycles the job was said to have, taken on once a run starts.
-    total_cycles: u64,
     /// The current phase's progress, for a job without cycles' estimate.
     step: (u64, u64),
 }
@@ -85,21 +82,20 @@ fn span(d: Duration) -> String {
 }
 
 impl Plain {
-    fn new(total_cycles: usize) -> Plain {
+    fn new() -> Plain {
         Plain {
             started: Instant::now(),
             last: None,
-            label: String::new(),
             cycle: String::new(),
             phase: String::new(),
             cycles: (0, 0),
-            total_cycles: total_cycles as u64,
             step: (0, 0),
         }
     }
 
-    /// Prints the line when `now` is due (ten seconds after the last) or `force`d.
-    fn maybe_print(&mut self, force: bool) {
+    /// Prints the line, led by the run's `label`, when `now` is due (ten seconds after the
+    /// last) or `force`d.
+    fn maybe_print(&mut self, label: &str, force: bool) {
         let now = Instant::now();
         if !force && self.last.is_some_and(|t| now - t < Duration::from_secs(10)) {
             return;
@@ -127,10 +123,9 @@ impl Plain {
         } else {
             String::new()
         };
-        let what: Vec<&str> = [&self.label, &self.cycle, &self.phase]
+        let what: Vec<&str> = [label, &self.cycle, &self.phase]
             .into_iter()
             .filter(|s| !s.is_empty())
-            .map(String::as_str)
             .collect();
         let _ = writeln!(
             std::io::stderr().lock(),
@@ -178,7 +173,7 @@ impl Bars {
         POLLING.store(true, Ordering::SeqCst);
         Self {
             multi,
-            plain: (!quiet && !terminal).then(|| Plain::new(total_cycles)),
+            plain: (!quiet && !terminal).then(Plain::new),
             total_cycles,
             overall: None,
             step: None,
@@ -219,19 +214,14 @@ impl Bars {
 }
 
 impl Bars {
-    /// Follows `event` in the plain lines, printing one when it is due.
+    /// Follows `event` in the plain lines, printing one when it is due; the run's label is
+    /// the bars' own, set before.
     fn plain(&mut self, event: &Event<'_>) {
         let Some(p) = self.plain.as_mut() else { return };
         let mut force = false;
         match event {
-            Event::RunStarted {
-                strategy,
-                seed,
-                from_cycle,
-                ..
-            } => {
-                p.label = format!("{strategy} seed {seed}");
-                p.cycles.1 = p.total_cycles;
+            Event::RunStarted { from_cycle, .. } => {
+                p.cycles.1 = self.total_cycles as u64;
                 p.cycles.0 += *from_cycle as u64;
             }
             Event::CycleStarted { cycle, labeled } => {
@@ -260,7 +250,7 @@ impl Bars {
             }
             _ => return,
         }
-        p.maybe_print(force);
+        p.maybe_print(&self.label, force);
     }
 }
 
@@ -269,15 +259,12 @@ impl Observer for Bars {
         if INTERRUPTED.load(Ordering::SeqCst) {
             return Control::Stop;
         }
+        if let Event::RunStarted { strategy, seed, .. } = event {
+            self.label = format!("{strategy} seed {seed}");
+        }
         self.plain(event);
         match event {
-            Event::RunStarted {
-                strategy,
-                seed,
-                from_cycle,
-                ..
-            } => {
-                self.label = format!("{strategy} seed {seed}");
+            Event::RunStarted { from_cycle, .. } => {
                 self.overall().inc(*from_cycle as u64);
             }
             Event::CycleStarted { cycle, labeled } => {
