@@ -30,6 +30,9 @@ pub enum Purpose {
     Perturb = 6,
     /// The random subset of the pool a round scores (`--subsample`).
     Subsample = 7,
+    /// The items a labeling page serves while the next model trains, when the last round
+    /// ranked none (random picks, joint batch criteria, a server just started).
+    Reserve = 8,
 }
 
 /// The stream for `(seed, purpose, cycle)`.

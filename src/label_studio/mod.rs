@@ -176,6 +176,8 @@ pub fn teach_file(learner: &mut Learner, path: &Path) -> Result<TaughtFile> {
             id: r.id.clone(),
             label: r.label.clone(),
             note: r.note.clone(),
+            guess: None,
+            round: None,
         })
         .collect();
     let taught = learner

@@ -7,7 +7,12 @@
 //! (written atomically) before the page hears back, so closing the tab or killing the server
 //! loses nothing. When the batch is answered (or on the page's button) a background thread
 //! retrains and queries the next batch through [`Learner::query`], the same round as
-//! `alkit query`, while the page shows its progress.
+//! `alkit query`, while the page shows its progress and keeps serving: the open items of the
+//! batch, then the last ranking's next items (a seeded random draw where no ranking exists:
+//! random picks, joint batch criteria, a server just started). Those answers wait in the
+//! session's [`journal`](crate::session::journal) (written before the page hears back) and
+//! are taught, in the round they were given after, when the model is ready; the new batch
+//! then swaps in.
 //!
 //! It lives here, above the loops, because it drives a session; the HTTP details (token,
 //! host, bodies) are in [`http`], the connections and their bounds ([`Limits`]) in `conn.rs`.
@@ -22,12 +27,14 @@
 pub mod backend;
 mod conn;
 pub mod http;
+mod waiting;
 
 pub use conn::Limits;
 
 use crate::data::source::Source;
 use crate::error::{Error, Result};
 use crate::observe::{Control, Event, Observer};
+use crate::session::journal::Queued;
 use crate::session::{Answer, Learner, PoolItems, QueryRequest, SessionLock, SessionState, Undo};
 use candle_core::Device;
 use http::{Reply, COOKIE, TOKEN_HEADER};
@@ -74,6 +81,20 @@ pub enum ServeEvent<'a> {
         label: &'a str,
         /// Labeled items now.
         labeled: usize,
+    },
+    /// An answer was saved to wait while the model trains.
+    Queued {
+        /// The item.
+        id: &'a str,
+        /// Its class.
+        label: &'a str,
+        /// Answers waiting now.
+        waiting: usize,
+    },
+    /// The answers that waited while the model trained are taught.
+    TaughtWaiting {
+        /// How many.
+        taught: usize,
     },
     /// The last answer was taken back.
     Undone {
@@ -144,6 +165,8 @@ impl Stopper {
 
 enum Action {
     Answer(Undo, String),
+    /// An answer waiting while the model trains (the item).
+    Queued(String),
     Skip(String),
 }
 
@@ -158,6 +181,10 @@ struct Inner {
     predicted: HashMap<String, (usize, f32)>,
     /// `(rank from 1, batch size)` of each pending item in its round.
     ranks: HashMap<String, (usize, usize)>,
+    /// What the page serves after the batch's open items while the next model trains.
+    spares: Vec<waiting::Spare>,
+    /// Answers given while the model trains, in the journal too.
+    queue: Vec<Queued>,
     error: Option<String>,
     exhausted: bool,
 }
@@ -335,6 +362,8 @@ impl LabelServer {
                 skipped: HashSet::new(),
                 undo: Vec::new(),
                 predicted: HashMap::new(),
+                spares: Vec::new(),
+                queue: Vec::new(),
                 error: None,
                 exhausted: false,
             }),
@@ -527,27 +556,7 @@ impl App {
 
     fn state_json(&self, inner: &Inner) -> Value {
         let st = &inner.state;
-        let batch: Vec<Value> = st
-            .pending
-            .iter()
-            .filter(|p| !inner.skipped.contains(&p.id))
-            .map(|p| {
-                let (rank, of) = inner.ranks.get(&p.id).copied().unwrap_or((0, 0));
-                let predicted = inner
-                    .predicted
-                    .get(&p.id)
-                    .map(|&(c, prob)| json!({ "class": self.classes[c], "p": prob }));
-                json!({
-                    "id": p.id,
-                    "index": self.items.position(&p.id),
-                    "round": p.round,
-                    "score": p.score,
-                    "rank": rank,
-                    "of": of,
-                    "predicted": predicted,
-                })
-            })
-            .collect();
+        let batch = self.offers_json(inner);
         let classes: Vec<Value> = self
             .classes
             .iter()
@@ -566,6 +575,10 @@ impl App {
         });
         let last = inner.undo.last().map(|a| match a {
             Action::Answer(u, label) => json!({ "kind": "answer", "id": u.id, "label": label }),
+            Action::Queued(id) => {
+                let label = inner.queue.iter().rfind(|q| &q.id == id).map(|q| &q.label);
+                json!({ "kind": "answer", "id": id, "label": label, "waiting": true })
+            }
             Action::Skip(id) => json!({ "kind": "skip", "id": id }),
         });
         json!({
@@ -584,6 +597,8 @@ impl App {
             "skipped": inner.skipped.len(),
             "per_class": st.per_class(),
             "rounds": st.rounds,
+            "guesses": st.guess_matches(),
+            "waiting": inner.queue.len(),
             "batch": batch,
             "busy": inner.learner.is_none(),
             "progress": progress,
@@ -618,14 +633,20 @@ impl App {
                 format!("`{}` is already labeled `{}`", b.id, l.label),
             ));
         }
+        let guess = inner
+            .predicted
+            .get(&b.id)
+            .map(|&(c, _)| self.classes[c].clone());
         let Some(learner) = inner.learner.as_mut() else {
-            return Err(Self::busy());
+            return self.queue_answer(inner, b, guess);
         };
         let answer = Answer {
             row: inner.state.labeled.len() + 1,
             id: b.id.clone(),
             label: b.label.clone(),
             note: b.note.filter(|n| !n.trim().is_empty()),
+            guess,
+            round: None,
         };
         let undo = learner
             .teach_one(&answer, Path::new("the labeling page"))
@@ -650,10 +671,7 @@ impl App {
     fn skip(self: &Arc<Self>, b: IdBody) -> std::result::Result<Reply, Reply> {
         let mut inner = guard(&self.inner);
         let inner = &mut *inner;
-        if inner.learner.is_none() {
-            return Err(Self::busy());
-        }
-        if !inner.state.pending.iter().any(|p| p.id == b.id) || inner.skipped.contains(&b.id) {
+        if !waiting::offers(inner).iter().any(|o| o.id == b.id) {
             return Err(Reply::error(
                 409,
                 format!("`{}` is not waiting for an answer", b.id),
@@ -669,12 +687,15 @@ impl App {
         let mut inner = guard(&self.inner);
         let inner = &mut *inner;
         let Some(learner) = inner.learner.as_mut() else {
-            return Err(Self::busy());
+            return self.undo_waiting(inner);
         };
         match inner.undo.pop() {
             None => return Err(Reply::error(409, "nothing to undo in this batch")),
             Some(Action::Skip(id)) => {
                 inner.skipped.remove(&id);
+            }
+            Some(Action::Queued(id)) => {
+                return Err(Reply::error(409, format!("`{id}` is taught already")));
             }
             Some(Action::Answer(undo, label)) => {
                 let id = undo.id.clone();
@@ -685,10 +706,9 @@ impl App {
                 if let Err(e) = learner.save_state(&self.dir) {
                     // Put the answer back as it was on disk.
                     let answer = Answer {
-                        row: 1,
-                        id: id.clone(),
-                        label: label.clone(),
-                        note: kept.and_then(|l| l.note),
+                        note: kept.as_ref().and_then(|l| l.note.clone()),
+                        guess: kept.and_then(|l| l.guess),
+                        ..Answer::new(1, id.clone(), label.clone())
                     };
                     if let Ok(u) = learner.teach_one(&answer, Path::new("the labeling page")) {
                         inner.undo.push(Action::Answer(u, label));
@@ -745,6 +765,7 @@ impl App {
         let n_labeled = st.labeled.len();
         inner.error = None;
         inner.exhausted = false;
+        self.keep_spares(&learner, inner, round);
         *guard(&self.progress) = Some(Progress {
             round,
             labeled: n_labeled,
@@ -761,64 +782,101 @@ impl App {
         std::thread::spawn(move || app.run_round(learner, request));
     }
 
+    /// Keeps the spares the training round may serve: those still unlabeled and unqueried,
+    /// or a fresh seeded draw when none is left (a server just started, a ranking used up).
+    fn keep_spares(&self, learner: &Learner, inner: &mut Inner, round: usize) {
+        let open: HashSet<usize> = learner.candidates(false).into_iter().collect();
+        inner.spares.retain(|s| open.contains(&s.index));
+        if inner.spares.is_empty() {
+            let n = waiting::spare_count(self.request.n);
+            inner.spares = waiting::random_spares(learner, n, round as u64);
+        }
+    }
+
+    /// The background round: query, the last model's guesses on the batch and the spares,
+    /// save; then, whatever came of it, the answers that waited are taught.
     fn run_round(self: Arc<Self>, mut learner: Learner, request: QueryRequest) {
-        let mut observer = ProgressObserver { app: &self };
+        let mut observer = ProgressObserver {
+            app: &self,
+            scored: None,
+        };
+        let key = learner.state().rounds.len() as u64 + 1;
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let batch = learner.query(&request, &self.device, &mut observer)?;
-            let indices: Vec<usize> = batch.iter().map(|q| q.index).collect();
-            let predicted = learner.predicted(&indices, &self.device)?;
+            let n = waiting::spare_count(request.n);
+            let spares = waiting::spares_after(&learner, observer.scored.take(), n, key);
+            let shown = waiting::shown_indices(&batch, &spares);
+            let predicted = learner.predicted(&shown, &self.device)?;
             learner.save(&self.dir)?;
-            // A streamed pool's batch is read once now, not once per image shown.
-            let pending: Vec<usize> = learner
+            // A streamed pool's batch and spares are read once now, not once per image shown.
+            let mut read: Vec<usize> = learner
                 .state()
                 .pending
                 .iter()
                 .filter_map(|p| self.items.position(&p.id))
                 .collect();
-            learner.items().prefetch(&pending)?;
-            Ok::<_, Error>((batch, predicted))
+            read.extend(spares.iter().map(|s| s.index));
+            learner.items().prefetch(&read)?;
+            let guesses: HashMap<String, (usize, f32)> = predicted
+                .map(|p| {
+                    let ids = self.items.ids();
+                    shown
+                        .iter()
+                        .zip(p)
+                        .map(|(&i, cp)| (ids[i].clone(), cp))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Ok::<_, Error>((batch.len(), spares, guesses))
         }));
         let mut inner = guard(&self.inner);
-        match result {
-            Ok(Ok((batch, predicted))) => {
-                inner.state = learner.state().clone();
-                inner.ranks = ranks(&inner.state);
+        let inner = &mut *inner;
+        let ok = match result {
+            Ok(Ok((queried, spares, guesses))) => {
                 inner.undo.clear();
-                inner.predicted = predicted
-                    .map(|p| {
-                        batch
-                            .iter()
-                            .zip(p)
-                            .map(|(q, cp)| (q.id.clone(), cp))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let r = inner.state.rounds.last();
+                inner.predicted = guesses;
+                inner.spares = spares;
+                let r = learner.state().rounds.last();
                 (self.events)(&ServeEvent::RoundFinished {
                     round: r.map_or(0, |r| r.round),
-                    queried: batch.len(),
+                    queried,
                     test_acc: r.and_then(|r| r.test_acc),
                 });
+                true
             }
-            Ok(Err(e)) => {
-                let m = e.to_string();
-                (self.events)(&ServeEvent::Failed { problem: &m });
-                inner.error = Some(m);
-            }
-            Err(_) => {
-                let m = "retraining failed inside alkit (a bug); the answers so far are saved"
-                    .to_string();
-                (self.events)(&ServeEvent::Failed { problem: &m });
-                inner.error = Some(m);
-            }
-        }
+            Ok(Err(e)) => self.failed(inner, e.to_string()),
+            Err(_) => self.failed(
+                inner,
+                "retraining failed inside alkit (a bug); the answers so far are saved".into(),
+            ),
+        };
+        let taught = self.teach_waiting(&mut learner, inner);
+        inner.state = learner.state().clone();
+        inner.ranks = ranks(&inner.state);
         inner.learner = Some(learner);
         *guard(&self.progress) = None;
+        match taught {
+            Err(e) => {
+                self.failed(inner, format!("the answers given while it trained: {e}"));
+            }
+            // Every item of the new batch may have been answered while it trained.
+            Ok(()) if ok => self.after_change(inner),
+            Ok(()) => {}
+        }
+    }
+
+    /// Reports a failed round or save; returns `false`.
+    fn failed(&self, inner: &mut Inner, m: String) -> bool {
+        (self.events)(&ServeEvent::Failed { problem: &m });
+        inner.error = Some(m);
+        false
     }
 }
 
 struct ProgressObserver<'a> {
     app: &'a App,
+    /// The round's `(candidates, scores)`, when it ranked them.
+    scored: Option<(Vec<usize>, Vec<f32>)>,
 }
 
 impl Observer for ProgressObserver<'_> {
@@ -826,6 +884,12 @@ impl Observer for ProgressObserver<'_> {
         let (phase, done, total) = match *event {
             Event::TrainStep { step, steps, .. } => ("training", step, steps),
             Event::Scoring { done, total } => ("scoring", done, total),
+            Event::Scored {
+                indices, scores, ..
+            } => {
+                self.scored = Some((indices.to_vec(), scores.to_vec()));
+                return Control::Continue;
+            }
             _ => return Control::Continue,
         };
         if let Some(p) = guard(&self.app.progress).as_mut() {

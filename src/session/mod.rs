@@ -39,8 +39,10 @@ pub use lock::{lock, SessionLock, LOCK_FILE};
 pub use pool::PoolItems;
 pub use query::{Query, QueryRequest};
 pub use setup::{open, SessionOptions};
+pub(crate) use state::check_note;
 pub use state::{
-    Answer, Labeled, Pending, Round, SessionConfig, SessionState, Undo, MAX_NOTE, STATE_FILE,
+    Answer, GuessMatch, Labeled, Pending, Round, SessionConfig, SessionState, Undo, MAX_NOTE,
+    STATE_FILE,
 };
 pub(crate) use teach::read_answers_from;
 pub use teach::{read_answer_csv, read_answers, Taught};

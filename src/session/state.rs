@@ -29,6 +29,11 @@ pub struct Labeled {
     /// The person's note on the item, if they left one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The class the model of round `round` predicted for the item when the person answered
+    /// (the labeling page records it; how often it matched is the page's learning curve when
+    /// the pool has no test split).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guess: Option<String>,
 }
 
 /// One answer to teach: an item's id, its class name and an optional note; `row` is its
@@ -43,6 +48,11 @@ pub struct Answer {
     pub label: String,
     /// An optional note (at most [`MAX_NOTE`] characters, no control characters).
     pub note: Option<String>,
+    /// The class the latest model predicted for the item, when the answer's page showed one.
+    pub guess: Option<String>,
+    /// The round the answer was given after, when it waited while a later round trained
+    /// (`None`: the current round).
+    pub round: Option<usize>,
 }
 
 impl Answer {
@@ -53,8 +63,20 @@ impl Answer {
             id: id.into(),
             label: label.into(),
             note: None,
+            guess: None,
+            round: None,
         }
     }
+}
+
+/// Checks a note on answer `id`: at most [`MAX_NOTE`] characters, no control characters.
+pub(crate) fn check_note(id: &str, note: &str) -> std::result::Result<(), String> {
+    if note.chars().count() > MAX_NOTE || note.chars().any(char::is_control) {
+        return Err(format!(
+            "the note on `{id}` is longer than {MAX_NOTE} characters or holds control characters"
+        ));
+    }
+    Ok(())
 }
 
 /// The longest note kept with an answer, in characters.
@@ -98,6 +120,20 @@ pub struct Round {
     pub test_acc: Option<f64>,
     /// NLL on the source's test split, when it has one.
     pub test_nll: Option<f64>,
+}
+
+/// How often one round's model guessed the class the person then gave: a learning curve
+/// that needs no test split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GuessMatch {
+    /// The round whose model guessed.
+    pub round: usize,
+    /// The labels that model was trained on.
+    pub labeled: usize,
+    /// Answers that came with its guess.
+    pub answered: usize,
+    /// Of them, those equal to the guess.
+    pub matched: usize,
 }
 
 /// Settings fixed when a session starts.
@@ -248,6 +284,12 @@ impl SessionState {
                     l.id, l.round
                 ));
             }
+            if let Some(g) = l.guess.as_ref().filter(|g| !self.classes.contains(g)) {
+                return bad(format!(
+                    "the guess `{g}` recorded on `{}` is not one of the classes",
+                    l.id
+                ));
+            }
         }
         let mut pending = HashSet::new();
         for p in &self.pending {
@@ -277,6 +319,30 @@ impl SessionState {
             *m.entry(l.label.as_str()).or_default() += 1;
         }
         m
+    }
+
+    /// Per round whose model guessed, how often its guesses matched the answers (rounds in
+    /// order; rounds without a recorded guess are left out).
+    pub fn guess_matches(&self) -> Vec<GuessMatch> {
+        let mut per: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+        for l in &self.labeled {
+            if let Some(g) = &l.guess {
+                let e = per.entry(l.round).or_default();
+                e.0 += 1;
+                e.1 += usize::from(*g == l.label);
+            }
+        }
+        per.into_iter()
+            .map(|(round, (answered, matched))| GuessMatch {
+                round,
+                labeled: round
+                    .checked_sub(1)
+                    .and_then(|k| self.rounds.get(k))
+                    .map_or(0, |r| r.labeled),
+                answered,
+                matched,
+            })
+            .collect()
     }
 
     /// The session at a glance as one JSON object: `source`, `pool` (items), `labeled`,

@@ -3,7 +3,7 @@
 
 use super::learner::Learner;
 use super::query::Query;
-use super::state::{Answer, Labeled, Pending, Undo, MAX_NOTE};
+use super::state::{check_note, Answer, Labeled, Pending, Undo};
 use crate::data::source::read_delimited;
 use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
@@ -188,17 +188,27 @@ impl Learner {
                 id,
                 label: class,
                 note,
+                guess,
+                round: given_after,
             } = answer;
             if let Some(n) = note {
-                if n.chars().count() > MAX_NOTE || n.chars().any(char::is_control) {
-                    return Err(row_err(
-                        *row,
-                        format!(
-                            "the note on `{id}` is longer than {MAX_NOTE} characters or holds \
-                             control characters"
-                        ),
-                    ));
-                }
+                check_note(id, n).map_err(|p| row_err(*row, p))?;
+            }
+            if let Some(g) = guess.as_ref().filter(|g| !self.state.classes.contains(g)) {
+                return Err(row_err(
+                    *row,
+                    format!("the model's guess `{g}` on `{id}` is not one of the classes"),
+                ));
+            }
+            if let Some(r) = given_after.filter(|&r| r > round) {
+                return Err(row_err(
+                    *row,
+                    format!(
+                        "the answer on `{id}` is given after round {r}, yet the session has had \
+                         {round} rounds: this answer belongs to another session.json (restore \
+                         it, or answer the item again)"
+                    ),
+                ));
             }
             let Some(i) = self.items.position(id) else {
                 return Err(row_err(*row, format!("unknown id `{id}`")));
@@ -242,8 +252,9 @@ impl Learner {
         self.state.labeled.extend(new.iter().map(|a| Labeled {
             id: a.id.clone(),
             label: a.label.clone(),
-            round,
+            round: a.round.unwrap_or(round),
             note: a.note.clone(),
+            guess: a.guess.clone(),
         }));
         Ok(Taught {
             taught: new.len(),
@@ -298,6 +309,8 @@ pub(crate) fn read_answers_from(path: &Path, bytes: &[u8], delimiter: u8) -> Res
                 id: r[ic].clone(),
                 label: r[lc].clone(),
                 note,
+                guess: None,
+                round: None,
             })
         })
         .collect()

@@ -1823,6 +1823,60 @@ fn cases() -> Vec<Case> {
             ["sess/session.json", "labeled twice"]
         ),
         case!(
+            "sess-guess-not-a-class",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["labeled"][0]["guess"] = serde_json::json!("zebra");
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            [
+                "sess/session.json",
+                "guess `zebra`",
+                "not one of the classes"
+            ]
+        ),
+        case!(
+            "sess-journal-round-past-the-session",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                let v: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(s.join("session.json")).unwrap())
+                        .unwrap();
+                let (id, label) = (
+                    v["labeled"][0]["id"].clone(),
+                    v["labeled"][0]["label"].clone(),
+                );
+                let queue = serde_json::json!([{"id": id, "label": label, "round": 7}]);
+                std::fs::write(s.join("label-studio-queue.json"), queue.to_string()).unwrap();
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            [
+                "label-studio-queue.json:1",
+                "after round 7",
+                "has had 0 rounds"
+            ]
+        ),
+        case!(
             "sess-pending-and-labeled",
             |d, fx| {
                 let s = sess_copy(d, fx);

@@ -391,6 +391,13 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
             ServeEvent::Answered { id, label, labeled } => {
                 writeln!(se, "answered {id} = {label} ({labeled} labeled)")
             }
+            ServeEvent::Queued { id, label, waiting } => writeln!(
+                se,
+                "answered {id} = {label} while the model trains ({waiting} waiting to be taught)"
+            ),
+            ServeEvent::TaughtWaiting { taught } => {
+                writeln!(se, "taught the {taught} answers given while it trained")
+            }
             ServeEvent::Undone { id } => writeln!(se, "took back the answer on {id}"),
             ServeEvent::RoundStarted { round, labeled } => {
                 writeln!(se, "round {round}: training on {labeled} labels")
@@ -555,6 +562,14 @@ pub fn status(a: StatusArgs) -> Result<()> {
         st.pool_size - st.labeled.len()
     )?;
     writeln!(so, "rounds    {}", st.rounds.len())?;
+    let waiting = alkit::session::journal::waiting(&a.state)?.len();
+    if waiting > 0 {
+        writeln!(
+            so,
+            "waiting   {waiting} answers given while a model trained (taught when the session \
+             opens next: `label`, `query` or `teach`)"
+        )?;
+    }
     writeln!(so, "per class")?;
     for (c, n) in st.per_class() {
         writeln!(so, "  {c:<20} {n}")?;

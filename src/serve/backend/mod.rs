@@ -686,9 +686,8 @@ impl App {
                     r.id, r.label
                 )),
                 None => new.push(Queued {
-                    task,
-                    id: r.id.clone(),
-                    label: r.label.clone(),
+                    task: Some(task),
+                    ..Queued::new(r.id.clone(), r.label.clone())
                 }),
             }
         }
@@ -990,9 +989,8 @@ impl App {
                 return Reply::json(200, &json!({ "status": "queued" }));
             }
             inner.queue.push(Queued {
-                task: tid,
-                id,
-                label,
+                task: Some(tid),
+                ..Queued::new(id, label)
             });
             if let Err(e) = journal::write(&self.dir, &inner.queue) {
                 inner.queue.pop();
@@ -1120,13 +1118,14 @@ impl App {
         // The answers that came while it trained.
         let queue = std::mem::take(&mut inner.queue);
         for q in &queue {
-            let origin = PathBuf::from(format!("Label Studio task {}", q.task));
+            let task = q.task.unwrap_or(0);
+            let origin = PathBuf::from(format!("Label Studio task {task}"));
             let answer = Answer::new(1, q.id.clone(), q.label.clone());
             match learner.teach_file_answers(&[answer], &origin) {
                 Ok(t) => {
                     inner.since += t.taught;
                     (self.events)(&BackendEvent::Taught {
-                        task: q.task,
+                        task,
                         id: &q.id,
                         label: &q.label,
                         repeated: t.repeated > 0,
