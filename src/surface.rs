@@ -18,6 +18,7 @@ use crate::models::Arch;
 use crate::nn::layers::log_probs;
 use crate::nn::{Classifier, MlpConfig, Mode};
 use crate::observe::Silent;
+use crate::plot::{heatmaps_png, Heatmap};
 use crate::rng::{stream, Purpose, Rng};
 use crate::train::{train, TrainConfig};
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -98,6 +99,21 @@ impl SurfaceModel {
             hidden: vec![25, 25, 25],
             members,
             anchor,
+        }
+    }
+
+    /// The model as a figure's title names it.
+    pub fn label(&self) -> String {
+        match self {
+            SurfaceModel::Duq(_) => "DUQ".into(),
+            SurfaceModel::Mlp(_) => "softmax MLP".into(),
+            SurfaceModel::McDropout { samples, .. } => format!("MC dropout ({samples} passes)"),
+            SurfaceModel::Ensemble {
+                members,
+                anchor: None,
+                ..
+            } => format!("ensemble of {members}"),
+            SurfaceModel::Ensemble { members, .. } => format!("anchored ensemble of {members}"),
         }
     }
 }
@@ -193,6 +209,9 @@ pub struct Surface {
     pub auroc_far: f64,
     /// Score name.
     pub scorer: String,
+    /// The model, as titles name it ([`SurfaceModel::label`]).
+    #[serde(skip)]
+    pub model: String,
     /// Uncertainty on the grid `(n, n)`, row 0 at the top.
     #[serde(skip)]
     pub grid: Vec<f64>,
@@ -421,6 +440,7 @@ pub fn moons_surface(spec: &SurfaceSpec, device: &Device) -> Result<Surface> {
         accuracy,
         auroc_far,
         scorer: score_name.to_string(),
+        model: spec.model.label(),
         grid: v(&s.detach())?.iter().map(|&v| f64::from(v)).collect(),
         gradient,
         n,
@@ -480,23 +500,59 @@ mod tests {
     }
 }
 
+/// What a surface's colours measure: DUQ's `1 - max K`, else the score's name.
+fn measure(s: &Surface) -> String {
+    match s.scorer.as_str() {
+        "duq" => "uncertainty: 1 - max K".into(),
+        name => format!("uncertainty: {name}"),
+    }
+}
+
+/// The surface's heatmap panel (`gradient`: its input-gradient magnitude instead).
+fn panel<'a>(s: &'a Surface, gradient: bool, title: &'a str, measure: &'a str) -> Heatmap<'a> {
+    Heatmap {
+        values: if gradient { &s.gradient } else { &s.grid },
+        nx: s.n,
+        ny: s.n,
+        extent: s.extent,
+        points: &s.train_points,
+        title,
+        measure,
+    }
+}
+
+/// The surface's title: model, score and how well it tells the far points apart.
+fn title(s: &Surface) -> String {
+    format!(
+        "{}, {}: auroc_far {:.3}, accuracy {:.3}",
+        s.model, s.scorer, s.auroc_far, s.accuracy
+    )
+}
+
 /// Writes one surface into `out`: `surface.png` (the score over the plane with the training
-/// points), `gradient.png` (the score's gradient magnitude) and `metrics.json`.
+/// points, axes and a colour bar), `gradient.png` (the score's gradient magnitude) and
+/// `metrics.json`.
 pub fn write(s: &Surface, out: &std::path::Path) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| crate::Error::io(out, e))?;
-    let title = format!("{}: uncertainty, auroc_far {:.3}", s.scorer, s.auroc_far);
-    let png = crate::plot::heatmap_png(&s.grid, s.n, s.n, s.extent, &s.train_points, &title);
+    let (t, m) = (title(s), measure(s));
+    let png = heatmaps_png(&[panel(s, false, &t, &m)]);
     crate::fsutil::write_atomic(&out.join("surface.png"), &png)?;
-    let png = crate::plot::heatmap_png(
-        &s.gradient,
-        s.n,
-        s.n,
-        s.extent,
-        &s.train_points,
-        &format!("{}: |d score / dx|", s.scorer),
-    );
+    let t = format!("{}, {}: input gradient", s.model, s.scorer);
+    let png = heatmaps_png(&[panel(s, true, &t, "|d score / dx|")]);
     crate::fsutil::write_atomic(&out.join("gradient.png"), &png)?;
     crate::fsutil::write_json(&out.join("metrics.json"), s)
+}
+
+/// Writes `out/beside.png`: the surfaces side by side (the same moons drawn, each on its own
+/// colour scale), as the DUQ paper's Figure 1 sets DUQ beside a softmax network.
+pub fn write_beside(surfaces: &[&Surface], out: &std::path::Path) -> Result<()> {
+    let titles: Vec<(String, String)> = surfaces.iter().map(|s| (title(s), measure(s))).collect();
+    let panels: Vec<Heatmap<'_>> = surfaces
+        .iter()
+        .zip(&titles)
+        .map(|(s, (t, m))| panel(s, false, t, m))
+        .collect();
+    crate::fsutil::write_atomic(&out.join("beside.png"), &heatmaps_png(&panels))
 }
 
 /// Median, minimum and maximum of a metric over seeds.

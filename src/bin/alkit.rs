@@ -711,10 +711,23 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
             dir.display()
         );
     };
+    let beside = a.beside_spec()?;
     if a.seeds == 1 {
         let s = alkit::surface::moons_surface(&spec, device)?;
         alkit::surface::write(&s, &a.out)?;
         line(&s, &a.out);
+        if let Some(spec) = beside {
+            let b = alkit::surface::moons_surface(&spec, device)?;
+            let dir = a.out.join("beside");
+            alkit::surface::write(&b, &dir)?;
+            line(&b, &dir);
+            alkit::surface::write_beside(&[&s, &b], &a.out)?;
+            writeln!(
+                std::io::stdout().lock(),
+                "wrote {}/beside.png",
+                a.out.display()
+            )?;
+        }
         return Ok(());
     }
     let r = alkit::surface::run_seeds(&spec, a.seed, a.seeds, &a.out, device, &mut |seed, s| {

@@ -332,12 +332,14 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
         n => format!(" (mean ± std over {n} seeds)"),
     };
     let mut acc = Panel {
+        log_y: false,
         title: format!("Test accuracy{over}"),
         x_label: "labeled items".into(),
         y_label: "accuracy".into(),
         series: Vec::new(),
     };
     let mut nll = Panel {
+        log_y: false,
         title: format!("Test NLL{over}"),
         x_label: "labeled items".into(),
         y_label: "NLL (nats)".into(),

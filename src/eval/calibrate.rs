@@ -319,6 +319,7 @@ pub fn run(
     let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
     let mut rows = Vec::with_capacity(scorers.len());
     let mut rejection = Panel {
+        log_y: false,
         title: "Rejection-classification".into(),
         x_label: "fraction rejected".into(),
         y_label: "accuracy on retained".into(),
@@ -365,6 +366,7 @@ pub fn run(
     // As the calibration papers draw it: each bin's accuracy as a bar, the diagonal, and
     // below it how many items each bin holds (a bar of few items says little).
     let rel = Panel {
+        log_y: false,
         title: "Reliability (15 bins)".into(),
         x_label: "confidence".into(),
         y_label: "accuracy".into(),
@@ -378,6 +380,7 @@ pub fn run(
         ],
     };
     let counts = Panel {
+        log_y: false,
         title: format!("Confidence histogram ({} items)", confidence.len()),
         x_label: "confidence".into(),
         y_label: "items".into(),

@@ -115,6 +115,7 @@ pub fn run(
     .acc;
     let mut rows = Vec::with_capacity(scorers.len());
     let mut roc = Panel {
+        log_y: false,
         title: "ROC (OOD positive)".into(),
         x_label: "false positive rate".into(),
         y_label: "true positive rate".into(),
@@ -188,7 +189,8 @@ pub fn run(
 }
 
 /// Score histograms (fraction of items per bin, 30 bins over the joint range) of
-/// in-distribution vs OOD, drawn as steps.
+/// in-distribution vs OOD, drawn as steps; on a log axis when one bin towers over the rest
+/// ([`spiky`]).
 fn histogram_panel(name: &str, id: &[f32], ood: &[f32]) -> Panel {
     let lo = id.iter().chain(ood).copied().fold(f32::INFINITY, f32::min);
     let hi = id
@@ -198,37 +200,55 @@ fn histogram_panel(name: &str, id: &[f32], ood: &[f32]) -> Panel {
         .fold(f32::NEG_INFINITY, f32::max);
     let bins = 30;
     let width = f64::from((hi - lo).max(1e-12)) / bins as f64;
-    let steps = |v: &[f32]| {
+    let fractions = |v: &[f32]| {
         let mut counts = vec![0usize; bins];
         for &x in v {
             let b = ((f64::from(x - lo) / width) as usize).min(bins - 1);
             counts[b] += 1;
         }
+        counts
+            .into_iter()
+            .map(|c| c as f64 / v.len() as f64)
+            .collect::<Vec<f64>>()
+    };
+    let steps = |f: &[f64]| {
         let mut pts = Vec::new();
-        for (b, &c) in counts.iter().enumerate() {
-            let y = c as f64 / v.len() as f64;
+        for (b, &y) in f.iter().enumerate() {
             pts.push((f64::from(lo) + b as f64 * width, y));
             pts.push((f64::from(lo) + (b + 1) as f64 * width, y));
         }
         pts
     };
+    let (f_id, f_ood) = (fractions(id), fractions(ood));
     Panel {
         title: name.into(),
         x_label: "score".into(),
         y_label: "fraction of items".into(),
+        log_y: spiky(f_id.iter().chain(&f_ood).copied()),
         series: vec![
             Series {
                 name: "in-dist.".into(),
-                points: steps(id),
+                points: steps(&f_id),
                 band: Vec::new(),
             },
             Series {
                 name: "OOD".into(),
-                points: steps(ood),
+                points: steps(&f_ood),
                 band: Vec::new(),
             },
         ],
     }
+}
+
+/// Whether the tallest bin is over 20 times the median non-empty bin: then a linear axis
+/// flattens every other bin to the floor (a confident model's scores pile up at one end).
+fn spiky(fractions: impl Iterator<Item = f64>) -> bool {
+    let mut f: Vec<f64> = fractions.filter(|&v| v > 0.0).collect();
+    if f.len() < 3 {
+        return false;
+    }
+    f.sort_by(f64::total_cmp);
+    f[f.len() - 1] > 20.0 * f[f.len() / 2]
 }
 
 /// Refuses OOD items of another shape than the in-distribution ones (before either is

@@ -29,6 +29,9 @@ pub struct Panel {
     pub y_label: String,
     /// The lines.
     pub series: Vec<Series>,
+    /// A logarithmic y axis (decades; values at or below 0 drawn at the bottom), for counts
+    /// where one spike would flatten the rest.
+    pub log_y: bool,
 }
 
 /// Panels in rows.
@@ -95,7 +98,7 @@ fn legend_corner(
 }
 
 /// "Nice" tick positions covering `[lo, hi]`.
-fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+pub(super) fn ticks(lo: f64, hi: f64) -> Vec<f64> {
     let span = (hi - lo).max(1e-12);
     let raw = span / 5.0;
     let mag = 10f64.powf(raw.log10().floor());
@@ -111,7 +114,7 @@ fn ticks(lo: f64, hi: f64) -> Vec<f64> {
         .collect()
 }
 
-fn fmt_tick(v: f64) -> String {
+pub(super) fn fmt_tick(v: f64) -> String {
     if v.abs() >= 1000.0 || v == v.trunc() {
         format!("{v:.0}")
     } else if (v * 10.0 - (v * 10.0).round()).abs() < 1e-9 {
@@ -141,203 +144,57 @@ impl Figure {
     /// The figure as drawing primitives, back to front.
     pub(super) fn layout(&self) -> Vec<Prim> {
         let mut out = Vec::new();
-        let (pw, h) = (f64::from(self.panel_width), f64::from(self.height));
-        let (ml, mr, mt, mb) = (64.0, 16.0, 30.0, 48.0);
-        let cols = self.cols();
         for (pi, panel) in self.panels.iter().enumerate() {
-            let (col, top) = ((pi % cols) as f64, (pi / cols) as f64 * h);
-            let x0 = col * pw + ml;
-            let (x1, y0, y1) = ((col + 1.0) * pw - mr, top + mt, top + h - mb);
-            let all_x = panel
-                .series
-                .iter()
-                .flat_map(|s| s.points.iter().map(|p| p.0));
-            let all_y = panel.series.iter().flat_map(|s| {
-                s.points
-                    .iter()
-                    .map(|p| p.1)
-                    .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
-            });
-            let (mut xl, mut xh) = all_x.fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| {
-                (a.0.min(v), a.1.max(v))
-            });
-            let (mut yl, mut yh) = all_y
-                .filter(|v| v.is_finite())
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| {
-                    (a.0.min(v), a.1.max(v))
-                });
-            if !xl.is_finite() {
-                (xl, xh) = (0.0, 1.0);
-            }
-            if !yl.is_finite() {
-                (yl, yh) = (0.0, 1.0);
-            }
-            if xh - xl < 1e-12 {
-                (xl, xh) = (xl - 0.5, xh + 0.5);
-            }
-            let pad = ((yh - yl) * 0.05).max(1e-6);
-            (yl, yh) = (yl - pad, yh + pad);
-            let sx = |v: f64| x0 + (v - xl) / (xh - xl) * (x1 - x0);
-            let sy = |v: f64| y1 - (v - yl) / (yh - yl) * (y1 - y0);
-            // Grid and ticks.
-            for t in ticks(yl, yh) {
-                out.push(Prim::Line {
-                    pts: vec![(x0, sy(t)), (x1, sy(t))],
-                    color: (225, 225, 225),
-                    width: 1.0,
-                });
-                out.push(Prim::Text {
-                    x: x0 - 6.0,
-                    y: sy(t) + 4.0,
-                    s: fmt_tick(t),
-                    size: LABEL,
-                    anchor: Anchor::End,
-                    vertical: false,
-                });
-            }
-            for t in ticks(xl, xh) {
-                out.push(Prim::Line {
-                    pts: vec![(sx(t), y0), (sx(t), y1)],
-                    color: (225, 225, 225),
-                    width: 1.0,
-                });
-                out.push(Prim::Text {
-                    x: sx(t),
-                    y: y1 + 16.0,
-                    s: fmt_tick(t),
-                    size: LABEL,
-                    anchor: Anchor::Middle,
-                    vertical: false,
-                });
-            }
-            out.push(Prim::Line {
-                pts: vec![(x0, y0), (x0, y1), (x1, y1), (x1, y0), (x0, y0)],
-                color: (60, 60, 60),
-                width: 1.0,
-            });
-            out.push(Prim::Text {
-                x: (x0 + x1) / 2.0,
-                y: top + 18.0,
-                s: panel.title.clone(),
-                size: TITLE,
-                anchor: Anchor::Middle,
-                vertical: false,
-            });
-            out.push(Prim::Text {
-                x: (x0 + x1) / 2.0,
-                y: top + h - 12.0,
-                s: panel.x_label.clone(),
-                size: LABEL,
-                anchor: Anchor::Middle,
-                vertical: false,
-            });
-            out.push(Prim::Text {
-                x: col * pw + 14.0,
-                y: (y0 + y1) / 2.0,
-                s: panel.y_label.clone(),
-                size: LABEL,
-                anchor: Anchor::Middle,
-                vertical: true,
-            });
-            // Legend box (drawn under the entries, over the grid and bands).
-            // The key (5..23), a gap, the longest name from 27, and a margin.
-            let legend_w = 35.0
-                + panel
-                    .series
-                    .iter()
-                    .map(|s| font::width(&s.name, LABEL))
-                    .fold(0.0, f64::max);
-            let legend_h = 8.0 + 14.0 * panel.series.len() as f64;
-            // The lines and band edges, sampled along each segment (a legend must not hide
-            // a line that passes between two of its points).
-            let drawn: Vec<(f64, f64)> = panel
-                .series
-                .iter()
-                .flat_map(|s| {
-                    let low = s.band.iter().map(|b| (b.0, b.1)).collect::<Vec<_>>();
-                    let high = s.band.iter().map(|b| (b.0, b.2)).collect::<Vec<_>>();
-                    [s.points.clone(), low, high]
-                })
-                .flat_map(|line| {
-                    let px: Vec<(f64, f64)> = line
-                        .iter()
-                        .filter(|p| p.1.is_finite())
-                        .map(|p| (sx(p.0), sy(p.1)))
-                        .collect();
-                    let mut along: Vec<(f64, f64)> = px
-                        .windows(2)
-                        .flat_map(|w| {
-                            (0..16).map(move |k| {
-                                let t = f64::from(k) / 16.0;
-                                (
-                                    w[0].0 + t * (w[1].0 - w[0].0),
-                                    w[0].1 + t * (w[1].1 - w[0].1),
-                                )
-                            })
-                        })
-                        .collect();
-                    along.extend(px.last());
-                    along
-                })
-                .collect();
-            let (lx, ly) = legend_corner((x0, y0, x1, y1), (legend_w, legend_h), &drawn);
-            let mut entries = Vec::new();
-            for (si, s) in panel.series.iter().enumerate() {
-                let color = PALETTE[si % PALETTE.len()];
-                if !s.band.is_empty() {
-                    let mut pts: Vec<(f64, f64)> =
-                        s.band.iter().map(|b| (sx(b.0), sy(b.2))).collect();
-                    pts.extend(s.band.iter().rev().map(|b| (sx(b.0), sy(b.1))));
-                    out.push(Prim::Fill {
-                        pts,
-                        color,
-                        alpha: 0.18,
-                    });
-                }
-                let pts: Vec<(f64, f64)> = s
-                    .points
-                    .iter()
-                    .filter(|p| p.1.is_finite())
-                    .map(|p| (sx(p.0), sy(p.1)))
-                    .collect();
-                out.push(Prim::Line {
-                    pts,
-                    color,
-                    width: 2.0,
-                });
-                // Legend, in the corner it covers least.
-                let ey = ly + 11.0 + 14.0 * si as f64;
-                entries.push(Prim::Line {
-                    pts: vec![(lx + 5.0, ey - 4.0), (lx + 23.0, ey - 4.0)],
-                    color,
-                    width: 2.0,
-                });
-                entries.push(Prim::Text {
-                    x: lx + 27.0,
-                    y: ey,
-                    s: s.name.clone(),
-                    size: LABEL,
-                    anchor: Anchor::Start,
-                    vertical: false,
-                });
-            }
-            if !panel.series.is_empty() {
-                out.push(Prim::Fill {
-                    pts: vec![
-                        (lx, ly),
-                        (lx + legend_w, ly),
-                        (lx + legend_w, ly + legend_h),
-                        (lx, ly + legend_h),
-                    ],
-                    color: (255, 255, 255),
-                    alpha: 0.85,
-                });
-                out.extend(entries);
-            }
+            let frame = self.frame(pi, panel);
+            frame.axes(panel, &mut out);
+            frame.lines_and_legend(panel, &mut out);
         }
         out
     }
 
+    /// Where panel `pi` is drawn and the data ranges its axes cover.
+    fn frame(&self, pi: usize, panel: &Panel) -> Frame {
+        let (pw, h) = (f64::from(self.panel_width), f64::from(self.height));
+        let (ml, mr, mt, mb) = (64.0, 16.0, 30.0, 48.0);
+        let cols = self.cols();
+        let (col, top) = ((pi % cols) as f64, (pi / cols) as f64 * h);
+        let points = || panel.series.iter().flat_map(|s| s.points.iter());
+        let (mut xl, mut xh) = range(points().map(|p| p.0));
+        if !xl.is_finite() {
+            (xl, xh) = (0.0, 1.0);
+        }
+        if xh - xl < 1e-12 {
+            (xl, xh) = (xl - 0.5, xh + 0.5);
+        }
+        let ys = panel.series.iter().flat_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.1)
+                .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+        });
+        let (mut yl, mut yh) = if panel.log_y {
+            let (lo, hi) = range(ys.filter(|v| *v > 0.0).map(f64::log10));
+            (lo.floor(), hi.ceil().max(lo.floor() + 1.0))
+        } else {
+            range(ys)
+        };
+        if !yl.is_finite() {
+            (yl, yh) = (0.0, 1.0);
+        }
+        let pad = ((yh - yl) * 0.05).max(1e-6);
+        Frame {
+            col,
+            top,
+            width: pw,
+            height: h,
+            x: (col * pw + ml, (col + 1.0) * pw - mr),
+            y: (top + mt, top + h - mb),
+            xs: (xl, xh),
+            ys: (yl - pad, yh + pad),
+            floor: yl - pad,
+            log: panel.log_y,
+        }
+    }
     /// The figure as an SVG document.
     pub fn to_svg(&self) -> String {
         super::svg::render(self.width(), self.total_height(), &self.layout())
@@ -352,6 +209,244 @@ impl Figure {
     pub fn save(&self, dir: &std::path::Path, stem: &str) -> crate::Result<()> {
         crate::fsutil::write_atomic(&dir.join(format!("{stem}.svg")), self.to_svg().as_bytes())?;
         crate::fsutil::write_atomic(&dir.join(format!("{stem}.png")), &self.to_png())
+    }
+}
+
+/// The smallest and largest finite values (`(inf, -inf)` when none is).
+fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    v.filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| {
+            (a.0.min(v), a.1.max(v))
+        })
+}
+
+/// A tick label on a logarithmic axis: the decade `10^k` written out where short.
+fn fmt_decade(k: f64) -> String {
+    match k as i64 {
+        k @ 0..=5 => format!("{}", 10u64.pow(k as u32)),
+        k @ -4..=-1 => format!("{:.*}", (-k) as usize, 10f64.powi(k as i32)),
+        k => format!("1e{k}"),
+    }
+}
+
+/// One panel's place on the page and the ranges its axes cover (a log axis's in decades).
+struct Frame {
+    col: f64,
+    top: f64,
+    width: f64,
+    height: f64,
+    /// The axes' left and right edge, in pixels.
+    x: (f64, f64),
+    /// The axes' top and bottom edge, in pixels.
+    y: (f64, f64),
+    xs: (f64, f64),
+    ys: (f64, f64),
+    /// On a log axis, where values at or below 0 go: the axis's bottom edge.
+    floor: f64,
+    log: bool,
+}
+
+impl Frame {
+    fn sx(&self, v: f64) -> f64 {
+        self.x.0 + (v - self.xs.0) / (self.xs.1 - self.xs.0) * (self.x.1 - self.x.0)
+    }
+
+    /// A data value's pixel row (on a log axis, its decade's).
+    fn sy(&self, v: f64) -> f64 {
+        let v = match self.log {
+            true if v > 0.0 => v.log10(),
+            true => self.floor,
+            false => v,
+        };
+        self.scale_y(v)
+    }
+
+    /// An axis value's pixel row.
+    fn scale_y(&self, v: f64) -> f64 {
+        self.y.1 - (v - self.ys.0) / (self.ys.1 - self.ys.0) * (self.y.1 - self.y.0)
+    }
+
+    /// The y ticks as `(axis value, label)`.
+    fn y_ticks(&self) -> Vec<(f64, String)> {
+        if self.log {
+            let (lo, hi) = (self.ys.0.ceil() as i64, self.ys.1.floor() as i64);
+            (lo..=hi)
+                .map(|k| (k as f64, fmt_decade(k as f64)))
+                .collect()
+        } else {
+            ticks(self.ys.0, self.ys.1)
+                .into_iter()
+                .map(|t| (t, fmt_tick(t)))
+                .collect()
+        }
+    }
+
+    /// Grid, ticks, frame, title and axis labels.
+    fn axes(&self, panel: &Panel, out: &mut Vec<Prim>) {
+        let ((x0, x1), (y0, y1)) = (self.x, self.y);
+        let text =
+            |x: f64, y: f64, s: String, size: f64, anchor: Anchor, vertical: bool| Prim::Text {
+                x,
+                y,
+                s,
+                size,
+                anchor,
+                vertical,
+            };
+        let grid = |pts: Vec<(f64, f64)>| Prim::Line {
+            pts,
+            color: (225, 225, 225),
+            width: 1.0,
+        };
+        for (t, label) in self.y_ticks() {
+            let y = self.scale_y(t);
+            out.push(grid(vec![(x0, y), (x1, y)]));
+            out.push(text(x0 - 6.0, y + 4.0, label, LABEL, Anchor::End, false));
+        }
+        for t in ticks(self.xs.0, self.xs.1) {
+            let x = self.sx(t);
+            out.push(grid(vec![(x, y0), (x, y1)]));
+            out.push(text(
+                x,
+                y1 + 16.0,
+                fmt_tick(t),
+                LABEL,
+                Anchor::Middle,
+                false,
+            ));
+        }
+        out.push(Prim::Line {
+            pts: vec![(x0, y0), (x0, y1), (x1, y1), (x1, y0), (x0, y0)],
+            color: (60, 60, 60),
+            width: 1.0,
+        });
+        let (mid, top, h) = ((x0 + x1) / 2.0, self.top, self.height);
+        out.push(text(
+            mid,
+            top + 18.0,
+            panel.title.clone(),
+            TITLE,
+            Anchor::Middle,
+            false,
+        ));
+        out.push(text(
+            mid,
+            top + h - 12.0,
+            panel.x_label.clone(),
+            LABEL,
+            Anchor::Middle,
+            false,
+        ));
+        let y_label = panel.y_label.clone() + if self.log { " (log scale)" } else { "" };
+        let lx = self.col * self.width + 14.0;
+        out.push(text(
+            lx,
+            (y0 + y1) / 2.0,
+            y_label,
+            LABEL,
+            Anchor::Middle,
+            true,
+        ));
+    }
+
+    /// The lines and band edges in pixels, sampled along each segment (a legend must not hide
+    /// a line that passes between two of its points).
+    fn drawn(&self, panel: &Panel) -> Vec<(f64, f64)> {
+        let lines = panel.series.iter().flat_map(|s| {
+            let low = s.band.iter().map(|b| (b.0, b.1)).collect::<Vec<_>>();
+            let high = s.band.iter().map(|b| (b.0, b.2)).collect::<Vec<_>>();
+            [s.points.clone(), low, high]
+        });
+        lines
+            .flat_map(|line| {
+                let px: Vec<(f64, f64)> = line
+                    .iter()
+                    .filter(|p| p.1.is_finite())
+                    .map(|p| (self.sx(p.0), self.sy(p.1)))
+                    .collect();
+                let mut along: Vec<(f64, f64)> = px
+                    .windows(2)
+                    .flat_map(|w| {
+                        (0..16).map(move |k| {
+                            let t = f64::from(k) / 16.0;
+                            (
+                                w[0].0 + t * (w[1].0 - w[0].0),
+                                w[0].1 + t * (w[1].1 - w[0].1),
+                            )
+                        })
+                    })
+                    .collect();
+                along.extend(px.last());
+                along
+            })
+            .collect()
+    }
+
+    /// Each series' band and line, and the legend in the corner they cover least (its box
+    /// drawn under the entries, over the grid and bands).
+    fn lines_and_legend(&self, panel: &Panel, out: &mut Vec<Prim>) {
+        if panel.series.is_empty() {
+            return;
+        }
+        // The key (5..23), a gap, the longest name from 27, and a margin.
+        let names = panel.series.iter().map(|s| font::width(&s.name, LABEL));
+        let legend_w = 35.0 + names.fold(0.0, f64::max);
+        let legend_h = 8.0 + 14.0 * panel.series.len() as f64;
+        let bounds = (self.x.0, self.y.0, self.x.1, self.y.1);
+        let (lx, ly) = legend_corner(bounds, (legend_w, legend_h), &self.drawn(panel));
+        let mut entries = Vec::new();
+        for (si, s) in panel.series.iter().enumerate() {
+            let color = PALETTE[si % PALETTE.len()];
+            if !s.band.is_empty() {
+                let mut pts: Vec<(f64, f64)> = s
+                    .band
+                    .iter()
+                    .map(|b| (self.sx(b.0), self.sy(b.2)))
+                    .collect();
+                pts.extend(s.band.iter().rev().map(|b| (self.sx(b.0), self.sy(b.1))));
+                out.push(Prim::Fill {
+                    pts,
+                    color,
+                    alpha: 0.18,
+                });
+            }
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|p| p.1.is_finite())
+                .map(|p| (self.sx(p.0), self.sy(p.1)))
+                .collect();
+            out.push(Prim::Line {
+                pts,
+                color,
+                width: 2.0,
+            });
+            let ey = ly + 11.0 + 14.0 * si as f64;
+            entries.push(Prim::Line {
+                pts: vec![(lx + 5.0, ey - 4.0), (lx + 23.0, ey - 4.0)],
+                color,
+                width: 2.0,
+            });
+            entries.push(Prim::Text {
+                x: lx + 27.0,
+                y: ey,
+                s: s.name.clone(),
+                size: LABEL,
+                anchor: Anchor::Start,
+                vertical: false,
+            });
+        }
+        out.push(Prim::Fill {
+            pts: vec![
+                (lx, ly),
+                (lx + legend_w, ly),
+                (lx + legend_w, ly + legend_h),
+                (lx, ly + legend_h),
+            ],
+            color: (255, 255, 255),
+            alpha: 0.85,
+        });
+        out.extend(entries);
     }
 }
 
@@ -380,6 +475,7 @@ mod tests {
                     points: vec![(0.0, 0.0), (1.0, 1.0)],
                     band: vec![(0.0, -0.1, 0.1), (1.0, 0.9, 1.1)],
                 }],
+                log_y: false,
             }],
             panel_width: 120,
             height: 90,
@@ -425,6 +521,47 @@ mod tests {
         assert_eq!((thirteen.width(), thirteen.total_height()), (480, 360));
         thirteen.columns = 0;
         assert_eq!((thirteen.width(), thirteen.total_height()), (1560, 90));
+    }
+
+    #[test]
+    fn a_log_axis_has_a_tick_per_decade_and_draws_zeros_on_its_floor() {
+        let mut fig = figure();
+        fig.panel_width = 400;
+        fig.height = 300;
+        fig.panels[0].log_y = true;
+        fig.panels[0].series[0].points = vec![(0.0, 0.004), (1.0, 0.5), (2.0, 0.0)];
+        fig.panels[0].series[0].band.clear();
+        let prims = fig.layout();
+        let labels: Vec<&str> = prims
+            .iter()
+            .filter_map(|p| match p {
+                Prim::Text { s, anchor, .. } if *anchor == Anchor::End => Some(s.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(labels, ["0.001", "0.01", "0.1", "1"]);
+        let line = prims
+            .iter()
+            .find_map(|p| match p {
+                Prim::Line { pts, width, .. } if *width == 2.0 => Some(pts.clone()),
+                _ => None,
+            })
+            .unwrap();
+        // 0.004 between the 0.001 and 0.01 grid lines, 0.5 just under 1, and 0 on the frame.
+        let row = |label: &str| {
+            prims
+                .iter()
+                .find_map(|p| match p {
+                    Prim::Text { s, y, .. } if s == label => Some(y - 4.0),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let (d3, d2, d0) = (row("0.001"), row("0.01"), row("1"));
+        let frac = (d3 - line[0].1) / (d3 - d2);
+        assert!((frac - (0.004f64.log10() + 3.0)).abs() < 1e-9, "{frac}");
+        assert!(line[1].1 > d0 && line[1].1 < row("0.1"));
+        assert!((line[2].1 - 270.0 + 18.0).abs() < 1e-9, "{}", line[2].1);
     }
 
     /// The raster backend's PNG holds exactly the pixels it drew (tested here, where a

@@ -1,4 +1,4 @@
-//! Plots: line charts with shaded bands ([`Figure`]) and heatmaps ([`heatmap_png`]).
+//! Plots: line charts with shaded bands ([`Figure`]) and heatmaps ([`heatmaps_png`]).
 //!
 //! Small on purpose: alkit needs curves (mean ± std per strategy), ROC and reliability plots,
 //! not a plotting framework. A [`Figure`] of [`Panel`]s is laid out once into the drawing
@@ -13,7 +13,7 @@ mod raster;
 mod svg;
 
 pub use figure::{Figure, Panel, Series};
-pub use heatmap::heatmap_png;
+pub use heatmap::{heatmaps_png, Heatmap};
 
 /// An sRGB colour.
 type Rgb = (u8, u8, u8);

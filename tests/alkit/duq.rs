@@ -439,6 +439,14 @@ fn cli_ood_keeps_the_model_it_trained_and_reuses_it() {
     assert!(!out.join("c").exists());
 }
 
+/// A PNG file's `(width, height)`, from its header.
+fn png_size(path: &std::path::Path) -> (u32, u32) {
+    let b = std::fs::read(path).unwrap();
+    assert!(b.starts_with(b"\x89PNG"), "{}", path.display());
+    let be = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    (be(16), be(20))
+}
+
 #[test]
 fn cli_surface_writes_png_and_metrics() {
     let out = tmp("surface");
@@ -463,6 +471,36 @@ fn cli_surface_writes_png_and_metrics() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+    // --beside mlp: the same DUQ run, and the softmax MLP on the same moons next to it.
+    let both = out.join("both");
+    let o = alkit_cmd()
+        .args([
+            "surface", "--model", "duq", "--seed", "1", "--beside", "mlp",
+        ])
+        .args(["--steps", "300", "--out"])
+        .arg(&both)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read(both.join("metrics.json")).unwrap(),
+        std::fs::read(out.join("metrics.json")).unwrap()
+    );
+    let mlp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(both.join("beside/metrics.json")).unwrap()).unwrap();
+    assert_eq!(mlp["scorer"], serde_json::json!("entropy"));
+    let (one, two) = (
+        png_size(&both.join("surface.png")),
+        png_size(&both.join("beside.png")),
+    );
+    assert_eq!((two.0, two.1), (2 * one.0, one.1));
+    let o = alkit_cmd()
+        .args(["surface", "--beside", "mlp", "--seeds", "2", "--out"])
+        .arg(out.join("refused"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("beside"));
     // --seeds: one folder per seed and a CSV whose rows are those folders' metrics.
     let many = out.join("many");
     let o = alkit_cmd()

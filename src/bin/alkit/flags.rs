@@ -70,7 +70,7 @@ pub(crate) enum Command {
     Calibrate(CalibrateArgs),
     /// All metrics from externally computed scores in a CSV file.
     Metrics(MetricsArgs),
-    /// Uncertainty over the plane on two moons (DUQ vs a softmax MLP): surface.png + metrics.json.
+    /// Uncertainty over the plane on two moons (DUQ; `--beside mlp` draws a softmax MLP next to it): surface.png + metrics.json.
     Surface(SurfaceArgs),
     /// Start a labeling session on a pool (optionally with seed labels) in a state folder.
     Init(session::InitArgs),
@@ -133,6 +133,9 @@ pub(crate) struct SurfaceArgs {
     /// The model.
     #[arg(long, value_enum, default_value_t = SurfaceModelArg::Duq)]
     pub(crate) model: SurfaceModelArg,
+    /// Also train this model on the same moons (scored by its default) and draw both side by side in beside.png; its own files go to OUT/beside/. One seed.
+    #[arg(long, value_enum)]
+    pub(crate) beside: Option<SurfaceModelArg>,
     /// DUQ's gradient-penalty form (lambda 1.0).
     #[arg(long, value_enum, default_value_t = PenaltyArg::TwoSided)]
     pub(crate) penalty: PenaltyArg,
@@ -723,6 +726,31 @@ impl SurfaceArgs {
     /// The surface's spec: the model the flags name, scored as they say (DUQ by its own
     /// certainty, the others by entropy unless `--scorer`).
     pub(crate) fn spec(&self) -> Result<alkit::surface::SurfaceSpec> {
+        self.spec_of(self.model, self.scorer)
+    }
+
+    /// The spec of `--beside`'s model on the same moons, scored by its default; `None`
+    /// without the flag.
+    pub(crate) fn beside_spec(&self) -> Result<Option<alkit::surface::SurfaceSpec>> {
+        let Some(model) = self.beside else {
+            return Ok(None);
+        };
+        if self.seeds != 1 {
+            return Err(alkit::Error::config(
+                "beside",
+                "draws one seed's surfaces side by side; leave out --seeds, or --beside for the \
+                 spread over seeds",
+            )
+            .into());
+        }
+        self.spec_of(model, None).map(Some)
+    }
+
+    fn spec_of(
+        &self,
+        model: SurfaceModelArg,
+        scorer: Option<SurfaceScorerArg>,
+    ) -> Result<alkit::surface::SurfaceSpec> {
         use alkit::surface::{SurfaceModel, SurfaceScore, SurfaceSpec};
         if self.dataset != "moons" {
             return Err(alkit::Error::config(
@@ -740,8 +768,8 @@ impl SurfaceArgs {
                 return Err(alkit::Error::config(field, "must be at least 1").into());
             }
         }
-        let is_duq = matches!(self.model, SurfaceModelArg::Duq);
-        let score = match (self.scorer, is_duq) {
+        let is_duq = matches!(model, SurfaceModelArg::Duq);
+        let score = match (scorer, is_duq) {
             (None | Some(SurfaceScorerArg::Duq), true) => SurfaceScore::MaxProb,
             (Some(SurfaceScorerArg::Duq), false) => {
                 return Err(alkit::Error::config("scorer", "duq needs --model duq").into())
@@ -754,7 +782,7 @@ impl SurfaceArgs {
             (Some(SurfaceScorerArg::ClassVariance), false) => SurfaceScore::ClassVariance,
             (Some(SurfaceScorerArg::Bald), false) => SurfaceScore::Bald,
         };
-        let model = match self.model {
+        let model = match model {
             SurfaceModelArg::Duq => SurfaceModel::duq(match self.penalty {
                 PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
                 PenaltyArg::Squared => alkit::duq::Penalty::Squared,
