@@ -558,13 +558,19 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     bars.finish();
     let r = r?;
     let mut so = std::io::stdout().lock();
-    writeln!(
-        so,
-        "in-distribution test accuracy {:.2}% ({} ID, {} OOD items)",
-        100.0 * r.id_accuracy,
-        r.id_items,
-        r.ood_items
-    )?;
+    let (id, ood) = (r.id_items, r.ood_items);
+    match (r.id_accuracy, &r.accuracy_note) {
+        (Some(acc), _) => writeln!(
+            so,
+            "in-distribution test accuracy {:.2}% ({id} ID, {ood} OOD items)",
+            100.0 * acc
+        )?,
+        (None, note) => writeln!(
+            so,
+            "in-distribution test accuracy not measured ({id} ID, {ood} OOD items): {}",
+            note.as_deref().unwrap_or("no labels")
+        )?,
+    }
     writeln!(
         so,
         "{:<16} {:>8} {:>8} {:>8} {:>8}",

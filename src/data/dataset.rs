@@ -195,6 +195,21 @@ impl Dataset {
         self.classes
     }
 
+    /// The same items with label `k` renamed `map[k]`, among `classes` classes (a data set's
+    /// labels put in a model's class order).
+    pub fn relabeled(&self, map: &[u32], classes: usize) -> Result<Dataset> {
+        let y = self
+            .y
+            .iter()
+            .map(|&l| {
+                map.get(l as usize).copied().ok_or_else(|| {
+                    Error::config("classes", format!("label {l} has no class to go to"))
+                })
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        Dataset::new(self.x.clone(), y, self.item_shape.clone(), classes)
+    }
+
     /// Labels `(n,)`.
     pub fn labels(&self) -> &[u32] {
         &self.y

@@ -55,7 +55,7 @@ pub fn evaluate(
     inputs.extend(source.checkpoint.as_deref().map(Path::new));
     check_output_dir("out", out, &inputs, false)?;
     let holdout_of = |n: usize| if temperature { n / 10 } else { 0 };
-    let (ck, splits, _, scorers) = source.model_and_data(
+    let e = source.model_and_data(
         data,
         &[],
         scorers,
@@ -65,6 +65,16 @@ pub fn evaluate(
         device,
         observer,
     )?;
+    if let Some(why) = e.foreign_labels {
+        return Err(Error::config(
+            "checkpoint",
+            format!(
+                "{why}. Calibration measures the model's confidence against the labels, so \
+                 they must name its classes"
+            ),
+        ));
+    }
+    let (ck, splits, scorers) = (e.ck, e.splits, e.served);
     let n_train = splits.train.len();
     let test = ck.config.normalizer.apply(&splits.test)?;
     let train = ck.config.normalizer.apply(&splits.train)?;

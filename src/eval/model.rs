@@ -4,7 +4,7 @@
 
 use super::train::fit_and_save;
 use crate::checkpoint::{self, Checkpoint};
-use crate::data::source::load_splits;
+use crate::data::source::{load_named, load_splits};
 use crate::data::{Dataset, Splits};
 use crate::error::{Error, Result, ResultExt};
 use crate::hub::Hub;
@@ -77,6 +77,9 @@ impl ModelSource {
     /// cannot serve (`duq` without DUQ, MC dropout without dropout) are refused before anything
     /// trains; the scorers are returned as the model serves them ([`served_scorers`]).
     /// Downloads and training report to `observer`.
+    /// The data's labels are put in the model's class order by name (a folder whose classes
+    /// sort otherwise, or hold fewer of them); data whose class names are not the model's
+    /// come back with [`Evaluation::foreign_labels`] saying so.
     #[allow(clippy::too_many_arguments)]
     pub fn model_and_data(
         &self,
@@ -88,7 +91,7 @@ impl ModelSource {
         hub: &Hub,
         device: &Device,
         observer: &mut dyn Observer,
-    ) -> Result<(Checkpoint, Splits, Vec<Dataset>, Served)> {
+    ) -> Result<Evaluation> {
         let check = |arch: &Arch| -> Result<Served> {
             let served = served_scorers(arch, scorers);
             for s in &served {
@@ -103,7 +106,13 @@ impl ModelSource {
             let limit = limit(splits.train.len());
             let ck = train_and_save(self, &splits.train, limit, save_to, device, observer)
                 .context_with(|| format!("training the model saved to {}", save_to.display()))?;
-            return Ok((ck, splits, other, served));
+            return Ok(Evaluation {
+                ck,
+                splits,
+                others: other,
+                served,
+                foreign_labels: None,
+            });
         };
         let ck = checkpoint::open_ensemble_with(
             std::slice::from_ref(c),
@@ -115,14 +124,90 @@ impl ModelSource {
         .context_with(|| format!("loading the checkpoint {c}"))?;
         let served = check(&ck.config.arch)?;
         let pre = ck.config.preprocess;
-        let splits = load_splits(data, pre.as_ref(), hub, observer)?;
+        let (source, loaded) = load_named(data, pre.as_ref(), hub, observer)?;
+        let mut splits = loaded
+            .splits(&source)
+            .context_with(|| format!("loading the data {data}"))?;
+        let foreign_labels = match align(&ck.config.classes, &loaded.pool.classes) {
+            Alignment::Same => None,
+            Alignment::Renamed(map) => {
+                let n = ck.config.classes.len();
+                splits.train = splits.train.relabeled(&map, n)?;
+                splits.test = splits.test.relabeled(&map, n)?;
+                None
+            }
+            Alignment::Foreign(why) => Some(format!("{data}: {why}")),
+        };
         let other = scored_items(others, pre.as_ref(), hub, observer)?;
         // `data`'s labels are scored against the model's classes; the others (OOD data) only
         // need its item shape, which their evaluation checks.
         for split in [&splits.train, &splits.test] {
             check_fits(&ck, c, split).context_with(|| format!("evaluating on {data}"))?;
         }
-        Ok((ck, splits, other, served))
+        Ok(Evaluation {
+            ck,
+            splits,
+            others: other,
+            served,
+            foreign_labels,
+        })
+    }
+}
+
+/// What [`ModelSource::model_and_data`] read.
+pub struct Evaluation {
+    /// The model.
+    pub ck: Checkpoint,
+    /// The data it is evaluated on, labels in the model's class order.
+    pub splits: Splits,
+    /// The items of each other data set.
+    pub others: Vec<Dataset>,
+    /// The scorers as the model serves them.
+    pub served: Served,
+    /// Why the data's labels are not the model's classes, when their names are not among
+    /// the model's (digits against letters): accuracy or calibration against them would
+    /// measure nothing.
+    pub foreign_labels: Option<String>,
+}
+
+/// How a data set's class names line up with a model's.
+#[derive(Debug, Clone, PartialEq)]
+enum Alignment {
+    /// The same names in the same places (the data may hold fewer classes).
+    Same,
+    /// Every data class is a model class: data class `k` is model class `map[k]`.
+    Renamed(Vec<u32>),
+    /// Some data class is not a model class: why, naming both lists.
+    Foreign(String),
+}
+
+/// Lines `data`'s class names up with `model`'s.
+fn align(model: &[String], data: &[String]) -> Alignment {
+    if data.len() <= model.len() && data.iter().zip(model).all(|(d, m)| d == m) {
+        return Alignment::Same;
+    }
+    let map: Option<Vec<u32>> = data
+        .iter()
+        .map(|d| model.iter().position(|m| m == d).map(|k| k as u32))
+        .collect();
+    match map {
+        Some(map) => Alignment::Renamed(map),
+        None => Alignment::Foreign(format!(
+            "its classes {} are not among the model's classes {}; label the data with the \
+             model's class names, or name the model's classes (a checkpoint's config.json \
+             `classes`, a timm repository's `label_names`)",
+            shown(data),
+            shown(model)
+        )),
+    }
+}
+
+/// Up to six names of `names`, with the count when there are more.
+fn shown(names: &[String]) -> String {
+    let head: Vec<&str> = names.iter().take(6).map(String::as_str).collect();
+    match names.len() {
+        n if n > 6 => format!("[{}, ... ({n} in all)]", head.join(", ")),
+        _ => format!("[{}]", head.join(", ")),
     }
 }
 
@@ -307,5 +392,31 @@ pub fn scoring<'a>(ck: &'a Checkpoint, device: &'a Device) -> Scoring<'a> {
         batch: crate::predict::default_batch(ck.config.item_shape.iter().product()),
         device,
         reference: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{align, Alignment};
+
+    fn names(s: &str) -> Vec<String> {
+        s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn data_labels_follow_the_models_class_names() {
+        let model = names("ant,bee,cat,dog");
+        assert_eq!(align(&model, &names("ant,bee")), Alignment::Same);
+        assert_eq!(
+            align(&model, &names("cat,ant")),
+            Alignment::Renamed(vec![2, 0])
+        );
+        let Alignment::Foreign(why) = align(&names("0,1,2,3,4,5,6,7,8,9"), &names("a,b,c")) else {
+            panic!("letters passed for digits");
+        };
+        assert!(
+            why.contains("[a, b, c]") && why.contains("... (10 in all)"),
+            "{why}"
+        );
     }
 }

@@ -26,8 +26,11 @@ use std::sync::Arc;
 /// What [`run`] measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OodReport {
-    /// Accuracy on the in-distribution test split.
-    pub id_accuracy: f64,
+    /// Accuracy on the in-distribution test split; `None` when its labels are not the
+    /// model's classes ([`accuracy_note`](Self::accuracy_note) says why).
+    pub id_accuracy: Option<f64>,
+    /// Why the accuracy was not measured.
+    pub accuracy_note: Option<String>,
     /// In-distribution items scored.
     pub id_items: usize,
     /// OOD items scored.
@@ -54,7 +57,7 @@ pub fn evaluate(
     let mut inputs = vec![Path::new(id_data), Path::new(ood_data)];
     inputs.extend(source.checkpoint.as_deref().map(Path::new));
     check_output_dir("out", out, &inputs, false)?;
-    let (ck, splits, ood, scorers) = source.model_and_data(
+    let e = source.model_and_data(
         id_data,
         &[ood_data],
         scorers,
@@ -64,25 +67,31 @@ pub fn evaluate(
         device,
         observer,
     )?;
+    let (ck, splits, ood, scorers) = (&e.ck, &e.splits, &e.others, &e.served);
     let norm = &ck.config.normalizer;
     same_items(&splits.test, &ood[0])?;
     let (id_test, ood_test) = (norm.apply(&splits.test)?, norm.apply(&ood[0])?);
     let train = &splits.train;
     let all: Vec<usize> = (0..train.len()).collect();
     let reference = training_reference(
-        source, &ck, id_data, train, &all, &scorers, hub, device, observer,
+        source, ck, id_data, train, &all, scorers, hub, device, observer,
     )?;
-    run(
-        &ck,
+    let mut report = run(
+        ck,
         &id_test,
         &ood_test,
-        &scorers,
+        scorers,
         reference,
         source.seed,
         out,
         device,
     )
-    .context_with(|| format!("OOD evaluation against {ood_data}"))
+    .context_with(|| format!("OOD evaluation against {ood_data}"))?;
+    if let Some(why) = &e.foreign_labels {
+        report.id_accuracy = None;
+        report.accuracy_note = Some(why.clone());
+    }
+    Ok(report)
 }
 
 /// Scores `id_test` and `ood_test` (both normalised with the model's statistics) with each
@@ -181,7 +190,8 @@ pub fn run(
     }
     .save(out, "hist")?;
     Ok(OodReport {
-        id_accuracy,
+        id_accuracy: Some(id_accuracy),
+        accuracy_note: None,
         id_items: id_test.len(),
         ood_items: ood_test.len(),
         rows,

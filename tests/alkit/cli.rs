@@ -515,6 +515,72 @@ fn ood_scores_a_plain_image_folder_and_metrics_reads_the_scores_it_wrote() {
         seen += 1;
     }
     assert_eq!(seen, 2);
+    // The model saved there knows digits. Letters (the same images in folders a-j) are not
+    // its classes: `ood` scores them and says why it measured no accuracy, `calibrate`
+    // refuses them; digits 3 and 7 alone are put in the model's order by name.
+    let (train_all, test_all) = shipped();
+    let write_split = |name: &str, label: &dyn Fn(u32) -> Option<String>| {
+        for (split, ds) in [("train", &train_all), ("test", &test_all)] {
+            let items: Vec<(usize, Option<String>)> = (0..ds.len())
+                .filter_map(|i| label(ds.labels()[i]).map(|c| (i, Some(c))))
+                .take(200)
+                .collect();
+            write_image_folder(&dir.join(name).join(split), ds, &items).unwrap();
+        }
+    };
+    write_split("letters", &|l| Some(((b'a' + l as u8) as char).to_string()));
+    write_split("three-seven", &|l| {
+        matches!(l, 3 | 7).then(|| l.to_string())
+    });
+    let model = out.join("model");
+    let o = alkit_cmd()
+        .args(["-q", "ood", "--checkpoint"])
+        .arg(&model)
+        .arg("--train-data")
+        .arg(dir.join("letters"))
+        .arg("--ood-data")
+        .arg(dir.join("noise"))
+        .args(["--scorer", "entropy", "--out"])
+        .arg(dir.join("ood-letters"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("accuracy not measured")
+            && said.contains("[a, b, c, d, e, f, ... (10 in all)]"),
+        "{said}"
+    );
+    let calibrate = |data: &str, out: &str| {
+        alkit_cmd()
+            .args(["-q", "calibrate", "--checkpoint"])
+            .arg(&model)
+            .arg("--data")
+            .arg(dir.join(data))
+            .args(["--scorer", "entropy", "--out"])
+            .arg(dir.join(out))
+            .output()
+            .unwrap()
+    };
+    let o = calibrate("letters", "cal-letters");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("not among the model's classes") && err.contains("label_names"),
+        "{err}"
+    );
+    assert!(!dir.join("cal-letters").exists());
+    let o = calibrate("three-seven", "cal-37");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    let acc: f64 = said
+        .split("test accuracy ")
+        .nth(1)
+        .and_then(|r| r.split('%').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    // By position, 3 and 7 would be read as classes 0 and 1: near 0%.
+    assert!(acc > 80.0, "{said}");
     // Without --json, one row per scorer.
     let o = alkit_cmd()
         .args(["metrics", "--scores"])
