@@ -11,6 +11,8 @@ through DLPack (or anything ``numpy.asarray`` reads).
 - :func:`select` (top-k, random, power, softmax, soft-rank from scores) and
   :func:`select_batch` (BatchBALD, BADGE, core-set, TypiClust, ProbCover), seeded;
 - :func:`ood_metrics`, :func:`calibration`, :func:`fit_temperature`, :func:`conformal`;
+- :func:`curve`: the simulated acquisition loop of ``alkit curve`` (strategies against random
+  over seeds) on a data source or on arrays, into a run folder the command line resumes;
 - :class:`Session`: a labeling session in the same folder the command line uses;
 - :func:`scorers`: every strategy name, as ``alkit scorers`` lists them.
 
@@ -38,6 +40,8 @@ __all__ = [
     "calibration",
     "fit_temperature",
     "conformal",
+    "curve",
+    "CurveResult",
     "scorers",
     "Scorer",
     "ItemScores",
@@ -467,6 +471,127 @@ def conformal(
         seed=seed,
         cal_draws=_f64(cal_draws, "cal_draws"),
         draws=_f64(draws, "draws"),
+    )
+
+
+class CurveResult(NamedTuple):
+    """What :func:`curve` ran: ``runs`` one dict per strategy and seed (``strategy``,
+    ``seed`` and per cycle ``cycle``, ``labeled``, ``acc``, ``nll`` as arrays), ``summary``
+    one dict per strategy as ``summary.csv`` has it (``acc_mean`` and ``nll_mean`` averaged
+    over cycles 1.., their standard deviations over seeds, ``final_acc``)."""
+
+    runs: List[Dict[str, object]]
+    summary: List[Dict[str, object]]
+
+
+def curve(
+    out: PathLike,
+    *,
+    data: Optional[PathLike] = None,
+    train: Optional[Tuple[object, object]] = None,
+    test: Optional[Tuple[object, object]] = None,
+    classes: Optional[Sequence[str]] = None,
+    scorers: Optional[Union[str, Sequence[str]]] = None,
+    model: Optional[str] = None,
+    seed: Optional[int] = None,
+    seeds: Optional[int] = None,
+    initial: Optional[int] = None,
+    query: Optional[int] = None,
+    cycles: Optional[int] = None,
+    steps: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    lr: Optional[float] = None,
+    ensemble: Optional[int] = None,
+    subsample: Optional[int] = None,
+    cold_start: bool = False,
+    scorer_settings: Optional[Mapping[str, object]] = None,
+    stream: bool = False,
+    force: bool = False,
+    resume: bool = False,
+) -> CurveResult:
+    """Runs ``alkit curve`` into the folder ``out``: from ``initial`` random labels, each
+    strategy of ``scorers`` (names as :func:`scorers` lists them; default entropy, REGrad*,
+    random) picks ``query`` items per cycle for ``cycles`` cycles, the model (``model``,
+    default ``cnn``) retrained from scratch each cycle, for ``seeds`` seeds from ``seed``; the
+    test accuracy and NLL of every cycle are returned and written (``curve.csv``,
+    ``summary.csv``, ``curve.svg``/``.png``), the same bytes as the command line's.
+
+    The data: ``data`` (a source as ``--data`` takes it, default the shipped ``data``), or
+    ``train`` and ``test`` as ``(items, labels)`` arrays (items ``(n, d)`` rows, ``(n, h, w)``
+    or ``(n, c, h, w)`` images; labels integer class indices, named by ``classes``), saved
+    into ``out/arrays.safetensors`` so that the run can be resumed. ``scorer_settings`` sets
+    the parameterised scorers (e.g. ``{"lambda": 0.3, "mc_samples": 20}``); ``resume=True``
+    continues the run in ``out`` where it stopped (Ctrl-C stops at a safe point), the settings
+    given again only if they are the run's own; ``force=True`` starts again over a run."""
+    _counts(
+        seed=seed, seeds=seeds, initial=initial, query=query, cycles=cycles, steps=steps,
+        batch_size=batch_size, ensemble=ensemble, subsample=subsample,
+    )
+    if isinstance(scorers, str):
+        scorers = [s.strip() for s in scorers.split(",")]
+
+    def split(pair: Optional[Tuple[object, object]], name: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        if pair is None:
+            return None
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise SettingsError(f"{name}: expected a tuple (items, labels)", field=name)
+        items = _array(pair[0], f"{name} items")
+        if items.dtype.kind not in "fiub":
+            raise DataError(
+                f"{name} items: expected numbers, got dtype {items.dtype}", field=f"{name} items"
+            )
+        return (
+            np.ascontiguousarray(items, dtype=np.float32),
+            _labels(pair[1], f"{name} labels"),
+        )
+
+    if (train is not None or test is not None) and data is not None:
+        raise SettingsError("give `data` or `train` and `test`, not both", field="data")
+    runs, summary = _alkit.curve(
+        os.fspath(out),
+        data=None if data is None else os.fspath(data),
+        train=split(train, "train"),
+        test=split(test, "test"),
+        classes=None if classes is None else list(classes),
+        scorers=None if scorers is None else list(scorers),
+        model=model,
+        seed=seed,
+        seeds=seeds,
+        initial=initial,
+        query=query,
+        cycles=cycles,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        ensemble=ensemble,
+        subsample=subsample,
+        cold_start=cold_start,
+        scorer_settings=None if scorer_settings is None else json.dumps(dict(scorer_settings)),
+        stream=stream,
+        force=force,
+        resume=resume,
+    )
+    return CurveResult(
+        runs=[
+            {
+                "strategy": name,
+                "seed": s,
+                "cycle": np.array([r[0] for r in rows], dtype=np.int64),
+                "labeled": np.array([r[1] for r in rows], dtype=np.int64),
+                "acc": np.array([r[2] for r in rows]),
+                "nll": np.array([r[3] for r in rows]),
+            }
+            for name, s, rows in runs
+        ],
+        summary=[
+            dict(
+                zip(
+                    ("strategy", "seeds", "acc_mean", "acc_std", "nll_mean", "nll_std", "final_acc"),
+                    row,
+                )
+            )
+            for row in summary
+        ],
     )
 
 

@@ -84,6 +84,35 @@ def conformal(
     draws: Optional[npt.NDArray[np.float64]] = None,
 ) -> Tuple[float, npt.NDArray[np.bool_]]: ...
 
+def curve(
+    out: str,
+    *,
+    data: Optional[str] = None,
+    train: Optional[Tuple[F32, I64]] = None,
+    test: Optional[Tuple[F32, I64]] = None,
+    classes: Optional[List[str]] = None,
+    scorers: Optional[List[str]] = None,
+    model: Optional[str] = None,
+    seed: Optional[int] = None,
+    seeds: Optional[int] = None,
+    initial: Optional[int] = None,
+    query: Optional[int] = None,
+    cycles: Optional[int] = None,
+    steps: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    lr: Optional[float] = None,
+    ensemble: Optional[int] = None,
+    subsample: Optional[int] = None,
+    cold_start: bool = False,
+    scorer_settings: Optional[str] = None,
+    stream: bool = False,
+    force: bool = False,
+    resume: bool = False,
+) -> Tuple[
+    List[Tuple[str, int, List[Tuple[int, int, float, float]]]],
+    List[Tuple[str, int, float, float, float, float, float]],
+]: ...
+
 class Session:
     def __init__(self, state: str) -> None: ...
     @staticmethod

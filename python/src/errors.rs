@@ -32,6 +32,10 @@ const ARRAYS: &[&str] = &[
     "OOD scores",
     "correct",
     "confidence",
+    "train items",
+    "train labels",
+    "test items",
+    "test labels",
 ];
 
 /// `e` as the Python exception of its kind.

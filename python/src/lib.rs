@@ -8,6 +8,7 @@
 use pyo3::prelude::*;
 
 mod arrays;
+mod curve;
 mod errors;
 mod metrics;
 mod scoring;
@@ -29,6 +30,7 @@ fn _alkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::calibration, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::fit_temperature, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::conformal, m)?)?;
+    m.add_function(wrap_pyfunction!(curve::curve, m)?)?;
     m.add_class::<session::Session>()?;
     Ok(())
 }

@@ -11,7 +11,7 @@
 
 mod setup;
 
-pub use setup::{resume, resume_with, run, CurveData, CurveOptions};
+pub use setup::{resume, resume_with, run, CurveData, CurveOptions, ARRAYS_FILE};
 
 use crate::acquire::{run as run_one, LoopConfig, RunContext, RunState};
 use crate::data::{Dataset, PoolReader};

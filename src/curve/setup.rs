@@ -30,6 +30,18 @@ pub struct CurveData {
 }
 
 impl CurveData {
+    /// Splits in memory, normalised with statistics of `train`.
+    pub fn of(train: &Dataset, test: &Dataset) -> Result<CurveData> {
+        let norm = Normalizer::fit(train);
+        Ok(CurveData {
+            item_shape: train.item_shape().to_vec(),
+            classes: train.classes(),
+            train: Box::new(norm.apply(train)?),
+            test: norm.apply(test)?,
+            norm,
+        })
+    }
+
     /// Loads the data source `data` (a folder, a file or `hf:OWNER/NAME`, with a train and a
     /// test split), or with `stream` reads its training split once (labels from the label files
     /// or listing, the normaliser from one pass) to stream it during the run.
@@ -42,14 +54,7 @@ impl CurveData {
         let name = data.to_string_lossy().into_owned();
         if !stream {
             let splits = crate::data::source::load_splits(&name, None, hub, observer)?;
-            let norm = Normalizer::fit(&splits.train);
-            return Ok(CurveData {
-                item_shape: splits.train.item_shape().to_vec(),
-                classes: splits.train.classes(),
-                train: Box::new(norm.apply(&splits.train)?),
-                test: norm.apply(&splits.test)?,
-                norm,
-            });
+            return CurveData::of(&splits.train, &splits.test);
         }
         let source = Source::parse(&name).context_with(|| format!("data source {name}"))?;
         let s = crate::data::reader::stream_splits(&source, hub, observer)
@@ -62,6 +67,55 @@ impl CurveData {
             norm: s.normalizer,
         })
     }
+}
+
+/// The file in a run's folder holding the splits a run on arrays was started with.
+pub const ARRAYS_FILE: &str = "arrays.safetensors";
+
+/// Writes `train` and `test` to `path` as a safetensors pool alkit reads back: `x` and
+/// `x_test` F32 `(n, *item_shape)`, `y` and `y_test` U32, metadata `classes`.
+fn save_splits(path: &Path, train: &Dataset, test: &Dataset, classes: &[String]) -> Result<()> {
+    use safetensors::tensor::TensorView;
+    let bad = |e: safetensors::SafeTensorError| Error::state(path, format!("cannot write: {e}"));
+    let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let u32s = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let shape = |d: &Dataset| [&[d.len()][..], d.item_shape()].concat();
+    let bytes = [
+        (
+            "x",
+            f32s(train.features()),
+            shape(train),
+            safetensors::Dtype::F32,
+        ),
+        (
+            "y",
+            u32s(train.labels()),
+            vec![train.len()],
+            safetensors::Dtype::U32,
+        ),
+        (
+            "x_test",
+            f32s(test.features()),
+            shape(test),
+            safetensors::Dtype::F32,
+        ),
+        (
+            "y_test",
+            u32s(test.labels()),
+            vec![test.len()],
+            safetensors::Dtype::U32,
+        ),
+    ];
+    let views = bytes
+        .iter()
+        .map(|(name, b, shape, dtype)| {
+            TensorView::new(*dtype, shape.clone(), b).map(|v| (name.to_string(), v))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    let meta = std::collections::HashMap::from([("classes".to_string(), classes.join(","))]);
+    let file = safetensors::serialize(views, Some(meta)).map_err(bad)?;
+    crate::fsutil::write_atomic(path, &file)
 }
 
 /// A new curve's settings as a person gives them; `None` takes the default.
@@ -164,6 +218,49 @@ impl CurveOptions {
                 )
             })?;
         }
+        Ok((spec, on))
+    }
+
+    /// Starts a run in `out` on splits given in memory (a notebook's arrays): the same checks
+    /// as [`CurveOptions::start`], then the splits saved to `out/`[`ARRAYS_FILE`] (safetensors
+    /// `x`, `y`, `x_test`, `y_test` and the class names), which is the run's data, so that
+    /// [`resume`] reads them back. A run already in `out` is refused unless `force`.
+    pub fn start_on(
+        &self,
+        out: &Path,
+        force: bool,
+        (train, test): (&Dataset, &Dataset),
+        classes: &[String],
+    ) -> Result<(CurveSpec, CurveData)> {
+        crate::fsutil::check_output_dir("out", out, &[], true)?;
+        self.seed_list()?;
+        self.train(self.model.unwrap_or(ModelKind::named("cnn")))?;
+        if out.join("run.json").exists() && !force {
+            return Err(Error::config(
+                "out",
+                format!(
+                    "{} holds a curve run: resume it, or start again with setting `force`",
+                    out.display()
+                ),
+            ));
+        }
+        let on = CurveData::of(train, test)?;
+        let arrays = out.join(ARRAYS_FILE);
+        let options = CurveOptions {
+            data: Some(arrays.clone()),
+            ..self.clone()
+        };
+        let spec = options.spec(&on)?;
+        if force && out.join("run.json").exists() {
+            remove_outputs(out).context_with(|| {
+                format!(
+                    "clearing {} to start again (setting `force`)",
+                    out.display()
+                )
+            })?;
+        }
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        save_splits(&arrays, train, test, classes)?;
         Ok((spec, on))
     }
 

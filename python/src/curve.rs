@@ -1,0 +1,226 @@
+//! `alkit.curve`: the simulated acquisition loop of `alkit curve`, on a data source or on
+//! arrays, into a run folder the command line can resume and plot (`curve.csv`,
+//! `summary.csv`, `curve.svg/png`). The settings are the library's [`CurveOptions`]; the
+//! parameterised scorers' settings come as one JSON object read into [`ScorerSettings`], its
+//! keys checked against the type's own.
+
+use crate::arrays::values;
+use crate::errors::{to_py, Signals};
+use alkit::curve::{CurveOptions, SummaryRow};
+use alkit::data::Dataset;
+use alkit::error::{Error, Result};
+use alkit::hub::Hub;
+use alkit::strategies::{ScorerSettings, StrategyKind};
+use candle_core::Device;
+use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+/// One run's records: `(strategy, seed, [(cycle, labeled, acc, nll)])`.
+type Run = (String, u64, Vec<(usize, usize, f64, f64)>);
+/// One summary row: `(strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc)`.
+type Summary = (String, usize, f64, f64, f64, f64, f64);
+
+/// A split given as arrays: items `(n, ...)` and their labels `(n,)`.
+type Split<'py> = (PyReadonlyArrayDyn<'py, f32>, PyReadonlyArray1<'py, i64>);
+
+/// Runs (or with `resume` continues) a curve into `out`; see the package's `curve`.
+#[pyfunction]
+#[pyo3(signature = (
+    out, *, data=None, train=None, test=None, classes=None, scorers=None, model=None, seed=None,
+    seeds=None, initial=None, query=None, cycles=None, steps=None, batch_size=None, lr=None,
+    ensemble=None, subsample=None, cold_start=false, scorer_settings=None, stream=false,
+    force=false, resume=false
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn curve(
+    py: Python<'_>,
+    out: PathBuf,
+    data: Option<PathBuf>,
+    train: Option<Split<'_>>,
+    test: Option<Split<'_>>,
+    classes: Option<Vec<String>>,
+    scorers: Option<Vec<String>>,
+    model: Option<String>,
+    seed: Option<u64>,
+    seeds: Option<u64>,
+    initial: Option<usize>,
+    query: Option<usize>,
+    cycles: Option<usize>,
+    steps: Option<usize>,
+    batch_size: Option<usize>,
+    lr: Option<f64>,
+    ensemble: Option<usize>,
+    subsample: Option<usize>,
+    cold_start: bool,
+    scorer_settings: Option<String>,
+    stream: bool,
+    force: bool,
+    resume: bool,
+) -> PyResult<(Vec<Run>, Vec<Summary>)> {
+    let strategies = scorers
+        .map(|s| s.iter().map(|n| n.parse::<StrategyKind>()).collect())
+        .transpose()
+        .map_err(|e: String| to_py(Error::config("scorers", e)))?;
+    let model = model
+        .map(|m| m.parse::<alkit::models::ModelKind>())
+        .transpose()
+        .map_err(to_py)?;
+    let options = CurveOptions {
+        data,
+        stream,
+        model,
+        strategies,
+        seed,
+        seeds,
+        initial,
+        query,
+        cycles,
+        steps,
+        batch_size,
+        lr,
+        ensemble,
+        anchor: None,
+        subsample,
+        cold_start,
+        scorers: settings(scorer_settings.as_deref(), ensemble.is_some()).map_err(to_py)?,
+    };
+    let arrays = match (train, test) {
+        (Some(tr), Some(te)) => Some(splits(&tr, &te, classes).map_err(to_py)?),
+        (None, None) => None,
+        _ => {
+            let m = "give both `train` and `test` as (items, labels), or neither";
+            return Err(to_py(Error::config("train", m)));
+        }
+    };
+    py.detach(move || run(&options, &out, arrays, force, resume))
+        .map_err(to_py)
+}
+
+/// The scorers' settings from a JSON object of some of [`ScorerSettings`]' fields (an
+/// unknown key is refused, naming the known ones); `members` follows `ensemble`.
+fn settings(json: Option<&str>, members: bool) -> Result<ScorerSettings> {
+    let base = ScorerSettings {
+        members,
+        ..ScorerSettings::default()
+    };
+    let Some(json) = json else {
+        return Ok(base);
+    };
+    let bad = |m: String| Error::config("scorer_settings", m);
+    let given: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(json).map_err(|e| bad(format!("not a JSON object: {e}")))?;
+    let mut all = serde_json::to_value(base).map_err(|e| bad(e.to_string()))?;
+    let known = all.as_object_mut().ok_or_else(|| bad("no fields".into()))?;
+    for (k, v) in given {
+        if k == "members" || !known.contains_key(&k) {
+            let names: Vec<&str> = known.keys().map(String::as_str).collect();
+            let names = names.join(", ");
+            return Err(bad(format!(
+                "`{k}` is not a scorer setting; known: {names} (members follows `ensemble`)"
+            )));
+        }
+        known.insert(k, v);
+    }
+    let s: ScorerSettings = serde_json::from_value(all).map_err(|e| bad(e.to_string()))?;
+    s.validate()?;
+    Ok(s)
+}
+
+/// The arrays as data sets: items `(n, ...)` (a row of features, or `(c, h, w)` images; one
+/// axis per item adds a channel), labels below the class count (`classes` names them, else
+/// `0..max label`).
+fn splits(
+    train: &Split<'_>,
+    test: &Split<'_>,
+    classes: Option<Vec<String>>,
+) -> Result<(Dataset, Dataset, Vec<String>)> {
+    let ys = |s: &Split<'_>, name: &'static str| -> Result<Vec<u32>> {
+        values(&s.1, name)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, y)| {
+                u32::try_from(y).map_err(|_| {
+                    Error::config(name, format!("item {i} has label {y}, not a class index"))
+                })
+            })
+            .collect()
+    };
+    let (ytr, yte) = (ys(train, "train labels")?, ys(test, "test labels")?);
+    let most = ytr.iter().chain(&yte).max().map_or(0, |&m| m as usize + 1);
+    let classes = classes.unwrap_or_else(|| (0..most.max(2)).map(|c| c.to_string()).collect());
+    let set = |s: &Split<'_>, y: Vec<u32>, name: &'static str| -> Result<Dataset> {
+        let shape = s.0.shape();
+        if shape.len() < 2 || shape[0] != y.len() {
+            return Err(Error::config(
+                name,
+                format!(
+                    "items of shape {shape:?} and {} labels: expected (n, ...) items and \
+                     (n,) labels",
+                    y.len()
+                ),
+            ));
+        }
+        let item = match &shape[1..] {
+            [h, w] => vec![1, *h, *w],
+            rest => rest.to_vec(),
+        };
+        Dataset::new(values(&s.0, name)?, y, item, classes.len())
+    };
+    Ok((
+        set(train, ytr, "train items")?,
+        set(test, yte, "test items")?,
+        classes,
+    ))
+}
+
+/// Starts (on the data source, or on the arrays saved into `out`) or resumes the run, runs
+/// it and returns its records and summary.
+fn run(
+    options: &CurveOptions,
+    out: &std::path::Path,
+    arrays: Option<(Dataset, Dataset, Vec<String>)>,
+    force: bool,
+    resume: bool,
+) -> Result<(Vec<Run>, Vec<Summary>)> {
+    let hub = Hub::from_env();
+    let (spec, on) = match (resume, &arrays) {
+        (true, None) => alkit::curve::resume_with(out, options, &hub, &mut Signals)?,
+        (true, Some(_)) => {
+            let m =
+                "a run on arrays resumes from the arrays it saved: leave `train` and `test` out";
+            return Err(Error::config("resume", m));
+        }
+        (false, Some((tr, te, names))) => options.start_on(out, force, (tr, te), names)?,
+        (false, None) => options.start(out, force, &hub, &mut Signals)?,
+    };
+    let states = alkit::curve::run(&spec, &on, out, resume, false, &Device::Cpu, &mut Signals)?;
+    let runs = states
+        .iter()
+        .map(|s| {
+            let records = s.records.iter();
+            let rows = records
+                .map(|r| (r.cycle, r.labeled, r.acc, r.nll))
+                .collect();
+            (s.strategy.clone(), s.seed, rows)
+        })
+        .collect();
+    let summary = alkit::curve::summarize(&states)
+        .into_iter()
+        .map(|r: SummaryRow| {
+            let SummaryRow {
+                strategy,
+                seeds,
+                acc_mean,
+                acc_std,
+                nll_mean,
+                nll_std,
+                final_acc,
+            } = r;
+            (
+                strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc,
+            )
+        })
+        .collect();
+    Ok((runs, summary))
+}
