@@ -316,22 +316,28 @@ def score(
             input_mean=_floats(input_mean), input_std=_floats(input_std),
         )
         return ItemScores(indices.astype(np.int64), ids, cols)
-    _hint_probs(probs)
-    _hint_layout(draws, layout)
-    cols = _alkit.score_arrays(
-        names,
-        probs=_opt(probs, "probs", 2),
-        draws=_opt(draws, "draws", 3),
-        layout=layout,
-        features=_opt(features, "features", 2),
-        weight=_opt(weight, "weight", 2),
-        bias=_opt(bias, "bias", 1),
-        train_features=_opt(train_features, "train_features", 2),
-        train_labels=None if train_labels is None else _labels(train_labels, "train_labels"),
-        lambda_=lambda_,
-        knn_k=knn_k,
-        vim_dim=vim_dim,
-    )
+    try:
+        cols = _alkit.score_arrays(
+            names,
+            probs=_opt(probs, "probs", 2),
+            draws=_opt(draws, "draws", 3),
+            layout=layout,
+            features=_opt(features, "features", 2),
+            weight=_opt(weight, "weight", 2),
+            bias=_opt(bias, "bias", 1),
+            train_features=_opt(train_features, "train_features", 2),
+            train_labels=None if train_labels is None else _labels(train_labels, "train_labels"),
+            lambda_=lambda_,
+            knn_k=knn_k,
+            vim_dim=vim_dim,
+        )
+    except DataError:
+        # Only now, when the library refused the arrays, are they looked at again to say
+        # what they look like (logits, another layout): a pass over them costs as much as
+        # the scoring, so the scores that succeed never pay for it.
+        _hint_probs(probs)
+        _hint_layout(draws, layout)
+        raise
     return dict(cols)
 
 

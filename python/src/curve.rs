@@ -83,7 +83,7 @@ pub fn curve(
         anchor: None,
         subsample,
         cold_start,
-        scorers: settings(scorer_settings.as_deref(), ensemble.is_some()).map_err(to_py)?,
+        scorers: settings(scorer_settings.as_deref()).map_err(to_py)?,
     };
     let arrays = match (train, test) {
         (Some(tr), Some(te)) => Some(splits(&tr, &te, classes).map_err(to_py)?),
@@ -98,12 +98,10 @@ pub fn curve(
 }
 
 /// The scorers' settings from a JSON object of some of [`ScorerSettings`]' fields (an
-/// unknown key is refused, naming the known ones); `members` follows `ensemble`.
-fn settings(json: Option<&str>, members: bool) -> Result<ScorerSettings> {
-    let base = ScorerSettings {
-        members,
-        ..ScorerSettings::default()
-    };
+/// unknown key is refused, naming the known ones); `members` is the spec's to set, from
+/// `ensemble`.
+fn settings(json: Option<&str>) -> Result<ScorerSettings> {
+    let base = ScorerSettings::default();
     let Some(json) = json else {
         return Ok(base);
     };

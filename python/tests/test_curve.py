@@ -75,4 +75,20 @@ def test_curve_settings_are_checked_before_any_work(tmp_path, embeddings):
     with pytest.raises(alkit.DataError, match="train labels"):
         alkit.curve(tmp_path / "d", train=(train[0], train[1].astype(np.float32)),
                     test=train, **FLAGS)
+    with pytest.raises(alkit.SettingsError, match="class name"):
+        alkit.curve(tmp_path / "e", train=train, test=train, classes=[str(c) for c in range(9)]
+                    + ["New York, NY"], **FLAGS)
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    assert not (tmp_path / "e" / "arrays.safetensors").exists()
+
+
+def test_a_run_on_arrays_resumes_from_another_folder(tmp_path, embeddings, monkeypatch):
+    train = (embeddings["features"], embeddings["labels"].astype(np.int64))
+    test = (embeddings["test_features"], embeddings["test_labels"].astype(np.int64))
+    monkeypatch.chdir(tmp_path)
+    first = alkit.curve("run", train=train, test=test, scorers=SCORERS, **FLAGS)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = alkit.curve(tmp_path / "run", resume=True)
+    for a, b in zip(first.runs, again.runs):
+        np.testing.assert_array_equal(a["acc"], b["acc"])

@@ -72,6 +72,37 @@ impl CurveData {
 /// The file in a run's folder holding the splits a run on arrays was started with.
 pub const ARRAYS_FILE: &str = "arrays.safetensors";
 
+/// Refuses, before a run starts on them, arrays that its saved file would not give back:
+/// class names that are empty, repeated, hold a comma or surrounding spaces (the file keeps
+/// them comma-joined), fewer names than classes, or features that are not finite.
+fn check_arrays(train: &Dataset, test: &Dataset, classes: &[String]) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    if let Some(c) = classes.iter().find(|c| {
+        c.is_empty() || c.trim() != c.as_str() || c.contains(',') || !seen.insert(c.as_str())
+    }) {
+        return Err(Error::config(
+            "classes",
+            format!("class name {c:?} is empty, repeated, or holds a comma or surrounding spaces"),
+        ));
+    }
+    if classes.len() < train.classes().max(test.classes()) {
+        return Err(Error::config(
+            "classes",
+            format!("{} names for {} classes", classes.len(), train.classes()),
+        ));
+    }
+    for (name, d) in [("train items", train), ("test items", test)] {
+        if let Some(i) = d.features().iter().position(|v| !v.is_finite()) {
+            let item = i / d.item_len().max(1);
+            return Err(Error::config(
+                name,
+                format!("item {item} holds a value that is not finite"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Writes `train` and `test` to `path` as a safetensors pool alkit reads back: `x` and
 /// `x_test` F32 `(n, *item_shape)`, `y` and `y_test` U32, metadata `classes`.
 fn save_splits(path: &Path, train: &Dataset, test: &Dataset, classes: &[String]) -> Result<()> {
@@ -244,8 +275,13 @@ impl CurveOptions {
                 ),
             ));
         }
+        check_arrays(train, test, classes)?;
         let on = CurveData::of(train, test)?;
-        let arrays = out.join(ARRAYS_FILE);
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        // Absolute: the run resumes from any folder.
+        let arrays = std::fs::canonicalize(out)
+            .map_err(|e| Error::io(out, e))?
+            .join(ARRAYS_FILE);
         let options = CurveOptions {
             data: Some(arrays.clone()),
             ..self.clone()
@@ -259,7 +295,6 @@ impl CurveOptions {
                 )
             })?;
         }
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
         save_splits(&arrays, train, test, classes)?;
         Ok((spec, on))
     }

@@ -136,6 +136,16 @@ impl ModelSource {
                 splits.test = splits.test.relabeled(&map, n)?;
                 None
             }
+            Alignment::Foreign(why) if splits.train.classes() > ck.config.classes.len() => {
+                return Err(Error::config(
+                    "checkpoint",
+                    format!(
+                        "{data}: {why}; it also has more classes ({}) than the model ({})",
+                        splits.train.classes(),
+                        ck.config.classes.len()
+                    ),
+                ));
+            }
             Alignment::Foreign(why) => Some(format!("{data}: {why}")),
         };
         let other = scored_items(others, pre.as_ref(), hub, observer)?;
@@ -181,10 +191,22 @@ enum Alignment {
     Foreign(String),
 }
 
-/// Lines `data`'s class names up with `model`'s.
+/// Lines `data`'s class names up with `model`'s. Data whose names are only their indices
+/// (`0`, `1`, ...: a source that names no class) are taken by position, as before names
+/// were compared; a model that names two classes alike cannot be matched by name.
 fn align(model: &[String], data: &[String]) -> Alignment {
-    if data.len() <= model.len() && data.iter().zip(model).all(|(d, m)| d == m) {
+    let unnamed = data.iter().enumerate().all(|(k, d)| *d == k.to_string());
+    if data.len() <= model.len() && (unnamed || data.iter().zip(model).all(|(d, m)| d == m)) {
         return Alignment::Same;
+    }
+    let distinct: std::collections::HashSet<&String> = model.iter().collect();
+    if distinct.len() < model.len() {
+        return Alignment::Foreign(format!(
+            "the model names two classes alike, so its classes {} cannot be matched to the \
+             data's {} by name",
+            shown(model),
+            shown(data)
+        ));
     }
     let map: Option<Vec<u32>> = data
         .iter()
@@ -407,6 +429,12 @@ mod tests {
     fn data_labels_follow_the_models_class_names() {
         let model = names("ant,bee,cat,dog");
         assert_eq!(align(&model, &names("ant,bee")), Alignment::Same);
+        // Unnamed data (its names are its indices) are taken by position.
+        assert_eq!(align(&model, &names("0,1,2")), Alignment::Same);
+        assert!(matches!(
+            align(&names("crane,crane,dog"), &names("dog")),
+            Alignment::Foreign(_)
+        ));
         assert_eq!(
             align(&model, &names("cat,ant")),
             Alignment::Renamed(vec![2, 0])

@@ -107,10 +107,15 @@ pub(super) fn ticks(lo: f64, hi: f64) -> Vec<f64> {
         .map(|m| m * mag)
         .find(|s| span / s <= 6.0)
         .unwrap_or(10.0 * mag);
+    if !step.is_finite() || step <= lo.abs().max(hi.abs()) * 1e-12 {
+        // A range too narrow for its magnitude: one tick, not a step that never advances.
+        return vec![lo];
+    }
     let first = (lo / step).ceil() * step;
     (0..)
         .map(|i| first + i as f64 * step)
         .take_while(|v| *v <= hi + step * 1e-9)
+        .take(64)
         .collect()
 }
 
@@ -462,6 +467,7 @@ mod tests {
         };
         assert!(close(ticks(0.0, 1.0), &[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]));
         assert!(close(ticks(20.0, 220.0), &[50.0, 100.0, 150.0, 200.0]));
+        assert_eq!(ticks(1e12, 1e12), [1e12]);
     }
 
     fn figure() -> Figure {

@@ -176,6 +176,9 @@ struct Inner {
     /// The state as last saved.
     state: SessionState,
     skipped: HashSet<String>,
+    /// Spares skipped while the model trains; forgotten when the next batch swaps in (it may
+    /// hold them).
+    spare_skips: HashSet<String>,
     undo: Vec<Action>,
     /// The last round's model's `(class, probability)` for its batch.
     predicted: HashMap<String, (usize, f32)>,
@@ -360,6 +363,7 @@ impl LabelServer {
                 ranks: ranks(&state),
                 state,
                 skipped: HashSet::new(),
+                spare_skips: HashSet::new(),
                 undo: Vec::new(),
                 predicted: HashMap::new(),
                 spares: Vec::new(),
@@ -594,7 +598,7 @@ impl App {
             "pool": st.pool_size,
             "labeled": st.labeled.len(),
             "pending": st.pending.len(),
-            "skipped": inner.skipped.len(),
+            "skipped": inner.skipped.len() + inner.spare_skips.len(),
             "per_class": st.per_class(),
             "rounds": st.rounds,
             "guesses": st.guess_matches(),
@@ -677,7 +681,11 @@ impl App {
                 format!("`{}` is not waiting for an answer", b.id),
             ));
         }
-        inner.skipped.insert(b.id.clone());
+        if inner.state.pending.iter().any(|p| p.id == b.id) {
+            inner.skipped.insert(b.id.clone());
+        } else {
+            inner.spare_skips.insert(b.id.clone());
+        }
         inner.undo.push(Action::Skip(b.id));
         self.after_change(inner);
         Ok(Reply::json(200, &self.state_json(inner)))
@@ -693,6 +701,7 @@ impl App {
             None => return Err(Reply::error(409, "nothing to undo in this batch")),
             Some(Action::Skip(id)) => {
                 inner.skipped.remove(&id);
+                inner.spare_skips.remove(&id);
             }
             Some(Action::Queued(id)) => {
                 return Err(Reply::error(409, format!("`{id}` is taught already")));
@@ -803,23 +812,12 @@ impl App {
         let key = learner.state().rounds.len() as u64 + 1;
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let batch = learner.query(&request, &self.device, &mut observer)?;
-            let n = waiting::spare_count(request.n);
-            let spares = waiting::spares_after(&learner, observer.scored.take(), n, key);
-            let shown = waiting::shown_indices(&batch, &spares);
+            let shown: Vec<usize> = batch.iter().map(|q| q.index).collect();
             let predicted = learner.predicted(&shown, &self.device)?;
             learner.save(&self.dir)?;
-            // A streamed pool's batch and spares are read once now, not once per image shown.
-            let mut read: Vec<usize> = learner
-                .state()
-                .pending
-                .iter()
-                .filter_map(|p| self.items.position(&p.id))
-                .collect();
-            read.extend(spares.iter().map(|s| s.index));
-            learner.items().prefetch(&read)?;
-            let guesses: HashMap<String, (usize, f32)> = predicted
+            let ids = self.items.ids();
+            let mut guesses: HashMap<String, (usize, f32)> = predicted
                 .map(|p| {
-                    let ids = self.items.ids();
                     shown
                         .iter()
                         .zip(p)
@@ -827,6 +825,21 @@ impl App {
                         .collect()
                 })
                 .unwrap_or_default();
+            let n = waiting::spare_count(request.n);
+            let spares = waiting::spares_after(&learner, observer.scored.take(), n, key);
+            let spares = waiting::guess_spares(&learner, spares, &self.device, &mut guesses);
+            // A streamed pool's batch (and spares, where they read) is read once now, not
+            // once per image shown.
+            let pending: Vec<usize> = learner
+                .state()
+                .pending
+                .iter()
+                .filter_map(|p| self.items.position(&p.id))
+                .collect();
+            let with_spares = [&pending[..], &waiting::indices(&spares)[..]].concat();
+            if learner.items().prefetch(&with_spares).is_err() {
+                learner.items().prefetch(&pending)?;
+            }
             Ok::<_, Error>((batch.len(), spares, guesses))
         }));
         let mut inner = guard(&self.inner);
@@ -850,6 +863,12 @@ impl App {
                 "retraining failed inside alkit (a bug); the answers so far are saved".into(),
             ),
         };
+        if ok {
+            inner.spare_skips.clear();
+        } else if learner.state().rounds.len() != inner.state.rounds.len() {
+            // The guesses on show are the last model's, not the failed round's.
+            inner.predicted.clear();
+        }
         let taught = self.teach_waiting(&mut learner, inner);
         inner.state = learner.state().clone();
         inner.ranks = ranks(&inner.state);

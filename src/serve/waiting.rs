@@ -7,7 +7,7 @@ use super::{AnswerBody, App, Inner, ServeEvent};
 use crate::error::Result;
 use crate::rng::{stream, Purpose};
 use crate::session::journal::{self, Queued};
-use crate::session::{check_note, Learner, Query};
+use crate::session::{check_note, Learner};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::path::Path;
@@ -89,7 +89,9 @@ pub(super) fn random_spares(learner: &Learner, n: usize, key: u64) -> Vec<Spare>
 /// then, while the next model trains, the open spares.
 pub(super) fn offers(inner: &Inner) -> Vec<Offer<'_>> {
     let waiting: HashSet<&str> = inner.queue.iter().map(|q| q.id.as_str()).collect();
-    let open = |id: &str| !inner.skipped.contains(id) && !waiting.contains(id);
+    let open = |id: &str| {
+        !inner.skipped.contains(id) && !inner.spare_skips.contains(id) && !waiting.contains(id)
+    };
     let mut out: Vec<Offer<'_>> = inner
         .state
         .pending
@@ -191,6 +193,7 @@ impl App {
             None => return Err(Reply::error(409, "nothing to undo in this batch")),
             Some(Action::Skip(id)) => {
                 inner.skipped.remove(&id);
+                inner.spare_skips.remove(&id);
             }
             Some(Action::Queued(id)) => {
                 let Some(k) = inner.queue.iter().rposition(|q| q.id == id) else {
@@ -244,11 +247,37 @@ impl App {
     }
 }
 
-/// The pool positions of a query's batch and of the spares, in that order.
-pub(super) fn shown_indices(batch: &[Query], spares: &[Spare]) -> Vec<usize> {
-    batch
-        .iter()
-        .map(|q| q.index)
-        .chain(spares.iter().map(|s| s.index))
+/// The last model's guesses on `spares`, added to `guesses`. Best effort, item by item when
+/// the whole fails: a spare that cannot be read is dropped, never the round.
+pub(super) fn guess_spares(
+    learner: &Learner,
+    spares: Vec<Spare>,
+    device: &candle_core::Device,
+    guesses: &mut std::collections::HashMap<String, (usize, f32)>,
+) -> Vec<Spare> {
+    let all = indices(&spares);
+    let readable = |at: &[usize]| learner.predicted(at, device);
+    if let Ok(p) = readable(&all) {
+        for (s, cp) in spares.iter().zip(p.into_iter().flatten()) {
+            guesses.insert(s.id.clone(), cp);
+        }
+        return spares;
+    }
+    spares
+        .into_iter()
+        .filter(|s| match readable(&[s.index]) {
+            Ok(p) => {
+                if let Some(&cp) = p.as_ref().and_then(|p| p.first()) {
+                    guesses.insert(s.id.clone(), cp);
+                }
+                true
+            }
+            Err(_) => false,
+        })
         .collect()
+}
+
+/// The spares' pool positions.
+pub(super) fn indices(spares: &[Spare]) -> Vec<usize> {
+    spares.iter().map(|s| s.index).collect()
 }

@@ -156,6 +156,31 @@ impl Learner {
         let rows = read_answers(path)?;
         self.teach_file_answers(&rows, path)
     }
+    /// The checks of an answer on its own: its note, its guess (a class) and the round it was
+    /// given after (not past the session's `round`).
+    fn check_answer(&self, answer: &Answer, round: usize) -> std::result::Result<(), String> {
+        let id = &answer.id;
+        if let Some(n) = &answer.note {
+            check_note(id, n)?;
+        }
+        if let Some(g) = answer
+            .guess
+            .as_ref()
+            .filter(|g| !self.state.classes.contains(g))
+        {
+            return Err(format!(
+                "the model's guess `{g}` on `{id}` is not one of the classes"
+            ));
+        }
+        match answer.round.filter(|&r| r > round) {
+            Some(r) => Err(format!(
+                "the answer on `{id}` is given after round {r}, yet the session has had {round} \
+                 rounds: it belongs to another session.json (restore that one, or fix or \
+                 delete this journal; its answers are then lost)"
+            )),
+            None => Ok(()),
+        }
+    }
 
     /// Checks every row, then applies them. With `repeats`, a row giving an already labeled
     /// item the class it has is skipped and counted; without, it is an error like any
@@ -187,29 +212,10 @@ impl Learner {
                 row,
                 id,
                 label: class,
-                note,
-                guess,
-                round: given_after,
+                ..
             } = answer;
-            if let Some(n) = note {
-                check_note(id, n).map_err(|p| row_err(*row, p))?;
-            }
-            if let Some(g) = guess.as_ref().filter(|g| !self.state.classes.contains(g)) {
-                return Err(row_err(
-                    *row,
-                    format!("the model's guess `{g}` on `{id}` is not one of the classes"),
-                ));
-            }
-            if let Some(r) = given_after.filter(|&r| r > round) {
-                return Err(row_err(
-                    *row,
-                    format!(
-                        "the answer on `{id}` is given after round {r}, yet the session has had \
-                         {round} rounds: this answer belongs to another session.json (restore \
-                         it, or answer the item again)"
-                    ),
-                ));
-            }
+            self.check_answer(answer, round)
+                .map_err(|p| row_err(*row, p))?;
             let Some(i) = self.items.position(id) else {
                 return Err(row_err(*row, format!("unknown id `{id}`")));
             };

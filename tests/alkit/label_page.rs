@@ -1238,6 +1238,8 @@ fn the_label_page_serves_the_last_ranking_while_the_next_model_trains() {
     assert_eq!(v["rounds"].as_array().unwrap().len(), 2);
     assert_eq!(v["rounds"][1]["labeled"], json!(7));
     assert_eq!(v["waiting"], json!(0));
+    // The spare skipped while it trained is forgotten: the new batch may hold it.
+    assert_eq!(v["skipped"], json!(0));
     assert!(!state.join("label-studio-queue.json").exists());
     assert!(v["batch"]
         .as_array()

@@ -562,13 +562,20 @@ pub fn status(a: StatusArgs) -> Result<()> {
         st.pool_size - st.labeled.len()
     )?;
     writeln!(so, "rounds    {}", st.rounds.len())?;
-    let waiting = alkit::session::journal::waiting(&a.state)?.len();
-    if waiting > 0 {
-        writeln!(
+    match alkit::session::journal::waiting(&a.state) {
+        Ok(w) if w.is_empty() => {}
+        Ok(w) => writeln!(
             so,
-            "waiting   {waiting} answers given while a model trained (taught when the session \
-             opens next: `label`, `query` or `teach`)"
-        )?;
+            "waiting   {} answers given while a model trained (taught when the session \
+             opens next: `label`, `query` or `teach`)",
+            w.len()
+        )?,
+        // The one command that reads a session without opening it says what is wrong.
+        Err(e) => writeln!(
+            so,
+            "waiting   unreadable: {e}; fix or delete {} (its answers are then lost)",
+            alkit::session::journal::JOURNAL_FILE
+        )?,
     }
     writeln!(so, "per class")?;
     for (c, n) in st.per_class() {

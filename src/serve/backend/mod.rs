@@ -1118,9 +1118,8 @@ impl App {
         // The answers that came while it trained.
         let queue = std::mem::take(&mut inner.queue);
         for q in &queue {
-            let task = q.task.unwrap_or(0);
+            let (task, answer) = (q.task.unwrap_or(0), Answer::new(1, &q.id, &q.label));
             let origin = PathBuf::from(format!("Label Studio task {task}"));
-            let answer = Answer::new(1, q.id.clone(), q.label.clone());
             match learner.teach_file_answers(&[answer], &origin) {
                 Ok(t) => {
                     inner.since += t.taught;
