@@ -542,14 +542,7 @@ def curve(
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise SettingsError(f"{name}: expected a tuple (items, labels)", field=name)
         items = _array(pair[0], f"{name} items")
-        if items.dtype.kind not in "fiub":
-            raise DataError(
-                f"{name} items: expected numbers, got dtype {items.dtype}", field=f"{name} items"
-            )
-        return (
-            np.ascontiguousarray(items, dtype=np.float32),
-            _labels(pair[1], f"{name} labels"),
-        )
+        return (_f32(items, f"{name} items", items.ndim), _labels(pair[1], f"{name} labels"))
 
     if (train is not None or test is not None) and data is not None:
         raise SettingsError("give `data` or `train` and `test`, not both", field="data")

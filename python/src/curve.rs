@@ -133,16 +133,11 @@ fn splits(
     test: &Split<'_>,
     classes: Option<Vec<String>>,
 ) -> Result<(Dataset, Dataset, Vec<String>)> {
+    // The package's one label reader, bounded by the class limit before any class name is
+    // made from the largest label.
     let ys = |s: &Split<'_>, name: &'static str| -> Result<Vec<u32>> {
-        values(&s.1, name)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, y)| {
-                u32::try_from(y).map_err(|_| {
-                    Error::config(name, format!("item {i} has label {y}, not a class index"))
-                })
-            })
-            .collect()
+        let y = crate::arrays::labels(&s.1, name, Some(crate::arrays::MAX_LABEL))?;
+        Ok(y.into_iter().map(|y| y as u32).collect())
     };
     let (ytr, yte) = (ys(train, "train labels")?, ys(test, "test labels")?);
     let most = ytr.iter().chain(&yte).max().map_or(0, |&m| m as usize + 1);

@@ -110,37 +110,30 @@ fn save_splits(path: &Path, train: &Dataset, test: &Dataset, classes: &[String])
     let bad = |e: safetensors::SafeTensorError| Error::state(path, format!("cannot write: {e}"));
     let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let u32s = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let shape = |d: &Dataset| [&[d.len()][..], d.item_shape()].concat();
-    let bytes = [
-        (
-            "x",
-            f32s(train.features()),
-            shape(train),
-            safetensors::Dtype::F32,
-        ),
-        (
-            "y",
-            u32s(train.labels()),
-            vec![train.len()],
-            safetensors::Dtype::U32,
-        ),
-        (
-            "x_test",
-            f32s(test.features()),
-            shape(test),
-            safetensors::Dtype::F32,
-        ),
-        (
-            "y_test",
-            u32s(test.labels()),
-            vec![test.len()],
-            safetensors::Dtype::U32,
-        ),
-    ];
+    let bytes: Vec<_> = [("", train), ("_test", test)]
+        .into_iter()
+        .flat_map(|(suffix, d)| {
+            let shape = [&[d.len()][..], d.item_shape()].concat();
+            [
+                (
+                    format!("x{suffix}"),
+                    f32s(d.features()),
+                    shape,
+                    safetensors::Dtype::F32,
+                ),
+                (
+                    format!("y{suffix}"),
+                    u32s(d.labels()),
+                    vec![d.len()],
+                    safetensors::Dtype::U32,
+                ),
+            ]
+        })
+        .collect();
     let views = bytes
         .iter()
         .map(|(name, b, shape, dtype)| {
-            TensorView::new(*dtype, shape.clone(), b).map(|v| (name.to_string(), v))
+            TensorView::new(*dtype, shape.clone(), b).map(|v| (name.clone(), v))
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(bad)?;

@@ -218,6 +218,14 @@ struct App {
     _lock: SessionLock,
 }
 
+impl Inner {
+    /// Takes a skip back, of a batch item or a spare.
+    fn unskip(&mut self, id: &str) {
+        self.skipped.remove(id);
+        self.spare_skips.remove(id);
+    }
+}
+
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind, never a half-written file.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -699,10 +707,7 @@ impl App {
         };
         match inner.undo.pop() {
             None => return Err(Reply::error(409, "nothing to undo in this batch")),
-            Some(Action::Skip(id)) => {
-                inner.skipped.remove(&id);
-                inner.spare_skips.remove(&id);
-            }
+            Some(Action::Skip(id)) => inner.unskip(&id),
             Some(Action::Queued(id)) => {
                 return Err(Reply::error(409, format!("`{id}` is taught already")));
             }

@@ -191,10 +191,7 @@ impl App {
     pub(super) fn undo_waiting(&self, inner: &mut Inner) -> std::result::Result<Reply, Reply> {
         match inner.undo.pop() {
             None => return Err(Reply::error(409, "nothing to undo in this batch")),
-            Some(Action::Skip(id)) => {
-                inner.skipped.remove(&id);
-                inner.spare_skips.remove(&id);
-            }
+            Some(Action::Skip(id)) => inner.unskip(&id),
             Some(Action::Queued(id)) => {
                 let Some(k) = inner.queue.iter().rposition(|q| q.id == id) else {
                     return Err(Reply::error(409, format!("`{id}` is not waiting")));
