@@ -3,18 +3,57 @@
 //! Active learning and uncertainty on candle: train a classifier from a small labeled seed
 //! set, score the unlabeled pool, label the top points, retrain, repeat.
 //!
-//! - [`data`]: IDX files, datasets, normalisation, the labeled/unlabeled [`data::Pool`];
-//! - [`nn`]: the [`nn::Classifier`] trait, built-in CNN and MLP, seeded initialisation;
-//! - [`train`] and [`predict`]: fitting from scratch, batched inference and test metrics;
-//! - [`acquire`]: the acquisition loop with resumable run state;
-//! - [`curve`]: many strategies x seeds into CSV tables and plots;
-//! - [`session`], [`label_studio`] and [`serve`]: labeling sessions with a person as the
-//!   oracle, from the command line, Label Studio files or a page in the browser;
-//! - [`observe`]: progress reporting (the library never prints);
-//! - scorers, evidence and selection live in the `alkit-acquisition` crate, re-exported as
-//!   [`acquisition`].
+//! ## Code map, by layer (bottom first; a module imports only its own layer or lower ones)
 //!
-//! See `ARCHITECTURE.md` for how the pieces fit.
+//! - **core**: [`error`] (one error enum; settings named as ``setting `NAME` ``), [`limits`]
+//!   (size bounds checked before allocating), [`rng`] (seeded streams per
+//!   `(seed, purpose, key)`), [`observe`] (progress events: the library never prints),
+//!   [`output`] (checked output paths and CSV), [`metrics`] (OOD and calibration), [`plot`];
+//! - **kernels**: the hand-written CPU kernels (private; the crate's only `unsafe`);
+//! - **data**: [`data`] (sources read whole or a chunk at a time, [`data::Pool`]), [`hub`];
+//! - **model**: [`nn`] (the [`nn::Classifier`] trait, layers, ResNets);
+//! - **duq**: [`duq`] (DUQ on any extractor);
+//! - **fit**: [`train`] (the one training entry);
+//! - **registry**: [`models`] (built-in architectures) and [`checkpoint`] (every kind of
+//!   checkpoint behind one door);
+//! - **evidence**: [`predict`] (batched inference and what scorers need);
+//! - **round**: [`round`] (the one acquisition round) and [`strategies`] (the registry of
+//!   named strategies and their [`strategies::ScorerSettings`], declared once);
+//! - **loops**: [`acquire`] (the simulated loop), [`session`] and [`label_studio`] (a person
+//!   as the oracle);
+//! - **experiments**: [`curve`], [`eval`] (one file per job: score, shard, ood, calibrate,
+//!   embed, train), [`surface`], [`bench`](mod@bench);
+//! - **serve**: [`serve`] (the labeling page and the Label Studio backend).
+//!
+//! Scorers, evidence and selection live in the `alkit-acquisition` crate, re-exported as
+//! [`acquisition`]. `ARCHITECTURE.md` says how the pieces fit and where to add things.
+//!
+//! ## Scoring by name
+//!
+//! Every command looks strategies up in one registry with one settings type; a program does
+//! the same:
+//!
+//! ```
+//! use alkit::acquisition::{Evidence, Probs};
+//! use alkit::strategies::{per_item_scorers, ScorerSettings, StrategyKind};
+//!
+//! // Settings by name, as the command line's flags and Python's keywords give them.
+//! let given = serde_json::json!({ "select": "softmax", "beta": 2.0 });
+//! let settings = ScorerSettings::with_given(given.as_object().unwrap().clone(), "settings")?;
+//! assert_eq!(settings.first_given(), Some("select"));
+//!
+//! let kinds: Vec<StrategyKind> = vec!["entropy".parse().unwrap(), "margin".parse().unwrap()];
+//! let scorers = per_item_scorers(&kinds, &settings)?;
+//! // Three candidates, two classes: probabilities (n, c) = (3, 2).
+//! let probs = Probs::new(vec![0.5, 0.5, 0.9, 0.1, 0.99, 0.01], 3, 2).unwrap();
+//! let evidence = Evidence::from_probs(probs);
+//! for scorer in &scorers {
+//!     let scores = scorer.score(&evidence).unwrap();
+//!     // Higher = label first: the 50/50 candidate leads.
+//!     assert!(scores[0] > scores[1] && scores[1] > scores[2]);
+//! }
+//! # Ok::<(), alkit::Error>(())
+//! ```
 
 pub use alkit_acquisition as acquisition;
 

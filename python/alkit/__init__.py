@@ -23,7 +23,19 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    TypedDict,
+    Union,
+)
 
 import numpy as np
 
@@ -43,6 +55,8 @@ __all__ = [
     "curve",
     "CurveResult",
     "scorers",
+    "scorer_settings",
+    "ScorerSettings",
     "Scorer",
     "ItemScores",
     "Session",
@@ -55,6 +69,56 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class ScorerSettings(TypedDict, total=False):
+    """The scorers' settings, as keyword arguments of :func:`score`, :func:`select_batch` and
+    :meth:`Session.query` (and the keys of :func:`curve`'s ``scorer_settings``). The library
+    declares them, with their defaults and ranges (:func:`scorer_settings` lists the
+    defaults; a test keeps this list equal to the library's); ``alkit score --help`` says
+    what each one does. ``lambda_`` stands for ``lambda``, a Python keyword."""
+
+    lambda_: float
+    sigma: float
+    perturbations: int
+    perturb_x_sigma: float
+    perturb_theta_sigma: float
+    perturb_samples: int
+    mc_samples: int
+    select: str
+    beta: float
+    layers: str
+    knn_k: int
+    vim_dim: Optional[int]
+    probcover_delta: Optional[float]
+
+
+def scorer_settings() -> Dict[str, object]:
+    """Every scorer setting by its library name with its default (``None``: the data
+    decides), as the command line's flags have them."""
+    return dict(json.loads(_alkit.scorer_settings()))
+
+
+def _settings_json(settings: Mapping[str, object]) -> Optional[str]:
+    """Keyword settings as the JSON object the native module reads into the library's
+    settings (``lambda_`` named ``lambda``; numpy scalars as Python numbers), ``None`` for
+    none. Names, types and ranges are checked there, once."""
+    if not settings:
+        return None
+
+    def plain(v: object) -> object:
+        v = v.item() if isinstance(v, np.generic) else v
+        # JSON has no NaN or infinity: sent as a name, which the library refuses by setting.
+        return repr(v) if isinstance(v, float) and not np.isfinite(v) else v
+
+    named = {("lambda" if k == "lambda_" else k): plain(v) for k, v in settings.items()}
+    try:
+        return json.dumps(named)
+    except TypeError as e:
+        raise SettingsError(f"scorer settings: {e}", field="scorer_settings") from e
 
 
 def _array(x: object, name: str) -> np.ndarray:
@@ -231,17 +295,11 @@ def score(
     split: str = "train",
     batch: Optional[int] = None,
     seed: int = 0,
-    lambda_: float = 0.3,
-    knn_k: int = 50,
-    vim_dim: Optional[int] = None,
-    sigma: float = 0.02,
-    perturbations: int = 8,
-    mc_samples: int = 20,
-    layers: str = "all",
     onnx_features: Optional[str] = None,
     onnx_config: Optional[PathLike] = None,
     input_mean: Union[None, float, Sequence[float]] = None,
     input_std: Union[None, float, Sequence[float]] = None,
+    **settings: Unpack[ScorerSettings],
 ) -> Dict[str, np.ndarray]:
     """One score per item for each scorer (higher = label first), by name.
 
@@ -265,9 +323,12 @@ def score(
     model's preprocessing comes from the ``config.json`` beside it, or ``onnx_config``;
     without one, ``input_mean`` and ``input_std`` (one value, or one per channel) give its
     normalisation of pixels in ``[0, 1]`` (``0`` and ``1``: the pixels as they are).
+
+    ``settings`` are the scorers' settings (:class:`ScorerSettings`, e.g. ``lambda_=0.5``,
+    ``knn_k=10``): arrays read ``lambda_``, ``knn_k`` and ``vim_dim``; a checkpoint on a
+    data source reads all but the selection's. A setting the call does not read is refused.
     """
-    _counts(batch=batch, seed=seed, perturbations=perturbations, mc_samples=mc_samples,
-            knn_k=knn_k, vim_dim=vim_dim)
+    _counts(batch=batch, seed=seed)
     names = [scorers] if isinstance(scorers, str) else list(scorers)
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -275,12 +336,11 @@ def score(
     by_path = checkpoint is not None or data is not None
     # A setting the chosen kind of input does not read is refused, never ignored.
     unread = (
-        dict(layout=(layout, "nct"), knn_k=(knn_k, 50), vim_dim=(vim_dim, None))
+        dict(layout=(layout, "nct"))
         if by_path
         else dict(
-            split=(split, "train"), batch=(batch, None), seed=(seed, 0), sigma=(sigma, 0.02),
-            perturbations=(perturbations, 8), mc_samples=(mc_samples, 20),
-            layers=(layers, "all"), onnx_features=(onnx_features, None),
+            split=(split, "train"), batch=(batch, None), seed=(seed, 0),
+            onnx_features=(onnx_features, None),
             onnx_config=(onnx_config, None), input_mean=(input_mean, None),
             input_std=(input_std, None),
         )
@@ -310,8 +370,7 @@ def score(
         cks = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else list(checkpoint)
         indices, ids, cols = _alkit.score_data(
             [os.fspath(c) for c in cks], os.fspath(data), names, split=split, batch=batch,
-            seed=seed, lambda_=lambda_, sigma=sigma, perturbations=perturbations,
-            mc_samples=mc_samples, layers=layers, onnx_features=onnx_features,
+            seed=seed, settings=_settings_json(settings), onnx_features=onnx_features,
             onnx_config=None if onnx_config is None else os.fspath(onnx_config),
             input_mean=_floats(input_mean), input_std=_floats(input_std),
         )
@@ -327,9 +386,7 @@ def score(
             bias=_opt(bias, "bias", 1),
             train_features=_opt(train_features, "train_features", 2),
             train_labels=None if train_labels is None else _labels(train_labels, "train_labels"),
-            lambda_=lambda_,
-            knn_k=knn_k,
-            vim_dim=vim_dim,
+            settings=_settings_json(settings),
         )
     except DataError:
         # Only now, when the library refused the arrays, are they looked at again to say
@@ -382,8 +439,8 @@ def select_batch(
     labeled: Optional[object] = None,
     candidates: Optional[int] = None,
     seed: int = 0,
-    probcover_delta: Optional[float] = None,
     max_configs: Optional[int] = None,
+    **settings: Unpack[ScorerSettings],
 ) -> np.ndarray:
     """``k`` positions (int64) chosen jointly by a batch selector, in the order chosen.
 
@@ -395,6 +452,8 @@ def select_batch(
     - ``"coreset"``, ``"typiclust"``, ``"probcover"`` over ``features``, away from the
       ``labeled`` items' features; without a last layer they choose from the features alone
       (a cold start; ProbCover's radius then needs ``classes`` or ``probcover_delta``).
+
+    Of the ``settings`` (:class:`ScorerSettings`) a selector reads ``probcover_delta``.
     """
     _counts(k=k, seed=seed, classes=classes, candidates=candidates, max_configs=max_configs)
     picks = _alkit.select_batch(
@@ -409,7 +468,7 @@ def select_batch(
         labeled=_opt(labeled, "labeled", 2),
         candidates=candidates,
         seed=seed,
-        probcover_delta=probcover_delta,
+        settings=_settings_json(settings),
         max_configs=max_configs,
     )
     return picks.astype(np.int64)
@@ -565,7 +624,7 @@ def curve(
         ensemble=ensemble,
         subsample=subsample,
         cold_start=cold_start,
-        scorer_settings=None if scorer_settings is None else json.dumps(dict(scorer_settings)),
+        scorer_settings=None if scorer_settings is None else _settings_json(scorer_settings),
         stream=stream,
         force=force,
         resume=resume,
@@ -670,16 +729,15 @@ class Session:
         include_pending: bool = False,
         subsample: Optional[int] = None,
         stream: bool = False,
-        select: str = "top-k",
-        beta: float = 1.0,
-        lambda_: float = 0.3,
-        mc_samples: int = 20,
+        **settings: Unpack[ScorerSettings],
     ) -> List[Dict[str, object]]:
         """Trains on the labeled items and returns the next ``n`` to label, best first, as
         ``alkit query`` does: ``{"id", "index", "score"}`` each (``score`` is ``None`` for
         random picks and joint selectors). With ``out`` the batch is written there too, as CSV
-        or (``format="label-studio"``) Label Studio tasks."""
-        _counts(n=n, subsample=subsample, mc_samples=mc_samples)
+        or (``format="label-studio"``) Label Studio tasks. ``settings`` are the scorers'
+        settings and the selection (:class:`ScorerSettings`, e.g. ``select="softmax"``,
+        ``beta=2.0``, ``mc_samples=10``)."""
+        _counts(n=n, subsample=subsample)
         return self._s.query(
             n,
             scorer=scorer,
@@ -688,10 +746,7 @@ class Session:
             include_pending=include_pending,
             subsample=subsample,
             stream=stream,
-            select=select,
-            beta=beta,
-            lambda_=lambda_,
-            mc_samples=mc_samples,
+            settings=_settings_json(settings),
         )
 
     def teach(

@@ -13,6 +13,7 @@ F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
 def registry() -> List[Tuple[str, str, bool]]: ...
+def scorer_settings() -> str: ...
 def score_arrays(
     scorers: Sequence[str],
     *,
@@ -24,9 +25,7 @@ def score_arrays(
     bias: Optional[F32] = None,
     train_features: Optional[F32] = None,
     train_labels: Optional[I64] = None,
-    lambda_: float = 0.3,
-    knn_k: int = 50,
-    vim_dim: Optional[int] = None,
+    settings: Optional[str] = None,
 ) -> List[Tuple[str, F32]]: ...
 def score_data(
     checkpoints: Sequence[str],
@@ -36,11 +35,7 @@ def score_data(
     split: str = "train",
     batch: Optional[int] = None,
     seed: int = 0,
-    lambda_: float = 0.3,
-    sigma: float = 0.02,
-    perturbations: int = 8,
-    mc_samples: int = 20,
-    layers: str = "all",
+    settings: Optional[str] = None,
     onnx_features: Optional[str] = None,
     onnx_config: Optional[str] = None,
     input_mean: Optional[Sequence[float]] = None,
@@ -62,7 +57,7 @@ def select_batch(
     labeled: Optional[F32] = None,
     candidates: Optional[int] = None,
     seed: int = 0,
-    probcover_delta: Optional[float] = None,
+    settings: Optional[str] = None,
     max_configs: Optional[int] = None,
 ) -> npt.NDArray[np.uintp]: ...
 def ood_metrics(in_scores: F32, out_scores: F32) -> Dict[str, float]: ...
@@ -145,10 +140,7 @@ class Session:
         include_pending: bool = False,
         subsample: Optional[int] = None,
         stream: bool = False,
-        select: str = "top-k",
-        beta: float = 1.0,
-        lambda_: float = 0.3,
-        mc_samples: int = 20,
+        settings: Optional[str] = None,
     ) -> List[Dict[str, object]]: ...
     def teach(
         self,

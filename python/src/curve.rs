@@ -5,12 +5,13 @@
 //! keys checked against the type's own.
 
 use crate::arrays::values;
-use crate::errors::{to_py, Signals};
+use crate::errors::{PyAlkitError, PyAlkitResult, Signals};
+use crate::settings::{self, Reads};
 use alkit::curve::{CurveOptions, SummaryRow};
 use alkit::data::Dataset;
 use alkit::error::{Error, Result};
 use alkit::hub::Hub;
-use alkit::strategies::{ScorerSettings, StrategyKind};
+use alkit::strategies::StrategyKind;
 use candle_core::Device;
 use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -57,15 +58,14 @@ pub fn curve(
     stream: bool,
     force: bool,
     resume: bool,
-) -> PyResult<(Vec<Run>, Vec<Summary>)> {
+) -> PyAlkitResult<(Vec<Run>, Vec<Summary>)> {
     let strategies = scorers
         .map(|s| s.iter().map(|n| n.parse::<StrategyKind>()).collect())
         .transpose()
-        .map_err(|e: String| to_py(Error::config("scorers", e)))?;
+        .map_err(|e: String| Error::config("scorers", e))?;
     let model = model
         .map(|m| m.parse::<alkit::models::ModelKind>())
-        .transpose()
-        .map_err(to_py)?;
+        .transpose()?;
     let options = CurveOptions {
         data,
         stream,
@@ -83,46 +83,18 @@ pub fn curve(
         anchor: None,
         subsample,
         cold_start,
-        scorers: settings(scorer_settings.as_deref()).map_err(to_py)?,
+        scorers: settings::read(scorer_settings.as_deref(), Reads::All, "")?,
     };
     let arrays = match (train, test) {
-        (Some(tr), Some(te)) => Some(splits(&tr, &te, classes).map_err(to_py)?),
+        (Some(tr), Some(te)) => Some(splits(&tr, &te, classes)?),
         (None, None) => None,
         _ => {
             let m = "give both `train` and `test` as (items, labels), or neither";
-            return Err(to_py(Error::config("train", m)));
+            return Err(Error::config("train", m).into());
         }
     };
     py.detach(move || run(&options, &out, arrays, force, resume))
-        .map_err(to_py)
-}
-
-/// The scorers' settings from a JSON object of some of [`ScorerSettings`]' fields (an
-/// unknown key is refused, naming the known ones); `members` is the spec's to set, from
-/// `ensemble`.
-fn settings(json: Option<&str>) -> Result<ScorerSettings> {
-    let base = ScorerSettings::default();
-    let Some(json) = json else {
-        return Ok(base);
-    };
-    let bad = |m: String| Error::config("scorer_settings", m);
-    let given: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(json).map_err(|e| bad(format!("not a JSON object: {e}")))?;
-    let mut all = serde_json::to_value(base).map_err(|e| bad(e.to_string()))?;
-    let known = all.as_object_mut().ok_or_else(|| bad("no fields".into()))?;
-    for (k, v) in given {
-        if k == "members" || !known.contains_key(&k) {
-            let names: Vec<&str> = known.keys().map(String::as_str).collect();
-            let names = names.join(", ");
-            return Err(bad(format!(
-                "`{k}` is not a scorer setting; known: {names} (members follows `ensemble`)"
-            )));
-        }
-        known.insert(k, v);
-    }
-    let s: ScorerSettings = serde_json::from_value(all).map_err(|e| bad(e.to_string()))?;
-    s.validate()?;
-    Ok(s)
+        .map_err(PyAlkitError::from)
 }
 
 /// The arrays as data sets: items `(n, ...)` (a row of features, or `(c, h, w)` images; one

@@ -1,9 +1,12 @@
-//! The library's errors as Python exceptions. Each [`alkit::Error`] becomes an instance of one
-//! of the classes of `alkit.errors` (written in Python so that they can also derive from
-//! `ValueError` and `OSError`), chosen by what the error is about under any context layers
-//! ([`alkit::Error::kind`]): a setting, the data, a session's state, a file, the Hub. The
-//! message is the library's own, context included; the setting, file and line it names are
-//! attributes too, so a program can react without parsing the message.
+//! The library's errors as Python exceptions, through one newtype: every function of the
+//! module returns [`PyAlkitError`] on failure, into which `?` converts an [`alkit::Error`], a
+//! scorer's [`ScoreError`] or a [`PyErr`] (polars' `PyPolarsErr` is the model). Each library
+//! error becomes an instance of one of the classes of `alkit.errors` (written in Python so
+//! that they can also derive from `ValueError` and `OSError`), chosen by what the error is
+//! about under any context layers ([`alkit::Error::kind`]): a setting, the data, a session's
+//! state, a file, the Hub. The message is the library's own, context included; the setting,
+//! file and line it names are attributes too, so a program can react without parsing the
+//! message.
 
 use alkit::acquisition::ScoreError;
 use alkit::observe::{Control, Event, Observer};
@@ -38,14 +41,45 @@ const ARRAYS: &[&str] = &[
     "test labels",
 ];
 
-/// `e` as the Python exception of its kind.
-pub fn to_py(e: Error) -> PyErr {
-    Python::attach(|py| build(py, &e).unwrap_or_else(|failed| failed))
+/// An error on its way to Python: the library's, kept until PyO3 raises it (as the exception
+/// of its kind), or one Python already raised.
+pub enum PyAlkitError {
+    /// The library's error.
+    Alkit(Error),
+    /// An exception raised by Python or PyO3 (a failed conversion, an import).
+    Python(PyErr),
 }
 
-/// A scorer's or selector's error as the Python exception of its kind.
-pub fn score_to_py(e: ScoreError) -> PyErr {
-    to_py(Error::Score(e))
+/// What the module's functions return.
+pub type PyAlkitResult<T> = std::result::Result<T, PyAlkitError>;
+
+impl From<Error> for PyAlkitError {
+    fn from(e: Error) -> Self {
+        PyAlkitError::Alkit(e)
+    }
+}
+
+impl From<ScoreError> for PyAlkitError {
+    fn from(e: ScoreError) -> Self {
+        PyAlkitError::Alkit(Error::Score(e))
+    }
+}
+
+impl From<PyErr> for PyAlkitError {
+    fn from(e: PyErr) -> Self {
+        PyAlkitError::Python(e)
+    }
+}
+
+impl From<PyAlkitError> for PyErr {
+    fn from(e: PyAlkitError) -> Self {
+        match e {
+            PyAlkitError::Alkit(e) => {
+                Python::attach(|py| build(py, &e).unwrap_or_else(|failed| failed))
+            }
+            PyAlkitError::Python(e) => e,
+        }
+    }
 }
 
 /// The exception for `e`: class, message and attributes.

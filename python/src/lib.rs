@@ -14,12 +14,13 @@ mod metrics;
 mod scoring;
 mod selecting;
 mod session;
+mod settings;
 
 /// Registers the module's functions and classes.
 #[pymodule]
 fn _alkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Before any call could start the thread pool with a count it cannot survive.
-    alkit::limits::check_thread_env().map_err(errors::to_py)?;
+    alkit::limits::check_thread_env().map_err(errors::PyAlkitError::from)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(scoring::score_arrays, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::score_data, m)?)?;
@@ -31,6 +32,7 @@ fn _alkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::fit_temperature, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::conformal, m)?)?;
     m.add_function(wrap_pyfunction!(curve::curve, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::scorer_settings, m)?)?;
     m.add_class::<session::Session>()?;
     Ok(())
 }

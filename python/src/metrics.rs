@@ -4,7 +4,7 @@
 //! FPR@95, 15-bin ECE).
 
 use crate::arrays;
-use crate::errors::{score_to_py, to_py};
+use crate::errors::{PyAlkitError, PyAlkitResult};
 use alkit::acquisition::{check_draws, ApsForm, Conformal, ConformalScore, Probs};
 use alkit::error::{Error, Result};
 use alkit::metrics;
@@ -19,12 +19,10 @@ pub fn ood_metrics<'py>(
     py: Python<'py>,
     in_scores: PyReadonlyArray1<'py, f32>,
     out_scores: PyReadonlyArray1<'py, f32>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let a = arrays::values(&in_scores, "in-distribution scores").map_err(to_py)?;
-    let b = arrays::values(&out_scores, "OOD scores").map_err(to_py)?;
-    let m = py
-        .detach(move || metrics::ood_metrics(&a, &b))
-        .map_err(to_py)?;
+) -> PyAlkitResult<Bound<'py, PyDict>> {
+    let a = arrays::values(&in_scores, "in-distribution scores")?;
+    let b = arrays::values(&out_scores, "OOD scores")?;
+    let m = py.detach(move || metrics::ood_metrics(&a, &b))?;
     let d = PyDict::new(py);
     d.set_item("auroc", m.auroc)?;
     d.set_item("aupr_in", m.aupr_in)?;
@@ -58,56 +56,53 @@ pub fn calibration<'py>(
     probs: PyReadonlyArray2<'py, f32>,
     labels: PyReadonlyArray1<'py, i64>,
     scores: Option<Vec<(String, PyReadonlyArray1<'py, f32>)>>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let (p, y) = probs_labels(&probs, &labels).map_err(to_py)?;
+) -> PyAlkitResult<Bound<'py, PyDict>> {
+    let (p, y) = probs_labels(&probs, &labels)?;
     let scores: Vec<(String, Vec<f32>)> = scores
         .unwrap_or_default()
         .iter()
         .map(|(name, s)| Ok((name.clone(), arrays::values(s, "scores")?)))
-        .collect::<Result<_>>()
-        .map_err(to_py)?;
+        .collect::<Result<_>>()?;
     // rAULC and the misclassification AUROC need right and wrong items both: with every item
     // right (or every one wrong) they are undefined, reported as None, not as an error that
     // would hide the other figures.
     type Figures = ([f64; 5], Vec<(String, Option<f64>, Option<f64>)>);
-    let (figures, per) = py
-        .detach(move || -> Result<Figures> {
-            let y: Vec<u32> = y.iter().map(|&v| v as u32).collect();
-            let metrics::ProbabilityMetrics {
-                correct,
-                accuracy,
-                ece,
-                mce,
-                nll,
-                brier,
-                ..
-            } = metrics::probability_metrics(&p, &y)?;
-            let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
-            let per = scores
-                .into_iter()
-                .map(|(name, s)| {
-                    if s.len() != correct.len() {
-                        return Err(Error::config(
-                            "scores",
-                            format!(
-                                "`{name}` has {} scores for {} items",
-                                s.len(),
-                                correct.len()
-                            ),
-                        ));
-                    }
-                    let defined = correct.contains(&true) && correct.contains(&false);
-                    if !defined {
-                        return Ok((name, None, None));
-                    }
-                    let raulc = metrics::raulc(&s, &correct)?;
-                    let auroc = metrics::auroc(&s, &wrong)?;
-                    Ok((name, Some(raulc), Some(auroc)))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(([accuracy, ece, mce, nll, brier], per))
-        })
-        .map_err(to_py)?;
+    let (figures, per) = py.detach(move || -> Result<Figures> {
+        let y: Vec<u32> = y.iter().map(|&v| v as u32).collect();
+        let metrics::ProbabilityMetrics {
+            correct,
+            accuracy,
+            ece,
+            mce,
+            nll,
+            brier,
+            ..
+        } = metrics::probability_metrics(&p, &y)?;
+        let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
+        let per = scores
+            .into_iter()
+            .map(|(name, s)| {
+                if s.len() != correct.len() {
+                    return Err(Error::config(
+                        "scores",
+                        format!(
+                            "`{name}` has {} scores for {} items",
+                            s.len(),
+                            correct.len()
+                        ),
+                    ));
+                }
+                let defined = correct.contains(&true) && correct.contains(&false);
+                if !defined {
+                    return Ok((name, None, None));
+                }
+                let raulc = metrics::raulc(&s, &correct)?;
+                let auroc = metrics::auroc(&s, &wrong)?;
+                Ok((name, Some(raulc), Some(auroc)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(([accuracy, ece, mce, nll, brier], per))
+    })?;
     let d = PyDict::new(py);
     for (k, v) in ["accuracy", "ece", "mce", "nll", "brier"]
         .iter()
@@ -132,18 +127,19 @@ pub fn fit_temperature(
     py: Python<'_>,
     logits: PyReadonlyArray2<'_, f32>,
     labels: PyReadonlyArray1<'_, i64>,
-) -> PyResult<f64> {
-    let (z, n, c) = arrays::matrix(&logits, "logits").map_err(to_py)?;
-    let y = arrays::labels(&labels, "labels", Some(c)).map_err(to_py)?;
+) -> PyAlkitResult<f64> {
+    let (z, n, c) = arrays::matrix(&logits, "logits")?;
+    let y = arrays::labels(&labels, "labels", Some(c))?;
     if y.len() != n {
-        return Err(to_py(Error::config(
+        return Err(Error::config(
             "labels",
             format!("{} labels for {n} rows of logits", y.len()),
-        )));
+        )
+        .into());
     }
     let y: Vec<u32> = y.into_iter().map(|v| v as u32).collect();
     py.detach(move || metrics::fit_temperature(&z, c, &y))
-        .map_err(to_py)
+        .map_err(PyAlkitError::from)
 }
 
 /// The conformal score named `name` (`lac`, `aps`, `raps`, with `-randomized` or
@@ -196,51 +192,48 @@ pub fn conformal<'py>(
     seed: u64,
     cal_draws: Option<PyReadonlyArray1<'py, f64>>,
     draws: Option<PyReadonlyArray1<'py, f64>>,
-) -> PyResult<(f64, Bound<'py, PyArray2<bool>>)> {
-    let score = conformal_score(score, raps_lambda, raps_k_reg).map_err(to_py)?;
+) -> PyAlkitResult<(f64, Bound<'py, PyArray2<bool>>)> {
+    let score = conformal_score(score, raps_lambda, raps_k_reg)?;
     let given = |a: &Option<PyReadonlyArray1<'py, f64>>, name| {
         a.as_ref().map(|a| arrays::values(a, name)).transpose()
     };
-    let (cal_u, test_u) = (
-        given(&cal_draws, "cal_draws").map_err(to_py)?,
-        given(&draws, "draws").map_err(to_py)?,
-    );
+    let (cal_u, test_u) = (given(&cal_draws, "cal_draws")?, given(&draws, "draws")?);
     if (cal_u.is_some() || test_u.is_some()) && !score.randomized() {
-        return Err(to_py(Error::config(
+        return Err(Error::config(
             "draws",
             format!(
                 "`{}` draws nothing; draws are for the randomised forms",
                 score.name()
             ),
-        )));
+        )
+        .into());
     }
-    let (cal, y) = probs_labels(&cal_probs, &cal_labels).map_err(to_py)?;
-    let (p, n, c) = arrays::matrix(&probs, "probs").map_err(to_py)?;
+    let (cal, y) = probs_labels(&cal_probs, &cal_labels)?;
+    let (p, n, c) = arrays::matrix(&probs, "probs")?;
     if c != cal.classes() {
-        return Err(to_py(Error::config(
+        return Err(Error::config(
             "probs",
             format!(
                 "{c} classes, where the calibration items have {}",
                 cal.classes()
             ),
-        )));
+        )
+        .into());
     }
-    let p = Probs::new(p, n, c).map_err(score_to_py)?;
-    let (threshold, mask) = py
-        .detach(move || -> Result<(f64, Vec<bool>)> {
-            let (cal_u, test_u) = uniform_draws(score, seed, cal.n(), n, cal_u, test_u)?;
-            let fitted = Conformal::calibrate(score, &cal, &y, alpha, &cal_u)?;
-            let mut mask = vec![false; n * c];
-            for (i, row) in p.rows().enumerate() {
-                for k in fitted.set(row, test_u.get(i).copied().unwrap_or(0.0)) {
-                    mask[i * c + k] = true;
-                }
+    let p = Probs::new(p, n, c)?;
+    let (threshold, mask) = py.detach(move || -> Result<(f64, Vec<bool>)> {
+        let (cal_u, test_u) = uniform_draws(score, seed, cal.n(), n, cal_u, test_u)?;
+        let fitted = Conformal::calibrate(score, &cal, &y, alpha, &cal_u)?;
+        let mut mask = vec![false; n * c];
+        for (i, row) in p.rows().enumerate() {
+            for k in fitted.set(row, test_u.get(i).copied().unwrap_or(0.0)) {
+                mask[i * c + k] = true;
             }
-            Ok((fitted.threshold, mask))
-        })
-        .map_err(to_py)?;
+        }
+        Ok((fitted.threshold, mask))
+    })?;
     let mask = numpy::ndarray::Array2::from_shape_vec((n, c), mask)
-        .map_err(|e| to_py(Error::config("probs", e.to_string())))?;
+        .map_err(|e| Error::config("probs", e.to_string()))?;
     Ok((threshold, numpy::IntoPyArray::into_pyarray(mask, py)))
 }
 

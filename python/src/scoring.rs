@@ -4,7 +4,8 @@
 //! command line.
 
 use crate::arrays::{self, Draws, Inputs, Layer, Layout};
-use crate::errors::{to_py, Signals};
+use crate::errors::{PyAlkitResult, Signals};
+use crate::settings::{self, Reads};
 use alkit::error::{Error, Result};
 use alkit::eval::score::{ScoreJob, Split};
 use alkit::strategies::{per_item_scorers, Layers, ScorerSettings, StrategyKind};
@@ -23,6 +24,13 @@ pub fn kinds(names: &[String]) -> Result<Vec<StrategyKind>> {
         .collect()
 }
 
+/// The settings scoring arrays reads: the scorers' own, not those of a model's evidence
+/// (noise, draws, layers: the arrays are the evidence) or of selection.
+const ARRAYS_READ: Reads = Reads::Only(&["lambda", "knn_k", "vim_dim"]);
+
+/// The settings scoring by path reads: all but selection's (the scores are the output).
+const PATH_READS: Reads = Reads::AllBut(&["select", "beta", "probcover_delta"]);
+
 /// The scorers that read features without a last layer: distances to the training features.
 const FEATURES_ONLY: [&str; 2] = ["knn", "mahalanobis"];
 
@@ -32,7 +40,7 @@ const FEATURES_ONLY: [&str; 2] = ["knn", "mahalanobis"];
 #[pyfunction]
 #[pyo3(signature = (
     scorers, *, probs=None, draws=None, layout="nct", features=None, weight=None, bias=None,
-    train_features=None, train_labels=None, lambda_=0.3, knn_k=50, vim_dim=None
+    train_features=None, train_labels=None, settings=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn score_arrays<'py>(
@@ -46,83 +54,79 @@ pub fn score_arrays<'py>(
     bias: Option<PyReadonlyArray1<'py, f32>>,
     train_features: Option<PyReadonlyArray2<'py, f32>>,
     train_labels: Option<PyReadonlyArray1<'py, i64>>,
-    lambda_: f32,
-    knn_k: usize,
-    vim_dim: Option<usize>,
-) -> PyResult<Vec<(String, Bound<'py, PyArray1<f32>>)>> {
-    let layout = Layout::parse(layout).map_err(to_py)?;
+    settings: Option<&str>,
+) -> PyAlkitResult<Vec<(String, Bound<'py, PyArray1<f32>>)>> {
+    let given = settings::read(
+        settings,
+        ARRAYS_READ,
+        "when scoring a checkpoint on a data source",
+    )?;
+    let layout = Layout::parse(layout)?;
     // Without a last layer, features serve only the scores that compare them with the
     // training features by distance; under a zero layer of as many classes as the training
     // labels name (so that their class means exist), every other score would be a constant.
     let train_labels = train_labels
         .map(|y| arrays::labels(&y, "train_labels", Some(arrays::MAX_LABEL)))
-        .transpose()
-        .map_err(to_py)?;
+        .transpose()?;
     let labels_classes = train_labels
         .as_ref()
         .and_then(|y| y.iter().max())
         .map_or(1, |m| m + 1);
-    let layer = Layer::read(weight.as_ref(), bias.as_ref(), labels_classes).map_err(to_py)?;
+    let layer = Layer::read(weight.as_ref(), bias.as_ref(), labels_classes)?;
     match (&features, &layer) {
         (None, Layer::Given { .. }) => {
-            return Err(to_py(Error::config(
+            return Err(Error::config(
                 "weight",
                 "a last layer is read over the features: give the features too",
-            )))
+            )
+            .into())
         }
         (Some(_), Layer::Zero(_)) => {
             if let Some(s) = scorers
                 .iter()
                 .find(|s| !FEATURES_ONLY.contains(&s.as_str()))
             {
-                return Err(to_py(Error::config(
+                return Err(Error::config(
                     "weight",
                     format!(
                         "`{s}` reads the model's last layer over the features: give its weight \
                          and bias (without them, only {} score features)",
                         FEATURES_ONLY.join(" and ")
                     ),
-                )));
+                )
+                .into());
             }
         }
         _ => {}
     }
     let reference = match (train_features, train_labels) {
         (Some(f), Some(y)) => {
-            arrays::check_below(&y, "train_labels", layer.classes()).map_err(to_py)?;
-            Some((arrays::matrix(&f, "train_features").map_err(to_py)?, y))
+            arrays::check_below(&y, "train_labels", layer.classes())?;
+            Some((arrays::matrix(&f, "train_features")?, y))
         }
         (None, None) => None,
         _ => {
-            return Err(to_py(Error::config(
+            return Err(Error::config(
                 "train_features",
                 "the training items are their features and their labels: give both",
-            )))
+            )
+            .into())
         }
     };
     let inputs = Inputs {
         probs: probs
             .as_ref()
             .map(|p| arrays::matrix(p, "probs"))
-            .transpose()
-            .map_err(to_py)?,
-        draws: draws
-            .as_ref()
-            .map(|d| Draws::read(d, layout))
-            .transpose()
-            .map_err(to_py)?,
+            .transpose()?,
+        draws: draws.as_ref().map(|d| Draws::read(d, layout)).transpose()?,
         layer: features.is_some().then_some(layer),
         features: features
             .as_ref()
             .map(|f| arrays::matrix(f, "features"))
-            .transpose()
-            .map_err(to_py)?,
+            .transpose()?,
         reference,
     };
     let settings = ScorerSettings {
-        lambda: lambda_,
-        knn_k,
-        vim_dim,
         // Draws are taken as given, whatever made them (MC dropout, ensemble members).
         members: true,
         layers: if inputs.features.is_some() {
@@ -130,24 +134,22 @@ pub fn score_arrays<'py>(
         } else {
             Layers::All
         },
-        ..ScorerSettings::default()
+        ..given
     };
-    let scored = py
-        .detach(move || -> Result<Vec<(String, Vec<f32>)>> {
-            settings.validate()?;
-            let scorers = per_item_scorers(&kinds(&scorers)?, &settings)?;
-            let grads = scorers
-                .iter()
-                .filter_map(|s| s.needs().grads)
-                .map(|g| g.expected)
-                .reduce(|a, b| a || b);
-            let ev = inputs.evidence(grads)?;
-            scorers
-                .iter()
-                .map(|s| Ok((s.name().to_string(), s.score(&ev)?)))
-                .collect()
-        })
-        .map_err(to_py)?;
+    let scored = py.detach(move || -> Result<Vec<(String, Vec<f32>)>> {
+        settings.validate()?;
+        let scorers = per_item_scorers(&kinds(&scorers)?, &settings)?;
+        let grads = scorers
+            .iter()
+            .filter_map(|s| s.needs().grads)
+            .map(|g| g.expected)
+            .reduce(|a, b| a || b);
+        let ev = inputs.evidence(grads)?;
+        scorers
+            .iter()
+            .map(|s| Ok((s.name().to_string(), s.score(&ev)?)))
+            .collect()
+    })?;
     Ok(scored
         .into_iter()
         .map(|(name, v)| (name, PyArray1::from_vec(py, v)))
@@ -165,9 +167,8 @@ type Table<'py> = (
 /// command line's `score` scores it, kept in memory.
 #[pyfunction]
 #[pyo3(signature = (
-    checkpoints, data, scorers, *, split="train", batch=None, seed=0, lambda_=0.3, sigma=0.02,
-    perturbations=8, mc_samples=20, layers="all", onnx_features=None, onnx_config=None,
-    input_mean=None, input_std=None
+    checkpoints, data, scorers, *, split="train", batch=None, seed=0, settings=None,
+    onnx_features=None, onnx_config=None, input_mean=None, input_std=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn score_data<'py>(
@@ -178,72 +179,55 @@ pub fn score_data<'py>(
     split: &str,
     batch: Option<usize>,
     seed: u64,
-    lambda_: f32,
-    sigma: f32,
-    perturbations: usize,
-    mc_samples: usize,
-    layers: &str,
+    settings: Option<&str>,
     onnx_features: Option<String>,
     onnx_config: Option<String>,
     input_mean: Option<Vec<f32>>,
     input_std: Option<Vec<f32>>,
-) -> PyResult<Table<'py>> {
+) -> PyAlkitResult<Table<'py>> {
     let split = match split {
         "train" => Split::Train,
         "test" => Split::Test,
         other => {
-            return Err(to_py(Error::config(
+            return Err(Error::config(
                 "split",
                 format!("unknown split `{other}`; expected train or test"),
-            )))
+            )
+            .into())
         }
     };
     if checkpoints.is_empty() {
-        return Err(to_py(Error::config(
-            "checkpoint",
-            "name at least one checkpoint",
-        )));
+        return Err(Error::config("checkpoint", "name at least one checkpoint").into());
     }
-    let layers: Layers = layers
-        .parse()
-        .map_err(|e: String| to_py(Error::config("layers", e)))?;
-    let table = py
-        .detach(move || -> Result<_> {
-            let job = ScoreJob {
-                checkpoints,
-                checkpoint_options: alkit::checkpoint::OpenOptions {
-                    onnx_features,
-                    onnx_config: onnx_config.map(Into::into),
-                    input_mean,
-                    input_std,
-                },
-                data,
-                split,
-                scorers: kinds(&scorers)?,
-                settings: ScorerSettings {
-                    lambda: lambda_,
-                    sigma,
-                    perturbations,
-                    mc_samples,
-                    layers,
-                    ..ScorerSettings::default()
-                },
-                top: None,
-                candidates: None,
-                batch,
-                chunk: alkit::eval::score::DEFAULT_CHUNK,
-                seed,
-                shard: None,
-                out: Default::default(),
-            };
-            alkit::eval::score::table(
-                &job,
-                &alkit::hub::Hub::from_env(),
-                &Device::Cpu,
-                &mut Signals,
-            )
-        })
-        .map_err(to_py)?;
+    let settings = settings::read(settings, PATH_READS, "when scoring arrays")?;
+    let table = py.detach(move || -> Result<_> {
+        let job = ScoreJob {
+            checkpoints,
+            checkpoint_options: alkit::checkpoint::OpenOptions {
+                onnx_features,
+                onnx_config: onnx_config.map(Into::into),
+                input_mean,
+                input_std,
+            },
+            data,
+            split,
+            scorers: kinds(&scorers)?,
+            settings,
+            top: None,
+            candidates: None,
+            batch,
+            chunk: alkit::eval::score::DEFAULT_CHUNK,
+            seed,
+            shard: None,
+            out: Default::default(),
+        };
+        alkit::eval::score::table(
+            &job,
+            &alkit::hub::Hub::from_env(),
+            &Device::Cpu,
+            &mut Signals,
+        )
+    })?;
     let cols = table
         .names
         .into_iter()

@@ -5,7 +5,8 @@
 //! picks the same items on every machine.
 
 use crate::arrays::{self, Draws, Inputs, Layer, Layout};
-use crate::errors::to_py;
+use crate::errors::{PyAlkitError, PyAlkitResult};
+use crate::settings::{self, Reads};
 use alkit::acquisition::{BatchBald, BatchSelector, Evidence, SampleScore, SampleScorer};
 use alkit::acquisition::{Scorer, Selection};
 use alkit::error::{Error, Result};
@@ -29,31 +30,29 @@ pub fn select<'py>(
     method: &str,
     beta: f32,
     seed: u64,
-) -> PyResult<Bound<'py, PyArray1<usize>>> {
+) -> PyAlkitResult<Bound<'py, PyArray1<usize>>> {
     let selection = match method {
         "random" => Selection::Random,
         other => {
             let kind: SelectKind = other
                 .parse()
-                .map_err(|e: String| to_py(Error::config("method", format!("{e}, random"))))?;
+                .map_err(|e: String| Error::config("method", format!("{e}, random")))?;
             if !beta.is_finite() {
-                return Err(to_py(Error::config("beta", "must be a finite number")));
+                return Err(Error::config("beta", "must be a finite number").into());
             }
             kind.selection(beta).ok_or_else(|| {
-                to_py(Error::config(
+                PyAlkitError::from(Error::config(
                     "method",
                     "batchbald chooses from draws, not scores: use select_batch",
                 ))
             })?
         }
     };
-    let scores = arrays::values(&scores, "scores").map_err(to_py)?;
-    let picks = py
-        .detach(move || {
-            let mut rng = stream(seed, Purpose::Select, 0);
-            selection.select(&scores, k, &mut rng)
-        })
-        .map_err(crate::errors::score_to_py)?;
+    let scores = arrays::values(&scores, "scores")?;
+    let picks = py.detach(move || {
+        let mut rng = stream(seed, Purpose::Select, 0);
+        selection.select(&scores, k, &mut rng)
+    })?;
     Ok(PyArray1::from_vec(py, picks))
 }
 
@@ -62,7 +61,7 @@ pub fn select<'py>(
 #[pyfunction]
 #[pyo3(signature = (
     name, k, *, draws=None, layout="nct", features=None, weight=None, bias=None, classes=None,
-    labeled=None, candidates=None, seed=0, probcover_delta=None, max_configs=None
+    labeled=None, candidates=None, seed=0, settings=None, max_configs=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn select_batch<'py>(
@@ -78,33 +77,36 @@ pub fn select_batch<'py>(
     labeled: Option<PyReadonlyArray2<'py, f32>>,
     candidates: Option<usize>,
     seed: u64,
-    probcover_delta: Option<f32>,
+    settings: Option<&str>,
     max_configs: Option<usize>,
-) -> PyResult<Bound<'py, PyArray1<usize>>> {
+) -> PyAlkitResult<Bound<'py, PyArray1<usize>>> {
     let settings = ScorerSettings {
+        // The draws are taken as given, whatever made them.
         members: true,
-        probcover_delta,
-        ..ScorerSettings::default()
+        ..settings::read(
+            settings,
+            Reads::Only(&["probcover_delta"]),
+            "when scoring or in a session (the selectors read the evidence as given)",
+        )?
     };
-    settings.validate().map_err(to_py)?;
-    let kind: StrategyKind = name
-        .parse()
-        .map_err(|e: String| to_py(Error::config("name", e)))?;
+    let kind: StrategyKind = name.parse().map_err(|e: String| Error::config("name", e))?;
     let Pick::Batch(mut selector) = kind.build(&settings) else {
-        return Err(to_py(Error::config(
+        return Err(Error::config(
             "name",
             format!("`{name}` scores items one at a time: score them, then select from the scores"),
-        )));
+        )
+        .into());
     };
     if let Some(max) = max_configs {
         if name != "batchbald" || max == 0 || max > alkit::limits::MAX_SAMPLES {
-            return Err(to_py(Error::config(
+            return Err(Error::config(
                 "max_configs",
                 format!(
                     "BatchBALD's joint configurations, between 1 and {} (`{name}` has none)",
                     alkit::limits::MAX_SAMPLES
                 ),
-            )));
+            )
+            .into());
         }
         selector = std::sync::Arc::new(BatchBald {
             max_configs: max,
@@ -112,40 +114,40 @@ pub fn select_batch<'py>(
         });
     }
     let needs = selector.needs();
-    let layout = Layout::parse(layout).map_err(to_py)?;
-    let layer = Layer::read(weight.as_ref(), bias.as_ref(), classes.unwrap_or(1)).map_err(to_py)?;
+    let layout = Layout::parse(layout)?;
+    let layer = Layer::read(weight.as_ref(), bias.as_ref(), classes.unwrap_or(1))?;
     if needs.features {
         check_layer(
             selector.as_ref(),
             &layer,
             features.is_some(),
             classes,
-            probcover_delta,
-        )
-        .map_err(to_py)?;
+            settings.probcover_delta,
+        )?;
     }
     if candidates.is_some_and(|m| m < k) {
-        return Err(to_py(Error::config(
+        return Err(Error::config(
             "candidates",
             format!(
                 "{} candidates cannot hold a batch of {k}",
                 candidates.unwrap_or(0)
             ),
-        )));
+        )
+        .into());
     }
     if candidates.is_some() && needs.samples.is_none() {
-        return Err(to_py(Error::config(
+        return Err(Error::config(
             "candidates",
             format!("`{name}` chooses among every item; candidates by BALD are for draws"),
-        )));
+        )
+        .into());
     }
     // The labeled items: what core-set covers and TypiClust and ProbCover leave out. Their
     // labels play no part in a selection, so each is given class 0.
     let labeled = labeled
         .as_ref()
         .map(|l| arrays::matrix(l, "labeled"))
-        .transpose()
-        .map_err(to_py)?;
+        .transpose()?;
     let reference = labeled
         .or_else(|| {
             (needs.reference)
@@ -158,34 +160,27 @@ pub fn select_batch<'py>(
         });
     let inputs = Inputs {
         probs: None,
-        draws: draws
-            .as_ref()
-            .map(|d| Draws::read(d, layout))
-            .transpose()
-            .map_err(to_py)?,
+        draws: draws.as_ref().map(|d| Draws::read(d, layout)).transpose()?,
         layer: features.is_some().then_some(layer),
         features: features
             .as_ref()
             .map(|f| arrays::matrix(f, "features"))
-            .transpose()
-            .map_err(to_py)?,
+            .transpose()?,
         reference,
     };
-    let picks = py
-        .detach(move || -> Result<Vec<usize>> {
-            let ev = inputs.evidence(None)?;
-            match candidates {
-                None => {
-                    let mut rng = stream(seed, Purpose::Select, 0);
-                    Ok(selector.select(&ev, k, &mut rng)?)
-                }
-                Some(m) => {
-                    let configs = max_configs.unwrap_or(BatchBald::DEFAULT_CONFIGS);
-                    among_best_bald(&ev, m, k, seed, configs)
-                }
+    let picks = py.detach(move || -> Result<Vec<usize>> {
+        let ev = inputs.evidence(None)?;
+        match candidates {
+            None => {
+                let mut rng = stream(seed, Purpose::Select, 0);
+                Ok(selector.select(&ev, k, &mut rng)?)
             }
-        })
-        .map_err(to_py)?;
+            Some(m) => {
+                let configs = max_configs.unwrap_or(BatchBald::DEFAULT_CONFIGS);
+                among_best_bald(&ev, m, k, seed, configs)
+            }
+        }
+    })?;
     Ok(PyArray1::from_vec(py, picks))
 }
 

@@ -4,7 +4,8 @@
 //! [`alkit::session::Learner`] and saves it, so a notebook and `alkit label` can take turns on
 //! one session (one at a time: the lock refuses a second writer).
 
-use crate::errors::{to_py, Signals};
+use crate::errors::{PyAlkitError, PyAlkitResult, Signals};
+use crate::settings::{self, Reads};
 use alkit::error::{Error, Result};
 use alkit::hub::Hub;
 use alkit::session::{
@@ -31,8 +32,8 @@ fn open(dir: &Path, stream: bool) -> Result<(alkit::session::SessionLock, Learne
 impl Session {
     /// The session already in the folder `state`.
     #[new]
-    fn new(state: PathBuf) -> PyResult<Self> {
-        SessionState::read(&state).map_err(to_py)?;
+    fn new(state: PathBuf) -> PyAlkitResult<Self> {
+        SessionState::read(&state)?;
         Ok(Self { state })
     }
 
@@ -62,36 +63,30 @@ impl Session {
         force: bool,
         backbone: Option<String>,
         embed_cache: Option<PathBuf>,
-    ) -> PyResult<Self> {
-        let mut model = model
+    ) -> PyAlkitResult<Self> {
+        let model = model
             .map(|m| m.parse::<alkit::models::ModelKind>())
-            .transpose()
-            .map_err(to_py)?;
-        if backbone.is_some() && model.is_none() {
-            model = "linear".parse().ok();
-        }
+            .transpose()?;
         let dir = state.clone();
         py.detach(move || -> Result<()> {
             let hub = Hub::from_env();
             // As `alkit init --backbone`: the pool embedded once into the cache, the session
             // on the embedding file, seeded by the labels the pool itself gives.
-            let (pool, embedded_from) = match backbone {
+            let (pool, embedded_from, model) = match backbone {
                 Some(backbone) => {
-                    let job = alkit::eval::embed::EmbedJob {
-                        backbone,
-                        data: pool.clone(),
-                        batch: None,
-                        chunk: alkit::eval::score::DEFAULT_CHUNK,
-                    };
-                    let cache = match embed_cache {
-                        Some(c) => c,
-                        None => alkit::eval::embed::default_cache()?,
-                    };
-                    let embedded =
-                        alkit::eval::embed::cached(&job, &cache, &hub, &Device::Cpu, &mut Signals)?;
-                    (embedded.path.to_string_lossy().into_owned(), Some(pool))
+                    let job = alkit::eval::embed::EmbedJob::through(&backbone, &pool);
+                    let on = alkit::eval::embed::on_backbone(
+                        &job,
+                        embed_cache.as_deref(),
+                        model,
+                        &hub,
+                        &Device::Cpu,
+                        &mut Signals,
+                    )?;
+                    let data = on.data.to_string_lossy().into_owned();
+                    (data, Some(pool), Some(on.model))
                 }
-                None => (pool, None),
+                None => (pool, None, model),
             };
             let options = SessionOptions {
                 pool,
@@ -107,8 +102,7 @@ impl Session {
                 embedded_from,
             };
             options.start(&dir, force, &hub, &mut Signals).map(|_| ())
-        })
-        .map_err(to_py)?;
+        })?;
         Ok(Self { state })
     }
 
@@ -122,7 +116,7 @@ impl Session {
     /// `alkit query` does (written to `out` as well when given).
     #[pyo3(signature = (
         n=50, *, scorer="entropy", out=None, format="csv", include_pending=false,
-        subsample=None, stream=false, select="top-k", beta=1.0, lambda_=0.3, mc_samples=20
+        subsample=None, stream=false, settings=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn query<'py>(
@@ -135,50 +129,38 @@ impl Session {
         include_pending: bool,
         subsample: Option<usize>,
         stream: bool,
-        select: &str,
-        beta: f32,
-        lambda_: f32,
-        mc_samples: usize,
-    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let format = BatchFormat::parse(format).map_err(to_py)?;
+        settings: Option<&str>,
+    ) -> PyAlkitResult<Vec<Bound<'py, PyDict>>> {
+        let format = BatchFormat::parse(format)?;
         let kind: StrategyKind = scorer
             .parse()
-            .map_err(|e: String| to_py(Error::config("scorer", e)))?;
-        let select = select
-            .parse()
-            .map_err(|e: String| to_py(Error::config("select", e)))?;
+            .map_err(|e: String| Error::config("scorer", e))?;
+        let given = settings::read(settings, Reads::All, "")?;
         let dir = self.state.clone();
-        let batch = py
-            .detach(move || -> Result<_> {
-                if let Some(out) = &out {
-                    check_batch_out(&dir, out, format)?;
-                }
-                let (_held, mut learner) = open(&dir, stream)?;
-                let settings = ScorerSettings {
-                    members: learner.state().config.ensemble.is_some(),
-                    select,
-                    beta,
-                    lambda: lambda_,
-                    mc_samples,
-                    ..ScorerSettings::default()
-                };
-                settings.validate()?;
-                let request = QueryRequest {
-                    strategy: kind.strategy(&settings)?,
-                    n,
-                    include_pending,
-                    subsample,
-                };
-                let batch = learner.query(&request, &Device::Cpu, &mut Signals)?;
-                // The batch file first: if saving the state fails, the same query gives the
-                // same batch.
-                if let Some(out) = &out {
-                    alkit::label_studio::write_batch(&learner, format, out, &batch, &Device::Cpu)?;
-                }
-                learner.save(&dir)?;
-                Ok(batch)
-            })
-            .map_err(to_py)?;
+        let batch = py.detach(move || -> Result<_> {
+            if let Some(out) = &out {
+                check_batch_out(&dir, out, format)?;
+            }
+            let (_held, mut learner) = open(&dir, stream)?;
+            let settings = ScorerSettings {
+                members: learner.state().config.ensemble.is_some(),
+                ..given
+            };
+            let request = QueryRequest {
+                strategy: kind.strategy(&settings)?,
+                n,
+                include_pending,
+                subsample,
+            };
+            let batch = learner.query(&request, &Device::Cpu, &mut Signals)?;
+            // The batch file first: if saving the state fails, the same query gives the
+            // same batch.
+            if let Some(out) = &out {
+                alkit::label_studio::write_batch(&learner, format, out, &batch, &Device::Cpu)?;
+            }
+            learner.save(&dir)?;
+            Ok(batch)
+        })?;
         batch
             .into_iter()
             .map(|q| {
@@ -200,7 +182,7 @@ impl Session {
         answers: Option<Vec<(String, String)>>,
         file: Option<PathBuf>,
         stream: bool,
-    ) -> PyResult<usize> {
+    ) -> PyAlkitResult<usize> {
         let dir = self.state.clone();
         py.detach(move || -> Result<usize> {
             let (_held, mut learner) = open(&dir, stream)?;
@@ -221,12 +203,12 @@ impl Session {
             learner.save(&dir)?;
             Ok(n)
         })
-        .map_err(to_py)
+        .map_err(PyAlkitError::from)
     }
 
     /// The session at a glance, as `alkit status --json` prints it (a JSON text).
-    fn status_json(&self) -> PyResult<String> {
-        let st = SessionState::read(&self.state).map_err(to_py)?;
+    fn status_json(&self) -> PyAlkitResult<String> {
+        let st = SessionState::read(&self.state)?;
         Ok(st.summary().to_string())
     }
 

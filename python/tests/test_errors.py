@@ -120,8 +120,12 @@ def test_settings_the_input_kind_does_not_read_are_refused(model, tmp_path):
     with pytest.raises(SettingsError, match="split") as e:
         alkit.score("entropy", probs=model["probs"], split="test")
     assert e.value.field == "split"
-    with pytest.raises(SettingsError, match="knn_k"):
-        alkit.score("entropy", checkpoint=tmp_path, data=tmp_path, knn_k=5)
+    with pytest.raises(SettingsError, match="beta") as e:
+        alkit.score("entropy", checkpoint=tmp_path, data=tmp_path, beta=2.0)
+    assert e.value.field == "beta"
+    with pytest.raises(SettingsError, match="sigma") as e:
+        alkit.score("entropy", probs=model["probs"], sigma=0.1)
+    assert e.value.field == "sigma"
     with pytest.raises(SettingsError, match="more than once"):
         alkit.score(["entropy", "entropy"], probs=model["probs"])
 

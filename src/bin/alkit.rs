@@ -22,7 +22,7 @@ mod ui;
 
 use flags::*;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use ui::Bars;
 
 fn main() {
@@ -152,34 +152,22 @@ fn dispatch(cli: Cli) -> Result<()> {
     }
 }
 
-/// The embedding cache when --embed-cache is not given: `$ALKIT_CACHE/embeddings`, else
-/// `$XDG_CACHE_HOME/alkit/embeddings`, else `~/.cache/alkit/embeddings`.
-/// `data` embedded through the frozen `backbone` into the cache folder `cache` (or the
-/// default one), reused when it was already: the embedding file's path.
-pub(crate) fn embed_through(
+/// `data` read through the frozen `backbone` (the library's rule: embedded once into the
+/// cache folder `cache`, else the default one; a `linear` head unless `model`).
+pub(crate) fn on_backbone(
     backbone: &str,
     data: &str,
     cache: Option<&std::path::Path>,
-    hub: &Hub,
+    model: Option<alkit::models::ModelKind>,
     device: &Device,
     quiet: bool,
-) -> Result<PathBuf> {
-    let job = alkit::eval::embed::EmbedJob {
-        backbone: backbone.to_string(),
-        data: data.to_string(),
-        batch: None,
-        chunk: alkit::eval::score::DEFAULT_CHUNK,
-    };
-    let cache = match cache {
-        Some(c) => c.to_path_buf(),
-        None => alkit::eval::embed::default_cache()?,
-    };
+) -> Result<alkit::eval::embed::OnBackbone> {
+    let job = alkit::eval::embed::EmbedJob::through(backbone, data);
     let mut bars = Bars::new(quiet, 1);
-    let embedded = alkit::eval::embed::cached(&job, &cache, hub, device, &mut bars);
+    let on =
+        alkit::eval::embed::on_backbone(&job, cache, model, &Hub::from_env(), device, &mut bars);
     bars.finish();
-    Ok(embedded
-        .with_context(|| format!("embedding {data} through --backbone {backbone}"))?
-        .path)
+    on.with_context(|| format!("embedding {data} through --backbone {backbone}"))
 }
 
 fn embed_cmd(a: EmbedArgs, device: &Device, quiet: bool) -> Result<()> {
@@ -251,18 +239,16 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
             let mut options = a.options()?;
             if let Some(backbone) = &a.backbone {
                 let data = options.data.clone().unwrap_or_else(|| "data".into());
-                let data = data.to_string_lossy();
-                options.data = Some(embed_through(
+                let on = on_backbone(
                     backbone,
-                    &data,
+                    &data.to_string_lossy(),
                     a.embed_cache.as_deref(),
-                    &hub,
+                    options.model,
                     device,
                     quiet,
-                )?);
-                if options.model.is_none() {
-                    options.model = "linear".parse().ok();
-                }
+                )?;
+                options.data = Some(on.data);
+                options.model = Some(on.model);
             }
             options
                 .start(&out, a.force, &hub, &mut downloads)
@@ -374,10 +360,10 @@ fn merge_cmd(a: MergeArgs) -> Result<()> {
 }
 
 fn bench_train(a: &BenchArgs, device: &Device, quiet: bool) -> Result<()> {
-    if let Some(flag) = a.scorer_flags.given() {
+    if let Some(setting) = a.scorer_settings.first_given() {
         return Err(alkit::Error::config(
             "train",
-            format!("{flag} sets a scorer, which --train does not run (DUQ's penalty weight is --penalty-weight)"),
+            format!("setting `{setting}` is a scorer's, which --train does not run (DUQ's penalty weight is --penalty-weight)"),
         )
         .into());
     }
@@ -427,7 +413,7 @@ fn bench_score(a: &BenchArgs, checkpoint: &str, device: &Device) -> Result<()> {
         data: a.data.to_string_lossy().into_owned(),
         split: alkit::eval::score::Split::Train,
         scorers: a.scorer.clone(),
-        settings: a.scorer_flags.settings()?,
+        settings: a.scorer_settings.checked()?,
         top: None,
         candidates: None,
         batch: a.batch.map(|b| b as usize),
@@ -491,7 +477,7 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
     }
     let settings = ScorerSettings {
         members: a.ensemble.is_some(),
-        ..a.scorer_flags.settings()?
+        ..a.scorer_settings.checked()?
     };
     let model = a.model;
     let cfg = alkit::bench::ScoringBench {
@@ -538,12 +524,8 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
 }
 
 fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
-    let scorers = per_item_scorers(&a.scorer, &a.scorer_flags.settings()?)?;
-    let mut source = a.source.to_lib()?;
-    if source.checkpoint.is_some() && source.stats_cache.is_none() {
-        // Without a cache folder (no HOME), the statistics are computed in memory.
-        source.stats_cache = alkit::eval::embed::default_cache().ok();
-    }
+    let scorers = per_item_scorers(&a.scorer, &a.scorer_settings.checked()?)?;
+    let source = a.source.to_lib()?.caching_statistics();
     let mut bars = Bars::new(quiet, 1);
     let r = alkit::eval::ood::evaluate(
         &source,
@@ -592,12 +574,8 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
 }
 
 fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
-    let scorers = per_item_scorers(&a.scorer, &a.scorer_flags.settings()?)?;
-    let mut source = a.source.to_lib()?;
-    if source.checkpoint.is_some() && source.stats_cache.is_none() {
-        // Without a cache folder (no HOME), the statistics are computed in memory.
-        source.stats_cache = alkit::eval::embed::default_cache().ok();
-    }
+    let scorers = per_item_scorers(&a.scorer, &a.scorer_settings.checked()?)?;
+    let source = a.source.to_lib()?.caching_statistics();
     let mut bars = Bars::new(quiet, 1);
     let r = alkit::eval::calibrate::evaluate(
         &source,

@@ -12,14 +12,19 @@
 //! the features of a large file are not loaded. Both file kinds answer the same
 //! [`HeadFile`] questions, so they are checked alike.
 
-use super::{from_tensors, Checkpoint, CheckpointConfig, TensorInfo, FORMAT};
+use super::config::{validate_config, Checkpoint, CheckpointConfig, OpenOptions};
+use super::config::{TensorInfo, FORMAT};
+use super::kind::Kind;
+use super::weights::from_tensors;
 use crate::data::source::{listed_classes, CheckedHeader, NpzHead, TensorEntry};
 use crate::data::Normalizer;
 use crate::error::{Error, Result};
+use crate::hub::{Hub, HubRepo};
 use crate::models::{Arch, ModelKind};
+use crate::observe::Observer;
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The head's weight `(C, d)`.
 pub const HEAD_WEIGHT: &str = "head.weight";
@@ -138,17 +143,41 @@ fn head_file(path: &Path) -> Result<Option<Box<dyn HeadFile>>> {
     Ok(None)
 }
 
-/// Whether `path` is an embedding file holding a head (see [`head_file`]).
-pub(super) fn has_head(path: &Path) -> bool {
-    head_file(path).is_ok_and(|h| h.is_some())
-}
+/// The kind: an embedding file holding a head (see [`head_file`]), opened as a `linear`
+/// checkpoint over the raw features; its headers are read when it is recognised and again
+/// when it opens.
+pub(crate) struct EmbeddedKind;
 
-/// The head kept in the embedding file `path` as a `linear` checkpoint (see the module
-/// docs), `None` when `path` is not such a file; its headers are read once.
-pub(super) fn load_if_head(path: &Path, device: &Device) -> Result<Option<Checkpoint>> {
-    match head_file(path)? {
-        Some(mut h) => load(h.as_mut(), path, device).map(Some),
-        None => Ok(None),
+impl Kind for EmbeddedKind {
+    fn detect(&self, path: &Path) -> Result<Option<PathBuf>> {
+        Ok(head_file(path)?.map(|_| path.to_path_buf()))
+    }
+
+    fn open(
+        &self,
+        found: &Path,
+        options: &OpenOptions,
+        device: &Device,
+        _: &mut dyn Observer,
+    ) -> Result<Checkpoint> {
+        options.refuse_inline_normalisation(&found.display().to_string())?;
+        match head_file(found)? {
+            Some(mut h) => load(h.as_mut(), found, device),
+            None => Err(bad(found, "no longer an embedding file with a head")),
+        }
+    }
+
+    fn files(&self, found: &Path) -> Result<Vec<PathBuf>> {
+        Ok(vec![found.to_path_buf()])
+    }
+
+    fn fetch_from_hub(
+        &self,
+        _: &HubRepo,
+        _: &Hub,
+        _: &mut dyn Observer,
+    ) -> Result<Option<PathBuf>> {
+        Ok(None)
     }
 }
 
@@ -314,7 +343,7 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
         ],
         preprocess: None,
     };
-    super::validate_config(&config, path)?;
+    validate_config(&config, path)?;
     let to_f32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
     let mut tensors = HashMap::new();
     tensors.insert(

@@ -24,8 +24,9 @@
 //! size. ONNX Runtime has no autograd: training, weight noise and gradients through the whole
 //! network are refused by name; last-layer quantities come from [`Ask::LastLayer`].
 
+use super::config::{read_config_value, validate_config, Checkpoint, CheckpointConfig};
+use super::config::{OpenOptions, FORMAT};
 use super::timm::{data_config, DataConfig};
-use super::{read_config_value, Checkpoint, CheckpointConfig, OpenOptions, FORMAT};
 use crate::error::{contain, Error, Result, ResultExt};
 use crate::models::{Arch, OnnxArch};
 use crate::nn::init::Weights;
@@ -1651,7 +1652,7 @@ pub fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> 
         tensors: Vec::new(),
         preprocess: Some(data.preprocess),
     };
-    super::validate_config(&config, path)?;
+    validate_config(&config, path)?;
     Ok(Checkpoint {
         config,
         model: Box::new(model),

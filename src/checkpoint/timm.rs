@@ -11,7 +11,7 @@
 //! torchvision's layout and names); a constructor argument that would change the network is
 //! refused by name rather than ignored. Nothing in the file is executed.
 
-use super::{CheckpointConfig, TensorInfo, FORMAT};
+use super::config::{read_config_value, CheckpointConfig, TensorInfo, FORMAT};
 use crate::data::image::{CropMode, Filter, Preprocess};
 use crate::data::Normalizer;
 use crate::error::{Error, Result};
@@ -95,7 +95,7 @@ pub(crate) fn is_timm(value: &Value) -> bool {
 /// architecture, classes, normalisation and preprocessing that [`super::load`] uses for a
 /// timm folder, without reading any weights.
 pub fn read_config(path: &Path) -> Result<CheckpointConfig> {
-    config(super::read_config_value(path)?, path)
+    config(read_config_value(path)?, path)
 }
 
 /// The checkpoint configuration a timm `config.json` (parsed as `value`, read from `path`)

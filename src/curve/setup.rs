@@ -4,7 +4,7 @@
 //! is read or written), or from the folder of a run to resume; then [`run`], which writes every
 //! pool scoring too when asked.
 
-use super::{remove_outputs, run_curve, CurveSpec, SaveScores, MAX_SEEDS};
+use super::runs::{remove_outputs, run_curve, CurveSpec, SaveScores, MAX_SEEDS};
 use crate::acquire::{LoopConfig, RunState};
 use crate::data::{Dataset, Normalizer, PoolReader, Source};
 use crate::error::{Error, Result, ResultExt};

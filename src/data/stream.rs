@@ -17,6 +17,9 @@ use crate::observe::Observer;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// Items held at a time from a pool that can be streamed, when the caller does not
+/// say: peak memory follows this, not the pool.
+pub const DEFAULT_CHUNK: usize = 16384;
 /// Consecutive items of a pool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chunk {

@@ -22,7 +22,8 @@
 //! `BCE + penalty` gives exact parameter gradients; tests check them against central finite
 //! differences in `f64`.
 
-use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
+use super::extractor::{Duq, Extractor};
+use super::head::{DuqSettings, Penalty, RbfHead};
 use crate::error::{Error, Result};
 use crate::kernels::conv::{Conv, ConvT};
 use crate::nn::init::{seeded, Weights};

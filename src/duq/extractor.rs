@@ -18,7 +18,7 @@
 //! The built-in extractors, [`ReluMlp`](super::ReluMlp) and the Fashion-MNIST CNN, are tested
 //! the same way.
 
-use super::{bce, penalty, DuqSettings, HeadOutput, Penalty, RbfHead, Sgd};
+use super::head::{bce, penalty, DuqSettings, HeadOutput, Penalty, RbfHead, Sgd};
 use crate::error::{Error, Result};
 use crate::nn::{Ask, Offer};
 use crate::observe::{check, Event, Observer};

@@ -9,7 +9,8 @@
 //! the gradient penalty's parameter gradient comes from a first-order backward, exactly. No
 //! extractor-specific code: a layer that implements [`crate::nn::net::Layer`] is covered.
 
-use super::{Duq, DuqSettings, Extractor, Penalty, RbfHead};
+use super::extractor::{Duq, Extractor};
+use super::head::{DuqSettings, Penalty, RbfHead};
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::nchw_to_nhwc;

@@ -95,6 +95,48 @@ pub fn default_cache() -> Result<PathBuf> {
         })
 }
 
+/// What a job on data read through a frozen backbone runs on ([`on_backbone`]).
+#[derive(Debug, Clone)]
+pub struct OnBackbone {
+    /// The embedding file of the data.
+    pub data: PathBuf,
+    /// The model trained on the features.
+    pub model: crate::models::ModelKind,
+}
+
+impl EmbedJob {
+    /// Every item of `data` through `backbone`, at the default batch and chunk.
+    pub fn through(backbone: &str, data: &str) -> Self {
+        EmbedJob {
+            backbone: backbone.to_string(),
+            data: data.to_string(),
+            batch: None,
+            chunk: crate::data::stream::DEFAULT_CHUNK,
+        }
+    }
+}
+
+/// The rule every front end (a curve, a session, Python) follows for a frozen backbone: the
+/// data embedded once into the folder `cache` (else [`default_cache`]) and reused while the
+/// backbone and the data files are unchanged, and a head trained on the features: `model`,
+/// else `linear`.
+pub fn on_backbone(
+    job: &EmbedJob,
+    cache: Option<&Path>,
+    model: Option<crate::models::ModelKind>,
+    hub: &Hub,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<OnBackbone> {
+    let cache = match cache {
+        Some(c) => c.to_path_buf(),
+        None => default_cache()?,
+    };
+    let model = model.unwrap_or_else(|| crate::models::ModelKind::named("linear"));
+    let data = cached(job, &cache, hub, device, observer)?.path;
+    Ok(OnBackbone { data, model })
+}
+
 /// The embedding file of `job` in the folder `cache`, computed (or resumed) only when no
 /// finished file of the same backbone content and source files is there.
 pub fn cached(

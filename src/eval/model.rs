@@ -38,6 +38,18 @@ pub struct ModelSource {
     pub stats_cache: Option<std::path::PathBuf>,
 }
 
+impl ModelSource {
+    /// The rule the command line follows: a checkpoint's statistics kept in the given cache
+    /// folder, else in the default embedding cache ([`super::embed::default_cache`]), else
+    /// (no cache folder anywhere: no `HOME`) computed in memory.
+    pub fn caching_statistics(mut self) -> Self {
+        if self.checkpoint.is_some() && self.stats_cache.is_none() {
+            self.stats_cache = super::embed::default_cache().ok();
+        }
+        self
+    }
+}
+
 /// `source.model` trained here on `train_raw[..limit]` (all of it when `limit` is `None`,
 /// normalised with statistics of the whole split) and saved as a checkpoint in `save_to`
 /// before anything else happens.

@@ -72,9 +72,7 @@ pub struct ScoreJob {
 /// most: a piece is also at most half the chunk).
 const READ_AHEAD_BATCHES: usize = 4;
 
-/// Items held at a time from a pool that can be streamed, when the caller does not
-/// say: peak memory follows this, not the pool.
-pub const DEFAULT_CHUNK: usize = 16384;
+pub use crate::data::stream::DEFAULT_CHUNK;
 
 /// What a [`run`] scored and wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //! ([`Remote`]) are written here too: hf-hub offers them only with its `ureq` feature, which
 //! would compile its downloader and a progress-bar crate into every library user.
 
-use super::{HubRepo, RepoKind};
+use super::repo::{HubRepo, RepoKind};
 use crate::observe::{Control, Event, Observer};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -24,7 +24,7 @@
 //! (a task file imported twice) is taught once when the tasks agree and refused, naming both
 //! tasks, when they do not.
 
-use super::FROM_NAME;
+use super::project::FROM_NAME;
 use crate::data::source::read_delimited;
 use crate::error::{Error, Result};
 use crate::session::read_answers_from;

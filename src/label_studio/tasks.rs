@@ -1,7 +1,7 @@
 //! A query's batch as Label Studio tasks to import, with the labeling configuration beside
 //! them, and a batch written in either of a query's formats.
 
-use super::{labeling_config, ordered_confidence, prediction, short};
+use super::project::{labeling_config, ordered_confidence, prediction, short};
 use crate::data::image::encode_png;
 use crate::error::{Error, Result};
 use crate::session::{BatchFormat, Learner, Query};

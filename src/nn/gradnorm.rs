@@ -17,7 +17,7 @@
 //!   autograd (one backward per row). Slow; the fallback for user models and the independent
 //!   reference the fast path is tested against.
 
-use super::Classifier;
+use super::classifier::Classifier;
 use crate::error::Result;
 use candle_core::{DType, Tensor, D};
 
@@ -336,8 +336,10 @@ pub fn autograd_grad_norms(
     let mut kl_l1 = Vec::with_capacity(n);
     for i in 0..n {
         let xi = x.narrow(0, i * copies, copies)?;
-        let lp =
-            candle_nn::ops::log_softmax(&model.forward(&xi, &mut super::Mode::Eval)?, D::Minus1)?;
+        let lp = candle_nn::ops::log_softmax(
+            &model.forward(&xi, &mut super::classifier::Mode::Eval)?,
+            D::Minus1,
+        )?;
         let p0 = lp.get(0)?.exp()?.detach();
         for r in 0..rows {
             // Mean over copies of log p_r, or of sum_c p0_c log p_c for the expected row.

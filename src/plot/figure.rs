@@ -1,7 +1,8 @@
 //! A figure of side-by-side panels of lines with shaded bands, and its layout into drawing
 //! primitives (axes, ticks, labels, legend) that the SVG and PNG backends share.
 
-use super::{font, Anchor, Prim, Rgb};
+use super::font;
+use super::prim::{Anchor, Prim, Rgb};
 
 /// Font sizes in pixels per em: tick labels, axis labels and legend entries; panel titles.
 const LABEL: f64 = 12.0;

@@ -2,8 +2,8 @@
 //! bar saying what the colours mean, and the training points on top.
 
 use super::figure::{fmt_tick, ticks};
+use super::prim::{Anchor, Rgb};
 use super::raster::Canvas;
-use super::{Anchor, Rgb};
 
 /// One heatmap panel.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,8 @@
 //! The PNG backend: an RGB raster that primitives are drawn on with anti-aliased edges, encoded
 //! by the `png` crate.
 
-use super::{font, Anchor, Prim, Rgb};
+use super::font;
+use super::prim::{Anchor, Prim, Rgb};
 
 /// A `w` x `h` PNG drawing `prims` on white.
 pub(super) fn render(w: u32, h: u32, prims: &[Prim]) -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! The SVG backend: primitives as `<polyline>`, `<polygon>` and vector `<text>` elements.
 
-use super::{Anchor, Prim};
+use super::prim::{Anchor, Prim};
 use std::fmt::Write as _;
 
 /// A `w` x `h` SVG document drawing `prims` on white.

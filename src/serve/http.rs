@@ -421,6 +421,20 @@ pub fn new_token() -> crate::Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// Whether a request's `Host` is one `hosts` accepts (`None`: any).
+pub(crate) fn host_ok(
+    hosts: &Option<Vec<String>>,
+    req: &Request<'_>,
+) -> std::result::Result<(), Reply> {
+    if let Some(hosts) = hosts {
+        let host = header(req, "Host").unwrap_or("");
+        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            return Err(Reply::error(421, format!("unexpected Host `{host}`")));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

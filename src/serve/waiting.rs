@@ -2,8 +2,8 @@
 //! then the last ranking's next ones, the "spares"), the answers it takes meanwhile (saved to
 //! the session's [`journal`] before the reply) and their teaching once the model is ready.
 
-use super::{Action, Reply};
-use super::{AnswerBody, App, Inner, ServeEvent};
+use super::http::Reply;
+use super::state::{Action, AnswerBody, App, Inner, ServeEvent, Spare};
 use crate::error::Result;
 use crate::rng::{stream, Purpose};
 use crate::session::journal::{self, Queued};
@@ -15,15 +15,6 @@ use std::path::Path;
 /// The fewest spares kept for a round (a batch of 5 answered in seconds still leaves the
 /// person items to answer while the model trains).
 const MIN_SPARES: usize = 20;
-
-/// An item served while the next model trains, after the batch's open items.
-pub(super) struct Spare {
-    pub(super) id: String,
-    pub(super) index: usize,
-    /// Its place in the last ranking (from 1), when there was one.
-    rank: Option<usize>,
-    score: Option<f32>,
-}
 
 /// One item the page offers.
 pub(super) struct Offer<'a> {

@@ -2,7 +2,9 @@
 //! sources (comments and strings aside) may name only modules of its own layer or a lower one,
 //! the top-level modules form no cycle, and inside every folder the sibling files form no
 //! cycle either (`super::`, `self::` and `crate::` paths, and names a folder's `mod.rs`
-//! re-exports from one of its files, all count).
+//! re-exports from one of its files, all count). A folder's own `mod.rs` is one of those
+//! files: an item it defines and a file below it names is an edge up to it, so the types a
+//! folder's files share sit in a file of their own, never in the `mod.rs` that uses them.
 
 use super::{copy_dir, tmp};
 use std::collections::{BTreeMap, BTreeSet};
@@ -426,24 +428,39 @@ fn folder_cycles(src: &Path) -> Vec<String> {
     let mut bad = Vec::new();
     for (folder, kids) in &children {
         let d = folder.len();
+        // The folder's own `mod.rs` is a sibling like the others: an item defined there and
+        // named by a file below it is an edge up to it.
+        const MOD: &str = "mod.rs";
+        let folder_code = modules.get(folder).map_or("", |(c, _)| c.as_str());
         let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (m, (code, _)) in &modules {
-            if m.len() <= d || m[..d] != folder[..] {
-                continue; // outside the folder, or its own mod.rs
+            if m.len() < d || m[..d] != folder[..] {
+                continue; // outside the folder
             }
-            for r in absolute_refs(code, m) {
+            let from = if m.len() == d { MOD } else { m[d].as_str() };
+            let code = if from == MOD {
+                relative_as_self(code, kids)
+            } else {
+                code.clone()
+            };
+            for r in absolute_refs(&code, m) {
                 if r.len() <= d || r[..d] != folder[..] {
                     continue;
                 }
                 let target = if kids.contains(&r[d]) {
                     r[d].clone()
                 } else if let Some(k) = reexports.get(&(folder.clone(), r[d].clone())) {
+                    if from == MOD {
+                        continue; // the re-export itself, already an edge to its file
+                    }
                     k.clone()
+                } else if from != MOD && defines(folder_code, &r[d]) {
+                    MOD.to_string()
                 } else {
-                    continue;
+                    continue; // a name of the file's own inline module, or of no file here
                 };
-                if target != m[d] {
-                    graph.entry(m[d].clone()).or_default().insert(target);
+                if target != from {
+                    graph.entry(from.to_string()).or_default().insert(target);
                 }
             }
         }
@@ -461,6 +478,44 @@ fn folder_cycles(src: &Path) -> Vec<String> {
         }
     }
     bad
+}
+
+/// Whether `code` (a `mod.rs`) defines an item named `name` itself.
+fn defines(code: &str, name: &str) -> bool {
+    let kinds = [
+        "fn", "struct", "enum", "const", "static", "type", "trait", "union",
+    ];
+    code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '!'))
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|w| w[1] == name && (kinds.contains(&w[0]) || w[0] == "macro_rules!"))
+}
+
+/// A `mod.rs`'s code with the paths that start at one of its files (`onnx::load(..)`,
+/// `use source::Items`) written as `self::` paths, which [`absolute_refs`] reads.
+fn relative_as_self(code: &str, kids: &BTreeSet<String>) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut prev: Option<char> = None;
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let starts_path = !prev.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+        if starts_path {
+            if let Some(k) = kids.iter().find(|k| rest.starts_with(&format!("{k}::"))) {
+                out.push_str("self::");
+                out.push_str(k);
+                i += k.len();
+                prev = k.chars().last();
+                continue;
+            }
+        }
+        let c = rest.chars().next().unwrap();
+        out.push(c);
+        prev = Some(c);
+        i += c.len_utf8();
+    }
+    out
 }
 
 /// A cycle of `graph`, if any (as a path `a -> b -> ... -> a`).
@@ -500,7 +555,7 @@ fn the_files_of_a_folder_form_no_cycle() {
     let bad = folder_cycles(&src_dir());
     assert!(
         bad.is_empty(),
-        "import cycles inside folders:\n{}",
+        "import cycles inside folders (a folder's mod.rs counts as one of its files):\n{}",
         bad.join("\n")
     );
 }
@@ -524,6 +579,25 @@ fn the_folder_check_catches_a_planted_cycle_and_reads_every_path_form() {
     )
     .unwrap();
     assert!(folder_cycles(&dir).is_empty(), "{:?}", folder_cycles(&dir));
+    // A file that names an item its folder's mod.rs defines, while mod.rs uses that file.
+    std::fs::write(
+        f.join("mod.rs"),
+        "mod a;\nmod b;\nmod c;\npub use c::Thing;\npub struct Base;\nfn open() { a::go() }\n",
+    )
+    .unwrap();
+    std::fs::write(f.join("a.rs"), "use super::Base;\n").unwrap();
+    let bad = folder_cycles(&dir);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].contains("mod.rs") && bad[0].contains(" a"),
+        "{bad:?}"
+    );
+    std::fs::write(
+        f.join("mod.rs"),
+        "mod a;\nmod b;\nmod c;\npub use c::Thing;\n",
+    )
+    .unwrap();
+    std::fs::write(f.join("a.rs"), "use super::{b::Bee, other};\n").unwrap();
     std::fs::write(f.join("c.rs"), "use super::a::X;\n").unwrap();
     let bad = folder_cycles(&dir);
     assert_eq!(bad.len(), 1, "{bad:?}");

@@ -3,7 +3,7 @@
 
 use crate::session;
 use alkit::models::ModelKind;
-use alkit::strategies::{Layers, ScorerSettings, SelectKind, StrategyKind};
+use alkit::strategies::{ScorerSettings, StrategyKind};
 use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -235,7 +235,7 @@ pub(crate) struct OodArgs {
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     pub(crate) scorer: Vec<StrategyKind>,
     #[command(flatten)]
-    pub(crate) scorer_flags: ScorerFlags,
+    pub(crate) scorer_settings: ScorerSettings,
     /// Output folder: ood.csv, metrics.json, scores.csv, roc.svg/png, hist.svg/png.
     #[arg(long)]
     pub(crate) out: PathBuf,
@@ -252,7 +252,7 @@ pub(crate) struct CalibrateArgs {
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     pub(crate) scorer: Vec<StrategyKind>,
     #[command(flatten)]
-    pub(crate) scorer_flags: ScorerFlags,
+    pub(crate) scorer_settings: ScorerSettings,
     /// Temperature-scale the probabilities first, fitting T by NLL on the last 10% of the train split (held out from training when alkit trains the model).
     #[arg(long)]
     pub(crate) temperature: bool,
@@ -274,85 +274,6 @@ pub(crate) struct MetricsArgs {
     pub(crate) json: bool,
 }
 
-/// Settings of the parameterised scorers.
-#[derive(clap::Args, Clone, Copy)]
-pub(crate) struct ScorerFlags {
-    /// REGrad layer-selection strength lambda (a_l = exp(lambda * l)). [default: 0.3]
-    #[arg(long)]
-    pub(crate) lambda: Option<f32>,
-    /// REGrad* input-noise standard deviation on the [0, 1] pixel scale. [default: 0.02]
-    #[arg(long)]
-    pub(crate) sigma: Option<f32>,
-    /// REGrad*'s number of perturbed copies N. [default: 8]
-    #[arg(long)]
-    pub(crate) perturbations: Option<usize>,
-    /// Perturb-x input-noise standard deviation on the [0, 1] pixel scale. [default: 0.05]
-    #[arg(long)]
-    pub(crate) perturb_x_sigma: Option<f32>,
-    /// Perturb-theta weight-noise standard deviation (absolute, every parameter). [default: 0.01]
-    #[arg(long)]
-    pub(crate) perturb_theta_sigma: Option<f32>,
-    /// Draws of Perturb-x and Perturb-theta. [default: 8]
-    #[arg(long)]
-    pub(crate) perturb_samples: Option<usize>,
-    /// MC-dropout forward passes of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob. [default: 20]
-    #[arg(long)]
-    pub(crate) mc_samples: Option<usize>,
-    /// Selection of every scored strategy: top-k, power, softmax, softrank (Kirsch et al. 2023), or batchbald (Kirsch et al. 2019; bald only, which then runs as batchbald). [default: top-k]
-    #[arg(long)]
-    pub(crate) select: Option<SelectKind>,
-    /// Inverse temperature of the stochastic selection modes. [default: 1]
-    #[arg(long)]
-    pub(crate) beta: Option<f32>,
-    /// Parameters of the gradient scorers (regrad, exgrad, negrad, ungrad, gradnorm): `all` layers of the network, or the `last` linear layer only, exact in closed form over the penultimate features (any model that gives them: imported, frozen, or a head on embeddings); scores are then named `<scorer>@last`. [default: all]
-    #[arg(long)]
-    pub(crate) layers: Option<Layers>,
-    /// KNN's k: the score is the distance to the k-th nearest normalised training feature. [default: 50]
-    #[arg(long)]
-    pub(crate) knn_k: Option<usize>,
-    /// ViM's principal dimension D (below the feature dimension). [default: 1000 for d >= 2048, 512 for d >= 768, else d/2]
-    #[arg(long)]
-    pub(crate) vim_dim: Option<usize>,
-    /// ProbCover's ball radius on unit-length features, in (0, 2]. [default: the largest radius whose balls are 95% pure under a k-means clustering into as many clusters as classes]
-    #[arg(long)]
-    pub(crate) probcover_delta: Option<f32>,
-}
-
-impl ScorerFlags {
-    pub(crate) fn given(&self) -> Option<&'static str> {
-        [
-            ("--lambda", self.lambda.is_some()),
-            ("--sigma", self.sigma.is_some()),
-            ("--perturbations", self.perturbations.is_some()),
-        ]
-        .into_iter()
-        .find(|g| g.1)
-        .map(|g| g.0)
-    }
-
-    pub(crate) fn settings(&self) -> Result<ScorerSettings> {
-        let d = ScorerSettings::default();
-        let s = ScorerSettings {
-            lambda: self.lambda.unwrap_or(d.lambda),
-            sigma: self.sigma.unwrap_or(d.sigma),
-            perturbations: self.perturbations.unwrap_or(d.perturbations),
-            perturb_x_sigma: self.perturb_x_sigma.unwrap_or(d.perturb_x_sigma),
-            perturb_theta_sigma: self.perturb_theta_sigma.unwrap_or(d.perturb_theta_sigma),
-            perturb_samples: self.perturb_samples.unwrap_or(d.perturb_samples),
-            mc_samples: self.mc_samples.unwrap_or(d.mc_samples),
-            select: self.select.unwrap_or(d.select),
-            beta: self.beta.unwrap_or(d.beta),
-            members: false,
-            layers: self.layers.unwrap_or(d.layers),
-            knn_k: self.knn_k.unwrap_or(d.knn_k),
-            vim_dim: self.vim_dim.or(d.vim_dim),
-            probcover_delta: self.probcover_delta.or(d.probcover_delta),
-        };
-        s.validate()?;
-        Ok(s)
-    }
-}
-
 #[derive(clap::Args)]
 pub(crate) struct CurveArgs {
     /// Data with a test split: a folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz), a folder with train/CLASS/ and test/CLASS/ images, an embedding file with a test split (FILE.safetensors, FILE.npz, FILE.parquet: docs/data.md), or hf:OWNER/NAME (its train and test Parquet shards). [default: data]
@@ -362,7 +283,7 @@ pub(crate) struct CurveArgs {
     #[arg(long, value_delimiter = ',')]
     pub(crate) scorer: Option<Vec<StrategyKind>>,
     #[command(flatten)]
-    pub(crate) scorer_flags: ScorerFlags,
+    pub(crate) scorer_settings: ScorerSettings,
     /// Number of seeds; runs use seeds SEED, SEED+1, ... [default: 1]
     #[arg(long)]
     pub(crate) seeds: Option<u64>,
@@ -501,7 +422,7 @@ pub(crate) struct ScoreArgs {
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
     pub(crate) scorer: Vec<StrategyKind>,
     #[command(flatten)]
-    pub(crate) scorer_flags: ScorerFlags,
+    pub(crate) scorer_settings: ScorerSettings,
     /// Seed of REGrad*'s input noise.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
@@ -548,7 +469,7 @@ pub(crate) struct BenchArgs {
     )]
     pub(crate) scorer: Vec<StrategyKind>,
     #[command(flatten)]
-    pub(crate) scorer_flags: ScorerFlags,
+    pub(crate) scorer_settings: ScorerSettings,
     /// Items scored per pass (the first N of the train split, cycled if fewer).
     #[arg(long, default_value_t = 4096)]
     pub(crate) n: usize,
@@ -673,7 +594,7 @@ impl CurveArgs {
             anchor: self.anchor,
             subsample: self.subsample,
             cold_start: self.cold_start,
-            scorers: self.scorer_flags.settings()?,
+            scorers: self.scorer_settings.checked()?,
         })
     }
 }
@@ -710,7 +631,7 @@ impl ScoreArgs {
                 SplitArg::Test => Split::Test,
             },
             scorers: self.scorer.clone(),
-            settings: self.scorer_flags.settings()?,
+            settings: self.scorer_settings.checked()?,
             top: self.top,
             candidates: self.candidates,
             batch: self.batch,

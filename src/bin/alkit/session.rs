@@ -4,7 +4,7 @@
 //! recorded there, does one thing through [`alkit::session::Learner`] and saves the state
 //! atomically; `label` serves the page of [`alkit::serve`] until it is stopped.
 
-use super::{Bars, ScorerFlags};
+use super::Bars;
 use alkit::hub::Hub;
 use alkit::observe::Observer;
 use alkit::serve::{LabelServer, Limits, ServeEvent, ServeSettings};
@@ -75,7 +75,7 @@ pub struct QueryArgs {
     #[arg(long, default_value = "entropy")]
     scorer: StrategyKind,
     #[command(flatten)]
-    scorer_flags: ScorerFlags,
+    scorer_settings: ScorerSettings,
     /// Read the pool from its source a chunk at a time instead of decoding it into memory:
     /// memory then follows the labeled items and one chunk, not the pool. Each command reads
     /// the pool once to check it; a query reads it once more to score (BatchBALD: its
@@ -136,7 +136,7 @@ pub struct ServedFlags {
     #[arg(long, default_value = "entropy")]
     scorer: StrategyKind,
     #[command(flatten)]
-    scorer_flags: ScorerFlags,
+    scorer_settings: ScorerSettings,
     /// Read the pool from its source a chunk at a time instead of decoding it into memory:
     /// memory then follows the labeled items and one chunk, not the pool.
     #[arg(long)]
@@ -209,20 +209,16 @@ pub fn init(a: InitArgs, device: &Device, quiet: bool) -> Result<()> {
     let hub = Hub::from_env();
     let (pool, embedded_from, model) = match &a.backbone {
         Some(backbone) => {
-            let embedded = super::embed_through(
+            let on = super::on_backbone(
                 backbone,
                 &a.pool,
                 a.embed_cache.as_deref(),
-                &hub,
+                a.model,
                 device,
                 quiet,
             )?;
-            let model = a.model.or_else(|| "linear".parse().ok());
-            (
-                embedded.to_string_lossy().into_owned(),
-                Some(a.pool.clone()),
-                model,
-            )
+            let pool = on.data.to_string_lossy().into_owned();
+            (pool, Some(a.pool.clone()), Some(on.model))
         }
         None => (a.pool.clone(), None, a.model),
     };
@@ -263,7 +259,7 @@ pub fn query(a: QueryArgs, device: &Device, observer: &mut dyn Observer) -> Resu
     let (_held, mut learner) = open(&a.state, a.stream, observer)?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
-        ..a.scorer_flags.settings()?
+        ..a.scorer_settings.checked()?
     };
     let request = QueryRequest {
         strategy: a.scorer.strategy(&settings)?,
@@ -346,7 +342,7 @@ fn open_served(f: &ServedFlags, quiet: bool, what: &str) -> Result<Served> {
     let (held, learner) = opened?;
     let settings = ScorerSettings {
         members: learner.state().config.ensemble.is_some(),
-        ..f.scorer_flags.settings()?
+        ..f.scorer_settings.checked()?
     };
     let strategy = f.scorer.strategy(&settings)?;
     Ok(Served {

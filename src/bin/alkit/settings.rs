@@ -1,107 +1,70 @@
 //! The library's settings spoken as this command line's flags. The library names a setting in
 //! its messages as ``setting `NAME` `` after the field of its options (a program using it
-//! never had our flags); before printing an error, the binary replaces each mapped name with
-//! the flag that sets it. The unit tests keep the table complete: every setting the library
-//! names that has a flag of the same name is mapped, and every mapped flag exists.
-/// The library's settings (named in its errors as ``setting `NAME` ``, after the fields of its
-/// options) and the flag that gives each here. Settings with no flag of their own (DUQ's
-/// internals, a checkpoint's normaliser) keep the library's words.
-const SETTING_FLAGS: &[(&str, &str)] = &[
-    ("anchor", "--anchor"),
-    ("backbone", "--backbone"),
-    ("batch", "--batch"),
-    ("batch_size", "--batch-size"),
-    ("beta", "--beta"),
-    ("candidates", "--candidates"),
-    ("checkpoint", "--checkpoint"),
-    ("chunk", "--chunk"),
-    ("classes", "--classes"),
-    ("cold_start", "--cold-start"),
-    ("conformal", "--conformal"),
-    ("cycles", "--cycles"),
-    ("data", "--data"),
-    ("ensemble", "--ensemble"),
-    ("force", "--force"),
-    ("format", "--format"),
-    ("indices", "--indices"),
-    ("initial", "--initial"),
-    ("input_mean", "--input-mean"),
-    ("input_std", "--input-std"),
-    ("knn_k", "--knn-k"),
-    ("label_studio_url", "--label-studio-url"),
-    ("labels", "--labels"),
-    ("lambda", "--lambda"),
-    ("layers", "--layers"),
-    ("lr", "--lr"),
-    ("mc_samples", "--mc-samples"),
-    ("members", "--members"),
-    ("model", "--model"),
-    ("n", "--n"),
-    ("noise", "--noise"),
-    ("onnx_features", "--onnx-features"),
-    ("onnx_config", "--onnx-config"),
-    ("embed_cache", "--embed-cache"),
-    ("ood_data", "--ood-data"),
-    ("out", "--out"),
-    ("perturb_samples", "--perturb-samples"),
-    ("perturb_theta_sigma", "--perturb-theta-sigma"),
-    ("perturb_x_sigma", "--perturb-x-sigma"),
-    ("perturbations", "--perturbations"),
-    ("points", "--points"),
-    ("pool", "--pool"),
-    ("port", "--port"),
-    ("probcover_delta", "--probcover-delta"),
-    ("query", "--query"),
-    ("repeats", "--repeats"),
-    ("resume", "--resume"),
-    ("retrain_every", "--retrain-every"),
-    ("save_scores", "--save-scores"),
-    ("scorer", "--scorer"),
-    ("scores", "--scores"),
-    ("seed", "--seed"),
-    ("seeds", "--seeds"),
-    ("select", "--select"),
-    ("shard", "--shard"),
-    ("shards", "--shards"),
-    ("sigma", "--sigma"),
-    ("split", "--split"),
-    ("steps", "--steps"),
-    ("stream", "--stream"),
-    ("subsample", "--subsample"),
-    ("temperature", "--temperature"),
-    ("top", "--top"),
-    ("train_steps", "--train-steps"),
-    ("vim_dim", "--vim-dim"),
-];
+//! never had our flags); before printing an error, the binary replaces each such name with the
+//! flag that sets it: the long flag `--NAME` (underscores as dashes) that some subcommand
+//! takes, read from the flags' own declarations. Settings with no flag of their own (DUQ's
+//! internals, a checkpoint's normaliser) keep the library's words.
+
+use crate::flags::Cli;
+use clap::CommandFactory;
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+/// Every long flag of every subcommand, without its dashes.
+fn long_flags() -> &'static BTreeSet<String> {
+    fn walk(cmd: &clap::Command, out: &mut BTreeSet<String>) {
+        out.extend(
+            cmd.get_arguments()
+                .filter_map(|a| a.get_long())
+                .map(String::from),
+        );
+        cmd.get_subcommands().for_each(|s| walk(s, out));
+    }
+    static FLAGS: OnceLock<BTreeSet<String>> = OnceLock::new();
+    FLAGS.get_or_init(|| {
+        let mut out = BTreeSet::new();
+        walk(&Cli::command(), &mut out);
+        out
+    })
+}
+
+/// The flag that gives the library's setting `name` here, if one does.
+fn flag_of(name: &str) -> Option<String> {
+    let long = name.replace('_', "-");
+    long_flags().contains(&long).then(|| format!("--{long}"))
+}
 
 /// `message` (a library error, printed whole) with every setting it names spoken as this
 /// command line's flag: "invalid setting `top`: ..." reads "invalid `--top`: ...".
 pub(crate) fn in_flags(message: &str) -> String {
-    let mut out = message.to_owned();
-    for (setting, flag) in SETTING_FLAGS {
-        out = out.replace(&format!("setting `{setting}`"), &format!("`{flag}`"));
+    const OPEN: &str = "setting `";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find(OPEN) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + OPEN.len()..];
+        match after
+            .find('`')
+            .and_then(|end| Some((end, flag_of(&after[..end])?)))
+        {
+            Some((end, flag)) => {
+                out.push_str(&format!("`{flag}`"));
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str(OPEN);
+                rest = after;
+            }
+        }
     }
+    out.push_str(rest);
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flags::Cli;
-    use clap::CommandFactory;
-    use std::collections::BTreeSet;
     use std::path::Path;
-
-    fn long_flags(cmd: &clap::Command, out: &mut BTreeSet<String>) {
-        for a in cmd.get_arguments() {
-            if let Some(l) = a.get_long() {
-                out.insert(format!("--{l}"));
-            }
-        }
-        for s in cmd.get_subcommands() {
-            long_flags(s, out);
-        }
-    }
 
     fn library_sources(dir: &Path, out: &mut Vec<(String, String)>) {
         for e in std::fs::read_dir(dir).unwrap() {
@@ -117,30 +80,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_mapped_setting_is_a_flag_of_this_command_line() {
-        let mut flags = BTreeSet::new();
-        long_flags(&Cli::command(), &mut flags);
-        for (setting, flag) in SETTING_FLAGS {
-            assert!(
-                flags.contains(*flag),
-                "setting `{setting}` maps to {flag}, which no subcommand takes"
-            );
-        }
-    }
-
     /// Every setting a library message names (``setting `x` `` in its text, or the field of an
-    /// `Error::config`) is either mapped or has no flag of that name: a library setting that
-    /// gains a flag is caught unmapped.
+    /// `Error::config`) that has a flag of its name reads as that flag, and the scan finds
+    /// the settings it should (a library message that stops naming settings is caught).
     #[test]
     fn every_setting_the_library_names_is_spoken_as_its_flag() {
-        let mut flags = BTreeSet::new();
-        long_flags(&Cli::command(), &mut flags);
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut files = Vec::new();
         library_sources(&root.join("src"), &mut files);
         library_sources(&root.join("acquisition/src"), &mut files);
-        let mapped: BTreeSet<&str> = SETTING_FLAGS.iter().map(|(s, _)| *s).collect();
         let mut named = BTreeSet::new();
         for (_, text) in &files {
             let mut rest = text.as_str();
@@ -171,22 +119,60 @@ mod tests {
             named.contains("top") && named.contains("seeds"),
             "the scan found {named:?}"
         );
-        let unmapped: Vec<_> = named
-            .iter()
-            .filter(|s| {
-                !mapped.contains(s.as_str())
-                    && flags.contains(&format!("--{}", s.replace('_', "-")))
-            })
-            .collect();
+        let with_flags: Vec<_> = named.iter().filter(|s| flag_of(s).is_some()).collect();
         assert!(
-            unmapped.is_empty(),
-            "library settings with a flag but no mapping: {unmapped:?}"
+            with_flags.len() > 50,
+            "only {} named settings have flags: {with_flags:?}",
+            with_flags.len()
         );
-        let unused: Vec<_> = mapped.iter().filter(|s| !named.contains(**s)).collect();
-        assert!(
-            unused.is_empty(),
-            "mapped settings no library message names: {unused:?}"
-        );
+        for s in with_flags {
+            let said = in_flags(&format!("invalid setting `{s}`: x (setting `{s}`)"));
+            assert_eq!(
+                said,
+                format!("invalid `--{0}`: x (`--{0}`)", s.replace('_', "-"))
+            );
+        }
+    }
+
+    /// The scorers' settings are declared once, in the library: each is a flag, with the
+    /// library's default, of every command that takes scorer settings.
+    #[test]
+    fn every_scorer_setting_is_a_flag_with_the_library_default() {
+        use alkit::strategies::ScorerSettings;
+        let cli = Cli::command();
+        let defaults = ScorerSettings::defaults();
+        for cmd in [
+            "score",
+            "ood",
+            "calibrate",
+            "curve",
+            "bench",
+            "query",
+            "label",
+        ] {
+            let sub = cli.find_subcommand(cmd).unwrap();
+            for name in ScorerSettings::names() {
+                let long = name.replace('_', "-");
+                let arg = sub
+                    .get_arguments()
+                    .find(|a| a.get_long() == Some(long.as_str()))
+                    .unwrap_or_else(|| panic!("`alkit {cmd}` has no --{long}"));
+                let shown: Vec<String> = arg
+                    .get_default_values()
+                    .iter()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .collect();
+                match &defaults[name] {
+                    serde_json::Value::Null => assert!(shown.is_empty(), "{cmd} --{long}"),
+                    serde_json::Value::String(v) => assert_eq!(shown, std::slice::from_ref(v)),
+                    v => assert_eq!(
+                        shown[0].parse::<f32>().unwrap(),
+                        v.as_f64().unwrap() as f32,
+                        "{cmd} --{long}"
+                    ),
+                }
+            }
+        }
     }
 
     #[test]

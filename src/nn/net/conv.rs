@@ -2,7 +2,8 @@
 //! on NHWC activations (the crate's im2col kernel on the CPU, shifted slices elsewhere), so its
 //! backward is a matmul plus col2im and its gradient-evidence site is the unfolded input.
 
-use super::{Ctx, Layer, Tape};
+use super::layer::{Ctx, Layer};
+use super::tape::Tape;
 use crate::kernels;
 use crate::nn::gradnorm::SiteKind;
 use crate::nn::layers::{col2im_strided, im2col_strided};

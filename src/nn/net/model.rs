@@ -1,7 +1,8 @@
 //! [`Net`]: a [`Sequential`] of layers as a [`Classifier`], with gradient evidence from one
 //! recording pass and MC dropout that computes everything before the first dropout once.
 
-use super::{Ctx, Layer, Sequential};
+use super::layer::{Ctx, Layer};
+use super::sequential::Sequential;
 use crate::nn::gradnorm::GradOut;
 use crate::nn::layers::nchw_to_nhwc;
 use crate::nn::{Ask, Classifier, LastLayer, Mode, Offer};

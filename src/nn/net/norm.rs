@@ -2,7 +2,8 @@
 //! PyTorch's `BatchNorm2d`: batch statistics in training (biased variance), running statistics
 //! updated with momentum 0.1 from the unbiased variance, running statistics in evaluation.
 
-use super::{Ctx, Layer, Tape};
+use super::layer::{Ctx, Layer};
+use super::tape::Tape;
 use crate::nn::gradnorm::SiteKind;
 use crate::nn::layers::sum_rows;
 use candle_core::{Result, Tensor, Var};

@@ -2,7 +2,8 @@
 //! first maximum, PyTorch's rule, on every device; the crate's kernels on the CPU), and global
 //! average pooling.
 
-use super::{Ctx, Layer, Tape};
+use super::layer::{Ctx, Layer};
+use super::tape::Tape;
 use crate::kernels;
 use crate::nn::layers::{
     col2im_strided, first_maxima, im2col_strided, max_pool2x2, max_pool2x2_route, sum_rows,

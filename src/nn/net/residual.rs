@@ -3,7 +3,9 @@
 //! four-fold expansion, ResNet-50; the stride on the 3x3 as in torchvision's "v1.5"), each
 //! with a 1x1 convolution and batch norm as `downsample.{0,1}` where the shape changes.
 
-use super::{relu_backward, BatchNorm2d, Conv2d, Conv2dConfig, Ctx, Layer, Tape};
+use super::layer::{relu_backward, Ctx, Layer};
+use super::tape::Tape;
+use super::{BatchNorm2d, Conv2d, Conv2dConfig};
 use candle_core::{Result, Tensor};
 use candle_nn::init::{FanInOut, NonLinearity, NormalOrUniform};
 use candle_nn::{Init, VarBuilder};

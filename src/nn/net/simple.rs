@@ -1,7 +1,8 @@
 //! The parameter-free layers: ReLU, dropout (masks from alkit's seeded RNG), and flattening in
 //! PyTorch's NCHW order.
 
-use super::{relu_backward, Ctx, Layer, Tape};
+use super::layer::{relu_backward, Ctx, Layer};
+use super::tape::Tape;
 use crate::nn::layers::{dropout, flatten_nchw_order};
 use candle_core::{Result, Tensor};
 

@@ -42,8 +42,8 @@ pub use reconcile::LabelStudioApi;
 pub use requests::MAX_TASKS;
 
 use super::conn::Limits;
-use super::guard;
 use super::http::{self, Reply};
+use super::state::guard;
 use crate::error::{Error, Result};
 use crate::label_studio::{
     image_folder, image_path, model_version, ordered_confidence, short, ExportRow, FROM_NAME,
@@ -501,7 +501,7 @@ fn choices_tag(config: &str) -> Option<(String, String)> {
 
 impl App {
     fn route(self: &Arc<Self>, req: &mut http::Request<'_>) -> Reply {
-        if let Err(r) = super::host_ok(&self.hosts, req) {
+        if let Err(r) = super::http::host_ok(&self.hosts, req) {
             return r;
         }
         let url = req.url().to_string();

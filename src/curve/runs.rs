@@ -1,0 +1,453 @@
+//! A curve's runs: every strategy x seed of a [`CurveSpec`] run (or continued) into an output
+//! folder ([`run_curve`]), and what is written from their states: `curve.csv`, `summary.csv`
+//! and the ACC/NLL figure.
+
+use crate::acquire::{run as run_one, LoopConfig, RunContext, RunState};
+use crate::data::{Dataset, PoolReader};
+use crate::error::{Error, Result};
+use crate::fsutil::{read_json, write_csv, write_json};
+use crate::models::Arch;
+use crate::observe::Observer;
+use crate::plot::{Figure, Panel, Series};
+use crate::strategies::{ScorerSettings, StrategyKind};
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Everything that defines a curve experiment; saved as `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurveSpec {
+    /// Where the data came from (informational; data identity is checked by fingerprint).
+    pub data: PathBuf,
+    /// The model trained every cycle.
+    pub model: Arch,
+    /// Strategies to compare.
+    pub strategies: Vec<StrategyKind>,
+    /// Seeds, one run per strategy and seed.
+    pub seeds: Vec<u64>,
+    /// Loop settings.
+    pub config: LoopConfig,
+    /// Settings of the parameterised scorers.
+    #[serde(default)]
+    pub scorers: ScorerSettings,
+}
+
+/// One row of `summary.csv`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRow {
+    /// Strategy name.
+    pub strategy: String,
+    /// Number of seeds.
+    pub seeds: usize,
+    /// Mean over seeds of the ACC averaged over cycles 1..=cycles.
+    pub acc_mean: f64,
+    /// Sample standard deviation over seeds (0 for one seed).
+    pub acc_std: f64,
+    /// Same for NLL.
+    pub nll_mean: f64,
+    /// Same for NLL.
+    pub nll_std: f64,
+    /// Mean ACC at the last cycle.
+    pub final_acc: f64,
+}
+
+/// The most seeds one curve takes: far more runs than any machine finishes, few enough that
+/// the seed list itself is never a memory problem.
+pub const MAX_SEEDS: u64 = 100_000;
+
+/// Paths inside an output folder.
+pub fn state_path(out: &Path, strategy: &str, seed: u64) -> PathBuf {
+    out.join("runs").join(format!("{strategy}-seed{seed}.json"))
+}
+
+/// Runs (or, with `resume`, continues) every strategy x seed of `spec`, writing everything
+/// under `out`. Without `resume`, an `out` that already holds a run is refused (no work is ever
+/// overwritten). `train` (every item labeled; in memory, or a
+/// [`StreamedPool`](crate::data::StreamedPool) read a chunk at a time) and `test` must be
+/// normalised already, with per-channel standard deviation `input_std`. Returns the finished
+/// states, seed-major.
+#[allow(clippy::too_many_arguments)]
+pub fn run_curve(
+    spec: &CurveSpec,
+    train: &dyn PoolReader,
+    test: &Dataset,
+    input_std: &[f32],
+    out: &Path,
+    resume: bool,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Vec<RunState>> {
+    // Validate everything before touching the output folder.
+    let params = spec.config.validate(train.len())?;
+    spec.scorers.validate()?;
+    if spec.seeds.is_empty() || spec.strategies.is_empty() {
+        return Err(Error::config(
+            "seeds",
+            "a curve needs at least one seed and one strategy",
+        ));
+    }
+    if spec.seeds.len() as u64 > MAX_SEEDS {
+        return Err(Error::config(
+            "seeds",
+            format!("{} seeds; at most {MAX_SEEDS}", spec.seeds.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(s) = spec.seeds.iter().find(|s| !seen.insert(**s)) {
+        return Err(Error::config("seeds", format!("seed {s} is given twice")));
+    }
+    // Every strategy is built once up front: a settings error (a scorer under
+    // `--select batchbald`) is reported before the output folder is touched.
+    let strategies = spec
+        .strategies
+        .iter()
+        .map(|k| k.strategy(&spec.scorers))
+        .collect::<Result<Vec<_>>>()?;
+    let mut names = std::collections::HashSet::new();
+    if let Some(dup) = strategies
+        .iter()
+        .find(|s| !names.insert(s.name().to_string()))
+    {
+        return Err(Error::config(
+            "scorer",
+            format!(
+                "`{}` is given twice (each strategy runs once per seed)",
+                dup.name()
+            ),
+        ));
+    }
+    // The first round has the most candidates: the most evidence any round holds.
+    let first = train.len() - spec.config.initial;
+    for s in &strategies {
+        crate::round::check_evidence(
+            s,
+            (first, spec.config.subsample),
+            spec.model.classes(),
+            spec.config.ensemble,
+            spec.config.batch,
+        )?;
+        if let Some(needs) = s.needs() {
+            spec.model.check_needs(s.name(), &needs)?;
+            let last = alkit_acquisition::GradLayers::Last;
+            let reads_last_layer = needs.features || needs.grads.is_some_and(|g| g.layers == last);
+            if reads_last_layer && spec.config.ensemble.is_some() {
+                return Err(Error::config(
+                    "layers",
+                    format!(
+                        "`{}` reads the last layer's features, and an ensemble has one per \
+                         member, not one: score one model, or every layer (setting `layers` all)",
+                        s.name()
+                    ),
+                ));
+            }
+        }
+    }
+    if spec.scorers.members != spec.config.ensemble.is_some() {
+        return Err(Error::config(
+            "ensemble",
+            "sample scorers read ensemble members exactly when the loop trains an ensemble",
+        ));
+    }
+    let spec_path = out.join("run.json");
+    if resume {
+        let saved: CurveSpec = read_json(&spec_path)?;
+        if &saved != spec {
+            return Err(Error::state(
+                &spec_path,
+                "the saved experiment differs from the one requested",
+            ));
+        }
+    } else {
+        if spec_path.exists() {
+            return Err(Error::state(
+                &spec_path,
+                "this folder already holds a run; continue it (setting `resume`) or choose another output folder",
+            ));
+        }
+        write_json(&spec_path, spec)?;
+    }
+    let model_desc = serde_json::to_string(&spec.model).unwrap_or_default();
+    let ctx = RunContext {
+        train,
+        test,
+        model: &spec.model,
+        params: &params,
+        input_std,
+        device,
+    };
+    let fingerprints = [train.fingerprint()?, test.fingerprint()];
+    let mut states = Vec::new();
+    for &seed in &spec.seeds {
+        for strategy in &strategies {
+            let path = state_path(out, strategy.name(), seed);
+            let fresh = RunState::with_fingerprints(
+                strategy,
+                seed,
+                &spec.config,
+                model_desc.clone(),
+                fingerprints,
+            );
+            let mut state = if path.exists() {
+                let saved: RunState = read_json(&path)?;
+                saved.check_matches(&fresh, &path)?;
+                saved
+            } else {
+                fresh
+            };
+            if !state.is_complete() {
+                run_one(&ctx, strategy, &mut state, Some(&path), observer)?;
+            }
+            states.push(state);
+            write_curve_csv(&out.join("curve.csv"), &states)?;
+        }
+    }
+    let rows = summarize(&states);
+    write_summary_csv(&out.join("summary.csv"), &rows)?;
+    curve_figure(&states).save(out, "curve")?;
+    Ok(states)
+}
+
+/// Writes `curve.csv` for `states` to `path`.
+pub fn write_curve_csv(path: &Path, states: &[RunState]) -> Result<()> {
+    let header = [
+        "scorer", "seed", "cycle", "labeled", "acc", "nll", "train_s", "score_s",
+    ];
+    let rows = states.iter().flat_map(|st| {
+        st.records.iter().map(|r| {
+            vec![
+                st.strategy.clone(),
+                st.seed.to_string(),
+                r.cycle.to_string(),
+                r.labeled.to_string(),
+                format!("{:.6}", r.acc),
+                format!("{:.6}", r.nll),
+                format!("{:.3}", r.train_s),
+                format!("{:.3}", r.score_s),
+            ]
+        })
+    });
+    write_csv(path, &header, rows)
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n.max(1.0);
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (m, var.sqrt())
+}
+
+/// Per strategy (in first-seen order): mean and sample std over seeds of the per-run averages
+/// of ACC and NLL over cycles `1..=cycles` (cycle 0 alone when there are no acquisition
+/// cycles).
+pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
+    let mut names: Vec<&str> = Vec::new();
+    for st in states {
+        if !names.contains(&st.strategy.as_str()) {
+            names.push(&st.strategy);
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let runs: Vec<&RunState> = states.iter().filter(|s| s.strategy == name).collect();
+            let avg = |st: &RunState, f: fn(&crate::observe::CycleRecord) -> f64| {
+                let rs: Vec<f64> = st.records.iter().filter(|r| r.cycle >= 1).map(f).collect();
+                if rs.is_empty() {
+                    st.records.first().map_or(f64::NAN, f)
+                } else {
+                    rs.iter().sum::<f64>() / rs.len() as f64
+                }
+            };
+            let accs: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.acc)).collect();
+            let nlls: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.nll)).collect();
+            let finals: Vec<f64> = runs
+                .iter()
+                .filter_map(|st| st.records.last().map(|r| r.acc))
+                .collect();
+            let (acc_mean, acc_std) = mean_std(&accs);
+            let (nll_mean, nll_std) = mean_std(&nlls);
+            SummaryRow {
+                strategy: name.to_string(),
+                seeds: runs.len(),
+                acc_mean,
+                acc_std,
+                nll_mean,
+                nll_std,
+                final_acc: mean_std(&finals).0,
+            }
+        })
+        .collect()
+}
+
+/// Writes `summary.csv` for `rows` to `path`.
+pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
+    let header = [
+        "scorer",
+        "seeds",
+        "acc_mean",
+        "acc_std",
+        "nll_mean",
+        "nll_std",
+        "final_acc",
+    ];
+    let rows = rows.iter().map(|r| {
+        vec![
+            r.strategy.clone(),
+            r.seeds.to_string(),
+            format!("{:.6}", r.acc_mean),
+            format!("{:.6}", r.acc_std),
+            format!("{:.6}", r.nll_mean),
+            format!("{:.6}", r.nll_std),
+            format!("{:.6}", r.final_acc),
+        ]
+    });
+    write_csv(path, &header, rows)
+}
+
+/// Two panels (ACC, NLL against labeled count), one line per strategy with a ± std band.
+pub fn curve_figure(states: &[RunState]) -> Figure {
+    // What the line and band are, in the titles: one seed has no band.
+    let seeds = states
+        .iter()
+        .map(|s| s.seed)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let over = match seeds {
+        1 => " (1 seed)".to_string(),
+        n => format!(" (mean ± std over {n} seeds)"),
+    };
+    let mut acc = Panel {
+        log_y: false,
+        title: format!("Test accuracy{over}"),
+        x_label: "labeled items".into(),
+        y_label: "accuracy".into(),
+        series: Vec::new(),
+    };
+    let mut nll = Panel {
+        log_y: false,
+        title: format!("Test NLL{over}"),
+        x_label: "labeled items".into(),
+        y_label: "NLL (nats)".into(),
+        series: Vec::new(),
+    };
+    for row in summarize(states) {
+        let runs: Vec<&RunState> = states
+            .iter()
+            .filter(|s| s.strategy == row.strategy)
+            .collect();
+        let cycles = runs.iter().map(|s| s.records.len()).min().unwrap_or(0);
+        for (panel, f) in [
+            (
+                &mut acc,
+                (|r: &crate::observe::CycleRecord| r.acc) as fn(&_) -> f64,
+            ),
+            (&mut nll, |r| r.nll),
+        ] {
+            let mut points = Vec::new();
+            let mut band = Vec::new();
+            for c in 0..cycles {
+                let vals: Vec<f64> = runs.iter().map(|s| f(&s.records[c])).collect();
+                let (m, sd) = mean_std(&vals);
+                let x = runs[0].records[c].labeled as f64;
+                points.push((x, m));
+                band.push((x, m - sd, m + sd));
+            }
+            panel.series.push(Series {
+                name: row.strategy.clone(),
+                points,
+                band,
+            });
+        }
+    }
+    Figure {
+        panels: vec![acc, nll],
+        panel_width: 480,
+        height: 360,
+        columns: 0,
+    }
+}
+
+/// The files a curve run writes into its folder (besides `runs/`): what `--force` removes
+/// before starting over. Nothing else in the folder is touched.
+pub const OUTPUTS: [&str; 5] = [
+    "run.json",
+    "curve.csv",
+    "summary.csv",
+    "curve.svg",
+    "curve.png",
+];
+
+/// Removes a previous run's outputs from `out` ([`OUTPUTS`] and `runs/`), so that a run can
+/// start over in the same folder. Missing files are fine; any other failure is an error.
+pub fn remove_outputs(out: &Path) -> Result<()> {
+    for p in OUTPUTS {
+        let path = out.join(p);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(path, e)),
+            _ => {}
+        }
+    }
+    let runs = out.join("runs");
+    match std::fs::remove_dir_all(&runs) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(runs, e)),
+        _ => Ok(()),
+    }
+}
+
+/// An observer that writes every pool scoring of a curve run to
+/// `dir/<strategy>/seed<S>/cycle<C>.csv` (`index,score`, the candidates' dataset indices and
+/// scores) and passes every event on to `inner`. A failed write stops the run; the error is
+/// kept in [`SaveScores::error`].
+pub struct SaveScores<'a> {
+    dir: PathBuf,
+    run: (String, u64),
+    inner: &'a mut dyn Observer,
+    /// The first write that failed.
+    pub error: Option<Error>,
+}
+
+impl<'a> SaveScores<'a> {
+    /// Saves under `dir`, forwarding to `inner`.
+    pub fn new(dir: PathBuf, inner: &'a mut dyn Observer) -> Self {
+        Self {
+            dir,
+            run: (String::new(), 0),
+            inner,
+            error: None,
+        }
+    }
+}
+
+impl Observer for SaveScores<'_> {
+    fn on(&mut self, event: &crate::observe::Event<'_>) -> crate::observe::Control {
+        use crate::observe::{Control, Event};
+        match event {
+            Event::RunStarted { strategy, seed, .. } => self.run = (strategy.to_string(), *seed),
+            Event::Scored {
+                cycle,
+                indices,
+                scores,
+            } => {
+                let path = self
+                    .dir
+                    .join(&self.run.0)
+                    .join(format!("seed{}", self.run.1))
+                    .join(format!("cycle{cycle}.csv"));
+                let rows = indices
+                    .iter()
+                    .zip(scores.iter())
+                    .map(|(i, v)| vec![i.to_string(), v.to_string()]);
+                if let Err(e) = write_csv(&path, &["index", "score"], rows) {
+                    self.error = Some(e);
+                    return Control::Stop;
+                }
+            }
+            _ => {}
+        }
+        self.inner.on(event)
+    }
+}
