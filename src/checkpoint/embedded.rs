@@ -223,9 +223,20 @@ fn floats(bytes: &[u8], dtype: &str, name: &str, path: &Path) -> Result<Vec<f64>
     Ok(v)
 }
 
-/// Opens the head kept in the embedding file `path`, read through `h`, as a `linear`
-/// checkpoint.
-fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint> {
+/// The head's sizes, checked against each other before any value is read.
+struct HeadShape {
+    /// Items `n`, feature dimension `d`, classes `c`.
+    n: u64,
+    d: usize,
+    c: usize,
+    /// Whether the file holds a bias and the model's logits.
+    bias: bool,
+    logits: bool,
+}
+
+/// The head's shapes in `h`: `features` `(n, d)`, `head.weight` `(c, d)` with `c >= 2`, the
+/// optional bias `(c,)` and logits `(n, c)`; each mismatch is refused naming the tensor.
+fn head_shape(h: &dyn HeadFile, path: &Path) -> Result<HeadShape> {
     let (Some(w), Some(x)) = (h.shape(HEAD_WEIGHT), h.shape(FEATURES)) else {
         return Err(bad(
             path,
@@ -290,20 +301,18 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
             ));
         }
     }
-    // Sizes are within the file (its headers were checked against its length), so they fit
-    // memory: the head is read only now that its shapes are right.
-    let (c, d) = (c as usize, d as usize);
-    let wv = h.values(HEAD_WEIGHT, path)?;
-    let bv = match &b {
-        Some(_) => h.values(HEAD_BIAS, path)?,
-        None => vec![0.0; c],
-    };
-    if logits.is_some() {
-        let rows = CHECKED_ROWS.min(n);
-        let xs = h.first_rows(FEATURES, rows, path)?;
-        let ls = h.first_rows(LOGITS, rows, path)?;
-        check_logits(&xs, &wv, &bv, &ls, (d, c), path)?;
-    }
+    Ok(HeadShape {
+        n,
+        d: d as usize,
+        c: c as usize,
+        bias: b.is_some(),
+        logits: logits.is_some(),
+    })
+}
+
+/// The `linear` checkpoint configuration of a head of `c` classes over `d` raw features,
+/// named by the file's `classes` (else `0..c`).
+fn head_config(h: &mut dyn HeadFile, path: &Path, d: usize, c: usize) -> Result<CheckpointConfig> {
     let classes = match h.classes()? {
         Some(names) if names.len() != c => {
             return Err(bad(
@@ -319,11 +328,10 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
     };
     let kind = ModelKind::from_name("linear")
         .ok_or_else(|| Error::config("model", "the built-in `linear` model is missing"))?;
-    let arch = Arch::for_shape(kind, &[d], c);
     let config = CheckpointConfig {
         format: FORMAT,
         alkit_version: env!("CARGO_PKG_VERSION").into(),
-        arch,
+        arch: Arch::for_shape(kind, &[d], c),
         // The head takes the features as the model that computed them gave them.
         normalizer: Normalizer {
             mean: vec![0.0; d],
@@ -344,6 +352,33 @@ fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint
         preprocess: None,
     };
     validate_config(&config, path)?;
+    Ok(config)
+}
+
+/// Opens the head kept in the embedding file `path`, read through `h`, as a `linear`
+/// checkpoint.
+fn load(h: &mut dyn HeadFile, path: &Path, device: &Device) -> Result<Checkpoint> {
+    let HeadShape {
+        n,
+        d,
+        c,
+        bias,
+        logits,
+    } = head_shape(h, path)?;
+    // Sizes are within the file (its headers were checked against its length), so they fit
+    // memory: the head is read only now that its shapes are right.
+    let wv = h.values(HEAD_WEIGHT, path)?;
+    let bv = match bias {
+        true => h.values(HEAD_BIAS, path)?,
+        false => vec![0.0; c],
+    };
+    if logits {
+        let rows = CHECKED_ROWS.min(n);
+        let xs = h.first_rows(FEATURES, rows, path)?;
+        let ls = h.first_rows(LOGITS, rows, path)?;
+        check_logits(&xs, &wv, &bv, &ls, (d, c), path)?;
+    }
+    let config = head_config(h, path, d, c)?;
     let to_f32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
     let mut tensors = HashMap::new();
     tensors.insert(

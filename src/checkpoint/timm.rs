@@ -190,166 +190,34 @@ fn read<T>(
     path: &Path,
     arch: impl FnOnce(&TimmConfig) -> Result<T>,
 ) -> Result<(T, DataConfig)> {
-    let bad = |m: String| Error::state(path, m);
-    let not_timm = |e: serde_json::Error| bad(format!("not a timm model configuration: {e}"));
+    let not_timm =
+        |e: serde_json::Error| Error::state(path, format!("not a timm model configuration: {e}"));
     // timm's `_parse_model_cfg` (`timm/models/_hub.py` lines 165-174): a config without
     // `pretrained_cfg` is the older single dict, whose own keys are the pretrained
     // configuration (`labels` for `label_names`).
-    let legacy = value.get("pretrained_cfg").is_none();
+    let r = Reading {
+        path,
+        legacy: value.get("pretrained_cfg").is_none(),
+    };
     let pc: PretrainedCfg = match value.get("pretrained_cfg") {
         None => PretrainedCfg::deserialize(&value).map_err(not_timm)?,
         Some(Value::Object(_)) => {
             PretrainedCfg::deserialize(&value["pretrained_cfg"]).map_err(not_timm)?
         }
-        Some(v) => return Err(bad(format!("pretrained_cfg is {v}, not a dictionary"))),
-    };
-    let key = |k: &str| {
-        if legacy {
-            k.to_string()
-        } else {
-            format!("pretrained_cfg.{k}")
-        }
+        Some(v) => return Err(r.bad(format!("pretrained_cfg is {v}, not a dictionary"))),
     };
     let cfg: TimmConfig = serde_json::from_value(value).map_err(not_timm)?;
     let chosen = arch(&cfg)?;
-    let arg_usize = |key: &str| -> Result<Option<usize>> {
-        match cfg.model_args.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|v| usize::try_from(v).ok())
-                .map(Some)
-                .ok_or_else(|| bad(format!("model_args.{key} is {v}, not a count"))),
-        }
-    };
-    // One class count, wherever it is given (timm's default where none is).
-    let counts = [
-        ("num_classes", cfg.num_classes),
-        ("model_args.num_classes", arg_usize("num_classes")?),
-        (
-            "pretrained_cfg.num_classes",
-            pc.num_classes.filter(|_| !legacy),
-        ),
-    ];
-    let given: Vec<(&str, usize)> = counts
-        .iter()
-        .filter_map(|(k, v)| v.map(|v| (*k, v)))
-        .collect();
-    let classes = given.first().map_or(DEFAULT_CLASSES, |g| g.1);
-    if let Some((k, v)) = given.iter().find(|(_, v)| *v != classes) {
-        return Err(bad(format!("{k} is {v} where {} is {classes}", given[0].0)));
-    }
-    if classes == 0 || classes > MAX_CLASSES {
-        return Err(bad(format!(
-            "num_classes {classes}: a classifier head of 1 to {MAX_CLASSES} classes is read"
-        )));
-    }
-    let in_chans = arg_usize("in_chans")?;
-    let input = match &pc.input_size {
-        Some(s) => s.clone(),
-        None => vec![in_chans.unwrap_or(3), DEFAULT_SIZE, DEFAULT_SIZE],
-    };
-    let [channels, h, w] = input[..] else {
-        return Err(bad(format!(
-            "{} is {input:?}, not [channels, height, width]",
-            key("input_size")
-        )));
-    };
-    if in_chans.is_some_and(|c| c != channels) {
-        return Err(bad(format!(
-            "model_args.in_chans is {} where {} has {channels} channels",
-            in_chans.unwrap_or(0),
-            key("input_size")
-        )));
-    }
-    if h != w {
-        return Err(bad(format!(
-            "{} is {h}x{w}: alkit prepares square inputs only",
-            key("input_size")
-        )));
-    }
-    // `resolve_data_config` takes a value only when Python reads it as true: a zero crop or
-    // an empty name is the default.
-    let crop_pct = pc
-        .crop_pct
-        .filter(|&c| c != 0.0)
-        .unwrap_or(DEFAULT_CROP_PCT);
-    if !(crop_pct > 0.0 && crop_pct <= 1.0) {
-        return Err(bad(format!(
-            "{} is {crop_pct}: a crop of a fraction in (0, 1] is taken \
-             (a larger one would pad the image)",
-            key("crop_pct")
-        )));
-    }
-    let named = |v: &Option<String>, default| {
-        v.as_deref()
-            .filter(|s| !s.is_empty())
-            .unwrap_or(default)
-            .to_string()
-    };
-    let interpolation = named(&pc.interpolation, DEFAULT_INTERPOLATION);
-    let filter = Filter::from_name(&interpolation).ok_or_else(|| {
-        bad(format!(
-            "{} `{interpolation}` is not bilinear, bicubic or lanczos",
-            key("interpolation")
-        ))
-    })?;
-    let mode = match named(&pc.crop_mode, DEFAULT_CROP_MODE).as_str() {
-        "center" => CropMode::Center,
-        "squash" => CropMode::Squash,
-        other => {
-            return Err(bad(format!(
-                "{} `{other}` is not center or squash",
-                key("crop_mode")
-            )))
-        }
-    };
-    // timm: `scale_size = math.floor(img_size / crop_pct)`, in floating point.
-    let resize = (h as f64 / crop_pct).floor();
-    let pre = Preprocess {
-        size: h,
-        resize: if resize.is_finite() && resize < 1e9 {
-            resize as usize
-        } else {
-            usize::MAX
-        },
-        mode,
-        filter,
-        channels,
-    };
-    pre.check().map_err(|m| {
-        let what = if legacy {
-            "the configuration"
-        } else {
-            "pretrained_cfg"
-        };
-        bad(format!("{what} asks for {m}"))
-    })?;
-    let stats = |given: &Option<Vec<f64>>, default: [f32; 3], name: &str| -> Result<Vec<f32>> {
-        let v: Vec<f32> = match given {
-            Some(v) if !v.is_empty() => v.iter().map(|&x| x as f32).collect(),
-            _ if channels == 3 => default.to_vec(),
-            _ => {
-                return Err(bad(format!(
-                    "{} is missing, and timm's default is for 3 channels, not {channels}",
-                    key(name)
-                )))
-            }
-        };
-        // timm repeats a single value over the channels.
-        Ok(if v.len() == 1 {
-            vec![v[0]; channels]
-        } else {
-            v
-        })
-    };
+    let (classes, classes_given) = r.class_count(&cfg, &pc)?;
+    let (channels, size) = r.input(&cfg, &pc)?;
+    let preprocess = r.preprocess(&pc, channels, size)?;
     let normalizer = Normalizer {
-        mean: stats(&pc.mean, IMAGENET_MEAN, "mean")?,
-        std: stats(&pc.std, IMAGENET_STD, "std")?,
+        mean: r.stats(&pc.mean, IMAGENET_MEAN, "mean", channels)?,
+        std: r.stats(&pc.std, IMAGENET_STD, "std", channels)?,
     };
     // timm: the top-level `label_names` over the pretrained configuration's.
-    let legacy_labels = pc.labels.filter(|_| legacy);
-    let classes_named = match cfg.label_names.or(pc.label_names).or(legacy_labels) {
+    let legacy_labels = pc.labels.filter(|_| r.legacy);
+    let names = match cfg.label_names.or(pc.label_names).or(legacy_labels) {
         Some(names) => names,
         None => (0..classes).map(|c| c.to_string()).collect(),
     };
@@ -357,12 +225,192 @@ fn read<T>(
         chosen,
         DataConfig {
             classes,
-            classes_given: !given.is_empty(),
-            names: classes_named,
+            classes_given,
+            names,
             normalizer,
-            preprocess: pre,
+            preprocess,
         },
     ))
+}
+
+/// A timm configuration being read: its file, and whether it is the older single dict.
+struct Reading<'a> {
+    path: &'a Path,
+    legacy: bool,
+}
+
+impl Reading<'_> {
+    fn bad(&self, m: String) -> Error {
+        Error::state(self.path, m)
+    }
+
+    /// How a key of the pretrained configuration is named in this file's layout.
+    fn key(&self, k: &str) -> String {
+        if self.legacy {
+            k.to_string()
+        } else {
+            format!("pretrained_cfg.{k}")
+        }
+    }
+
+    /// `model_args.KEY` as a count, if given.
+    fn arg_usize(&self, cfg: &TimmConfig, key: &str) -> Result<Option<usize>> {
+        match cfg.model_args.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|v| usize::try_from(v).ok())
+                .map(Some)
+                .ok_or_else(|| self.bad(format!("model_args.{key} is {v}, not a count"))),
+        }
+    }
+
+    /// One class count, wherever it is given (timm's default where none is), and whether
+    /// one was.
+    fn class_count(&self, cfg: &TimmConfig, pc: &PretrainedCfg) -> Result<(usize, bool)> {
+        let counts = [
+            ("num_classes", cfg.num_classes),
+            (
+                "model_args.num_classes",
+                self.arg_usize(cfg, "num_classes")?,
+            ),
+            (
+                "pretrained_cfg.num_classes",
+                pc.num_classes.filter(|_| !self.legacy),
+            ),
+        ];
+        let given: Vec<(&str, usize)> = counts
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| (*k, v)))
+            .collect();
+        let classes = given.first().map_or(DEFAULT_CLASSES, |g| g.1);
+        if let Some((k, v)) = given.iter().find(|(_, v)| *v != classes) {
+            return Err(self.bad(format!("{k} is {v} where {} is {classes}", given[0].0)));
+        }
+        if classes == 0 || classes > MAX_CLASSES {
+            return Err(self.bad(format!(
+                "num_classes {classes}: a classifier head of 1 to {MAX_CLASSES} classes is read"
+            )));
+        }
+        Ok((classes, !given.is_empty()))
+    }
+
+    /// The input's channels and (square) side.
+    fn input(&self, cfg: &TimmConfig, pc: &PretrainedCfg) -> Result<(usize, usize)> {
+        let in_chans = self.arg_usize(cfg, "in_chans")?;
+        let input = match &pc.input_size {
+            Some(s) => s.clone(),
+            None => vec![in_chans.unwrap_or(3), DEFAULT_SIZE, DEFAULT_SIZE],
+        };
+        let [channels, h, w] = input[..] else {
+            return Err(self.bad(format!(
+                "{} is {input:?}, not [channels, height, width]",
+                self.key("input_size")
+            )));
+        };
+        if in_chans.is_some_and(|c| c != channels) {
+            return Err(self.bad(format!(
+                "model_args.in_chans is {} where {} has {channels} channels",
+                in_chans.unwrap_or(0),
+                self.key("input_size")
+            )));
+        }
+        if h != w {
+            return Err(self.bad(format!(
+                "{} is {h}x{w}: alkit prepares square inputs only",
+                self.key("input_size")
+            )));
+        }
+        Ok((channels, h))
+    }
+
+    /// timm's evaluation transform for inputs of `channels` x `h` x `h`.
+    fn preprocess(&self, pc: &PretrainedCfg, channels: usize, h: usize) -> Result<Preprocess> {
+        // `resolve_data_config` takes a value only when Python reads it as true: a zero crop
+        // or an empty name is the default.
+        let crop_pct = pc
+            .crop_pct
+            .filter(|&c| c != 0.0)
+            .unwrap_or(DEFAULT_CROP_PCT);
+        if !(crop_pct > 0.0 && crop_pct <= 1.0) {
+            return Err(self.bad(format!(
+                "{} is {crop_pct}: a crop of a fraction in (0, 1] is taken \
+                 (a larger one would pad the image)",
+                self.key("crop_pct")
+            )));
+        }
+        let named = |v: &Option<String>, default| {
+            v.as_deref()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(default)
+                .to_string()
+        };
+        let interpolation = named(&pc.interpolation, DEFAULT_INTERPOLATION);
+        let filter = Filter::from_name(&interpolation).ok_or_else(|| {
+            self.bad(format!(
+                "{} `{interpolation}` is not bilinear, bicubic or lanczos",
+                self.key("interpolation")
+            ))
+        })?;
+        let mode = match named(&pc.crop_mode, DEFAULT_CROP_MODE).as_str() {
+            "center" => CropMode::Center,
+            "squash" => CropMode::Squash,
+            other => {
+                return Err(self.bad(format!(
+                    "{} `{other}` is not center or squash",
+                    self.key("crop_mode")
+                )))
+            }
+        };
+        // timm: `scale_size = math.floor(img_size / crop_pct)`, in floating point.
+        let resize = (h as f64 / crop_pct).floor();
+        let pre = Preprocess {
+            size: h,
+            resize: if resize.is_finite() && resize < 1e9 {
+                resize as usize
+            } else {
+                usize::MAX
+            },
+            mode,
+            filter,
+            channels,
+        };
+        pre.check().map_err(|m| {
+            let what = if self.legacy {
+                "the configuration"
+            } else {
+                "pretrained_cfg"
+            };
+            self.bad(format!("{what} asks for {m}"))
+        })?;
+        Ok(pre)
+    }
+
+    /// A per-channel statistic `name` (`mean`, `std`): the given values, one repeated over
+    /// the channels as timm does, else timm's default for 3 channels.
+    fn stats(
+        &self,
+        given: &Option<Vec<f64>>,
+        default: [f32; 3],
+        name: &str,
+        channels: usize,
+    ) -> Result<Vec<f32>> {
+        let v: Vec<f32> = match given {
+            Some(v) if !v.is_empty() => v.iter().map(|&x| x as f32).collect(),
+            _ if channels == 3 => default.to_vec(),
+            _ => {
+                return Err(self.bad(format!(
+                    "{} is missing, and timm's default is for 3 channels, not {channels}",
+                    self.key(name)
+                )))
+            }
+        };
+        Ok(if v.len() == 1 {
+            vec![v[0]; channels]
+        } else {
+            v
+        })
+    }
 }
 
 /// The tensors `arch` defines, by name, in creation order.

@@ -79,93 +79,8 @@ pub fn run_curve(
 ) -> Result<Vec<RunState>> {
     // Validate everything before touching the output folder.
     let params = spec.config.validate(train.len())?;
-    spec.scorers.validate()?;
-    if spec.seeds.is_empty() || spec.strategies.is_empty() {
-        return Err(Error::config(
-            "seeds",
-            "a curve needs at least one seed and one strategy",
-        ));
-    }
-    if spec.seeds.len() as u64 > MAX_SEEDS {
-        return Err(Error::config(
-            "seeds",
-            format!("{} seeds; at most {MAX_SEEDS}", spec.seeds.len()),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    if let Some(s) = spec.seeds.iter().find(|s| !seen.insert(**s)) {
-        return Err(Error::config("seeds", format!("seed {s} is given twice")));
-    }
-    // Every strategy is built once up front: a settings error (a scorer under
-    // `--select batchbald`) is reported before the output folder is touched.
-    let strategies = spec
-        .strategies
-        .iter()
-        .map(|k| k.strategy(&spec.scorers))
-        .collect::<Result<Vec<_>>>()?;
-    let mut names = std::collections::HashSet::new();
-    if let Some(dup) = strategies
-        .iter()
-        .find(|s| !names.insert(s.name().to_string()))
-    {
-        return Err(Error::config(
-            "scorer",
-            format!(
-                "`{}` is given twice (each strategy runs once per seed)",
-                dup.name()
-            ),
-        ));
-    }
-    // The first round has the most candidates: the most evidence any round holds.
-    let first = train.len() - spec.config.initial;
-    for s in &strategies {
-        crate::round::check_evidence(
-            s,
-            (first, spec.config.subsample),
-            spec.model.classes(),
-            spec.config.ensemble,
-            spec.config.batch,
-        )?;
-        if let Some(needs) = s.needs() {
-            spec.model.check_needs(s.name(), &needs)?;
-            let last = alkit_acquisition::GradLayers::Last;
-            let reads_last_layer = needs.features || needs.grads.is_some_and(|g| g.layers == last);
-            if reads_last_layer && spec.config.ensemble.is_some() {
-                return Err(Error::config(
-                    "layers",
-                    format!(
-                        "`{}` reads the last layer's features, and an ensemble has one per \
-                         member, not one: score one model, or every layer (setting `layers` all)",
-                        s.name()
-                    ),
-                ));
-            }
-        }
-    }
-    if spec.scorers.members != spec.config.ensemble.is_some() {
-        return Err(Error::config(
-            "ensemble",
-            "sample scorers read ensemble members exactly when the loop trains an ensemble",
-        ));
-    }
-    let spec_path = out.join("run.json");
-    if resume {
-        let saved: CurveSpec = read_json(&spec_path)?;
-        if &saved != spec {
-            return Err(Error::state(
-                &spec_path,
-                "the saved experiment differs from the one requested",
-            ));
-        }
-    } else {
-        if spec_path.exists() {
-            return Err(Error::state(
-                &spec_path,
-                "this folder already holds a run; continue it (setting `resume`) or choose another output folder",
-            ));
-        }
-        write_json(&spec_path, spec)?;
-    }
+    let strategies = checked_strategies(spec, train.len())?;
+    claim_output(spec, out, resume)?;
     let model_desc = serde_json::to_string(&spec.model).unwrap_or_default();
     let ctx = RunContext {
         train,
@@ -205,6 +120,106 @@ pub fn run_curve(
     write_summary_csv(&out.join("summary.csv"), &rows)?;
     curve_figure(&states).save(out, "curve")?;
     Ok(states)
+}
+
+/// Every strategy of `spec` built once and checked against its settings, the model and a pool
+/// of `items` items, before the output folder is touched (a settings error, a scorer under the
+/// `batchbald` selection, evidence past the memory bound, a strategy named twice).
+fn checked_strategies(spec: &CurveSpec, items: usize) -> Result<Vec<crate::round::Strategy>> {
+    spec.scorers.validate()?;
+    if spec.seeds.is_empty() || spec.strategies.is_empty() {
+        return Err(Error::config(
+            "seeds",
+            "a curve needs at least one seed and one strategy",
+        ));
+    }
+    if spec.seeds.len() as u64 > MAX_SEEDS {
+        return Err(Error::config(
+            "seeds",
+            format!("{} seeds; at most {MAX_SEEDS}", spec.seeds.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(s) = spec.seeds.iter().find(|s| !seen.insert(**s)) {
+        return Err(Error::config("seeds", format!("seed {s} is given twice")));
+    }
+    // Every strategy is built once up front: a settings error (a scorer under
+    // `--select batchbald`) is reported before the output folder is touched.
+    let strategies = spec
+        .strategies
+        .iter()
+        .map(|k| k.strategy(&spec.scorers))
+        .collect::<Result<Vec<_>>>()?;
+    let mut names = std::collections::HashSet::new();
+    if let Some(dup) = strategies
+        .iter()
+        .find(|s| !names.insert(s.name().to_string()))
+    {
+        return Err(Error::config(
+            "scorer",
+            format!(
+                "`{}` is given twice (each strategy runs once per seed)",
+                dup.name()
+            ),
+        ));
+    }
+    // The first round has the most candidates: the most evidence any round holds.
+    let first = items - spec.config.initial;
+    for s in &strategies {
+        crate::round::check_evidence(
+            s,
+            (first, spec.config.subsample),
+            spec.model.classes(),
+            spec.config.ensemble,
+            spec.config.batch,
+        )?;
+        if let Some(needs) = s.needs() {
+            spec.model.check_needs(s.name(), &needs)?;
+            let last = alkit_acquisition::GradLayers::Last;
+            let reads_last_layer = needs.features || needs.grads.is_some_and(|g| g.layers == last);
+            if reads_last_layer && spec.config.ensemble.is_some() {
+                return Err(Error::config(
+                    "layers",
+                    format!(
+                        "`{}` reads the last layer's features, and an ensemble has one per \
+                         member, not one: score one model, or every layer (setting `layers` all)",
+                        s.name()
+                    ),
+                ));
+            }
+        }
+    }
+    if spec.scorers.members != spec.config.ensemble.is_some() {
+        return Err(Error::config(
+            "ensemble",
+            "sample scorers read ensemble members exactly when the loop trains an ensemble",
+        ));
+    }
+    Ok(strategies)
+}
+
+/// `run.json` in `out`: written for a new run (refused where one is already), read and
+/// compared with `spec` when resuming.
+fn claim_output(spec: &CurveSpec, out: &Path, resume: bool) -> Result<()> {
+    let spec_path = out.join("run.json");
+    if resume {
+        let saved: CurveSpec = read_json(&spec_path)?;
+        if &saved != spec {
+            return Err(Error::state(
+                &spec_path,
+                "the saved experiment differs from the one requested",
+            ));
+        }
+    } else {
+        if spec_path.exists() {
+            return Err(Error::state(
+                &spec_path,
+                "this folder already holds a run; continue it (setting `resume`) or choose another output folder",
+            ));
+        }
+        write_json(&spec_path, spec)?;
+    }
+    Ok(())
 }
 
 /// Writes `curve.csv` for `states` to `path`.

@@ -345,131 +345,208 @@ fn embed(
             ),
         ));
     }
-    let items = stream.len();
     let work = work_dir(out);
     std::fs::create_dir_all(&work).map_err(|e| Error::io(&work, e))?;
-    let progress_path = work.join("progress.json");
-    let features_path = work.join("features.f32");
     let mut progress = Progress {
         backbone: job.backbone.clone(),
         backbone_hash,
         data: job.data.clone(),
         stamp,
-        items,
+        items: stream.len(),
         dim: 0,
         chunk,
         batch,
         done: 0,
     };
-    if progress_path.exists() {
-        let before: Progress = crate::fsutil::read_json(&progress_path)?;
-        let same = Progress {
-            dim: before.dim,
-            done: before.done,
-            ..progress.clone()
-        };
-        if before != same {
-            return Err(Error::state(
-                &progress_path,
-                "the work of another backbone, source or batching: remove this folder",
-            ));
-        }
-        progress = before;
-    }
-    let mut features = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&features_path)
-        .map_err(|e| Error::io(&features_path, e))?;
-    // Work past the last recorded chunk is discarded: it may be torn.
-    let kept = (progress.done * progress.dim * 4) as u64;
-    features
-        .set_len(kept)
-        .and_then(|_| features.seek(SeekFrom::Start(kept)).map(|_| ()))
-        .map_err(|e| Error::io(&features_path, e))?;
-    let mut ids = Vec::with_capacity(items);
-    let mut at = 0;
-    while let Some(c) = stream.next_chunk(chunk).context_with(loading)? {
-        let k = c.ids.len();
-        ids.extend(c.ids);
-        if at + k <= progress.done {
-            at += k;
-            continue;
-        }
-        let raw = Dataset::new(c.x, vec![0; k], ck.config.item_shape.clone(), 1)?;
-        let ds = ck.config.normalizer.apply(&raw)?;
-        let all: Vec<usize> = (0..k).collect();
-        let f = crate::predict::features_of(ck.model.as_ref(), &ds, &all, batch, device, observer)?;
-        progress.dim = f.dim();
-        let bytes: Vec<u8> = f.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
-        features
-            .write_all(&bytes)
-            .and_then(|_| features.sync_data())
-            .map_err(|e| Error::io(&features_path, e))?;
-        at += k;
-        progress.done = at;
-        crate::fsutil::write_json(&progress_path, &progress)?;
-    }
-    let pool = pool_labels(&source, hub, observer, items).context_with(loading)?;
+    progress.resume(&work.join("progress.json"))?;
+    let run = Run {
+        ck: &ck,
+        work: &work,
+        device,
+    };
+    let ids = run.pool(stream.as_mut(), &mut progress, observer, &loading)?;
+    let pool = pool_labels(&source, hub, observer, progress.items).context_with(loading)?;
     let test = test_split(&source, pre.as_ref(), hub, observer).context_with(loading)?;
     let test_features = match &test {
-        Some(t) => {
-            if let Some(i) = t.labels.iter().position(Option::is_none) {
-                return Err(Error::config(
-                    "data",
-                    format!("{}: test item `{}` has no label", job.data, t.ids[i]),
-                ));
-            }
-            let raw = t.dataset()?;
-            let ds = ck.config.normalizer.apply(&raw)?;
-            let all: Vec<usize> = (0..ds.len()).collect();
-            Some(crate::predict::features_of(
-                ck.model.as_ref(),
-                &ds,
-                &all,
-                batch,
-                device,
-                observer,
-            )?)
-        }
+        Some(t) => Some(run.test(t, &job.data, batch, observer)?),
         None => None,
     };
-    let record = serde_json::to_string(&progress)
-        .map_err(|e| Error::state(&progress_path, format!("cannot serialise: {e}")))?;
-    let classes = pool.1;
-    let mut file = EmbeddingFile::new(&features_path, items, progress.dim)?;
-    if let Some(labels) = &pool.0 {
-        file.tensor("labels", "I64", vec![items], i64_bytes(labels));
-    }
-    if let (Some(t), Some(f)) = (&test, &test_features) {
-        let bytes: Vec<u8> = f.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
-        file.tensor("test_features", "F32", vec![t.len(), f.dim()], bytes);
-        let labels: Vec<u32> = t.labels.iter().map(|l| l.unwrap_or(0)).collect();
-        file.tensor("test_labels", "I64", vec![t.len()], i64_bytes(&labels));
-    }
-    file.meta("classes", classes.join(","));
-    file.meta(
-        "ids",
-        serde_json::to_string(&ids).map_err(|e| Error::state(out, format!("ids: {e}")))?,
-    );
-    // An image folder's items are shown as its own files (a session on the embeddings shows
-    // the photos a person labels, not the features).
-    // The ids are the images' paths below the folder, so the folder alone names them all.
-    if let Source::Images(dir) = &source {
-        let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
-        file.meta("display_kind", "image".to_string());
-        file.meta("display_root", dir.to_string_lossy().into_owned());
-    }
-    file.meta("alkit_embedding", record);
-    file.write(out)?;
+    let written = Written {
+        source: &source,
+        progress: &progress,
+        ids: &ids,
+        pool,
+        test: test.as_ref().zip(test_features.as_ref()),
+    };
+    written.write(&work, out)?;
     std::fs::remove_dir_all(&work).map_err(|e| Error::io(&work, e))?;
     Ok(Embedded {
         path: out.to_path_buf(),
-        items,
+        items: progress.items,
         dim: progress.dim,
         computed: true,
     })
+}
+
+impl Progress {
+    /// This progress, or the one recorded at `path` by an interrupted run of the same job
+    /// (its features dimension and items done); the work of another job is refused.
+    fn resume(&mut self, path: &Path) -> Result<()> {
+        if !path.exists() {
+            return Ok(());
+        }
+        let before: Progress = crate::fsutil::read_json(path)?;
+        let same = Progress {
+            dim: before.dim,
+            done: before.done,
+            ..self.clone()
+        };
+        if before != same {
+            return Err(Error::state(
+                path,
+                "the work of another backbone, source or batching: remove this folder",
+            ));
+        }
+        *self = before;
+        Ok(())
+    }
+}
+
+/// A backbone's pass over a source, its work kept in `work`.
+struct Run<'a> {
+    ck: &'a crate::checkpoint::Checkpoint,
+    work: &'a Path,
+    device: &'a Device,
+}
+
+impl Run<'_> {
+    /// The pool's features appended to `work/features.f32` a chunk at a time after the items
+    /// `progress` says are done (work past them is discarded: it may be torn), `progress`
+    /// saved after each chunk; every item's id, in order.
+    fn pool(
+        &self,
+        stream: &mut dyn crate::data::stream::ItemStream,
+        progress: &mut Progress,
+        observer: &mut dyn Observer,
+        loading: &dyn Fn() -> String,
+    ) -> Result<Vec<String>> {
+        let progress_path = self.work.join("progress.json");
+        let features_path = self.work.join("features.f32");
+        let mut features = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&features_path)
+            .map_err(|e| Error::io(&features_path, e))?;
+        let kept = (progress.done * progress.dim * 4) as u64;
+        features
+            .set_len(kept)
+            .and_then(|_| features.seek(SeekFrom::Start(kept)).map(|_| ()))
+            .map_err(|e| Error::io(&features_path, e))?;
+        let mut ids = Vec::with_capacity(progress.items);
+        let mut at = 0;
+        while let Some(c) = stream.next_chunk(progress.chunk).context_with(loading)? {
+            let k = c.ids.len();
+            ids.extend(c.ids);
+            if at + k <= progress.done {
+                at += k;
+                continue;
+            }
+            let raw = Dataset::new(c.x, vec![0; k], self.ck.config.item_shape.clone(), 1)?;
+            let f = self.features(&raw, progress.batch, observer)?;
+            progress.dim = f.dim();
+            let bytes: Vec<u8> = f.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
+            features
+                .write_all(&bytes)
+                .and_then(|_| features.sync_data())
+                .map_err(|e| Error::io(&features_path, e))?;
+            at += k;
+            progress.done = at;
+            crate::fsutil::write_json(&progress_path, progress)?;
+        }
+        Ok(ids)
+    }
+
+    /// The features of the items `raw` (as stored) through the backbone, normalised first.
+    fn features(
+        &self,
+        raw: &Dataset,
+        batch: usize,
+        observer: &mut dyn Observer,
+    ) -> Result<alkit_acquisition::Features> {
+        let ds = self.ck.config.normalizer.apply(raw)?;
+        let all: Vec<usize> = (0..ds.len()).collect();
+        crate::predict::features_of(
+            self.ck.model.as_ref(),
+            &ds,
+            &all,
+            batch,
+            self.device,
+            observer,
+        )
+    }
+
+    /// The test split's features; an unlabeled test item is refused.
+    fn test(
+        &self,
+        t: &Items,
+        data: &str,
+        batch: usize,
+        observer: &mut dyn Observer,
+    ) -> Result<alkit_acquisition::Features> {
+        if let Some(i) = t.labels.iter().position(Option::is_none) {
+            return Err(Error::config(
+                "data",
+                format!("{data}: test item `{}` has no label", t.ids[i]),
+            ));
+        }
+        self.features(&t.dataset()?, batch, observer)
+    }
+}
+
+/// What the finished embedding file holds beside the pool's features.
+struct Written<'a> {
+    source: &'a Source,
+    progress: &'a Progress,
+    ids: &'a [String],
+    /// The pool's labels (when every item has one) and class names.
+    pool: (Option<Vec<u32>>, Vec<String>),
+    test: Option<(&'a Items, &'a alkit_acquisition::Features)>,
+}
+
+impl Written<'_> {
+    /// The embedding file assembled from `work/features.f32` and the rest, written to `out`.
+    fn write(&self, work: &Path, out: &Path) -> Result<()> {
+        let (items, progress) = (self.progress.items, self.progress);
+        let progress_path = work.join("progress.json");
+        let record = serde_json::to_string(progress)
+            .map_err(|e| Error::state(&progress_path, format!("cannot serialise: {e}")))?;
+        let mut file = EmbeddingFile::new(&work.join("features.f32"), items, progress.dim)?;
+        if let Some(labels) = &self.pool.0 {
+            file.tensor("labels", "I64", vec![items], i64_bytes(labels));
+        }
+        if let Some((t, f)) = self.test {
+            let bytes: Vec<u8> = f.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
+            file.tensor("test_features", "F32", vec![t.len(), f.dim()], bytes);
+            let labels: Vec<u32> = t.labels.iter().map(|l| l.unwrap_or(0)).collect();
+            file.tensor("test_labels", "I64", vec![t.len()], i64_bytes(&labels));
+        }
+        file.meta("classes", self.pool.1.join(","));
+        file.meta(
+            "ids",
+            serde_json::to_string(self.ids).map_err(|e| Error::state(out, format!("ids: {e}")))?,
+        );
+        // An image folder's items are shown as its own files (a session on the embeddings
+        // shows the photos a person labels, not the features). The ids are the images' paths
+        // below the folder, so the folder alone names them all.
+        if let Source::Images(dir) = self.source {
+            let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+            file.meta("display_kind", "image".to_string());
+            file.meta("display_root", dir.to_string_lossy().into_owned());
+        }
+        file.meta("alkit_embedding", record);
+        file.write(out)
+    }
 }
 
 /// Every pool item's label when every item has one (an embedding file's `labels` labels all

@@ -270,17 +270,18 @@ fn scored_items(
 /// Scorers as a model serves them ([`served_scorers`]).
 pub type Served = Vec<Arc<dyn Scorer>>;
 
-/// The scorers as a model of `arch` serves them: an ONNX model, known by its features and
-/// last layer (ONNX Runtime has no autograd), takes the gradient scorers over that layer
-/// (`<name>@last`, [`alkit_acquisition::AtLastLayer`]); any other keeps them as they are.
+/// The scorers as a model of `arch` serves them: a model without autograd through its network
+/// (an ONNX model, known by its features and last layer) takes the gradient scorers over that
+/// layer (`<name>@last`, [`alkit_acquisition::AtLastLayer`]); any other keeps them as they are.
 pub fn served_scorers(arch: &Arch, scorers: &[Arc<dyn Scorer>]) -> Served {
     let all = alkit_acquisition::GradLayers::All;
+    let autograd = arch.capabilities().autograd;
     scorers
         .iter()
         .map(|s| -> Arc<dyn Scorer> {
             let whole = s.needs().grads.is_some_and(|g| g.layers == all);
             match alkit_acquisition::AtLastLayer::new(s.clone()) {
-                Some(last) if whole && matches!(arch, Arch::Onnx(_)) => Arc::new(last),
+                Some(last) if whole && !autograd => Arc::new(last),
                 _ => s.clone(),
             }
         })

@@ -502,12 +502,12 @@ fn score_split(
     observer: &mut dyn Observer,
 ) -> Result<Pass> {
     let ck = open_checkpoint(job, hub, device, observer)?;
-    // An ONNX model is known by its features and last layer: its gradient scores are the
-    // last layer's (named `<scorer>@last`). What needs autograd through the network or
-    // rebuilding (perturbed-input gradients, MC dropout, weight noise) is refused before
-    // any item is read.
+    // A model without autograd (an ONNX model) is known by its features and last layer: its
+    // gradient scores are the last layer's (named `<scorer>@last`). What needs autograd
+    // through the network or rebuilding (perturbed-input gradients, weight noise) is refused
+    // before any item is read.
     let scorers = super::model::served_scorers(&ck.config.arch, scorers);
-    if matches!(ck.config.arch, crate::models::Arch::Onnx(_)) {
+    if !ck.config.arch.capabilities().complete() {
         for s in &scorers {
             ck.config.arch.check_needs(s.name(), &s.needs())?;
         }

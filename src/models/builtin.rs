@@ -119,6 +119,38 @@ impl ModelKind {
     }
 }
 
+/// What a model can do beyond inference, which decides the evidence it can give: each
+/// architecture answers for itself ([`BuiltinModel::capabilities`]), so that no caller asks
+/// which architecture it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Gradients through the whole network (autograd, or a model's own fast path): whole-
+    /// network and perturbed-input gradient scores. Without it, gradient scores are taken
+    /// over the last layer in closed form.
+    pub autograd: bool,
+    /// Rebuilt with other weights: weight-noise draws.
+    pub rebuild: bool,
+    /// The model in words, and what runs it, for the errors that name a missing capability.
+    pub what: &'static str,
+    /// What runs it.
+    pub runtime: &'static str,
+}
+
+impl Capabilities {
+    /// A model alkit builds from candle tensors: every capability.
+    pub const CANDLE: Capabilities = Capabilities {
+        autograd: true,
+        rebuild: true,
+        what: "the model",
+        runtime: "candle",
+    };
+
+    /// Whether nothing is missing.
+    pub fn complete(&self) -> bool {
+        self.autograd && self.rebuild
+    }
+}
+
 /// A built-in architecture's settings type: everything the registry asks of a model besides
 /// building and training it ([`ModelBuilder`], whose default `fit` is the softmax recipe).
 pub trait BuiltinModel: ModelBuilder {
@@ -163,6 +195,17 @@ pub trait BuiltinModel: ModelBuilder {
     /// Records `batch` as the batch size it trains at, for models whose settings carry one
     /// (DUQ's); the softmax models carry none.
     fn set_batch(&mut self, _batch: usize) {}
+
+    /// What the model can do beyond inference ([`Capabilities::CANDLE`]: everything).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::CANDLE
+    }
+
+    /// The model's own check of the items it takes, for a model alkit cannot build to try
+    /// (`None`: build it and run one zero item through it).
+    fn check_own_input(&self, _item_shape: &[usize]) -> Option<Result<()>> {
+        None
+    }
 }
 
 /// Refuses a DUQ training whose batch size is not the one its settings record: the

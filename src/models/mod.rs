@@ -18,7 +18,7 @@ mod mlp;
 mod onnx;
 mod resnet;
 
-pub use builtin::{BuiltinModel, KindInfo, ModelKind};
+pub use builtin::{BuiltinModel, Capabilities, KindInfo, ModelKind};
 pub use onnx::OnnxArch;
 
 use crate::data::Dataset;
@@ -131,8 +131,8 @@ impl Arch {
                 ),
             )
         };
-        if let Arch::Onnx(onnx) = self {
-            return onnx.check_input(item_shape);
+        if let Some(own) = self.spec().check_own_input(item_shape) {
+            return own;
         }
         let n: usize = item_shape.iter().product();
         if item_shape.is_empty() || n == 0 || n > 1 << 26 {
@@ -180,6 +180,11 @@ impl Arch {
         self.spec().has_dropout()
     }
 
+    /// What the model can do beyond inference.
+    pub fn capabilities(&self) -> Capabilities {
+        self.spec().capabilities()
+    }
+
     /// Refuses, before anything trains, strategy `name` reading evidence this model cannot
     /// give: DUQ's kernel values from a model that is not DUQ, MC-dropout draws from one
     /// without dropout (an ensemble's members give sample scorers their draws instead),
@@ -194,13 +199,15 @@ impl Arch {
         let whole_network = needs
             .grads
             .is_some_and(|g| g.layers == alkit_acquisition::GradLayers::All);
-        if whole_network && matches!(self, Arch::Onnx(_)) {
+        let can = self.capabilities();
+        let (what, runtime) = (can.what, can.runtime);
+        if whole_network && !can.autograd {
             return Err(crate::Error::config(
                 "scorer",
                 format!(
-                    "`{name}` reads gradients through the whole network; an ONNX model runs \
-                     in ONNX Runtime, which has no autograd: take them over its last layer \
-                     (setting `layers` last)"
+                    "`{name}` reads gradients through the whole network; {what} runs in \
+                     {runtime}, which has no autograd: take them over its last layer (setting \
+                     `layers` last)"
                 ),
             ));
         }
@@ -217,21 +224,21 @@ impl Arch {
             ));
         }
         let perturbed = needs.grads.is_some_and(|g| g.perturbations > 0);
-        if perturbed && matches!(self, Arch::Onnx(_)) {
+        if perturbed && !can.autograd {
             return Err(crate::Error::config(
                 "scorer",
                 format!(
-                    "`{name}` averages gradients over perturbed copies of the input; an ONNX \
-                     model gives its last layer's gradients only, at the item itself"
+                    "`{name}` averages gradients over perturbed copies of the input; {what} \
+                     gives its last layer's gradients only, at the item itself"
                 ),
             ));
         }
-        if weight_noise && matches!(self, Arch::Onnx(_)) {
+        if weight_noise && !can.rebuild {
             return Err(crate::Error::config(
                 "scorer",
                 format!(
-                    "`{name}` perturbs the model's weights; an ONNX model runs in ONNX Runtime \
-                     and cannot be rebuilt with other weights"
+                    "`{name}` perturbs the model's weights; {what} runs in {runtime} and cannot \
+                     be rebuilt with other weights"
                 ),
             ));
         }

@@ -8,7 +8,7 @@
 //! refused by name. What it does hold, the class count and the input shape, is what an
 //! ensemble's members must share and what [`super::Arch::check_input`] checks items against.
 
-use super::builtin::{BuiltinModel, KindInfo, ModelKind};
+use super::builtin::{BuiltinModel, Capabilities, KindInfo, ModelKind};
 use crate::nn::Classifier;
 use crate::train::ModelBuilder;
 use candle_nn::VarBuilder;
@@ -64,24 +64,32 @@ impl BuiltinModel for OnnxArch {
         self.classes
     }
 
-    fn weights_bound(&self) -> Option<u128> {
-        // Nothing is allocated from these settings: the weights are ONNX Runtime's.
-        Some(0)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            autograd: false,
+            rebuild: false,
+            what: "an ONNX model",
+            runtime: "ONNX Runtime",
+        }
     }
-}
 
-impl OnnxArch {
     /// Refuses items of another shape than the model's input (without building anything).
-    pub(super) fn check_input(&self, item_shape: &[usize]) -> crate::error::Result<()> {
-        if item_shape != self.input.as_slice() {
-            return Err(crate::Error::config(
+    fn check_own_input(&self, item_shape: &[usize]) -> Option<crate::error::Result<()>> {
+        Some(if item_shape != self.input.as_slice() {
+            Err(crate::Error::config(
                 "model",
                 format!(
                     "the ONNX model takes items of shape {:?}, not {item_shape:?}",
                     self.input
                 ),
-            ));
-        }
-        Ok(())
+            ))
+        } else {
+            Ok(())
+        })
+    }
+
+    fn weights_bound(&self) -> Option<u128> {
+        // Nothing is allocated from these settings: the weights are ONNX Runtime's.
+        Some(0)
     }
 }
