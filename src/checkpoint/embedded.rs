@@ -156,11 +156,10 @@ impl Kind for EmbeddedKind {
     fn open(
         &self,
         found: &Path,
-        options: &OpenOptions,
+        _: &OpenOptions,
         device: &Device,
         _: &mut dyn Observer,
     ) -> Result<Checkpoint> {
-        options.refuse_inline_normalisation(&found.display().to_string())?;
         match head_file(found)? {
             Some(mut h) => load(h.as_mut(), found, device),
             None => Err(bad(found, "no longer an embedding file with a head")),

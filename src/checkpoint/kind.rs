@@ -16,6 +16,13 @@ pub(crate) trait Kind: Sync {
     /// inside a folder it names), else `None`. Reads names and headers only.
     fn detect(&self, path: &Path) -> Result<Option<PathBuf>>;
 
+    /// Whether the kind reads the normalisation [`OpenOptions`] give inline (an ONNX model
+    /// without a `config.json`); every other kind's own files give theirs, and the
+    /// dispatcher refuses inline values for it.
+    fn reads_inline_normalisation(&self) -> bool {
+        false
+    }
+
     /// The checkpoint at `found` (what [`Kind::detect`] or [`Kind::fetch_from_hub`] gave), opened
     /// as `options` say; what it chose unnamed is told to `observer`.
     fn open(

@@ -110,7 +110,7 @@ pub fn load_with(
     observer: &mut dyn Observer,
 ) -> Result<Checkpoint> {
     let found = find_local(dir)?;
-    found.kind.open(&found.path, options, device, observer)
+    open_found(found, &dir.display().to_string(), options, device, observer)
 }
 
 /// Opens a checkpoint by name: a folder or weights file (see [`load`]), or `hf:OWNER/NAME[@REV]`
@@ -136,6 +136,21 @@ pub fn open_with(
     observer: &mut dyn Observer,
 ) -> Result<Checkpoint> {
     let found = find(name, hub, observer)?;
+    open_found(found, name, options, device, observer)
+}
+
+/// Opens what `find` found for the checkpoint `name`, refusing the normalisation `options`
+/// give inline when its kind reads its own.
+fn open_found(
+    found: Found,
+    name: &str,
+    options: &OpenOptions,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Checkpoint> {
+    if !found.kind.reads_inline_normalisation() {
+        options.refuse_inline_normalisation(name)?;
+    }
     found.kind.open(&found.path, options, device, observer)
 }
 

@@ -19,6 +19,10 @@ pub const ONNX_FILE: &str = "model.onnx";
 pub(crate) struct OnnxKind;
 
 impl Kind for OnnxKind {
+    fn reads_inline_normalisation(&self) -> bool {
+        true
+    }
+
     fn detect(&self, path: &Path) -> Result<Option<PathBuf>> {
         if path
             .extension()

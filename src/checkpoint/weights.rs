@@ -46,11 +46,10 @@ impl Kind for WeightsKind {
     fn open(
         &self,
         found: &Path,
-        options: &OpenOptions,
+        _: &OpenOptions,
         device: &Device,
         _: &mut dyn Observer,
     ) -> Result<Checkpoint> {
-        options.refuse_inline_normalisation(&found.display().to_string())?;
         let config = found.with_file_name("config.json");
         if found.is_file() && !config.is_file() {
             if let Some(format) = pytorch::sniff(found)? {

@@ -299,14 +299,10 @@ impl ScorerSettings {
                     ),
                 ));
             };
-            let s: Self = serde_json::from_value(serde_json::json!({ name: v }))
+            // Read alone first, so that a value of the wrong type is refused naming its key.
+            serde_json::from_value::<Self>(serde_json::json!({ name: &v }))
                 .map_err(|e| Error::config(name, e.to_string()))?;
-            // A value equal to a skipped default (`layers` all, an absent option) is not
-            // serialised: the default then stands.
-            match object(&s).remove(name) {
-                Some(v) => all.insert(k, v),
-                None => all.remove(name),
-            };
+            all.insert(k, v);
         }
         let s: Self = serde_json::from_value(serde_json::Value::Object(all))
             .map_err(|e| Error::config(field, e.to_string()))?;
