@@ -73,46 +73,8 @@ pub fn score_arrays<'py>(
         .and_then(|y| y.iter().max())
         .map_or(1, |m| m + 1);
     let layer = Layer::read(weight.as_ref(), bias.as_ref(), labels_classes)?;
-    match (&features, &layer) {
-        (None, Layer::Given { .. }) => {
-            return Err(Error::config(
-                "weight",
-                "a last layer is read over the features: give the features too",
-            )
-            .into())
-        }
-        (Some(_), Layer::Zero(_)) => {
-            if let Some(s) = scorers
-                .iter()
-                .find(|s| !FEATURES_ONLY.contains(&s.as_str()))
-            {
-                return Err(Error::config(
-                    "weight",
-                    format!(
-                        "`{s}` reads the model's last layer over the features: give its weight \
-                         and bias (without them, only {} score features)",
-                        FEATURES_ONLY.join(" and ")
-                    ),
-                )
-                .into());
-            }
-        }
-        _ => {}
-    }
-    let reference = match (train_features, train_labels) {
-        (Some(f), Some(y)) => {
-            arrays::check_below(&y, "train_labels", layer.classes())?;
-            Some((arrays::matrix(&f, "train_features")?, y))
-        }
-        (None, None) => None,
-        _ => {
-            return Err(Error::config(
-                "train_features",
-                "the training items are their features and their labels: give both",
-            )
-            .into())
-        }
-    };
+    check_layer(features.is_some(), &layer, &scorers)?;
+    let reference = reference(train_features, train_labels, &layer)?;
     let inputs = Inputs {
         probs: probs
             .as_ref()
@@ -154,6 +116,52 @@ pub fn score_arrays<'py>(
         .into_iter()
         .map(|(name, v)| (name, PyArray1::from_vec(py, v)))
         .collect())
+}
+
+/// A last layer is read over features, so it needs them; features without one serve only the
+/// scores that compare them with the training features by distance ([`FEATURES_ONLY`]).
+fn check_layer(features: bool, layer: &Layer, scorers: &[String]) -> Result<()> {
+    match (features, layer) {
+        (false, Layer::Given { .. }) => Err(Error::config(
+            "weight",
+            "a last layer is read over the features: give the features too",
+        )),
+        (true, Layer::Zero(_)) => match scorers
+            .iter()
+            .find(|s| !FEATURES_ONLY.contains(&s.as_str()))
+        {
+            Some(s) => Err(Error::config(
+                "weight",
+                format!(
+                    "`{s}` reads the model's last layer over the features: give its weight \
+                     and bias (without them, only {} score features)",
+                    FEATURES_ONLY.join(" and ")
+                ),
+            )),
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// The training items, as their features and labels together (labels below the layer's
+/// classes), or none.
+fn reference(
+    features: Option<PyReadonlyArray2<'_, f32>>,
+    labels: Option<Vec<usize>>,
+    layer: &Layer,
+) -> Result<Option<(arrays::Matrix, Vec<usize>)>> {
+    match (features, labels) {
+        (Some(f), Some(y)) => {
+            arrays::check_below(&y, "train_labels", layer.classes())?;
+            Ok(Some((arrays::matrix(&f, "train_features")?, y)))
+        }
+        (None, None) => Ok(None),
+        _ => Err(Error::config(
+            "train_features",
+            "the training items are their features and their labels: give both",
+        )),
+    }
 }
 
 /// What [`score_data`] returns: positions, ids and `(name, scores)` per scorer.

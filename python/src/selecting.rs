@@ -89,30 +89,7 @@ pub fn select_batch<'py>(
             "when scoring or in a session (the selectors read the evidence as given)",
         )?
     };
-    let kind: StrategyKind = name.parse().map_err(|e: String| Error::config("name", e))?;
-    let Pick::Batch(mut selector) = kind.build(&settings) else {
-        return Err(Error::config(
-            "name",
-            format!("`{name}` scores items one at a time: score them, then select from the scores"),
-        )
-        .into());
-    };
-    if let Some(max) = max_configs {
-        if name != "batchbald" || max == 0 || max > alkit::limits::MAX_SAMPLES {
-            return Err(Error::config(
-                "max_configs",
-                format!(
-                    "BatchBALD's joint configurations, between 1 and {} (`{name}` has none)",
-                    alkit::limits::MAX_SAMPLES
-                ),
-            )
-            .into());
-        }
-        selector = std::sync::Arc::new(BatchBald {
-            max_configs: max,
-            ..BatchBald::members()
-        });
-    }
+    let selector = batch_selector(name, &settings, max_configs)?;
     let needs = selector.needs();
     let layout = Layout::parse(layout)?;
     let layer = Layer::read(weight.as_ref(), bias.as_ref(), classes.unwrap_or(1))?;
@@ -125,23 +102,7 @@ pub fn select_batch<'py>(
             settings.probcover_delta,
         )?;
     }
-    if candidates.is_some_and(|m| m < k) {
-        return Err(Error::config(
-            "candidates",
-            format!(
-                "{} candidates cannot hold a batch of {k}",
-                candidates.unwrap_or(0)
-            ),
-        )
-        .into());
-    }
-    if candidates.is_some() && needs.samples.is_none() {
-        return Err(Error::config(
-            "candidates",
-            format!("`{name}` chooses among every item; candidates by BALD are for draws"),
-        )
-        .into());
-    }
+    check_candidates(name, k, candidates, needs.samples.is_some())?;
     // The labeled items: what core-set covers and TypiClust and ProbCover leave out. Their
     // labels play no part in a selection, so each is given class 0.
     let labeled = labeled
@@ -182,6 +143,58 @@ pub fn select_batch<'py>(
         }
     })?;
     Ok(PyArray1::from_vec(py, picks))
+}
+
+/// The registry's joint batch selector `name` under `settings` (BatchBALD with at most
+/// `max_configs` joint configurations where given).
+fn batch_selector(
+    name: &str,
+    settings: &ScorerSettings,
+    max_configs: Option<usize>,
+) -> Result<std::sync::Arc<dyn BatchSelector>> {
+    let kind: StrategyKind = name.parse().map_err(|e: String| Error::config("name", e))?;
+    let Pick::Batch(selector) = kind.build(settings) else {
+        return Err(Error::config(
+            "name",
+            format!("`{name}` scores items one at a time: score them, then select from the scores"),
+        ));
+    };
+    let Some(max) = max_configs else {
+        return Ok(selector);
+    };
+    if name != "batchbald" || max == 0 || max > alkit::limits::MAX_SAMPLES {
+        return Err(Error::config(
+            "max_configs",
+            format!(
+                "BatchBALD's joint configurations, between 1 and {} (`{name}` has none)",
+                alkit::limits::MAX_SAMPLES
+            ),
+        ));
+    }
+    Ok(std::sync::Arc::new(BatchBald {
+        max_configs: max,
+        ..BatchBald::members()
+    }))
+}
+
+/// BALD's best `candidates`, for a selector over draws, must hold the batch of `k`.
+fn check_candidates(name: &str, k: usize, candidates: Option<usize>, draws: bool) -> Result<()> {
+    if candidates.is_some_and(|m| m < k) {
+        return Err(Error::config(
+            "candidates",
+            format!(
+                "{} candidates cannot hold a batch of {k}",
+                candidates.unwrap_or(0)
+            ),
+        ));
+    }
+    if candidates.is_some() && !draws {
+        return Err(Error::config(
+            "candidates",
+            format!("`{name}` chooses among every item; candidates by BALD are for draws"),
+        ));
+    }
+    Ok(())
 }
 
 /// A feature selector needs the features, and a model's last layer unless it can choose cold

@@ -313,7 +313,7 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
         None => None,
     };
     let mut bars = Bars::new(quiet, 1);
-    let m = alkit::eval::train_checkpoint(
+    let m = alkit::eval::train::run(
         kind,
         &splits,
         ids.as_deref(),
@@ -353,7 +353,7 @@ fn merge_cmd(a: MergeArgs) -> Result<()> {
         .collect();
     let refs: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
     alkit::output::check_output("out", &a.out, &refs)?;
-    let (header, rows) = alkit::eval::shard::merge(&a.shards, a.top)?;
+    let (header, rows) = alkit::eval::merge::run(&a.shards, a.top)?;
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     alkit::output::write_csv(&a.out, &header, rows)?;
     Ok(())
@@ -527,7 +527,7 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = per_item_scorers(&a.scorer, &a.scorer_settings.checked()?)?;
     let source = a.source.to_lib()?.caching_statistics();
     let mut bars = Bars::new(quiet, 1);
-    let r = alkit::eval::ood::evaluate(
+    let r = alkit::eval::ood::run(
         &source,
         &a.train_data.to_string_lossy(),
         &a.ood_data.to_string_lossy(),
@@ -577,7 +577,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = per_item_scorers(&a.scorer, &a.scorer_settings.checked()?)?;
     let source = a.source.to_lib()?.caching_statistics();
     let mut bars = Bars::new(quiet, 1);
-    let r = alkit::eval::calibrate::evaluate(
+    let r = alkit::eval::calibrate::run(
         &source,
         &a.data.to_string_lossy(),
         a.temperature,

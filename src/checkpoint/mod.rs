@@ -18,16 +18,14 @@
 mod config;
 mod embedded;
 mod kind;
-#[cfg(feature = "onnx")]
 pub mod onnx;
-mod onnx_door;
 pub mod pytorch;
 mod save;
 pub mod timm;
 mod weights;
 
 pub use config::{Checkpoint, CheckpointConfig, OpenOptions, TensorInfo};
-pub use onnx_door::ONNX_FILE;
+pub use onnx::ONNX_FILE;
 pub use save::{import, save};
 pub use weights::{read_weights, WEIGHTS_FILES};
 
@@ -43,14 +41,14 @@ use std::path::{Path, PathBuf};
 /// Every kind of checkpoint, in the order a local path is offered to them: the first that
 /// recognises it opens it ([`weights::WeightsKind`] takes whatever is left, so it comes last).
 static KINDS: &[&dyn Kind] = &[
-    &onnx_door::OnnxKind,
+    &onnx::OnnxKind,
     &embedded::EmbeddedKind,
     &weights::WeightsKind,
 ];
 
 /// The kinds a Hub model repository may hold, in the order looked for: weights first, an
 /// ONNX model where the repository has none.
-static HUB_KINDS: &[&dyn Kind] = &[&weights::WeightsKind, &onnx_door::OnnxKind];
+static HUB_KINDS: &[&dyn Kind] = &[&weights::WeightsKind, &onnx::OnnxKind];
 
 /// The local checkpoint `path` recognised once, by the first kind of [`KINDS`] that takes it.
 fn find_local(path: &Path) -> Result<Found> {

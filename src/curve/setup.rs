@@ -331,7 +331,25 @@ impl CurveOptions {
     /// its default. `data` compares the paths as given, else both made absolute. A setting is
     /// named as its field is (setting `cold_start`), the strategies as setting `scorer`.
     pub fn differs_from(&self, run: &CurveSpec) -> Option<(&'static str, String)> {
-        let c = &run.config;
+        let given_scorers = ScorerSettings {
+            members: run.scorers.members,
+            ..self.scorers
+        };
+        let scorers_differ =
+            self.scorers != ScorerSettings::default() && given_scorers != run.scorers;
+        self.run_differs(run)
+            .into_iter()
+            .chain(self.config_differs(&run.config))
+            .find(|c| c.1)
+            .map(|(name, _, was)| (name, was))
+            .or(scorers_differ.then(|| {
+                let json = serde_json::to_string(&run.scorers).unwrap_or_default();
+                ("scorers", json)
+            }))
+    }
+
+    /// The run's own settings given here: `(setting, differs, the run's value)`.
+    fn run_differs(&self, run: &CurveSpec) -> [(&'static str, bool, String); 5] {
         let same_path = |a: &Path, b: &Path| {
             a == b
                 || matches!(
@@ -340,7 +358,7 @@ impl CurveOptions {
                 )
         };
         let seeds = self.seed_list().ok();
-        let checks: [(&'static str, bool, String); 15] = [
+        [
             (
                 "data",
                 self.data
@@ -370,6 +388,13 @@ impl CurveOptions {
                 self.seeds.is_some_and(|n| n as usize != run.seeds.len()),
                 run.seeds.len().to_string(),
             ),
+        ]
+    }
+
+    /// The loop's settings given here against the run's configuration `c`: `(setting,
+    /// differs, the run's value)`.
+    fn config_differs(&self, c: &LoopConfig) -> [(&'static str, bool, String); 10] {
+        [
             (
                 "initial",
                 self.initial.is_some_and(|v| v != c.initial),
@@ -420,21 +445,7 @@ impl CurveOptions {
                 self.cold_start && !c.cold_start,
                 c.cold_start.to_string(),
             ),
-        ];
-        let given_scorers = ScorerSettings {
-            members: run.scorers.members,
-            ..self.scorers
-        };
-        let scorers_differ =
-            self.scorers != ScorerSettings::default() && given_scorers != run.scorers;
-        checks
-            .into_iter()
-            .find(|c| c.1)
-            .map(|(name, _, was)| (name, was))
-            .or(scorers_differ.then(|| {
-                let json = serde_json::to_string(&run.scorers).unwrap_or_default();
-                ("scorers", json)
-            }))
+        ]
     }
 
     fn data_path(&self) -> PathBuf {

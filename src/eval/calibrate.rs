@@ -35,12 +35,12 @@ use std::sync::Arc;
 
 /// `alkit calibrate`: the model of `source` (its checkpoint, or one trained on `data`'s train
 /// split and saved to `out/model`, less the last tenth with `temperature`), `data`'s test split
-/// normalised with its statistics, and [`run`] into `out`; with `temperature` the
+/// normalised with its statistics, and [`measure`] into `out`; with `temperature` the
 /// temperature is fitted on the last tenth of the train split, which a model trained here
 /// never saw. Refuses an `out` that would overwrite an input before anything is read;
 /// downloads and training report to `observer`.
 #[allow(clippy::too_many_arguments)]
-pub fn evaluate(
+pub fn run(
     source: &ModelSource,
     data: &str,
     temperature: bool,
@@ -99,7 +99,7 @@ pub fn evaluate(
         conformal,
         seed: source.seed,
     };
-    run(
+    measure(
         &ck, &test, holdout, &scorers, reference, options, out, device,
     )
     .context_with(|| "calibration")
@@ -114,7 +114,7 @@ pub struct Holdout<'a> {
     pub val: &'a [usize],
 }
 
-/// What [`run`] does besides the metrics every calibration reports.
+/// What [`measure`] does besides the metrics every calibration reports.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
     /// Split conformal prediction at this miscoverage level `alpha` in `(0, 1)`.
@@ -255,7 +255,7 @@ pub fn conformal_rows(
     Ok(out)
 }
 
-/// What [`run`] measured.
+/// What [`measure`] measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CalibrationReport {
     /// Test accuracy.
@@ -283,7 +283,7 @@ pub struct CalibrationReport {
 /// training features the detectors that need them read; conformal sets are made from the
 /// (scaled) probabilities.
 #[allow(clippy::too_many_arguments)]
-pub fn run(
+pub fn measure(
     model: &Checkpoint,
     test: &Dataset,
     holdout: Option<Holdout<'_>>,
@@ -294,38 +294,70 @@ pub fn run(
     device: &Device,
 ) -> Result<CalibrationReport> {
     let seed = options.seed;
-    let m = model.model.as_ref();
-    let all: Vec<usize> = (0..test.len()).collect();
-    let c = m.classes();
-    let batch = crate::predict::default_batch(test.item_len());
-    let mut lp = log_probs_of(m, test, &all, batch, device, &mut Silent)?;
-    let temperature = match &holdout {
-        Some(h) => {
-            let vlp = log_probs_of(m, h.data, h.val, batch, device, &mut Silent)?;
-            let labels: Vec<u32> = h.val.iter().map(|&i| h.data.labels()[i]).collect();
-            let t = fit_temperature(&vlp, c, &labels)?;
-            temperature_scale(&mut lp, c, t)?;
-            Some(t)
-        }
-        None => None,
-    };
+    let c = model.model.classes();
+    let (lp, temperature) = scaled_log_probs(model, test, holdout, device)?;
     let probs = probs_from_log(&lp, c)?;
     let labels = test.labels();
-    let crate::metrics::ProbabilityMetrics {
-        correct,
-        confidence,
-        accuracy,
-        ece,
-        mce,
-        nll,
-        brier,
-    } = crate::metrics::probability_metrics(&probs, labels)?;
+    let metrics = crate::metrics::probability_metrics(&probs, labels)?;
     let conformal = match options.conformal {
         Some(alpha) => conformal_rows(&probs, labels, alpha, seed)?,
         None => Vec::new(),
     };
     let mut scoring = scoring(model, device);
     scoring.reference = reference;
+    // Probability scorers score the scaled probabilities where a temperature was fitted.
+    let scaled = temperature.map(|_| &probs);
+    let (rows, rejection) = score_rows(&scoring, test, scorers, scaled, &metrics, seed)?;
+    let bins = reliability(&metrics.confidence, &metrics.correct, 15)?;
+    let report = CalibrationReport {
+        accuracy: metrics.accuracy,
+        temperature,
+        ece: metrics.ece,
+        mce: metrics.mce,
+        nll: metrics.nll,
+        brier: metrics.brier,
+        rows,
+        conformal,
+    };
+    write_files(out, &report, &bins, metrics.confidence.len(), rejection)?;
+    Ok(report)
+}
+
+/// The model's log-probabilities of `test`, temperature-scaled on `holdout` when given (with
+/// the temperature fitted).
+fn scaled_log_probs(
+    model: &Checkpoint,
+    test: &Dataset,
+    holdout: Option<Holdout<'_>>,
+    device: &Device,
+) -> Result<(Vec<f32>, Option<f64>)> {
+    let m = model.model.as_ref();
+    let c = m.classes();
+    let all: Vec<usize> = (0..test.len()).collect();
+    let batch = crate::predict::default_batch(test.item_len());
+    let mut lp = log_probs_of(m, test, &all, batch, device, &mut Silent)?;
+    let Some(h) = holdout else {
+        return Ok((lp, None));
+    };
+    let vlp = log_probs_of(m, h.data, h.val, batch, device, &mut Silent)?;
+    let labels: Vec<u32> = h.val.iter().map(|&i| h.data.labels()[i]).collect();
+    let t = fit_temperature(&vlp, c, &labels)?;
+    temperature_scale(&mut lp, c, t)?;
+    Ok((lp, Some(t)))
+}
+
+/// Each scorer's row (probability scorers read `scaled` where given, the others the model
+/// itself), and the rejection-classification panel of every scorer with the oracle's curve.
+fn score_rows(
+    scoring: &crate::predict::Scoring<'_>,
+    test: &Dataset,
+    scorers: &[Arc<dyn Scorer>],
+    scaled: Option<&Probs>,
+    metrics: &crate::metrics::ProbabilityMetrics,
+    seed: u64,
+) -> Result<(Vec<(String, CalibrationMetrics)>, Panel)> {
+    let all: Vec<usize> = (0..test.len()).collect();
+    let correct = &metrics.correct;
     let wrong: Vec<bool> = correct.iter().map(|k| !k).collect();
     let mut rows = Vec::with_capacity(scorers.len());
     let mut rejection = Panel {
@@ -337,23 +369,23 @@ pub fn run(
     };
     let mut oracle = Vec::new();
     for s in scorers {
-        let probs_only = s.needs() == Needs::PROBS;
-        let scores = if probs_only && temperature.is_some() {
-            s.score(&Evidence::from_probs(probs.clone()))?
-        } else {
-            let mut rng = stream(seed, Purpose::Perturb, 0);
-            s.score(&scoring.evidence(test, &all, s.needs(), &mut rng, &mut Silent)?)?
+        let scores = match scaled.filter(|_| s.needs() == Needs::PROBS) {
+            Some(p) => s.score(&Evidence::from_probs(p.clone()))?,
+            None => {
+                let mut rng = stream(seed, Purpose::Perturb, 0);
+                s.score(&scoring.evidence(test, &all, s.needs(), &mut rng, &mut Silent)?)?
+            }
         };
         let row = CalibrationMetrics {
-            raulc: raulc(&scores, &correct)?,
-            ece,
-            mce,
-            nll,
-            brier,
+            raulc: raulc(&scores, correct)?,
+            ece: metrics.ece,
+            mce: metrics.mce,
+            nll: metrics.nll,
+            brier: metrics.brier,
             misclassification_auroc: auroc(&scores, &wrong)?,
         };
         rows.push((s.name().to_string(), row));
-        let curve = rejection_curve(&scores, &correct)?;
+        let curve = rejection_curve(&scores, correct)?;
         rejection.series.push(Series {
             name: s.name().into(),
             points: curve.iter().map(|p| (p.0, p.1)).collect(),
@@ -366,22 +398,26 @@ pub fn run(
         points: oracle,
         band: Vec::new(),
     });
-    let bins = reliability(&confidence, &correct, 15)?;
+    Ok((rows, rejection))
+}
+
+/// The reliability diagram as the calibration papers draw it: each bin's accuracy as a bar,
+/// the diagonal, and below it how many of the `items` each bin holds (a bar of few items
+/// says little).
+fn reliability_panels(bins: &[Bin], items: usize) -> Vec<Panel> {
     let used: Vec<&Bin> = bins.iter().filter(|b| b.count > 0).collect();
     let line = |name: &str, points: Vec<(f64, f64)>| Series {
         name: name.into(),
         points,
         band: Vec::new(),
     };
-    // As the calibration papers draw it: each bin's accuracy as a bar, the diagonal, and
-    // below it how many items each bin holds (a bar of few items says little).
     let rel = Panel {
         log_y: false,
         title: "Reliability (15 bins)".into(),
         x_label: "confidence".into(),
         y_label: "accuracy".into(),
         series: vec![
-            line("accuracy per bin", bars(&bins, |b| b.accuracy)),
+            line("accuracy per bin", bars(bins, |b| b.accuracy)),
             line(
                 "accuracy at mean confidence",
                 used.iter().map(|b| (b.confidence, b.accuracy)).collect(),
@@ -391,33 +427,45 @@ pub fn run(
     };
     let counts = Panel {
         log_y: false,
-        title: format!("Confidence histogram ({} items)", confidence.len()),
+        title: format!("Confidence histogram ({items} items)"),
         x_label: "confidence".into(),
         y_label: "items".into(),
-        series: vec![line("items per bin", bars(&bins, |b| b.count as f64))],
+        series: vec![line("items per bin", bars(bins, |b| b.count as f64))],
     };
+    vec![rel, counts]
+}
+
+/// `metrics.json` (each scorer's row, the reliability bins, the temperature and conformal
+/// sets where there are some) and the two figures, into `out`.
+fn write_files(
+    out: &Path,
+    report: &CalibrationReport,
+    bins: &[Bin],
+    items: usize,
+    rejection: Panel,
+) -> Result<()> {
     create_out(out)?;
     let json_err = |e: serde_json::Error| Error::config("metrics", e.to_string());
     let mut json = serde_json::Map::new();
-    for (name, row) in &rows {
+    for (name, row) in &report.rows {
         json.insert(name.clone(), serde_json::to_value(row).map_err(json_err)?);
     }
     json.insert(
         "reliability".into(),
-        serde_json::to_value(&bins).map_err(json_err)?,
+        serde_json::to_value(bins).map_err(json_err)?,
     );
-    if let Some(t) = temperature {
+    if let Some(t) = report.temperature {
         json.insert("temperature".into(), serde_json::json!(t));
     }
-    if !conformal.is_empty() {
+    if !report.conformal.is_empty() {
         json.insert(
             "conformal".into(),
-            serde_json::to_value(&conformal).map_err(json_err)?,
+            serde_json::to_value(&report.conformal).map_err(json_err)?,
         );
     }
     write_json(&out.join("metrics.json"), &serde_json::Value::Object(json))?;
     Figure {
-        panels: vec![rel, counts],
+        panels: reliability_panels(bins, items),
         panel_width: 420,
         height: 400,
         columns: 0,
@@ -429,17 +477,7 @@ pub fn run(
         height: 400,
         columns: 0,
     }
-    .save(out, "rejection")?;
-    Ok(CalibrationReport {
-        accuracy,
-        temperature,
-        ece,
-        mce,
-        nll,
-        brier,
-        rows,
-        conformal,
-    })
+    .save(out, "rejection")
 }
 
 /// The outline of a bar chart over `bins`: each bin a bar of height `f(bin)` from its lower

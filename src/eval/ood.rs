@@ -41,10 +41,10 @@ pub struct OodReport {
 
 /// `alkit ood`: the model of `source` (its checkpoint, or one trained on `id_data`'s train split
 /// and saved to `out/model`), both data sets' test splits normalised with its statistics, and
-/// [`run`] into `out`. Refuses an `out` that would overwrite an input before anything is read;
+/// [`measure`] into `out`. Refuses an `out` that would overwrite an input before anything is read;
 /// downloads and training report to `observer`.
 #[allow(clippy::too_many_arguments)]
-pub fn evaluate(
+pub fn run(
     source: &ModelSource,
     id_data: &str,
     ood_data: &str,
@@ -76,7 +76,7 @@ pub fn evaluate(
     let reference = training_reference(
         source, ck, id_data, train, &all, scorers, hub, device, observer,
     )?;
-    let mut report = run(
+    let mut report = measure(
         ck,
         &id_test,
         &ood_test,
@@ -99,7 +99,7 @@ pub fn evaluate(
 /// metrics. `reference` holds the training features the detectors that need them read
 /// ([`training_reference`]); `seed` keys the scorers' noise.
 #[allow(clippy::too_many_arguments)]
-pub fn run(
+pub fn measure(
     model: &Checkpoint,
     id_test: &Dataset,
     ood_test: &Dataset,

@@ -4,7 +4,7 @@
 //! every process of a Slurm job array or a Kubernetes Indexed Job picks its items from the id
 //! alone, with no coordinator. A shard writes its best `K` rows with each row's selection key
 //! (`key`) and, last and atomically, a manifest beside them (`FILE.shard.json`): a shard file
-//! without its manifest is unfinished. [`merge`] checks that the manifests belong to one run and
+//! without its manifest is unfinished. [`merge::run`](super::merge::run) checks that the manifests belong to one run and
 //! cover the pool exactly once, then takes the best `K` keys of the union, which are exactly the
 //! best `K` of the whole pool: each shard's best `K` contains every item of the global best `K`
 //! that lies in it.
@@ -31,7 +31,7 @@ use crate::rng::{stream, Purpose};
 use alkit_acquisition::{gumbel, BatchBald, BatchSelector, Evidence, Probs, Samples, Selection};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
@@ -278,7 +278,7 @@ pub fn selection_keys(
     }
 }
 
-/// What a shard's manifest records: enough for [`merge`] to refuse shards of different runs,
+/// What a shard's manifest records: enough for [`merge::run`](super::merge::run) to refuse shards of different runs,
 /// a missing shard or a shard given twice.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -478,236 +478,6 @@ pub fn write_shard(
     });
     write_csv(out, &header, rows)?;
     write_json(&manifest_path(out), manifest)
-}
-
-/// Merges shard files into the unsharded result: header `index,id,<scorers>`, the best `top`
-/// rows of the union by key (ties by index), each row's fields exactly as its shard wrote
-/// them. Errors name the file: a missing or unfinished shard, one given twice, shards of
-/// another run, `top` above what a shard kept, a row whose id is not the shard's.
-pub fn merge(files: &[PathBuf], top: usize) -> Result<(Vec<String>, Vec<Vec<String>>)> {
-    if files.is_empty() {
-        return Err(Error::config("shards", "no shard files given"));
-    }
-    let mut first: Option<(PathBuf, Manifest)> = None;
-    let mut seen: BTreeMap<usize, PathBuf> = BTreeMap::new();
-    let mut header: Option<Vec<String>> = None;
-    let mut rows: Vec<(f64, usize, Vec<String>)> = Vec::new();
-    // Where each item's row was read (file, line), by position and by id: a row given twice
-    // names both places.
-    let mut at_index: HashMap<usize, (usize, usize)> = HashMap::new();
-    let mut at_id: HashMap<String, (usize, usize)> = HashMap::new();
-    let mut items = 0usize;
-    for (fi, f) in files.iter().enumerate() {
-        let mp = manifest_path(f);
-        if !mp.is_file() {
-            return Err(Error::state(
-                f,
-                format!(
-                    "no manifest {}: the shard did not finish (run it again)",
-                    mp.display()
-                ),
-            ));
-        }
-        let m = read_manifest(&mp)?;
-        Shard::new(m.shard.index, m.shard.count, "shard")
-            .map_err(|e| Error::state(&mp, e.to_string()))?;
-        if let Some((p0, m0)) = &first {
-            let differs = if m.shard.count != m0.shard.count {
-                Some("the number of shards")
-            } else if m.pool != m0.pool {
-                Some("the pool size")
-            } else if m.top != m0.top {
-                Some("the batch size (setting `top`)")
-            } else if m.run != m0.run || m.joint != m0.joint {
-                Some("the data, checkpoint, scorers, selection or seed")
-            } else {
-                None
-            };
-            if let Some(what) = differs {
-                return Err(Error::state(
-                    &mp,
-                    format!("{what} differs from {}'s", p0.display()),
-                ));
-            }
-            content_agrees(&mp, &m, p0, m0)?;
-        }
-        if let Some(prev) = seen.insert(m.shard.index, f.clone()) {
-            return Err(Error::state(
-                f,
-                format!("shard {} is also {}", m.shard.index, prev.display()),
-            ));
-        }
-        if m.top.is_some_and(|k| k < top) {
-            return Err(Error::config(
-                "top",
-                format!(
-                    "{top} rows asked for, but {} kept its best {} only",
-                    f.display(),
-                    m.top.unwrap_or(0)
-                ),
-            ));
-        }
-        items += m.items;
-        let (h, body) = crate::data::source::read_csv(f)?;
-        if h.len() < 4
-            || h[0] != "index"
-            || h[1] != "id"
-            || h.last().map(String::as_str) != Some("key")
-        {
-            return Err(Error::Row {
-                path: f.clone(),
-                row: 1,
-                problem: "expected the header index,id,<scorers>,key of a shard file".into(),
-            });
-        }
-        let cols = h[..h.len() - 1].to_vec();
-        match &header {
-            Some(h0) if *h0 != cols => {
-                return Err(Error::Row {
-                    path: f.clone(),
-                    row: 1,
-                    problem: format!("columns {cols:?} differ from {h0:?}"),
-                })
-            }
-            _ => header = Some(cols),
-        }
-        let expect = m.top.map_or(m.items, |k| k.min(m.items));
-        if body.len() != expect {
-            return Err(Error::state(
-                f,
-                format!("{} rows; its manifest promises {expect}", body.len()),
-            ));
-        }
-        for (line, mut r) in body {
-            let bad = |p: String| Error::Row {
-                path: f.clone(),
-                row: line,
-                problem: p,
-            };
-            let index: usize = r[0].parse().map_err(|_| bad(format!("index `{}`", r[0])))?;
-            if index >= m.pool || !m.shard.holds(&r[1]) {
-                return Err(bad(format!(
-                    "item {index} `{}` is not in shard {}",
-                    r[1], m.shard.index
-                )));
-            }
-            let key: f64 = r
-                .pop()
-                .and_then(|k| k.parse().ok())
-                .filter(|k: &f64| !k.is_nan())
-                .ok_or_else(|| bad("the key is not a number".into()))?;
-            if let Some((pf, pl)) = at_index.insert(index, (fi, line)) {
-                return Err(bad(format!(
-                    "item {index} `{}` is also at {}:{pl}",
-                    r[1],
-                    files[pf].display()
-                )));
-            }
-            if let Some((pf, pl)) = at_id.insert(r[1].clone(), (fi, line)) {
-                return Err(bad(format!(
-                    "id `{}` is also at {}:{pl}",
-                    r[1],
-                    files[pf].display()
-                )));
-            }
-            rows.push((key, index, r));
-        }
-        if first.is_none() {
-            first = Some((f.clone(), m));
-        }
-    }
-    let (p0, m0) = first.expect("at least one file");
-    if seen.len() != m0.shard.count {
-        let missing: Vec<usize> = (0..m0.shard.count)
-            .filter(|i| !seen.contains_key(i))
-            .collect();
-        return Err(Error::state(
-            &p0,
-            format!(
-                "{} of {} shards given; missing {missing:?}",
-                seen.len(),
-                m0.shard.count
-            ),
-        ));
-    }
-    if items != m0.pool {
-        return Err(Error::state(
-            &p0,
-            format!("the shards hold {items} items, the pool {}", m0.pool),
-        ));
-    }
-    rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    rows.truncate(m0.joint.map_or(top, |j| j.candidates));
-    let mut header = header.unwrap_or_default();
-    let Some(joint) = m0.joint else {
-        return Ok((header, rows.into_iter().map(|r| r.2).collect()));
-    };
-    // The draw columns end the row: the output row is `index,id,<score>`.
-    let w = joint.draws * joint.classes;
-    if header.len() < 2 + w || header[header.len() - w..] != joint.columns()[..] {
-        return Err(Error::Row {
-            path: p0.clone(),
-            row: 1,
-            problem: "a joint choice's shard file needs its draw columns p<s>_<c>".into(),
-        });
-    }
-    header.truncate(header.len() - w);
-    let cands = rows
-        .into_iter()
-        .map(|(key, index, mut r)| {
-            let draws = r
-                .split_off(r.len() - w)
-                .iter()
-                .map(|v| v.parse::<f32>().ok().filter(|p| p.is_finite()))
-                .collect::<Option<Vec<f32>>>()
-                .ok_or_else(|| {
-                    Error::state(&p0, format!("item {index}: a draw is not a finite number"))
-                })?;
-            Ok(Candidate {
-                index,
-                key,
-                fields: r,
-                draws,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let picks = joint_pick(cands, &joint, top, BatchBald::DEFAULT_CONFIGS)?;
-    Ok((header, picks.into_iter().map(|c| c.fields).collect()))
-}
-
-/// Refuses shard `mp` (manifest `m`) when its checkpoint's or pool's content differs from
-/// that of the first shard `p0` (manifest `m0`): the paths and settings agreed, the files did
-/// not (a checkpoint retrained in place, a pool rewritten in place with as many items).
-fn content_agrees(mp: &Path, m: &Manifest, p0: &Path, m0: &Manifest) -> Result<()> {
-    let differs = |what: &str, hash: &str, mine: &str, first: &str, redo: &str| {
-        Error::state(
-            mp,
-            format!(
-                "the {what}'s content ({hash} {mine}) differs from {}'s ({first}): it \
-                 changed between the shards' runs; score every shard again {redo}",
-                p0.display()
-            ),
-        )
-    };
-    if m.checkpoint_hash != m0.checkpoint_hash {
-        return Err(differs(
-            "checkpoint",
-            "hash",
-            &m.checkpoint_hash,
-            &m0.checkpoint_hash,
-            "with one checkpoint",
-        ));
-    }
-    if m.pool_fingerprint != m0.pool_fingerprint {
-        return Err(differs(
-            "pool",
-            "fingerprint",
-            &m.pool_fingerprint,
-            &m0.pool_fingerprint,
-            "on one pool",
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ pub(super) fn fit_and_save(
 /// normalised with the whole train split's statistics) from the streams of `(seed, 0)`,
 /// evaluates it on the test split and saves it as a checkpoint in `out` (class names `0..c`).
 #[allow(clippy::too_many_arguments)]
-pub fn train_checkpoint(
+pub fn run(
     kind: ModelKind,
     splits: &crate::data::Splits,
     ids: Option<&[usize]>,

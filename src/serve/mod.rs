@@ -30,6 +30,7 @@ pub mod http;
 mod page;
 mod state;
 mod waiting;
+mod worker;
 
 pub use conn::Limits;
 pub use page::class_keys;

@@ -6,7 +6,7 @@ use super::state::{
     guard, ranks, Action, AnswerBody, App, Empty, IdBody, Inner, Progress, ServeEvent,
 };
 use super::waiting;
-use crate::error::Error;
+use crate::error::Result;
 use crate::observe::{Control, Event, Observer};
 use crate::session::QueryRequest;
 use crate::session::{Answer, Learner};
@@ -365,8 +365,7 @@ impl App {
             round,
             labeled: n_labeled,
         });
-        let app = Arc::clone(self);
-        std::thread::spawn(move || app.run_round(learner, request));
+        Arc::clone(self).run_round(learner, request);
     }
 
     /// Keeps the spares the training round may serve: those still unlabeled and unqueried,
@@ -381,65 +380,85 @@ impl App {
     }
 
     /// The background round: query, the last model's guesses on the batch and the spares,
-    /// save; then, whatever came of it, the answers that waited are taught.
-    pub(super) fn run_round(self: Arc<Self>, mut learner: Learner, request: QueryRequest) {
+    /// save ([`App::round`], on the worker's thread); then, whatever came of it, the answers
+    /// that waited are taught ([`App::round_back`]).
+    fn run_round(self: Arc<Self>, learner: Learner, request: QueryRequest) {
+        let app = Arc::clone(&self);
+        super::worker::retrain(
+            learner,
+            move |learner| app.round(learner, &request),
+            move |learner, result| self.round_back(learner, result),
+        );
+    }
+
+    /// One round on `learner`: the batch queried, the guesses shown beside it and the spares
+    /// served while the next round trains, the batch read ahead.
+    fn round(&self, learner: &mut Learner, request: &QueryRequest) -> Result<RoundDone> {
         let mut observer = ProgressObserver {
-            app: &self,
+            app: self,
             scored: None,
         };
         let key = learner.state().rounds.len() as u64 + 1;
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let batch = learner.query(&request, &self.device, &mut observer)?;
-            let shown: Vec<usize> = batch.iter().map(|q| q.index).collect();
-            let predicted = learner.predicted(&shown, &self.device)?;
-            learner.save(&self.dir)?;
-            let ids = self.items.ids();
-            let mut guesses: HashMap<String, (usize, f32)> = predicted
-                .map(|p| {
-                    shown
-                        .iter()
-                        .zip(p)
-                        .map(|(&i, cp)| (ids[i].clone(), cp))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let n = waiting::spare_count(request.n);
-            let spares = waiting::spares_after(&learner, observer.scored.take(), n, key);
-            let spares = waiting::guess_spares(&learner, spares, &self.device, &mut guesses);
-            // A streamed pool's batch (and spares, where they read) is read once now, not
-            // once per image shown.
-            let pending: Vec<usize> = learner
-                .state()
-                .pending
-                .iter()
-                .filter_map(|p| self.items.position(&p.id))
-                .collect();
-            let with_spares = [&pending[..], &waiting::indices(&spares)[..]].concat();
-            if learner.items().prefetch(&with_spares).is_err() {
-                learner.items().prefetch(&pending)?;
-            }
-            Ok::<_, Error>((batch.len(), spares, guesses))
-        }));
+        let batch = learner.query(request, &self.device, &mut observer)?;
+        let shown: Vec<usize> = batch.iter().map(|q| q.index).collect();
+        let predicted = learner.predicted(&shown, &self.device)?;
+        learner.save(&self.dir)?;
+        let ids = self.items.ids();
+        let mut guesses: HashMap<String, (usize, f32)> = predicted
+            .map(|p| {
+                shown
+                    .iter()
+                    .zip(p)
+                    .map(|(&i, cp)| (ids[i].clone(), cp))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let n = waiting::spare_count(request.n);
+        let spares = waiting::spares_after(learner, observer.scored.take(), n, key);
+        let spares = waiting::guess_spares(learner, spares, &self.device, &mut guesses);
+        // A streamed pool's batch (and spares, where they read) is read once now, not
+        // once per image shown.
+        let pending: Vec<usize> = learner
+            .state()
+            .pending
+            .iter()
+            .filter_map(|p| self.items.position(&p.id))
+            .collect();
+        let with_spares = [&pending[..], &waiting::indices(&spares)[..]].concat();
+        if learner.items().prefetch(&with_spares).is_err() {
+            learner.items().prefetch(&pending)?;
+        }
+        Ok(RoundDone {
+            queried: batch.len(),
+            spares,
+            guesses,
+        })
+    }
+
+    /// The learner back from a round: what the round gave shown (or its failure reported),
+    /// the answers that waited taught, and the next round started where the new batch is
+    /// answered already.
+    fn round_back(
+        self: &Arc<Self>,
+        mut learner: Learner,
+        result: std::result::Result<RoundDone, String>,
+    ) {
         let mut inner = guard(&self.inner);
         let inner = &mut *inner;
         let ok = match result {
-            Ok(Ok((queried, spares, guesses))) => {
+            Ok(done) => {
                 inner.undo.clear();
-                inner.predicted = guesses;
-                inner.spares = spares;
+                inner.predicted = done.guesses;
+                inner.spares = done.spares;
                 let r = learner.state().rounds.last();
                 (self.events)(&ServeEvent::RoundFinished {
                     round: r.map_or(0, |r| r.round),
-                    queried,
+                    queried: done.queried,
                     test_acc: r.and_then(|r| r.test_acc),
                 });
                 true
             }
-            Ok(Err(e)) => self.failed(inner, e.to_string()),
-            Err(_) => self.failed(
-                inner,
-                "retraining failed inside alkit (a bug); the answers so far are saved".into(),
-            ),
+            Err(m) => self.failed(inner, m),
         };
         if ok {
             inner.spare_skips.clear();
@@ -468,6 +487,13 @@ impl App {
         inner.error = Some(m);
         false
     }
+}
+
+/// What a round gives the page: the batch's size, the spares to serve and the guesses shown.
+struct RoundDone {
+    queried: usize,
+    spares: Vec<super::state::Spare>,
+    guesses: HashMap<String, (usize, f32)>,
 }
 
 struct ProgressObserver<'a> {

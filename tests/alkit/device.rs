@@ -57,7 +57,7 @@ fn every_scorer_agrees_on_the_generic_path_without_reaching_a_cpu_kernel() {
         }
         .validate()
         .unwrap();
-        alkit::eval::train_checkpoint(
+        alkit::eval::train::run(
             kind,
             &splits,
             None,
@@ -260,7 +260,7 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     .validate()
     .unwrap();
     let out = dir.join("cnn");
-    alkit::eval::train_checkpoint(
+    alkit::eval::train::run(
         "cnn".parse::<ModelKind>().unwrap(),
         &splits,
         None,

@@ -6,7 +6,7 @@
 //! head's curve on an `.npz` and scores over an `.npy` pool run from the command line; what
 //! the writers can make but alkit refuses is refused by name. Hand-made hostile files (a
 //! truncated array, a header lying about its shape, an object dtype, a missing member,
-//! repeated ids) are rows of the bad-input table (tests/alkit/hostile.rs).
+//! repeated ids) are rows of the bad-input table (tests/alkit/hostile/).
 //!
 //! The files need a Python with numpy (`ALKIT_PYTHON`, see feature_methods.rs); the Parquet
 //! part needs pyarrow in it too (scripts/refpython.sh installs both). Without them the test

@@ -1,11 +1,11 @@
 //! ONNX models at the door: a `.onnx` file, or a folder holding [`ONNX_FILE`] and no weights
 //! file, or a Hub repository's `model.onnx`. Recognised in every build; opened by
-//! [`super::onnx`], ONNX Runtime behind the cargo feature `onnx`, and without it refused
+//! [`load`](super) here, ONNX Runtime behind the cargo feature `onnx`, and without it refused
 //! saying how to get a build that runs it.
 
-use super::config::{Checkpoint, OpenOptions};
-use super::kind::Kind;
-use super::weights::WEIGHTS_FILES;
+use super::super::config::{Checkpoint, OpenOptions};
+use super::super::kind::Kind;
+use super::super::weights::WEIGHTS_FILES;
 use crate::error::Result;
 use crate::hub::{Hub, HubRepo, RepoKind};
 use crate::observe::Observer;
@@ -78,10 +78,10 @@ impl Kind for OnnxKind {
     }
 }
 
-/// Opens the ONNX model at `path` ([`super::onnx::load`]).
+/// Opens the ONNX model at `path` ([`super::load`]).
 #[cfg(feature = "onnx")]
 fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> Result<Checkpoint> {
-    super::onnx::load(path, options, observer)
+    super::load::load(path, options, observer)
 }
 
 /// Without the feature: an error saying how to get a build that runs ONNX models.
@@ -97,11 +97,11 @@ fn load(path: &Path, options: &OpenOptions, observer: &mut dyn Observer) -> Resu
 }
 
 /// The external data files the ONNX model `path` names, relative to its folder
-/// ([`super::onnx::external_locations`]); none without the `onnx` feature, which cannot open
+/// ([`super::external_locations`]); none without the `onnx` feature, which cannot open
 /// it.
 fn locations(path: &Path) -> Result<Vec<String>> {
     #[cfg(feature = "onnx")]
-    return super::onnx::external_locations(path);
+    return super::read::external_locations(path);
     #[cfg(not(feature = "onnx"))]
     {
         let _ = path;
