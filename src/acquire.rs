@@ -14,7 +14,7 @@ pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
 use crate::predict::evaluate;
 use crate::rng::Purpose;
-use crate::round::{self, pick_random, Acquisition, Pick, RoundSettings, Strategy};
+use crate::round::{self, Acquisition, RoundSettings, Strategy};
 use crate::train::{ModelBuilder, TrainConfig, TrainParams};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -319,6 +319,34 @@ pub struct RunContext<'a> {
     pub device: &'a Device,
 }
 
+/// The run's pool: its labeled items, or, before any, the first `initial` items chosen as
+/// [`round::first_batch`] chooses them (from `(seed, SeedSet, 0)`), recorded in `state`.
+fn seeded_pool(
+    ctx: &RunContext<'_>,
+    strategy: &Strategy,
+    state: &mut RunState,
+    observer: &mut dyn Observer,
+) -> Result<Pool> {
+    let cfg = ctx.params.config();
+    let mut pool = Pool::from_labeled(ctx.train.len(), &state.labeled)?;
+    if state.labeled.is_empty() {
+        let all = pool.candidates();
+        let (picks, _) = round::first_batch(
+            strategy,
+            cfg.cold_start,
+            ctx.train,
+            all.indices(),
+            ctx.test.classes(),
+            cfg.initial,
+            (state.seed, Purpose::SeedSet, 0),
+            observer,
+        )?;
+        pool.acquire(&picks, 0)?;
+        state.labeled = pool.labeled().to_vec();
+    }
+    Ok(pool)
+}
+
 /// Runs (or continues) `state` to completion, saving it to `save` after every cycle.
 pub fn run(
     ctx: &RunContext<'_>,
@@ -329,24 +357,7 @@ pub fn run(
 ) -> Result<()> {
     let cfg = ctx.params.config();
     let seed = state.seed;
-    let mut pool = Pool::from_labeled(ctx.train.len(), &state.labeled)?;
-    if state.labeled.is_empty() {
-        let all = pool.candidates();
-        let picks = match strategy.pick() {
-            Pick::Batch(b) if cfg.cold_start && b.cold_start() => round::cold_start(
-                b.as_ref(),
-                ctx.train,
-                all.indices(),
-                ctx.test.classes(),
-                cfg.initial,
-                (seed, Purpose::SeedSet, 0),
-                observer,
-            )?,
-            _ => pick_random(all.indices(), cfg.initial, (seed, Purpose::SeedSet, 0))?,
-        };
-        pool.acquire(&picks, 0)?;
-        state.labeled = pool.labeled().to_vec();
-    }
+    let mut pool = seeded_pool(ctx, strategy, state, observer)?;
     let start = state.records.len();
     let start_ev = Event::RunStarted {
         strategy: strategy.name(),

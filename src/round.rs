@@ -411,6 +411,30 @@ impl Observer for Offset<'_> {
     }
 }
 
+/// The first batch, before any label exists: chosen from the items alone by `strategy`'s
+/// selector where it can (`cold` allows it, and the selector's `cold_start()` says so:
+/// core-set, TypiClust, ProbCover; see [`cold_start`]), otherwise drawn at random; both from
+/// `(seed, purpose, key)`. Returns the picks and whether the selector chose them.
+#[allow(clippy::too_many_arguments)]
+pub fn first_batch(
+    strategy: &Strategy,
+    cold: bool,
+    pool: &dyn PoolReader,
+    candidates: &[usize],
+    classes: usize,
+    n: usize,
+    draw: (u64, Purpose, u64),
+    observer: &mut dyn Observer,
+) -> Result<(Vec<usize>, bool)> {
+    match strategy.pick() {
+        Pick::Batch(b) if cold && b.cold_start() => Ok((
+            cold_start(b.as_ref(), pool, candidates, classes, n, draw, observer)?,
+            true,
+        )),
+        _ => Ok((pick_random(candidates, n, draw)?, false)),
+    }
+}
+
 /// A cold start: `n` of the `candidates` (ascending pool indices) chosen by `selector` from
 /// the items' own vectors (as the pool holds them, flattened), with nothing labeled and no
 /// model: the evidence's features are the items under a zero last layer of `classes`

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::observe::Observer;
 use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs};
 use crate::rng::Purpose;
-use crate::round::{self, pick_random, Acquisition, Picked, RoundSettings, Strategy};
+use crate::round::{self, Acquisition, Picked, RoundSettings, Strategy};
 use candle_core::Device;
 use std::collections::HashSet;
 
@@ -25,6 +25,15 @@ pub struct QueryRequest {
     /// Score a seeded random subset of this many candidates instead of all of them (see
     /// [`crate::round::subsample`]); `None`: all.
     pub subsample: Option<usize>,
+}
+
+/// What a round measured of its model, for the session's record (nothing before a model
+/// trains).
+#[derive(Default)]
+struct Record {
+    fit_acc: Option<f64>,
+    test_acc: Option<f64>,
+    test_nll: Option<f64>,
 }
 
 /// One item of a query's batch.
@@ -51,11 +60,45 @@ impl Learner {
         observer: &mut dyn Observer,
     ) -> Result<Vec<Query>> {
         let round = self.state.rounds.len() + 1;
+        let cand = self.check_query(request)?;
+        let lab = self.labeled_indices();
+        let (picked, scorer, record) = if lab.is_empty() {
+            self.last_model = None;
+            let cfg = &self.state.config;
+            let (picks, chosen) = round::first_batch(
+                &request.strategy,
+                true,
+                self.features.reader(),
+                &cand,
+                cfg.arch.classes(),
+                request.n,
+                (cfg.seed, Purpose::Select, round as u64),
+                observer,
+            )?;
+            let picked = Picked {
+                indices: picks,
+                scores: None,
+            };
+            let name = if chosen {
+                request.strategy.name()
+            } else {
+                "random"
+            };
+            (picked, name.to_string(), Record::default())
+        } else {
+            let (picked, record) =
+                self.trained_round(request, &cand, &lab, round, device, observer)?;
+            (picked, request.strategy.name().to_string(), record)
+        };
+        Ok(self.record(picked, round, scorer, lab.len(), record))
+    }
+
+    /// The candidates of `request`, checked: a strategy the model can serve, a batch of 1 to
+    /// the candidates, a subsample that holds it, and (once a model trains) evidence that fits.
+    fn check_query(&self, request: &QueryRequest) -> Result<Vec<usize>> {
+        let cfg = &self.state.config;
         if let Some(needs) = request.strategy.needs() {
-            self.state
-                .config
-                .arch
-                .check_needs(request.strategy.name(), &needs)?;
+            cfg.arch.check_needs(request.strategy.name(), &needs)?;
         }
         let cand = self.candidates(request.include_pending);
         if request.n == 0 || request.n > cand.len() {
@@ -78,7 +121,6 @@ impl Learner {
                 ),
             ));
         }
-        let cfg = self.state.config.clone();
         if !self.labeled_indices().is_empty() {
             // Before the round trains: a round that cannot hold its evidence does no work.
             round::check_evidence(
@@ -89,104 +131,92 @@ impl Learner {
                 cfg.batch,
             )?;
         }
-        let seed = cfg.seed;
+        Ok(cand)
+    }
+
+    /// The round on the labeled items `lab`: a model trained, its fit and test metrics, and the
+    /// batch picked from `cand`; the model kept for the guesses shown beside the batch.
+    fn trained_round(
+        &mut self,
+        request: &QueryRequest,
+        cand: &[usize],
+        lab: &[usize],
+        round: usize,
+        device: &Device,
+        observer: &mut dyn Observer,
+    ) -> Result<(Picked, Record)> {
+        let cfg = self.state.config.clone();
+        let params = cfg.train.validate()?;
+        let settings = RoundSettings {
+            pool: self.features.reader(),
+            model: &cfg.arch,
+            ensemble: cfg.ensemble,
+            train: &params,
+            input_std: &self.state.normalizer.std,
+            batch: cfg.batch,
+            device,
+        };
         let key = round as u64;
-        let lab = self.labeled_indices();
-        let (picked, scorer, record) = if lab.is_empty() {
-            self.last_model = None;
-            // A cold start: a selector that chooses from the items alone (core-set,
-            // TypiClust, ProbCover) picks the first batch; any other strategy starts at random.
-            let (picks, name) = match request.strategy.pick() {
-                round::Pick::Batch(b) if b.cold_start() => (
-                    round::cold_start(
-                        b.as_ref(),
-                        self.features.reader(),
-                        &cand,
-                        cfg.arch.classes(),
-                        request.n,
-                        (seed, Purpose::Select, key),
-                        observer,
-                    )?,
-                    request.strategy.name().to_string(),
-                ),
-                _ => (
-                    pick_random(&cand, request.n, (seed, Purpose::Select, key))?,
-                    "random".to_string(),
-                ),
-            };
-            let none = (None, None, None);
-            (
-                Picked {
-                    indices: picks,
-                    scores: None,
-                },
-                name,
-                none,
-            )
-        } else {
-            let params = cfg.train.validate()?;
-            let settings = RoundSettings {
-                pool: self.features.reader(),
-                model: &cfg.arch,
-                ensemble: cfg.ensemble,
-                train: &params,
-                input_std: &self.state.normalizer.std,
-                batch: cfg.batch,
-                device,
-            };
-            let acquisition = Acquisition {
-                strategy: &request.strategy,
-                candidates: &cand,
-                subsample: request.subsample,
-                n: request.n,
-                key,
-                round,
-            };
-            let test_set = self.test.as_ref();
-            let outcome = round::run(
-                &settings,
-                &lab,
-                (seed, key),
-                Some(acquisition),
-                observer,
-                |trained, train_on, rows, observer| {
-                    let lp = log_probs_of(
+        let acquisition = Acquisition {
+            strategy: &request.strategy,
+            candidates: cand,
+            subsample: request.subsample,
+            n: request.n,
+            key,
+            round,
+        };
+        let test_set = self.test.as_ref();
+        let outcome = round::run(
+            &settings,
+            lab,
+            (cfg.seed, key),
+            Some(acquisition),
+            observer,
+            |trained, train_on, rows, observer| {
+                let lp = log_probs_of(
+                    trained.model.as_ref(),
+                    train_on,
+                    rows,
+                    cfg.batch,
+                    device,
+                    observer,
+                )?;
+                let ylab: Vec<u32> = rows.iter().map(|&i| train_on.labels()[i]).collect();
+                let fit_metrics = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
+                let test = match test_set {
+                    Some(t) => Some(evaluate(
                         trained.model.as_ref(),
-                        train_on,
-                        rows,
+                        t,
                         cfg.batch,
                         device,
                         observer,
-                    )?;
-                    let ylab: Vec<u32> = rows.iter().map(|&i| train_on.labels()[i]).collect();
-                    let fit_metrics = metrics_from_log_probs(&lp, &ylab, trained.model.classes());
-                    let test = match test_set {
-                        Some(t) => Some(evaluate(
-                            trained.model.as_ref(),
-                            t,
-                            cfg.batch,
-                            device,
-                            observer,
-                        )?),
-                        None => None,
-                    };
-                    Ok((fit_metrics, test))
-                },
-            )?;
-            let (fit_metrics, test) = outcome.measured;
-            let picked = outcome.picked.expect("the round acquired");
-            let trained = outcome.trained;
-            self.last_model = Some(trained);
-            (
-                picked,
-                request.strategy.name().to_string(),
-                (
-                    Some(fit_metrics.acc),
-                    test.map(|m| m.acc),
-                    test.map(|m| m.nll),
-                ),
-            )
+                    )?),
+                    None => None,
+                };
+                Ok((fit_metrics, test))
+            },
+        )?;
+        let (fit_metrics, test) = outcome.measured;
+        let picked = outcome.picked.expect("the round acquired");
+        self.last_model = Some(outcome.trained);
+        let record = Record {
+            fit_acc: Some(fit_metrics.acc),
+            test_acc: test.map(|m| m.acc),
+            test_nll: test.map(|m| m.nll),
         };
+        Ok((picked, record))
+    }
+
+    /// The batch `picked` in round `round` (by `scorer`, on `labeled` labels) as queries, made
+    /// pending (an item pending from an earlier round moves to this one) and the round recorded.
+    fn record(
+        &mut self,
+        picked: Picked,
+        round: usize,
+        scorer: String,
+        labeled: usize,
+        record: Record,
+    ) -> Vec<Query> {
         let out: Vec<Query> = picked
             .indices
             .iter()
@@ -209,13 +239,13 @@ impl Learner {
         self.state.rounds.push(Round {
             round,
             scorer,
-            labeled: lab.len(),
+            labeled,
             queried: out.len(),
-            fit_acc: record.0,
-            test_acc: record.1,
-            test_nll: record.2,
+            fit_acc: record.fit_acc,
+            test_acc: record.test_acc,
+            test_nll: record.test_nll,
         });
-        Ok(out)
+        out
     }
 
     /// A round that ranks every candidate: [`Learner::query`] asked for all of them (or all

@@ -19,6 +19,7 @@ mod label_studio;
 mod last_layer;
 mod layer_library;
 mod layers;
+mod lists;
 mod numpy_files;
 mod onnx;
 mod pytorch;
