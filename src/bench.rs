@@ -180,21 +180,14 @@ pub struct StrategyBench {
     pub results: Vec<BenchResult>,
 }
 
-/// Normalises `train_raw` (a raw train split) with its own statistics, takes the items
-/// `cfg.model` is timed on ([`bench_data`]), trains the model (or an ensemble of them) briefly
-/// on the first 1,000 and times each strategy's scoring of `cfg.items` items: per-item scorers
-/// first, then joint batch criteria selecting 20 items. Random picks have nothing to time and
-/// are refused.
-pub fn bench_strategies(
+/// [`bench_strategies`]' settings against its bounds, before anything is allocated: the items
+/// timed and their evidence (probabilities, sample draws) grow with `items`.
+fn check_strategy_bench(
     train_raw: &Dataset,
-    kinds: &[crate::strategies::StrategyKind],
     settings: &crate::strategies::ScorerSettings,
     cfg: &ScoringBench,
-    device: &candle_core::Device,
-) -> Result<StrategyBench> {
+) -> Result<()> {
     use crate::limits;
-    use crate::models::Arch;
-    use crate::round::Pick;
     if cfg.items == 0 {
         return Err(crate::Error::config("n", "must be at least 1"));
     }
@@ -214,8 +207,6 @@ pub fn bench_strategies(
     if train_raw.is_empty() {
         return Err(crate::Error::config("data", "the data is empty"));
     }
-    // The items timed and their evidence (probabilities, sample draws) grow with `items`:
-    // checked against the machine before anything is allocated.
     let classes = train_raw.classes();
     let samples = settings.mc_samples.max(settings.perturb_samples);
     let per_item = limits::product(&[4, classes, samples + 1]).and_then(|b| b.checked_add(8));
@@ -227,7 +218,25 @@ pub fn bench_strategies(
             cfg.items
         ),
         bytes,
-    )?;
+    )
+}
+
+/// Normalises `train_raw` (a raw train split) with its own statistics, takes the items
+/// `cfg.model` is timed on ([`bench_data`]), trains the model (or an ensemble of them) briefly
+/// on the first 1,000 and times each strategy's scoring of `cfg.items` items: per-item scorers
+/// first, then joint batch criteria selecting 20 items. Random picks have nothing to time and
+/// are refused.
+pub fn bench_strategies(
+    train_raw: &Dataset,
+    kinds: &[crate::strategies::StrategyKind],
+    settings: &crate::strategies::ScorerSettings,
+    cfg: &ScoringBench,
+    device: &candle_core::Device,
+) -> Result<StrategyBench> {
+    use crate::limits;
+    use crate::models::Arch;
+    use crate::round::Pick;
+    check_strategy_bench(train_raw, settings, cfg)?;
     let norm = crate::data::Normalizer::fit(train_raw);
     let (ds, input_std) = bench_data(cfg.model, &norm.apply(train_raw)?, &norm.std, cfg.items)?;
     let (ds, input_std) = (&ds, input_std.as_slice());

@@ -404,6 +404,51 @@ impl Scoring<'_> {
         Ok(draws)
     }
 
+    /// `samples` draws of log-probabilities, each from the model rebuilt with its weights
+    /// perturbed by Gaussian noise of `sigma` (the model's parameters and builder needed).
+    fn weight_noise_draws(
+        &self,
+        data: &Dataset,
+        indices: &[usize],
+        (sigma, samples): (f32, usize),
+        rng: &mut Rng,
+        observer: &mut dyn Observer,
+    ) -> Result<Vec<Vec<f32>>> {
+        let (Some(params), Some(builder)) = (self.params, self.builder) else {
+            return Err(Error::config(
+                "model",
+                "weight-noise samples need the model's parameters and builder",
+            ));
+        };
+        let mut draws = Vec::with_capacity(samples.max(1));
+        for _ in 0..samples.max(1) {
+            let mut noisy = std::collections::HashMap::new();
+            for (name, var) in params.named() {
+                let t = var.as_tensor();
+                let eps: Vec<f32> = (0..t.elem_count())
+                    .map(|_| (f64::from(sigma) * normal(rng)) as f32)
+                    .collect();
+                let eps = candle_core::Tensor::from_vec(eps, t.shape(), t.device())?
+                    .to_dtype(t.dtype())?;
+                noisy.insert(name, (t.detach() + eps)?);
+            }
+            let model = builder.build(candle_nn::VarBuilder::from_tensors(
+                noisy,
+                DType::F32,
+                self.device,
+            ))?;
+            draws.push(log_probs_of(
+                model.as_ref(),
+                data,
+                indices,
+                self.batch,
+                self.device,
+                observer,
+            )?);
+        }
+        Ok(draws)
+    }
+
     fn samples(
         &self,
         data: &Dataset,
@@ -413,53 +458,22 @@ impl Scoring<'_> {
         observer: &mut dyn Observer,
     ) -> Result<Samples> {
         let c = self.model.classes();
-        let mut draws: Vec<Vec<f32>> = Vec::new();
-        match req {
+        let draws: Vec<Vec<f32>> = match req {
             SampleRequest::InputNoise { sigma, samples } => {
-                draws = self.draw_chunks(indices, false, observer, |chunk| {
+                self.draw_chunks(indices, false, observer, |chunk| {
                     (0..samples.max(1))
                         .map(|_| {
                             let x = self.noisy_batch(data, chunk, sigma, 1, false, rng)?;
                             Ok(self.model.predict(&x)?)
                         })
                         .collect()
-                })?;
+                })?
             }
             SampleRequest::WeightNoise { sigma, samples } => {
-                let (Some(params), Some(builder)) = (self.params, self.builder) else {
-                    return Err(Error::config(
-                        "model",
-                        "weight-noise samples need the model's parameters and builder",
-                    ));
-                };
-                for _ in 0..samples.max(1) {
-                    let mut noisy = std::collections::HashMap::new();
-                    for (name, var) in params.named() {
-                        let t = var.as_tensor();
-                        let eps: Vec<f32> = (0..t.elem_count())
-                            .map(|_| (f64::from(sigma) * normal(rng)) as f32)
-                            .collect();
-                        let eps = candle_core::Tensor::from_vec(eps, t.shape(), t.device())?
-                            .to_dtype(t.dtype())?;
-                        noisy.insert(name, (t.detach() + eps)?);
-                    }
-                    let model = builder.build(candle_nn::VarBuilder::from_tensors(
-                        noisy,
-                        DType::F32,
-                        self.device,
-                    ))?;
-                    draws.push(log_probs_of(
-                        model.as_ref(),
-                        data,
-                        indices,
-                        self.batch,
-                        self.device,
-                        observer,
-                    )?);
-                }
+                self.weight_noise_draws(data, indices, (sigma, samples), rng, observer)?
             }
             SampleRequest::McDropout { samples } => {
-                draws = self.draw_chunks(indices, false, observer, |chunk| {
+                let draws = self.draw_chunks(indices, false, observer, |chunk| {
                     Ok(mc_dropout_logits(
                         self.model,
                         &data.batch(chunk, self.device)?,
@@ -479,16 +493,17 @@ impl Scoring<'_> {
                          ensemble (setting `ensemble`)",
                     ));
                 }
+                draws
             }
             SampleRequest::Members => {
-                draws = self.draw_chunks(indices, true, observer, |chunk| {
+                self.draw_chunks(indices, true, observer, |chunk| {
                     member_logits(self.model, &data.batch(chunk, self.device)?)?.ok_or_else(|| {
                         Error::config(
                             "ensemble",
                             "member samples need an ensemble model (setting `ensemble`, e.g. 5 members)",
                         )
                     })
-                })?;
+                })?
             }
             other => {
                 return Err(Error::config(
@@ -496,7 +511,7 @@ impl Scoring<'_> {
                     format!("{other:?} is not supported by this model side"),
                 ))
             }
-        }
+        };
         // Each draw's log-probabilities are freed as its probabilities are made, so the
         // draws are held once, not twice.
         let probs = draws

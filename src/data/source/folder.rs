@@ -360,6 +360,49 @@ struct ImageFolder {
     left_out: Vec<String>,
 }
 
+impl Walk {
+    /// Refuses a folder that holds links to nothing, links to a folder inside itself (its
+    /// images would be read twice, or under another class), or images alkit does not decode,
+    /// naming a few of each.
+    fn refuse_what_is_not_read(&mut self, dir: &Path) -> Result<()> {
+        if !self.broken.is_empty() {
+            self.broken.sort();
+            return Err(Error::data(
+                dir,
+                DataProblem::Other(format!(
+                    "holds {} link(s) to nothing: {} (remove them or restore their targets)",
+                    self.broken.len(),
+                    few(&self.broken)
+                )),
+            ));
+        }
+        if !self.inner.is_empty() {
+            self.inner.sort();
+            return Err(Error::data(
+                dir,
+                DataProblem::Other(format!(
+                    "holds {} link(s) to a folder inside itself: {} (its images would be read \
+                 twice, or under another class: remove the links)",
+                    self.inner.len(),
+                    few(&self.inner)
+                )),
+            ));
+        }
+        if !self.unsupported.is_empty() {
+            return Err(Error::data(
+                dir,
+                DataProblem::Other(format!(
+                    "holds {} image(s) in a format alkit does not decode: {} (alkit reads PNG, \
+                 JPEG and WebP: convert them, or move them out of the folder)",
+                    self.unsupported.len(),
+                    few(&self.unsupported)
+                )),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl ImageFolder {
     /// Lists `dir` (see the module docs) and reads every image's header: the `train/`
     /// split of a [split folder](split_folder), ids prefixed with `train/`.
@@ -444,40 +487,7 @@ impl ImageFolder {
         }
         w.unsupported.sort();
         w.left_out.sort();
-        if !w.broken.is_empty() {
-            w.broken.sort();
-            return Err(Error::data(
-                dir,
-                DataProblem::Other(format!(
-                    "holds {} link(s) to nothing: {} (remove them or restore their targets)",
-                    w.broken.len(),
-                    few(&w.broken)
-                )),
-            ));
-        }
-        if !w.inner.is_empty() {
-            w.inner.sort();
-            return Err(Error::data(
-                dir,
-                DataProblem::Other(format!(
-                    "holds {} link(s) to a folder inside itself: {} (its images would be read \
-                     twice, or under another class: remove the links)",
-                    w.inner.len(),
-                    few(&w.inner)
-                )),
-            ));
-        }
-        if !w.unsupported.is_empty() {
-            return Err(Error::data(
-                dir,
-                DataProblem::Other(format!(
-                    "holds {} image(s) in a format alkit does not decode: {} (alkit reads PNG, \
-                     JPEG and WebP: convert them, or move them out of the folder)",
-                    w.unsupported.len(),
-                    few(&w.unsupported)
-                )),
-            ));
-        }
+        w.refuse_what_is_not_read(dir)?;
         let mut files = w.images;
         files.sort_by(|a, b| a.0.cmp(&b.0));
         if files.is_empty() {

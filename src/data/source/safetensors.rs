@@ -617,6 +617,56 @@ pub(crate) struct CheckedHeader {
     pub(crate) data_start: u64,
 }
 
+impl TensorEntry {
+    /// The header's entry `t` for tensor `name`: a dtype alkit knows, a shape and offsets
+    /// whose byte count matches, inside the `data_len`-byte data section.
+    fn read(path: &Path, name: &str, t: &Value, data_len: u64) -> Result<TensorEntry> {
+        let dtype = t.get("dtype").and_then(Value::as_str).unwrap_or("");
+        let shape: Option<Vec<u64>> = t
+            .get("shape")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_u64).collect());
+        let offs: Option<Vec<u64>> = t
+            .get("data_offsets")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_u64).collect());
+        let (Some(size), Some(shape), Some([b, e])) = (
+            elem_size(dtype),
+            shape,
+            offs.as_deref()
+                .map(<[u64]>::to_vec)
+                .and_then(|o| <[u64; 2]>::try_from(o).ok()),
+        ) else {
+            return Err(bad(
+                path,
+                format!(
+                    "not a safetensors file: tensor `{name}` has no valid dtype, shape or offsets"
+                ),
+            ));
+        };
+        let bytes = shape
+            .iter()
+            .try_fold(size, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| bad(path, format!("tensor `{name}`: its shape overflows")))?;
+        if b > e || e > data_len || e - b != bytes {
+            return Err(bad(
+                path,
+                format!(
+                    "not a safetensors file: tensor `{name}` at bytes {b}..{e} of a \
+                     {data_len}-byte data section, for {bytes} bytes of {shape:?}"
+                ),
+            ));
+        }
+        Ok(TensorEntry {
+            name: name.to_string(),
+            dtype: dtype.to_string(),
+            shape,
+            begin: b,
+            len: e - b,
+        })
+    }
+}
+
 impl CheckedHeader {
     /// Reads and checks `path`'s header.
     pub(crate) fn read(path: &Path) -> Result<CheckedHeader> {
@@ -649,53 +699,11 @@ impl CheckedHeader {
             .ok_or_else(|| bad(path, "not a safetensors file: the header is not an object"))?;
         let data_len = len - 8 - hlen;
         let mut ranges: Vec<(u64, u64)> = Vec::new();
-        let mut tensors = Vec::new();
-        for (name, t) in obj {
-            if name == "__metadata__" {
-                continue;
-            }
-            let dtype = t.get("dtype").and_then(Value::as_str).unwrap_or("");
-            let shape: Option<Vec<u64>> = t
-                .get("shape")
-                .and_then(Value::as_array)
-                .and_then(|a| a.iter().map(Value::as_u64).collect());
-            let offs: Option<Vec<u64>> = t
-                .get("data_offsets")
-                .and_then(Value::as_array)
-                .and_then(|a| a.iter().map(Value::as_u64).collect());
-            let (Some(size), Some(shape), Some([b, e])) = (
-                elem_size(dtype),
-                shape,
-                offs.as_deref()
-                    .map(<[u64]>::to_vec)
-                    .and_then(|o| <[u64; 2]>::try_from(o).ok()),
-            ) else {
-                return Err(bad(
-                    path,
-                    format!("not a safetensors file: tensor `{name}` has no valid dtype, shape or offsets"),
-                ));
-            };
-            let bytes = shape
-                .iter()
-                .try_fold(size, |a, &d| a.checked_mul(d))
-                .ok_or_else(|| bad(path, format!("tensor `{name}`: its shape overflows")))?;
-            if b > e || e > data_len || e - b != bytes {
-                return Err(bad(
-                    path,
-                    format!(
-                        "not a safetensors file: tensor `{name}` at bytes {b}..{e} of a \
-                         {data_len}-byte data section, for {bytes} bytes of {shape:?}"
-                    ),
-                ));
-            }
-            ranges.push((b, e));
-            tensors.push(TensorEntry {
-                name: name.clone(),
-                dtype: dtype.to_string(),
-                shape,
-                begin: b,
-                len: e - b,
-            });
+        let mut tensors: Vec<TensorEntry> = Vec::new();
+        for (name, t) in obj.iter().filter(|(name, _)| *name != "__metadata__") {
+            let entry = TensorEntry::read(path, name, t, data_len)?;
+            ranges.push((entry.begin, entry.begin + entry.len));
+            tensors.push(entry);
         }
         ranges.sort_unstable();
         let mut at = 0;
