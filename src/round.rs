@@ -274,7 +274,7 @@ pub fn pick(
 
 /// [`pick`] gathering a scored strategy's evidence about `chunk` candidates at a time (rounded
 /// up to whole evidence batches; weight-noise samples, which perturb the model once for every
-/// candidate, in one piece). The result does not depend on `chunk`.
+/// candidate, and a joint scorer's, which compares the candidates, in one piece). The result does not depend on `chunk`.
 #[allow(clippy::too_many_arguments)]
 pub fn pick_in_chunks(
     strategy: &Strategy,
@@ -292,7 +292,11 @@ pub fn pick_in_chunks(
     let (positions, scores) = match &strategy.pick {
         Pick::Scored { scorer, selection } => {
             let needs = scorer.needs();
-            let step = scored_step(&needs, candidates.len(), scoring.batch, chunk);
+            // A joint scorer compares the candidates with each other: one piece.
+            let step = match scorer.joint() {
+                true => candidates.len(),
+                false => scored_step(&needs, candidates.len(), scoring.batch, chunk),
+            };
             let mut scores = Vec::with_capacity(candidates.len());
             pool.parts(candidates, step.max(1), &mut |data, rows| {
                 let mut progress = Offset {
@@ -372,6 +376,10 @@ pub fn check_evidence(
     let candidates = subsample.map_or(candidates, |m| m.min(candidates));
     let (items, from) = match &strategy.pick {
         Pick::Batch(_) => (
+            candidates,
+            "every candidate at once, setting `subsample` bounds them",
+        ),
+        Pick::Scored { scorer, .. } if scorer.joint() => (
             candidates,
             "every candidate at once, setting `subsample` bounds them",
         ),

@@ -193,6 +193,9 @@ impl Scorer for AtLastLayer {
     fn score(&self, evidence: &Evidence) -> Result<Vec<f32>, ScoreError> {
         self.inner.score(evidence)
     }
+    fn joint(&self) -> bool {
+        self.inner.joint()
+    }
 }
 
 #[cfg(test)]

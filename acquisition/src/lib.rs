@@ -10,7 +10,8 @@
 //! - the built-in scorers: probability-based ([`Entropy`], [`LeastConfidence`], [`Margin`],
 //!   and the closed set of them as [`Builtin`]) and gradient-based ([`ReGrad`] (REGrad and
 //!   REGrad*), [`ExGrad`], [`UnGrad`], [`NeGrad`], [`GradNorm`], [`ExGradV`], [`PerturbKl`]) and over stochastic predictions
-//!   ([`SampleScorer`]: BALD, entropy of the mean, class variance, variation ratio, max-prob);
+//!   ([`SampleScorer`]: BALD, entropy of the mean, class variance, variation ratio, max-prob;
+//!   [`Epig`], the expected information gain about the predictions on target inputs);
 //! - the last-layer view of a network ([`Features`]: penultimate features and the last
 //!   linear layer, with the gradient evidence over that layer in closed form) and
 //!   [`AtLastLayer`], which runs any gradient scorer over it;
@@ -38,6 +39,7 @@ mod batch;
 mod bayes;
 mod conformal;
 mod diverse;
+mod epig;
 mod evidence;
 mod features;
 mod gradient;
@@ -52,6 +54,7 @@ pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
 pub use bayes::{SampleScore, SampleScorer};
 pub use conformal::{check_draws, ApsForm, Conformal, ConformalScore, SetSize};
 pub use diverse::{kmeans, purity_radius, Badge, CoreSet, ProbCover, TypiClust, MAX_EDGES};
+pub use epig::{Epig, MAX_JOINT_VALUES};
 pub use evidence::{
     Evidence, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, SampleRequest, Samples,
 };
@@ -153,6 +156,12 @@ pub trait Scorer: Send + Sync {
     fn needs(&self) -> Needs;
     /// One score per candidate, higher = label first.
     fn score(&self, evidence: &Evidence) -> Result<Vec<f32>, ScoreError>;
+    /// Whether a candidate's score depends on the other candidates scored with it (EPIG's
+    /// targets are the candidates themselves): callers then score every candidate at once,
+    /// never in chunks or shards.
+    fn joint(&self) -> bool {
+        false
+    }
 }
 
 impl<S: Scorer + ?Sized> Scorer for Box<S> {
@@ -164,5 +173,8 @@ impl<S: Scorer + ?Sized> Scorer for Box<S> {
     }
     fn score(&self, evidence: &Evidence) -> Result<Vec<f32>, ScoreError> {
         (**self).score(evidence)
+    }
+    fn joint(&self) -> bool {
+        (**self).joint()
     }
 }

@@ -94,6 +94,7 @@ class ScorerSettings(TypedDict, total=False):
     knn_k: int
     vim_dim: Optional[int]
     probcover_delta: Optional[float]
+    epig_targets: Optional[int]
 
 
 def scorer_settings() -> Dict[str, object]:
@@ -308,8 +309,9 @@ def score(
     - ``probs`` ``(n, C)``: ``entropy``, ``margin``, ``least-confidence``;
     - ``draws``: MC-dropout or ensemble predictions, axes as ``layout`` says: ``"nct"``
       ``(n, C, T)`` (baal's), ``"tnc"`` or ``"ntc"``: ``bald``, ``mc-entropy``,
-      ``class-variance``, ``variation-ratio``, ``mc-max-prob``; the probability scorers
-      then read the mean of the draws;
+      ``class-variance``, ``variation-ratio``, ``mc-max-prob``, ``epig`` (its targets the
+      items themselves, up to ``epig_targets``); the probability scorers then read the mean
+      of the draws;
     - ``features`` ``(n, d)`` with the last layer ``weight`` ``(C, d)``, ``bias`` ``(C,)``:
       the gradient scores over that layer in closed form (``regrad``, ``exgrad``,
       ``gradnorm``, ...; named ``<name>@last``) and the post-hoc OOD detectors
@@ -325,8 +327,9 @@ def score(
     normalisation of pixels in ``[0, 1]`` (``0`` and ``1``: the pixels as they are).
 
     ``settings`` are the scorers' settings (:class:`ScorerSettings`, e.g. ``lambda_=0.5``,
-    ``knn_k=10``): arrays read ``lambda_``, ``knn_k`` and ``vim_dim``; a checkpoint on a
-    data source reads all but the selection's. A setting the call does not read is refused.
+    ``knn_k=10``): arrays read ``lambda_``, ``knn_k``, ``vim_dim`` and ``epig_targets``; a
+    checkpoint on a data source reads all but the selection's. A setting the call does not
+    read is refused.
     """
     _counts(batch=batch, seed=seed)
     names = [scorers] if isinstance(scorers, str) else list(scorers)

@@ -72,3 +72,23 @@ def test_batchbald_on_ten_classes_agrees_where_baal_agrees_with_itself(ref):
         np.testing.assert_array_equal(got[:4], exact)
         for baal_batch in ref["bb_small_order"]:
             assert len(set(got.tolist()) & set(baal_batch.tolist())) >= 5
+
+
+EPIG = Path(__file__).parent / "data" / "baal_epig.npz"
+
+
+@pytest.mark.parametrize("case, targets", [("all", 500), ("spread64", 64)])
+def test_epig_equals_baals(ref, case, targets):
+    # baal's EPIG (tests/reference/baal_epig.py) on the same draws, its targets the items
+    # themselves: all 500, or 64 spread evenly (alkit's rule for `epig_targets` below the
+    # item count). baal subtracts float32 entropies of about 4.6 nats, so its scores carry
+    # rounding of about 1e-6; alkit sums them in f64.
+    e = np.load(EPIG)
+    p = ref["small_probs"]
+    np.testing.assert_array_equal(e[f"epig_{case}_positions"], np.arange(targets) * 500 // targets)
+    got = alkit.score("epig", draws=p, epig_targets=targets)["epig"]
+    want = e[f"epig_{case}_scores"]
+    np.testing.assert_allclose(got, want, atol=3e-6)
+    # The batch both would label first.
+    top = np.argsort(-want, kind="stable")[:20]
+    assert set(alkit.select(got, 20)) == set(top)

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
     AtLastLayer, Badge, BatchBald, BatchSelector, Builtin, ConformalScore, CoreSet, DuqCertainty,
-    ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad,
+    Epig, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad,
     SampleRequest, SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust, UnGrad,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -68,6 +68,23 @@ fn batchbald(s: &ScorerSettings) -> Pick {
     }))
 }
 
+/// EPIG's target inputs by default (the paper's experiments use about as many).
+pub const DEFAULT_EPIG_TARGETS: usize = 100;
+
+/// EPIG over MC-dropout passes, or over an ensemble's members when the loop trains one.
+fn epig(s: &ScorerSettings) -> Pick {
+    scorer(Epig {
+        request: if s.members {
+            SampleRequest::Members
+        } else {
+            SampleRequest::McDropout {
+                samples: s.mc_samples,
+            }
+        },
+        targets: s.epig_targets.unwrap_or(DEFAULT_EPIG_TARGETS),
+    })
+}
+
 /// A joint batch selector.
 fn batch(b: impl BatchSelector + 'static) -> Pick {
     Pick::Batch(Arc::new(b))
@@ -95,6 +112,7 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "class-variance", about: "class variance over draws", build: |s| sample(s, SampleScore::ClassVariance) },
     Entry { name: "variation-ratio", about: "variation ratio over draws", build: |s| sample(s, SampleScore::VariationRatio) },
     Entry { name: "mc-max-prob", about: "one minus the mean largest probability over draws", build: |s| sample(s, SampleScore::MaxProb) },
+    Entry { name: "epig", about: "EPIG (Bickford Smith et al. 2023): expected information gain about the predictions on the candidates as targets (setting `epig_targets`), over MC-dropout or ensemble draws", build: epig },
     Entry { name: "duq", about: "DUQ: one minus the largest RBF kernel value (needs a DUQ model)", build: |_| scorer(DuqCertainty) },
     Entry { name: "max-logit", about: "max-logit (Hendrycks et al. 2022): minus the largest logit", build: |_| scorer(PostHoc::MaxLogit) },
     Entry { name: "energy", about: "energy (Liu et al. 2020): minus the log-sum-exp of the logits", build: |_| scorer(PostHoc::Energy) },

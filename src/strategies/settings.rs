@@ -99,7 +99,7 @@ pub struct ScorerSettings {
     /// Draws of Perturb-x and Perturb-theta.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = ScorerSettings::default().perturb_samples))]
     pub perturb_samples: usize,
-    /// MC-dropout forward passes of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob.
+    /// MC-dropout forward passes of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob, epig.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = ScorerSettings::default().mc_samples))]
     pub mc_samples: usize,
     /// Selection of every scored strategy: top-k, power, softmax, softrank (Kirsch et al. 2023), or batchbald (Kirsch et al. 2019; bald only, which then runs as batchbald).
@@ -128,6 +128,10 @@ pub struct ScorerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub probcover_delta: Option<f32>,
+    /// EPIG's target inputs: the candidates themselves, all of them up to this many, else this many spread evenly over them. [default: 100]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub epig_targets: Option<usize>,
 }
 
 /// Which parameters the gradient scorers (REGrad, ExGrad, the baselines, GradNorm) take
@@ -238,6 +242,9 @@ impl ScorerSettings {
         limits::count("knn_k", self.knn_k, MAX_SAMPLES, "neighbours")?;
         if let Some(dim) = self.vim_dim {
             limits::count("vim_dim", dim, limits::MAX_SAMPLES, "principal dimensions")?;
+        }
+        if let Some(t) = self.epig_targets {
+            limits::count("epig_targets", t, MAX_SAMPLES, "target inputs")?;
         }
         if let Some(delta) = self.probcover_delta {
             if !(delta.is_finite() && delta > 0.0 && delta <= 2.0) {
@@ -400,6 +407,7 @@ impl Default for ScorerSettings {
             knn_k: 50,
             vim_dim: None,
             probcover_delta: None,
+            epig_targets: None,
         }
     }
 }
@@ -417,8 +425,8 @@ mod tests {
     fn the_names_are_the_fields_but_members_in_declaration_order() {
         let names: Vec<&str> = ScorerSettings::names().collect();
         assert_eq!(names.first(), Some(&"lambda"));
-        assert_eq!(names.last(), Some(&"probcover_delta"));
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.last(), Some(&"epig_targets"));
+        assert_eq!(names.len(), 14);
         assert!(!names.contains(&"members"));
         let d = ScorerSettings::defaults();
         assert_eq!(d["lambda"], json!(0.30000001192092896));

@@ -250,7 +250,8 @@ fn col2im_and_the_max_pool_route_compose_as_the_kernels_compute_ties_included() 
 fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     // `round::pick` gathers evidence a chunk of candidates at a time: with noise (MC dropout,
     // input perturbations, REGrad*'s copies) drawn batch by batch from one stream, chunks of
-    // whole batches must give the very scores and picks of one call over every candidate.
+    // whole batches must give the very scores and picks of one call over every candidate; a
+    // joint scorer (EPIG, whose targets are the candidates) is handed them in one piece.
     let dir = tmp("round-chunks");
     let splits = load_idx_dir(&data_dir()).unwrap();
     let params = TrainConfig {
@@ -299,6 +300,7 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
         "bald",
         "perturb-x",
         "perturb-theta",
+        "epig",
     ] {
         for select in ["top-k", "softmax"] {
             let settings = ScorerSettings {

@@ -184,6 +184,24 @@ fn three_shards_and_a_merge_equal_one_unsharded_score_byte_for_byte() {
         2,
         "regrad-star",
     );
+    // A joint scorer (EPIG's targets are the items) sees the whole split or nothing; an
+    // ensemble's draws come from no noise, so this is its own refusal.
+    let ensemble = format!("{ck},{ck}");
+    fails(
+        &[
+            "score",
+            "--checkpoint",
+            &ensemble,
+            "--scorer",
+            "epig",
+            "--shard",
+            "0/2",
+            "--out",
+            &d("x.csv"),
+        ],
+        2,
+        "`epig` compares each item with the others",
+    );
     fails(
         &[
             "score",

@@ -161,7 +161,7 @@ impl Plan {
         }
         let scorers = per_item_scorers(&job.scorers, &settings)?;
         check_pool_scoring(job, &scorers)?;
-        let noisy = scorers.iter().any(|s| draws_noise(s.as_ref()));
+        let noisy = scorers.iter().any(|s| draws_noise(s.as_ref()) || s.joint());
         Ok(Scores {
             settings,
             scorers,
@@ -205,8 +205,9 @@ fn selection(settings: &ScorerSettings, joint: bool, top: Option<usize>) -> Resu
     Ok(selection)
 }
 
-/// Whether a scorer draws noise per batch ([`draws_noise`]); such scores depend on how the
-/// split is cut, so they are refused in a shard.
+/// Whether a scorer's scores depend on how the split is cut: it draws noise per batch
+/// ([`draws_noise`]) or compares the items with each other ([`Scorer::joint`]); the split is
+/// then read whole, and a shard is refused.
 fn check_noise(scorers: &[Arc<dyn Scorer>], shard: Option<Shard>) -> Result<bool> {
     let noisy = scorers.iter().find(|s| draws_noise(s.as_ref()));
     if let (Some(s), Some(_)) = (noisy, shard) {
@@ -219,7 +220,17 @@ fn check_noise(scorers: &[Arc<dyn Scorer>], shard: Option<Shard>) -> Result<bool
             ),
         ));
     }
-    Ok(noisy.is_some())
+    let joint = scorers.iter().find(|s| s.joint());
+    if let (Some(s), Some(_)) = (joint, shard) {
+        return Err(Error::config(
+            "shard",
+            format!(
+                "`{}` compares each item with the others, which no shard sees: run it unsharded",
+                s.name()
+            ),
+        ));
+    }
+    Ok(noisy.is_some() || joint.is_some())
 }
 
 /// A feature-space selector's job: a batch's size given, unsharded, one model, a batch of at

@@ -25,7 +25,8 @@ pub(super) enum Input {
     /// A chunk at a time (a train split, scorers that draw no noise): the scores equal the
     /// whole split's.
     Streamed,
-    /// Whole, as one chunk: a test split, or scorers whose noise depends on the batches.
+    /// Whole, as one chunk: a test split, or scorers whose scores depend on the batches
+    /// (noise drawn per batch, or a joint scorer comparing the items).
     Whole,
 }
 
