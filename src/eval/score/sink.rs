@@ -57,7 +57,7 @@ pub(super) fn finish(job: &ScoreJob, plan: &Scores, pass: Pass) -> Result<ScoreR
         Output::Shard { shard, top, joint } => {
             let joint =
                 joint.map(|j| j.resolve(scored, job.checkpoints.len(), pass.classes, job.seed));
-            let manifest = manifest(job, plan, &pass, &names, (shard, top, joint));
+            let manifest = manifest(job, plan, &pass, &names, (shard, top, joint))?;
             shard::write_shard(
                 &job.out,
                 &manifest,
@@ -77,28 +77,32 @@ pub(super) fn finish(job: &ScoreJob, plan: &Scores, pass: Pass) -> Result<ScoreR
     })
 }
 
-/// A shard's manifest: the run that wrote it (what the merge compares), what it kept, and the
-/// content hashes of the checkpoint and the split.
+/// A shard's manifest: the run that wrote it (what the merge compares; the settings as their
+/// JSON, which leaves out an optional setting not given, so that a setting added later does
+/// not set apart the shards of one run), what it kept, and the content hashes of the
+/// checkpoint and the split.
 fn manifest(
     job: &ScoreJob,
     plan: &Scores,
     pass: &Pass,
     names: &[&str],
     (shard, top, joint): (shard::Shard, Option<usize>, Option<shard::Joint>),
-) -> shard::Manifest {
+) -> Result<shard::Manifest> {
+    let settings = serde_json::to_string(&plan.settings)
+        .map_err(|e| Error::config("settings", e.to_string()))?;
     let run = [
         ("data", job.data.clone()),
         ("split", format!("{:?}", job.split)),
         ("checkpoint", job.checkpoints.join(",")),
         ("scorers", names.join(",")),
-        ("settings", format!("{:?}", plan.settings)),
+        ("settings", settings),
         ("seed", job.seed.to_string()),
         ("batch", pass.batch.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    shard::Manifest {
+    Ok(shard::Manifest {
         format: shard::FORMAT,
         shard,
         top,
@@ -108,7 +112,7 @@ fn manifest(
         checkpoint_hash: format!("{:016x}", pass.checkpoint_hash.unwrap_or_default()),
         pool_fingerprint: format!("{:016x}", pass.scored.fingerprint.unwrap_or_default()),
         joint,
-    }
+    })
 }
 
 /// Writes a score table to `out` atomically: header `index,id,<name>...`, one row per item
