@@ -21,8 +21,11 @@
 //!   named strategies and their [`strategies::ScorerSettings`], declared once);
 //! - **loops**: [`acquire`] (the simulated loop), [`session`] and [`label_studio`] (a person
 //!   as the oracle);
-//! - **experiments**: [`curve`], [`eval`] (one file per job: score, shard, ood, calibrate,
-//!   embed, train), [`surface`], [`bench`](mod@bench);
+//! - **experiments**: [`jobs`], what the commands that train, score and measure call, one file
+//!   (or folder) per command, each entered by `run`: [`jobs::train`], [`jobs::embed`],
+//!   [`jobs::score`], [`jobs::merge`], [`jobs::ood`], [`jobs::calibrate`],
+//!   [`jobs::scores_file`], [`jobs::curve`], [`jobs::bench`](mod@jobs::bench),
+//!   [`jobs::surface`];
 //! - **serve**: [`serve`] (the labeling page and the Label Studio backend).
 //!
 //! Scorers, evidence and selection live in the `alkit-acquisition` crate, re-exported as
@@ -58,15 +61,13 @@
 pub use alkit_acquisition as acquisition;
 
 pub mod acquire;
-pub mod bench;
 pub mod checkpoint;
-pub mod curve;
 pub mod data;
 pub mod duq;
 pub mod error;
-pub mod eval;
 mod fsutil;
 pub mod hub;
+pub mod jobs;
 mod kernels;
 pub mod label_studio;
 pub mod limits;
@@ -82,7 +83,6 @@ pub mod round;
 pub mod serve;
 pub mod session;
 pub mod strategies;
-pub mod surface;
 pub mod train;
 
 pub use error::{Error, Result};

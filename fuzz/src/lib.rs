@@ -245,7 +245,7 @@ pub fn labels(data: &[u8]) {
 pub fn metrics(data: &[u8]) {
     init();
     let p = put("scores.csv", data);
-    if let Ok(f) = alkit::eval::scores_file::ScoresFile::read(&p) {
+    if let Ok(f) = alkit::jobs::scores_file::ScoresFile::read(&p) {
         let _ = f.metrics();
     }
 }
@@ -361,7 +361,7 @@ pub fn run_json(data: &[u8]) {
     if let Ok(state) = serde_json::from_slice::<alkit::acquire::RunState>(data) {
         let _ = state.check_consistent(&p);
     }
-    let _ = serde_json::from_slice::<alkit::curve::CurveSpec>(data);
+    let _ = serde_json::from_slice::<alkit::jobs::curve::CurveSpec>(data);
 }
 
 /// The `hf:OWNER/NAME[@REV]` parser and the offline cache lookup it feeds: whatever the name,

@@ -7,10 +7,10 @@
 use crate::arrays::values;
 use crate::errors::{PyAlkitError, PyAlkitResult, Signals};
 use crate::settings::{self, Reads};
-use alkit::curve::{CurveOptions, SummaryRow};
 use alkit::data::Dataset;
 use alkit::error::{Error, Result};
 use alkit::hub::Hub;
+use alkit::jobs::curve::{CurveOptions, SummaryRow};
 use alkit::strategies::StrategyKind;
 use candle_core::Device;
 use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -150,7 +150,7 @@ fn run(
 ) -> Result<(Vec<Run>, Vec<Summary>)> {
     let hub = Hub::from_env();
     let (spec, on) = match (resume, &arrays) {
-        (true, None) => alkit::curve::resume_with(out, options, &hub, &mut Signals)?,
+        (true, None) => alkit::jobs::curve::resume_with(out, options, &hub, &mut Signals)?,
         (true, Some(_)) => {
             let m =
                 "a run on arrays resumes from the arrays it saved: leave `train` and `test` out";
@@ -159,7 +159,8 @@ fn run(
         (false, Some((tr, te, names))) => options.start_on(out, force, (tr, te), names)?,
         (false, None) => options.start(out, force, &hub, &mut Signals)?,
     };
-    let states = alkit::curve::run(&spec, &on, out, resume, false, &Device::Cpu, &mut Signals)?;
+    let states =
+        alkit::jobs::curve::run(&spec, &on, out, resume, false, &Device::Cpu, &mut Signals)?;
     let runs = states
         .iter()
         .map(|s| {
@@ -170,7 +171,7 @@ fn run(
             (s.strategy.clone(), s.seed, rows)
         })
         .collect();
-    let summary = alkit::curve::summarize(&states)
+    let summary = alkit::jobs::curve::summarize(&states)
         .into_iter()
         .map(|r: SummaryRow| {
             let SummaryRow {

@@ -7,7 +7,7 @@ use crate::arrays::{self, Draws, Inputs, Layer, Layout};
 use crate::errors::{PyAlkitResult, Signals};
 use crate::settings::{self, Reads};
 use alkit::error::{Error, Result};
-use alkit::eval::score::{ScoreJob, Split};
+use alkit::jobs::score::{ScoreJob, Split};
 use alkit::strategies::{per_item_scorers, Layers, ScorerSettings, StrategyKind};
 use candle_core::Device;
 use numpy::{PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3};
@@ -224,12 +224,12 @@ pub fn score_data<'py>(
             top: None,
             candidates: None,
             batch,
-            chunk: alkit::eval::score::DEFAULT_CHUNK,
+            chunk: alkit::jobs::score::DEFAULT_CHUNK,
             seed,
             shard: None,
             out: Default::default(),
         };
-        alkit::eval::score::table(
+        alkit::jobs::score::table(
             &job,
             &alkit::hub::Hub::from_env(),
             &Device::Cpu,

@@ -10,7 +10,7 @@ use crate::settings::{self, Reads};
 use alkit::acquisition::{BatchBald, BatchSelector, Evidence, SampleScore, SampleScorer};
 use alkit::acquisition::{Scorer, Selection};
 use alkit::error::{Error, Result};
-use alkit::eval::shard::{joint_pick, Candidate, Joint};
+use alkit::jobs::shard::{joint_pick, Candidate, Joint};
 use alkit::rng::{stream, Purpose};
 use alkit::round::Pick;
 use alkit::strategies::{ScorerSettings, SelectKind, StrategyKind};
@@ -232,7 +232,7 @@ fn check_layer(
 }
 
 /// BatchBALD among the best `m` items by BALD, chosen as the command line chooses them
-/// ([`alkit::eval::shard::joint_pick`]): positions in the whole batch.
+/// ([`alkit::jobs::shard::joint_pick`]): positions in the whole batch.
 fn among_best_bald(
     ev: &Evidence,
     m: usize,

@@ -74,8 +74,8 @@ impl Session {
             // on the embedding file, seeded by the labels the pool itself gives.
             let (pool, embedded_from, model) = match backbone {
                 Some(backbone) => {
-                    let job = alkit::eval::embed::EmbedJob::through(&backbone, &pool);
-                    let on = alkit::eval::embed::on_backbone(
+                    let job = alkit::jobs::embed::EmbedJob::through(&backbone, &pool);
+                    let on = alkit::jobs::embed::on_backbone(
                         &job,
                         embed_cache.as_deref(),
                         model,

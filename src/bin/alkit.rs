@@ -4,8 +4,8 @@
 //! indicatif through the library's `Observer` trait, prints tables, and maps errors to exit
 //! codes: 0 success, 1 failure (data, IO, state), 2 bad usage or settings, 130 interrupted.
 
-use alkit::curve::{summarize, SummaryRow};
 use alkit::hub::Hub;
+use alkit::jobs::curve::{summarize, SummaryRow};
 use alkit::strategies::{per_item_scorers, ScorerSettings, StrategyKind};
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
@@ -161,17 +161,17 @@ pub(crate) fn on_backbone(
     model: Option<alkit::models::ModelKind>,
     device: &Device,
     quiet: bool,
-) -> Result<alkit::eval::embed::OnBackbone> {
-    let job = alkit::eval::embed::EmbedJob::through(backbone, data);
+) -> Result<alkit::jobs::embed::OnBackbone> {
+    let job = alkit::jobs::embed::EmbedJob::through(backbone, data);
     let mut bars = Bars::new(quiet, 1);
     let on =
-        alkit::eval::embed::on_backbone(&job, cache, model, &Hub::from_env(), device, &mut bars);
+        alkit::jobs::embed::on_backbone(&job, cache, model, &Hub::from_env(), device, &mut bars);
     bars.finish();
     on.with_context(|| format!("embedding {data} through --backbone {backbone}"))
 }
 
 fn embed_cmd(a: EmbedArgs, device: &Device, quiet: bool) -> Result<()> {
-    let job = alkit::eval::embed::EmbedJob {
+    let job = alkit::jobs::embed::EmbedJob {
         backbone: a.checkpoint.clone(),
         data: a.data.to_string_lossy().into_owned(),
         batch: a.batch,
@@ -182,7 +182,7 @@ fn embed_cmd(a: EmbedArgs, device: &Device, quiet: bool) -> Result<()> {
         a.out.display()
     ));
     let mut bars = Bars::new(quiet, 1);
-    let r = alkit::eval::embed::run(&job, &a.out, &Hub::from_env(), device, &mut bars);
+    let r = alkit::jobs::embed::run(&job, &a.out, &Hub::from_env(), device, &mut bars);
     bars.finish();
     let e = r?;
     writeln!(
@@ -231,7 +231,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     let started = match &a.resume {
         Some(dir) => {
             // clap refuses --backbone beside --resume: the run holds the embedded data.
-            alkit::curve::resume_with(dir, &a.options()?, &hub, &mut downloads)
+            alkit::jobs::curve::resume_with(dir, &a.options()?, &hub, &mut downloads)
                 .map(|(spec, on)| (spec, on, dir.clone(), true))
         }
         None => {
@@ -265,7 +265,8 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         ui::shell_word(&out)
     ));
     let mut bars = Bars::new(quiet, runs);
-    let states = alkit::curve::run(&spec, &on, &out, resume, a.save_scores, device, &mut bars);
+    let states =
+        alkit::jobs::curve::run(&spec, &on, &out, resume, a.save_scores, device, &mut bars);
     bars.finish();
     print_summary(&summarize(&states?));
     let mut so = std::io::stdout().lock();
@@ -313,7 +314,7 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
         None => None,
     };
     let mut bars = Bars::new(quiet, 1);
-    let m = alkit::eval::train::run(
+    let m = alkit::jobs::train::run(
         kind,
         &splits,
         ids.as_deref(),
@@ -339,7 +340,7 @@ fn train_cmd(a: TrainArgs, device: &Device, quiet: bool) -> Result<()> {
 fn score_cmd(a: ScoreArgs, device: &Device, quiet: bool) -> Result<()> {
     let job = a.job()?;
     let mut bars = Bars::new(quiet, 0);
-    let r = alkit::eval::score::run(&job, &Hub::from_env(), device, &mut bars);
+    let r = alkit::jobs::score::run(&job, &Hub::from_env(), device, &mut bars);
     bars.finish();
     r?;
     Ok(())
@@ -349,11 +350,11 @@ fn merge_cmd(a: MergeArgs) -> Result<()> {
     let inputs: Vec<std::path::PathBuf> = a
         .shards
         .iter()
-        .flat_map(|p| [p.clone(), alkit::eval::shard::manifest_path(p)])
+        .flat_map(|p| [p.clone(), alkit::jobs::shard::manifest_path(p)])
         .collect();
     let refs: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
     alkit::output::check_output("out", &a.out, &refs)?;
-    let (header, rows) = alkit::eval::merge::run(&a.shards, a.top)?;
+    let (header, rows) = alkit::jobs::merge::run(&a.shards, a.top)?;
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     alkit::output::write_csv(&a.out, &header, rows)?;
     Ok(())
@@ -372,7 +373,7 @@ fn bench_train(a: &BenchArgs, device: &Device, quiet: bool) -> Result<()> {
         .unwrap_or(alkit::duq::DuqSettings::default().lambda);
     let splits = load(&a.data, quiet)?;
     let (rate, cfg) =
-        alkit::bench::bench_duq_fm(&splits.train, lambda, a.steps, a.repeats, device)?;
+        alkit::jobs::bench::duq_fm(&splits.train, lambda, a.steps, a.repeats, device)?;
     let mut so = std::io::stdout().lock();
     if a.json {
         writeln!(
@@ -407,22 +408,22 @@ fn bench_score(a: &BenchArgs, checkpoint: &str, device: &Device) -> Result<()> {
                 std::env::temp_dir().display()
             )
         })?;
-    let job = alkit::eval::score::ScoreJob {
+    let job = alkit::jobs::score::ScoreJob {
         checkpoints: vec![checkpoint.to_string()],
         checkpoint_options: Default::default(),
         data: a.data.to_string_lossy().into_owned(),
-        split: alkit::eval::score::Split::Train,
+        split: alkit::jobs::score::Split::Train,
         scorers: a.scorer.clone(),
         settings: a.scorer_settings.checked()?,
         top: None,
         candidates: None,
         batch: a.batch.map(|b| b as usize),
-        chunk: alkit::eval::score::DEFAULT_CHUNK,
+        chunk: alkit::jobs::score::DEFAULT_CHUNK,
         seed: 0,
         shard: None,
         out: scratch.join("scores.csv"),
     };
-    let timed = alkit::bench::bench_score_job(&job, a.repeats, &Hub::from_env(), device);
+    let timed = alkit::jobs::bench::score_job(&job, a.repeats, &Hub::from_env(), device);
     let _ = std::fs::remove_dir_all(&scratch);
     let timed = timed?;
     let mut so = std::io::stdout().lock();
@@ -480,7 +481,7 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
         ..a.scorer_settings.checked()?
     };
     let model = a.model;
-    let cfg = alkit::bench::ScoringBench {
+    let cfg = alkit::jobs::bench::ScoringBench {
         items: a.n,
         batch: batch as usize,
         repeats: a.repeats,
@@ -491,7 +492,7 @@ fn bench_cmd(a: BenchArgs, device: &Device, quiet: bool) -> Result<()> {
         model,
     };
     let splits = load(&a.data, quiet)?;
-    let timed = alkit::bench::bench_strategies(&splits.train, &a.scorer, &settings, &cfg, device)?;
+    let timed = alkit::jobs::bench::strategies(&splits.train, &a.scorer, &settings, &cfg, device)?;
     let mut so = std::io::stdout().lock();
     if a.json {
         let obj: serde_json::Map<String, serde_json::Value> = timed
@@ -527,7 +528,7 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = per_item_scorers(&a.scorer, &a.scorer_settings.checked()?)?;
     let source = a.source.to_lib()?.caching_statistics();
     let mut bars = Bars::new(quiet, 1);
-    let r = alkit::eval::ood::run(
+    let r = alkit::jobs::ood::run(
         &source,
         &a.train_data.to_string_lossy(),
         &a.ood_data.to_string_lossy(),
@@ -577,7 +578,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let scorers = per_item_scorers(&a.scorer, &a.scorer_settings.checked()?)?;
     let source = a.source.to_lib()?.caching_statistics();
     let mut bars = Bars::new(quiet, 1);
-    let r = alkit::eval::calibrate::run(
+    let r = alkit::jobs::calibrate::run(
         &source,
         &a.data.to_string_lossy(),
         a.temperature,
@@ -652,7 +653,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
 }
 
 fn metrics_cmd(a: MetricsArgs) -> Result<()> {
-    let files = alkit::eval::scores_file::ScoresFile::read_all(&a.scores)?;
+    let files = alkit::jobs::scores_file::ScoresFile::read_all(&a.scores)?;
     let mut named = Vec::with_capacity(files.len());
     for (name, file) in &files {
         named.push((name.as_str(), file.metrics()?));
@@ -685,7 +686,7 @@ fn metrics_cmd(a: MetricsArgs) -> Result<()> {
 fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
     alkit::output::check_output_dir("out", &a.out, &[], false)?;
     let spec = a.spec()?;
-    let line = |s: &alkit::surface::Surface, dir: &Path| {
+    let line = |s: &alkit::jobs::surface::Surface, dir: &Path| {
         let _ = writeln!(
             std::io::stdout().lock(),
             "{}: accuracy {:.4}, auroc_far {:.4}; wrote {}/surface.png, gradient.png, metrics.json",
@@ -697,15 +698,10 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
     };
     let beside = a.beside_spec()?;
     if a.seeds == 1 {
-        let s = alkit::surface::moons_surface(&spec, device)?;
-        alkit::surface::write(&s, &a.out)?;
+        let (s, b) = alkit::jobs::surface::run(&spec, beside.as_ref(), &a.out, device)?;
         line(&s, &a.out);
-        if let Some(spec) = beside {
-            let b = alkit::surface::moons_surface(&spec, device)?;
-            let dir = a.out.join("beside");
-            alkit::surface::write(&b, &dir)?;
-            line(&b, &dir);
-            alkit::surface::write_beside(&[&s, &b], &a.out)?;
+        if let Some(b) = b {
+            line(&b, &a.out.join("beside"));
             writeln!(
                 std::io::stdout().lock(),
                 "wrote {}/beside.png",
@@ -714,9 +710,10 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         }
         return Ok(());
     }
-    let r = alkit::surface::run_seeds(&spec, a.seed, a.seeds, &a.out, device, &mut |seed, s| {
-        line(s, &a.out.join(format!("seed{seed}")))
-    })?;
+    let r =
+        alkit::jobs::surface::run_seeds(&spec, a.seed, a.seeds, &a.out, device, &mut |seed, s| {
+            line(s, &a.out.join(format!("seed{seed}")))
+        })?;
     let mut so = std::io::stdout().lock();
     let (acc, far) = (r.accuracy, r.auroc_far);
     writeln!(

@@ -173,12 +173,12 @@ fn cli_train_then_score_writes_one_row_per_item() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(&csv).unwrap();
     // The command is the library's score job and nothing else: the same job through
-    // `alkit::eval::score::run` writes the same bytes.
-    let job = alkit::eval::score::ScoreJob {
+    // `alkit::jobs::score::run` writes the same bytes.
+    let job = alkit::jobs::score::ScoreJob {
         checkpoints: vec![ck.to_string_lossy().into_owned()],
         checkpoint_options: Default::default(),
         data: "data".into(),
-        split: alkit::eval::score::Split::Test,
+        split: alkit::jobs::score::Split::Test,
         scorers: vec![kind("entropy"), kind("margin")],
         settings: Default::default(),
         top: None,
@@ -190,7 +190,7 @@ fn cli_train_then_score_writes_one_row_per_item() {
         out: dir.join("library.csv"),
     };
     let hub = alkit::hub::Hub::new(dir.join("no-hub"), true);
-    let r = alkit::eval::score::run(&job, &hub, &Device::Cpu, &mut alkit::observe::Silent).unwrap();
+    let r = alkit::jobs::score::run(&job, &hub, &Device::Cpu, &mut alkit::observe::Silent).unwrap();
     assert_eq!((r.scored, r.rows), (500, 500));
     assert_eq!(std::fs::read_to_string(&job.out).unwrap(), text);
     let mut lines = text.lines();

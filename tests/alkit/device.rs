@@ -57,7 +57,7 @@ fn every_scorer_agrees_on_the_generic_path_without_reaching_a_cpu_kernel() {
         }
         .validate()
         .unwrap();
-        alkit::eval::train::run(
+        alkit::jobs::train::run(
             kind,
             &splits,
             None,
@@ -70,7 +70,7 @@ fn every_scorer_agrees_on_the_generic_path_without_reaching_a_cpu_kernel() {
         .unwrap();
         let scores = |device: &Device| -> Vec<(String, Vec<f32>)> {
             let ck = checkpoint::load(&out, device).unwrap();
-            let scoring = alkit::eval::scoring(&ck, device);
+            let scoring = alkit::jobs::scoring(&ck, device);
             let ds = ck.config.normalizer.apply(&sub).unwrap();
             let settings = ScorerSettings::default();
             // One scorer per kind of evidence (each gradient scorer costs a backward per
@@ -93,7 +93,7 @@ fn every_scorer_agrees_on_the_generic_path_without_reaching_a_cpu_kernel() {
                 .map(|&name| {
                     let k = StrategyKind::named(name).unwrap();
                     let s = k.scorer(&settings).unwrap();
-                    let col = alkit::eval::score_all(&scoring, &ds, &[s], 5)
+                    let col = alkit::jobs::score_all(&scoring, &ds, &[s], 5)
                         .unwrap_or_else(|e| panic!("{kind:?} {name}: {e}"));
                     (name.to_string(), col.into_iter().next().unwrap())
                 })
@@ -261,7 +261,7 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     .validate()
     .unwrap();
     let out = dir.join("cnn");
-    alkit::eval::train::run(
+    alkit::jobs::train::run(
         "cnn".parse::<ModelKind>().unwrap(),
         &splits,
         None,
@@ -273,7 +273,7 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
     )
     .unwrap();
     let ck = checkpoint::load(&out, &Device::Cpu).unwrap();
-    let mut scoring = alkit::eval::scoring(&ck, &Device::Cpu);
+    let mut scoring = alkit::jobs::scoring(&ck, &Device::Cpu);
     scoring.batch = 32;
     let ds = ck.config.normalizer.apply(&splits.train).unwrap();
     let candidates: Vec<usize> = (0..ds.len()).filter(|i| i % 5 != 0).take(300).collect();

@@ -303,7 +303,7 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let job = alkit::eval::embed::EmbedJob {
+    let job = alkit::jobs::embed::EmbedJob {
         backbone: ck.to_string_lossy().into_owned(),
         data: data_dir().to_string_lossy().into_owned(),
         batch: None,
@@ -312,11 +312,11 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
     let cache = dir.join("cache");
     let hub = Hub::new(dir.join("hub"), true);
     let mut first = CountScoring::default();
-    let a = alkit::eval::embed::cached(&job, &cache, &hub, &Device::Cpu, &mut first).unwrap();
+    let a = alkit::jobs::embed::cached(&job, &cache, &hub, &Device::Cpu, &mut first).unwrap();
     assert!(a.computed && first.0 > 0);
     assert_eq!((a.items, a.dim), (2000, 128));
     let mut second = CountScoring::default();
-    let b = alkit::eval::embed::cached(&job, &cache, &hub, &Device::Cpu, &mut second).unwrap();
+    let b = alkit::jobs::embed::cached(&job, &cache, &hub, &Device::Cpu, &mut second).unwrap();
     assert!(!b.computed);
     assert_eq!(second.0, 0, "the cache answered without a backbone pass");
     assert_eq!(a.path, b.path);
@@ -337,11 +337,11 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
     // Another backbone is another key: a new file, never the first one reused.
     let ck2 = dir.join("cnn2");
     copy_dir(&ck, &ck2);
-    let job2 = alkit::eval::embed::EmbedJob {
+    let job2 = alkit::jobs::embed::EmbedJob {
         backbone: ck2.to_string_lossy().into_owned(),
         ..job.clone()
     };
-    let c = alkit::eval::embed::cached(&job2, &cache, &hub, &Device::Cpu, &mut Silent).unwrap();
+    let c = alkit::jobs::embed::cached(&job2, &cache, &hub, &Device::Cpu, &mut Silent).unwrap();
     assert!(c.computed && c.path != a.path);
     // The same weights give the same features; the files' bytes differ by the backbone path
     // their headers record (and its padding), so the tensors are what is compared.
@@ -363,11 +363,11 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
     // follows the files' contents, not their sizes and times.
     let data2 = dir.join("data2");
     copy_dir(&data_dir(), &data2);
-    let job3 = alkit::eval::embed::EmbedJob {
+    let job3 = alkit::jobs::embed::EmbedJob {
         data: data2.to_string_lossy().into_owned(),
         ..job.clone()
     };
-    let d = alkit::eval::embed::cached(&job3, &cache, &hub, &Device::Cpu, &mut Silent).unwrap();
+    let d = alkit::jobs::embed::cached(&job3, &cache, &hub, &Device::Cpu, &mut Silent).unwrap();
     assert!(d.computed);
     let gz = data2.join("t10k-labels-idx1-ubyte.gz");
     let when = std::fs::metadata(&gz).unwrap().modified().unwrap();
@@ -381,7 +381,7 @@ fn a_frozen_backbone_embeds_once_reuses_its_cache_and_resumes_after_kill_9() {
         .set_modified(when)
         .unwrap();
     let mut third = CountScoring::default();
-    let e = alkit::eval::embed::cached(&job3, &cache, &hub, &Device::Cpu, &mut third).unwrap();
+    let e = alkit::jobs::embed::cached(&job3, &cache, &hub, &Device::Cpu, &mut third).unwrap();
     assert!(e.computed && third.0 > 0 && e.path != d.path);
 
     // kill -9 part-way, then the same command again: the bytes of an uninterrupted run.

@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("evidence", &["predict"]),
     ("round", &["round", "strategies"]),
     ("loops", &["acquire", "session", "label_studio"]),
-    ("experiments", &["curve", "surface", "bench", "eval"]),
+    ("experiments", &["jobs"]),
     ("serve", &["serve"]),
 ];
 

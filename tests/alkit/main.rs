@@ -32,10 +32,10 @@ mod timm;
 mod words;
 
 use alkit::acquire::{run, LoopConfig, RunContext, RunState};
-use alkit::curve::{run_curve, state_path, CurveSpec};
 use alkit::data::idx::{encode_images, encode_labels, write_gz};
 use alkit::data::{load_idx_dir, Dataset, Normalizer};
 use alkit::error::DataProblem;
+use alkit::jobs::curve::{run_curve, state_path, CurveSpec};
 use alkit::models::Arch;
 use alkit::nn::init::seeded;
 use alkit::nn::layers::{im2col, log_probs, max_pool2x2};

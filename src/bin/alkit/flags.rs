@@ -358,7 +358,7 @@ pub(crate) struct EmbedArgs {
     #[arg(long)]
     pub(crate) batch: Option<usize>,
     /// Items embedded between two saves of the progress (rounded up to whole --batch): a kill loses at most this much work.
-    #[arg(long, default_value_t = alkit::eval::score::DEFAULT_CHUNK)]
+    #[arg(long, default_value_t = alkit::jobs::score::DEFAULT_CHUNK)]
     pub(crate) chunk: usize,
     /// The embedding file to write (never over an existing file; a killed run resumes from OUT.partial/).
     #[arg(long)]
@@ -416,7 +416,7 @@ pub(crate) struct ScoreArgs {
     #[arg(long)]
     pub(crate) batch: Option<usize>,
     /// At most this many items held at a time from a pool that can be streamed (image folders, safetensors, ...), rounded up to whole --batch: peak memory follows this, not the pool (a few batches are read ahead while the previous ones are scored). Scorers that draw noise read the pool whole.
-    #[arg(long, default_value_t = alkit::eval::score::DEFAULT_CHUNK)]
+    #[arg(long, default_value_t = alkit::jobs::score::DEFAULT_CHUNK)]
     pub(crate) chunk: usize,
     /// Comma-separated scorers (`alkit scorers` lists them; random and batchbald pick whole batches and give no per-item score).
     #[arg(long, value_delimiter = ',', default_value = "entropy")]
@@ -514,7 +514,7 @@ pub(crate) enum TrainBench {
 impl ModelSource {
     /// The library's model source; training flags beside `--checkpoint` are refused (they
     /// would be ignored).
-    pub(crate) fn to_lib(&self) -> Result<alkit::eval::ModelSource> {
+    pub(crate) fn to_lib(&self) -> Result<alkit::jobs::ModelSource> {
         if self.checkpoint.is_some() {
             let given = [
                 ("--model", self.model.is_some()),
@@ -552,7 +552,7 @@ impl ModelSource {
             )
             .into());
         }
-        Ok(alkit::eval::ModelSource {
+        Ok(alkit::jobs::ModelSource {
             checkpoint: self
                 .checkpoint
                 .as_ref()
@@ -576,8 +576,8 @@ impl ModelSource {
 
 impl CurveArgs {
     /// The settings of a new curve (`--resume` takes every setting from its folder instead).
-    pub(crate) fn options(&self) -> Result<alkit::curve::CurveOptions> {
-        Ok(alkit::curve::CurveOptions {
+    pub(crate) fn options(&self) -> Result<alkit::jobs::curve::CurveOptions> {
+        Ok(alkit::jobs::curve::CurveOptions {
             data: self.data.clone(),
             stream: self.stream,
             model: self.model,
@@ -612,12 +612,12 @@ impl ScoreArgs {
             .collect()
     }
 
-    pub(crate) fn job(&self) -> Result<alkit::eval::score::ScoreJob> {
-        use alkit::eval::score::Split;
-        let shard = alkit::eval::shard::Shard::resolve(self.shard.as_deref(), self.shards, &|k| {
+    pub(crate) fn job(&self) -> Result<alkit::jobs::score::ScoreJob> {
+        use alkit::jobs::score::Split;
+        let shard = alkit::jobs::shard::Shard::resolve(self.shard.as_deref(), self.shards, &|k| {
             std::env::var(k).ok()
         })?;
-        Ok(alkit::eval::score::ScoreJob {
+        Ok(alkit::jobs::score::ScoreJob {
             checkpoints: self.checkpoints(),
             checkpoint_options: alkit::checkpoint::OpenOptions {
                 onnx_features: self.onnx_features.clone(),
@@ -646,13 +646,13 @@ impl ScoreArgs {
 impl SurfaceArgs {
     /// The surface's spec: the model the flags name, scored as they say (DUQ by its own
     /// certainty, the others by entropy unless `--scorer`).
-    pub(crate) fn spec(&self) -> Result<alkit::surface::SurfaceSpec> {
+    pub(crate) fn spec(&self) -> Result<alkit::jobs::surface::SurfaceSpec> {
         self.spec_of(self.model, self.scorer)
     }
 
     /// The spec of `--beside`'s model on the same moons, scored by its default; `None`
     /// without the flag.
-    pub(crate) fn beside_spec(&self) -> Result<Option<alkit::surface::SurfaceSpec>> {
+    pub(crate) fn beside_spec(&self) -> Result<Option<alkit::jobs::surface::SurfaceSpec>> {
         let Some(model) = self.beside else {
             return Ok(None);
         };
@@ -671,8 +671,8 @@ impl SurfaceArgs {
         &self,
         model: SurfaceModelArg,
         scorer: Option<SurfaceScorerArg>,
-    ) -> Result<alkit::surface::SurfaceSpec> {
-        use alkit::surface::{SurfaceModel, SurfaceScore, SurfaceSpec};
+    ) -> Result<alkit::jobs::surface::SurfaceSpec> {
+        use alkit::jobs::surface::{SurfaceModel, SurfaceScore, SurfaceSpec};
         if self.dataset != "moons" {
             return Err(alkit::Error::config(
                 "dataset",

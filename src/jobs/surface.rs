@@ -555,6 +555,26 @@ pub fn write_beside(surfaces: &[&Surface], out: &std::path::Path) -> Result<()> 
     crate::fsutil::write_atomic(&out.join("beside.png"), &heatmaps_png(&panels))
 }
 
+/// `alkit surface` with one seed: the surface of `spec` written into `out` ([`write()`]) and,
+/// with `beside`, a second one written into `out/beside` and both side by side in
+/// `out/beside.png` ([`write_beside`]). Many seeds: [`run_seeds`].
+pub fn run(
+    spec: &SurfaceSpec,
+    beside: Option<&SurfaceSpec>,
+    out: &std::path::Path,
+    device: &Device,
+) -> Result<(Surface, Option<Surface>)> {
+    let s = moons_surface(spec, device)?;
+    write(&s, out)?;
+    let Some(spec) = beside else {
+        return Ok((s, None));
+    };
+    let b = moons_surface(spec, device)?;
+    write(&b, &out.join("beside"))?;
+    write_beside(&[&s, &b], out)?;
+    Ok((s, Some(b)))
+}
+
 /// Median, minimum and maximum of a metric over seeds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {

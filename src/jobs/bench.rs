@@ -171,7 +171,7 @@ pub fn bench_data(
     Ok((Dataset::new(x, y, vec![3, 32, 32], classes)?, vec![1.0; 3]))
 }
 
-/// What [`bench_strategies`] timed.
+/// What [`strategies`] timed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StrategyBench {
     /// Shape of the items timed (see [`bench_data`]).
@@ -180,7 +180,7 @@ pub struct StrategyBench {
     pub results: Vec<BenchResult>,
 }
 
-/// [`bench_strategies`]' settings against its bounds, before anything is allocated: the items
+/// [`strategies`]' settings against its bounds, before anything is allocated: the items
 /// timed and their evidence (probabilities, sample draws) grow with `items`.
 fn check_strategy_bench(
     train_raw: &Dataset,
@@ -226,7 +226,7 @@ fn check_strategy_bench(
 /// on the first 1,000 and times each strategy's scoring of `cfg.items` items: per-item scorers
 /// first, then joint batch criteria selecting 20 items. Random picks have nothing to time and
 /// are refused.
-pub fn bench_strategies(
+pub fn strategies(
     train_raw: &Dataset,
     kinds: &[crate::strategies::StrategyKind],
     settings: &crate::strategies::ScorerSettings,
@@ -303,7 +303,7 @@ pub fn bench_strategies(
 /// `train_raw` (a raw train split, normalised here with its own statistics) with penalty
 /// weight `lambda` (0 skips the input gradient); returns the images/s and the configuration
 /// timed.
-pub fn bench_duq_fm(
+pub fn duq_fm(
     train_raw: &Dataset,
     lambda: f64,
     steps: usize,
@@ -346,7 +346,7 @@ pub fn bench_duq_fm(
     Ok((rate, cfg))
 }
 
-/// What [`bench_score_job`] measured: whole runs of a score job, as `alkit score` runs them.
+/// What [`score_job`] measured: whole runs of a score job, as `alkit score` runs them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScoreJobBench {
     /// Items scored per run.
@@ -360,14 +360,14 @@ pub struct ScoreJobBench {
     pub items_per_s: f64,
 }
 
-/// Times `job` end to end, as [`crate::eval::score::run`] runs it: the checkpoint opened and
+/// Times `job` end to end, as [`crate::jobs::score::run`] runs it: the checkpoint opened and
 /// checked, the data listed, decoded and prepared as the checkpoint says, the model's forward,
 /// the scores and the CSV written. One first run, then `repeats` (1 to
 /// [`crate::limits::MAX_REPEATS`]) timed runs; each
 /// writes `job.out` (replaced by every run, so it must be a file the caller may overwrite, such
 /// as one in a temporary folder).
-pub fn bench_score_job(
-    job: &crate::eval::score::ScoreJob,
+pub fn score_job(
+    job: &crate::jobs::score::ScoreJob,
     repeats: usize,
     hub: &crate::hub::Hub,
     device: &candle_core::Device,
@@ -382,7 +382,7 @@ pub fn bench_score_job(
     let mut run = || -> Result<f64> {
         let _ = std::fs::remove_file(&job.out);
         let t = Instant::now();
-        items = crate::eval::score::run(job, hub, device, &mut Silent)?.scored;
+        items = crate::jobs::score::run(job, hub, device, &mut Silent)?.scored;
         Ok(t.elapsed().as_secs_f64())
     };
     let first_s = run()?;
