@@ -5,7 +5,7 @@
 use super::super::shard;
 use super::chunks::Scored;
 use super::job::{ScoreJob, ScoreReport};
-use super::read::{check_item_shape, open_checkpoint, read_whole, source};
+use super::read::{batch, check_item_shape, open_checkpoint, read_whole, source};
 use crate::data::stream::Chunk;
 use crate::data::Dataset;
 use crate::error::{Error, Result, ResultExt};
@@ -150,11 +150,8 @@ pub(super) fn select_jointly(
     let n = whole.ids.len();
     let raw = Dataset::new(whole.x, vec![0; n], shape.clone(), 1)?;
     let ds = ck.config.normalizer.apply(&raw)?;
-    let item_values: usize = shape.iter().product();
-    let batch = job
-        .batch
-        .unwrap_or_else(|| crate::predict::default_batch(item_values));
-    crate::limits::batch("batch", batch, item_values)?;
+    // The items' shape is the checkpoint's (checked above); a selector draws no perturbed copies.
+    let batch = batch(job, &ck, &[])?;
     let mut scoring = super::super::model::scoring(&ck, device);
     scoring.batch = batch;
     let all: Vec<usize> = (0..n).collect();
