@@ -67,6 +67,16 @@ pub enum Event<'a> {
         /// The record.
         record: &'a CycleRecord,
     },
+    /// A cycle of a run whose record is not a classifier's finished (a regression curve's),
+    /// with its headline figure on the test split.
+    CycleMeasured {
+        /// The cycle.
+        cycle: usize,
+        /// What the figure is (`rmse`).
+        metric: &'a str,
+        /// Its value.
+        value: f64,
+    },
     /// Files of a data source left out of its items because they are not images (an image
     /// folder's notes, metadata, sidecar files), told once per read so that nothing is
     /// skipped unsaid; the binary names them in one line.

@@ -1,5 +1,5 @@
 //! Batched inference: log-probabilities, evidence for scorers (probabilities and gradient
-//! norms), and test metrics.
+//! norms), a regression model's Gaussian predictions, and test metrics.
 
 use crate::data::Dataset;
 use crate::error::{Error, Result};
@@ -7,14 +7,15 @@ use crate::nn::gradnorm::autograd_grad_norms;
 use crate::nn::init::Weights;
 use crate::nn::layers::log_probs;
 use crate::nn::{
-    grad_norms, kernel_values, last_layer, mc_dropout_logits, member_logits, Classifier,
+    grad_norms, kernel_values, last_layer, mc_dropout_logits, member_logits, Classifier, Mode,
+    Regressor,
 };
 use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
 use crate::train::{ModelBuilder, Trained};
 use alkit_acquisition::{
-    Evidence, Features, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs, Reference,
-    SampleRequest, Samples,
+    Evidence, Features, Gaussian, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs,
+    Reference, SampleRequest, Samples,
 };
 use candle_core::{DType, Device};
 use std::sync::Arc;
@@ -644,6 +645,77 @@ pub fn metrics_from_log_probs(log_probs: &[f32], labels: &[u32], classes: usize)
         acc: correct as f64 / n,
         nll: nll / n,
     }
+}
+
+/// Rows per forward pass of a regression model's predictions.
+pub const GAUSS_BATCH: usize = 1024;
+
+/// Gaussian predictions `(m, n, k)` of regression `models` on standardised features
+/// `x (n, d)` in standardised target units: one draw per model for
+/// [`SampleRequest::Members`] (an ensemble's members, or a single model's head), `samples`
+/// dropout passes of the first model for [`SampleRequest::McDropout`] (masks from `rng`).
+/// Every pass runs at [`GAUSS_BATCH`] rows (a short batch padded with its last row), so an item's prediction does not
+/// depend on the items scored with it.
+pub fn gaussian_evidence(
+    models: &[&dyn Regressor],
+    x: &[f32],
+    d: usize,
+    request: SampleRequest,
+    rng: &mut Rng,
+    device: &Device,
+) -> Result<Gaussian> {
+    let n = x.len() / d.max(1);
+    let k = models.first().map_or(0, |m| m.outputs());
+    let draws = match request {
+        SampleRequest::Members => models.len(),
+        SampleRequest::McDropout { samples } => {
+            if !models.first().is_some_and(|m| m.has_dropout()) {
+                return Err(Error::config(
+                    "model",
+                    "MC-dropout draws need a model with dropout (mlp-gauss); or train an \
+                     ensemble, whose members are the draws",
+                ));
+            }
+            samples
+        }
+        other => {
+            return Err(Error::config(
+                "scorer",
+                format!("a regression model draws from members or MC dropout, not {other:?}"),
+            ))
+        }
+    };
+    let (mut means, mut vars) = (
+        Vec::with_capacity(draws * n * k),
+        Vec::with_capacity(draws * n * k),
+    );
+    let rows: Vec<usize> = (0..n).collect();
+    for j in 0..draws {
+        let (model, dropout) = match request {
+            SampleRequest::McDropout { .. } => (models[0], true),
+            _ => (models[j], false),
+        };
+        for chunk in rows.chunks(GAUSS_BATCH) {
+            let ids = full_batch(chunk, GAUSS_BATCH.min(n));
+            let mut xs = Vec::with_capacity(ids.len() * d);
+            for &i in ids.iter() {
+                xs.extend_from_slice(&x[i * d..(i + 1) * d]);
+            }
+            let xt = candle_core::Tensor::from_vec(xs, (ids.len(), d), device)?;
+            let mut mode = if dropout {
+                Mode::Train(rng)
+            } else {
+                Mode::Eval
+            };
+            let (mu, var) = model.forward(&xt, &mut mode)?;
+            let take = chunk.len() * k;
+            let mu = mu.detach().flatten_all()?.to_vec1::<f32>()?;
+            let var = var.detach().flatten_all()?.to_vec1::<f32>()?;
+            means.extend_from_slice(&mu[..take]);
+            vars.extend_from_slice(&var[..take]);
+        }
+    }
+    Ok(Gaussian::new(means, vars, draws, n, k)?)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! The one training entry: [`train`] makes a fresh model (or an ensemble's members) from a
+//! The training entries: [`train`] makes a fresh model (or an ensemble's members) from a
 //! [`ModelBuilder`] and fits it on a labeled subset with the model's own loss and optimiser
-//! ([`ModelBuilder::fit`]).
+//! ([`ModelBuilder::fit`]); [`train_gauss`] does the same for regression's Gaussian heads.
 //!
 //! The default recipe ([`fit_softmax`]): softmax cross-entropy and Adam, fixed number of optimiser steps whatever the labeled-set size (so a 20-item seed set
 //! is trained as much as a 220-item one), mini-batches drawn epoch by epoch from a seeded
@@ -11,7 +11,7 @@ use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::log_probs;
-use crate::nn::{Classifier, Ensemble, Mode};
+use crate::nn::{Classifier, Ensemble, GaussLoss, GaussMlp, GaussMlpConfig, Mode, Regressor};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, stream, Purpose, Rng};
 use candle_core::{DType, Device, Tensor};
@@ -287,4 +287,131 @@ pub fn fit_softmax(
         params: vars,
         final_loss,
     })
+}
+
+/// Rows of a regression training set: standardised features `(n, d)` and standardised
+/// targets `(n, k)`, `f32` as the model computes.
+pub struct GaussRows<'a> {
+    /// Features `(n, d)`.
+    pub x: &'a [f32],
+    /// Feature count `d`.
+    pub d: usize,
+    /// Targets `(n, k)`, standardised.
+    pub y: &'a [f32],
+}
+
+impl GaussRows<'_> {
+    /// Features `(b, d)` and targets `(b, k)` of rows `ids`.
+    fn batch(&self, ids: &[usize], k: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+        let mut x = Vec::with_capacity(ids.len() * self.d);
+        let mut y = Vec::with_capacity(ids.len() * k);
+        for &i in ids {
+            x.extend_from_slice(&self.x[i * self.d..(i + 1) * self.d]);
+            y.extend_from_slice(&self.y[i * k..(i + 1) * k]);
+        }
+        Ok((
+            Tensor::from_vec(x, (ids.len(), self.d), device)?,
+            Tensor::from_vec(y, (ids.len(), k), device)?,
+        ))
+    }
+}
+
+/// The regression training entry: `members` Gaussian heads of `cfg` (one for a single
+/// model, several for a deep ensemble), member `m` from the streams of
+/// [`TrainRngs::for_member`]`(seed, key, m)`, each trained by `loss` and Adam on `rows[indices]`
+/// for `params.steps` mini-batches, as [`fit_softmax`] trains a classifier.
+#[allow(clippy::too_many_arguments)]
+pub fn train_gauss(
+    cfg: &GaussMlpConfig,
+    loss: GaussLoss,
+    members: usize,
+    rows: &GaussRows<'_>,
+    indices: &[usize],
+    params: &TrainParams,
+    (seed, key): (u64, u64),
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Vec<GaussMlp>> {
+    if !(1..=MAX_MEMBERS).contains(&members) {
+        return Err(Error::config(
+            "ensemble",
+            format!("{members} members; expected 1 to {MAX_MEMBERS}"),
+        ));
+    }
+    if indices.is_empty() {
+        return Err(Error::config(
+            "labeled",
+            "cannot train on an empty labeled set",
+        ));
+    }
+    (0..members)
+        .map(|m| {
+            let rngs = TrainRngs::for_member(seed, key, m as u64);
+            fit_gauss(cfg, loss, rows, indices, params, rngs, device, observer)
+        })
+        .collect()
+}
+
+/// Trains one Gaussian head (see [`train_gauss`]).
+#[allow(clippy::too_many_arguments)]
+fn fit_gauss(
+    cfg: &GaussMlpConfig,
+    loss: GaussLoss,
+    rows: &GaussRows<'_>,
+    indices: &[usize],
+    params: &TrainParams,
+    rngs: TrainRngs,
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<GaussMlp> {
+    let TrainRngs {
+        init,
+        batches: mut rng,
+    } = rngs;
+    let tc = params.config();
+    let (vb, vars) = seeded(init, DType::F32, device);
+    let model = GaussMlp::new(cfg, vb)?;
+    let mut opt = AdamW::new(
+        vars.trainable(),
+        ParamsAdamW {
+            lr: tc.lr,
+            weight_decay: 0.0,
+            ..ParamsAdamW::default()
+        },
+    )?;
+    let batch = tc.batch_size.min(indices.len());
+    let mut order = indices.to_vec();
+    let mut cursor = order.len();
+    for step in 1..=tc.steps {
+        if cursor + batch > order.len() {
+            shuffle(&mut rng, &mut order);
+            cursor = 0;
+        }
+        let (x, y) = rows.batch(&order[cursor..cursor + batch], cfg.outputs, device)?;
+        cursor += batch;
+        let (mean, var) = model.forward(&x, &mut Mode::Train(&mut rng))?;
+        let l = loss.loss(&mean, &var, &y)?;
+        opt.backward_step(&l)?;
+        let report = step == tc.steps || step % 50 == 0;
+        let value = if report {
+            Some(l.to_dtype(DType::F32)?.to_scalar::<f32>()?)
+        } else {
+            None
+        };
+        if value.is_some_and(|v| !v.is_finite()) {
+            return Err(Error::config(
+                "lr",
+                format!("the Gaussian loss is {value:?} at step {step}: lower the learning rate"),
+            ));
+        }
+        check(
+            observer,
+            &Event::TrainStep {
+                step,
+                steps: tc.steps,
+                loss: value,
+            },
+        )?;
+    }
+    Ok(model)
 }

@@ -188,21 +188,13 @@ impl Conformal {
         }
         check_draws(score, draws, n, "calibration draws")?;
         let draw = |i: usize| draws.get(i).copied().unwrap_or(0.0);
-        let mut scores: Vec<f64> = probs
+        let scores: Vec<f64> = probs
             .rows()
             .zip(labels)
             .enumerate()
             .map(|(i, (p, &y))| score.class_scores(p, draw(i))[y])
             .collect();
-        scores.sort_by(f64::total_cmp);
-        // The tolerance keeps a product that is an integer in exact arithmetic (n = 99 at
-        // alpha 0.01) from rounding up to the next rank.
-        let rank = ((n as f64 + 1.0) * (1.0 - alpha) - 1e-9).ceil() as usize;
-        let threshold = if rank > n {
-            f64::INFINITY
-        } else {
-            scores[rank.max(1) - 1]
-        };
+        let threshold = conformal_quantile(scores, alpha);
         Ok(Self { score, threshold })
     }
 
@@ -216,6 +208,21 @@ impl Conformal {
             .filter(|&(_, &s)| s <= self.threshold)
             .map(|(c, _)| c)
             .collect()
+    }
+}
+
+/// The split-conformal threshold of calibration scores: the `ceil((n + 1)(1 - alpha))`-th
+/// smallest, infinite when that rank exceeds `n` (and for no scores at all).
+pub(crate) fn conformal_quantile(mut scores: Vec<f64>, alpha: f64) -> f64 {
+    let n = scores.len();
+    scores.sort_by(f64::total_cmp);
+    // The tolerance keeps a product that is an integer in exact arithmetic (n = 99 at
+    // alpha 0.01) from rounding up to the next rank.
+    let rank = ((n as f64 + 1.0) * (1.0 - alpha) - 1e-9).ceil() as usize;
+    if rank > n {
+        f64::INFINITY
+    } else {
+        scores[rank.max(1) - 1]
     }
 }
 

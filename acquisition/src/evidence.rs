@@ -5,7 +5,7 @@
 //! checked once, here, at construction. Keeping these types free of candle means a scorer can be
 //! written and tested against this crate alone.
 
-use crate::{Features, Reference, ScoreError};
+use crate::{Features, Gaussian, Reference, ScoreError};
 use std::sync::Arc;
 
 /// Which pieces of evidence a scorer reads. The model side computes only what is asked for.
@@ -24,6 +24,9 @@ pub struct Needs {
     pub features: bool,
     /// The features and labels of the items the model was trained on (see [`Reference`]).
     pub reference: bool,
+    /// Gaussian predictions of a regression model `(m, n, k)` (see [`Gaussian`]), drawn as
+    /// requested.
+    pub gaussian: Option<SampleRequest>,
 }
 
 impl Needs {
@@ -35,6 +38,7 @@ impl Needs {
         kernel: false,
         features: false,
         reference: false,
+        gaussian: None,
     };
 
     /// Kernel values only (DUQ).
@@ -45,6 +49,7 @@ impl Needs {
         kernel: true,
         features: false,
         reference: false,
+        gaussian: None,
     };
 
     /// Probabilities, penultimate features and the last layer.
@@ -69,6 +74,20 @@ impl Needs {
         }
     }
 
+    /// Gaussian predictions only, drawn as `request` says (a regression model's evidence).
+    pub fn gaussian(request: SampleRequest) -> Needs {
+        Needs {
+            probs: false,
+            gaussian: Some(request),
+            ..Needs::PROBS
+        }
+    }
+
+    /// Whether these needs read a regression model's evidence (and nothing a classifier's).
+    pub fn is_regression(&self) -> bool {
+        self.gaussian.is_some()
+    }
+
     /// The union of two needs, or `None` when they ask for gradients computed differently
     /// (then they need separate evidence).
     pub fn union(self, other: Needs) -> Option<Needs> {
@@ -80,6 +99,10 @@ impl Needs {
             (Some(a), Some(b)) if a != b => return None,
             (a, b) => a.or(b),
         };
+        let gaussian = match (self.gaussian, other.gaussian) {
+            (Some(a), Some(b)) if a != b => return None,
+            (a, b) => a.or(b),
+        };
         Some(Needs {
             probs: self.probs || other.probs,
             grads,
@@ -87,6 +110,7 @@ impl Needs {
             kernel: self.kernel || other.kernel,
             features: self.features || other.features,
             reference: self.reference || other.reference,
+            gaussian,
         })
     }
 }
@@ -374,6 +398,8 @@ pub struct Evidence {
     /// The training (or labeled) items' features and labels, present when
     /// [`Needs::reference`] was asked for; shared by every chunk of one scoring.
     pub reference: Option<Arc<Reference>>,
+    /// Gaussian predictions `(m, n, k)`, present when [`Needs::gaussian`] was asked for.
+    pub gaussian: Option<Gaussian>,
 }
 
 /// RBF kernel values `K_c(x)` of a DUQ model `(n, c)`, each in `[0, 1]` (rows need not sum to
@@ -423,7 +449,24 @@ impl Evidence {
             kernel: None,
             features: None,
             reference: None,
+            gaussian: None,
         }
+    }
+
+    /// Evidence holding a regression model's Gaussian predictions only.
+    pub fn from_gaussian(gaussian: Gaussian) -> Self {
+        Self {
+            gaussian: Some(gaussian),
+            ..Self::default()
+        }
+    }
+
+    /// The Gaussian predictions, or an error naming the scorer that needed them.
+    pub fn gaussian(&self, scorer: &str) -> Result<&Gaussian, ScoreError> {
+        self.gaussian.as_ref().ok_or(ScoreError::Missing {
+            scorer: scorer.to_string(),
+            evidence: "a regression model's Gaussian predictions",
+        })
     }
 
     /// The features and last layer, or an error naming the scorer that needed them.
@@ -468,7 +511,11 @@ impl Evidence {
 
     /// Number of candidates the evidence covers.
     pub fn len(&self) -> usize {
-        self.probs.as_ref().map_or(0, Probs::n)
+        match (&self.probs, &self.gaussian) {
+            (Some(p), _) => p.n(),
+            (None, Some(g)) => g.n(),
+            (None, None) => 0,
+        }
     }
 
     /// True when the evidence covers no candidate.

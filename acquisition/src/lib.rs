@@ -43,10 +43,12 @@ mod epig;
 mod evidence;
 mod features;
 mod gradient;
+mod intervals;
 mod kernels;
 pub mod linalg;
 mod posthoc;
 mod reference;
+mod regression;
 mod scorers;
 mod selection;
 
@@ -60,8 +62,10 @@ pub use evidence::{
 };
 pub use features::{last_layer_norms, AtLastLayer, Features};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
+pub use intervals::{ConformalIntervals, IntervalScore, Prediction, Thresholds};
 pub use posthoc::PostHoc;
 pub use reference::Reference;
+pub use regression::{GaussScore, GaussScorer, Gaussian, Moments};
 pub use scorers::{Builtin, DuqCertainty, Entropy, LeastConfidence, Margin};
 pub use selection::{gumbel, Selection};
 

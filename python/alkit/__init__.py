@@ -52,6 +52,8 @@ __all__ = [
     "calibration",
     "fit_temperature",
     "conformal",
+    "regression_metrics",
+    "conformal_intervals",
     "curve",
     "CurveResult",
     "scorers",
@@ -291,6 +293,8 @@ def score(
     bias: Optional[object] = None,
     train_features: Optional[object] = None,
     train_labels: Optional[object] = None,
+    means: Optional[object] = None,
+    variances: Optional[object] = None,
     checkpoint: Union[None, PathLike, Sequence[PathLike]] = None,
     data: Optional[PathLike] = None,
     split: str = "train",
@@ -318,6 +322,13 @@ def score(
       (``energy``, ``max-logit``, ``gen``, ``ash``, ``scale``; with ``train_features`` and
       ``train_labels`` also ``knn``, ``mahalanobis``, ``vim``, ``react``, ``conformal-size``;
       without the last layer only ``knn`` and ``mahalanobis``).
+
+    A regression model's Gaussian predictions: ``means`` and ``variances`` of one shape,
+    ``(n,)`` (one prediction), ``(T, n)`` (``T`` draws: ensemble members or MC-dropout
+    passes) or ``(T, n, k)`` (``k`` outputs): ``variance`` (total predictive variance),
+    ``epistemic`` (the variance of the draws' means), ``aleatoric`` (the mean of their
+    variances) and ``gauss-mi`` (the moment-matched mutual information), each summed over
+    outputs.
 
     From files: ``checkpoint`` (an alkit checkpoint, ``hf:timm/...``, an ONNX model; a list
     is an ensemble) and ``data`` (any source ``alkit score`` reads) score the ``split``
@@ -355,6 +366,11 @@ def score(
                 + ("arrays" if by_path else "a checkpoint on a data source"),
                 field=key,
             )
+    if means is not None or variances is not None:
+        return _score_gaussian(names, means, variances, by_path, settings, **dict(
+            probs=probs, draws=draws, features=features, weight=weight, bias=bias,
+            train_features=train_features, train_labels=train_labels,
+        ))
     if by_path:
         given = [
             k
@@ -399,6 +415,34 @@ def score(
         _hint_layout(draws, layout)
         raise
     return dict(cols)
+
+
+def _score_gaussian(
+    names: List[str],
+    means: Optional[object],
+    variances: Optional[object],
+    by_path: bool,
+    settings: Mapping[str, object],
+    **others: Optional[object],
+) -> Dict[str, np.ndarray]:
+    """The regression scores of :func:`score`: Gaussian predictions alone."""
+    given = [k for k, v in others.items() if v is not None]
+    if means is None or variances is None or given or by_path or settings:
+        raise SettingsError(
+            "Gaussian predictions are scored from means and variances (both) alone"
+            + (f" (also given: {', '.join(given)})" if given else ""),
+            field="means",
+        )
+    m, v = _array(means, "means"), _array(variances, "variances")
+    if m.ndim not in (1, 2, 3):
+        raise DataError(f"means: shape {m.shape}; expected (n,), (T, n) or (T, n, k)", field="means")
+    return dict(
+        _alkit.score_gaussian(
+            names,
+            np.ascontiguousarray(m, dtype=np.float32),
+            np.ascontiguousarray(v, dtype=np.float32),
+        )
+    )
 
 
 def select(
@@ -539,6 +583,81 @@ def conformal(
         seed=seed,
         cal_draws=_f64(cal_draws, "cal_draws"),
         draws=_f64(draws, "draws"),
+    )
+
+
+def regression_metrics(
+    y: object, mean: object, std: object, levels: Optional[Sequence[float]] = None
+) -> Dict[str, object]:
+    """How good Gaussian predictions ``mean``, ``std`` ``(n,)`` are for targets ``y``
+    ``(n,)``, in the targets' units: ``rmse``, ``mae``, ``nll`` (nats), ``crps``, per level of
+    ``levels`` (default 0.5, 0.8, 0.9, 0.95) the ``coverage`` and mean ``width`` of the
+    central intervals ``mean ± z std``, ``quantile_calibration_error`` (Kuleshov et al.
+    2018), ``spearman`` (rank correlation of ``std`` with the absolute error; ``None`` when
+    either is constant), ``ause`` with the ``sparsification`` curve and its oracle (20
+    steps; ``None`` when every error is 0)."""
+    return _alkit.regression(
+        _f64_1d(y, "y"), _f64_1d(mean, "mean"), _f64_1d(std, "std"),
+        None if levels is None else [float(v) for v in levels],
+    )
+
+
+def _f64_1d(x: object, name: str) -> np.ndarray:
+    a = _array(x, name)
+    if a.ndim != 1:
+        raise DataError(f"{name}: shape {a.shape}; expected (n,)", field=name)
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def conformal_intervals(
+    cal_y: object,
+    alpha: float,
+    *,
+    cal_mean: Optional[object] = None,
+    cal_std: Optional[object] = None,
+    mean: Optional[object] = None,
+    std: Optional[object] = None,
+    cal_lower: Optional[object] = None,
+    cal_upper: Optional[object] = None,
+    lower: Optional[object] = None,
+    upper: Optional[object] = None,
+    score: str = "absolute",
+    cal_groups: Optional[object] = None,
+    groups: Optional[object] = None,
+) -> Tuple[Dict[Optional[int], float], np.ndarray, np.ndarray]:
+    """Split-conformal prediction intervals at miscoverage ``alpha``, calibrated on held-out
+    items with targets ``cal_y``: ``"absolute"`` (``mean ± q``; ``cal_mean``, ``mean``),
+    ``"normalized"`` (``mean ± q std``; also ``cal_std``, ``std``) or ``"cqr"`` (a quantile
+    head's ``[lower - q, upper + q]``; ``cal_lower``, ``cal_upper``, ``lower``, ``upper``).
+    ``q`` is the ``ceil((n + 1)(1 - alpha))``-th smallest calibration score (``inf`` when
+    that exceeds ``n``). With ``cal_groups`` and ``groups`` (integers), one ``q`` per group
+    (Mondrian): a group the calibration items lack gets infinite intervals. Returns the
+    thresholds (``{None: q}``, or ``{group: q}``) and the lower and upper bounds."""
+    if score == "cqr":
+        pairs = (cal_lower, cal_upper, lower, upper)
+        names = ("cal_lower", "cal_upper", "lower", "upper")
+        unread = dict(cal_mean=cal_mean, cal_std=cal_std, mean=mean, std=std)
+    else:
+        if score == "absolute":
+            if cal_std is not None or std is not None:
+                raise SettingsError("std: the absolute score reads the means only", field="std")
+            cal_std = np.ones_like(_f64_1d(cal_mean, "cal_mean")) if cal_mean is not None else None
+            std = np.ones_like(_f64_1d(mean, "mean")) if mean is not None else None
+        pairs = (cal_mean, cal_std, mean, std)
+        names = ("cal_mean", "cal_std", "mean", "std")
+        unread = dict(cal_lower=cal_lower, cal_upper=cal_upper, lower=lower, upper=upper)
+    extra = [k for k, v in unread.items() if v is not None]
+    if extra:
+        raise SettingsError(f"{', '.join(extra)}: not read by the {score!r} score", field=extra[0])
+    missing = [n for n, v in zip(names, pairs) if v is None]
+    if missing:
+        raise SettingsError(f"the {score!r} score needs {', '.join(missing)}", field=missing[0])
+    arrays = [_f64_1d(v, n) for n, v in zip(names, pairs)]
+    g = [None if x is None else np.ascontiguousarray(_array(x, n), dtype=np.int64)
+         for n, x in (("cal_groups", cal_groups), ("groups", groups))]
+    return _alkit.conformal_intervals(
+        _f64_1d(cal_y, "cal_y"), *arrays, float(alpha), score=score,
+        cal_groups=g[0], groups=g[1],
     )
 
 

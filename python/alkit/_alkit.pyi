@@ -61,6 +61,27 @@ def select_batch(
     max_configs: Optional[int] = None,
 ) -> npt.NDArray[np.uintp]: ...
 def ood_metrics(in_scores: F32, out_scores: F32) -> Dict[str, float]: ...
+def score_gaussian(
+    scorers: Sequence[str], means: F32, variances: F32
+) -> List[Tuple[str, F32]]: ...
+def regression(
+    y: npt.NDArray[np.float64],
+    mean: npt.NDArray[np.float64],
+    std: npt.NDArray[np.float64],
+    levels: Optional[List[float]] = None,
+) -> Dict[str, object]: ...
+def conformal_intervals(
+    cal_y: npt.NDArray[np.float64],
+    cal_a: npt.NDArray[np.float64],
+    cal_b: npt.NDArray[np.float64],
+    a: npt.NDArray[np.float64],
+    b: npt.NDArray[np.float64],
+    alpha: float,
+    *,
+    score: str = "absolute",
+    cal_groups: Optional[I64] = None,
+    groups: Optional[I64] = None,
+) -> Tuple[Dict[Optional[int], float], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
 def calibration(
     probs: F32, labels: I64, scores: Optional[List[Tuple[str, F32]]] = None
 ) -> Dict[str, object]: ...

@@ -11,6 +11,7 @@ mod arrays;
 mod curve;
 mod errors;
 mod metrics;
+mod regression;
 mod scoring;
 mod selecting;
 mod session;
@@ -31,6 +32,9 @@ fn _alkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::calibration, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::fit_temperature, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::conformal, m)?)?;
+    m.add_function(wrap_pyfunction!(regression::score_gaussian, m)?)?;
+    m.add_function(wrap_pyfunction!(regression::regression, m)?)?;
+    m.add_function(wrap_pyfunction!(regression::conformal_intervals, m)?)?;
     m.add_function(wrap_pyfunction!(curve::curve, m)?)?;
     m.add_function(wrap_pyfunction!(settings::scorer_settings, m)?)?;
     m.add_class::<session::Session>()?;

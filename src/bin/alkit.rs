@@ -227,6 +227,9 @@ fn load(dir: &Path, quiet: bool) -> Result<alkit::data::Splits> {
 }
 
 fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
+    if a.regression.is_regression() {
+        return regression_curve(&a, device, quiet);
+    }
     let (hub, mut downloads) = (Hub::from_env(), Bars::new(quiet, 0));
     let started = match &a.resume {
         Some(dir) => {
@@ -270,6 +273,37 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     bars.finish();
     print_summary(&summarize(&states?));
     let mut so = std::io::stdout().lock();
+    writeln!(
+        so,
+        "\nwrote {}/curve.csv, summary.csv, curve.svg, curve.png",
+        out.display()
+    )?;
+    Ok(())
+}
+
+fn regression_curve(a: &CurveArgs, device: &Device, quiet: bool) -> Result<()> {
+    let opts = a.regression()?;
+    let out = a.out.clone().unwrap_or_else(|| "out/curve".into());
+    let runs = a.seeds.unwrap_or(1) as usize
+        * a.scorer.as_ref().map_or(3, Vec::len)
+        * (a.cycles.unwrap_or(10) + 1);
+    let mut bars = Bars::new(quiet, runs);
+    let summary = alkit::jobs::regression::run(&opts, &out, a.force, device, &mut bars);
+    bars.finish();
+    let summary = summary.context("regression curve")?;
+    let mut so = std::io::stdout().lock();
+    writeln!(
+        so,
+        "{:<18} {:>5}  {:>20}  {:>18}  {:>10}",
+        "scorer", "seeds", "RMSE (cyc 1..)", "NLL (cyc 1..)", "final RMSE"
+    )?;
+    for r in &summary {
+        writeln!(
+            so,
+            "{:<18} {:>5}  {:>11.4} ± {:<6.4}  {:>10.4} ± {:<5.3}  {:>10.4}",
+            r.strategy, r.seeds, r.rmse_mean, r.rmse_std, r.nll_mean, r.nll_std, r.final_rmse
+        )?;
+    }
     writeln!(
         so,
         "\nwrote {}/curve.csv, summary.csv, curve.svg, curve.png",

@@ -8,7 +8,8 @@
 //! The files form one direction, each using only those listed before it: `resample`, `idx`,
 //! `pool`; `dataset` (IDX folders as data sets), `moons`, `image`, `labels`, `plan`; `stream`
 //! (the item-stream contract); `prepared`; `source/` (one file per source kind, and the
-//! dispatcher in `source/mod.rs`); `reader` (what a round reads of a pool).
+//! dispatcher in `source/mod.rs`); `reader` (what a round reads of a pool); `target` (regression targets, read through the
+//! CSV reader of `source/`).
 
 pub mod dataset;
 pub mod display;
@@ -23,9 +24,11 @@ pub mod reader;
 pub mod resample;
 pub mod source;
 pub mod stream;
+pub mod target;
 
 pub use dataset::{load_idx_dir, Dataset, Fnv1a, Normalizer, NormalizerFit, Splits};
 pub use pool::{Candidates, Pool};
 pub use reader::{PoolReader, StreamedPool};
 pub use source::Source;
 pub use stream::{Items, Loaded};
+pub use target::{Standardizer, Table, Targets, Task};

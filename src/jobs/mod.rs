@@ -3,6 +3,7 @@
 //! backbone's embeddings of a source, cached), [`score`] (a pool or a split, whole, in chunks
 //! or sharded), [`merge`] (shards merged exactly), [`ood`], [`calibrate`], [`scores_file`]
 //! (`alkit metrics`: metrics of scores computed elsewhere), [`curve`] (strategies x seeds),
+//! [`regression`] (the same for numeric targets: Gaussian heads, RMSE and NLL curves),
 //! [`bench`](mod@bench) (throughput) and [`surface`] (two-moons uncertainty surfaces). Each takes a
 //! model and data, writes its files and returns what it measured; the binary only prints.
 //! Beside them: [`model`] (where a job's model comes from) and [`shard`] (which items a shard
@@ -15,6 +16,7 @@ pub mod embed;
 pub mod merge;
 pub mod model;
 pub mod ood;
+pub mod regression;
 pub mod score;
 pub mod scores_file;
 pub mod shard;

@@ -7,18 +7,21 @@
 //! `VarBuilder` and trained (softmax cross-entropy with Adam for the CNN, MLP and ResNets;
 //! DUQ's own loss, penalty and SGD schedule for the DUQ models), and what evidence it can give.
 //! The module sits above `nn`, `duq` and `train` because it ties each of them to its recipe.
-//! Adding a built-in model is its file and one line in the `registry!` below.
+//! Adding a built-in model is its file and one line in the `registry!` below. The regression
+//! models (Gaussian heads) are the closed set [`GaussKind`] (`gauss`).
 
 mod builtin;
 mod cnn;
 mod duq;
 mod duq_mlp;
 mod duq_resnet;
+mod gauss;
 mod mlp;
 mod onnx;
 mod resnet;
 
 pub use builtin::{BuiltinModel, Capabilities, KindInfo, ModelKind};
+pub use gauss::GaussKind;
 pub use onnx::OnnxArch;
 
 use crate::data::Dataset;
@@ -192,6 +195,15 @@ impl Arch {
     /// alkit cannot rebuild it; its last layer's gradients are closed forms).
     pub fn check_needs(&self, name: &str, needs: &alkit_acquisition::Needs) -> Result<()> {
         let model = self.kind().name();
+        if needs.is_regression() {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` scores a regression model's Gaussian predictions, and a {model} \
+                     is a classifier: run it with task regression on numeric targets"
+                ),
+            ));
+        }
         let weight_noise = matches!(
             needs.samples,
             Some(alkit_acquisition::SampleRequest::WeightNoise { .. })

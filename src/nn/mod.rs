@@ -1,5 +1,6 @@
 //! Models: the [`Classifier`] trait every model implements, the deep [`Ensemble`], and the
-//! built-in softmax networks ([`Cnn`], [`Mlp`]) with their layers and seeded initialisation.
+//! built-in softmax networks ([`Cnn`], [`Mlp`]), the Gaussian regression heads ([`GaussMlp`],
+//! [`Regressor`]) with their layers and seeded initialisation.
 //!
 //! Models follow candle's pattern: plain structs of layers built by `new(&cfg, vb)` from a
 //! [`candle_nn::VarBuilder`]. For training, [`init::seeded`] supplies a builder whose
@@ -10,6 +11,7 @@
 mod classifier;
 mod cnn;
 mod ensemble;
+pub mod gauss;
 pub mod gradnorm;
 pub mod init;
 pub mod layers;
@@ -23,4 +25,5 @@ pub use classifier::{
 };
 pub use cnn::{Cnn, CnnConfig};
 pub use ensemble::Ensemble;
+pub use gauss::{GaussLoss, GaussMlp, GaussMlpConfig, Regressor};
 pub use mlp::{Mlp, MlpConfig};

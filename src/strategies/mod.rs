@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
     AtLastLayer, Badge, BatchBald, BatchSelector, Builtin, ConformalScore, CoreSet, DuqCertainty,
-    Epig, ExGrad, ExGradV, GradNorm, GradRequest, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad,
-    SampleRequest, SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust, UnGrad,
+    Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, NeGrad, PerturbKl,
+    PostHoc, ProbCover, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection,
+    SetSize, TypiClust, UnGrad,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::str::FromStr;
@@ -68,6 +69,21 @@ fn batchbald(s: &ScorerSettings) -> Pick {
     }))
 }
 
+/// A score over a regression model's Gaussian draws: an ensemble's members when the loop
+/// trains one, else MC-dropout passes (a run whose model has no dropout reads its one head).
+fn gauss(s: &ScorerSettings, score: GaussScore) -> Pick {
+    scorer(GaussScorer {
+        score,
+        request: if s.members {
+            SampleRequest::Members
+        } else {
+            SampleRequest::McDropout {
+                samples: s.mc_samples,
+            }
+        },
+    })
+}
+
 /// EPIG's target inputs by default (the paper's experiments use about as many).
 pub const DEFAULT_EPIG_TARGETS: usize = 100;
 
@@ -113,6 +129,10 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "variation-ratio", about: "variation ratio over draws", build: |s| sample(s, SampleScore::VariationRatio) },
     Entry { name: "mc-max-prob", about: "one minus the mean largest probability over draws", build: |s| sample(s, SampleScore::MaxProb) },
     Entry { name: "epig", about: "EPIG (Bickford Smith et al. 2023): expected information gain about the predictions on the candidates as targets (setting `epig_targets`), over MC-dropout or ensemble draws", build: epig },
+    Entry { name: "variance", about: "regression: total predictive variance of the Gaussian draws (aleatoric plus epistemic)", build: |s| gauss(s, GaussScore::Variance) },
+    Entry { name: "epistemic", about: "regression: variance of the draws' means (an ensemble or MC dropout)", build: |s| gauss(s, GaussScore::Epistemic) },
+    Entry { name: "aleatoric", about: "regression: mean of the draws' variances (the noise the model expects)", build: |s| gauss(s, GaussScore::Aleatoric) },
+    Entry { name: "gauss-mi", about: "regression: mutual information between target and weights, moment-matched Gaussian (an ensemble or MC dropout)", build: |s| gauss(s, GaussScore::MutualInfo) },
     Entry { name: "duq", about: "DUQ: one minus the largest RBF kernel value (needs a DUQ model)", build: |_| scorer(DuqCertainty) },
     Entry { name: "max-logit", about: "max-logit (Hendrycks et al. 2022): minus the largest logit", build: |_| scorer(PostHoc::MaxLogit) },
     Entry { name: "energy", about: "energy (Liu et al. 2020): minus the log-sum-exp of the logits", build: |_| scorer(PostHoc::Energy) },

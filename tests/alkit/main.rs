@@ -23,6 +23,7 @@ mod lists;
 mod numpy_files;
 mod onnx;
 mod pytorch;
+mod regression;
 mod scorers;
 mod sessions;
 mod shards;

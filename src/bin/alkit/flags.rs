@@ -2,7 +2,7 @@
 //! to the library's names. Nothing here computes; `main` turns these into library calls.
 
 use crate::session;
-use alkit::models::ModelKind;
+use alkit::models::{GaussKind, ModelKind};
 use alkit::strategies::{ScorerSettings, StrategyKind};
 use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
@@ -41,6 +41,24 @@ pub(crate) fn model_kind() -> impl clap::builder::TypedValueParser<Value = Model
     PossibleValuesParser::new(names).map(|name| {
         name.parse::<ModelKind>()
             .expect("the parser admits registry names only")
+    })
+}
+
+/// A curve's model: a classifier of the registry, or a regression run's Gaussian head.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CurveModel {
+    Classifier(ModelKind),
+    Gauss(GaussKind),
+}
+
+/// The classifiers' names and the Gaussian heads' names, each with its help line.
+pub(crate) fn curve_model() -> impl clap::builder::TypedValueParser<Value = CurveModel> {
+    let names = ModelKind::all()
+        .map(|k| PossibleValue::new(k.name()).help(k.about()))
+        .chain(GaussKind::ALL.map(|k| PossibleValue::new(k.name()).help(k.about())));
+    PossibleValuesParser::new(names).map(|name| match name.parse::<ModelKind>() {
+        Ok(k) => CurveModel::Classifier(k),
+        Err(_) => CurveModel::Gauss(name.parse().expect("the parser admits these names only")),
     })
 }
 
@@ -311,9 +329,9 @@ pub(crate) struct CurveArgs {
     /// Adam learning rate. [default: 0.001]
     #[arg(long)]
     pub(crate) lr: Option<f64>,
-    /// Model trained each cycle. [default: cnn]
-    #[arg(long, value_parser = model_kind())]
-    pub(crate) model: Option<ModelKind>,
+    /// Model trained each cycle: a classifier, or a Gaussian head of a regression run. [default: cnn; mlp-gauss for regression]
+    #[arg(long, value_parser = curve_model())]
+    pub(crate) model: Option<CurveModel>,
     /// Train a deep ensemble of K members each cycle (different initialisations and batch orders); bald, batchbald, class-variance, ... then read one draw per member instead of MC dropout, and ACC/NLL are the ensemble's.
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..), value_name = "K")]
     pub(crate) ensemble: Option<u64>,
@@ -344,6 +362,8 @@ pub(crate) struct CurveArgs {
     /// Folder of the backbone embeddings' cache. [default: $ALKIT_CACHE/embeddings, else $XDG_CACHE_HOME/alkit/embeddings, else ~/.cache/alkit/embeddings]
     #[arg(long, value_name = "DIR", requires = "backbone")]
     pub(crate) embed_cache: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) regression: alkit::jobs::regression::RegressionSettings,
 }
 
 #[derive(clap::Args)]
@@ -577,10 +597,19 @@ impl ModelSource {
 impl CurveArgs {
     /// The settings of a new curve (`--resume` takes every setting from its folder instead).
     pub(crate) fn options(&self) -> Result<alkit::jobs::curve::CurveOptions> {
+        let model = match self.model {
+            Some(CurveModel::Gauss(k)) => anyhow::bail!(
+                "--model {} is a regression model: give the numbers to predict with --target \
+                 COLUMN (and --task regression where the data cannot tell)",
+                k.name()
+            ),
+            Some(CurveModel::Classifier(k)) => Some(k),
+            None => None,
+        };
         Ok(alkit::jobs::curve::CurveOptions {
             data: self.data.clone(),
             stream: self.stream,
-            model: self.model,
+            model,
             strategies: self.scorer.clone(),
             seed: self.seed,
             seeds: self.seeds,
@@ -595,6 +624,49 @@ impl CurveArgs {
             subsample: self.subsample,
             cold_start: self.cold_start,
             scorers: self.scorer_settings.checked()?,
+        })
+    }
+}
+
+impl CurveArgs {
+    /// The settings of a regression curve; the flags a regression run does not take yet are
+    /// refused by name.
+    pub(crate) fn regression(&self) -> Result<alkit::jobs::regression::RegressionCurve> {
+        let not_yet = [
+            ("--stream", self.stream),
+            ("--backbone", self.backbone.is_some()),
+            ("--anchor", self.anchor.is_some()),
+            ("--subsample", self.subsample.is_some()),
+            ("--cold-start", self.cold_start),
+            ("--resume", self.resume.is_some()),
+            ("--save-scores", self.save_scores),
+        ];
+        if let Some((flag, _)) = not_yet.iter().find(|(_, given)| *given) {
+            anyhow::bail!("{flag} is not available for a regression curve yet; drop it");
+        }
+        let model = match self.model {
+            Some(CurveModel::Classifier(k)) => anyhow::bail!(
+                "--model {} is a classifier; a regression run trains linear-gauss or mlp-gauss",
+                k.name()
+            ),
+            Some(CurveModel::Gauss(k)) => Some(k),
+            None => None,
+        };
+        Ok(alkit::jobs::regression::RegressionCurve {
+            data: self.data.clone().unwrap_or_else(|| "data".into()),
+            settings: self.regression.clone(),
+            model,
+            strategies: self.scorer.clone(),
+            scorers: self.scorer_settings.checked()?,
+            seed: self.seed,
+            seeds: self.seeds,
+            initial: self.initial,
+            query: self.query,
+            cycles: self.cycles,
+            steps: self.steps,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            ensemble: self.ensemble.map(|k| k as usize),
         })
     }
 }

@@ -244,6 +244,11 @@ impl Bars {
                 p.phase = format!("done: accuracy {:.2}%", 100.0 * record.acc);
                 force = true;
             }
+            Event::CycleMeasured { metric, value, .. } => {
+                p.cycles.0 += 1;
+                p.phase = format!("done: {metric} {value:.4}");
+                force = true;
+            }
             Event::Download { file, done, total } => {
                 p.step = (*done, *total);
                 p.phase = format!("downloading {file}: {done}/{total} bytes");
@@ -292,6 +297,11 @@ impl Observer for Bars {
                 let overall = self.overall();
                 overall.inc(1);
                 overall.set_message(format!("acc {:.3}", record.acc));
+            }
+            Event::CycleMeasured { metric, value, .. } => {
+                let overall = self.overall();
+                overall.inc(1);
+                overall.set_message(format!("{metric} {value:.4}"));
             }
             Event::Download { file, done, total } => {
                 let multi = &self.multi;

@@ -60,6 +60,7 @@ mod runs;
 mod safetensors;
 mod sessions;
 mod shards;
+mod targets;
 
 /// The variables a scheduler sets to say which shard a process is: removed from every case's
 /// environment (the suite may itself run inside a job array), then set as the row says.
@@ -79,6 +80,7 @@ fn cases() -> Vec<Case> {
         safetensors::cases(),
         numpy::cases(),
         csv::cases(),
+        targets::cases(),
         images::cases(),
         parquet::cases(),
         checkpoints::cases(),

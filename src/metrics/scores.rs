@@ -1,4 +1,4 @@
-//! Evaluation of uncertainty scores on their own: OOD detection and calibration.
+//! Classification: OOD detection and calibration metrics over score vectors.
 //!
 //! Everything here works on plain score vectors, **higher score = more uncertain** (the
 //! orientation of every alkit scorer), so any scorer, ours or a user's or one computed

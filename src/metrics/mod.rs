@@ -1,0 +1,10 @@
+//! Evaluation of uncertainty on its own, over plain vectors: a classifier's scores for OOD
+//! detection and calibration (`scores.rs`, re-exported here), and a regression model's
+//! Gaussian predictions against the targets ([`regression`]).
+//!
+//! The files are independent of each other.
+
+pub mod regression;
+mod scores;
+
+pub use scores::*;
