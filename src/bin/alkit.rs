@@ -230,6 +230,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     if a.regression.is_regression() {
         return regression_curve(&a, device, quiet);
     }
+    a.regression.check_unread()?;
     let (hub, mut downloads) = (Hub::from_env(), Bars::new(quiet, 0));
     let started = match &a.resume {
         Some(dir) => {
@@ -308,6 +309,46 @@ fn regression_curve(a: &CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         so,
         "\nwrote {}/curve.csv, summary.csv, curve.svg, curve.png",
         out.display()
+    )?;
+    Ok(())
+}
+
+fn regression_calibrate(a: &CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
+    let opts = a.regression()?;
+    let mut bars = Bars::new(quiet, 1);
+    let r = alkit::jobs::regression::calibrate(&opts, &a.out, device, &mut bars);
+    bars.finish();
+    let r = r.context("regression calibration")?;
+    let mut so = std::io::stdout().lock();
+    writeln!(
+        so,
+        "{:<14} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8} {:>8}",
+        "target", "RMSE", "MAE", "NLL", "CRPS", "cov90", "QCE", "AUSE"
+    )?;
+    for (name, m) in &r.outputs {
+        let cov90 = m
+            .intervals
+            .iter()
+            .find(|i| i.level == 0.9)
+            .map_or(f64::NAN, |i| i.coverage);
+        let ause = m.sparsification.as_ref().map_or(f64::NAN, |s| s.ause);
+        writeln!(
+            so,
+            "{name:<14} {:>10.4} {:>10.4} {:>8.4} {:>10.4} {:>8.3} {:>8.4} {:>8.4}",
+            m.rmse, m.mae, m.nll, m.crps, cov90, m.quantile_calibration_error, ause
+        )?;
+    }
+    for c in &r.conformal {
+        writeln!(
+            so,
+            "conformal {:<10} {} alpha {}: coverage {:.3} on {} items, mean width {:.4} (threshold {:.4}, {} calibration items)",
+            c.score, c.output, c.alpha, c.coverage, c.evaluation_items, c.width, c.threshold, c.calibration_items
+        )?;
+    }
+    writeln!(
+        so,
+        "\nwrote {}/metrics.json, calibration.svg, calibration.png",
+        a.out.display()
     )?;
     Ok(())
 }
@@ -609,6 +650,13 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
 }
 
 fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
+    if a.regression.is_regression() {
+        return regression_calibrate(&a, device, quiet);
+    }
+    if a.ensemble.is_some() {
+        anyhow::bail!("--ensemble trains Gaussian heads of a regression calibration (--target)");
+    }
+    a.regression.check_unread()?;
     let scorers = per_item_scorers(&a.scorer, &a.scorer_settings.checked()?)?;
     let source = a.source.to_lib()?.caching_statistics();
     let mut bars = Bars::new(quiet, 1);

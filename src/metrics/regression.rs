@@ -202,18 +202,30 @@ pub fn central_intervals(
         .collect()
 }
 
-/// Kuleshov et al.'s calibration error of the predicted quantiles (module docs).
-pub fn quantile_calibration_error(y: &[f64], mean: &[f64], std: &[f64]) -> f64 {
+/// The levels of the quantile calibration, `p_j = j / 20` for `j = 1..19`.
+pub fn quantile_levels() -> Vec<f64> {
+    (1..20).map(|j| j as f64 / 20.0).collect()
+}
+
+/// The observed frequencies `phat_j` at [`quantile_levels`]: the fraction of items whose
+/// predicted distribution function at the target is at most `p_j`.
+pub fn quantile_observed(y: &[f64], mean: &[f64], std: &[f64]) -> Vec<f64> {
     let pit: Vec<f64> = (0..y.len())
         .map(|i| normal_cdf((y[i] - mean[i]) / std[i]))
         .collect();
     let n = y.len() as f64;
-    (1..20)
-        .map(|j| {
-            let p = j as f64 / 20.0;
-            let phat = pit.iter().filter(|&&u| u <= p).count() as f64 / n;
-            (p - phat).powi(2)
-        })
+    quantile_levels()
+        .into_iter()
+        .map(|p| pit.iter().filter(|&&u| u <= p).count() as f64 / n)
+        .collect()
+}
+
+/// Kuleshov et al.'s calibration error of the predicted quantiles (module docs).
+pub fn quantile_calibration_error(y: &[f64], mean: &[f64], std: &[f64]) -> f64 {
+    quantile_levels()
+        .iter()
+        .zip(quantile_observed(y, mean, std))
+        .map(|(p, phat)| (p - phat).powi(2))
         .sum()
 }
 
@@ -323,6 +335,8 @@ pub struct RegressionMetrics {
     pub intervals: Vec<IntervalCoverage>,
     /// Kuleshov et al.'s quantile calibration error.
     pub quantile_calibration_error: f64,
+    /// The observed frequencies at the levels `j / 20` ([`quantile_observed`]).
+    pub quantile_observed: Vec<f64>,
     /// Rank correlation of the standard deviation with the absolute error.
     pub spearman: Option<f64>,
     /// Sparsification curve and AUSE.
@@ -353,6 +367,7 @@ pub fn regression_metrics(
         crps: crps_gaussian(y, mean, std),
         intervals: central_intervals(y, mean, std, levels),
         quantile_calibration_error: quantile_calibration_error(y, mean, std),
+        quantile_observed: quantile_observed(y, mean, std),
         spearman: spearman(std, &err),
         sparsification: sparsification(y, mean, std),
     })

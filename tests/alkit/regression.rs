@@ -500,3 +500,80 @@ fn targets_of_1e30_give_the_same_curve_in_their_units() {
         assert!((b - a - 1e30f64.ln()).abs() < 1e-3, "nll {a} vs {b}");
     }
 }
+
+#[test]
+fn regression_calibrate_reports_metrics_and_intervals_that_cover() {
+    let dir = tmp("regression-calibrate");
+    let out = dir.join("cal");
+    let o = alkit_cmd()
+        .args(["-q", "calibrate", "--data"])
+        .arg(friedman("train"))
+        .arg("--test")
+        .arg(friedman("test"))
+        .args([
+            "--target",
+            "y",
+            "--steps",
+            "300",
+            "--conformal",
+            "0.1",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("conformal normalized"), "{text}");
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    // The predictions as written, and the conformal rule worked by hand on them.
+    let csv = std::fs::read_to_string(out.join("predictions.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("id,part,y,y_mean,y_std"));
+    let rows: Vec<(bool, f64, f64, f64)> = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let v = |i: usize| f[i].parse::<f64>().unwrap();
+            (f[1] == "calibration", v(2), v(3), v(4))
+        })
+        .collect();
+    assert_eq!(rows.len(), 500);
+    let y: Vec<f64> = rows.iter().map(|r| r.1).collect();
+    let mu: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    let sd: Vec<f64> = rows.iter().map(|r| r.3).collect();
+    let whole = &m["outputs"][0][1];
+    close(
+        num(&whole["rmse"]),
+        alkit::metrics::regression::rmse(&y, &mu),
+        1e-12,
+        "rmse",
+    );
+    let nll = alkit::metrics::regression::gaussian_nll(&y, &mu, &sd);
+    close(num(&whole["nll"]), nll, 1e-12, "nll");
+    for (score, scale) in [("absolute", false), ("normalized", true)] {
+        let s = |r: &(bool, f64, f64, f64)| (r.1 - r.2).abs() / if scale { r.3 } else { 1.0 };
+        let mut cal: Vec<f64> = rows.iter().filter(|r| r.0).map(s).collect();
+        cal.sort_by(f64::total_cmp);
+        let n = cal.len();
+        assert_eq!(n, 250);
+        let k = ((n as f64 + 1.0) * 0.9).ceil() as usize; // 226
+        let q = cal[k - 1];
+        let eval: Vec<f64> = rows.iter().filter(|r| !r.0).map(s).collect();
+        let covered = eval.iter().filter(|&&e| e <= q).count() as f64 / eval.len() as f64;
+        let rep = m["conformal"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["score"] == score)
+            .unwrap();
+        close(num(&rep["threshold"]), q, 1e-12, score);
+        close(num(&rep["coverage"]), covered, 1e-12, score);
+        // 250 exchangeable evaluation items at alpha 0.1: coverage about 0.9, its binomial
+        // spread about 0.02.
+        assert!((0.82..=0.98).contains(&covered), "{score}: {covered}");
+    }
+    for f in ["calibration.svg", "calibration.png"] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+}

@@ -10,6 +10,7 @@
 //! `(seed, Select, cycle)`: the same seed gives the same picks and figures on the CPU.
 
 use super::data::RegressionData;
+use super::fit::Heads;
 use super::output::{curve_figure, summarize, write_curve_csv, write_summary_csv, Record};
 use super::output::{SummaryRow, OUTPUTS};
 use super::settings::RegressionSettings;
@@ -18,13 +19,12 @@ use crate::error::{Error, Result};
 use crate::fsutil::write_json;
 use crate::metrics::regression::regression_metrics;
 use crate::models::GaussKind;
-use crate::nn::{GaussMlp, GaussMlpConfig, Regressor};
+use crate::nn::GaussMlp;
 use crate::observe::{check, Event, Observer};
-use crate::predict::gaussian_evidence;
 use crate::rng::{stream, Purpose};
 use crate::round::{pick_random, Pick, Strategy};
 use crate::strategies::{ScorerSettings, StrategyKind};
-use crate::train::{train_gauss, GaussRows, TrainConfig, TrainParams};
+use crate::train::TrainConfig;
 use alkit_acquisition::{Evidence, Gaussian, SampleRequest};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -72,11 +72,7 @@ struct Plan {
     initial: usize,
     query: usize,
     cycles: usize,
-    params: TrainParams,
-    cfg: GaussMlpConfig,
-    loss: crate::nn::GaussLoss,
-    members: usize,
-    mc_samples: usize,
+    heads: Heads,
 }
 
 impl RegressionCurve {
@@ -153,11 +149,13 @@ impl RegressionCurve {
             initial,
             query,
             cycles,
-            params,
-            cfg,
-            loss: self.settings.gauss_loss()?,
-            members,
-            mc_samples: scorers.mc_samples,
+            heads: Heads {
+                cfg,
+                loss: self.settings.gauss_loss()?,
+                members,
+                params,
+                mc_samples: scorers.mc_samples,
+            },
         })
     }
 }
@@ -292,18 +290,13 @@ fn run_one(
         )?;
         let t = Instant::now();
         let scaler = Standardizer::fit(&data.pool.targets, &labeled)?;
-        let models = train(
-            plan,
-            data,
-            &scaler,
-            &labeled,
-            (seed, cycle as u64),
-            device,
-            observer,
-        )?;
+        let key = (seed, cycle as u64);
+        let models = plan
+            .heads
+            .train(data, &scaler, &labeled, key, device, observer)?;
         let train_s = t.elapsed().as_secs_f64();
         let mut masks = stream(seed, Purpose::Tool, cycle as u64);
-        let measured = evaluate(plan, &models, data, &scaler, &mut masks, device)?;
+        let measured = evaluate(&plan.heads, &models, data, &scaler, &mut masks, device)?;
         records.push(measured.record(
             strategy.name(),
             seed,
@@ -337,44 +330,6 @@ fn run_one(
         score_s = t.elapsed().as_secs_f64();
     }
     Ok(records)
-}
-
-/// The cycle's heads, trained on the labeled items' standardised targets.
-fn train(
-    plan: &Plan,
-    data: &RegressionData,
-    scaler: &Standardizer,
-    labeled: &[usize],
-    key: (u64, u64),
-    device: &Device,
-    observer: &mut dyn Observer,
-) -> Result<Vec<GaussMlp>> {
-    let t = &data.pool.targets;
-    let y: Vec<f32> = (0..t.len())
-        .flat_map(|i| {
-            t.row(i)
-                .iter()
-                .enumerate()
-                .map(|(o, &v)| scaler.forward(o, v) as f32)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let rows = GaussRows {
-        x: &data.pool_x,
-        d: data.pool.dim(),
-        y: &y,
-    };
-    train_gauss(
-        &plan.cfg,
-        plan.loss,
-        plan.members,
-        &rows,
-        labeled,
-        &plan.params,
-        key,
-        device,
-        observer,
-    )
 }
 
 /// Test-split figures of one cycle, each the mean over outputs.
@@ -412,36 +367,28 @@ impl Measured {
     }
 }
 
-/// The model's predictive mixture on the test split, in the targets' units, measured: an
-/// ensemble's members, or a single head's MC-dropout passes (`mc_samples`, masks from
-/// `masks`) when it has dropout, or its one prediction.
+/// The model's predictive mixture on the test split (see [`Heads::predict`]), measured.
 fn evaluate(
-    plan: &Plan,
+    heads: &Heads,
     models: &[GaussMlp],
     data: &RegressionData,
     scaler: &Standardizer,
     masks: &mut crate::rng::Rng,
     device: &Device,
 ) -> Result<Measured> {
-    let refs: Vec<&dyn Regressor> = models.iter().map(|m| m as &dyn Regressor).collect();
-    let request = if plan.members == 1 && refs[0].has_dropout() {
-        SampleRequest::McDropout {
-            samples: plan.mc_samples,
-        }
-    } else {
-        SampleRequest::Members
-    };
-    let g = gaussian_evidence(&refs, &data.test_x, data.test.dim(), request, masks, device)?;
-    let (mean, var) = g.predictive();
-    let k = g.outputs();
+    let (d, k, n) = (
+        data.test.dim(),
+        data.test.targets.outputs(),
+        data.test.len(),
+    );
+    let (mean, var) = heads.predict(models, &data.test_x, d, scaler, masks, device)?;
     let mut sum = [0f64; 6];
     for o in 0..k {
         let (mut y, mut mu, mut sd) = (Vec::new(), Vec::new(), Vec::new());
-        for i in 0..g.n() {
-            let (m, v) = scaler.back(o, mean[i * k + o], var[i * k + o]);
+        for i in 0..n {
             y.push(data.test.targets.row(i)[o]);
-            mu.push(m);
-            sd.push(v.sqrt());
+            mu.push(mean[i * k + o]);
+            sd.push(var[i * k + o].sqrt());
         }
         let m = regression_metrics(&y, &mu, &sd, &[0.9])?;
         let figures = [
@@ -494,15 +441,9 @@ fn choose(
     for &i in &unlabeled {
         x.extend_from_slice(&data.pool_x[i * d..(i + 1) * d]);
     }
-    let refs: Vec<&dyn Regressor> = models.iter().map(|m| m as &dyn Regressor).collect();
-    let request = match scorer.needs().gaussian {
-        // A single head without dropout is its own one draw.
-        Some(SampleRequest::McDropout { .. }) if !refs[0].has_dropout() => SampleRequest::Members,
-        Some(r) => r,
-        None => SampleRequest::Members,
-    };
+    let request = scorer.needs().gaussian.unwrap_or(SampleRequest::Members);
     let mut masks = stream(seed, Purpose::Perturb, key);
-    let g = gaussian_evidence(&refs, &x, d, request, &mut masks, device)?;
+    let g = Heads::draws(models, &x, d, request, &mut masks, device)?;
     let scores = scorer.score(&Evidence::from_gaussian(g))?;
     check(
         observer,

@@ -63,6 +63,23 @@ impl RegressionSettings {
         self.task == Some(Task::Regression) || !self.target.is_empty()
     }
 
+    /// Refuses, for a run that is not regression, a setting only regression reads (it would be
+    /// ignored).
+    pub fn check_unread(&self) -> Result<()> {
+        let given = [
+            ("test", self.test.is_some()),
+            ("loss", self.loss.is_some()),
+            ("nll_beta", self.nll_beta.is_some()),
+        ];
+        match given.iter().find(|(_, g)| *g) {
+            Some((name, _)) => Err(Error::config(
+                name,
+                "is read by a regression run only: name its target column(s) (setting `target`)",
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The loss, checked.
     pub fn gauss_loss(&self) -> Result<GaussLoss> {
         let beta = self.nll_beta.unwrap_or(DEFAULT_NLL_BETA);
