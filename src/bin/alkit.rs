@@ -313,6 +313,33 @@ fn regression_curve(a: &CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+fn bench_gauss(a: &BenchArgs, device: &Device) -> Result<()> {
+    if a.penalty_weight.is_some() {
+        anyhow::bail!("--penalty-weight is DUQ's; --train mlp-gauss has none");
+    }
+    let passes = a.scorer_settings.checked()?.mc_samples;
+    let batch = a.batch.map_or(256, |b| b as usize);
+    let r = alkit::jobs::bench::gauss((a.n, 64), (batch, a.steps, passes), a.repeats, device)?;
+    let mut so = std::io::stdout().lock();
+    if a.json {
+        writeln!(
+            so,
+            "{}",
+            serde_json::json!({
+                "mlp-gauss-train": (r.train_rows_per_s * 10.0).round() / 10.0,
+                "mlp-gauss-score": (r.score_rows_per_s * 10.0).round() / 10.0,
+            })
+        )?;
+    } else {
+        writeln!(
+            so,
+            "mlp-gauss on {} x {} rows, {} thread(s): training {:.0} rows/s (batch {}, {} steps), scoring by variance over {} MC-dropout passes {:.0} rows/s (medians of {})",
+            r.rows, r.dim, rayon::current_num_threads(), r.train_rows_per_s, r.batch, r.steps, r.passes, r.score_rows_per_s, a.repeats
+        )?;
+    }
+    Ok(())
+}
+
 fn regression_calibrate(a: &CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let opts = a.regression()?;
     let mut bars = Bars::new(quiet, 1);
@@ -436,6 +463,9 @@ fn merge_cmd(a: MergeArgs) -> Result<()> {
 }
 
 fn bench_train(a: &BenchArgs, device: &Device, quiet: bool) -> Result<()> {
+    if matches!(a.train, Some(flags::TrainBench::MlpGauss)) {
+        return bench_gauss(a, device);
+    }
     if let Some(setting) = a.scorer_settings.first_given() {
         return Err(alkit::Error::config(
             "train",

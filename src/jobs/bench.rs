@@ -394,3 +394,130 @@ pub fn score_job(
         passes_s,
     })
 }
+
+/// What [`gauss`] measured: whole Adam steps of an `mlp-gauss` head and its scoring by total
+/// variance over MC-dropout passes, on synthetic tabular rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaussBench {
+    /// Rows `n` and features `d`.
+    pub rows: usize,
+    /// Features per row.
+    pub dim: usize,
+    /// Training batch.
+    pub batch: usize,
+    /// Timed Adam steps per repeat.
+    pub steps: usize,
+    /// MC-dropout passes when scoring.
+    pub passes: usize,
+    /// Median training throughput, rows (batch x steps) per second.
+    pub train_rows_per_s: f64,
+    /// Median scoring throughput, rows per second (every pass included).
+    pub score_rows_per_s: f64,
+}
+
+/// Times an `mlp-gauss` head (d -> 128 -> 128 -> 2, dropout 0.1, beta-NLL, Adam) on `rows`
+/// seeded synthetic rows of `dim` features: `steps` optimiser steps of `batch` rows, and the
+/// total-variance score of every row over `passes` MC-dropout passes; medians of `repeats`
+/// runs. What `tests/reference/gauss_speed.py` times in PyTorch.
+pub fn gauss(
+    (rows, dim): (usize, usize),
+    (batch, steps, passes): (usize, usize, usize),
+    repeats: usize,
+    device: &candle_core::Device,
+) -> Result<GaussBench> {
+    use crate::models::GaussKind;
+    use crate::nn::{GaussLoss, Regressor};
+    use crate::rng::{normal, stream, Purpose};
+    use crate::train::{train_gauss, GaussRows};
+    crate::limits::count(
+        "steps",
+        steps,
+        crate::limits::MAX_BENCH_TRAIN_STEPS,
+        "timed steps",
+    )?;
+    crate::limits::count(
+        "repeats",
+        repeats,
+        crate::limits::MAX_REPEATS,
+        "timed passes",
+    )?;
+    crate::limits::count(
+        "passes",
+        passes,
+        crate::limits::MAX_SAMPLES,
+        "MC-dropout passes",
+    )?;
+    if rows == 0 || dim == 0 || batch == 0 {
+        return Err(crate::Error::config(
+            "n",
+            "rows, features and batch must be at least 1",
+        ));
+    }
+    let values = crate::limits::product(&[rows, dim, 4]);
+    crate::limits::fits("n", "the benchmark's synthetic rows", values)?;
+    let mut rng = stream(0, Purpose::Tool, 0);
+    let x: Vec<f32> = (0..rows * dim).map(|_| normal(&mut rng) as f32).collect();
+    let y: Vec<f32> = x
+        .chunks_exact(dim)
+        .map(|r| r[0] + 0.5 * r[dim - 1] + 0.3 * normal(&mut rng) as f32)
+        .collect();
+    let cfg = GaussKind::MlpGauss.config(dim, 1);
+    let params = crate::train::TrainConfig {
+        steps,
+        batch_size: batch,
+        lr: 1e-3,
+        anchor: None,
+    }
+    .validate()?;
+    let all: Vec<usize> = (0..rows).collect();
+    let loss = GaussLoss::BetaNll { beta: 0.5 };
+    let rows_in = GaussRows {
+        x: &x,
+        d: dim,
+        y: &y,
+    };
+    let mut train_s = Vec::with_capacity(repeats);
+    let mut score_s = Vec::with_capacity(repeats);
+    let mut silent = crate::observe::Silent;
+    for r in 0..repeats {
+        let t = std::time::Instant::now();
+        let models = train_gauss(
+            &cfg,
+            loss,
+            1,
+            &rows_in,
+            &all,
+            &params,
+            (0, r as u64),
+            device,
+            &mut silent,
+        )?;
+        train_s.push(t.elapsed().as_secs_f64());
+        let refs: Vec<&dyn Regressor> = models.iter().map(|m| m as &dyn Regressor).collect();
+        let t = std::time::Instant::now();
+        let g = crate::predict::gaussian_evidence(
+            &refs,
+            &x,
+            dim,
+            alkit_acquisition::SampleRequest::McDropout { samples: passes },
+            &mut rng,
+            device,
+        )?;
+        let scores = alkit_acquisition::GaussScore::Variance.scores(&g)?;
+        score_s.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(scores);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(GaussBench {
+        rows,
+        dim,
+        batch,
+        steps,
+        passes,
+        train_rows_per_s: (batch.min(rows) * steps) as f64 / median(&mut train_s),
+        score_rows_per_s: rows as f64 / median(&mut score_s),
+    })
+}

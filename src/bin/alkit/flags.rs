@@ -571,6 +571,8 @@ pub(crate) struct BenchArgs {
 pub(crate) enum TrainBench {
     /// DUQ on the Fashion-MNIST CNN with batch norm.
     DuqFm,
+    /// A regression head: mlp-gauss (d -> 128 -> 128 -> 2, dropout 0.1, beta-NLL, batch 256) on --n synthetic rows of 64 features; also its scoring by variance over --mc-samples MC-dropout passes.
+    MlpGauss,
 }
 
 impl ModelSource {
