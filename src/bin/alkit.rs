@@ -285,10 +285,7 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
 fn regression_curve(a: &CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     let opts = a.regression()?;
     let out = a.out.clone().unwrap_or_else(|| "out/curve".into());
-    let runs = a.seeds.unwrap_or(1) as usize
-        * a.scorer.as_ref().map_or(3, Vec::len)
-        * (a.cycles.unwrap_or(10) + 1);
-    let mut bars = Bars::new(quiet, runs);
+    let mut bars = Bars::new(quiet, opts.cycles_total());
     let summary = alkit::jobs::regression::run(&opts, &out, a.force, device, &mut bars);
     bars.finish();
     let summary = summary.context("regression curve")?;

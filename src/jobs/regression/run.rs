@@ -76,6 +76,19 @@ struct Plan {
 }
 
 impl RegressionCurve {
+    /// Cycles the run will train, over every strategy and seed (for progress bars).
+    pub fn cycles_total(&self) -> usize {
+        let draws = self.ensemble.unwrap_or(1) > 1
+            || self.model.unwrap_or(GaussKind::MlpGauss) != GaussKind::LinearGauss;
+        let strategies = self
+            .strategies
+            .as_ref()
+            .map_or_else(|| default_strategies(draws).len(), Vec::len);
+        (self.seeds.unwrap_or(1) as usize)
+            .saturating_mul(strategies)
+            .saturating_mul(self.cycles.unwrap_or(10).saturating_add(1))
+    }
+
     fn test_path(&self) -> Result<&Path> {
         self.settings.test.as_deref().ok_or_else(|| {
             Error::config(
