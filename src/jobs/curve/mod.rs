@@ -12,6 +12,7 @@
 mod runs;
 mod setup;
 
+pub(crate) use runs::mean_std;
 pub use runs::{
     curve_figure, remove_outputs, run_curve, state_path, summarize, write_curve_csv,
     write_summary_csv, CurveSpec, SaveScores, SummaryRow, MAX_SEEDS, OUTPUTS,

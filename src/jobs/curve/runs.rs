@@ -244,7 +244,8 @@ pub fn write_curve_csv(path: &Path, states: &[RunState]) -> Result<()> {
     write_csv(path, &header, rows)
 }
 
-fn mean_std(v: &[f64]) -> (f64, f64) {
+/// Mean and sample standard deviation of `v` (0 for one value): what curves report over seeds.
+pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let m = v.iter().sum::<f64>() / n.max(1.0);
     let var = if v.len() > 1 {

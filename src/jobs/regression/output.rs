@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use crate::fsutil::write_csv;
+use crate::jobs::curve::mean_std;
 use crate::plot::{Figure, Panel, Series};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -99,17 +100,6 @@ pub struct SummaryRow {
     pub nll_std: f64,
     /// Mean RMSE of the last cycle.
     pub final_rmse: f64,
-}
-
-fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let m = v.iter().sum::<f64>() / n.max(1.0);
-    let var = if v.len() > 1 {
-        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
-    (m, var.sqrt())
 }
 
 /// The strategies in first-seen order, each with its runs' records by seed.
