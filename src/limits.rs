@@ -32,6 +32,10 @@ pub const MAX_PERTURBATIONS: usize = 1024;
 /// published settings use 10 to 100).
 pub const MAX_SAMPLES: usize = 10_000;
 
+/// Most dimensions of the regression batch rules' feature sketch (the paper uses 512; the
+/// pool's features take `n x sketch` values).
+pub const MAX_SKETCH: usize = 16_384;
+
 /// Training steps at most: 10^8 steps are days of training of the largest built-in model
 /// (legitimate runs use thousands to hundreds of thousands); more is a typo, not a request.
 pub const MAX_STEPS: usize = 100_000_000;

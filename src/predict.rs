@@ -7,15 +7,15 @@ use crate::nn::gradnorm::autograd_grad_norms;
 use crate::nn::init::Weights;
 use crate::nn::layers::log_probs;
 use crate::nn::{
-    grad_norms, kernel_values, last_layer, mc_dropout_logits, member_logits, Classifier, Mode,
-    Regressor,
+    grad_features, grad_norms, kernel_values, last_layer, mc_dropout_logits, member_logits,
+    Classifier, GradSketch, Mode, Regressor, MAX_EXACT_FEATURES,
 };
 use crate::observe::{check, Event, Observer};
 use crate::rng::{normal, Rng};
 use crate::train::{ModelBuilder, Trained};
 use alkit_acquisition::{
-    Evidence, Features, Gaussian, GradLayers, GradNorms, GradRequest, Kernel, Needs, Probs,
-    Reference, SampleRequest, Samples,
+    Evidence, FeatureRequest, Features, Gaussian, GradLayers, GradNorms, GradRequest, Kernel,
+    KernelFeatures, Needs, Probs, Reference, SampleRequest, Samples,
 };
 use candle_core::{DType, Device};
 use std::sync::Arc;
@@ -716,6 +716,68 @@ pub fn gaussian_evidence(
         }
     }
     Ok(Gaussian::new(means, vars, draws, n, k)?)
+}
+
+/// Kernel features `(m, p)` of the labeled rows and `(n, p)` of the pool rows (standardised
+/// inputs, row-major `(rows, d)`) under `models`, as `request` asks: gradients of the
+/// predicted mean w.r.t. the last or every linear layer, summed over members as a sum of
+/// kernels, exact or sketched (the sketch drawn once from `rng` and shared by both sets).
+/// Rows run in padded batches of [`GAUSS_BATCH`] like [`gaussian_evidence`].
+pub fn kernel_features(
+    models: &[&dyn Regressor],
+    (labeled, pool): (&[f32], &[f32]),
+    d: usize,
+    request: FeatureRequest,
+    rng: &mut Rng,
+    device: &Device,
+) -> Result<KernelFeatures> {
+    let first = *models
+        .first()
+        .ok_or_else(|| Error::config("model", "kernel features need a trained model"))?;
+    let probe = candle_core::Tensor::from_vec(pool[..d.min(pool.len())].to_vec(), (1, d), device)?;
+    let widths = crate::nn::factor_widths(first, &probe, request)?;
+    let sketch = match request.sketch {
+        Some(p) => Some(GradSketch::draw(&widths, models.len(), p, rng, device)?),
+        None => {
+            let dims = models.len() * widths.iter().map(|(a, b)| a * b).sum::<usize>();
+            if dims > MAX_EXACT_FEATURES {
+                return Err(Error::config(
+                    "sketch",
+                    format!(
+                        "the exact gradient features have {dims} dimensions (at most \
+                         {MAX_EXACT_FEATURES}); sketch them (setting `sketch`, 512 by default)"
+                    ),
+                ));
+            }
+            None
+        }
+    };
+    let mut out = Vec::with_capacity(2);
+    for x in [labeled, pool] {
+        let n = x.len() / d.max(1);
+        let mut rows_out = Vec::new();
+        let rows: Vec<usize> = (0..n).collect();
+        for chunk in rows.chunks(GAUSS_BATCH) {
+            let ids = full_batch(chunk, GAUSS_BATCH.min(n));
+            let mut xs = Vec::with_capacity(ids.len() * d);
+            for &i in ids.iter() {
+                xs.extend_from_slice(&x[i * d..(i + 1) * d]);
+            }
+            let xt = candle_core::Tensor::from_vec(xs, (ids.len(), d), device)?;
+            let f = grad_features(models, &xt, request, sketch.as_ref())?;
+            let p = f.dim(1)?;
+            let f = f.flatten_all()?.to_vec1::<f32>()?;
+            rows_out.extend_from_slice(&f[..chunk.len() * p]);
+        }
+        out.push(rows_out);
+    }
+    let dim = match request.sketch {
+        Some(p) => p,
+        None => models.len() * widths.iter().map(|(a, b)| a * b).sum::<usize>(),
+    };
+    let pool_rows = out.pop().unwrap_or_default();
+    let labeled_rows = out.pop().unwrap_or_default();
+    Ok(KernelFeatures::new(pool_rows, labeled_rows, dim)?)
 }
 
 #[cfg(test)]

@@ -49,11 +49,10 @@ pub fn uniform(rng: &mut dyn RngCore) -> f64 {
 }
 
 /// Standard normal draw (Box-Muller; one value per call, the pair's second half discarded so
-/// that the stream position depends only on the number of calls).
+/// that the stream position depends only on the number of calls): the acquisition crate's
+/// ([`alkit_acquisition::linalg::normal`]), so that the kernel selectors' sketches draw alike.
 pub fn normal(rng: &mut dyn RngCore) -> f64 {
-    let u1 = 1.0 - uniform(rng); // (0, 1]: ln is finite
-    let u2 = uniform(rng);
-    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    alkit_acquisition::linalg::normal(rng)
 }
 
 /// Uniform integer in `0..bound`, `bound > 0`, unbiased.

@@ -5,7 +5,7 @@
 //! checked once, here, at construction. Keeping these types free of candle means a scorer can be
 //! written and tested against this crate alone.
 
-use crate::{Features, Gaussian, Reference, ScoreError};
+use crate::{FeatureRequest, Features, Gaussian, KernelFeatures, Reference, ScoreError};
 use std::sync::Arc;
 
 /// Which pieces of evidence a scorer reads. The model side computes only what is asked for.
@@ -27,6 +27,9 @@ pub struct Needs {
     /// Gaussian predictions of a regression model `(m, n, k)` (see [`Gaussian`]), drawn as
     /// requested.
     pub gaussian: Option<SampleRequest>,
+    /// Kernel features of the pool and the labeled items for a regression model's batch
+    /// selectors (see [`KernelFeatures`]), computed as requested.
+    pub kernel_features: Option<FeatureRequest>,
 }
 
 impl Needs {
@@ -39,6 +42,7 @@ impl Needs {
         features: false,
         reference: false,
         gaussian: None,
+        kernel_features: None,
     };
 
     /// Kernel values only (DUQ).
@@ -50,6 +54,7 @@ impl Needs {
         features: false,
         reference: false,
         gaussian: None,
+        kernel_features: None,
     };
 
     /// Probabilities, penultimate features and the last layer.
@@ -83,9 +88,19 @@ impl Needs {
         }
     }
 
+    /// Kernel features only, computed as `request` says (a regression model's batch
+    /// selectors).
+    pub fn kernel_features(request: FeatureRequest) -> Needs {
+        Needs {
+            probs: false,
+            kernel_features: Some(request),
+            ..Needs::PROBS
+        }
+    }
+
     /// Whether these needs read a regression model's evidence (and nothing a classifier's).
     pub fn is_regression(&self) -> bool {
-        self.gaussian.is_some()
+        self.gaussian.is_some() || self.kernel_features.is_some()
     }
 
     /// The union of two needs, or `None` when they ask for gradients computed differently
@@ -103,6 +118,10 @@ impl Needs {
             (Some(a), Some(b)) if a != b => return None,
             (a, b) => a.or(b),
         };
+        let kernel_features = match (self.kernel_features, other.kernel_features) {
+            (Some(a), Some(b)) if a != b => return None,
+            (a, b) => a.or(b),
+        };
         Some(Needs {
             probs: self.probs || other.probs,
             grads,
@@ -111,6 +130,7 @@ impl Needs {
             features: self.features || other.features,
             reference: self.reference || other.reference,
             gaussian,
+            kernel_features,
         })
     }
 }
@@ -400,6 +420,9 @@ pub struct Evidence {
     pub reference: Option<Arc<Reference>>,
     /// Gaussian predictions `(m, n, k)`, present when [`Needs::gaussian`] was asked for.
     pub gaussian: Option<Gaussian>,
+    /// Kernel features of the pool and the labeled items, present when
+    /// [`Needs::kernel_features`] was asked for.
+    pub kernel_features: Option<KernelFeatures>,
 }
 
 /// RBF kernel values `K_c(x)` of a DUQ model `(n, c)`, each in `[0, 1]` (rows need not sum to
@@ -450,6 +473,7 @@ impl Evidence {
             features: None,
             reference: None,
             gaussian: None,
+            kernel_features: None,
         }
     }
 
@@ -457,6 +481,14 @@ impl Evidence {
     pub fn from_gaussian(gaussian: Gaussian) -> Self {
         Self {
             gaussian: Some(gaussian),
+            ..Self::default()
+        }
+    }
+
+    /// Evidence holding kernel features of the pool and the labeled items only.
+    pub fn from_kernel_features(features: KernelFeatures) -> Self {
+        Self {
+            kernel_features: Some(features),
             ..Self::default()
         }
     }
@@ -511,10 +543,11 @@ impl Evidence {
 
     /// Number of candidates the evidence covers.
     pub fn len(&self) -> usize {
-        match (&self.probs, &self.gaussian) {
-            (Some(p), _) => p.n(),
-            (None, Some(g)) => g.n(),
-            (None, None) => 0,
+        match (&self.probs, &self.gaussian, &self.kernel_features) {
+            (Some(p), _, _) => p.n(),
+            (None, Some(g), _) => g.n(),
+            (None, None, Some(f)) => f.n(),
+            (None, None, None) => 0,
         }
     }
 

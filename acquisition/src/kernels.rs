@@ -1,22 +1,37 @@
 //! The crate's one call into the `gemm` crate (the matrix multiply candle runs on the CPU, so
 //! it is already in every alkit build): pairwise products of feature rows for the
-//! feature-space detectors and selectors (KNN, k-means, core-set, ProbCover), split over the
+//! feature-space detectors and selectors (KNN, k-means, core-set, ProbCover, in `f32`; the
+//! regression kernel selectors' transforms, in `f64`), split over the
 //! machine's cores in fixed tiles of rows of the left operand. gemm chooses its blocking from
 //! the shape of each call, so the calls' shapes never depend on the core count: every product
 //! is made of the same [`TILE`]-row calls, whichever thread runs them, and results are the
 //! same bytes on any number of cores.
 
-/// `c (m, n) = a (m, k) b (n, k)^T`, all row-major `f32`.
+/// The element types [`matmul_nt`] multiplies: `f32` and `f64`, both native to `gemm`.
+pub(crate) trait Real: Copy + Send + Sync + Default + 'static {
+    /// The multiplicative identity (`gemm`'s scale of the product).
+    const ONE: Self;
+}
+
+impl Real for f32 {
+    const ONE: Self = 1.0;
+}
+
+impl Real for f64 {
+    const ONE: Self = 1.0;
+}
+
+/// `c (m, n) = a (m, k) b (n, k)^T`, all row-major `f32` or all `f64`.
 ///
 /// # Panics
 /// Never on well-formed input; a length that does not match its shape is a bug in this crate
 /// and is caught by the assertion before any unsafe call.
-pub(crate) fn matmul_nt(a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) -> Vec<f32> {
+pub(crate) fn matmul_nt<T: Real>(a: &[T], b: &[T], (m, n, k): (usize, usize, usize)) -> Vec<T> {
     assert!(
         Some(a.len()) == m.checked_mul(k) && Some(b.len()) == n.checked_mul(k),
         "matmul_nt: operands do not match ({m}, {n}, {k})"
     );
-    let mut c = vec![0f32; m * n];
+    let mut c = vec![T::default(); m * n];
     if m == 0 || n == 0 || k == 0 {
         return c;
     }
@@ -47,10 +62,10 @@ pub(crate) const TILE: usize = 256;
 /// [`matmul_nt`] on the current thread, into `c (m, n)` (for callers that split the work
 /// themselves).
 #[allow(unsafe_code)]
-pub(crate) fn matmul_nt_serial(
-    a: &[f32],
-    b: &[f32],
-    c: &mut [f32],
+pub(crate) fn matmul_nt_serial<T: Real>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
     (m, n, k): (usize, usize, usize),
 ) {
     assert!(
@@ -77,8 +92,8 @@ pub(crate) fn matmul_nt_serial(
             b.as_ptr(),
             k as isize,
             1,
-            0.0f32,
-            1.0f32,
+            T::default(),
+            T::ONE,
             false,
             false,
             false,
@@ -172,7 +187,7 @@ mod tests {
                 }
             }
         }
-        assert!(matmul_nt(&[], &[], (0, 0, 3)).is_empty());
+        assert!(matmul_nt::<f32>(&[], &[], (0, 0, 3)).is_empty());
     }
 
     #[test]

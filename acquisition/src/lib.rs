@@ -19,7 +19,9 @@
 //!   energy, GEN, ReAct, ASH, SCALE, KNN, Mahalanobis, ViM), the training statistics some of
 //!   them read ([`Reference`]), and split conformal prediction sets ([`Conformal`]);
 //! - batch selectors over features ([`Badge`], [`CoreSet`], [`TypiClust`], [`ProbCover`])
-//!   beside BatchBALD;
+//!   beside BatchBALD, and for regression the kernel rules of Holzmüller et al. 2023
+//!   ([`KernelBatch`]: MaxDiag, MaxDet, BAIT, MaxDist, k-means++, LCMD over
+//!   [`KernelFeatures`]);
 //! - batch selection from scores ([`Selection`]: top-k, random, and the stochastic power /
 //!   softmax / soft-rank modes of Kirsch et al. 2023).
 //!
@@ -44,6 +46,7 @@ mod evidence;
 mod features;
 mod gradient;
 mod intervals;
+mod kernel_batch;
 mod kernels;
 pub mod linalg;
 mod posthoc;
@@ -63,6 +66,7 @@ pub use evidence::{
 pub use features::{last_layer_norms, AtLastLayer, Features};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
 pub use intervals::{ConformalIntervals, IntervalScore, Prediction, Thresholds};
+pub use kernel_batch::{BaseKernel, FeatureRequest, KernelBatch, KernelFeatures, KernelRule};
 pub use posthoc::PostHoc;
 pub use reference::Reference;
 pub use regression::{GaussScore, GaussScorer, Gaussian, Moments};

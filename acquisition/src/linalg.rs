@@ -15,6 +15,14 @@ pub fn unit(rng: &mut dyn RngCore) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
+/// Standard normal draw (Box-Muller; one value per call, the pair's second half discarded so
+/// that the stream position depends only on the number of calls).
+pub fn normal(rng: &mut dyn RngCore) -> f64 {
+    let u1 = 1.0 - unit(rng); // (0, 1]: ln is finite
+    let u2 = unit(rng);
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
 /// `log sum_c exp(z_c)` in `f64`, shifted by the maximum.
 pub fn logsumexp(z: &[f64]) -> f64 {
     let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);

@@ -97,6 +97,11 @@ class ScorerSettings(TypedDict, total=False):
     vim_dim: Optional[int]
     probcover_delta: Optional[float]
     epig_targets: Optional[int]
+    kernel: Optional[str]
+    sketch: Optional[int]
+    kernel_transform: Optional[str]
+    kernel_mode: Optional[str]
+    kernel_sigma: Optional[float]
 
 
 def scorer_settings() -> Dict[str, object]:
@@ -498,9 +503,16 @@ def select_batch(
     - ``"badge"`` over ``features`` and the last layer ``weight``, ``bias``;
     - ``"coreset"``, ``"typiclust"``, ``"probcover"`` over ``features``, away from the
       ``labeled`` items' features; without a last layer they choose from the features alone
-      (a cold start; ProbCover's radius then needs ``classes`` or ``probcover_delta``).
+      (a cold start; ProbCover's radius then needs ``classes`` or ``probcover_delta``);
+    - for regression, Holzmüller et al. 2023's rules ``"lcmd"``, ``"bait"``, ``"bait-fb"``,
+      ``"maxdet"``, ``"maxdist"``, ``"kmeanspp"``, ``"maxdiag"`` over kernel ``features``
+      ``(n, p)`` of the pool (a network's gradient or last-layer features, or any embedding)
+      and the ``labeled`` items' ``(m, p)``, as bmdal-reg's ``linear`` base kernel reads them.
 
-    Of the ``settings`` (:class:`ScorerSettings`) a selector reads ``probcover_delta``.
+    Of the ``settings`` (:class:`ScorerSettings`) a selector reads ``probcover_delta``; the
+    regression rules read ``kernel_transform`` (``"train"``: the posterior given the labeled
+    items, or ``"none"``), ``kernel_mode`` (``"p"`` or ``"tp"``) and ``kernel_sigma``, each
+    defaulting to the paper's recommendation for the rule.
     """
     _counts(k=k, seed=seed, classes=classes, candidates=candidates, max_configs=max_configs)
     picks = _alkit.select_batch(

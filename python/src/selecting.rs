@@ -1,13 +1,17 @@
 //! Choosing a batch: from scores ([`select`]: top-k, random and the stochastic power, softmax
 //! and soft-rank modes) and jointly from the items' evidence ([`select_batch`]: BatchBALD over
-//! draws, BADGE, core-set, TypiClust and ProbCover over features), through the registry.
+//! draws, BADGE, core-set, TypiClust and ProbCover over features, and the regression rules
+//! MaxDiag, MaxDet, BAIT, MaxDist, k-means++ and LCMD over kernel features), through the
+//! registry.
 //! Every random choice draws from alkit's stream for `(seed, selection, 0)`, so the same seed
 //! picks the same items on every machine.
 
 use crate::arrays::{self, Draws, Inputs, Layer, Layout};
 use crate::errors::{PyAlkitError, PyAlkitResult};
 use crate::settings::{self, Reads};
-use alkit::acquisition::{BatchBald, BatchSelector, Evidence, SampleScore, SampleScorer};
+use alkit::acquisition::{
+    BatchBald, BatchSelector, Evidence, KernelFeatures, SampleScore, SampleScorer,
+};
 use alkit::acquisition::{Scorer, Selection};
 use alkit::error::{Error, Result};
 use alkit::jobs::shard::{joint_pick, Candidate, Joint};
@@ -56,6 +60,32 @@ pub fn select<'py>(
     Ok(PyArray1::from_vec(py, picks))
 }
 
+/// The pool's kernel features `(n, p)` and the labeled items' `(m, p)` (none: `m = 0`), for
+/// the regression rules.
+fn kernel_features(
+    (pool, n, p): (Vec<f32>, usize, usize),
+    labeled: Option<&PyReadonlyArray2<'_, f32>>,
+) -> Result<KernelFeatures> {
+    let labeled = match labeled {
+        Some(l) => {
+            let (rows, m, q) = arrays::matrix(l, "labeled")?;
+            if q != p {
+                return Err(Error::config(
+                    "labeled",
+                    format!(
+                        "{m} rows of {q} values, where the features have {p}: give the \
+                             labeled items' features in the same space"
+                    ),
+                ));
+            }
+            rows
+        }
+        None => Vec::new(),
+    };
+    debug_assert_eq!(pool.len(), n * p);
+    Ok(KernelFeatures::new(pool, labeled, p)?)
+}
+
 /// `k` positions chosen jointly by the registry's batch selector `name` from the items'
 /// draws or features, in the order chosen.
 #[pyfunction]
@@ -85,12 +115,36 @@ pub fn select_batch<'py>(
         members: true,
         ..settings::read(
             settings,
-            Reads::Only(&["probcover_delta"]),
-            "when scoring or in a session (the selectors read the evidence as given)",
+            Reads::Only(&[
+                "probcover_delta",
+                "kernel_transform",
+                "kernel_mode",
+                "kernel_sigma",
+            ]),
+            "when scoring or in a session (the selectors read the evidence as given; the \
+             regression rules' features are the ones given, never a network's kernel or sketch)",
         )?
     };
     let selector = batch_selector(name, &settings, max_configs)?;
     let needs = selector.needs();
+    if needs.kernel_features.is_some() {
+        let pool = features
+            .as_ref()
+            .map(|f| arrays::matrix(f, "features"))
+            .transpose()?
+            .ok_or_else(|| {
+                Error::config(
+                    "features",
+                    format!("`{name}` chooses from the items' kernel features: give them"),
+                )
+            })?;
+        let f = kernel_features(pool, labeled.as_ref())?;
+        let picks = py.detach(move || -> Result<Vec<usize>> {
+            let mut rng = stream(seed, Purpose::Select, 0);
+            Ok(selector.select(&Evidence::from_kernel_features(f), k, &mut rng)?)
+        })?;
+        return Ok(PyArray1::from_vec(py, picks));
+    }
     let layout = Layout::parse(layout)?;
     let layer = Layer::read(weight.as_ref(), bias.as_ref(), classes.unwrap_or(1))?;
     if needs.features {

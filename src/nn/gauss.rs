@@ -8,7 +8,8 @@
 
 use super::classifier::Mode;
 use super::layers::{dropout, linear};
-use candle_core::{Module, Result, Tensor};
+use alkit_acquisition::BaseKernel;
+use candle_core::{Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,13 @@ pub trait Regressor: Send + Sync {
     fn outputs(&self) -> usize;
     /// Whether the model has dropout to draw MC-dropout passes with.
     fn has_dropout(&self) -> bool;
+    /// The factors of the gradient of the summed means w.r.t. each linear layer's weights and
+    /// bias, first layer first (only the last layer for [`BaseKernel::LastLayer`]), in eval
+    /// mode: the layer's inputs with a 1 appended `(b, in + 1)` and the gradient w.r.t. its
+    /// outputs `(b, out)`; an item's gradient for the layer is their outer product. The
+    /// kernel selectors' features are built from them (see
+    /// [`grad_features`](fn@crate::nn::grad_features)).
+    fn mean_grad_factors(&self, x: &Tensor, base: BaseKernel) -> Result<Vec<(Tensor, Tensor)>>;
 }
 
 /// Configuration of [`GaussMlp`].
@@ -89,6 +97,41 @@ impl Regressor for GaussMlp {
     fn has_dropout(&self) -> bool {
         self.dropout > 0.0 && self.layers.len() > 1
     }
+
+    fn mean_grad_factors(&self, x: &Tensor, base: BaseKernel) -> Result<Vec<(Tensor, Tensor)>> {
+        let last = self.layers.len() - 1;
+        let (mut inputs, mut pre) = (Vec::new(), Vec::new());
+        let mut h = x.flatten_from(1)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let z = layer.forward(&h)?;
+            inputs.push(h);
+            h = if i < last { z.relu()? } else { z.clone() };
+            pre.push(z);
+        }
+        // Only the mean outputs reach the summed means: the variance rows' gradient is zero.
+        let k = self.outputs;
+        let mut delta = Tensor::ones((x.dim(0)?, k), x.dtype(), x.device())?;
+        let mut weight = self.layers[last].weight().narrow(0, 0, k)?;
+        let first = match base {
+            BaseKernel::LastLayer => last,
+            BaseKernel::Grad => 0,
+        };
+        let mut factors = vec![(with_one(&inputs[last])?, delta.clone())];
+        for l in (first..last).rev() {
+            let active = pre[l].gt(0.0)?.to_dtype(delta.dtype())?;
+            delta = delta.matmul(&weight)?.mul(&active)?;
+            factors.push((with_one(&inputs[l])?, delta.clone()));
+            weight = self.layers[l].weight().clone();
+        }
+        factors.reverse();
+        Ok(factors)
+    }
+}
+
+/// `x (b, n)` with a column of ones appended `(b, n + 1)`: a layer's input as its bias sees it.
+fn with_one(x: &Tensor) -> Result<Tensor> {
+    let ones = Tensor::ones((x.dim(0)?, 1), x.dtype(), x.device())?;
+    Tensor::cat(&[x, &ones], D::Minus1)
 }
 
 /// `ln(1 + e^x)`, computed as `max(x, 0) + ln(1 + e^-|x|)` so that neither side overflows.

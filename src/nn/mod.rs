@@ -12,6 +12,7 @@ mod classifier;
 mod cnn;
 mod ensemble;
 pub mod gauss;
+pub mod grad_features;
 pub mod gradnorm;
 pub mod init;
 pub mod layers;
@@ -26,4 +27,5 @@ pub use classifier::{
 pub use cnn::{Cnn, CnnConfig};
 pub use ensemble::Ensemble;
 pub use gauss::{GaussLoss, GaussMlp, GaussMlpConfig, Regressor};
+pub use grad_features::{factor_widths, grad_features, GradSketch, MAX_EXACT_FEATURES};
 pub use mlp::{Mlp, MlpConfig};

@@ -10,15 +10,18 @@ use crate::error::{Error, Result};
 use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
     AtLastLayer, Badge, BatchBald, BatchSelector, Builtin, ConformalScore, CoreSet, DuqCertainty,
-    Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, NeGrad, PerturbKl,
-    PostHoc, ProbCover, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection,
-    SetSize, TypiClust, UnGrad,
+    Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, KernelRule, NeGrad,
+    PerturbKl, PostHoc, ProbCover, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer,
+    Selection, SetSize, TypiClust, UnGrad,
 };
+use kernel::kernel_batch;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::str::FromStr;
 use std::sync::Arc;
 
+mod kernel;
 mod settings;
+pub use kernel::{Kernel, KernelMode, KernelTransform};
 pub use settings::{Layers, ScorerSettings, SelectKind};
 
 /// One named strategy.
@@ -148,6 +151,13 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "badge", about: "BADGE (Ash et al. 2020): k-means++ seeding on gradient embeddings", build: |_| batch(Badge) },
     Entry { name: "coreset", about: "core-set (Sener & Savarese 2018): k-center greedy on the features", build: |_| batch(CoreSet) },
     Entry { name: "typiclust", about: "TypiClust (Hacohen et al. 2022): the most typical item of each uncovered cluster (cold start)", build: |_| batch(TypiClust::default()) },
+    Entry { name: "maxdiag", about: "regression: top-k posterior variance in the kernel's feature space (Holzmüller et al. 2023's MaxDiag; settings `kernel`, `sketch`, `kernel_transform`, `kernel_mode`, `kernel_sigma`)", build: |s| batch(kernel_batch(s, KernelRule::MaxDiag)) },
+    Entry { name: "maxdet", about: "regression: greedy determinant of the batch's posterior kernel (MaxDet-P, the paper's BatchBALD analogue)", build: |s| batch(kernel_batch(s, KernelRule::MaxDet)) },
+    Entry { name: "bait", about: "regression: BAIT-F-P (Ash et al. 2021, as Holzmüller et al. 2023 adapt it) on the posterior kernel", build: |s| batch(kernel_batch(s, KernelRule::Bait { backward: false })) },
+    Entry { name: "bait-fb", about: "regression: BAIT forward-backward: twice the batch greedily, then the cheapest half dropped", build: |s| batch(kernel_batch(s, KernelRule::Bait { backward: true })) },
+    Entry { name: "maxdist", about: "regression: greedy farthest point from the labeled items and picks in the kernel's feature space (MaxDist-TP, core-set)", build: |s| batch(kernel_batch(s, KernelRule::MaxDist)) },
+    Entry { name: "kmeanspp", about: "regression: k-means++ seeding in the kernel's feature space (KMeansPP-TP, the paper's BADGE analogue)", build: |s| batch(kernel_batch(s, KernelRule::KMeansPP)) },
+    Entry { name: "lcmd", about: "regression: LCMD-TP (Holzmüller et al. 2023): from the largest cluster, the farthest item, on sketched gradient features", build: |s| batch(kernel_batch(s, KernelRule::Lcmd)) },
     Entry { name: "probcover", about: "ProbCover (Yehuda et al. 2022): greedy max coverage of feature balls (cold start; setting `probcover_delta`)", build: |s| batch(ProbCover { delta: s.probcover_delta, ..ProbCover::default() }) },
 ];
 

@@ -3,6 +3,7 @@
 //! from the struct (behind the `cli` feature) and the Python package reads its keyword
 //! arguments into it, so a setting's name, default, help and range live here only.
 
+use super::kernel::{Kernel, KernelMode, KernelTransform};
 use crate::error::{Error, Result};
 use alkit_acquisition::Selection;
 use serde::{Deserialize, Serialize};
@@ -132,6 +133,26 @@ pub struct ScorerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub epig_targets: Option<usize>,
+    /// Base kernel of the regression batch rules (maxdiag, maxdet, bait, bait-fb, maxdist, kmeanspp, lcmd): `grad` (gradients of the predicted mean w.r.t. every linear layer) or `ll` (the last layer's). [default: grad]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub kernel: Option<Kernel>,
+    /// Dimension of the seeded random sketch of the regression batch rules' gradient features (0: exact features, for small networks or `ll`). [default: 512]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub sketch: Option<usize>,
+    /// Kernel transform of the regression batch rules: `train` (the Gaussian-process posterior given the labeled items) or `none`. [default: train for maxdiag, maxdet, bait, bait-fb; none for maxdist, kmeanspp, lcmd]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub kernel_transform: Option<KernelTransform>,
+    /// Rows the regression batch rules select among: `p` (the pool) or `tp` (the labeled items first, then the pool). [default: p for maxdiag, maxdet, bait, bait-fb; tp for maxdist, kmeanspp, lcmd]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub kernel_mode: Option<KernelMode>,
+    /// Noise sigma of the regression batch rules' posterior transform and of MaxDet's and BAIT's diagonal. [default: 0.001, the paper's sigma^2 = 1e-6]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub kernel_sigma: Option<f64>,
 }
 
 /// Which parameters the gradient scorers (REGrad, ExGrad, the baselines, GradNorm) take
@@ -245,6 +266,22 @@ impl ScorerSettings {
         }
         if let Some(t) = self.epig_targets {
             limits::count("epig_targets", t, MAX_SAMPLES, "target inputs")?;
+        }
+        if let Some(p) = self.sketch {
+            if p > crate::limits::MAX_SKETCH {
+                return Err(Error::config(
+                    "sketch",
+                    format!("{p}; expected 0 (exact) to {}", crate::limits::MAX_SKETCH),
+                ));
+            }
+        }
+        if let Some(s) = self.kernel_sigma {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(Error::config(
+                    "kernel_sigma",
+                    "must be a finite number > 0 (the paper's is 0.001)",
+                ));
+            }
         }
         if let Some(delta) = self.probcover_delta {
             if !(delta.is_finite() && delta > 0.0 && delta <= 2.0) {
@@ -408,6 +445,11 @@ impl Default for ScorerSettings {
             vim_dim: None,
             probcover_delta: None,
             epig_targets: None,
+            kernel: None,
+            sketch: None,
+            kernel_transform: None,
+            kernel_mode: None,
+            kernel_sigma: None,
         }
     }
 }
@@ -425,8 +467,8 @@ mod tests {
     fn the_names_are_the_fields_but_members_in_declaration_order() {
         let names: Vec<&str> = ScorerSettings::names().collect();
         assert_eq!(names.first(), Some(&"lambda"));
-        assert_eq!(names.last(), Some(&"epig_targets"));
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.last(), Some(&"kernel_sigma"));
+        assert_eq!(names.len(), 19);
         assert!(!names.contains(&"members"));
         let d = ScorerSettings::defaults();
         assert_eq!(d["lambda"], json!(0.30000001192092896));

@@ -14,6 +14,7 @@ mod fuzz_corpora;
 mod gradients;
 mod hostile;
 mod images;
+mod kernel_batch;
 mod label_page;
 mod label_studio;
 mod last_layer;

@@ -242,7 +242,7 @@ fn intervals_and_metrics_equal_mapie_crepes_properscoring_and_scipy() {
     }
 }
 
-fn friedman(split: &str) -> PathBuf {
+pub(super) fn friedman(split: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("data/regression/friedman1_{split}.csv"))
 }
 

@@ -19,8 +19,9 @@ use crate::error::{Error, Result};
 use crate::fsutil::write_json;
 use crate::metrics::regression::regression_metrics;
 use crate::models::GaussKind;
-use crate::nn::GaussMlp;
+use crate::nn::{GaussMlp, Regressor};
 use crate::observe::{check, Event, Observer};
+use crate::predict::kernel_features;
 use crate::rng::{stream, Purpose};
 use crate::round::{pick_random, Pick, Strategy};
 use crate::strategies::{ScorerSettings, StrategyKind};
@@ -201,6 +202,7 @@ fn regression_strategy(kind: StrategyKind, s: &ScorerSettings, draws: bool) -> R
         .collect();
     match strategy.pick() {
         Pick::Random => Ok(strategy),
+        Pick::Batch(b) if b.needs().is_regression() => Ok(strategy),
         Pick::Scored { scorer, .. } if scorer.needs().is_regression() => {
             let probe = Gaussian::new(vec![0.0], vec![1.0], 1, 1, 1)?;
             if !draws && scorer.score(&Evidence::from_gaussian(probe)).is_err() {
@@ -445,15 +447,38 @@ fn choose(
     }
     let unlabeled: Vec<usize> = (0..data.pool.len()).filter(|&i| !taken[i]).collect();
     let key = cycle as u64;
+    let d = data.pool.dim();
+    let rows_of = |ids: &[usize]| {
+        let mut x = Vec::with_capacity(ids.len() * d);
+        for &i in ids {
+            x.extend_from_slice(&data.pool_x[i * d..(i + 1) * d]);
+        }
+        x
+    };
+    let x = rows_of(&unlabeled);
     let (scorer, selection) = match strategy.pick() {
         Pick::Scored { scorer, selection } => (scorer, selection),
-        _ => return pick_random(&unlabeled, plan.query, (seed, Purpose::Select, key)),
+        Pick::Batch(b) => {
+            let request = b.needs().kernel_features.ok_or_else(|| {
+                Error::config("scorer", format!("`{}` is not a regression rule", b.name()))
+            })?;
+            let refs: Vec<&dyn Regressor> = models.iter().map(|m| m as &dyn Regressor).collect();
+            let mut sketch = stream(seed, Purpose::Perturb, key);
+            let f = kernel_features(
+                &refs,
+                (&rows_of(labeled), &x),
+                d,
+                request,
+                &mut sketch,
+                device,
+            )?;
+            let ev = Evidence::from_kernel_features(f);
+            let mut rng = stream(seed, Purpose::Select, key);
+            let picks = b.select(&ev, plan.query, &mut rng)?;
+            return Ok(picks.into_iter().map(|p| unlabeled[p]).collect());
+        }
+        Pick::Random => return pick_random(&unlabeled, plan.query, (seed, Purpose::Select, key)),
     };
-    let d = data.pool.dim();
-    let mut x = Vec::with_capacity(unlabeled.len() * d);
-    for &i in &unlabeled {
-        x.extend_from_slice(&data.pool_x[i * d..(i + 1) * d]);
-    }
     let request = scorer.needs().gaussian.unwrap_or(SampleRequest::Members);
     let mut masks = stream(seed, Purpose::Perturb, key);
     let g = Heads::draws(models, &x, d, request, &mut masks, device)?;

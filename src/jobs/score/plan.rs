@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 /// What a score job does, checked.
 pub(super) enum Plan {
-    /// Per-item scorers over the split.
-    Scores(Scores),
+    /// Per-item scorers over the split (boxed: the settings make it the larger variant).
+    Scores(Box<Scores>),
     /// One feature-space selector (BADGE, core-set, TypiClust, ProbCover) choosing `top` items
     /// jointly from the whole split, read through one model.
     Joint {
@@ -128,13 +128,13 @@ impl Plan {
             (None, None, Some(k)) => Output::Top(k),
             (None, None, None) => Output::Table,
         };
-        Ok(Plan::Scores(Scores {
+        Ok(Plan::Scores(Box::new(Scores {
             settings,
             scorers,
             selection,
             input: input(job.split, noisy),
             output,
-        }))
+        })))
     }
 
     /// `job` for [`super::table`]: every item kept in memory, so nothing that chooses rows of
