@@ -1,8 +1,7 @@
 //! The regression batch rules' settings (Holzmüller et al. 2023's kernel, transform and mode)
-//! as closed sets the command line and Python name, and how they set up a [`KernelBatch`].
+//! as closed sets the command line and Python name; `kernel_batch` in the registry turns them
+//! into an `alkit_acquisition::KernelBatch`.
 
-use super::ScorerSettings;
-use alkit_acquisition::{BaseKernel, FeatureRequest, KernelBatch, KernelRule};
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
 
@@ -68,32 +67,3 @@ named!(
         Train => "train",
     }
 );
-
-/// `rule` with the paper's recommended combination, then the settings `s` gives.
-pub(super) fn kernel_batch(s: &ScorerSettings, rule: KernelRule) -> KernelBatch {
-    let paper = KernelBatch::paper(rule);
-    let sigma = s.kernel_sigma.unwrap_or(KernelBatch::SIGMA);
-    let base = match s.kernel.unwrap_or(Kernel::Grad) {
-        Kernel::Grad => BaseKernel::Grad,
-        Kernel::Ll => BaseKernel::LastLayer,
-    };
-    let sketch = match s.sketch {
-        Some(0) => None,
-        Some(p) => Some(p),
-        None => FeatureRequest::PAPER.sketch,
-    };
-    let posterior = match s.kernel_transform {
-        Some(KernelTransform::Train) => Some(sigma),
-        Some(KernelTransform::None) => None,
-        None => paper.posterior.map(|_| sigma),
-    };
-    KernelBatch {
-        rule,
-        request: FeatureRequest { base, sketch },
-        with_labeled: s
-            .kernel_mode
-            .map_or(paper.with_labeled, |m| m == KernelMode::Tp),
-        posterior,
-        noise: sigma,
-    }
-}

@@ -14,7 +14,7 @@ use alkit_acquisition::{
     PerturbKl, PostHoc, ProbCover, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer,
     Selection, SetSize, TypiClust, UnGrad,
 };
-use kernel::kernel_batch;
+use alkit_acquisition::{BaseKernel, FeatureRequest, KernelBatch};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -107,6 +107,35 @@ fn epig(s: &ScorerSettings) -> Pick {
 /// A joint batch selector.
 fn batch(b: impl BatchSelector + 'static) -> Pick {
     Pick::Batch(Arc::new(b))
+}
+
+/// `rule` with the paper's recommended combination, then the settings `s` gives.
+fn kernel_batch(s: &ScorerSettings, rule: KernelRule) -> KernelBatch {
+    let paper = KernelBatch::paper(rule);
+    let sigma = s.kernel_sigma.unwrap_or(KernelBatch::SIGMA);
+    let base = match s.kernel.unwrap_or(Kernel::Grad) {
+        Kernel::Grad => BaseKernel::Grad,
+        Kernel::Ll => BaseKernel::LastLayer,
+    };
+    let sketch = match s.sketch {
+        Some(0) => None,
+        Some(p) => Some(p),
+        None => FeatureRequest::PAPER.sketch,
+    };
+    let posterior = match s.kernel_transform {
+        Some(KernelTransform::Train) => Some(sigma),
+        Some(KernelTransform::None) => None,
+        None => paper.posterior.map(|_| sigma),
+    };
+    KernelBatch {
+        rule,
+        request: FeatureRequest { base, sketch },
+        with_labeled: s
+            .kernel_mode
+            .map_or(paper.with_labeled, |m| m == KernelMode::Tp),
+        posterior,
+        noise: sigma,
+    }
 }
 
 /// Every strategy, in the order commands list them: one line each.

@@ -120,8 +120,8 @@ fn sessions_run_every_strategy_of_the_registry() {
         assert_eq!(round.scorer, kind.strategy(&settings).unwrap().name());
         ran += 1;
     }
-    // duq, and the four regression scores.
-    assert_eq!((ran, refused), (StrategyKind::all().count() - 5, 4));
+    // duq, and the four regression scores and seven regression batch rules.
+    assert_eq!((ran, refused), (StrategyKind::all().count() - 12, 11));
 }
 
 #[test]
@@ -553,7 +553,7 @@ fn a_streamed_session_asks_for_what_one_in_memory_asks_for_under_every_strategy(
         assert_eq!(memory.state(), streamed.state(), "{}", kind.name());
         ran += 1;
     }
-    assert_eq!(ran, StrategyKind::all().count() - 5);
+    assert_eq!(ran, StrategyKind::all().count() - 12);
     // The saved models are the same bytes.
     let (sa, sb) = (dir.join("a"), dir.join("b"));
     memory.save(&sa).unwrap();
