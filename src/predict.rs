@@ -696,12 +696,7 @@ pub fn gaussian_evidence(
             _ => (models[j], false),
         };
         for chunk in rows.chunks(GAUSS_BATCH) {
-            let ids = full_batch(chunk, GAUSS_BATCH.min(n));
-            let mut xs = Vec::with_capacity(ids.len() * d);
-            for &i in ids.iter() {
-                xs.extend_from_slice(&x[i * d..(i + 1) * d]);
-            }
-            let xt = candle_core::Tensor::from_vec(xs, (ids.len(), d), device)?;
+            let xt = padded_rows(x, d, chunk, n, device)?;
             let mut mode = if dropout {
                 Mode::Train(rng)
             } else {
@@ -716,6 +711,23 @@ pub fn gaussian_evidence(
         }
     }
     Ok(Gaussian::new(means, vars, draws, n, k)?)
+}
+
+/// Rows `x[chunk]` of `d` values as a tensor of [`GAUSS_BATCH`] rows (fewer when the whole
+/// set `n` is smaller), a short chunk filled by [`full_batch`].
+fn padded_rows(
+    x: &[f32],
+    d: usize,
+    chunk: &[usize],
+    n: usize,
+    device: &Device,
+) -> Result<candle_core::Tensor> {
+    let ids = full_batch(chunk, GAUSS_BATCH.min(n));
+    let mut xs = Vec::with_capacity(ids.len() * d);
+    for &i in ids.iter() {
+        xs.extend_from_slice(&x[i * d..(i + 1) * d]);
+    }
+    Ok(candle_core::Tensor::from_vec(xs, (ids.len(), d), device)?)
 }
 
 /// Kernel features `(m, p)` of the labeled rows and `(n, p)` of the pool rows (standardised
@@ -736,15 +748,16 @@ pub fn kernel_features(
         .ok_or_else(|| Error::config("model", "kernel features need a trained model"))?;
     let probe = candle_core::Tensor::from_vec(pool[..d.min(pool.len())].to_vec(), (1, d), device)?;
     let widths = crate::nn::factor_widths(first, &probe, request)?;
+    let exact = models.len() * widths.iter().map(|(a, b)| a * b).sum::<usize>();
+    let dim = request.sketch.unwrap_or(exact);
     let sketch = match request.sketch {
         Some(p) => Some(GradSketch::draw(&widths, models.len(), p, rng, device)?),
         None => {
-            let dims = models.len() * widths.iter().map(|(a, b)| a * b).sum::<usize>();
-            if dims > MAX_EXACT_FEATURES {
+            if exact > MAX_EXACT_FEATURES {
                 return Err(Error::config(
                     "sketch",
                     format!(
-                        "the exact gradient features have {dims} dimensions (at most \
+                        "the exact gradient features have {exact} dimensions (at most \
                          {MAX_EXACT_FEATURES}); sketch them (setting `sketch`, 512 by default)"
                     ),
                 ));
@@ -752,32 +765,24 @@ pub fn kernel_features(
             None
         }
     };
-    let mut out = Vec::with_capacity(2);
-    for x in [labeled, pool] {
+    let features_of = |x: &[f32]| -> Result<Vec<f32>> {
         let n = x.len() / d.max(1);
-        let mut rows_out = Vec::new();
         let rows: Vec<usize> = (0..n).collect();
+        let mut out = Vec::new();
         for chunk in rows.chunks(GAUSS_BATCH) {
-            let ids = full_batch(chunk, GAUSS_BATCH.min(n));
-            let mut xs = Vec::with_capacity(ids.len() * d);
-            for &i in ids.iter() {
-                xs.extend_from_slice(&x[i * d..(i + 1) * d]);
-            }
-            let xt = candle_core::Tensor::from_vec(xs, (ids.len(), d), device)?;
+            let xt = padded_rows(x, d, chunk, n, device)?;
             let f = grad_features(models, &xt, request, sketch.as_ref())?;
             let p = f.dim(1)?;
             let f = f.flatten_all()?.to_vec1::<f32>()?;
-            rows_out.extend_from_slice(&f[..chunk.len() * p]);
+            out.extend_from_slice(&f[..chunk.len() * p]);
         }
-        out.push(rows_out);
-    }
-    let dim = match request.sketch {
-        Some(p) => p,
-        None => models.len() * widths.iter().map(|(a, b)| a * b).sum::<usize>(),
+        Ok(out)
     };
-    let pool_rows = out.pop().unwrap_or_default();
-    let labeled_rows = out.pop().unwrap_or_default();
-    Ok(KernelFeatures::new(pool_rows, labeled_rows, dim)?)
+    Ok(KernelFeatures::new(
+        features_of(pool)?,
+        features_of(labeled)?,
+        dim,
+    )?)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use super::greedy::{argmax, Greedy};
 use super::transform::BLOCK;
+use super::KernelRule;
 use crate::kernels::Real;
 use crate::linalg::unit;
 use rand::RngCore;
@@ -178,61 +179,48 @@ fn par_pairs<A: Send, B: Send>(
     });
 }
 
-/// MaxDist (greedy core-set): the pool row farthest from every row added so far.
-pub(super) struct MaxDist<T>(Nearest<T>);
-
-impl<T: Elem> MaxDist<T> {
-    pub(super) fn new(rows: Table<T>, n: usize) -> Self {
-        Self(Nearest::new(rows, n))
-    }
+/// A distance rule over the rows: MaxDist (greedy core-set: the pool row farthest from
+/// every row added so far), k-means++ seeding (the next row drawn with probability
+/// proportional to its squared distance to the rows added so far, the first uniformly when
+/// nothing was added) or LCMD (largest cluster maximum distance, Holzmüller et al. 2023:
+/// every pool row belongs to its nearest added row; from the cluster of largest summed
+/// squared distance, the row farthest from its centre).
+pub(super) struct Distance<T> {
+    near: Nearest<T>,
+    rule: KernelRule,
 }
 
-impl<T: Elem> Greedy for MaxDist<T> {
-    fn next(&mut self, chosen: &[bool], added: usize, _: &mut dyn RngCore) -> Option<usize> {
-        if added == 0 {
-            return self.0.largest(chosen);
+impl<T: Elem> Distance<T> {
+    /// `rule` (MaxDist, KMeansPP or Lcmd) over `rows`, the first `n` of them the pool.
+    pub(super) fn new(rule: KernelRule, rows: Table<T>, n: usize) -> Self {
+        debug_assert!(matches!(
+            rule,
+            KernelRule::MaxDist | KernelRule::KMeansPP | KernelRule::Lcmd
+        ));
+        Self {
+            near: Nearest::new(rows, n),
+            rule,
         }
-        argmax(self.0.n, chosen, |i| self.0.min_sq[i]).map(|(i, _)| i)
     }
 
-    fn add(&mut self, j: usize, added: usize) {
-        self.0.add(j, added);
-    }
-
-    fn add_many(&mut self, first: usize, m: usize, added: usize) {
-        self.0.add_many(first, m, added);
-    }
-}
-
-/// k-means++ seeding: the next row drawn with probability proportional to its squared
-/// distance to the rows added so far (the first uniformly when nothing was added).
-pub(super) struct KMeansPP<T>(Nearest<T>);
-
-impl<T: Elem> KMeansPP<T> {
-    pub(super) fn new(rows: Table<T>, n: usize) -> Self {
-        Self(Nearest::new(rows, n))
-    }
-}
-
-impl<T: Elem> Greedy for KMeansPP<T> {
-    fn next(&mut self, chosen: &[bool], added: usize, rng: &mut dyn RngCore) -> Option<usize> {
-        let n = self.0.n;
+    fn k_means_pp(&self, chosen: &[bool], added: usize, rng: &mut dyn RngCore) -> Option<usize> {
+        let s = &self.near;
         let weight = |i: usize| {
             if chosen[i] {
                 0.0
             } else if added == 0 {
                 1.0
             } else {
-                self.0.min_sq[i].max(0.0)
+                s.min_sq[i].max(0.0)
             }
         };
-        let total: f64 = (0..n).map(weight).sum();
+        let total: f64 = (0..s.n).map(weight).sum();
         if !(total.is_finite() && total > 0.0) {
             return None;
         }
         let mut u = unit(rng) * total;
         let mut last = None;
-        for i in 0..n {
+        for i in 0..s.n {
             let w = weight(i);
             if w > 0.0 {
                 last = Some(i);
@@ -245,32 +233,8 @@ impl<T: Elem> Greedy for KMeansPP<T> {
         last
     }
 
-    fn add(&mut self, j: usize, added: usize) {
-        self.0.add(j, added);
-    }
-
-    fn add_many(&mut self, first: usize, m: usize, added: usize) {
-        self.0.add_many(first, m, added);
-    }
-}
-
-/// LCMD (largest cluster maximum distance, Holzmüller et al. 2023): every pool row belongs to
-/// its nearest added row; from the cluster of largest summed squared distance, the row
-/// farthest from its centre.
-pub(super) struct Lcmd<T>(Nearest<T>);
-
-impl<T: Elem> Lcmd<T> {
-    pub(super) fn new(rows: Table<T>, n: usize) -> Self {
-        Self(Nearest::new(rows, n))
-    }
-}
-
-impl<T: Elem> Greedy for Lcmd<T> {
-    fn next(&mut self, chosen: &[bool], added: usize, _: &mut dyn RngCore) -> Option<usize> {
-        let s = &self.0;
-        if added == 0 {
-            return s.largest(chosen);
-        }
+    fn lcmd(&self, chosen: &[bool], added: usize) -> Option<usize> {
+        let s = &self.near;
         let mut sums = vec![0f64; added + 1];
         for (c, w) in s.closest.iter().zip(&s.min_sq) {
             sums[*c] += w;
@@ -285,12 +249,23 @@ impl<T: Elem> Greedy for Lcmd<T> {
         })
         .map(|(i, _)| i)
     }
+}
+
+impl<T: Elem> Greedy for Distance<T> {
+    fn next(&mut self, chosen: &[bool], added: usize, rng: &mut dyn RngCore) -> Option<usize> {
+        match self.rule {
+            KernelRule::KMeansPP => self.k_means_pp(chosen, added, rng),
+            _ if added == 0 => self.near.largest(chosen),
+            KernelRule::Lcmd => self.lcmd(chosen, added),
+            _ => argmax(self.near.n, chosen, |i| self.near.min_sq[i]).map(|(i, _)| i),
+        }
+    }
 
     fn add(&mut self, j: usize, added: usize) {
-        self.0.add(j, added);
+        self.near.add(j, added);
     }
 
     fn add_many(&mut self, first: usize, m: usize, added: usize) {
-        self.0.add_many(first, m, added);
+        self.near.add_many(first, m, added);
     }
 }

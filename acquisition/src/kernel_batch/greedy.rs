@@ -178,14 +178,12 @@ impl Bait {
     /// `rows`: the pool's (and in TP mode the labeled rows after them); `extra`: labeled rows
     /// that join `C` only (P mode).
     pub(super) fn new(rows: Rows, extra: Option<&Rows>, n: usize, sigma: f64) -> Self {
-        let p = rows.p;
         let mut cov = gram(&rows);
         if let Some(t) = extra.filter(|t| t.len() > 0) {
             cov.iter_mut().zip(gram(t)).for_each(|(a, b)| *a += b);
         }
         let numer = quad_forms(&rows, &cov);
         let diag = rows.diag();
-        debug_assert_eq!(cov.len(), p * p);
         Self {
             rows,
             diag,

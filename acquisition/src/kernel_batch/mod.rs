@@ -18,7 +18,7 @@ mod greedy;
 mod transform;
 
 use crate::{BatchSelector, Evidence, Needs, ScoreError};
-use distance::{Elem, KMeansPP, Lcmd, MaxDist, Table};
+use distance::{Distance, Table};
 use greedy::{max_diag, run, Bait, Greedy, MaxDet};
 use rand::RngCore;
 use transform::{posterior, Rows};
@@ -144,11 +144,6 @@ impl KernelRule {
             KernelRule::Lcmd => "lcmd",
         }
     }
-
-    /// Whether the rule's picks are drawn at random (k-means++) rather than determined.
-    pub fn sampled(self) -> bool {
-        self == KernelRule::KMeansPP
-    }
 }
 
 /// One of the paper's selection rules over kernel features (see the module docs).
@@ -222,8 +217,8 @@ impl KernelBatch {
             if self.with_labeled {
                 x.extend_from_slice(f.labeled());
             }
-            let mut state = self.distance_rule(Table { x, p }, n);
-            return Ok(run(state.as_mut(), (n, added), k, rng).0);
+            let mut state = Distance::new(self.rule, Table { x, p }, n);
+            return Ok(run(&mut state, (n, added), k, rng).0);
         }
         let widen = |x: &[f32]| Rows {
             x: x.iter().map(|&v| f64::from(v)).collect(),
@@ -255,19 +250,9 @@ impl KernelBatch {
                 }
                 return Ok(picks);
             }
-            _ => self.distance_rule(Table { x: pool.x, p }, n),
+            _ => Box::new(Distance::new(self.rule, Table { x: pool.x, p }, n)),
         };
         Ok(run(state.as_mut(), (n, added), k, rng).0)
-    }
-
-    /// The state of a distance rule (MaxDist, k-means++ or LCMD; LCMD for any other rule,
-    /// which never asks) over `rows`, the first `n` of them the pool.
-    fn distance_rule<T: Elem>(&self, rows: Table<T>, n: usize) -> Box<dyn Greedy> {
-        match self.rule {
-            KernelRule::MaxDist => Box::new(MaxDist::new(rows, n)),
-            KernelRule::KMeansPP => Box::new(KMeansPP::new(rows, n)),
-            _ => Box::new(Lcmd::new(rows, n)),
-        }
     }
 }
 
