@@ -9,7 +9,7 @@
 //! `pool`; `dataset` (IDX folders as data sets), `moons`, `image`, `labels`, `plan`; `stream`
 //! (the item-stream contract); `prepared`; `source/` (one file per source kind, and the
 //! dispatcher in `source/mod.rs`); `reader` (what a round reads of a pool); `target` (regression targets, read through the
-//! CSV reader of `source/`).
+//! CSV reader of `source/` or, for an embedding file, its format's file there).
 
 pub mod dataset;
 pub mod display;

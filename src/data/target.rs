@@ -9,8 +9,8 @@
 //! integers could be classes or numbers, and is refused until the caller says which (setting
 //! `task`).
 
-use crate::data::source::read_csv;
-use crate::error::{Error, Result};
+use crate::data::source::{numeric_table, read_csv};
+use crate::error::{DataProblem, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -235,10 +235,13 @@ fn target_cell(v: &str) -> std::result::Result<f64, String> {
     }
 }
 
-/// Reads a CSV table whose columns `target` are numeric targets: an optional `id` column,
-/// every other column a feature. `task` says what the targets are when the data cannot: a
-/// target column of integers only is refused without it (classes or numbers?), and a table
-/// read for classification is refused here (classification reads a `label` column).
+/// Reads a table whose targets `target` are numbers: a CSV table (an optional `id` column,
+/// every other column but the targets a feature), or an embedding file (safetensors, `.npz`
+/// or Parquet: its features, ids and the tensors, arrays or columns `target`, see
+/// [`numeric_table`]). `task` says what the targets are when the data cannot: integers only
+/// (a CSV column, or an integer tensor) are refused without it (classes or numbers?), a float
+/// tensor or column is numbers, and a table read for classification is refused here
+/// (classification reads a `label` column, or a file's labels).
 pub fn read_table(path: &Path, target: &[String], task: Option<Task>) -> Result<Table> {
     if task == Some(Task::Classification) {
         return Err(Error::config(
@@ -247,6 +250,34 @@ pub fn read_table(path: &Path, target: &[String], task: Option<Task>) -> Result<
              classes in a `label` column",
         ));
     }
+    let Some(t) = numeric_table(path, target)? else {
+        return read_csv_table(path, target, task);
+    };
+    if let Some(at) = t.values.iter().position(|v| v.is_infinite()) {
+        let k = t.names.len();
+        return Err(Error::data(
+            path,
+            DataProblem::Other(format!(
+                "item `{}`: target `{}` is {}, not a finite number",
+                t.ids[at / k],
+                t.names[at % k],
+                t.values[at]
+            )),
+        ));
+    }
+    let task = task.or(t.floats.then_some(Task::Regression));
+    check_task(path, &t.names, &t.values, task)?;
+    Ok(Table {
+        path: path.to_path_buf(),
+        ids: t.ids,
+        features: (0..t.dim).map(|j| format!("x[{j}]")).collect(),
+        x: t.x,
+        targets: Targets::new(t.names, t.values)?,
+    })
+}
+
+/// A CSV table's items and targets ([`read_table`]).
+fn read_csv_table(path: &Path, target: &[String], task: Option<Task>) -> Result<Table> {
     let (header, rows) = read_csv(path)?;
     let cols = target_columns(path, &header, target)?;
     let id = header.iter().position(|h| h == "id");
@@ -360,7 +391,7 @@ fn check_task(path: &Path, names: &[String], values: &[f64], task: Option<Task>)
         return Err(Error::config(
             "task",
             format!(
-                "{}: target column(s) {} hold only integers, which could be classes or \
+                "{}: target(s) {} hold only integers, which could be classes or \
                  numbers; say which with setting `task` (classification or regression)",
                 path.display(),
                 names.join(", ")

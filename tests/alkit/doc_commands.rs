@@ -29,6 +29,7 @@ const SKIP: &[(&str, &str)] = &[
     ("export2.json", "a person's Label Studio export"),
     ("answered.csv", "a person's answers"),
     ("emb.safetensors", "the reader's own embedding file"),
+    ("train.npz", "the reader's own embedding file with targets"),
     (
         "badge10.safetensors",
         "an embedding file made by a reproduction's earlier steps",

@@ -25,6 +25,7 @@ mod numpy_files;
 mod onnx;
 mod pytorch;
 mod regression;
+mod regression_files;
 mod scorers;
 mod sessions;
 mod shards;

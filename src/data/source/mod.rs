@@ -29,6 +29,7 @@ mod csv;
 mod folder;
 mod hub;
 mod idx;
+mod numeric;
 mod numpy;
 mod parquet;
 mod parquet_check;
@@ -37,6 +38,7 @@ mod safetensors;
 
 pub use self::csv::read_indices;
 pub(crate) use self::csv::{read_csv, read_delimited};
+pub(crate) use self::numeric::NumericTable;
 pub(crate) use self::numpy::NpzHead;
 pub(crate) use self::safetensors::{listed_classes, CheckedHeader, TensorEntry};
 
@@ -48,7 +50,41 @@ use crate::data::stream::{Format, ItemStream, Items, Listed, Loaded, PoolLabels}
 use crate::error::{DataProblem, Error, Result, ResultExt};
 use crate::hub::{Hub, HubRepo};
 use crate::observe::Observer;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The items of an embedding file with numeric targets `target`, for regression (the
+/// [`numeric`] layout): a safetensors, `.npz` or Parquet file, by its extension; `None` for
+/// any other path, which the caller reads as a CSV table.
+pub(crate) fn numeric_table(path: &Path, target: &[String]) -> Result<Option<NumericTable>> {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "safetensors" => self::safetensors::safetensors_numeric(path, target).map(Some),
+        "npz" => numpy::npz_numeric(path, target).map(Some),
+        "parquet" if parquet_embeddings::is_embedding_table(path)? => {
+            parquet_embeddings::parquet_numeric(path, target).map(Some)
+        }
+        "parquet" => Err(Error::data(
+            path,
+            DataProblem::Other(
+                "a Parquet table of a regression run needs a list column of features (and \
+                 the target columns); this one has none"
+                    .into(),
+            ),
+        )),
+        "npy" => Err(Error::data(
+            path,
+            DataProblem::Other(
+                "an .npy file holds one array, so no targets beside the features: save both \
+                 in an .npz (np.savez(path, features=x, y=y))"
+                    .into(),
+            ),
+        )),
+        _ => Ok(None),
+    }
+}
 
 /// Where items come from (see the module docs for the accepted forms).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,6 +23,7 @@
 //! it). Deflated members are inflated by `flate2` from the byte range the `zip` crate locates,
 //! so the `zip` crate keeps no decompressor of its own (see Cargo.toml).
 
+use super::numeric::{self, check_names, NumericTable, TargetPart};
 use super::safetensors::{check_ids, check_test_split};
 use crate::data::display::{DisplayKind, Displays};
 use crate::data::labels::LabelCheck;
@@ -1023,6 +1024,74 @@ impl NpzFile {
                 }
             ),
         )
+    }
+}
+
+/// The features, ids and arrays `target` of an `.npz` for regression (see
+/// [`numeric`](super::numeric)): float arrays are numbers, integer arrays the caller's task
+/// decides.
+pub(crate) fn npz_numeric(path: &Path, target: &[String]) -> Result<NumericTable> {
+    check_names(target, &[FEATURES, IDS, LABELS, TEST_FEATURES], path)?;
+    let npz = NpzFile::open(path)?;
+    let mut bytes = npz.bytes(FEATURES)?.ok_or_else(|| npz.missing(FEATURES))?;
+    let h = bytes.header()?;
+    let (n, d) = features_shape(&h, &bytes)?;
+    let x = float_values(&bytes.rest(&h)?, h.dtype, 0, &bytes)?;
+    let ids = match npz.strings(IDS, Some(n))? {
+        Some(ids) => {
+            check_ids(&ids, n, "array `ids`", path)?;
+            ids
+        }
+        None => position_ids(0, n),
+    };
+    let parts = target
+        .iter()
+        .map(|name| npz.target(name, n))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(NumericTable::new(ids, (x, d), parts))
+}
+
+impl NpzFile {
+    /// The array `name` as targets of `n` items: float or integer, `(n,)` or `(n, k)`.
+    fn target(&self, name: &str, n: usize) -> Result<TargetPart> {
+        let mut b = self.bytes(name)?.ok_or_else(|| {
+            let mut have: Vec<String> = self.members.keys().cloned().collect();
+            have.sort_unstable();
+            numeric::missing(&self.path, name, "array", &have)
+        })?;
+        let h = b.header()?;
+        let width = TargetPart::width(&h.shape, n, name, &self.path)?;
+        let data = b.rest(&h)?;
+        let (values, float): (Vec<f64>, bool) = match h.dtype {
+            Dtype::F64 => (
+                data.chunks_exact(8)
+                    .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                    .collect(),
+                true,
+            ),
+            Dtype::F32 => (
+                data.chunks_exact(4)
+                    .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect(),
+                true,
+            ),
+            Dtype::F16 => (
+                data.chunks_exact(2)
+                    .map(|c| f64::from(half::f16::from_le_bytes([c[0], c[1]]).to_f32()))
+                    .collect(),
+                true,
+            ),
+            t => match integers(&data, t) {
+                Some(ints) => (ints.into_iter().map(|v| v as f64).collect(), false),
+                None => return Err(b.bad(format!("is {t}; expected numbers"))),
+            },
+        };
+        Ok(TargetPart {
+            name: name.to_string(),
+            width,
+            values,
+            float,
+        })
     }
 }
 

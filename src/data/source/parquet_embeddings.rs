@@ -15,11 +15,12 @@
 //! bit for bit. The file passes [`parquet_check`](super::parquet_check)'s checks before the
 //! `parquet` crate reads it, as image tables do.
 
+use super::numeric::{self, check_names, NumericTable, TargetPart};
 use super::parquet_check::{check_parquet_footer, check_parquet_pages};
 use super::safetensors::check_ids;
 use crate::data::display::{DisplayKind, Displays};
 use crate::data::labels::LabelCheck;
-use crate::data::stream::{drain, Chunk, ItemStream, Items, PoolLabels, StreamIds};
+use crate::data::stream::{drain, position_ids, Chunk, ItemStream, Items, PoolLabels, StreamIds};
 use crate::error::{contain, DataProblem, Error, Result};
 use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -75,6 +76,8 @@ struct Columns {
     /// The string column showing each item to a person: `display` (its text) or
     /// `display_image` (its image file's path).
     display: Option<(usize, DisplayKind)>,
+    /// Numeric target columns a regression run reads, in the order it names them.
+    targets: Vec<usize>,
 }
 
 /// Picks the columns of an embedding table (see the module docs).
@@ -151,6 +154,7 @@ fn columns(root: &Type, path: &Path) -> Result<Columns> {
         label,
         id: named(&["id"], &strings),
         display,
+        targets: Vec::new(),
     })
 }
 
@@ -160,6 +164,8 @@ struct Row {
     label: Option<u32>,
     id: Option<String>,
     display: Option<String>,
+    /// The target columns' values (NaN for a null), in `Columns::targets`' order.
+    targets: Vec<f64>,
 }
 
 /// Row `r`'s features (checked: no null, finite, within f32), label and id.
@@ -170,6 +176,7 @@ fn parse_row(row: &parquet::record::Row, r: usize, cols: &Columns, path: &Path) 
         label: None,
         id: None,
         display: None,
+        targets: vec![f64::NAN; cols.targets.len()],
     };
     let name = &cols.features_name;
     for (i, (_, field)) in row.get_column_iter().enumerate() {
@@ -213,6 +220,15 @@ fn parse_row(row: &parquet::record::Row, r: usize, cols: &Columns, path: &Path) 
             out.label = match v {
                 v if v < 0 => None,
                 v => Some(u32::try_from(v).map_err(|_| at(format!("label {v} is too large")))?),
+            };
+        } else if let Some(t) = cols.targets.iter().position(|&c| c == i) {
+            out.targets[t] = match field {
+                Field::Double(v) => *v,
+                Field::Float(v) => f64::from(*v),
+                Field::Int(v) => f64::from(*v),
+                Field::Long(v) => *v as f64,
+                Field::Null => f64::NAN,
+                other => return Err(at(format!("target column holds {other}"))),
             };
         } else if Some(i) == cols.id {
             out.id = Some(match field {
@@ -302,6 +318,71 @@ impl Rows {
             self.row = 0;
         }
     }
+}
+
+/// The features, ids and numeric columns `target` of an embedding table for regression (see
+/// [`numeric`](super::numeric)): float or double columns are numbers, integer ones the
+/// caller's task decides; a null is a target not known yet.
+pub(crate) fn parquet_numeric(path: &Path, target: &[String]) -> Result<NumericTable> {
+    let mut rows = Rows::open(&[path.to_path_buf()])?;
+    check_names(target, &[rows.cols.features_name.as_str(), "id"], path)?;
+    let schema = reader(path)?.metadata().file_metadata().schema_descr_ptr();
+    let fields = schema.root_schema().get_fields();
+    let mut parts = Vec::with_capacity(target.len());
+    for name in target {
+        let Some(c) = fields.iter().position(|f| f.name() == name) else {
+            let have: Vec<String> = fields.iter().map(|f| f.name().to_string()).collect();
+            return Err(numeric::missing(path, name, "column", &have));
+        };
+        let float = match fields[c]
+            .is_primitive()
+            .then(|| fields[c].get_physical_type())
+        {
+            Some(Physical::FLOAT | Physical::DOUBLE) => true,
+            Some(Physical::INT32 | Physical::INT64) => false,
+            _ => return Err(bad(path, format!("column `{name}` does not hold numbers"))),
+        };
+        rows.cols.targets.push(c);
+        parts.push(TargetPart {
+            name: name.clone(),
+            width: 1,
+            values: Vec::new(),
+            float,
+        });
+    }
+    // Only the features, ids and targets count: an integer column is not labels here.
+    (rows.cols.label, rows.cols.display) = (None, None);
+    let (mut ids, mut x, mut listed) = (Vec::new(), Vec::new(), true);
+    let mut dim = None;
+    while let Some(row) = rows.next_row()? {
+        let r = ids.len();
+        if *dim.get_or_insert(row.x.len()) != row.x.len() || row.x.is_empty() {
+            return Err(bad(
+                path,
+                format!(
+                    "row {r}: {} features where row 0 has {}",
+                    row.x.len(),
+                    dim.unwrap_or(0)
+                ),
+            ));
+        }
+        x.extend_from_slice(&row.x);
+        listed &= row.id.is_some();
+        ids.push(row.id.unwrap_or_else(|| r.to_string()));
+        for (p, v) in parts.iter_mut().zip(row.targets) {
+            p.values.push(v);
+        }
+    }
+    let n = ids.len();
+    if n == 0 {
+        return Err(bad(path, "holds no rows"));
+    }
+    if listed {
+        check_ids(&ids, n, "column `id`", path)?;
+    } else {
+        ids = position_ids(0, n);
+    }
+    Ok(NumericTable::new(ids, (x, dim.unwrap_or(0)), parts))
 }
 
 /// The dimension of an embedding table's items: its first row's length (no other row read).

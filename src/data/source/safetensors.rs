@@ -10,6 +10,7 @@
 //! matching shapes), so no chunk read can leave the file. Both share the per-value code, so
 //! their items are equal bit for bit.
 
+use super::numeric::{self, check_names, NumericTable, TargetPart};
 use crate::data::display::{self, Displays};
 use crate::data::labels::{declared_classes, LabelCheck};
 use crate::data::plan::ImagePlan;
@@ -540,6 +541,94 @@ fn load_test_split(path: &Path) -> Result<Option<Items>> {
         check_test_split(&pool, test, "tensor", (test_names.x, test_names.y), path)?;
     }
     Ok(test)
+}
+
+/// The items, ids and tensors `target` of a safetensors file for regression (see
+/// [`numeric`](super::numeric)): the items tensor of either layout (`x` or `features`), its
+/// metadata `ids`; float tensors are numbers, integer ones the caller's task decides.
+pub(crate) fn safetensors_numeric(path: &Path, target: &[String]) -> Result<NumericTable> {
+    let mut h = CheckedHeader::read(path)?;
+    let (names, test) = layout(|n| h.tensor(n).is_some(), path)?;
+    check_names(target, &[names.x, test.x], path)?;
+    let xt = h
+        .tensor(names.x)
+        .cloned()
+        .ok_or_else(|| bad(path, format!("has no tensor `{}` (items, ...)", names.x)))?;
+    let shape = usize_shape(&xt.shape, path)?;
+    check_items_shape(&shape, &names, path)?;
+    let (n, d) = (shape[0], shape[1..].iter().product());
+    let x = x_values(
+        &h.bytes(&xt, path)?,
+        Dtype::of(&xt.dtype, &names, path)?,
+        names.x,
+        0,
+        path,
+    )?;
+    let meta = |key: &str| {
+        h.header
+            .get("__metadata__")
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let ids = metadata_ids(meta("ids").as_deref(), n, path)?;
+    let have: Vec<String> = h.tensors.iter().map(|t| t.name.clone()).collect();
+    let mut parts = Vec::with_capacity(target.len());
+    for name in target {
+        let t = h
+            .tensor(name)
+            .cloned()
+            .ok_or_else(|| numeric::missing(path, name, "tensor", &have))?;
+        let width = TargetPart::width(&usize_shape(&t.shape, path)?, n, name, path)?;
+        let (values, float) = number_values(&h.bytes(&t, path)?, &t.dtype).ok_or_else(|| {
+            bad(
+                path,
+                format!("tensor `{name}` is {}; expected numbers", t.dtype),
+            )
+        })?;
+        parts.push(TargetPart {
+            name: name.clone(),
+            width,
+            values,
+            float,
+        });
+    }
+    Ok(NumericTable::new(ids, (x, d), parts))
+}
+
+/// A header's shape in this machine's sizes.
+fn usize_shape(shape: &[u64], path: &Path) -> Result<Vec<usize>> {
+    shape
+        .iter()
+        .map(|&v| usize::try_from(v))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| bad(path, format!("a shape {shape:?} past this machine's sizes")))
+}
+
+/// The values of a float or integer tensor's little-endian bytes, and whether it was a float
+/// one; `None` for another dtype (booleans, 8-bit floats).
+fn number_values(bytes: &[u8], dtype: &str) -> Option<(Vec<f64>, bool)> {
+    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
+        bytes
+            .chunks_exact(N)
+            .map(|c| f(c.try_into().unwrap_or([0; N])))
+            .collect()
+    }
+    Some(match dtype {
+        "F64" => (each(bytes, f64::from_le_bytes), true),
+        "F32" => (each(bytes, |b| f64::from(f32::from_le_bytes(b))), true),
+        "F16" => (each(bytes, |b| half::f16::from_le_bytes(b).to_f64()), true),
+        "BF16" => (each(bytes, |b| half::bf16::from_le_bytes(b).to_f64()), true),
+        "I8" => (each(bytes, |b| f64::from(i8::from_le_bytes(b))), false),
+        "U8" => (each(bytes, |b| f64::from(u8::from_le_bytes(b))), false),
+        "I16" => (each(bytes, |b| f64::from(i16::from_le_bytes(b))), false),
+        "U16" => (each(bytes, |b| f64::from(u16::from_le_bytes(b))), false),
+        "I32" => (each(bytes, |b| f64::from(i32::from_le_bytes(b))), false),
+        "U32" => (each(bytes, |b| f64::from(u32::from_le_bytes(b))), false),
+        "I64" => (each(bytes, |b| i64::from_le_bytes(b) as f64), false),
+        "U64" => (each(bytes, |b| u64::from_le_bytes(b) as f64), false),
+        _ => return None,
+    })
 }
 
 /// Labels from the little-endian bytes of a labels tensor `name` of dtype `dtype` (`U8`,

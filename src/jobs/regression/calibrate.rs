@@ -93,7 +93,7 @@ pub fn calibrate(
     let test = opts.settings.test.as_deref().ok_or_else(|| {
         Error::config(
             "test",
-            "a regression calibration measures a labeled test split: name its CSV table",
+            "a regression calibration measures a labeled test split: name its table",
         )
     })?;
     if opts.settings.task == Some(Task::Classification) {

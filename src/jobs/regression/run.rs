@@ -36,7 +36,7 @@ use std::time::Instant;
 /// defaults each field names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RegressionCurve {
-    /// The pool: a CSV table with targets.
+    /// The pool: a CSV table or an embedding file with targets.
     pub data: PathBuf,
     /// Targets, test split, loss.
     pub settings: RegressionSettings,
@@ -95,7 +95,7 @@ impl RegressionCurve {
             Error::config(
                 "test",
                 "a regression curve measures every cycle on a labeled test split: name its \
-                 CSV table (the pool's columns)",
+                 table (the pool's kind and columns)",
             )
         })
     }

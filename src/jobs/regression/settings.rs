@@ -40,14 +40,14 @@ impl std::str::FromStr for LossKind {
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct RegressionSettings {
-    /// What the targets are: classification (class labels) or regression (numbers). [default: taken from the data: a target column holding a non-integer is regression; integers only are refused without it]
+    /// What the targets are: classification (class labels) or regression (numbers). [default: taken from the data: a target holding a non-integer, or a float tensor, array or Parquet column, is regression; integers only are refused without it]
     #[cfg_attr(feature = "cli", arg(long))]
     pub task: Option<Task>,
-    /// The target column(s) of a CSV table, comma-separated: the numbers a regression run predicts; every other column but `id` is a feature.
+    /// The target(s), comma-separated: the numbers a regression run predicts. Columns of a CSV table (every other column but `id` is a feature), or of an embedding file: tensors of a safetensors file (beside `x` or `features`), arrays of an .npz (beside `features`) or columns of a Parquet table (beside its list column), each (n,) or (n, k).
     #[cfg_attr(feature = "cli", arg(long, value_delimiter = ','))]
     pub target: Vec<String>,
-    /// The labeled test split of a regression run: a CSV table with the pool's columns.
-    #[cfg_attr(feature = "cli", arg(long, value_name = "CSV"))]
+    /// The labeled test split of a regression run: a table of the pool's kind with its columns (a CSV table, or an embedding file with the same targets).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub test: Option<PathBuf>,
     /// Loss of the Gaussian heads: nll, or beta-nll (Seitzer et al. 2022: the NLL weighted by the predicted variance to the power beta, which keeps the mean from under-fitting). [default: beta-nll]
     #[cfg_attr(feature = "cli", arg(long))]
