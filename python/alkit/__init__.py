@@ -673,11 +673,29 @@ def conformal_intervals(
     )
 
 
+def _summary_row(row: Tuple) -> Dict[str, object]:
+    """One row of ``summary.csv`` as a dict with its column names (NaN or None where the
+    file has an empty cell)."""
+    strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc, aubc, vs_random, vs_best, verdict = row
+    out: Dict[str, object] = dict(
+        strategy=strategy, seeds=seeds, acc_mean=acc_mean, acc_std=acc_std, nll_mean=nll_mean,
+        nll_std=nll_std, final_acc=final_acc, aubc_mean=aubc[0], aubc_lo=aubc[1], aubc_hi=aubc[2],
+    )
+    for name, pair in (("random", vs_random), ("best", vs_best)):
+        diff, lo, hi, p = pair if pair is not None else (None, None, None, None)
+        out.update({f"vs_{name}": diff, f"vs_{name}_lo": lo, f"vs_{name}_hi": hi, f"p_{name}": p})
+    out["verdict"] = verdict
+    return out
+
+
 class CurveResult(NamedTuple):
     """What :func:`curve` ran: ``runs`` one dict per strategy and seed (``strategy``,
     ``seed`` and per cycle ``cycle``, ``labeled``, ``acc``, ``nll`` as arrays), ``summary``
     one dict per strategy as ``summary.csv`` has it (``acc_mean`` and ``nll_mean`` averaged
-    over cycles 1.., their standard deviations over seeds, ``final_acc``)."""
+    over cycles 1.., their standard deviations over seeds, ``final_acc``; the area under the
+    ACC curve ``aubc_mean`` with its 95% interval ``aubc_lo``, ``aubc_hi``; the paired
+    difference to random ``vs_random`` with its bootstrap interval and Wilcoxon's ``p_random``,
+    the same to the best strategy, ``None`` where there is none; and the ``verdict``)."""
 
     runs: List[Dict[str, object]]
     summary: List[Dict[str, object]]
@@ -775,15 +793,7 @@ def curve(
             }
             for name, s, rows in runs
         ],
-        summary=[
-            dict(
-                zip(
-                    ("strategy", "seeds", "acc_mean", "acc_std", "nll_mean", "nll_std", "final_acc"),
-                    row,
-                )
-            )
-            for row in summary
-        ],
+        summary=[_summary_row(row) for row in summary],
     )
 
 

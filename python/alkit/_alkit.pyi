@@ -126,7 +126,21 @@ def curve(
     resume: bool = False,
 ) -> Tuple[
     List[Tuple[str, int, List[Tuple[int, int, float, float]]]],
-    List[Tuple[str, int, float, float, float, float, float]],
+    List[
+        Tuple[
+            str,
+            int,
+            float,
+            float,
+            float,
+            float,
+            float,
+            Tuple[float, float, float],
+            Optional[Tuple[float, float, float, float]],
+            Optional[Tuple[float, float, float, float]],
+            str,
+        ]
+    ],
 ]: ...
 
 class Session:

@@ -10,7 +10,7 @@ use crate::settings::{self, Reads};
 use alkit::data::Dataset;
 use alkit::error::{Error, Result};
 use alkit::hub::Hub;
-use alkit::jobs::curve::{CurveOptions, SummaryRow};
+use alkit::jobs::curve::{CurveOptions, Paired, SummaryRow};
 use alkit::strategies::StrategyKind;
 use candle_core::Device;
 use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -19,8 +19,23 @@ use std::path::PathBuf;
 
 /// One run's records: `(strategy, seed, [(cycle, labeled, acc, nll)])`.
 type Run = (String, u64, Vec<(usize, usize, f64, f64)>);
-/// One summary row: `(strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc)`.
-type Summary = (String, usize, f64, f64, f64, f64, f64);
+/// One paired comparison: `(diff, lo, hi, p)`.
+type Pair = Option<(f64, f64, f64, f64)>;
+/// One summary row: `(strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc,
+/// (aubc_mean, aubc_lo, aubc_hi), vs_random, vs_best, verdict)`.
+type Summary = (
+    String,
+    usize,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    (f64, f64, f64),
+    Pair,
+    Pair,
+    &'static str,
+);
 
 /// A split given as arrays: items `(n, ...)` and their labels `(n,)`.
 type Split<'py> = (PyReadonlyArrayDyn<'py, f32>, PyReadonlyArray1<'py, i64>);
@@ -174,17 +189,19 @@ fn run(
     let summary = alkit::jobs::curve::summarize(&states)
         .into_iter()
         .map(|r: SummaryRow| {
-            let SummaryRow {
-                strategy,
-                seeds,
-                acc_mean,
-                acc_std,
-                nll_mean,
-                nll_std,
-                final_acc,
-            } = r;
+            let pair = |c: Option<Paired>| c.map(|c| (c.diff, c.lo, c.hi, c.p));
             (
-                strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc,
+                r.strategy,
+                r.seeds,
+                r.acc_mean,
+                r.acc_std,
+                r.nll_mean,
+                r.nll_std,
+                r.final_acc,
+                (r.aubc.mean, r.aubc.lo, r.aubc.hi),
+                pair(r.vs_random),
+                pair(r.vs_best),
+                r.verdict.words(),
             )
         })
         .collect();

@@ -42,6 +42,22 @@ def test_curve_from_python_writes_what_the_command_line_writes(tmp_path, alkit_b
         np.testing.assert_allclose(run["acc"], [float(r["acc"]) for r in want], atol=1e-6)
     assert [s["strategy"] for s in got.summary] == SCORERS
     assert all(s["seeds"] == 2 for s in got.summary)
+    # The summary returned is summary.csv's, column by column.
+    with open(py / "summary.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    for s, r in zip(got.summary, table):
+        assert list(s) == ["strategy"] + list(r)[1:]
+        assert s["verdict"] == r["verdict"]
+        for key, cell in list(r.items())[1:-1]:
+            v = s[key]
+            if cell == "":
+                assert v is None or np.isnan(v), (key, v)
+            else:
+                assert abs(float(cell) - v) <= 5e-5, (key, cell, v)
+    assert got.summary[1]["verdict"] == "baseline" and got.summary[1]["vs_random"] is None
+    # Two seeds cannot show a difference (the smallest two-sided p is 0.5).
+    assert got.summary[0]["verdict"] == "no difference from random"
+    assert got.summary[0]["p_random"] >= 0.5
 
 
 def test_a_curve_on_arrays_is_the_curve_on_the_file_and_resumes(tmp_path, embeddings):

@@ -381,20 +381,39 @@ fn print_summary(rows: &[SummaryRow]) {
     let mut so = std::io::stdout().lock();
     let _ = writeln!(
         so,
-        "{:<18} {:>5}  {:>18}  {:>18}  {:>10}",
-        "scorer", "seeds", "ACC % (cyc 1..)", "NLL (cyc 1..)", "final ACC%"
+        "{:<18} {:>5}  {:>18}  {:>18}  {:>10}  {:>16}  against random",
+        "scorer", "seeds", "ACC % (cyc 1..)", "NLL (cyc 1..)", "final ACC%", "AUBC % (95% CI)"
     );
+    let interval = |i: alkit::metrics::stats::Interval| {
+        if i.lo.is_nan() {
+            String::new()
+        } else {
+            format!("({:.1}-{:.1})", 100.0 * i.lo, 100.0 * i.hi)
+        }
+    };
     for r in rows {
+        let versus = match r.vs_random {
+            Some(c) => format!(
+                "{} ({:+.2} pts, p = {:.3})",
+                r.verdict.words(),
+                100.0 * c.diff,
+                c.p
+            ),
+            None => r.verdict.words().to_string(),
+        };
         let _ = writeln!(
             so,
-            "{:<18} {:>5}  {:>10.2} ± {:<5.2}  {:>10.4} ± {:<5.3}  {:>10.2}",
+            "{:<18} {:>5}  {:>10.2} ± {:<5.2}  {:>10.4} ± {:<5.3}  {:>10.2}  {:>6.2} {:<11}  {}",
             r.strategy,
             r.seeds,
             100.0 * r.acc_mean,
             100.0 * r.acc_std,
             r.nll_mean,
             r.nll_std,
-            100.0 * r.final_acc
+            100.0 * r.final_acc,
+            100.0 * r.aubc.mean,
+            interval(r.aubc),
+            versus
         );
     }
 }

@@ -238,7 +238,7 @@ fn target_cell(v: &str) -> std::result::Result<f64, String> {
 /// Reads a table whose targets `target` are numbers: a CSV table (an optional `id` column,
 /// every other column but the targets a feature), or an embedding file (safetensors, `.npz`
 /// or Parquet: its features, ids and the tensors, arrays or columns `target`, see
-/// [`numeric_table`]). `task` says what the targets are when the data cannot: integers only
+/// `source::numeric_table`). `task` says what the targets are when the data cannot: integers only
 /// (a CSV column, or an integer tensor) are refused without it (classes or numbers?), a float
 /// tensor or column is numbers, and a table read for classification is refused here
 /// (classification reads a `label` column, or a file's labels).

@@ -1,10 +1,12 @@
 //! Evaluation of uncertainty on its own, over plain vectors: a classifier's scores for OOD
 //! detection and calibration (`scores.rs`, re-exported here), and a regression model's
-//! Gaussian predictions against the targets ([`regression`]).
+//! Gaussian predictions against the targets ([`regression`]), and the statistics over seeds that
+//! compare acquisition strategies ([`stats`]).
 //!
 //! The files are independent of each other.
 
 pub mod regression;
 mod scores;
+pub mod stats;
 
 pub use scores::*;

@@ -46,7 +46,7 @@ pub(super) fn python() -> Option<PathBuf> {
 }
 
 /// Runs `tests/reference/<script>` on `input` and returns its output.
-fn reference(py: &Path, script: &str, input: &Value, dir: &Path) -> Value {
+pub(super) fn reference(py: &Path, script: &str, input: &Value, dir: &Path) -> Value {
     let (i, o) = (
         dir.join(format!("{script}.in.json")),
         dir.join(format!("{script}.out.json")),

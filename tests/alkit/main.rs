@@ -30,6 +30,7 @@ mod scorers;
 mod sessions;
 mod shards;
 mod sources;
+mod statistics;
 mod streaming;
 mod timm;
 mod words;

@@ -6,7 +6,9 @@
 //! - `curve.csv`: `scorer,seed,cycle,labeled,acc,nll,train_s,score_s`, rewritten after every
 //!   finished run;
 //! - `summary.csv`: per strategy, mean and sample std over seeds of ACC and NLL averaged over
-//!   cycles `1..=cycles` (the paper's Table 3 convention);
+//!   cycles `1..=cycles` (the paper's Table 3 convention); the area under the ACC curve
+//!   (AUBC) with its 95% interval over seeds, its paired difference to `random` and to the
+//!   best strategy (bootstrap interval, Wilcoxon's p) and the verdict against random;
 //! - `curve.svg`, `curve.png`: mean ± std of ACC and NLL against the labeled count.
 
 mod runs;
@@ -15,6 +17,6 @@ mod setup;
 pub(crate) use runs::mean_std;
 pub use runs::{
     curve_figure, remove_outputs, run_curve, state_path, summarize, write_curve_csv,
-    write_summary_csv, CurveSpec, SaveScores, SummaryRow, MAX_SEEDS, OUTPUTS,
+    write_summary_csv, CurveSpec, Paired, SaveScores, SummaryRow, Verdict, MAX_SEEDS, OUTPUTS,
 };
 pub use setup::{resume, resume_with, run, CurveData, CurveOptions, ARRAYS_FILE};

@@ -6,6 +6,7 @@ use crate::acquire::{run as run_one, LoopConfig, RunContext, RunState};
 use crate::data::{Dataset, PoolReader};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_csv, write_json};
+use crate::metrics::stats::{aubc, bootstrap_interval, mean_interval, wilcoxon, Interval};
 use crate::models::Arch;
 use crate::observe::Observer;
 use crate::plot::{Figure, Panel, Series};
@@ -49,6 +50,68 @@ pub struct SummaryRow {
     pub nll_std: f64,
     /// Mean ACC at the last cycle.
     pub final_acc: f64,
+    /// The normalised area under the ACC curve over cycles `0..=cycles`
+    /// ([`aubc`](crate::metrics::stats::aubc)): its mean over seeds and 95% t interval.
+    pub aubc: Interval,
+    /// This strategy's AUBC minus `random`'s, paired by seed (none without a `random` run,
+    /// and for `random` itself).
+    pub vs_random: Option<Paired>,
+    /// The same against the strategy of the highest mean AUBC (none for that one).
+    pub vs_best: Option<Paired>,
+    /// What the comparison with random says, in words (see [`Verdict`]).
+    pub verdict: Verdict,
+}
+
+/// A paired comparison of two strategies' AUBCs over the seeds both ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    /// Mean difference (this minus the other).
+    pub diff: f64,
+    /// Its 95% percentile bootstrap interval (9,999 resamples).
+    pub lo: f64,
+    /// Upper bound.
+    pub hi: f64,
+    /// Wilcoxon's signed-rank two-sided p-value.
+    pub p: f64,
+}
+
+/// What a strategy's comparison with random says: a difference only when Wilcoxon's test
+/// rejects at 5% and the bootstrap interval excludes zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The strategy is `random`.
+    Baseline,
+    /// The curve has no `random` run to compare with.
+    NoRandom,
+    /// Higher AUBC than random, both tests agreeing.
+    Better,
+    /// Lower AUBC than random, both tests agreeing.
+    Worse,
+    /// Neither test shows a difference (three seeds never can: the smallest p is 0.25).
+    NoDifference,
+}
+
+impl Verdict {
+    /// The words `summary.csv` writes.
+    pub fn words(self) -> &'static str {
+        match self {
+            Verdict::Baseline => "baseline",
+            Verdict::NoRandom => "no random run to compare with",
+            Verdict::Better => "better than random",
+            Verdict::Worse => "worse than random",
+            Verdict::NoDifference => "no difference from random",
+        }
+    }
+
+    fn of(vs_random: Option<Paired>, is_random: bool) -> Verdict {
+        match vs_random {
+            _ if is_random => Verdict::Baseline,
+            None => Verdict::NoRandom,
+            Some(c) if c.p < 0.05 && c.lo > 0.0 => Verdict::Better,
+            Some(c) if c.p < 0.05 && c.hi < 0.0 => Verdict::Worse,
+            Some(_) => Verdict::NoDifference,
+        }
+    }
 }
 
 /// The most seeds one curve takes: far more runs than any machine finishes, few enough that
@@ -258,7 +321,9 @@ pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
 
 /// Per strategy (in first-seen order): mean and sample std over seeds of the per-run averages
 /// of ACC and NLL over cycles `1..=cycles` (cycle 0 alone when there are no acquisition
-/// cycles).
+/// cycles), and the AUBC statistics: its t interval, and the paired comparisons with `random`
+/// and with the best strategy (their bootstrap draws from the stream `(smallest seed, Tool,
+/// strategy's position)`, so the same runs give the same summary).
 pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
     let mut names: Vec<&str> = Vec::new();
     for st in states {
@@ -266,40 +331,107 @@ pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
             names.push(&st.strategy);
         }
     }
-    names
-        .into_iter()
+    let aubcs: Vec<Vec<(u64, f64)>> = names
+        .iter()
         .map(|name| {
-            let runs: Vec<&RunState> = states.iter().filter(|s| s.strategy == name).collect();
-            let avg = |st: &RunState, f: fn(&crate::observe::CycleRecord) -> f64| {
-                let rs: Vec<f64> = st.records.iter().filter(|r| r.cycle >= 1).map(f).collect();
-                if rs.is_empty() {
-                    st.records.first().map_or(f64::NAN, f)
-                } else {
-                    rs.iter().sum::<f64>() / rs.len() as f64
-                }
+            let runs = states.iter().filter(|s| s.strategy == *name);
+            runs.map(|st| (st.seed, run_aubc(st))).collect()
+        })
+        .collect();
+    let means: Vec<f64> = aubcs
+        .iter()
+        .map(|a| a.iter().map(|x| x.1).sum::<f64>() / a.len() as f64)
+        .collect();
+    let best = (0..names.len()).max_by(|&a, &b| means[a].total_cmp(&means[b]));
+    let random = names.iter().position(|n| *n == "random");
+    let seed = states.iter().map(|s| s.seed).min().unwrap_or(0);
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let mut rng = crate::rng::stream(seed, crate::rng::Purpose::Tool, k as u64);
+            let mut against = |other: Option<usize>| {
+                other
+                    .filter(|&o| o != k)
+                    .and_then(|o| paired(&aubcs[k], &aubcs[o], &mut rng))
             };
-            let accs: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.acc)).collect();
-            let nlls: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.nll)).collect();
-            let finals: Vec<f64> = runs
-                .iter()
-                .filter_map(|st| st.records.last().map(|r| r.acc))
-                .collect();
-            let (acc_mean, acc_std) = mean_std(&accs);
-            let (nll_mean, nll_std) = mean_std(&nlls);
+            let vs_random = against(random);
+            let vs_best = against(best);
+            let runs: Vec<&RunState> = states.iter().filter(|s| s.strategy == *name).collect();
             SummaryRow {
-                strategy: name.to_string(),
-                seeds: runs.len(),
-                acc_mean,
-                acc_std,
-                nll_mean,
-                nll_std,
-                final_acc: mean_std(&finals).0,
+                aubc: mean_interval(&aubcs[k].iter().map(|x| x.1).collect::<Vec<_>>(), 0.95),
+                vs_random,
+                vs_best,
+                verdict: Verdict::of(vs_random, random == Some(k)),
+                ..averages(name, &runs)
             }
         })
         .collect()
 }
 
-/// Writes `summary.csv` for `rows` to `path`.
+/// The ACC and NLL averages of one strategy's runs (the AUBC fields left for the caller).
+fn averages(name: &str, runs: &[&RunState]) -> SummaryRow {
+    let avg = |st: &RunState, f: fn(&crate::observe::CycleRecord) -> f64| {
+        let rs: Vec<f64> = st.records.iter().filter(|r| r.cycle >= 1).map(f).collect();
+        if rs.is_empty() {
+            st.records.first().map_or(f64::NAN, f)
+        } else {
+            rs.iter().sum::<f64>() / rs.len() as f64
+        }
+    };
+    let accs: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.acc)).collect();
+    let nlls: Vec<f64> = runs.iter().map(|st| avg(st, |r| r.nll)).collect();
+    let finals: Vec<f64> = runs
+        .iter()
+        .filter_map(|st| st.records.last().map(|r| r.acc))
+        .collect();
+    let (acc_mean, acc_std) = mean_std(&accs);
+    let (nll_mean, nll_std) = mean_std(&nlls);
+    SummaryRow {
+        strategy: name.to_string(),
+        seeds: runs.len(),
+        acc_mean,
+        acc_std,
+        nll_mean,
+        nll_std,
+        final_acc: mean_std(&finals).0,
+        aubc: mean_interval(&[], 0.95),
+        vs_random: None,
+        vs_best: None,
+        verdict: Verdict::NoRandom,
+    }
+}
+
+/// A run's AUBC: its ACC against the labeled count over every cycle it recorded.
+fn run_aubc(st: &RunState) -> f64 {
+    let labeled: Vec<f64> = st.records.iter().map(|r| r.labeled as f64).collect();
+    let acc: Vec<f64> = st.records.iter().map(|r| r.acc).collect();
+    aubc(&labeled, &acc)
+}
+
+/// `a` against `b` over the seeds both have: mean difference, bootstrap interval, Wilcoxon's
+/// p (`None` without a shared seed).
+fn paired(a: &[(u64, f64)], b: &[(u64, f64)], rng: &mut dyn rand::RngCore) -> Option<Paired> {
+    let d: Vec<f64> = a
+        .iter()
+        .filter_map(|(s, x)| b.iter().find(|(t, _)| t == s).map(|(_, y)| x - y))
+        .collect();
+    if d.is_empty() {
+        return None;
+    }
+    let (lo, hi) = bootstrap_interval(&d, BOOTSTRAP_RESAMPLES, 0.95, rng);
+    Some(Paired {
+        diff: d.iter().sum::<f64>() / d.len() as f64,
+        lo,
+        hi,
+        p: wilcoxon(&d).p,
+    })
+}
+
+/// Resamples of the bootstrap intervals (SciPy's default).
+const BOOTSTRAP_RESAMPLES: usize = 9_999;
+
+/// Writes `summary.csv` for `rows` to `path` (an absent or undefined figure is an empty cell).
 pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
     let header = [
         "scorer",
@@ -309,17 +441,47 @@ pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
         "nll_mean",
         "nll_std",
         "final_acc",
+        "aubc_mean",
+        "aubc_lo",
+        "aubc_hi",
+        "vs_random",
+        "vs_random_lo",
+        "vs_random_hi",
+        "p_random",
+        "vs_best",
+        "vs_best_lo",
+        "vs_best_hi",
+        "p_best",
+        "verdict",
     ];
+    let f = |v: f64| {
+        if v.is_nan() {
+            String::new()
+        } else {
+            format!("{v:.6}")
+        }
+    };
+    let pair = |c: Option<Paired>| match c {
+        Some(c) => vec![f(c.diff), f(c.lo), f(c.hi), format!("{:.4}", c.p)],
+        None => vec![String::new(); 4],
+    };
     let rows = rows.iter().map(|r| {
-        vec![
+        let mut row = vec![
             r.strategy.clone(),
             r.seeds.to_string(),
-            format!("{:.6}", r.acc_mean),
-            format!("{:.6}", r.acc_std),
-            format!("{:.6}", r.nll_mean),
-            format!("{:.6}", r.nll_std),
-            format!("{:.6}", r.final_acc),
-        ]
+            f(r.acc_mean),
+            f(r.acc_std),
+            f(r.nll_mean),
+            f(r.nll_std),
+            f(r.final_acc),
+            f(r.aubc.mean),
+            f(r.aubc.lo),
+            f(r.aubc.hi),
+        ];
+        row.extend(pair(r.vs_random));
+        row.extend(pair(r.vs_best));
+        row.push(r.verdict.words().to_string());
+        row
     });
     write_csv(path, &header, rows)
 }

@@ -1,0 +1,275 @@
+//! Statistics over seeds, for asking whether one acquisition strategy beats another: the
+//! normalised area under a budget curve ([`aubc`]), a Student-t interval for a mean
+//! ([`mean_interval`]), Wilcoxon's signed-rank test on paired differences ([`wilcoxon`], as
+//! `scipy.stats.wilcoxon` computes it by default) and a percentile bootstrap interval for a
+//! mean difference ([`bootstrap_interval`]). Plain `f64` vectors, no tensors.
+
+use rand::RngCore;
+
+/// The area under `value` against `labeled` (trapezoids), divided by the labels spent: the
+/// curve's mean height, so 1 for a model perfect from the first point. One point: its value.
+/// `labeled` ascending, both of one length.
+pub fn aubc(labeled: &[f64], value: &[f64]) -> f64 {
+    let n = labeled.len().min(value.len());
+    if n == 0 {
+        return f64::NAN;
+    }
+    let span = labeled[n - 1] - labeled[0];
+    if n == 1 || span <= 0.0 {
+        return value[..n].iter().sum::<f64>() / n as f64;
+    }
+    let area: f64 = (1..n)
+        .map(|i| (labeled[i] - labeled[i - 1]) * (value[i] + value[i - 1]) / 2.0)
+        .sum();
+    area / span
+}
+
+/// A mean and its two-sided interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    /// The mean.
+    pub mean: f64,
+    /// Lower bound (NaN when there is no interval: fewer than two values).
+    pub lo: f64,
+    /// Upper bound (NaN likewise).
+    pub hi: f64,
+}
+
+/// The mean of `xs` and its Student-t interval at `level` (0.95: 95%): `mean ± t s / sqrt(n)`
+/// with the sample standard deviation `s` and `n - 1` degrees of freedom.
+pub fn mean_interval(xs: &[f64], level: f64) -> Interval {
+    let n = xs.len();
+    let mean = xs.iter().sum::<f64>() / n as f64;
+    if n < 2 {
+        return Interval {
+            mean,
+            lo: f64::NAN,
+            hi: f64::NAN,
+        };
+    }
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = t_quantile(0.5 + level / 2.0, (n - 1) as f64) * (var / n as f64).sqrt();
+    Interval {
+        mean,
+        lo: mean - half,
+        hi: mean + half,
+    }
+}
+
+/// The `p` quantile of Student's t with `df` degrees of freedom (`0 < p < 1`), by bisection
+/// on [`t_cdf`] to `f64` precision.
+pub fn t_quantile(p: f64, df: f64) -> f64 {
+    if p == 0.5 {
+        return 0.0;
+    }
+    if p < 0.5 {
+        return -t_quantile(1.0 - p, df);
+    }
+    let mut hi = 1.0;
+    while t_cdf(hi, df) < p && hi < 1e300 {
+        hi *= 2.0;
+    }
+    let mut lo = 0.0;
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if mid == lo || mid == hi {
+            break;
+        }
+        if t_cdf(mid, df) < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// Student's t distribution function: `1 - I_x(df / 2, 1 / 2) / 2` for `t > 0`,
+/// `x = df / (df + t^2)`.
+pub fn t_cdf(t: f64, df: f64) -> f64 {
+    let tail = 0.5 * beta_inc(df / 2.0, 0.5, df / (df + t * t));
+    if t >= 0.0 {
+        1.0 - tail
+    } else {
+        tail
+    }
+}
+
+/// The regularised incomplete beta function `I_x(a, b)`, by its continued fraction (Lentz's
+/// method), on the side of `x` where it converges fast.
+fn beta_inc(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let ln_front =
+        libm::lgamma(a + b) - libm::lgamma(a) - libm::lgamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    if x < (a + 1.0) / (a + b + 2.0) {
+        ln_front.exp() * beta_fraction(a, b, x) / a
+    } else {
+        1.0 - ln_front.exp() * beta_fraction(b, a, 1.0 - x) / b
+    }
+}
+
+fn beta_fraction(a: f64, b: f64, x: f64) -> f64 {
+    const TINY: f64 = 1e-300;
+    let guard = |v: f64| if v.abs() < TINY { TINY } else { v };
+    let mut c = 1.0;
+    let mut d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0));
+    let mut h = d;
+    for m in 1..=1000 {
+        let m = f64::from(m);
+        let even = m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m));
+        d = 1.0 / guard(1.0 + even * d);
+        c = guard(1.0 + even / c);
+        h *= d * c;
+        let odd = -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0));
+        d = 1.0 / guard(1.0 + odd * d);
+        c = guard(1.0 + odd / c);
+        let step = d * c;
+        h *= step;
+        if (step - 1.0).abs() < 1e-16 {
+            break;
+        }
+    }
+    h
+}
+
+/// The outcome of Wilcoxon's signed-rank test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SignedRank {
+    /// `min(R+, R-)`: the smaller sum of the ranks of `|d|` over positive and negative `d`.
+    pub statistic: f64,
+    /// The two-sided p-value.
+    pub p: f64,
+}
+
+/// Wilcoxon's signed-rank test of paired differences `d` against a median of zero, two-sided,
+/// as `scipy.stats.wilcoxon(d)` computes it by default: zeros dropped (`wilcox`), ties
+/// ranked by their average; the exact null distribution for at most 50 differences without
+/// ties or zeros, the exact sign-flip permutation distribution for at most 13 with them, and
+/// otherwise the normal approximation with the tie correction and no continuity correction.
+/// All differences zero: `p = 1` (scipy gives NaN beyond 13).
+pub fn wilcoxon(d: &[f64]) -> SignedRank {
+    let ranks = signed_ranks(d);
+    let plus: f64 = ranks.iter().filter(|r| r.0).map(|r| r.1).sum();
+    let minus: f64 = ranks.iter().filter(|r| !r.0).map(|r| r.1).sum();
+    let statistic = plus.min(minus);
+    let zeros = d.len() - ranks.len();
+    if ranks.is_empty() {
+        return SignedRank { statistic, p: 1.0 };
+    }
+    let ties = has_ties(d);
+    let p = if d.len() <= 50 && !ties && zeros == 0 {
+        exact_p(ranks.len(), plus)
+    } else if d.len() <= 13 {
+        permutation_p(&ranks, plus)
+    } else {
+        normal_p(&ranks, plus)
+    };
+    SignedRank {
+        statistic,
+        p: p.clamp(0.0, 1.0),
+    }
+}
+
+/// `(positive, rank of |d|)` for every nonzero difference, ties given their average rank.
+fn signed_ranks(d: &[f64]) -> Vec<(bool, f64)> {
+    let mut nz: Vec<f64> = d.iter().copied().filter(|v| *v != 0.0).collect();
+    nz.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+    let mut out = Vec::with_capacity(nz.len());
+    let mut i = 0;
+    while i < nz.len() {
+        let mut j = i;
+        while j + 1 < nz.len() && nz[j + 1].abs() == nz[i].abs() {
+            j += 1;
+        }
+        let rank = (i + j) as f64 / 2.0 + 1.0;
+        out.extend(nz[i..=j].iter().map(|v| (*v > 0.0, rank)));
+        i = j + 1;
+    }
+    out
+}
+
+fn has_ties(d: &[f64]) -> bool {
+    let mut a: Vec<f64> = d.iter().map(|v| v.abs()).filter(|v| *v != 0.0).collect();
+    a.sort_by(f64::total_cmp);
+    a.windows(2).any(|w| w[0] == w[1])
+}
+
+/// `2 min(P(T >= t), P(T <= t))` under the exact null of `n` untied ranks (a count of the
+/// sign patterns giving each rank sum).
+fn exact_p(n: usize, plus: f64) -> f64 {
+    let max = n * (n + 1) / 2;
+    let mut counts = vec![0f64; max + 1];
+    counts[0] = 1.0;
+    for r in 1..=n {
+        for s in (r..=max).rev() {
+            counts[s] += counts[s - r];
+        }
+    }
+    let total: f64 = counts.iter().sum();
+    let t = plus.round() as usize;
+    let below: f64 = counts[..=t.min(max)].iter().sum();
+    let above: f64 = counts[t.min(max)..].iter().sum();
+    2.0 * below.min(above) / total
+}
+
+/// The same over every sign flip of the ranks (what scipy's permutation test enumerates for
+/// tied or zero differences): `2 min(#(T <= t), #(T >= t)) / 2^n`.
+fn permutation_p(ranks: &[(bool, f64)], plus: f64) -> f64 {
+    let n = ranks.len();
+    let tol = 1e-14 * plus.abs().max(1.0);
+    let (mut le, mut ge) = (0u64, 0u64);
+    for mask in 0u64..(1 << n) {
+        let t: f64 = (0..n)
+            .filter(|&i| mask >> i & 1 == 1)
+            .map(|i| ranks[i].1)
+            .sum();
+        le += u64::from(t <= plus + tol);
+        ge += u64::from(t >= plus - tol);
+    }
+    2.0 * le.min(ge) as f64 / (1u64 << n) as f64
+}
+
+/// The normal approximation: `z = (R+ - n(n+1)/4) / se`, `se` with the tie correction.
+fn normal_p(ranks: &[(bool, f64)], plus: f64) -> f64 {
+    let n = ranks.len() as f64;
+    let mut tie = 0.0;
+    let mut i = 0;
+    while i < ranks.len() {
+        let j = ranks[i..].iter().take_while(|r| r.1 == ranks[i].1).count();
+        tie += (j * j * j - j) as f64;
+        i += j;
+    }
+    let se = ((n * (n + 1.0) * (2.0 * n + 1.0) - tie / 2.0) / 24.0).sqrt();
+    let z = (plus - n * (n + 1.0) / 4.0) / se;
+    libm::erfc(z.abs() / std::f64::consts::SQRT_2)
+}
+
+/// The percentile bootstrap interval at `level` of the mean of `d`: `resamples` means of `n`
+/// values drawn with replacement from `rng`, their `(1 - level) / 2` and `(1 + level) / 2`
+/// quantiles interpolated linearly (numpy's default). NaN bounds for fewer than two values.
+pub fn bootstrap_interval(
+    d: &[f64],
+    resamples: usize,
+    level: f64,
+    rng: &mut dyn RngCore,
+) -> (f64, f64) {
+    let n = d.len();
+    if n < 2 || resamples == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut means: Vec<f64> = (0..resamples)
+        .map(|_| (0..n).map(|_| d[crate::rng::below(rng, n)]).sum::<f64>() / n as f64)
+        .collect();
+    means.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        let at = p * (resamples - 1) as f64;
+        let (i, f) = (at.floor() as usize, at.fract());
+        means[i] + f * (means[(i + 1).min(resamples - 1)] - means[i])
+    };
+    (q((1.0 - level) / 2.0), q((1.0 + level) / 2.0))
+}
