@@ -108,6 +108,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Score(a) => score_cmd(a, &device, cli.quiet),
         Command::Embed(a) => embed_cmd(a, &device, cli.quiet),
         Command::Merge(a) => merge_cmd(a),
+        Command::Compare(a) => compare_cmd(a),
         Command::Bench(a) => bench_cmd(a, &device, cli.quiet),
         Command::Ood(a) => ood_cmd(a, &device, cli.quiet),
         Command::Calibrate(a) => calibrate_cmd(a, &device, cli.quiet),
@@ -475,6 +476,58 @@ fn merge_cmd(a: MergeArgs) -> Result<()> {
     let (header, rows) = alkit::jobs::merge::run(&a.shards, a.top)?;
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     alkit::output::write_csv(&a.out, &header, rows)?;
+    Ok(())
+}
+
+fn compare_cmd(a: CompareArgs) -> Result<()> {
+    let inputs: Vec<&Path> = a.runs.iter().map(|p| p.as_path()).collect();
+    alkit::output::check_output_dir("out", &a.out, &inputs, false)?;
+    let c = alkit::jobs::compare::run(&a.runs)?;
+    alkit::jobs::compare::write(&c, &a.out)?;
+    let mut so = std::io::stdout().lock();
+    let width = c
+        .strategies
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    write!(so, "{:<width$} {:>9}", "strategy", "mean rank")?;
+    for (name, _) in &c.datasets {
+        write!(so, " {:>12}", name)?;
+    }
+    writeln!(so)?;
+    let mut order: Vec<usize> = (0..c.strategies.len()).collect();
+    order.sort_by(|&x, &y| c.friedman.mean_ranks[x].total_cmp(&c.friedman.mean_ranks[y]));
+    for s in order {
+        write!(
+            so,
+            "{:<width$} {:>9.2}",
+            c.strategies[s], c.friedman.mean_ranks[s]
+        )?;
+        for d in &c.aubc {
+            write!(so, " {:>12.4}", d[s])?;
+        }
+        writeln!(so, "{}", if c.near_best(s) { "  *" } else { "" })?;
+    }
+    writeln!(
+        so,
+        "\n{} strategies over {} data sets (AUBC per data set); Friedman chi2 = {:.3}, p = {:.4}; \
+         Nemenyi critical difference (5%) = {:.3}: * marks a mean rank within it of the best",
+        c.strategies.len(),
+        c.datasets.len(),
+        c.friedman.chi2,
+        c.friedman.p,
+        c.critical_difference
+    )?;
+    if !c.left_out.is_empty() {
+        writeln!(
+            so,
+            "left out (not run on every data set): {}",
+            c.left_out.join(", ")
+        )?;
+    }
+    writeln!(so, "wrote {}/compare.csv, compare.json", a.out.display())?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod calibrate;
+pub mod compare;
 pub mod curve;
 pub mod embed;
 pub mod merge;

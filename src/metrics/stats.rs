@@ -273,3 +273,147 @@ pub fn bootstrap_interval(
     };
     (q((1.0 - level) / 2.0), q((1.0 + level) / 2.0))
 }
+
+/// Friedman's test of `k` strategies over `n` data sets.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Friedman {
+    /// Each strategy's rank averaged over the data sets (1 = best).
+    pub mean_ranks: Vec<f64>,
+    /// The chi-square statistic, corrected for ties (as `scipy.stats.friedmanchisquare`).
+    pub chi2: f64,
+    /// Its p-value, from the chi-square distribution with `k - 1` degrees of freedom.
+    pub p: f64,
+}
+
+/// The ranks of `row`, 1 for its highest value, ties given their average rank.
+pub fn ranks_high_first(row: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+    let mut ranks = vec![0.0; row.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let j = order[i..]
+            .iter()
+            .take_while(|&&o| row[o] == row[order[i]])
+            .count();
+        for &o in &order[i..i + j] {
+            ranks[o] = (2 * i + j + 1) as f64 / 2.0;
+        }
+        i += j;
+    }
+    ranks
+}
+
+/// Friedman's test over `table[d][s]`, the score (higher is better) of strategy `s` on data
+/// set `d`; every row has the same `k >= 2` entries and there is at least one row.
+pub fn friedman(table: &[Vec<f64>]) -> Friedman {
+    let (n, k) = (table.len() as f64, table.first().map_or(0, Vec::len));
+    let kf = k as f64;
+    let mut sums = vec![0.0; k];
+    let mut ties = 0.0;
+    for row in table {
+        let ranks = ranks_high_first(row);
+        for (s, r) in sums.iter_mut().zip(&ranks) {
+            *s += r;
+        }
+        let mut sorted = ranks.clone();
+        sorted.sort_by(f64::total_cmp);
+        let mut i = 0;
+        while i < sorted.len() {
+            let t = sorted[i..].iter().take_while(|&&r| r == sorted[i]).count();
+            ties += (t * t * t - t) as f64;
+            i += t;
+        }
+    }
+    let ssbn: f64 = sums.iter().map(|s| s * s).sum();
+    let c = 1.0 - ties / (kf * (kf * kf - 1.0) * n);
+    let chi2 = (12.0 / (kf * n * (kf + 1.0)) * ssbn - 3.0 * n * (kf + 1.0)) / c;
+    Friedman {
+        mean_ranks: sums.iter().map(|s| s / n).collect(),
+        chi2,
+        p: if chi2.is_finite() {
+            chi2_sf(chi2, kf - 1.0)
+        } else {
+            1.0
+        },
+    }
+}
+
+/// The chi-square survival function `P(X > x)` with `df` degrees of freedom: the upper
+/// regularised incomplete gamma function `Q(df / 2, x / 2)`.
+pub fn chi2_sf(x: f64, df: f64) -> f64 {
+    if x <= 0.0 {
+        return 1.0;
+    }
+    let (a, x) = (df / 2.0, x / 2.0);
+    let ln_front = a * x.ln() - x - libm::lgamma(a);
+    if x < a + 1.0 {
+        // The series of the lower function P.
+        let (mut term, mut sum, mut ap) = (1.0 / a, 1.0 / a, a);
+        for _ in 0..10_000 {
+            ap += 1.0;
+            term *= x / ap;
+            sum += term;
+            if term.abs() < sum.abs() * 1e-17 {
+                break;
+            }
+        }
+        1.0 - sum * ln_front.exp()
+    } else {
+        // The continued fraction of Q (Lentz's method).
+        const TINY: f64 = 1e-300;
+        let mut b = x + 1.0 - a;
+        let (mut c, mut d) = (1.0 / TINY, 1.0 / b);
+        let mut h = d;
+        for i in 1..10_000 {
+            let an = -f64::from(i) * (f64::from(i) - a);
+            b += 2.0;
+            d = an * d + b;
+            d = if d.abs() < TINY { TINY } else { d };
+            c = b + an / c;
+            c = if c.abs() < TINY { TINY } else { c };
+            d = 1.0 / d;
+            let step = d * c;
+            h *= step;
+            if (step - 1.0).abs() < 1e-17 {
+                break;
+            }
+        }
+        ln_front.exp() * h
+    }
+}
+
+/// Nemenyi's critical difference at level `alpha` (0.05) for the mean ranks of `k >= 2`
+/// strategies over `n` data sets (Demšar 2006): `q sqrt(k (k + 1) / (6 n))`, with `q` the
+/// studentized range's `1 - alpha` quantile for `k` means and infinite degrees of freedom,
+/// divided by `sqrt(2)`. Two strategies whose mean ranks differ by less are not told apart.
+pub fn nemenyi_cd(k: usize, n: usize, alpha: f64) -> f64 {
+    let kf = k as f64;
+    let (mut lo, mut hi) = (0.0, 20.0);
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if range_cdf(mid, k) < 1.0 - alpha {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi) / std::f64::consts::SQRT_2 * (kf * (kf + 1.0) / (6.0 * n as f64)).sqrt()
+}
+
+/// The distribution function of the range of `k` standard normal draws:
+/// `k ∫ φ(z) (Φ(z) - Φ(z - q))^(k - 1) dz`, by Simpson's rule over `[-12, 12]`.
+fn range_cdf(q: f64, k: usize) -> f64 {
+    const STEPS: usize = 4000;
+    let normal_cdf = |z: f64| 0.5 * libm::erfc(-z / std::f64::consts::SQRT_2);
+    let normal_pdf = |z: f64| (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    let (a, b) = (-12.0, 12.0);
+    let h = (b - a) / STEPS as f64;
+    let f = |z: f64| normal_pdf(z) * (normal_cdf(z) - normal_cdf(z - q)).powi(k as i32 - 1);
+    let mut sum = f(a) + f(b);
+    for i in 1..STEPS {
+        let w = if i % 2 == 1 { 4.0 } else { 2.0 };
+        sum += w * f(a + i as f64 * h);
+    }
+    k as f64 * sum * h / 3.0
+}

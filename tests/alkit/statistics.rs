@@ -2,12 +2,16 @@
 //! (tests/reference/stats.py, live: the reference Python is `ALKIT_PYTHON`): Wilcoxon's
 //! signed-rank test in each of SciPy's four regimes (exact, sign-flip permutation, normal
 //! approximation with ties, zeros and more than 50 pairs), Student-t quantiles, the percentile
-//! bootstrap interval within its Monte Carlo error; and by hand: the AUBC of a curve worked
-//! out on paper, a t interval, and the smallest exact p-values.
+//! bootstrap interval within its Monte Carlo error, Friedman's test with ties, the chi-square
+//! tail and the studentized range behind Nemenyi's critical difference; and by hand: the AUBC
+//! of a curve worked out on paper, a t interval, the smallest exact p-values, Demšar's (2006)
+//! table of Nemenyi's q and his worked critical difference.
 
 use super::feature_methods::{python, reference};
 use super::tmp;
-use alkit::metrics::stats::{aubc, bootstrap_interval, mean_interval, t_quantile, wilcoxon};
+use alkit::metrics::stats::{
+    aubc, bootstrap_interval, chi2_sf, friedman, mean_interval, nemenyi_cd, t_quantile, wilcoxon,
+};
 use rand::SeedableRng;
 use serde_json::{json, Value};
 
@@ -57,7 +61,18 @@ fn statistics_equal_scipy_on_the_same_numbers() {
     ];
     let boot: Vec<Vec<f64>> = cases[..5].to_vec();
     let resamples = 20_000;
-    let input = json!({"wilcoxon": cases, "t": t, "bootstrap": boot, "resamples": resamples});
+    let tables = friedman_tables();
+    let chi2 = [
+        (0.5, 1.0),
+        (3.84, 1.0),
+        (9.28, 3.0),
+        (40.0, 9.0),
+        (0.01, 12.0),
+        (200.0, 4.0),
+    ];
+    let range: Vec<(f64, usize)> = (2..=12).map(|k| (0.95, k)).collect();
+    let input = json!({"wilcoxon": cases, "t": t, "bootstrap": boot, "resamples": resamples,
+        "friedman": tables, "chi2": chi2, "range": range});
     let out: Value = reference(&py, "stats.py", &input, &dir);
     for (d, want) in cases.iter().zip(out["wilcoxon"].as_array().unwrap()) {
         let got = wilcoxon(d);
@@ -90,6 +105,50 @@ fn statistics_equal_scipy_on_the_same_numbers() {
             d.len()
         );
     }
+    for (table, want) in tables.iter().zip(out["friedman"].as_array().unwrap()) {
+        let got = friedman(table);
+        let (c, p) = (want[0].as_f64().unwrap(), want[1].as_f64().unwrap());
+        assert!(
+            (got.chi2 - c).abs() <= 1e-10 * c.abs().max(1.0),
+            "{} vs {c}",
+            got.chi2
+        );
+        assert!((got.p - p).abs() <= 1e-12 + 1e-9 * p, "{} vs {p}", got.p);
+    }
+    for (&(x, df), want) in chi2.iter().zip(out["chi2"].as_array().unwrap()) {
+        let want = want.as_f64().unwrap();
+        let got = chi2_sf(x, df);
+        assert!(
+            (got - want).abs() <= 1e-13 + 1e-10 * want,
+            "chi2({x}, {df}): {got} vs {want}"
+        );
+    }
+    for (&(_, k), want) in range.iter().zip(out["range"].as_array().unwrap()) {
+        // The critical difference over one data set is q / sqrt(2) * sqrt(k (k + 1) / 6).
+        let q = want.as_f64().unwrap() / 2f64.sqrt();
+        let cd = q * ((k * (k + 1)) as f64 / 6.0).sqrt();
+        let got = nemenyi_cd(k, 1, 0.05);
+        assert!((got - cd).abs() < 1e-6 * cd, "k = {k}: {got} vs {cd}");
+    }
+}
+
+/// Tables `[data set][strategy]` for Friedman's test: random, with ties, and one where every
+/// data set ranks the strategies alike.
+fn friedman_tables() -> Vec<Vec<Vec<f64>>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let random: Vec<Vec<f64>> = (0..14)
+        .map(|_| (0..4).map(|_| alkit::rng::uniform(&mut rng)).collect())
+        .collect();
+    let tied = vec![
+        vec![0.8, 0.8, 0.7, 0.6, 0.6],
+        vec![0.9, 0.7, 0.7, 0.7, 0.5],
+        vec![0.6, 0.5, 0.8, 0.6, 0.4],
+        vec![0.7, 0.7, 0.7, 0.7, 0.7],
+    ];
+    let alike: Vec<Vec<f64>> = (0..6)
+        .map(|d| (0..3).map(|s| f64::from(d) + f64::from(s) * 0.1).collect())
+        .collect();
+    vec![random, tied, alike]
 }
 
 #[test]
@@ -110,4 +169,98 @@ fn aubc_intervals_and_small_p_values_worked_by_hand() {
     // Six: 2/64.
     assert_eq!(wilcoxon(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).p, 2.0 / 64.0);
     assert_eq!(wilcoxon(&[0.0, 0.0, 0.0]).p, 1.0);
+    // Demšar 2006, Table 5(a): Nemenyi's q at 5% for k = 2..10, and his example's critical
+    // difference, 1.25 for 4 classifiers over 14 data sets.
+    let table = [
+        1.960, 2.343, 2.569, 2.728, 2.850, 2.949, 3.031, 3.102, 3.164,
+    ];
+    for (k, q) in (2..=10).zip(table) {
+        let got = nemenyi_cd(k, 1, 0.05) / ((k * (k + 1)) as f64 / 6.0).sqrt();
+        // The table truncates to three decimals (2.3437 is printed 2.343).
+        assert!((got - q).abs() < 1e-3, "k = {k}: {got} vs {q}");
+    }
+    assert!((nemenyi_cd(4, 14, 0.05) - 1.25).abs() < 5e-3);
+}
+
+/// `summary.csv`'s `aubc_mean` by strategy.
+fn summary_aubc(dir: &std::path::Path) -> Vec<(String, f64)> {
+    let text = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "aubc_mean").unwrap();
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].to_string(), f[col].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn compare_ranks_curve_folders_as_their_summaries_say() {
+    let dir = tmp("compare");
+    let emb = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("data/embeddings/mnist-rp32.safetensors");
+    let names = ["one", "two", "three"];
+    for (i, name) in names.iter().enumerate() {
+        let o = super::alkit_cmd()
+            .args(["-q", "curve", "--data"])
+            .arg(&emb)
+            .args(["--model", "linear", "--scorer", "entropy,typiclust,random"])
+            .args(["--seeds", "2", "--cycles", "2", "--steps", "30", "--seed"])
+            .arg((10 * i).to_string())
+            .arg("--out")
+            .arg(dir.join(name))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let out = dir.join("cmp");
+    let o = super::alkit_cmd()
+        .arg("compare")
+        .args(names.iter().map(|n| dir.join(n)))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Ranks worked out here from each folder's summary.csv (1 = highest AUBC; no ties in these
+    // runs), summed over the three data sets.
+    let mut sums = std::collections::BTreeMap::<String, f64>::new();
+    let mut aubcs = std::collections::BTreeMap::<String, Vec<f64>>::new();
+    for n in names {
+        let mut rows = summary_aubc(&dir.join(n));
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+        assert!(rows.windows(2).all(|w| w[0].1 != w[1].1), "a tie: {rows:?}");
+        for (r, (s, a)) in rows.iter().enumerate() {
+            *sums.entry(s.clone()).or_default() += (r + 1) as f64;
+            aubcs.entry(s.clone()).or_default().push(*a);
+        }
+    }
+    let text = std::fs::read_to_string(out.join("compare.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "strategy,mean_rank,near_best,one,two,three"
+    );
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        let rank: f64 = f[1].parse().unwrap();
+        assert!((rank - sums[f[0]] / 3.0).abs() < 1e-4, "{l}");
+        for (cell, want) in f[3..].iter().zip(&aubcs[f[0]]) {
+            assert!((cell.parse::<f64>().unwrap() - want).abs() < 1e-6, "{l}");
+        }
+    }
+    // Friedman by hand for k = 3, n = 3: 12 / (n k (k + 1)) sum R^2 - 3 n (k + 1), and with two
+    // degrees of freedom the chi-square tail is exp(-x / 2).
+    let chi2 = 12.0 / 36.0 * sums.values().map(|r| r * r).sum::<f64>() - 36.0;
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+    let got = json["friedman"]["chi2"].as_f64().unwrap();
+    assert!((got - chi2).abs() < 1e-9, "{got} vs {chi2}");
+    let p = json["friedman"]["p"].as_f64().unwrap();
+    assert!((p - (-chi2 / 2.0).exp()).abs() < 1e-12, "{p}");
+    // Demšar's q for k = 3 is 2.343: CD = 2.343 sqrt(3 * 4 / (6 * 3)).
+    let cd = json["critical_difference"].as_f64().unwrap();
+    assert!((cd - 2.343 * (12.0f64 / 18.0).sqrt()).abs() < 1e-3, "{cd}");
 }

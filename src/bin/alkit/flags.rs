@@ -80,6 +80,8 @@ pub(crate) enum Command {
     Embed(EmbedArgs),
     /// Merge the results of `alkit score --shard I/N` into exactly the unsharded `score --top K` result.
     Merge(MergeArgs),
+    /// Rank the strategies of several curve folders (one per data set) by AUBC: mean ranks, Friedman's test and Nemenyi's critical difference.
+    Compare(CompareArgs),
     /// Pool-scoring throughput (samples/s) per scorer with the standard CNN (or an ensemble); `--train duq-fm`: DUQ training images/s.
     Bench(BenchArgs),
     /// OOD detection: score an in-distribution and an OOD test split; AUROC, AUPR-in/out, FPR@95.
@@ -516,6 +518,16 @@ pub(crate) struct MergeArgs {
     /// The shards' result files (each with its FILE.shard.json beside it), every shard exactly once.
     #[arg(required = true)]
     pub(crate) shards: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct CompareArgs {
+    /// Output folder: compare.csv (mean ranks, per data set AUBC) and compare.json.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+    /// The `alkit curve` output folders, one per data set, every run finished.
+    #[arg(required = true, value_name = "RUN")]
+    pub(crate) runs: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]

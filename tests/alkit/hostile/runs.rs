@@ -45,6 +45,40 @@ pub(super) fn cases() -> Vec<Case> {
             2,
             ["out", "checkpoint"]
         ),
+        // --------------------------------------------------------------- compare
+        case!(
+            "compare-one-run",
+            none,
+            ["compare", "{run}", "--out", "{d}/o"],
+            2,
+            ["at least two"]
+        ),
+        case!(
+            "compare-run-unfinished",
+            |d, fx| {
+                let r = run_copy(d, fx);
+                std::fs::remove_file(r.join("runs/random-seed0.json")).unwrap();
+            },
+            ["compare", "{run}", "{d}/run", "--out", "{d}/o"],
+            2,
+            ["random-seed0.json", "unfinished", "resume"]
+        ),
+        case!(
+            "compare-not-a-run",
+            |d, _| std::fs::create_dir_all(d.join("empty")).unwrap(),
+            ["compare", "{run}", "{d}/empty", "--out", "{d}/o"],
+            1,
+            ["empty", "not the folder of a classification curve run"]
+        ),
+        case!(
+            "compare-out-is-a-run",
+            |d, fx| {
+                run_copy(d, fx);
+            },
+            ["compare", "{run}", "{d}/run", "--out", "{d}/run"],
+            2,
+            ["out", "input of this command"]
+        ),
         // --------------------------------------------------------------- metrics files
         case!(
             "metrics-confidence-above-1",
