@@ -215,6 +215,7 @@ fn compare_ranks_curve_folders_as_their_summaries_say() {
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
+    batches_count_each_cycle_s_classes(&dir.join("one"), &emb);
     let out = dir.join("cmp");
     let o = super::alkit_cmd()
         .arg("compare")
@@ -263,4 +264,46 @@ fn compare_ranks_curve_folders_as_their_summaries_say() {
     // Demšar's q for k = 3 is 2.343: CD = 2.343 sqrt(3 * 4 / (6 * 3)).
     let cd = json["critical_difference"].as_f64().unwrap();
     assert!((cd - 2.343 * (12.0f64 / 18.0).sqrt()).abs() < 1e-3, "{cd}");
+}
+
+/// `batches.csv` of the curve folder `run` against its runs' labeled items and the labels
+/// the embedding file `emb` holds, counted here.
+fn batches_count_each_cycle_s_classes(run: &std::path::Path, emb: &std::path::Path) {
+    let bytes = std::fs::read(emb).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor("labels").unwrap();
+    let labels: Vec<usize> = match t.dtype() {
+        safetensors::Dtype::I64 => t
+            .data()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as usize)
+            .collect(),
+        d => panic!("labels are {d:?}"),
+    };
+    let classes = labels.iter().max().unwrap() + 1;
+    let mut want = vec![format!(
+        "scorer,seed,cycle,items,{}",
+        (0..classes)
+            .map(|c| format!("class_{c}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    )];
+    for seed in 0..2 {
+        for s in ["entropy", "typiclust", "random"] {
+            let path = run.join(format!("runs/{s}-seed{seed}.json"));
+            let state: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+            let mut counts = vec![vec![0usize; classes]; 3];
+            for pair in state["labeled"].as_array().unwrap() {
+                let (i, c) = (pair[0].as_u64().unwrap(), pair[1].as_u64().unwrap());
+                counts[c as usize][labels[i as usize]] += 1;
+            }
+            for (cycle, c) in counts.iter().enumerate() {
+                let items: usize = c.iter().sum();
+                let cells: Vec<String> = c.iter().map(usize::to_string).collect();
+                want.push(format!("{s},{seed},{cycle},{items},{}", cells.join(",")));
+            }
+        }
+    }
+    let got = std::fs::read_to_string(run.join("batches.csv")).unwrap();
+    assert_eq!(got.lines().collect::<Vec<_>>(), want);
 }

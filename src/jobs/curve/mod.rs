@@ -9,6 +9,8 @@
 //!   cycles `1..=cycles` (the paper's Table 3 convention); the area under the ACC curve
 //!   (AUBC) with its 95% interval over seeds, its paired difference to `random` and to the
 //!   best strategy (bootstrap interval, Wilcoxon's p) and the verdict against random;
+//! - `batches.csv`: per run and cycle, the class counts of the items that cycle's labeling
+//!   added (cycle 0: the seed set);
 //! - `curve.svg`, `curve.png`: mean ± std of ACC and NLL against the labeled count.
 
 mod runs;
@@ -16,7 +18,8 @@ mod setup;
 
 pub(crate) use runs::mean_std;
 pub use runs::{
-    curve_figure, remove_outputs, run_curve, state_path, summarize, write_curve_csv,
-    write_summary_csv, CurveSpec, Paired, SaveScores, SummaryRow, Verdict, MAX_SEEDS, OUTPUTS,
+    curve_figure, remove_outputs, run_curve, state_path, summarize, write_batches_csv,
+    write_curve_csv, write_summary_csv, CurveSpec, Paired, SaveScores, SummaryRow, Verdict,
+    MAX_SEEDS, OUTPUTS,
 };
 pub use setup::{resume, resume_with, run, CurveData, CurveOptions, ARRAYS_FILE};

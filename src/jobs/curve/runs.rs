@@ -181,6 +181,7 @@ pub fn run_curve(
     }
     let rows = summarize(&states);
     write_summary_csv(&out.join("summary.csv"), &rows)?;
+    write_batches_csv(&out.join("batches.csv"), &states, train)?;
     curve_figure(&states).save(out, "curve")?;
     Ok(states)
 }
@@ -431,6 +432,41 @@ fn paired(a: &[(u64, f64)], b: &[(u64, f64)], rng: &mut dyn rand::RngCore) -> Op
 /// Resamples of the bootstrap intervals (SciPy's default).
 const BOOTSTRAP_RESAMPLES: usize = 9_999;
 
+/// Writes `batches.csv`: per run (in `states`' order) and per cycle, how many items of each
+/// class that cycle's labeling added (cycle 0: the seed set; cycle `c`: the batch chosen with
+/// cycle `c - 1`'s model), read from the runs' labeled items and `train`'s labels. Columns
+/// `scorer,seed,cycle,items,class_0..class_{C-1}` (the data set's class order).
+pub fn write_batches_csv(path: &Path, states: &[RunState], train: &dyn PoolReader) -> Result<()> {
+    let mut rows = Vec::new();
+    let mut classes = 0;
+    for st in states {
+        let indices: Vec<usize> = st.labeled.iter().map(|&(i, _)| i).collect();
+        let data = train.gather(&indices)?;
+        classes = data.classes();
+        let last = st.labeled.iter().map(|&(_, c)| c).max().unwrap_or(0);
+        let mut counts = vec![vec![0usize; classes]; last + 1];
+        for (&(_, cycle), &y) in st.labeled.iter().zip(data.labels()) {
+            counts[cycle][y as usize] += 1;
+        }
+        for (cycle, c) in counts.into_iter().enumerate() {
+            let mut row = vec![
+                st.strategy.clone(),
+                st.seed.to_string(),
+                cycle.to_string(),
+                c.iter().sum::<usize>().to_string(),
+            ];
+            row.extend(c.iter().map(usize::to_string));
+            rows.push(row);
+        }
+    }
+    let mut header: Vec<String> = ["scorer", "seed", "cycle", "items"]
+        .map(String::from)
+        .to_vec();
+    header.extend((0..classes).map(|c| format!("class_{c}")));
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    write_csv(path, &header, rows)
+}
+
 /// Writes `summary.csv` for `rows` to `path` (an absent or undefined figure is an empty cell).
 pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
     let header = [
@@ -551,10 +587,11 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
 
 /// The files a curve run writes into its folder (besides `runs/`): what `--force` removes
 /// before starting over. Nothing else in the folder is touched.
-pub const OUTPUTS: [&str; 5] = [
+pub const OUTPUTS: [&str; 6] = [
     "run.json",
     "curve.csv",
     "summary.csv",
+    "batches.csv",
     "curve.svg",
     "curve.png",
 ];
