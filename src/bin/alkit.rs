@@ -389,7 +389,7 @@ fn print_summary(rows: &[SummaryRow]) {
         if i.lo.is_nan() {
             String::new()
         } else {
-            format!("({:.1}-{:.1})", 100.0 * i.lo, 100.0 * i.hi)
+            format!("[{:.1}, {:.1}]", 100.0 * i.lo, 100.0 * i.hi)
         }
     };
     for r in rows {
@@ -404,7 +404,7 @@ fn print_summary(rows: &[SummaryRow]) {
         };
         let _ = writeln!(
             so,
-            "{:<18} {:>5}  {:>10.2} ± {:<5.2}  {:>10.4} ± {:<5.3}  {:>10.2}  {:>6.2} {:<11}  {}",
+            "{:<18} {:>5}  {:>10.2} ± {:<5.2}  {:>10.4} ± {:<5.3}  {:>10.2}  {:>6.2} {:<12}  {}",
             r.strategy,
             r.seeds,
             100.0 * r.acc_mean,

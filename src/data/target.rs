@@ -258,7 +258,8 @@ pub fn read_table(path: &Path, target: &[String], task: Option<Task>) -> Result<
         return Err(Error::data(
             path,
             DataProblem::Other(format!(
-                "item `{}`: target `{}` is {}, not a finite number",
+                "item `{}`: target `{}` is {}, not a finite number; fix the value, or make \
+                 it NaN if it is not known yet",
                 t.ids[at / k],
                 t.names[at % k],
                 t.values[at]

@@ -11,7 +11,7 @@
 use crate::acquire::RunState;
 use crate::error::{Error, Result, ResultExt};
 use crate::fsutil::{read_json, write_csv, write_json};
-use crate::jobs::curve::{state_path, summarize, CurveSpec};
+use crate::jobs::curve::{aubc_by_seed, state_path, CurveSpec};
 use crate::metrics::stats::{friedman, nemenyi_cd, Friedman};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -57,8 +57,20 @@ pub fn run(runs: &[PathBuf]) -> Result<Comparison> {
             "compare needs the curve folders of at least two data sets",
         ));
     }
+    let mut seen: Vec<PathBuf> = Vec::with_capacity(runs.len());
     let mut per_folder = Vec::with_capacity(runs.len());
     for dir in runs {
+        let canonical = dir.canonicalize().map_err(|e| Error::io(dir, e))?;
+        if seen.contains(&canonical) {
+            return Err(Error::config(
+                "runs",
+                format!(
+                    "{} is given twice: each data set's folder counts once",
+                    dir.display()
+                ),
+            ));
+        }
+        seen.push(canonical);
         per_folder.push(folder_aubcs(dir)?);
     }
     let first: Vec<String> = per_folder[0].iter().map(|(s, _)| s.clone()).collect();
@@ -120,6 +132,18 @@ fn folder_aubcs(dir: &Path) -> Result<Vec<(String, f64)>> {
                 None
             };
             match state {
+                Some(st) if st.strategy != kind.name() || st.seed != seed => {
+                    return Err(Error::config(
+                        "runs",
+                        format!(
+                            "{}: holds the run of `{}` with seed {}, not its own name's; \
+                             restore the folder as the curve wrote it",
+                            path.display(),
+                            st.strategy,
+                            st.seed
+                        ),
+                    ))
+                }
                 Some(st) if st.is_complete() => states.push(st),
                 _ => {
                     return Err(Error::config(
@@ -135,9 +159,14 @@ fn folder_aubcs(dir: &Path) -> Result<Vec<(String, f64)>> {
             }
         }
     }
-    Ok(summarize(&states)
-        .into_iter()
-        .map(|r| (r.strategy, r.aubc.mean))
+    Ok(spec
+        .strategies
+        .iter()
+        .map(|kind| {
+            let by_seed = aubc_by_seed(&states, kind.name());
+            let mean = by_seed.values().sum::<f64>() / by_seed.len() as f64;
+            (kind.name().to_string(), mean)
+        })
         .collect())
 }
 
@@ -151,7 +180,7 @@ fn names(runs: &[PathBuf]) -> Vec<(String, PathBuf)> {
         );
         let mut name = base.clone();
         let mut k = 1;
-        while out.iter().any(|(n, _)| *n == name) {
+        while out.iter().any(|(n, _)| *n == name) || RESERVED.contains(&name.as_str()) {
             k += 1;
             name = format!("{base}-{k}");
         }
@@ -160,14 +189,13 @@ fn names(runs: &[PathBuf]) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// The columns of `compare.csv` before the data sets', which no data set's column may take.
+const RESERVED: [&str; 3] = ["strategy", "mean_rank", "near_best"];
+
 /// Writes `compare.csv` and `compare.json` into `out` (created if needed).
 pub fn write(c: &Comparison, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let mut header = vec![
-        "strategy".to_string(),
-        "mean_rank".into(),
-        "near_best".into(),
-    ];
+    let mut header: Vec<String> = RESERVED.map(String::from).to_vec();
     header.extend(c.datasets.iter().map(|(n, _)| n.clone()));
     let rows = c.strategies.iter().enumerate().map(|(s, name)| {
         let mut row = vec![

@@ -130,7 +130,7 @@ fn beta_fraction(a: f64, b: f64, x: f64) -> f64 {
         c = guard(1.0 + odd / c);
         let step = d * c;
         h *= step;
-        if (step - 1.0).abs() < 1e-16 {
+        if (step - 1.0).abs() < 4.0 * f64::EPSILON {
             break;
         }
     }
@@ -151,8 +151,15 @@ pub struct SignedRank {
 /// ranked by their average; the exact null distribution for at most 50 differences without
 /// ties or zeros, the exact sign-flip permutation distribution for at most 13 with them, and
 /// otherwise the normal approximation with the tie correction and no continuity correction.
-/// All differences zero: `p = 1` (scipy gives NaN beyond 13).
+/// All differences zero: `p = 1` (scipy gives NaN beyond 13); a non-finite difference: NaN.
 pub fn wilcoxon(d: &[f64]) -> SignedRank {
+    if d.iter().any(|v| !v.is_finite()) {
+        // SciPy's `nan_policy="propagate"`: no test on a difference that is not a number.
+        return SignedRank {
+            statistic: f64::NAN,
+            p: f64::NAN,
+        };
+    }
     let ranks = signed_ranks(d);
     let plus: f64 = ranks.iter().filter(|r| r.0).map(|r| r.1).sum();
     let minus: f64 = ranks.iter().filter(|r| !r.0).map(|r| r.1).sum();
@@ -305,7 +312,9 @@ pub fn ranks_high_first(row: &[f64]) -> Vec<f64> {
 }
 
 /// Friedman's test over `table[d][s]`, the score (higher is better) of strategy `s` on data
-/// set `d`; every row has the same `k >= 2` entries and there is at least one row.
+/// set `d`; every row has the same `k >= 2` entries and there is at least one row (SciPy
+/// asks for `k >= 3`; two strategies are tested the same way). A table whose every row is
+/// tied has no statistic: `chi2` NaN and `p = 1` (SciPy: NaN for both).
 pub fn friedman(table: &[Vec<f64>]) -> Friedman {
     let (n, k) = (table.len() as f64, table.first().map_or(0, Vec::len));
     let kf = k as f64;
@@ -354,7 +363,7 @@ pub fn chi2_sf(x: f64, df: f64) -> f64 {
             ap += 1.0;
             term *= x / ap;
             sum += term;
-            if term.abs() < sum.abs() * 1e-17 {
+            if term.abs() < sum.abs() * f64::EPSILON {
                 break;
             }
         }
@@ -375,7 +384,7 @@ pub fn chi2_sf(x: f64, df: f64) -> f64 {
             d = 1.0 / d;
             let step = d * c;
             h *= step;
-            if (step - 1.0).abs() < 1e-17 {
+            if (step - 1.0).abs() < 4.0 * f64::EPSILON {
                 break;
             }
         }

@@ -3,7 +3,7 @@
 //! the CSV table's items, features and targets bit for bit, and a regression curve with the
 //! last-layer kernel's batch rule on each file giving the CSV's figures; the task taken from
 //! the dtype (float: numbers; integers refused without `--task`), several outputs from an
-//! `(n, k)` tensor, a null target as an unknown one.
+//! `(n, k)` tensor, pyarrow's narrow integer columns, a null target as an unknown one.
 //!
 //! The files need the reference Python (`ALKIT_PYTHON`, scripts/refpython.sh); without it the
 //! test skips with a message, and `ALKIT_REQUIRE_NUMPY=1` makes a missing one fail it.
@@ -85,6 +85,17 @@ fn embedding_files_read_as_the_csv_table_and_take_their_task_from_the_dtype() {
         let v = csv.targets.row(i)[0];
         let want = [f64::from(v as f32), f64::from((v * v) as f32)];
         assert_eq!(two.targets.row(i), want, "item {i}");
+    }
+    // pyarrow's narrow integer columns: integers, read once the task is named.
+    for (name, lo, hi) in [("uint8", 0.0, 255.0), ("int8", -128.0, 127.0)] {
+        let path = f.join(format!("{name}.parquet"));
+        let e = read_table(&path, &y(), None).unwrap_err().to_string();
+        assert!(e.contains("only integers"), "{e}");
+        let t = read_table(&path, &y(), Some(Task::Regression)).unwrap();
+        for i in 0..t.len() {
+            let want = csv.targets.row(i)[0].round().clamp(lo, hi);
+            assert_eq!(t.targets.row(i)[0], want, "{name} item {i}");
+        }
     }
     // A null is a target not known yet.
     let nulls = read_table(&f.join("nulls.parquet"), &y(), None).unwrap();

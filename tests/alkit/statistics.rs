@@ -169,6 +169,8 @@ fn aubc_intervals_and_small_p_values_worked_by_hand() {
     // Six: 2/64.
     assert_eq!(wilcoxon(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).p, 2.0 / 64.0);
     assert_eq!(wilcoxon(&[0.0, 0.0, 0.0]).p, 1.0);
+    // A difference that is not a number: no test (SciPy's `nan_policy="propagate"`).
+    assert!(wilcoxon(&[0.01, f64::NAN, 0.03]).p.is_nan());
     // Demšar 2006, Table 5(a): Nemenyi's q at 5% for k = 2..10, and his example's critical
     // difference, 1.25 for 4 classifiers over 14 data sets.
     let table = [

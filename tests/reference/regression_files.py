@@ -14,6 +14,8 @@ and, from the train split only:
   ints.npz           y rounded to int64: integers, which alkit refuses without --task
   two.safetensors    y2 (n, 2) F32: the target and its square, two outputs y2[0], y2[1]
   nulls.parquet      y with a null in row 3 (a target not known yet)
+  uint8.parquet      y rounded and clipped to [0, 255] as a uint8 column, int8.parquet the
+                     same clipped to [-128, 127] as int8 (pyarrow's narrow integer types)
 
 Features are parsed as numpy.float32 from the CSV's text (which holds float32 reprs), targets
 as float64 from the same text, which is how alkit parses a CSV's cells, so every value alkit
@@ -66,3 +68,7 @@ for split in ("train", "test"):
         nulls[3] = None
         pq.write_table(table.set_column(1, "y", pa.array(nulls, type=pa.float64())),
                        out / "nulls.parquet")
+        for name, kind, lo, hi in (("uint8", pa.uint8(), 0, 255), ("int8", pa.int8(), -128, 127)):
+            small = np.clip(np.round(y), lo, hi).astype(np.int64).tolist()
+            pq.write_table(table.set_column(1, "y", pa.array(small, type=kind)),
+                           out / f"{name}.parquet")

@@ -44,7 +44,10 @@ impl TargetPart {
             [m, k] if m == n && k > 0 => Ok(k),
             _ => Err(bad(
                 path,
-                format!("target `{name}` has shape {shape:?}; expected ({n},) or ({n}, k)"),
+                format!(
+                    "target `{name}` has shape {shape:?}; expected ({n},) or ({n}, k) with \
+                     k > 0, one row per item of the features"
+                ),
             )),
         }
     }
@@ -99,16 +102,18 @@ pub(crate) fn check_names(target: &[String], reserved: &[&str], path: &Path) -> 
         ));
     }
     for (i, t) in target.iter().enumerate() {
-        if target[..i].contains(t) || reserved.contains(&t.as_str()) {
-            return Err(Error::config(
-                "target",
-                format!(
-                    "{}: `{t}` is named twice, or holds the file's {}",
-                    path.display(),
-                    reserved.join(", ")
-                ),
-            ));
-        }
+        let problem = if target[..i].contains(t) {
+            "is named twice: name each target once"
+        } else if reserved.contains(&t.as_str()) {
+            "holds the file's items, ids or labels, not targets: name the tensor, array or \
+             column of the numbers to predict"
+        } else {
+            continue;
+        };
+        return Err(Error::config(
+            "target",
+            format!("{}: `{t}` {problem}", path.display()),
+        ));
     }
     Ok(())
 }

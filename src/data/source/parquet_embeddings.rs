@@ -227,6 +227,12 @@ fn parse_row(row: &parquet::record::Row, r: usize, cols: &Columns, path: &Path) 
                 Field::Float(v) => f64::from(*v),
                 Field::Int(v) => f64::from(*v),
                 Field::Long(v) => *v as f64,
+                Field::Short(v) => f64::from(*v),
+                Field::Byte(v) => f64::from(*v),
+                Field::UByte(v) => f64::from(*v),
+                Field::UShort(v) => f64::from(*v),
+                Field::UInt(v) => f64::from(*v),
+                Field::ULong(v) => *v as f64,
                 Field::Null => f64::NAN,
                 other => return Err(at(format!("target column holds {other}"))),
             };

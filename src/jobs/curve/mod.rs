@@ -18,8 +18,8 @@ mod setup;
 
 pub(crate) use runs::mean_std;
 pub use runs::{
-    curve_figure, remove_outputs, run_curve, state_path, summarize, write_batches_csv,
-    write_curve_csv, write_summary_csv, CurveSpec, Paired, SaveScores, SummaryRow, Verdict,
-    MAX_SEEDS, OUTPUTS,
+    aubc_by_seed, curve_figure, remove_outputs, run_curve, state_path, summarize,
+    write_batches_csv, write_curve_csv, write_summary_csv, CurveSpec, Paired, SaveScores,
+    SummaryRow, Verdict, MAX_SEEDS, OUTPUTS,
 };
 pub use setup::{resume, resume_with, run, CurveData, CurveOptions, ARRAYS_FILE};

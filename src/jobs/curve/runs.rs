@@ -13,6 +13,7 @@ use crate::plot::{Figure, Panel, Series};
 use crate::strategies::{ScorerSettings, StrategyKind};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Everything that defines a curve experiment; saved as `run.json`.
@@ -326,24 +327,15 @@ pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
 /// and with the best strategy (their bootstrap draws from the stream `(smallest seed, Tool,
 /// strategy's position)`, so the same runs give the same summary).
 pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
-    let mut names: Vec<&str> = Vec::new();
-    for st in states {
-        if !names.contains(&st.strategy.as_str()) {
-            names.push(&st.strategy);
-        }
-    }
-    let aubcs: Vec<Vec<(u64, f64)>> = names
-        .iter()
-        .map(|name| {
-            let runs = states.iter().filter(|s| s.strategy == *name);
-            runs.map(|st| (st.seed, run_aubc(st))).collect()
-        })
-        .collect();
+    let names = strategy_names(states);
+    let aubcs: Vec<BTreeMap<u64, f64>> = names.iter().map(|n| aubc_by_seed(states, n)).collect();
     let means: Vec<f64> = aubcs
         .iter()
-        .map(|a| a.iter().map(|x| x.1).sum::<f64>() / a.len() as f64)
+        .map(|a| a.values().sum::<f64>() / a.len() as f64)
         .collect();
-    let best = (0..names.len()).max_by(|&a, &b| means[a].total_cmp(&means[b]));
+    let best = (0..names.len())
+        .filter(|&k| means[k].is_finite())
+        .max_by(|&a, &b| means[a].total_cmp(&means[b]));
     let random = names.iter().position(|n| *n == "random");
     let seed = states.iter().map(|s| s.seed).min().unwrap_or(0);
     names
@@ -360,7 +352,7 @@ pub fn summarize(states: &[RunState]) -> Vec<SummaryRow> {
             let vs_best = against(best);
             let runs: Vec<&RunState> = states.iter().filter(|s| s.strategy == *name).collect();
             SummaryRow {
-                aubc: mean_interval(&aubcs[k].iter().map(|x| x.1).collect::<Vec<_>>(), 0.95),
+                aubc: mean_interval(&aubcs[k].values().copied().collect::<Vec<_>>(), 0.95),
                 vs_random,
                 vs_best,
                 verdict: Verdict::of(vs_random, random == Some(k)),
@@ -403,19 +395,42 @@ fn averages(name: &str, runs: &[&RunState]) -> SummaryRow {
     }
 }
 
-/// A run's AUBC: its ACC against the labeled count over every cycle it recorded.
-fn run_aubc(st: &RunState) -> f64 {
-    let labeled: Vec<f64> = st.records.iter().map(|r| r.labeled as f64).collect();
-    let acc: Vec<f64> = st.records.iter().map(|r| r.acc).collect();
-    aubc(&labeled, &acc)
+/// The strategies of `states`, in first-seen order.
+fn strategy_names(states: &[RunState]) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for st in states {
+        if !names.contains(&st.strategy.as_str()) {
+            names.push(&st.strategy);
+        }
+    }
+    names
+}
+
+/// Strategy `name`'s AUBC per seed: its ACC against the labeled count over every cycle a run
+/// recorded. A run without a record has none (its seed is left out, as a missing one).
+pub fn aubc_by_seed(states: &[RunState], name: &str) -> BTreeMap<u64, f64> {
+    states
+        .iter()
+        .filter(|st| st.strategy == name)
+        .filter_map(|st| {
+            let labeled: Vec<f64> = st.records.iter().map(|r| r.labeled as f64).collect();
+            let acc: Vec<f64> = st.records.iter().map(|r| r.acc).collect();
+            let a = aubc(&labeled, &acc);
+            a.is_finite().then_some((st.seed, a))
+        })
+        .collect()
 }
 
 /// `a` against `b` over the seeds both have: mean difference, bootstrap interval, Wilcoxon's
 /// p (`None` without a shared seed).
-fn paired(a: &[(u64, f64)], b: &[(u64, f64)], rng: &mut dyn rand::RngCore) -> Option<Paired> {
+fn paired(
+    a: &BTreeMap<u64, f64>,
+    b: &BTreeMap<u64, f64>,
+    rng: &mut dyn rand::RngCore,
+) -> Option<Paired> {
     let d: Vec<f64> = a
         .iter()
-        .filter_map(|(s, x)| b.iter().find(|(t, _)| t == s).map(|(_, y)| x - y))
+        .filter_map(|(s, x)| b.get(s).map(|y| x - y))
         .collect();
     if d.is_empty() {
         return None;
@@ -548,11 +563,8 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
         y_label: "NLL (nats)".into(),
         series: Vec::new(),
     };
-    for row in summarize(states) {
-        let runs: Vec<&RunState> = states
-            .iter()
-            .filter(|s| s.strategy == row.strategy)
-            .collect();
+    for name in strategy_names(states) {
+        let runs: Vec<&RunState> = states.iter().filter(|s| s.strategy == name).collect();
         let cycles = runs.iter().map(|s| s.records.len()).min().unwrap_or(0);
         for (panel, f) in [
             (
@@ -571,7 +583,7 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
                 band.push((x, m - sd, m + sd));
             }
             panel.series.push(Series {
-                name: row.strategy.clone(),
+                name: name.to_string(),
                 points,
                 band,
             });

@@ -43,7 +43,7 @@ pub struct RegressionSettings {
     /// What the targets are: classification (class labels) or regression (numbers). [default: taken from the data: a target holding a non-integer, or a float tensor, array or Parquet column, is regression; integers only are refused without it]
     #[cfg_attr(feature = "cli", arg(long))]
     pub task: Option<Task>,
-    /// The target(s), comma-separated: the numbers a regression run predicts. Columns of a CSV table (every other column but `id` is a feature), or of an embedding file: tensors of a safetensors file (beside `x` or `features`), arrays of an .npz (beside `features`) or columns of a Parquet table (beside its list column), each (n,) or (n, k).
+    /// The target(s), comma-separated: the numbers a regression run predicts. Columns of a CSV table (every other column but `id` is a feature), or of an embedding file: tensors of a safetensors file (beside `x` or `features`) or arrays of an .npz (beside `features`), each (n,) or (n, k), or number columns of a Parquet table (beside its list column).
     #[cfg_attr(feature = "cli", arg(long, value_delimiter = ','))]
     pub target: Vec<String>,
     /// The labeled test split of a regression run: a table of the pool's kind with its columns (a CSV table, or an embedding file with the same targets).

@@ -64,6 +64,23 @@ pub(super) fn cases() -> Vec<Case> {
             ["random-seed0.json", "unfinished", "resume"]
         ),
         case!(
+            "compare-run-twice",
+            none,
+            ["compare", "{run}", "{run}", "--out", "{d}/o"],
+            2,
+            ["given twice"]
+        ),
+        case!(
+            "compare-state-of-another-seed",
+            |d, fx| {
+                let r = run_copy(d, fx);
+                edit_json(&r.join("runs/random-seed0.json"), |v| v["seed"] = 7.into());
+            },
+            ["compare", "{run}", "{d}/run", "--out", "{d}/o"],
+            2,
+            ["not its own name's"]
+        ),
+        case!(
             "compare-not-a-run",
             |d, _| std::fs::create_dir_all(d.join("empty")).unwrap(),
             ["compare", "{run}", "{d}/empty", "--out", "{d}/o"],
