@@ -122,11 +122,16 @@ fn project_out(
 }
 
 /// MaxDet: greedy maximisation of `det(K_batch + sigma^2 I)`, by the largest posterior
-/// variance given the picks so far (with noise `sigma^2`); the features are conditioned in
-/// place after each pick.
+/// variance given the picks so far (with noise `sigma^2`). Conditioning on a pick `phi` maps
+/// every row `x` to `x A` with `A = I - beta phi phi^T`; instead of rewriting the rows, the
+/// factors are kept and each pick's products with the rows are taken against the original
+/// rows: `x_0 A_1 ... A_t . phi = x_0 . (A_1 ... A_t phi)`, so a step reads the rows once and
+/// writes none.
 pub(super) struct MaxDet {
     rows: Rows,
     diag: Vec<f64>,
+    /// Every conditioning so far: the added row as it was then, and its `beta`.
+    factors: Vec<(Vec<f64>, f64)>,
     sigma: f64,
     n: usize,
 }
@@ -137,9 +142,30 @@ impl MaxDet {
         Self {
             rows,
             diag,
+            factors: Vec::new(),
             sigma,
             n,
         }
+    }
+
+    /// Row `j` conditioned on every factor so far: `x_0 A_1 ... A_t`.
+    fn current_row(&self, j: usize) -> Vec<f64> {
+        let mut x = self.rows.row(j).to_vec();
+        for (phi, beta) in &self.factors {
+            let c = beta * dot(&x, phi);
+            x.iter_mut().zip(phi).for_each(|(a, b)| *a -= c * b);
+        }
+        x
+    }
+
+    /// `A_1 ... A_t v`, applied from the last factor back.
+    fn pulled_back(&self, v: &[f64]) -> Vec<f64> {
+        let mut v = v.to_vec();
+        for (phi, beta) in self.factors.iter().rev() {
+            let c = beta * dot(&v, phi);
+            v.iter_mut().zip(phi).for_each(|(a, b)| *a -= c * b);
+        }
+        v
     }
 }
 
@@ -153,12 +179,31 @@ impl Greedy for MaxDet {
     fn add(&mut self, j: usize, _: usize) {
         let d = self.diag[j];
         let beta = 1.0 / (d.sqrt() * (d.sqrt() + self.sigma));
-        let phi = self.rows.row(j).to_vec();
-        let dot = project_out(&mut self.rows, &[&phi], &phi, |t| beta * t);
-        for (g, t) in self.diag.iter_mut().zip(&dot) {
+        let phi = self.current_row(j);
+        let dots = products(&self.rows, &self.pulled_back(&phi));
+        for (g, t) in self.diag.iter_mut().zip(&dots) {
             *g -= t * t / d;
         }
+        self.factors.push((phi, beta));
     }
+}
+
+/// `x_i . v` for every row, the rows split over the cores in contiguous runs (read only).
+fn products(rows: &Rows, v: &[f64]) -> Vec<f64> {
+    let (p, n) = (rows.p, rows.len());
+    let mut out = vec![0f64; n];
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let per = n.div_ceil(threads.min(n / 512).max(1)).max(1);
+    std::thread::scope(|s| {
+        for (xs, os) in rows.x.chunks(per * p).zip(out.chunks_mut(per)) {
+            s.spawn(move || {
+                for (x, o) in xs.chunks_exact(p).zip(os.iter_mut()) {
+                    *o = dot(x, v);
+                }
+            });
+        }
+    });
+    out
 }
 
 /// BAIT (Ash et al. 2021) in feature space for regression: greedily the row that most reduces
