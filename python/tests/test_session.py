@@ -67,6 +67,9 @@ def test_each_side_continues_what_the_other_saved(tmp_path, alkit_bin, embedding
     cli_status = json.loads(run_cli(alkit_bin, "status", "--state", d, "--json"))
     assert cli_status == s.status()
     assert cli_status["labeled"] == 8 and sum(cli_status["per_class"].values()) == 8
+    # The 8 answers were taught after round 2: one per-round entry, the same class counts.
+    assert [r["round"] for r in cli_status["per_round"]] == [2]
+    assert cli_status["per_round"][0]["per_class"] == cli_status["per_class"]
 
 
 def test_a_bad_answer_changes_nothing(tmp_path, embeddings):

@@ -321,6 +321,19 @@ impl SessionState {
         m
     }
 
+    /// Labeled items per round they were taught after (0: given at init) and class name:
+    /// the class balance of each round's answers, every class listed in each.
+    pub fn per_round(&self) -> BTreeMap<usize, BTreeMap<&str, usize>> {
+        let mut out: BTreeMap<usize, BTreeMap<&str, usize>> = BTreeMap::new();
+        for l in &self.labeled {
+            let counts = out
+                .entry(l.round)
+                .or_insert_with(|| self.classes.iter().map(|c| (c.as_str(), 0)).collect());
+            *counts.entry(l.label.as_str()).or_default() += 1;
+        }
+        out
+    }
+
     /// Per round whose model guessed, how often its guesses matched the answers (rounds in
     /// order; rounds without a recorded guess are left out).
     pub fn guess_matches(&self) -> Vec<GuessMatch> {
@@ -346,8 +359,9 @@ impl SessionState {
     }
 
     /// The session at a glance as one JSON object: `source`, `pool` (items), `labeled`,
-    /// `pending`, `rounds`, `per_class` (labeled items per class name) and `last_round` (the
-    /// last [`Round`], `null` before the first query).
+    /// `pending`, `rounds`, `per_class` (labeled items per class name), `per_round` (per round
+    /// the items were taught after, `round` and their `per_class`) and `last_round` (the last
+    /// [`Round`], `null` before the first query).
     pub fn summary(&self) -> serde_json::Value {
         serde_json::json!({
             "source": self.source,
@@ -356,6 +370,11 @@ impl SessionState {
             "pending": self.pending.len(),
             "rounds": self.rounds.len(),
             "per_class": self.per_class(),
+            "per_round": self
+                .per_round()
+                .into_iter()
+                .map(|(round, per_class)| serde_json::json!({"round": round, "per_class": per_class}))
+                .collect::<Vec<_>>(),
             "last_round": self.rounds.last(),
         })
     }

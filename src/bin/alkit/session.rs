@@ -577,6 +577,11 @@ pub fn status(a: StatusArgs) -> Result<()> {
     for (c, n) in st.per_class() {
         writeln!(so, "  {c:<20} {n}")?;
     }
+    writeln!(so, "per round (answers taught after it, by class)")?;
+    for (round, counts) in st.per_round() {
+        let cells: Vec<String> = counts.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        writeln!(so, "  round {round:<4} {}", cells.join(", "))?;
+    }
     if let Some(r) = st.rounds.last() {
         let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}%", 100.0 * v));
         writeln!(
