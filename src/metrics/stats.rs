@@ -168,13 +168,13 @@ pub fn wilcoxon(d: &[f64]) -> SignedRank {
     if ranks.is_empty() {
         return SignedRank { statistic, p: 1.0 };
     }
-    let ties = has_ties(d);
-    let p = if d.len() <= 50 && !ties && zeros == 0 {
+    let ties = tie_sum(&ranks.iter().map(|r| r.1).collect::<Vec<_>>());
+    let p = if d.len() <= 50 && ties == 0.0 && zeros == 0 {
         exact_p(ranks.len(), plus)
     } else if d.len() <= 13 {
         permutation_p(&ranks, plus)
     } else {
-        normal_p(&ranks, plus)
+        normal_p(ranks.len(), ties, plus)
     };
     SignedRank {
         statistic,
@@ -184,26 +184,46 @@ pub fn wilcoxon(d: &[f64]) -> SignedRank {
 
 /// `(positive, rank of |d|)` for every nonzero difference, ties given their average rank.
 fn signed_ranks(d: &[f64]) -> Vec<(bool, f64)> {
-    let mut nz: Vec<f64> = d.iter().copied().filter(|v| *v != 0.0).collect();
-    nz.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
-    let mut out = Vec::with_capacity(nz.len());
-    let mut i = 0;
-    while i < nz.len() {
-        let mut j = i;
-        while j + 1 < nz.len() && nz[j + 1].abs() == nz[i].abs() {
-            j += 1;
-        }
-        let rank = (i + j) as f64 / 2.0 + 1.0;
-        out.extend(nz[i..=j].iter().map(|v| (*v > 0.0, rank)));
-        i = j + 1;
-    }
-    out
+    let nz: Vec<f64> = d.iter().copied().filter(|v| *v != 0.0).collect();
+    let abs: Vec<f64> = nz.iter().map(|v| v.abs()).collect();
+    nz.iter()
+        .zip(average_ranks(&abs))
+        .map(|(v, r)| (*v > 0.0, r))
+        .collect()
 }
 
-fn has_ties(d: &[f64]) -> bool {
-    let mut a: Vec<f64> = d.iter().map(|v| v.abs()).filter(|v| *v != 0.0).collect();
-    a.sort_by(f64::total_cmp);
-    a.windows(2).any(|w| w[0] == w[1])
+/// The ranks of `values`, 1 for the smallest, ties given their average rank.
+fn average_ranks(values: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    let mut ranks = vec![0.0; values.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let j = order[i..]
+            .iter()
+            .take_while(|&&o| values[o] == values[order[i]])
+            .count();
+        for &o in &order[i..i + j] {
+            ranks[o] = (2 * i + j + 1) as f64 / 2.0;
+        }
+        i += j;
+    }
+    ranks
+}
+
+/// `sum (t^3 - t)` over the groups of `t` equal ranks: the tie term of the rank tests'
+/// variances (0 without ties).
+fn tie_sum(ranks: &[f64]) -> f64 {
+    let mut sorted = ranks.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mut sum = 0.0;
+    let mut i = 0;
+    while i < sorted.len() {
+        let t = sorted[i..].iter().take_while(|&&r| r == sorted[i]).count();
+        sum += (t * t * t - t) as f64;
+        i += t;
+    }
+    sum
 }
 
 /// `2 min(P(T >= t), P(T <= t))` under the exact null of `n` untied ranks (a count of the
@@ -241,17 +261,11 @@ fn permutation_p(ranks: &[(bool, f64)], plus: f64) -> f64 {
     2.0 * le.min(ge) as f64 / (1u64 << n) as f64
 }
 
-/// The normal approximation: `z = (R+ - n(n+1)/4) / se`, `se` with the tie correction.
-fn normal_p(ranks: &[(bool, f64)], plus: f64) -> f64 {
-    let n = ranks.len() as f64;
-    let mut tie = 0.0;
-    let mut i = 0;
-    while i < ranks.len() {
-        let j = ranks[i..].iter().take_while(|r| r.1 == ranks[i].1).count();
-        tie += (j * j * j - j) as f64;
-        i += j;
-    }
-    let se = ((n * (n + 1.0) * (2.0 * n + 1.0) - tie / 2.0) / 24.0).sqrt();
+/// The normal approximation over `n` ranks: `z = (R+ - n(n+1)/4) / se`, `se` with the tie
+/// term `ties` ([`tie_sum`]).
+fn normal_p(n: usize, ties: f64, plus: f64) -> f64 {
+    let n = n as f64;
+    let se = ((n * (n + 1.0) * (2.0 * n + 1.0) - ties / 2.0) / 24.0).sqrt();
     let z = (plus - n * (n + 1.0) / 4.0) / se;
     libm::erfc(z.abs() / std::f64::consts::SQRT_2)
 }
@@ -294,21 +308,7 @@ pub struct Friedman {
 
 /// The ranks of `row`, 1 for its highest value, ties given their average rank.
 pub fn ranks_high_first(row: &[f64]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..row.len()).collect();
-    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-    let mut ranks = vec![0.0; row.len()];
-    let mut i = 0;
-    while i < order.len() {
-        let j = order[i..]
-            .iter()
-            .take_while(|&&o| row[o] == row[order[i]])
-            .count();
-        for &o in &order[i..i + j] {
-            ranks[o] = (2 * i + j + 1) as f64 / 2.0;
-        }
-        i += j;
-    }
-    ranks
+    average_ranks(&row.iter().map(|v| -v).collect::<Vec<_>>())
 }
 
 /// Friedman's test over `table[d][s]`, the score (higher is better) of strategy `s` on data
@@ -325,14 +325,7 @@ pub fn friedman(table: &[Vec<f64>]) -> Friedman {
         for (s, r) in sums.iter_mut().zip(&ranks) {
             *s += r;
         }
-        let mut sorted = ranks.clone();
-        sorted.sort_by(f64::total_cmp);
-        let mut i = 0;
-        while i < sorted.len() {
-            let t = sorted[i..].iter().take_while(|&&r| r == sorted[i]).count();
-            ties += (t * t * t - t) as f64;
-            i += t;
-        }
+        ties += tie_sum(&ranks);
     }
     let ssbn: f64 = sums.iter().map(|s| s * s).sum();
     let c = 1.0 - ties / (kf * (kf * kf - 1.0) * n);

@@ -3,7 +3,7 @@
 //! (tests/fixtures/bmdal_picks.json, written by tests/reference/bmdal_picks.py), its
 //! k-means++ first-pick distribution, and its `grad` and `ll` kernels of a small network.
 
-use super::regression::friedman;
+use super::regression::regression_curve_steps;
 use alkit::acquisition::{BaseKernel, FeatureRequest, KernelBatch, KernelFeatures, KernelRule};
 use alkit::nn::{grad_features, GaussMlp, GaussMlpConfig, GradSketch, Regressor};
 use candle_core::{DType, Device, Tensor};
@@ -224,16 +224,7 @@ fn the_gradient_sketch_is_unbiased() {
 }
 
 fn batch_curve(out: &Path, extra: &[&str]) -> std::process::Output {
-    super::alkit_cmd()
-        .args(["-q", "curve", "--data"])
-        .arg(friedman("train"))
-        .arg("--test")
-        .arg(friedman("test"))
-        .args(["--target", "y", "--cycles", "2", "--steps", "100", "--out"])
-        .arg(out)
-        .args(extra)
-        .output()
-        .unwrap()
+    regression_curve_steps(out, 100, extra)
 }
 
 #[test]

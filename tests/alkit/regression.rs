@@ -247,12 +247,23 @@ pub(super) fn friedman(split: &str) -> PathBuf {
 }
 
 fn regression_curve(out: &Path, extra: &[&str]) -> std::process::Output {
+    regression_curve_steps(out, 200, extra)
+}
+
+/// `curve` on the shipped Friedman #1 tables, two cycles of `steps` training steps.
+pub(super) fn regression_curve_steps(
+    out: &Path,
+    steps: usize,
+    extra: &[&str],
+) -> std::process::Output {
     alkit_cmd()
         .args(["-q", "curve", "--data"])
         .arg(friedman("train"))
         .arg("--test")
         .arg(friedman("test"))
-        .args(["--target", "y", "--cycles", "2", "--steps", "200", "--out"])
+        .args(["--target", "y", "--cycles", "2", "--steps"])
+        .arg(steps.to_string())
+        .arg("--out")
         .arg(out)
         .args(extra)
         .output()
@@ -260,7 +271,7 @@ fn regression_curve(out: &Path, extra: &[&str]) -> std::process::Output {
 }
 
 /// `curve.csv` without the timing columns.
-fn figures(path: &Path) -> String {
+pub(super) fn figures(path: &Path) -> String {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()

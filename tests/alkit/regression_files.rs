@@ -9,7 +9,7 @@
 //! test skips with a message, and `ALKIT_REQUIRE_NUMPY=1` makes a missing one fail it.
 
 use super::feature_methods::python;
-use super::regression::friedman;
+use super::regression::{figures, friedman};
 use super::{alkit_cmd, tmp};
 use alkit::data::target::read_table;
 use alkit::data::{Table, Task};
@@ -126,12 +126,7 @@ fn curve(train: &Path, test: &Path, out: &Path) -> String {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    std::fs::read_to_string(out.join("curve.csv"))
-        .unwrap()
-        .lines()
-        .map(|l| l.split(',').take(10).collect::<Vec<_>>().join(","))
-        .collect::<Vec<_>>()
-        .join("\n")
+    figures(&out.join("curve.csv"))
 }
 
 #[test]
