@@ -26,8 +26,19 @@ fn f32s(v: &Value) -> Vec<f32> {
 }
 
 fn features(fx: &Value) -> KernelFeatures {
+    first_columns(fx, fx["p"].as_u64().unwrap() as usize)
+}
+
+/// The fixture's features, each row cut to its first `columns` values.
+fn first_columns(fx: &Value, columns: usize) -> KernelFeatures {
     let p = fx["p"].as_u64().unwrap() as usize;
-    KernelFeatures::new(f32s(&fx["pool"]), f32s(&fx["labeled"]), p).unwrap()
+    let cut = |v: &Value| -> Vec<f32> {
+        let x = f32s(v);
+        x.chunks_exact(p)
+            .flat_map(|r| r[..columns].to_vec())
+            .collect()
+    };
+    KernelFeatures::new(cut(&fx["pool"]), cut(&fx["labeled"]), columns).unwrap()
 }
 
 fn rule(name: &str, backward: bool) -> KernelRule {
@@ -44,10 +55,10 @@ fn rule(name: &str, backward: bool) -> KernelRule {
 #[test]
 fn deterministic_rules_pick_what_bmdal_reg_picks() {
     let fx = fixture();
-    let f = features(&fx);
     let k = fx["k"].as_u64().unwrap() as usize;
     let sigma = fx["sigma"].as_f64().unwrap();
     for (name, case) in fx["cases"].as_object().unwrap() {
+        let f = first_columns(&fx, case["columns"].as_u64().unwrap() as usize);
         let selector = KernelBatch {
             rule: rule(
                 case["rule"].as_str().unwrap(),

@@ -19,7 +19,7 @@ pool has regions the labeled set does not cover); all rounded to float32 (what a
 Each case runs `select_batch(k=25, models=[nn.Identity()], data={'train', 'pool'},
 base_kernel='linear', ...)` (the model is unused by `linear`) with the case's kernel
 transforms, selection method, `sel_with_train` and sigmas, and records the picks in bmdal's
-order.
+order. A case may read only the first `columns` features (its own `columns` in the fixture).
 
 Part 2, k-means++'s first pick in TP mode is drawn with probability proportional to each pool
 row's squared distance to its nearest labeled row: recorded from bmdal's own
@@ -85,6 +85,9 @@ def cases():
         ("maxdist-p", "maxdist", post, False, {}),
         ("lcmd", "lcmd", [], True, {}),
         ("lcmd-p", "lcmd", post, False, {}),
+        # More labeled rows (30) than features (the first 16 columns): alkit's MaxDet then
+        # takes the posterior as a transform of the rows rather than as conditioning.
+        ("maxdet-narrow", "maxdet", post, False, {"columns": 16}),
     ]
 
 
@@ -134,12 +137,15 @@ def main():
     pool, train = features()
     picks = {}
     for name, selection, transforms, with_train, extra in cases():
+        columns = extra.pop("columns", pool.shape[1])
         picks[name] = {
             "rule": selection,
             "with_labeled": with_train,
             "posterior": SIGMA if transforms else None,
             "backward": extra.get("overselection_factor", 1.0) > 1.0,
-            "picks": run_case(pool, train, selection, transforms, with_train, extra),
+            "columns": columns,
+            "picks": run_case(pool[:, :columns], train[:, :columns], selection, transforms,
+                              with_train, extra),
         }
     json.dump({
         "generator": "tests/reference/bmdal_picks.py",

@@ -11,9 +11,11 @@ base kernel reads them (float64, `allow_float64=True`), so that both sides run t
 alone. Features (numpy default_rng(0), float32): rows x = z A with z ~ N(0, I_p) and A a fixed
 random (p, p) matrix ~ N(0, 1/p), so that the kernel is not isotropic. torch runs on the CPU
 with its default threads (all cores), alkit with its own (all cores). Prints the selection's
-wall seconds (feature generation excluded) and the first picks, which must agree.
+wall seconds (feature generation excluded), the first picks and a hash of all picks in
+order, which must agree.
 """
 import argparse
+import hashlib
 import time
 
 import numpy as np
@@ -63,4 +65,7 @@ else:
         maxdet_sigma=1e-3, bait_sigma=1e-3, allow_float64=True, verbosity=0)
     dt = time.perf_counter() - t
     picks = idxs.numpy()
-print(f"{a.impl} {a.rule} n={a.n} p={a.p} m={a.m} k={a.k}: {dt:.3f} s; first picks {list(map(int, picks[:8]))}")
+picks = list(map(int, picks))
+digest = hashlib.sha256(",".join(map(str, picks)).encode()).hexdigest()[:12]
+print(f"{a.impl} {a.rule} n={a.n} p={a.p} m={a.m} k={a.k}: {dt:.3f} s; "
+      f"first picks {picks[:8]}, all {len(picks)} picks in order hash to {digest}")

@@ -5,12 +5,14 @@
 //! weights are all zero) the batch is filled with pool rows drawn uniformly from the rest,
 //! as the reference implementation does.
 //!
-//! Every step reads each row once (`O((n + m) p)`): no `n x n` matrix is ever formed.
+//! Every step reads each row at most once (`O((n + m) p)`; MaxDet only when its near rows no
+//! longer hold the largest variance): no `n x n` matrix is ever formed.
 //! Ties go to the lowest position, as `argmax` does in the reference. The distance rules
 //! (MaxDist, k-means++, LCMD) are in `distance.rs`.
 
 use super::distance::dot;
 use super::transform::{gram, Rows, BLOCK};
+use crate::kernels::matmul_nt;
 use crate::linalg::unit;
 use crate::ScoreError;
 use rand::RngCore;
@@ -123,26 +125,60 @@ fn project_out(
 
 /// MaxDet: greedy maximisation of `det(K_batch + sigma^2 I)`, by the largest posterior
 /// variance given the picks so far (with noise `sigma^2`). Conditioning on a pick `phi` maps
-/// every row `x` to `x A` with `A = I - beta phi phi^T`; instead of rewriting the rows, the
-/// factors are kept and each pick's products with the rows are taken against the original
-/// rows: `x_0 A_1 ... A_t . phi = x_0 . (A_1 ... A_t phi)`, so a step reads the rows once and
-/// writes none.
+/// every row `x` to `x A` with `A = I - beta phi phi^T`; the factors are kept, and a pick's
+/// covariance with row `x_0` is `x_0 . w` with `w = A_1 ... A_t phi`, so the rows are never
+/// rewritten and a row's variance is brought up to date by subtracting `(x_0 . w)^2 / d` for
+/// each pick it has not seen.
+///
+/// Variances only fall, so a stale one bounds the current one from above. Only the [`NEAR`]
+/// rows of largest variance are kept current after each pick; while the best of them beats
+/// every stale bound it is the exact argmax, and when it does not, every row is brought up to
+/// date at once (one matrix product against the pending picks' `w`, instead of one pass over
+/// the rows per pick) and the near rows are chosen again.
 pub(super) struct MaxDet {
     rows: Rows,
+    /// Row `i`'s variance given the first `upto[i]` factors.
     diag: Vec<f64>,
-    /// Every conditioning so far: the added row as it was then, and its `beta`.
-    factors: Vec<(Vec<f64>, f64)>,
+    upto: Vec<usize>,
+    factors: Vec<Factor>,
+    /// Each factor's `w (p)`, one after another: a factor's covariance with row `x_0` is
+    /// `x_0 . w`.
+    ws: Vec<f64>,
+    /// The pool rows kept current, in position order, and the largest stale variance of the
+    /// other rows not chosen.
+    near: Vec<usize>,
+    bound: f64,
+    /// Whether every pool row is current (no pick since the last refresh).
+    fresh: bool,
+    /// How many near rows a refresh keeps ([`NEAR`]).
+    keep: usize,
     sigma: f64,
     n: usize,
 }
 
+/// One conditioning: the added row as it was then, its `beta`, and the variance `d` it had.
+struct Factor {
+    phi: Vec<f64>,
+    beta: f64,
+    d: f64,
+}
+
+/// The pool rows MaxDet keeps current between refreshes.
+const NEAR: usize = 1024;
+
 impl MaxDet {
     pub(super) fn new(rows: Rows, n: usize, sigma: f64) -> Self {
-        let diag = rows.diag().iter().map(|d| d + sigma * sigma).collect();
+        let diag: Vec<f64> = rows.diag().iter().map(|d| d + sigma * sigma).collect();
         Self {
+            upto: vec![0; diag.len()],
             rows,
             diag,
             factors: Vec::new(),
+            ws: Vec::new(),
+            near: Vec::new(),
+            bound: f64::INFINITY,
+            fresh: false,
+            keep: NEAR,
             sigma,
             n,
         }
@@ -151,9 +187,9 @@ impl MaxDet {
     /// Row `j` conditioned on every factor so far: `x_0 A_1 ... A_t`.
     fn current_row(&self, j: usize) -> Vec<f64> {
         let mut x = self.rows.row(j).to_vec();
-        for (phi, beta) in &self.factors {
-            let c = beta * dot(&x, phi);
-            x.iter_mut().zip(phi).for_each(|(a, b)| *a -= c * b);
+        for f in &self.factors {
+            let c = f.beta * dot(&x, &f.phi);
+            x.iter_mut().zip(&f.phi).for_each(|(a, b)| *a -= c * b);
         }
         x
     }
@@ -161,49 +197,122 @@ impl MaxDet {
     /// `A_1 ... A_t v`, applied from the last factor back.
     fn pulled_back(&self, v: &[f64]) -> Vec<f64> {
         let mut v = v.to_vec();
-        for (phi, beta) in self.factors.iter().rev() {
-            let c = beta * dot(&v, phi);
-            v.iter_mut().zip(phi).for_each(|(a, b)| *a -= c * b);
+        for f in self.factors.iter().rev() {
+            let c = f.beta * dot(&v, &f.phi);
+            v.iter_mut().zip(&f.phi).for_each(|(a, b)| *a -= c * b);
         }
         v
+    }
+
+    /// Conditions on row `j` of variance `d` (noise included) with noise `s`: a factor that
+    /// every other row's variance is brought up to date with later.
+    fn push(&mut self, j: usize, d: f64, s: f64) {
+        let beta = 1.0 / (d.sqrt() * (d.sqrt() + s));
+        let phi = self.current_row(j);
+        let w = self.pulled_back(&phi);
+        self.ws.extend_from_slice(&w);
+        self.factors.push(Factor { phi, beta, d });
+    }
+
+    /// The Gaussian-process posterior given rows `first..first + m` with noise `s`: each
+    /// row conditioned on in turn. A row already in the span of those before it (its variance
+    /// under `1e-12` of its own prior one) adds nothing and is passed over, where a Cholesky
+    /// factor would need jitter.
+    pub(super) fn condition(&mut self, first: usize, m: usize, s: f64) {
+        let noise = self.sigma * self.sigma;
+        for j in first..first + m {
+            let prior = self.diag[j] - noise;
+            self.bring(j);
+            let d = self.diag[j] - noise;
+            if d > 1e-12 * prior {
+                self.push(j, d + s * s, s);
+            }
+        }
+        self.fresh = false;
+    }
+
+    /// Brings row `i`'s variance up to date, one factor at a time.
+    fn bring(&mut self, i: usize) {
+        let (x, p) = (self.rows.row(i), self.rows.p);
+        for (f, w) in self.factors[self.upto[i]..]
+            .iter()
+            .zip(self.ws[self.upto[i] * p..].chunks_exact(p))
+        {
+            let t = dot(x, w);
+            self.diag[i] -= t * t / f.d;
+        }
+        self.upto[i] = self.factors.len();
+    }
+
+    /// Brings every pool row up to date (a block of rows at a time against the `w` of the
+    /// factors it has not seen: one matrix product instead of a pass over the rows per pick),
+    /// then keeps the [`NEAR`] largest variances not chosen as the near rows.
+    fn refresh(&mut self, chosen: &[bool]) {
+        let (p, n, len) = (self.rows.p, self.n, self.factors.len());
+        let from = self.upto[..n].iter().copied().min().unwrap_or(len);
+        if from < len {
+            let (w, b) = (&self.ws[from * p..], len - from);
+            for (at, block) in self.rows.x[..n * p].chunks(BLOCK * p).enumerate() {
+                let prods = matmul_nt(block, w, (block.len() / p, b, p));
+                for (r, t) in prods.chunks_exact(b).enumerate() {
+                    let i = at * BLOCK + r;
+                    let seen = self.upto[i] - from;
+                    for (t, f) in t[seen..].iter().zip(&self.factors[from + seen..]) {
+                        self.diag[i] -= t * t / f.d;
+                    }
+                    self.upto[i] = len;
+                }
+            }
+        }
+        let diag = &self.diag;
+        let mut order: Vec<usize> = (0..n)
+            .filter(|&i| !chosen[i] && !diag[i].is_nan())
+            .collect();
+        let first = |a: &usize, b: &usize| diag[*b].total_cmp(&diag[*a]).then(a.cmp(b));
+        let keep = self.keep.min(order.len());
+        if keep < order.len() {
+            order.select_nth_unstable_by(keep, first);
+        }
+        let rest = order[keep..].iter().map(|&i| diag[i]);
+        self.bound = rest.fold(f64::NEG_INFINITY, f64::max);
+        order.truncate(keep);
+        order.sort_unstable();
+        self.near = order;
+        self.fresh = true;
     }
 }
 
 impl Greedy for MaxDet {
     fn next(&mut self, chosen: &[bool], _: usize, _: &mut dyn RngCore) -> Option<usize> {
-        argmax(self.n, chosen, |i| self.diag[i])
-            .filter(|&(_, s)| s > 0.0)
-            .map(|(i, _)| i)
+        loop {
+            // The first largest variance among the near rows (NaN never wins).
+            let best = self
+                .near
+                .iter()
+                .filter(|&&i| !chosen[i] && !self.diag[i].is_nan())
+                .fold(None, |best: Option<(usize, f64)>, &i| match best {
+                    Some((_, b)) if self.diag[i] <= b => best,
+                    _ => Some((i, self.diag[i])),
+                });
+            // Fresh, the near rows hold the largest variances, ties to the lowest position.
+            match best {
+                Some((i, s)) if self.fresh || s > self.bound => return (s > 0.0).then_some(i),
+                None if self.fresh => return None,
+                _ => self.refresh(chosen),
+            }
+        }
     }
 
     fn add(&mut self, j: usize, _: usize) {
-        let d = self.diag[j];
-        let beta = 1.0 / (d.sqrt() * (d.sqrt() + self.sigma));
-        let phi = self.current_row(j);
-        let dots = products(&self.rows, &self.pulled_back(&phi));
-        for (g, t) in self.diag.iter_mut().zip(&dots) {
-            *g -= t * t / d;
+        self.bring(j);
+        self.push(j, self.diag[j], self.sigma);
+        let near = std::mem::take(&mut self.near);
+        for &i in &near {
+            self.bring(i);
         }
-        self.factors.push((phi, beta));
+        self.near = near;
+        self.fresh = false;
     }
-}
-
-/// `x_i . v` for every row, the rows split over the cores in contiguous runs (read only).
-fn products(rows: &Rows, v: &[f64]) -> Vec<f64> {
-    let (p, n) = (rows.p, rows.len());
-    let mut out = vec![0f64; n];
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let per = n.div_ceil(threads.min(n / 512).max(1)).max(1);
-    std::thread::scope(|s| {
-        for (xs, os) in rows.x.chunks(per * p).zip(out.chunks_mut(per)) {
-            s.spawn(move || {
-                for (x, o) in xs.chunks_exact(p).zip(os.iter_mut()) {
-                    *o = dot(x, v);
-                }
-            });
-        }
-    });
-    out
 }
 
 /// BAIT (Ash et al. 2021) in feature space for regression: greedily the row that most reduces
@@ -349,4 +458,43 @@ pub(super) fn max_diag(rows: &Rows, n: usize, k: usize) -> Result<Vec<usize>, Sc
     order.sort_by(|&a, &b| diag[b].total_cmp(&diag[a]).then(a.cmp(&b)));
     order.truncate(k);
     Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// MaxDet's picks on `x` (n rows of 12, the last `m` labeled) with `keep` near rows.
+    fn maxdet(x: &[f64], (n, m): (usize, usize), k: usize, keep: usize) -> Vec<usize> {
+        let rows = Rows {
+            x: x.to_vec(),
+            p: 12,
+        };
+        let mut state = MaxDet::new(rows, n, 1e-3);
+        state.keep = keep;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        run(&mut state, (n, m), k, &mut rng).0
+    }
+
+    #[test]
+    fn maxdet_picks_the_same_rows_whatever_rows_it_keeps_current() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        // Anisotropic rows, so that variances differ and picks condition their neighbours.
+        let x: Vec<f64> = (0..330 * 12)
+            .map(|i| rng.random::<f64>() * (1.0 + (i % 12) as f64))
+            .collect();
+        for (n, m) in [(300, 0), (300, 30)] {
+            // Keeping every row current is the plain greedy loop: one pass per pick.
+            let every = maxdet(&x[..(n + m) * 12], (n, m), 40, n);
+            assert_eq!(every.len(), 40);
+            for keep in [1, 5, 37] {
+                assert_eq!(
+                    maxdet(&x[..(n + m) * 12], (n, m), 40, keep),
+                    every,
+                    "{keep}"
+                );
+            }
+        }
+    }
 }

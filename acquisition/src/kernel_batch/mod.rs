@@ -220,10 +220,10 @@ impl KernelBatch {
             let mut state = Distance::new(self.rule, Table { x, p }, n);
             return Ok(run(&mut state, (n, added), k, rng).0);
         }
-        let widen = |x: &[f32]| Rows {
-            x: x.iter().map(|&v| f64::from(v)).collect(),
-            p,
-        };
+        if self.rule == KernelRule::MaxDet {
+            return self.max_det(f, k, rng);
+        }
+        let widen = |x: &[f32]| Rows::widened(x, &[], p, 1.0);
         let (mut pool, mut labeled) = (widen(f.pool()), widen(f.labeled()));
         if let Some(sigma) = self.posterior {
             posterior(&mut pool, &mut labeled, sigma)?;
@@ -238,7 +238,6 @@ impl KernelBatch {
             Some(labeled)
         };
         let mut state: Box<dyn Greedy> = match self.rule {
-            KernelRule::MaxDet => Box::new(MaxDet::new(pool, n, self.noise)),
             KernelRule::Bait { backward } => {
                 let mut bait = Bait::new(pool, extra.as_ref(), n, self.noise);
                 let over = if backward { (2 * k).min(n) } else { k };
@@ -253,6 +252,39 @@ impl KernelBatch {
             _ => Box::new(Distance::new(self.rule, Table { x: pool.x, p }, n)),
         };
         Ok(run(state.as_mut(), (n, added), k, rng).0)
+    }
+
+    /// MaxDet over the pool rows followed by the labeled rows. With fewer labeled rows than
+    /// features the posterior is not a transform of the rows but MaxDet's own conditioning on
+    /// each labeled row in turn (the rank-one update it makes for a pick, with the posterior's
+    /// noise, after the same scaling): the same kernel for `n m p` work instead of `n p^2`.
+    fn max_det(
+        &self,
+        f: &KernelFeatures,
+        k: usize,
+        rng: &mut dyn RngCore,
+    ) -> Result<Vec<usize>, ScoreError> {
+        let (n, m, p) = (f.n(), f.m(), f.dim());
+        let condition = self.posterior.filter(|_| m <= p);
+        let scale = match condition {
+            Some(_) => transform::unit_scale(&Rows::widened(f.labeled(), &[], p, 1.0)),
+            None => 1.0,
+        };
+        let mut rows = Rows::widened(f.pool(), f.labeled(), p, scale);
+        if let (Some(sigma), None) = (self.posterior, condition) {
+            let mut labeled = Rows {
+                x: rows.x.split_off(n * p),
+                p,
+            };
+            posterior(&mut rows, &mut labeled, sigma)?;
+            rows.x.extend_from_slice(&labeled.x);
+        }
+        let mut state = MaxDet::new(rows, n, self.noise);
+        if let Some(sigma) = condition {
+            state.condition(n, m, sigma);
+        }
+        let added = if self.with_labeled { m } else { 0 };
+        Ok(run(&mut state, (n, added), k, rng).0)
     }
 }
 

@@ -8,7 +8,7 @@
 //! covariance `k(x, y) - k(x, T) (K_TT + sigma^2 I)^-1 k(T, y)` with no `n x n` matrix: the
 //! cost is one `p x p` Cholesky factor and one `(n + m, p) x (p, p)` product.
 
-use crate::kernels::matmul_nt;
+use crate::kernels::{matmul_nt, par_rows};
 use crate::ScoreError;
 
 /// Row-major `f64` rows of `p` values: the pool's first, then (in TP mode) the labeled items'.
@@ -19,6 +19,26 @@ pub(super) struct Rows {
 }
 
 impl Rows {
+    /// The `f32` rows of `first` then of `then`, `p` values each, widened to `f64` and
+    /// multiplied by `factor`, on every core.
+    pub(super) fn widened(first: &[f32], then: &[f32], p: usize, factor: f64) -> Rows {
+        let split = first.len() / p;
+        let mut x = vec![0f64; first.len() + then.len()];
+        par_rows(&mut x, p, |start, out| {
+            for (i, row) in (start..).zip(out.chunks_exact_mut(p)) {
+                let from = if i < split {
+                    &first[i * p..(i + 1) * p]
+                } else {
+                    &then[(i - split) * p..(i - split + 1) * p]
+                };
+                for (o, &v) in row.iter_mut().zip(from) {
+                    *o = f64::from(v) * factor;
+                }
+            }
+        });
+        Rows { x, p }
+    }
+
     pub(super) fn len(&self) -> usize {
         self.x.len() / self.p
     }
@@ -40,20 +60,27 @@ impl Rows {
     }
 }
 
+/// The factor that brings the labeled rows' mean squared norm to 1 (1 when there are none or
+/// they are all zero): the paper's `scale` transform.
+pub(super) fn unit_scale(train: &Rows) -> f64 {
+    let mean_diag = train.diag().iter().sum::<f64>() / train.len().max(1) as f64;
+    if mean_diag > 0.0 {
+        1.0 / mean_diag.sqrt()
+    } else {
+        1.0
+    }
+}
+
 /// Scales `pool` and `train` so that the labeled rows' mean squared norm is 1, then maps both
 /// to the posterior features given the labeled rows with noise `sigma^2`. Nothing happens
 /// without labeled rows (the prior is then the posterior).
 pub(super) fn posterior(pool: &mut Rows, train: &mut Rows, sigma: f64) -> Result<(), ScoreError> {
-    let m = train.len();
-    if m == 0 {
+    if train.len() == 0 {
         return Ok(());
     }
-    let mean_diag = train.diag().iter().sum::<f64>() / m as f64;
-    if mean_diag > 0.0 {
-        let factor = 1.0 / mean_diag.sqrt();
-        pool.scale(factor);
-        train.scale(factor);
-    }
+    let factor = unit_scale(train);
+    pool.scale(factor);
+    train.scale(factor);
     let p = train.p;
     let mut cov = gram(train);
     for i in 0..p {
