@@ -416,6 +416,8 @@ pub fn run(
             labeled: labeled.len(),
             acc: m.acc,
             nll: m.nll,
+            balanced_acc: m.balanced_acc(),
+            recall: m.recall,
             train_s,
             score_s: if cycle == 0 {
                 0.0

@@ -141,6 +141,14 @@ pub struct CycleRecord {
     pub acc: f64,
     /// Test NLL (nats).
     pub nll: f64,
+    /// Test balanced accuracy: the mean recall over the classes with test items (`None` in a
+    /// run recorded before it was kept).
+    #[serde(default)]
+    pub balanced_acc: Option<f64>,
+    /// Test recall per class (`None` for a class without test items; empty in a run recorded
+    /// before it was kept).
+    #[serde(default)]
+    pub recall: Vec<Option<f64>>,
     /// Seconds spent training.
     pub train_s: f64,
     /// Seconds spent scoring and selecting the items this cycle added (0 for cycle 0).

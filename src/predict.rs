@@ -605,13 +605,24 @@ impl Scoring<'_> {
     }
 }
 
-/// Test accuracy and NLL (mean `-log p(true class)`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Test accuracy, NLL (mean `-log p(true class)`) and recall per class.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TestMetrics {
     /// Fraction of items whose argmax is the true class.
     pub acc: f64,
     /// Mean negative log-likelihood of the true class, nats.
     pub nll: f64,
+    /// Per class, the fraction of its items whose argmax is that class (`None` for a class
+    /// with no items).
+    pub recall: Vec<Option<f64>>,
+}
+
+impl TestMetrics {
+    /// Balanced accuracy: the mean recall over the classes that have items (`None` with none).
+    pub fn balanced_acc(&self) -> Option<f64> {
+        let present: Vec<f64> = self.recall.iter().flatten().copied().collect();
+        (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
+    }
 }
 
 /// Accuracy and NLL of `model` on all of `data`.
@@ -627,23 +638,31 @@ pub fn evaluate(
     Ok(metrics_from_log_probs(&lp, data.labels(), model.classes()))
 }
 
-/// Accuracy and NLL from log-probabilities `(n, c)` and labels `(n,)`. Ties in the argmax go to
-/// the lowest class.
+/// Accuracy, NLL and recall per class from log-probabilities `(n, c)` and labels `(n,)`, each
+/// below `c`. Ties in the argmax go to the lowest class.
 pub fn metrics_from_log_probs(log_probs: &[f32], labels: &[u32], classes: usize) -> TestMetrics {
-    let mut correct = 0usize;
     let mut nll = 0f64;
+    // Per class: its items, and those of them predicted as it.
+    let mut counts = vec![(0usize, 0usize); classes];
     for (row, &y) in log_probs.chunks_exact(classes).zip(labels) {
         let arg = row
             .iter()
             .enumerate()
             .fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
-        correct += usize::from(arg == y as usize);
+        let c = &mut counts[y as usize];
+        c.0 += 1;
+        c.1 += usize::from(arg == y as usize);
         nll -= f64::from(row[y as usize]);
     }
+    let correct: usize = counts.iter().map(|c| c.1).sum();
     let n = labels.len().max(1) as f64;
     TestMetrics {
         acc: correct as f64 / n,
         nll: nll / n,
+        recall: counts
+            .iter()
+            .map(|&(items, hit)| (items > 0).then(|| hit as f64 / items as f64))
+            .collect(),
     }
 }
 
@@ -787,7 +806,28 @@ pub fn kernel_features(
 
 #[cfg(test)]
 mod tests {
-    use super::default_batch;
+    use super::{default_batch, metrics_from_log_probs};
+
+    #[test]
+    fn recall_and_balanced_accuracy_count_each_class_apart() {
+        // Rows are log-probabilities over 3 classes; class 2 has no items. Worked by hand:
+        // class 0 has items 1, 2, 3, predicted 0, 1, 0 (recall 2/3); class 1 has items 4, 5,
+        // predicted 1 and (a tie, to the lowest class) 0 (recall 1/2). Balanced accuracy
+        // (2/3 + 1/2) / 2 = 7/12; accuracy 3/5.
+        let lp: Vec<f32> = [
+            [-0.1, -3.0, -3.0],
+            [-3.0, -0.1, -3.0],
+            [-0.2, -2.0, -3.0],
+            [-2.0, -0.2, -3.0],
+            [-0.7, -0.7, -9.0],
+        ]
+        .concat();
+        let m = metrics_from_log_probs(&lp, &[0, 0, 0, 1, 1], 3);
+        assert_eq!(m.recall, vec![Some(2.0 / 3.0), Some(0.5), None]);
+        assert!((m.balanced_acc().unwrap() - 7.0 / 12.0).abs() < 1e-15);
+        assert!((m.acc - 0.6).abs() < 1e-15);
+        assert_eq!(metrics_from_log_probs(&[], &[], 3).balanced_acc(), None);
+    }
 
     #[test]
     fn the_default_batch_keeps_a_batch_under_four_million_values() {

@@ -688,9 +688,25 @@ def _summary_row(row: Tuple) -> Dict[str, object]:
     return out
 
 
+def _nan_for_none(values: List[Optional[float]]) -> np.ndarray:
+    """Floats as an array, NaN where there is none."""
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _recall_rows(rows: List[List[Optional[float]]]) -> np.ndarray:
+    """Recall per cycle and class ``(cycles, classes)``, NaN for a class without test items."""
+    classes = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), classes), np.nan)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = _nan_for_none(r)
+    return out
+
+
 class CurveResult(NamedTuple):
     """What :func:`curve` ran: ``runs`` one dict per strategy and seed (``strategy``,
-    ``seed`` and per cycle ``cycle``, ``labeled``, ``acc``, ``nll`` as arrays), ``summary``
+    ``seed`` and per cycle ``cycle``, ``labeled``, ``acc``, ``nll``, ``balanced_acc`` as
+    arrays, and ``recall`` as ``(cycles, classes)``; NaN for a class without test items),
+    ``summary``
     one dict per strategy as ``summary.csv`` has it (``acc_mean`` and ``nll_mean`` averaged
     over cycles 1.., their standard deviations over seeds, ``final_acc``; the area under the
     ACC curve ``aubc_mean`` with its 95% interval ``aubc_lo``, ``aubc_hi``; the paired
@@ -790,6 +806,8 @@ def curve(
                 "labeled": np.array([r[1] for r in rows], dtype=np.int64),
                 "acc": np.array([r[2] for r in rows]),
                 "nll": np.array([r[3] for r in rows]),
+                "balanced_acc": _nan_for_none([r[4] for r in rows]),
+                "recall": _recall_rows([r[5] for r in rows]),
             }
             for name, s, rows in runs
         ],

@@ -125,7 +125,13 @@ def curve(
     force: bool = False,
     resume: bool = False,
 ) -> Tuple[
-    List[Tuple[str, int, List[Tuple[int, int, float, float]]]],
+    List[
+        Tuple[
+            str,
+            int,
+            List[Tuple[int, int, float, float, Optional[float], List[Optional[float]]]],
+        ]
+    ],
     List[
         Tuple[
             str,

@@ -18,7 +18,10 @@ use pyo3::prelude::*;
 use std::path::PathBuf;
 
 /// One run's records: `(strategy, seed, [(cycle, labeled, acc, nll)])`.
-type Run = (String, u64, Vec<(usize, usize, f64, f64)>);
+type Run = (String, u64, Vec<Cycle>);
+
+/// One cycle of a run: cycle, labeled, ACC, NLL, balanced accuracy, recall per class.
+type Cycle = (usize, usize, f64, f64, Option<f64>, Vec<Option<f64>>);
 /// One paired comparison: `(diff, lo, hi, p)`.
 type Pair = Option<(f64, f64, f64, f64)>;
 /// One summary row: `(strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc,
@@ -181,7 +184,10 @@ fn run(
         .map(|s| {
             let records = s.records.iter();
             let rows = records
-                .map(|r| (r.cycle, r.labeled, r.acc, r.nll))
+                .map(|r| {
+                    let recall = r.recall.clone();
+                    (r.cycle, r.labeled, r.acc, r.nll, r.balanced_acc, recall)
+                })
                 .collect();
             (s.strategy.clone(), s.seed, rows)
         })

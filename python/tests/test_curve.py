@@ -40,6 +40,11 @@ def test_curve_from_python_writes_what_the_command_line_writes(tmp_path, alkit_b
         want = by_run[(run["strategy"], run["seed"])]
         assert list(run["labeled"]) == [20, 40, 60]
         np.testing.assert_allclose(run["acc"], [float(r["acc"]) for r in want], atol=1e-6)
+        balanced = [float(r["balanced_acc"]) for r in want]
+        np.testing.assert_allclose(run["balanced_acc"], balanced, atol=1e-6)
+        # Balanced accuracy is the mean recall over the classes with test items.
+        assert run["recall"].shape == (3, 10)
+        np.testing.assert_allclose(run["balanced_acc"], np.nanmean(run["recall"], axis=1))
     assert [s["strategy"] for s in got.summary] == SCORERS
     assert all(s["seeds"] == 2 for s in got.summary)
     # The summary returned is summary.csv's, column by column.

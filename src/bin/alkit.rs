@@ -274,12 +274,13 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         alkit::jobs::curve::run(&spec, &on, &out, resume, a.save_scores, device, &mut bars);
     bars.finish();
     print_summary(&summarize(&states?));
+    // The outputs this run wrote, as the library names them (the paired plot needs random).
+    let wrote: Vec<&str> = alkit::jobs::curve::OUTPUTS
+        .into_iter()
+        .filter(|f| *f != "run.json" && out.join(f).is_file())
+        .collect();
     let mut so = std::io::stdout().lock();
-    writeln!(
-        so,
-        "\nwrote {}/curve.csv, summary.csv, curve.svg, curve.png",
-        out.display()
-    )?;
+    writeln!(so, "\nwrote {}/{}", out.display(), wrote.join(", "))?;
     Ok(())
 }
 

@@ -201,8 +201,8 @@ impl Learner {
         self.last_model = Some(outcome.trained);
         let record = Record {
             fit_acc: Some(fit_metrics.acc),
-            test_acc: test.map(|m| m.acc),
-            test_nll: test.map(|m| m.nll),
+            test_acc: test.as_ref().map(|m| m.acc),
+            test_nll: test.as_ref().map(|m| m.nll),
         };
         Ok((picked, record))
     }

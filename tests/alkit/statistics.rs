@@ -218,6 +218,8 @@ fn compare_ranks_curve_folders_as_their_summaries_say() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     batches_count_each_cycle_s_classes(&dir.join("one"), &emb);
+    recall_adds_up_to_accuracy(&dir.join("one"), &emb);
+    the_vs_random_plot_pairs_seeds(&dir.join("one"));
     let out = dir.join("cmp");
     let o = super::alkit_cmd()
         .arg("compare")
@@ -268,20 +270,128 @@ fn compare_ranks_curve_folders_as_their_summaries_say() {
     assert!((cd - 2.343 * (12.0f64 / 18.0).sqrt()).abs() < 1e-3, "{cd}");
 }
 
-/// `batches.csv` of the curve folder `run` against its runs' labeled items and the labels
-/// the embedding file `emb` holds, counted here.
-fn batches_count_each_cycle_s_classes(run: &std::path::Path, emb: &std::path::Path) {
+/// `recall.csv` of the curve folder `run` against the test labels of `emb` and `curve.csv`:
+/// each row's class recalls, weighted by the classes' test counts, give the cycle's accuracy,
+/// and their mean (over classes with test items) its balanced accuracy, in both files.
+fn recall_adds_up_to_accuracy(run: &std::path::Path, emb: &std::path::Path) {
+    let labels = int_labels(emb, "test_labels");
+    let classes = labels.iter().max().unwrap() + 1;
+    let mut count = vec![0f64; classes];
+    labels.iter().for_each(|&y| count[y] += 1.0);
+    let table = |name: &str| -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(run.join(name)).unwrap();
+        text.lines()
+            .map(|l| l.split(',').map(String::from).collect())
+            .collect()
+    };
+    let (recall, curve) = (table("recall.csv"), table("curve.csv"));
+    let header: Vec<String> = ["scorer", "seed", "cycle", "labeled", "balanced_acc"]
+        .map(String::from)
+        .into_iter()
+        .chain((0..classes).map(|c| format!("class_{c}")))
+        .collect();
+    assert_eq!(recall[0], header);
+    assert_eq!(curve[0].last().unwrap(), "balanced_acc");
+    assert_eq!(
+        (recall.len(), curve.len()),
+        (19, 19),
+        "2 seeds x 3 scorers x 3 cycles"
+    );
+    for (r, c) in recall[1..].iter().zip(&curve[1..]) {
+        assert_eq!(r[..4], c[..4]);
+        let rec: Vec<f64> = r[5..].iter().map(|v| v.parse().unwrap()).collect();
+        let acc: f64 =
+            rec.iter().zip(&count).map(|(r, n)| r * n).sum::<f64>() / labels.len() as f64;
+        assert!(
+            (acc - c[4].parse::<f64>().unwrap()).abs() < 2e-6,
+            "{r:?} {c:?}"
+        );
+        let balanced = rec.iter().sum::<f64>() / classes as f64;
+        for cell in [&r[4], c.last().unwrap()] {
+            assert!(
+                (balanced - cell.parse::<f64>().unwrap()).abs() < 2e-6,
+                "{r:?}"
+            );
+        }
+    }
+}
+
+/// The paired-difference figure of the curve folder `run` (two seeds): its lines are each
+/// strategy's mean accuracy difference to random per cycle, read back from the runs' states
+/// and computed here from `curve.csv`; its bands the 95% t interval, with two seeds
+/// `mean ± 12.706 |d1 - d2| / 2` (t at 0.975 with one degree of freedom, the sample standard
+/// deviation of two values being `|d1 - d2| / sqrt 2`).
+fn the_vs_random_plot_pairs_seeds(run: &std::path::Path) {
+    assert!(run.join("vs-random.svg").is_file() && run.join("vs-random.png").is_file());
+    let svg = std::fs::read_to_string(run.join("vs-random.svg")).unwrap();
+    assert!(
+        svg.contains("typiclust") && svg.contains("over 2 seeds"),
+        "{svg}"
+    );
+    let mut states = Vec::new();
+    for seed in 0..2 {
+        for s in ["entropy", "typiclust", "random"] {
+            let path = run.join(format!("runs/{s}-seed{seed}.json"));
+            let st: alkit::acquire::RunState =
+                serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+            states.push(st);
+        }
+    }
+    let fig = alkit::jobs::curve::vs_random_figure(&states).unwrap();
+    let text = std::fs::read_to_string(run.join("curve.csv")).unwrap();
+    let cell = |s: &str, seed: &str, cycle: usize, column: usize| -> f64 {
+        let row = text
+            .lines()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .find(|r| r[0] == s && r[1] == seed && r[2] == cycle.to_string())
+            .unwrap();
+        row[column].parse().unwrap()
+    };
+    let acc = |s: &str, seed: &str, cycle: usize| cell(s, seed, cycle, 4);
+    let series = &fig.panels[0].series;
+    let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["entropy", "typiclust", "random"]);
+    for line in series {
+        assert_eq!(line.points.len(), 3);
+        for (c, (&(x, mean), band)) in line.points.iter().zip(&line.band).enumerate() {
+            let d: Vec<f64> = ["0", "1"]
+                .map(|seed| acc(&line.name, seed, c) - acc("random", seed, c))
+                .to_vec();
+            let half = 12.706 * (d[0] - d[1]).abs() / 2.0;
+            let want = (d[0] + d[1]) / 2.0;
+            assert_eq!(x, cell("random", "0", c, 3));
+            assert!((mean - want).abs() < 2e-6, "{} {c}", line.name);
+            assert!(
+                (band.1 - (want - half)).abs() < 3e-5 + 2e-5 * half,
+                "{band:?}"
+            );
+            assert!(
+                (band.2 - (want + half)).abs() < 3e-5 + 2e-5 * half,
+                "{band:?}"
+            );
+        }
+    }
+}
+
+/// The integer labels `name` of the embedding file `emb`.
+fn int_labels(emb: &std::path::Path, name: &str) -> Vec<usize> {
     let bytes = std::fs::read(emb).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor("labels").unwrap();
-    let labels: Vec<usize> = match t.dtype() {
+    let t = st.tensor(name).unwrap();
+    match t.dtype() {
         safetensors::Dtype::I64 => t
             .data()
             .chunks_exact(8)
             .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as usize)
             .collect(),
         d => panic!("labels are {d:?}"),
-    };
+    }
+}
+
+/// `batches.csv` of the curve folder `run` against its runs' labeled items and the labels
+/// the embedding file `emb` holds, counted here.
+fn batches_count_each_cycle_s_classes(run: &std::path::Path, emb: &std::path::Path) {
+    let labels = int_labels(emb, "labels");
     let classes = labels.iter().max().unwrap() + 1;
     let mut want = vec![format!(
         "scorer,seed,cycle,items,{}",

@@ -183,7 +183,11 @@ pub fn run_curve(
     let rows = summarize(&states);
     write_summary_csv(&out.join("summary.csv"), &rows)?;
     write_batches_csv(&out.join("batches.csv"), &states, train)?;
+    write_recall_csv(&out.join("recall.csv"), &states)?;
     curve_figure(&states).save(out, "curve")?;
+    if let Some(figure) = vs_random_figure(&states) {
+        figure.save(out, "vs-random")?;
+    }
     Ok(states)
 }
 
@@ -290,7 +294,15 @@ fn claim_output(spec: &CurveSpec, out: &Path, resume: bool) -> Result<()> {
 /// Writes `curve.csv` for `states` to `path`.
 pub fn write_curve_csv(path: &Path, states: &[RunState]) -> Result<()> {
     let header = [
-        "scorer", "seed", "cycle", "labeled", "acc", "nll", "train_s", "score_s",
+        "scorer",
+        "seed",
+        "cycle",
+        "labeled",
+        "acc",
+        "nll",
+        "train_s",
+        "score_s",
+        "balanced_acc",
     ];
     let rows = states.iter().flat_map(|st| {
         st.records.iter().map(|r| {
@@ -303,9 +315,44 @@ pub fn write_curve_csv(path: &Path, states: &[RunState]) -> Result<()> {
                 format!("{:.6}", r.nll),
                 format!("{:.3}", r.train_s),
                 format!("{:.3}", r.score_s),
+                cell(r.balanced_acc),
             ]
         })
     });
+    write_csv(path, &header, rows)
+}
+
+/// A figure to six decimals, or an empty cell where there is none.
+fn cell(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.6}"))
+}
+
+/// Writes `recall.csv`: per run (in `states`' order) and cycle, the test balanced accuracy and
+/// each class's test recall (`class_<c>`; an empty cell for a class without test items, or
+/// in a cycle recorded before recall was kept).
+pub fn write_recall_csv(path: &Path, states: &[RunState]) -> Result<()> {
+    let records = || {
+        states
+            .iter()
+            .flat_map(|st| st.records.iter().map(move |r| (st, r)))
+    };
+    let classes = records().map(|(_, r)| r.recall.len()).max().unwrap_or(0);
+    let rows = records().map(|(st, r)| {
+        let mut row = vec![
+            st.strategy.clone(),
+            st.seed.to_string(),
+            r.cycle.to_string(),
+            r.labeled.to_string(),
+            cell(r.balanced_acc),
+        ];
+        row.extend((0..classes).map(|c| cell(r.recall.get(c).copied().flatten())));
+        row
+    });
+    let mut header: Vec<String> = ["scorer", "seed", "cycle", "labeled", "balanced_acc"]
+        .map(String::from)
+        .to_vec();
+    header.extend((0..classes).map(|c| format!("class_{c}")));
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
     write_csv(path, &header, rows)
 }
 
@@ -597,15 +644,79 @@ pub fn curve_figure(states: &[RunState]) -> Figure {
     }
 }
 
+/// Each strategy's test accuracy minus `random`'s, paired by seed, against the labeled
+/// count: the mean difference and its 95% t interval over the seeds, with `random` itself as
+/// the line at 0 (the strategies in the order and colours of [`curve_figure`]). A band clear
+/// of 0 is a difference the seeds support at that budget. `None` without `random` beside
+/// another strategy.
+pub fn vs_random_figure(states: &[RunState]) -> Option<Figure> {
+    let random: BTreeMap<u64, &RunState> = states
+        .iter()
+        .filter(|s| s.strategy == "random")
+        .map(|s| (s.seed, s))
+        .collect();
+    let names = strategy_names(states);
+    if random.is_empty() || names.len() < 2 {
+        return None;
+    }
+    let series = names.into_iter().map(|name| {
+        let pairs: Vec<(&RunState, &RunState)> = states
+            .iter()
+            .filter(|s| s.strategy == name)
+            .filter_map(|s| random.get(&s.seed).map(|r| (s, *r)))
+            .collect();
+        let cycles = pairs
+            .iter()
+            .map(|(a, b)| a.records.len().min(b.records.len()));
+        let (mut points, mut band) = (Vec::new(), Vec::new());
+        for c in 0..cycles.min().unwrap_or(0) {
+            let diffs: Vec<f64> = pairs
+                .iter()
+                .map(|(a, b)| a.records[c].acc - b.records[c].acc)
+                .collect();
+            let i = mean_interval(&diffs, 0.95);
+            let x = pairs[0].0.records[c].labeled as f64;
+            points.push((x, i.mean));
+            if i.lo.is_finite() && i.hi.is_finite() {
+                band.push((x, i.lo, i.hi));
+            }
+        }
+        Series {
+            name: name.to_string(),
+            points,
+            band,
+        }
+    });
+    let panel = Panel {
+        log_y: false,
+        title: format!(
+            "Accuracy minus random's, paired by seed (mean, 95% interval over {} seeds)",
+            random.len()
+        ),
+        x_label: "labeled items".into(),
+        y_label: "accuracy difference".into(),
+        series: series.collect(),
+    };
+    Some(Figure {
+        panels: vec![panel],
+        panel_width: 640,
+        height: 360,
+        columns: 0,
+    })
+}
+
 /// The files a curve run writes into its folder (besides `runs/`): what `--force` removes
 /// before starting over. Nothing else in the folder is touched.
-pub const OUTPUTS: [&str; 6] = [
+pub const OUTPUTS: [&str; 9] = [
     "run.json",
     "curve.csv",
     "summary.csv",
     "batches.csv",
+    "recall.csv",
     "curve.svg",
     "curve.png",
+    "vs-random.svg",
+    "vs-random.png",
 ];
 
 /// Removes a previous run's outputs from `out` ([`OUTPUTS`] and `runs/`), so that a run can
