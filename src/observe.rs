@@ -154,3 +154,15 @@ pub struct CycleRecord {
     /// Seconds spent scoring and selecting the items this cycle added (0 for cycle 0).
     pub score_s: f64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CycleRecord;
+
+    #[test]
+    fn a_record_from_before_recall_was_kept_still_loads() {
+        let old = r#"{"cycle":1,"labeled":40,"acc":0.5,"nll":1.2,"train_s":0.1,"score_s":0.0}"#;
+        let r: CycleRecord = serde_json::from_str(old).unwrap();
+        assert_eq!((r.acc, r.balanced_acc, r.recall.len()), (0.5, None, 0));
+    }
+}

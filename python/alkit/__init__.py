@@ -746,8 +746,10 @@ def curve(
     strategy of ``scorers`` (names as :func:`scorers` lists them; default entropy, REGrad*,
     random) picks ``query`` items per cycle for ``cycles`` cycles, the model (``model``,
     default ``cnn``) retrained from scratch each cycle, for ``seeds`` seeds from ``seed``; the
-    test accuracy and NLL of every cycle are returned and written (``curve.csv``,
-    ``summary.csv``, ``curve.svg``/``.png``), the same bytes as the command line's.
+    test accuracy, NLL, balanced accuracy and recall per class of every cycle are returned and
+    written (``curve.csv``, ``summary.csv``, ``batches.csv``, ``recall.csv``,
+    ``curve.svg``/``.png`` and, with ``random`` among the scorers, ``vs-random.svg``/``.png``),
+    the same bytes as the command line's.
 
     The data: ``data`` (a source as ``--data`` takes it, default the shipped ``data``), or
     ``train`` and ``test`` as ``(items, labels)`` arrays (items ``(n, d)`` rows, ``(n, h, w)``

@@ -17,11 +17,12 @@ use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
-/// One run's records: `(strategy, seed, [(cycle, labeled, acc, nll)])`.
+/// One run's records: `(strategy, seed, [cycle])`.
 type Run = (String, u64, Vec<Cycle>);
 
 /// One cycle of a run: cycle, labeled, ACC, NLL, balanced accuracy, recall per class.
 type Cycle = (usize, usize, f64, f64, Option<f64>, Vec<Option<f64>>);
+
 /// One paired comparison: `(diff, lo, hi, p)`.
 type Pair = Option<(f64, f64, f64, f64)>;
 /// One summary row: `(strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc,

@@ -278,8 +278,13 @@ fn normalised() -> (Dataset, Dataset) {
 }
 
 fn strip_timings(csv: &str) -> String {
+    let header: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
+    let timing = |i: usize| header.get(i).is_some_and(|h| h.ends_with("_s"));
     csv.lines()
-        .map(|l| l.split(',').take(6).collect::<Vec<_>>().join(","))
+        .map(|l| {
+            let cells = l.split(',').enumerate().filter(|&(i, _)| !timing(i));
+            cells.map(|(_, c)| c).collect::<Vec<_>>().join(",")
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -338,6 +338,23 @@ fn the_vs_random_plot_pairs_seeds(run: &std::path::Path) {
         }
     }
     let fig = alkit::jobs::curve::vs_random_figure(&states).unwrap();
+    // A cycle recorded before recall was kept (a resumed older run) gets empty cells.
+    let mut old = states.clone();
+    (old[0].records[0].balanced_acc, old[0].records[0].recall) = (None, Vec::new());
+    let path = run.join("recall-old.csv");
+    alkit::jobs::curve::write_recall_csv(&path, &old).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        rows[1],
+        format!(
+            "entropy,0,0,{},{}",
+            old[0].records[0].labeled,
+            ",".repeat(10)
+        )
+    );
+    let full = std::fs::read_to_string(run.join("recall.csv")).unwrap();
+    assert_eq!(rows[2..], full.lines().collect::<Vec<_>>()[2..]);
     let text = std::fs::read_to_string(run.join("curve.csv")).unwrap();
     let cell = |s: &str, seed: &str, cycle: usize, column: usize| -> f64 {
         let row = text
@@ -352,7 +369,7 @@ fn the_vs_random_plot_pairs_seeds(run: &std::path::Path) {
     let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["entropy", "typiclust", "random"]);
     for line in series {
-        assert_eq!(line.points.len(), 3);
+        assert_eq!((line.points.len(), line.band.len()), (3, 3));
         for (c, (&(x, mean), band)) in line.points.iter().zip(&line.band).enumerate() {
             let d: Vec<f64> = ["0", "1"]
                 .map(|seed| acc(&line.name, seed, c) - acc("random", seed, c))

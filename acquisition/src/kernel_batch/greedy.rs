@@ -215,16 +215,16 @@ impl MaxDet {
     }
 
     /// The Gaussian-process posterior given rows `first..first + m` with noise `s`: each
-    /// row conditioned on in turn. A row already in the span of those before it (its variance
-    /// under `1e-12` of its own prior one) adds nothing and is passed over, where a Cholesky
-    /// factor would need jitter.
+    /// row conditioned on in turn. With `s = 0` a row in the span of those before it leaves
+    /// nothing to condition on (its variance, noise included, under `1e-12` of its prior one)
+    /// and is passed over rather than divided by zero.
     pub(super) fn condition(&mut self, first: usize, m: usize, s: f64) {
         let noise = self.sigma * self.sigma;
         for j in first..first + m {
             let prior = self.diag[j] - noise;
             self.bring(j);
             let d = self.diag[j] - noise;
-            if d > 1e-12 * prior {
+            if d + s * s > 1e-12 * prior {
                 self.push(j, d + s * s, s);
             }
         }
@@ -246,7 +246,9 @@ impl MaxDet {
 
     /// Brings every pool row up to date (a block of rows at a time against the `w` of the
     /// factors it has not seen: one matrix product instead of a pass over the rows per pick),
-    /// then keeps the [`NEAR`] largest variances not chosen as the near rows.
+    /// then keeps the [`NEAR`] largest variances not chosen as the near rows. The product
+    /// rounds differently from [`MaxDet::bring`]'s dot products, so two identical rows, one
+    /// near and one not, may differ in the last bit until the next refresh.
     fn refresh(&mut self, chosen: &[bool]) {
         let (p, n, len) = (self.rows.p, self.n, self.factors.len());
         let from = self.upto[..n].iter().copied().min().unwrap_or(len);

@@ -317,6 +317,7 @@ impl BatchSelector for KernelBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linalg::unit;
     use rand::SeedableRng;
 
     /// Two tight clusters of pool rows and one far row, two labeled rows in the first cluster.
@@ -376,6 +377,36 @@ mod tests {
                 KernelBatch::paper(rule).select_features(&f, 8, &mut rng()),
                 Err(ScoreError::TooMany { k: 8, n: 7 })
             ));
+        }
+    }
+
+    #[test]
+    fn maxdet_conditioning_on_the_labeled_rows_is_the_posterior_transform() {
+        // Random rows, fewer labeled (5) than features (8): select_features conditions on
+        // each labeled row; here the rows are transformed as the other rules' posterior is.
+        let mut values = rng();
+        let mut draw = |rows: usize| -> Vec<f32> {
+            (0..rows * 8)
+                .map(|i| unit(&mut values) as f32 * (1 + i % 8) as f32)
+                .collect()
+        };
+        let f = KernelFeatures::new(draw(60), draw(5), 8).unwrap();
+        for with_labeled in [false, true] {
+            let rule = KernelBatch {
+                with_labeled,
+                posterior: Some(0.1),
+                noise: 0.05,
+                ..KernelBatch::paper(KernelRule::MaxDet)
+            };
+            let ours = rule.select_features(&f, 12, &mut rng()).unwrap();
+            let widen = |x: &[f32]| Rows::widened(x, &[], 8, 1.0);
+            let (mut pool, mut labeled) = (widen(f.pool()), widen(f.labeled()));
+            posterior(&mut pool, &mut labeled, 0.1).unwrap();
+            pool.x.extend_from_slice(&labeled.x);
+            let mut state = MaxDet::new(pool, 60, 0.05);
+            let added = if with_labeled { 5 } else { 0 };
+            let want = run(&mut state, (60, added), 12, &mut rng()).0;
+            assert_eq!(ours, want, "TP {with_labeled}");
         }
     }
 
