@@ -163,6 +163,21 @@ struct Factor {
     d: f64,
 }
 
+impl Factor {
+    /// `v <- A v` with `A = I - beta phi phi^T` (symmetric, so also `v A`).
+    fn apply(&self, v: &mut [f64]) {
+        let c = self.beta * dot(v, &self.phi);
+        v.iter_mut().zip(&self.phi).for_each(|(a, b)| *a -= c * b);
+    }
+}
+
+/// Lowers variance `g` by `t^2 / d` for each of `factors` and its product `t` with the row.
+fn lower(g: &mut f64, products: impl Iterator<Item = f64>, factors: &[Factor]) {
+    for (t, f) in products.zip(factors) {
+        *g -= t * t / f.d;
+    }
+}
+
 /// The pool rows MaxDet keeps current between refreshes.
 const NEAR: usize = 1024;
 
@@ -187,20 +202,14 @@ impl MaxDet {
     /// Row `j` conditioned on every factor so far: `x_0 A_1 ... A_t`.
     fn current_row(&self, j: usize) -> Vec<f64> {
         let mut x = self.rows.row(j).to_vec();
-        for f in &self.factors {
-            let c = f.beta * dot(&x, &f.phi);
-            x.iter_mut().zip(&f.phi).for_each(|(a, b)| *a -= c * b);
-        }
+        self.factors.iter().for_each(|f| f.apply(&mut x));
         x
     }
 
     /// `A_1 ... A_t v`, applied from the last factor back.
     fn pulled_back(&self, v: &[f64]) -> Vec<f64> {
         let mut v = v.to_vec();
-        for f in self.factors.iter().rev() {
-            let c = f.beta * dot(&v, &f.phi);
-            v.iter_mut().zip(&f.phi).for_each(|(a, b)| *a -= c * b);
-        }
+        self.factors.iter().rev().for_each(|f| f.apply(&mut v));
         v
     }
 
@@ -233,14 +242,9 @@ impl MaxDet {
 
     /// Brings row `i`'s variance up to date, one factor at a time.
     fn bring(&mut self, i: usize) {
-        let (x, p) = (self.rows.row(i), self.rows.p);
-        for (f, w) in self.factors[self.upto[i]..]
-            .iter()
-            .zip(self.ws[self.upto[i] * p..].chunks_exact(p))
-        {
-            let t = dot(x, w);
-            self.diag[i] -= t * t / f.d;
-        }
+        let (x, p, from) = (self.rows.row(i), self.rows.p, self.upto[i]);
+        let products = self.ws[from * p..].chunks_exact(p).map(|w| dot(x, w));
+        lower(&mut self.diag[i], products, &self.factors[from..]);
         self.upto[i] = self.factors.len();
     }
 
@@ -259,9 +263,8 @@ impl MaxDet {
                 for (r, t) in prods.chunks_exact(b).enumerate() {
                     let i = at * BLOCK + r;
                     let seen = self.upto[i] - from;
-                    for (t, f) in t[seen..].iter().zip(&self.factors[from + seen..]) {
-                        self.diag[i] -= t * t / f.d;
-                    }
+                    let unseen = &self.factors[from + seen..];
+                    lower(&mut self.diag[i], t[seen..].iter().copied(), unseen);
                     self.upto[i] = len;
                 }
             }

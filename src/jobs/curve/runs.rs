@@ -348,12 +348,18 @@ pub fn write_recall_csv(path: &Path, states: &[RunState]) -> Result<()> {
         row.extend((0..classes).map(|c| cell(r.recall.get(c).copied().flatten())));
         row
     });
-    let mut header: Vec<String> = ["scorer", "seed", "cycle", "labeled", "balanced_acc"]
-        .map(String::from)
-        .to_vec();
-    header.extend((0..classes).map(|c| format!("class_{c}")));
+    let header = with_classes(
+        &["scorer", "seed", "cycle", "labeled", "balanced_acc"],
+        classes,
+    );
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     write_csv(path, &header, rows)
+}
+
+/// The columns `fixed`, then `class_0` .. `class_<classes - 1>`.
+fn with_classes(fixed: &[&str], classes: usize) -> Vec<String> {
+    let named = (0..classes).map(|c| format!("class_{c}"));
+    fixed.iter().map(|s| s.to_string()).chain(named).collect()
 }
 
 /// Mean and sample standard deviation of `v` (0 for one value): what curves report over seeds.
@@ -521,10 +527,7 @@ pub fn write_batches_csv(path: &Path, states: &[RunState], train: &dyn PoolReade
             rows.push(row);
         }
     }
-    let mut header: Vec<String> = ["scorer", "seed", "cycle", "items"]
-        .map(String::from)
-        .to_vec();
-    header.extend((0..classes).map(|c| format!("class_{c}")));
+    let header = with_classes(&["scorer", "seed", "cycle", "items"], classes);
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     write_csv(path, &header, rows)
 }
@@ -552,13 +555,7 @@ pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
         "p_best",
         "verdict",
     ];
-    let f = |v: f64| {
-        if v.is_nan() {
-            String::new()
-        } else {
-            format!("{v:.6}")
-        }
-    };
+    let f = |v: f64| cell((!v.is_nan()).then_some(v));
     let pair = |c: Option<Paired>| match c {
         Some(c) => vec![f(c.diff), f(c.lo), f(c.hi), format!("{:.4}", c.p)],
         None => vec![String::new(); 4],
