@@ -506,6 +506,9 @@ impl Scoring<'_> {
                     })
                 })?
             }
+            SampleRequest::Laplace { samples, laplace } => {
+                return self.laplace_draws(data, indices, (samples, laplace), rng, observer);
+            }
             other => {
                 return Err(Error::config(
                     "samples",
@@ -520,6 +523,29 @@ impl Scoring<'_> {
             .map(|lp| probs_from_log(&lp, c))
             .collect::<Result<Vec<_>>>()?;
         Ok(Samples::new(probs)?)
+    }
+
+    /// `samples` weight draws of the last-layer Laplace posterior fitted on the reference
+    /// (memoised there), each shared by every candidate.
+    fn laplace_draws(
+        &self,
+        data: &Dataset,
+        indices: &[usize],
+        (samples, laplace): (usize, alkit_acquisition::LastLayerLaplace),
+        rng: &mut Rng,
+        observer: &mut dyn Observer,
+    ) -> Result<Samples> {
+        let reference = self.reference.as_deref().ok_or_else(|| {
+            Error::config(
+                "posterior",
+                "Laplace draws need the items the model was trained on, and none were given \
+                 here (an evaluation reads the data's train split, an acquisition round its \
+                 labeled items)",
+            )
+        })?;
+        let f = features_of(self.model, data, indices, self.batch, self.device, observer)?;
+        let posterior = laplace.memo(reference)?;
+        Ok(posterior.draws(&f, samples, rng)?)
     }
 
     fn grad_norms(

@@ -337,8 +337,8 @@ pub fn pick_in_chunks(
 }
 
 /// Candidates whose evidence a scored pick gathers at once: `chunk` rounded up to whole
-/// evidence batches, or every candidate for weight-noise samples (which perturb the model
-/// once for all of them).
+/// evidence batches, or every candidate for weight-noise and Laplace samples (which draw the
+/// weights once for all of them).
 fn scored_step(
     needs: &alkit_acquisition::Needs,
     candidates: usize,
@@ -346,7 +346,10 @@ fn scored_step(
     chunk: usize,
 ) -> usize {
     match needs.samples {
-        Some(alkit_acquisition::SampleRequest::WeightNoise { .. }) => candidates,
+        Some(
+            alkit_acquisition::SampleRequest::WeightNoise { .. }
+            | alkit_acquisition::SampleRequest::Laplace { .. },
+        ) => candidates,
         _ => {
             // Evidence runs `batch` rows at a time, gradients at most 256.
             let (b, g) = (batch.max(1), batch.clamp(1, 256));

@@ -5,7 +5,9 @@
 //! checked once, here, at construction. Keeping these types free of candle means a scorer can be
 //! written and tested against this crate alone.
 
-use crate::{FeatureRequest, Features, Gaussian, KernelFeatures, Reference, ScoreError};
+use crate::{
+    FeatureRequest, Features, Gaussian, KernelFeatures, LastLayerLaplace, Reference, ScoreError,
+};
 use std::sync::Arc;
 
 /// Which pieces of evidence a scorer reads. The model side computes only what is asked for.
@@ -75,6 +77,7 @@ impl Needs {
     pub fn samples(request: SampleRequest) -> Needs {
         Needs {
             samples: Some(request),
+            reference: matches!(request, SampleRequest::Laplace { .. }),
             ..Needs::PROBS
         }
     }
@@ -162,6 +165,15 @@ pub enum SampleRequest {
     /// One prediction per member of an ensemble model (deep ensembles, anchored ensembles):
     /// `s` = the number of members.
     Members,
+    /// `samples` weight draws of the last-layer Laplace posterior fitted on the items the
+    /// model was trained on (so these needs include [`Needs::reference`]), each draw shared
+    /// by every candidate.
+    Laplace {
+        /// Number of draws `s`.
+        samples: usize,
+        /// How the posterior is fitted.
+        laplace: LastLayerLaplace,
+    },
 }
 
 /// Stochastic class probabilities `(s, n, c)`: draws, candidates, classes. Each `(s, n)` row is

@@ -263,6 +263,7 @@ impl Scorer for PerturbKl {
             SampleRequest::WeightNoise { .. } => "perturb-theta",
             SampleRequest::McDropout { .. } => "perturb-dropout",
             SampleRequest::Members => "perturb-members",
+            SampleRequest::Laplace { .. } => "perturb-laplace",
         }
     }
     fn needs(&self) -> Needs {

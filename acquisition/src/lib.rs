@@ -48,6 +48,7 @@ mod gradient;
 mod intervals;
 mod kernel_batch;
 mod kernels;
+mod laplace;
 pub mod linalg;
 mod posthoc;
 mod reference;
@@ -67,6 +68,9 @@ pub use features::{last_layer_norms, AtLastLayer, Features};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
 pub use intervals::{ConformalIntervals, IntervalScore, Prediction, Thresholds};
 pub use kernel_batch::{BaseKernel, FeatureRequest, KernelBatch, KernelFeatures, KernelRule};
+pub use laplace::{
+    Hessian, LaplaceEntropy, LaplacePosterior, LastLayerLaplace, MAX_FULL_PARAMS, MAX_KRON_SIDE,
+};
 pub use posthoc::PostHoc;
 pub use reference::Reference;
 pub use regression::{GaussScore, GaussScorer, Gaussian, Moments};

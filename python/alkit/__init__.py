@@ -97,6 +97,9 @@ class ScorerSettings(TypedDict, total=False):
     vim_dim: Optional[int]
     probcover_delta: Optional[float]
     epig_targets: Optional[int]
+    posterior: Optional[str]
+    hessian: Optional[str]
+    prior_precision: Optional[float]
     kernel: Optional[str]
     sketch: Optional[int]
     kernel_transform: Optional[str]
@@ -325,8 +328,9 @@ def score(
       the gradient scores over that layer in closed form (``regrad``, ``exgrad``,
       ``gradnorm``, ...; named ``<name>@last``) and the post-hoc OOD detectors
       (``energy``, ``max-logit``, ``gen``, ``ash``, ``scale``; with ``train_features`` and
-      ``train_labels`` also ``knn``, ``mahalanobis``, ``vim``, ``react``, ``conformal-size``;
-      without the last layer only ``knn`` and ``mahalanobis``).
+      ``train_labels`` also ``knn``, ``mahalanobis``, ``vim``, ``react``, ``conformal-size``
+      and ``la`` (the last-layer Laplace posterior fitted on them: ``hessian``,
+      ``prior_precision``); without the last layer only ``knn`` and ``mahalanobis``).
 
     A regression model's Gaussian predictions: ``means`` and ``variances`` of one shape,
     ``(n,)`` (one prediction), ``(T, n)`` (``T`` draws: ensemble members or MC-dropout
@@ -343,7 +347,8 @@ def score(
     normalisation of pixels in ``[0, 1]`` (``0`` and ``1``: the pixels as they are).
 
     ``settings`` are the scorers' settings (:class:`ScorerSettings`, e.g. ``lambda_=0.5``,
-    ``knn_k=10``): arrays read ``lambda_``, ``knn_k``, ``vim_dim`` and ``epig_targets``; a
+    ``knn_k=10``): arrays read ``lambda_``, ``knn_k``, ``vim_dim``, ``epig_targets``,
+    ``hessian`` and ``prior_precision``; a
     checkpoint on a data source reads all but the selection's. A setting the call does not
     read is refused.
     """

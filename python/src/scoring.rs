@@ -26,7 +26,14 @@ pub fn kinds(names: &[String]) -> Result<Vec<StrategyKind>> {
 
 /// The settings scoring arrays reads: the scorers' own, not those of a model's evidence
 /// (noise, draws, layers: the arrays are the evidence) or of selection.
-const ARRAYS_READ: Reads = Reads::Only(&["lambda", "knn_k", "vim_dim", "epig_targets"]);
+const ARRAYS_READ: Reads = Reads::Only(&[
+    "lambda",
+    "knn_k",
+    "vim_dim",
+    "epig_targets",
+    "hessian",
+    "prior_precision",
+]);
 
 /// The settings scoring by path reads: all but selection's (the scores are the output).
 const PATH_READS: Reads = Reads::AllBut(&["select", "beta", "probcover_delta"]);

@@ -224,7 +224,12 @@ impl Arch {
             ));
         }
         let last = alkit_acquisition::GradLayers::Last;
-        let reads_last_layer = needs.features || needs.grads.is_some_and(|g| g.layers == last);
+        let laplace = matches!(
+            needs.samples,
+            Some(alkit_acquisition::SampleRequest::Laplace { .. })
+        );
+        let reads_last_layer =
+            needs.features || laplace || needs.grads.is_some_and(|g| g.layers == last);
         if reads_last_layer && self.kind().is_duq() {
             return Err(crate::Error::config(
                 "layers",

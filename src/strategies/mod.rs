@@ -10,18 +10,22 @@ use crate::error::{Error, Result};
 use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
     AtLastLayer, Badge, BatchBald, BatchSelector, Builtin, ConformalScore, CoreSet, DuqCertainty,
-    Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, KernelRule, NeGrad,
-    PerturbKl, PostHoc, ProbCover, ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer,
-    Selection, SetSize, TypiClust, UnGrad,
+    Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, KernelRule,
+    LaplaceEntropy, LastLayerLaplace, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad, SampleRequest,
+    SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust, UnGrad,
 };
 use alkit_acquisition::{BaseKernel, FeatureRequest, KernelBatch};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::str::FromStr;
 use std::sync::Arc;
 
+#[macro_use]
+mod named;
 mod kernel;
+mod laplace;
 mod settings;
 pub use kernel::{Kernel, KernelMode, KernelTransform};
+pub use laplace::{LaplaceHessian, PosteriorKind};
 pub use settings::{Layers, ScorerSettings, SelectKind};
 
 /// One named strategy.
@@ -54,21 +58,45 @@ fn regrad(s: &ScorerSettings, perturbations: usize) -> Pick {
     })
 }
 
-/// A sample scorer over MC-dropout passes, or over an ensemble's members when the loop
-/// trains one.
+/// The sample scorers' draws: an ensemble's members when the loop trains one, else
+/// MC-dropout passes or the last-layer Laplace posterior's weight draws (setting `posterior`).
+fn draws(s: &ScorerSettings) -> SampleRequest {
+    if s.members {
+        return SampleRequest::Members;
+    }
+    match s.posterior {
+        Some(PosteriorKind::Laplace) => SampleRequest::Laplace {
+            samples: s.mc_samples,
+            laplace: last_layer_laplace(s),
+        },
+        Some(PosteriorKind::McDropout) | None => SampleRequest::McDropout {
+            samples: s.mc_samples,
+        },
+    }
+}
+
+/// The last-layer Laplace posterior the settings ask for (KFAC by default).
+fn last_layer_laplace(s: &ScorerSettings) -> LastLayerLaplace {
+    LastLayerLaplace {
+        hessian: s
+            .hessian
+            .map_or(LastLayerLaplace::default().hessian, LaplaceHessian::hessian),
+        prior_precision: s.prior_precision,
+    }
+}
+
+/// A sample scorer over the settings' draws.
 fn sample(s: &ScorerSettings, score: SampleScore) -> Pick {
-    scorer(if s.members {
-        SampleScorer::members(score)
-    } else {
-        SampleScorer::mc_dropout(score, s.mc_samples)
+    scorer(SampleScorer {
+        score,
+        request: draws(s),
     })
 }
 
 fn batchbald(s: &ScorerSettings) -> Pick {
-    Pick::Batch(Arc::new(if s.members {
-        BatchBald::members()
-    } else {
-        BatchBald::mc_dropout(s.mc_samples)
+    Pick::Batch(Arc::new(BatchBald {
+        request: draws(s),
+        ..BatchBald::members()
     }))
 }
 
@@ -90,16 +118,10 @@ fn gauss(s: &ScorerSettings, score: GaussScore) -> Pick {
 /// EPIG's target inputs by default (the paper's experiments use about as many).
 pub const DEFAULT_EPIG_TARGETS: usize = 100;
 
-/// EPIG over MC-dropout passes, or over an ensemble's members when the loop trains one.
+/// EPIG over the settings' draws.
 fn epig(s: &ScorerSettings) -> Pick {
     scorer(Epig {
-        request: if s.members {
-            SampleRequest::Members
-        } else {
-            SampleRequest::McDropout {
-                samples: s.mc_samples,
-            }
-        },
+        request: draws(s),
         targets: s.epig_targets.unwrap_or(DEFAULT_EPIG_TARGETS),
     })
 }
@@ -154,13 +176,14 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "exgrad-v", about: "ExGrad's V-term", build: |_| scorer(ExGradV) },
     Entry { name: "perturb-x", about: "expected KL under input noise", build: |s| scorer(PerturbKl { request: SampleRequest::InputNoise { sigma: s.perturb_x_sigma, samples: s.perturb_samples } }) },
     Entry { name: "perturb-theta", about: "expected KL under weight noise", build: |s| scorer(PerturbKl { request: SampleRequest::WeightNoise { sigma: s.perturb_theta_sigma, samples: s.perturb_samples } }) },
-    Entry { name: "bald", about: "BALD: mutual information over MC-dropout or ensemble draws (joint with setting `select` batchbald)", build: |s| if s.select == SelectKind::BatchBald { batchbald(s) } else { sample(s, SampleScore::Bald) } },
+    Entry { name: "bald", about: "BALD: mutual information over MC-dropout, Laplace or ensemble draws (joint with setting `select` batchbald)", build: |s| if s.select == SelectKind::BatchBald { batchbald(s) } else { sample(s, SampleScore::Bald) } },
     Entry { name: "batchbald", about: "BatchBALD (Kirsch et al. 2019): greedy joint mutual information of the batch", build: batchbald },
-    Entry { name: "mc-entropy", about: "entropy of the MC-dropout or ensemble mean", build: |s| sample(s, SampleScore::MeanEntropy) },
+    Entry { name: "mc-entropy", about: "entropy of the mean of the MC-dropout, Laplace or ensemble draws", build: |s| sample(s, SampleScore::MeanEntropy) },
     Entry { name: "class-variance", about: "class variance over draws", build: |s| sample(s, SampleScore::ClassVariance) },
     Entry { name: "variation-ratio", about: "variation ratio over draws", build: |s| sample(s, SampleScore::VariationRatio) },
     Entry { name: "mc-max-prob", about: "one minus the mean largest probability over draws", build: |s| sample(s, SampleScore::MaxProb) },
-    Entry { name: "epig", about: "EPIG (Bickford Smith et al. 2023): expected information gain about the predictions on the candidates as targets (setting `epig_targets`), over MC-dropout or ensemble draws", build: epig },
+    Entry { name: "epig", about: "EPIG (Bickford Smith et al. 2023): expected information gain about the predictions on the candidates as targets (setting `epig_targets`), over MC-dropout, Laplace or ensemble draws", build: epig },
+    Entry { name: "la", about: "last-layer Laplace (Kristiadi et al. 2020): entropy of the probit predictive of a Gaussian posterior over the last layer, fitted on the labeled items (settings `hessian`, `prior_precision`)", build: |s| scorer(LaplaceEntropy { laplace: last_layer_laplace(s) }) },
     Entry { name: "variance", about: "regression: total predictive variance of the Gaussian draws (aleatoric plus epistemic)", build: |s| gauss(s, GaussScore::Variance) },
     Entry { name: "epistemic", about: "regression: variance of the draws' means (an ensemble or MC dropout)", build: |s| gauss(s, GaussScore::Epistemic) },
     Entry { name: "aleatoric", about: "regression: mean of the draws' variances (the noise the model expects)", build: |s| gauss(s, GaussScore::Aleatoric) },

@@ -4,6 +4,7 @@
 //! arguments into it, so a setting's name, default, help and range live here only.
 
 use super::kernel::{Kernel, KernelMode, KernelTransform};
+use super::laplace::{LaplaceHessian, PosteriorKind};
 use crate::error::{Error, Result};
 use alkit_acquisition::Selection;
 use serde::{Deserialize, Serialize};
@@ -100,7 +101,7 @@ pub struct ScorerSettings {
     /// Draws of Perturb-x and Perturb-theta.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = ScorerSettings::default().perturb_samples))]
     pub perturb_samples: usize,
-    /// MC-dropout forward passes of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob, epig.
+    /// Draws of bald, mc-entropy, class-variance, variation-ratio, mc-max-prob, epig and batchbald: MC-dropout forward passes, or Laplace weight draws (setting `posterior` laplace).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = ScorerSettings::default().mc_samples))]
     pub mc_samples: usize,
     /// Selection of every scored strategy: top-k, power, softmax, softrank (Kirsch et al. 2023), or batchbald (Kirsch et al. 2019; bald only, which then runs as batchbald).
@@ -133,6 +134,18 @@ pub struct ScorerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub epig_targets: Option<usize>,
+    /// Where the sample scorers (bald, batchbald, epig, mc-entropy, ...) draw from when one model is trained: `mc-dropout` passes, or weight draws of the last-layer `laplace` posterior fitted on the labeled items (Kristiadi et al. 2020). [default: mc-dropout; an ensemble's members when the run trains one]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub posterior: Option<PosteriorKind>,
+    /// Hessian of the last-layer Laplace posterior (`la`, and the draws of setting `posterior` laplace): `diag`, `kron` (Kronecker-factored) or `full` (heads of at most 2,048 parameters). [default: kron]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub hessian: Option<LaplaceHessian>,
+    /// Prior precision of the last-layer Laplace posterior, a number above 0. [default: the maximum of the marginal likelihood]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub prior_precision: Option<f64>,
     /// Base kernel of the regression batch rules (maxdiag, maxdet, bait, bait-fb, maxdist, kmeanspp, lcmd): `grad` (gradients of the predicted mean w.r.t. every linear layer) or `ll` (the last layer's). [default: grad]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
@@ -280,6 +293,22 @@ impl ScorerSettings {
                 return Err(Error::config(
                     "kernel_sigma",
                     "must be a finite number > 0 (the paper's is 0.001)",
+                ));
+            }
+        }
+        if self.members && self.posterior.is_some() {
+            return Err(Error::config(
+                "posterior",
+                "this run trains an ensemble, whose members are the sample scorers' draws; \
+                 MC-dropout and Laplace draws are one model's (drop setting `posterior` or \
+                 setting `ensemble`)",
+            ));
+        }
+        if let Some(delta) = self.prior_precision {
+            if !(delta.is_finite() && delta > 0.0) {
+                return Err(Error::config(
+                    "prior_precision",
+                    format!("{delta}; expected a finite number above 0"),
                 ));
             }
         }
@@ -445,6 +474,9 @@ impl Default for ScorerSettings {
             vim_dim: None,
             probcover_delta: None,
             epig_targets: None,
+            posterior: None,
+            hessian: None,
+            prior_precision: None,
             kernel: None,
             sketch: None,
             kernel_transform: None,

@@ -17,6 +17,7 @@ mod images;
 mod kernel_batch;
 mod label_page;
 mod label_studio;
+mod laplace;
 mod last_layer;
 mod layer_library;
 mod layers;
