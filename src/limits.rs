@@ -144,7 +144,7 @@ fn fits_in(field: &'static str, what: &str, bytes: Option<u64>, memory: Option<u
 /// fits in [`memory`] (`who` names the scorer or strategy in words, `items_from` says in words what
 /// set `items`, e.g. "setting `chunk`"). Every place that builds evidence checks through here
 /// before the buffers grow, so the rule is one: sample draws hold `samples x items x classes`
-/// `f32` (refused as setting `mc_samples` or `perturb_samples`); gradient norms hold
+/// `f32` (refused as setting `mc_samples`, `perturb_samples` or `mcaa_samples`); gradient norms hold
 /// `items x rows x layers` `f32`, `rows` the classes (+1 for the expected gradient), checked
 /// once `layers` is known, after a model's first batch (refused as setting `layers`: the last
 /// layer alone is one). An ensemble's draws, one per member, count `members` (refused as
@@ -161,7 +161,10 @@ pub fn evidence(
 ) -> Result<()> {
     use alkit_acquisition::SampleRequest as S;
     let draws = match needs.samples {
-        Some(S::McDropout { samples }) => Some(("mc_samples", samples)),
+        Some(S::McDropout { samples } | S::Laplace { samples, .. }) => {
+            Some(("mc_samples", samples))
+        }
+        Some(S::Adversarial { samples, .. }) => Some(("mcaa_samples", samples)),
         Some(S::InputNoise { samples, .. } | S::WeightNoise { samples, .. }) => {
             Some(("perturb_samples", samples))
         }

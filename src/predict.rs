@@ -506,6 +506,9 @@ impl Scoring<'_> {
                     })
                 })?
             }
+            SampleRequest::Adversarial { epsilon, samples } => {
+                self.adversarial_draws(data, indices, (epsilon, samples), observer)?
+            }
             SampleRequest::Laplace { samples, laplace } => {
                 return self.laplace_draws(data, indices, (samples, laplace), rng, observer);
             }
@@ -523,6 +526,43 @@ impl Scoring<'_> {
             .map(|lp| probs_from_log(&lp, c))
             .collect::<Result<Vec<_>>>()?;
         Ok(Samples::new(probs)?)
+    }
+
+    /// MC-AA's draws: the logits at `x + eps_t sign(g) / std` for `eps_t` evenly spread over
+    /// `[-epsilon, epsilon]` (`samples >= 2` of them), `g` the input gradient of the
+    /// cross-entropy at the predicted class and `std` each channel's normalisation, so that
+    /// `eps` is on the `[0, 1]` input scale. No randomness: full batches, so that an item's
+    /// draws never depend on the others in its batch.
+    fn adversarial_draws(
+        &self,
+        data: &Dataset,
+        indices: &[usize],
+        (epsilon, samples): (f32, usize),
+        observer: &mut dyn Observer,
+    ) -> Result<Vec<Vec<f32>>> {
+        if samples < 2 {
+            return Err(Error::config(
+                "mcaa_samples",
+                "MC-AA needs at least 2 perturbation sizes (one is the item itself)",
+            ));
+        }
+        let shape = data.item_shape();
+        let per_ch = data.item_len() / shape[0];
+        let inv_std: Vec<f32> = (0..data.item_len())
+            .map(|j| 1.0 / self.input_std[j / per_ch])
+            .collect();
+        let inv_std = candle_core::Tensor::from_vec(inv_std, shape, self.device)?.unsqueeze(0)?;
+        self.draw_chunks(indices, true, observer, |chunk| {
+            let x = data.batch(chunk, self.device)?;
+            let step =
+                crate::nn::input_grad::loss_grad_sign(self.model, &x)?.broadcast_mul(&inv_std)?;
+            (0..samples)
+                .map(|t| {
+                    let eps = f64::from(epsilon) * (2.0 * t as f64 / (samples - 1) as f64 - 1.0);
+                    Ok(self.model.predict(&(&x + (&step * eps)?)?)?)
+                })
+                .collect()
+        })
     }
 
     /// `samples` weight draws of the last-layer Laplace posterior fitted on the reference

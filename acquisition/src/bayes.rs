@@ -10,6 +10,9 @@
 //! - `1 - mean_s max_c p_{s,c}` (one minus the mean max-probability).
 //!
 //! All `>= 0`, higher = more uncertain, computed in `f64` with `0 ln 0 = 0`.
+//!
+//! [`McAa`] is BALD's mutual information over the predictions MC-AA (Alarab & Prakoonwit
+//! 2022) makes on inputs moved back and forth along the sign of their loss gradient.
 
 use crate::scorers::entropy;
 use crate::{Evidence, Needs, SampleRequest, ScoreError, Scorer};
@@ -84,6 +87,41 @@ impl Scorer for SampleScorer {
             }
         });
         Ok(out)
+    }
+}
+
+/// MC-AA (Alarab & Prakoonwit 2022): the mutual information `H[mean p] - mean H[p_t]` over
+/// `samples` predictions on `x + eps_t sign(grad_x CE(x, argmax p(x)))`, `eps_t` evenly
+/// spread over `[-epsilon, epsilon]` ([`SampleRequest::Adversarial`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct McAa {
+    /// Largest perturbation size on the `[0, 1]` input scale.
+    pub epsilon: f32,
+    /// Number of perturbation sizes (at least 2).
+    pub samples: usize,
+}
+
+impl McAa {
+    fn bald(&self) -> SampleScorer {
+        SampleScorer {
+            score: SampleScore::Bald,
+            request: SampleRequest::Adversarial {
+                epsilon: self.epsilon,
+                samples: self.samples,
+            },
+        }
+    }
+}
+
+impl Scorer for McAa {
+    fn name(&self) -> &str {
+        "mc-aa"
+    }
+    fn needs(&self) -> Needs {
+        self.bald().needs()
+    }
+    fn score(&self, ev: &Evidence) -> Result<Vec<f32>, ScoreError> {
+        self.bald().score(ev)
     }
 }
 

@@ -165,6 +165,16 @@ pub enum SampleRequest {
     /// One prediction per member of an ensemble model (deep ensembles, anchored ensembles):
     /// `s` = the number of members.
     Members,
+    /// MC-AA (Alarab & Prakoonwit 2022): `samples` predictions on `x + eps_t sign(g)`, `g` the
+    /// gradient w.r.t. the input of the cross-entropy at the predicted class, `eps_t` spread
+    /// evenly over `[-epsilon, epsilon]` on the `[0, 1]` input scale (back and forth across
+    /// the decision boundary).
+    Adversarial {
+        /// Largest perturbation size.
+        epsilon: f32,
+        /// Number of perturbation sizes `T` (at least 2).
+        samples: usize,
+    },
     /// `samples` weight draws of the last-layer Laplace posterior fitted on the items the
     /// model was trained on (so these needs include [`Needs::reference`]), each draw shared
     /// by every candidate.

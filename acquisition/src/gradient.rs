@@ -264,6 +264,7 @@ impl Scorer for PerturbKl {
             SampleRequest::McDropout { .. } => "perturb-dropout",
             SampleRequest::Members => "perturb-members",
             SampleRequest::Laplace { .. } => "perturb-laplace",
+            SampleRequest::Adversarial { .. } => "perturb-adversarial",
         }
     }
     fn needs(&self) -> Needs {

@@ -44,7 +44,11 @@ pub const MAX_FULL_PARAMS: usize = 2048;
 /// The largest Kronecker factor side (classes or features) `kron` decomposes.
 pub const MAX_KRON_SIDE: usize = 4096;
 
-/// Candidates whose functional covariances are formed at once (bounds the scratch memory).
+/// The prior precisions a posterior takes, given or fitted: past them `1 / (lambda + delta)`
+/// overflows or the prior swamps every datum.
+pub const PRIOR_RANGE: (f64, f64) = (1e-12, 1e12);
+
+/// The most candidates handled at once (fewer where their scratch would pass 32 MiB).
 const BLOCK: usize = 1024;
 
 /// The structure of the Gauss-Newton matrix.
@@ -89,11 +93,15 @@ impl Default for LastLayerLaplace {
     }
 }
 
-/// An eigendecomposition: values, and the unit eigenvectors as the rows of `vectors`.
+/// An eigendecomposition of an `(n, n)` matrix `E^T diag(values) E`.
 #[derive(Debug, Clone)]
 struct Eigen {
+    /// `(n,)`, none below zero.
     values: Vec<f64>,
+    /// `E (n, n)`: the unit eigenvectors as rows.
     vectors: Vec<f64>,
+    /// `E^T (n, n)`, kept because draws and variances read the eigenvectors by column.
+    transposed: Vec<f64>,
 }
 
 impl Eigen {
@@ -104,7 +112,26 @@ impl Eigen {
         for v in &mut values {
             *v = v.max(0.0);
         }
-        Ok(Self { values, vectors })
+        let transposed = transpose(&vectors, n, n);
+        Ok(Self {
+            values,
+            vectors,
+            transposed,
+        })
+    }
+
+    /// `E^T diag(f(values)) E` `(n, n)`.
+    fn matrix(&self, n: usize, f: impl Fn(f64) -> f64) -> Vec<f64> {
+        let scaled: Vec<f64> = self
+            .vectors
+            .chunks_exact(n)
+            .zip(&self.values)
+            .flat_map(|(row, &l)| {
+                let fl = f(l);
+                row.iter().map(move |v| v * fl)
+            })
+            .collect();
+        matmul_nt(&transpose(&scaled, n, n), &self.transposed, (n, n, n))
     }
 }
 
@@ -125,10 +152,15 @@ enum Curvature {
 pub struct LaplacePosterior {
     c: usize,
     d: usize,
+    /// The trained weight `(c, d)`, the posterior mean.
     w: Vec<f64>,
+    /// The trained bias `(c,)`.
     b: Vec<f64>,
+    /// The prior precision.
     delta: f64,
+    /// The summed cross-entropy of the training rows.
     loss: f64,
+    /// `||theta||^2` over weight and bias.
     sq_norm: f64,
     curvature: Curvature,
 }
@@ -137,9 +169,10 @@ impl LastLayerLaplace {
     /// The posterior of `reference`'s last layer given its rows and labels.
     ///
     /// # Errors
-    /// An empty reference; a head too large for the structure; a prior precision that is not
-    /// a finite number above zero; an all-zero last layer when the prior precision is to be
-    /// fitted (the marginal likelihood then grows without bound).
+    /// An empty reference; a head too large for `full` ([`MAX_FULL_PARAMS`]) or `kron`
+    /// ([`MAX_KRON_SIDE`]); a prior precision outside [`PRIOR_RANGE`]; an all-zero last layer
+    /// when the prior precision is to be fitted (the marginal likelihood then grows without
+    /// bound).
     pub fn fit(&self, reference: &Reference) -> Result<LaplacePosterior, ScoreError> {
         let f = reference.features();
         let (m, d, c) = (reference.len(), f.dim(), f.classes());
@@ -193,6 +226,8 @@ impl LastLayerLaplace {
         reference.memo(&key, |r| self.fit(r))
     }
 
+    /// Refuses a head of `c` classes and `d` features too large for the structure, before
+    /// anything is allocated.
     fn check_size(&self, c: usize, d: usize) -> Result<(), ScoreError> {
         let params = c.saturating_mul(d + 1);
         let why = match self.hessian {
@@ -214,12 +249,13 @@ impl LastLayerLaplace {
 }
 
 fn check_prior(delta: f64) -> Result<(), ScoreError> {
-    if delta.is_finite() && delta > 0.0 {
+    let (lo, hi) = PRIOR_RANGE;
+    if (lo..=hi).contains(&delta) {
         Ok(())
     } else {
         Err(ScoreError::Setting {
             setting: "prior_precision",
-            why: format!("{delta}; expected a finite number above 0"),
+            why: format!("{delta}; expected a number from {lo:e} to {hi:e}"),
         })
     }
 }
@@ -260,6 +296,18 @@ fn transpose(x: &[f64], r: usize, s: usize) -> Vec<f64> {
     t
 }
 
+/// Block `(k, l)` `(e, e)` of an `(n, n)` matrix in class-major order (`e` values per class).
+fn class_block(m: &[f64], n: usize, (k, l): (usize, usize), e: usize) -> Vec<f64> {
+    (0..e)
+        .flat_map(|i| {
+            m[(k * e + i) * n + l * e..(k * e + i) * n + (l + 1) * e]
+                .iter()
+                .copied()
+        })
+        .collect()
+}
+
+/// The Gauss-Newton's diagonal from the rows `h (m, d)` and their probabilities `p (m, c)`.
 fn diag_curvature(h: &[f64], p: &[f64], (m, c, d): (usize, usize, usize)) -> Curvature {
     let q: Vec<f64> = p.iter().map(|v| v * (1.0 - v)).collect();
     let h2: Vec<f64> = h.iter().map(|v| v * v).collect();
@@ -284,6 +332,7 @@ fn output_factor(p: &[f64], (m, c): (usize, usize)) -> Vec<f64> {
     g
 }
 
+/// KFAC's factors `G (c, c)` and `A (d, d)` from `h (m, d)` and `p (m, c)`, decomposed.
 fn kron_curvature(
     h: &[f64],
     p: &[f64],
@@ -298,6 +347,8 @@ fn kron_curvature(
     })
 }
 
+/// The whole Gauss-Newton `(c (d + 1))^2` in class-major order from `h (m, d)` and
+/// `p (m, c)`, decomposed.
 fn full_curvature(
     h: &[f64],
     p: &[f64],
@@ -370,7 +421,8 @@ impl LaplacePosterior {
         }
     }
 
-    /// The Laplace approximation of the log marginal likelihood at prior precision `delta`.
+    /// The Laplace approximation of the log marginal likelihood at prior precision
+    /// `delta > 0` (NaN at `delta <= 0`, where it is undefined).
     pub fn log_marginal_likelihood(&self, delta: f64) -> f64 {
         let log_det: f64 = self.eigenvalues().iter().map(|l| (l + delta).ln()).sum();
         let ratio = log_det - self.params() as f64 * delta.ln();
@@ -379,7 +431,7 @@ impl LaplacePosterior {
 
     /// The prior precision that maximises the marginal likelihood: the root of
     /// `sum_i lambda_i / (lambda_i + delta) - delta ||theta||^2`, falling in `delta`, by
-    /// bisection on `ln delta` within `[e^-30, e^30]` (a bound is returned when the root lies
+    /// bisection on `ln delta` within [`PRIOR_RANGE`] (a bound is returned when the root lies
     /// past it).
     fn fitted_prior(&self) -> Result<f64, ScoreError> {
         if self.sq_norm == 0.0 {
@@ -395,12 +447,12 @@ impl LaplacePosterior {
             let delta = t.exp();
             lambdas.iter().map(|l| l / (l + delta)).sum::<f64>() - delta * self.sq_norm
         };
-        let (mut lo, mut hi) = (-30.0f64, 30.0f64);
+        let (mut lo, mut hi) = (PRIOR_RANGE.0.ln(), PRIOR_RANGE.1.ln());
         if slope(lo) <= 0.0 {
-            return Ok(lo.exp());
+            return Ok(PRIOR_RANGE.0);
         }
         if slope(hi) >= 0.0 {
-            return Ok(hi.exp());
+            return Ok(PRIOR_RANGE.1);
         }
         for _ in 0..200 {
             let mid = 0.5 * (lo + hi);
@@ -413,26 +465,14 @@ impl LaplacePosterior {
                 hi = mid;
             }
         }
-        Ok((0.5 * (lo + hi)).exp())
+        Ok((0.5 * (lo + hi)).exp().clamp(PRIOR_RANGE.0, PRIOR_RANGE.1))
     }
 
     /// Forms what the predictive needs once `delta` is known (the full covariance).
     fn finish(&mut self) {
         let delta = self.delta;
         if let Curvature::Full { eig, sigma } = &mut self.curvature {
-            let n = eig.values.len();
-            let scaled: Vec<f64> = eig
-                .vectors
-                .chunks_exact(n)
-                .zip(&eig.values)
-                .flat_map(|(row, l)| row.iter().map(move |v| v / (l + delta)))
-                .collect();
-            // Sigma = E^T diag(1 / (lambda + delta)) E, E's rows the eigenvectors.
-            *sigma = matmul_nt(
-                &transpose(&scaled, n, n),
-                &transpose(&eig.vectors, n, n),
-                (n, n, n),
-            );
+            *sigma = eig.matrix(eig.values.len(), |l| 1.0 / (l + delta));
         }
     }
 
@@ -459,7 +499,7 @@ impl LaplacePosterior {
                 }
             }
             Curvature::Kron { g, a } => {
-                let (gm, am) = (g.matrix(c), a.matrix(d));
+                let (gm, am) = (g.matrix(c, |l| l), a.matrix(d, |l| l));
                 for k in 0..c {
                     for l in 0..c {
                         for i in 0..d {
@@ -473,7 +513,7 @@ impl LaplacePosterior {
             }
             Curvature::Full { eig, .. } => {
                 let e = d + 1;
-                let ggn = eig.matrix(n);
+                let ggn = eig.matrix(n, |l| l);
                 for r in 0..n {
                     for s in 0..n {
                         out[torch(r / e, r % e) * n + torch(s / e, s % e)] = ggn[r * n + s];
@@ -506,97 +546,137 @@ impl LaplacePosterior {
         Ok(())
     }
 
-    /// The logits' posterior mean `(n, c)` and covariances `(n, c, c)` of the candidates
-    /// `f`, in blocks of rows handed to `each(first_row, mean, cov)`.
-    fn functional(
+    /// Rows of candidates handled at once when each carries `width` values of scratch (about
+    /// 32 MiB of `f64`, at least one row, at most [`BLOCK`]).
+    fn block_rows(width: usize) -> usize {
+        ((1usize << 22) / width.max(1)).clamp(1, BLOCK)
+    }
+
+    /// The candidates `f` in blocks of at most `rows` rows, each handed to
+    /// `each(h (r, d), mean (r, c))` in `f64`.
+    fn blocks(
         &self,
         f: &Features,
-        mut each: impl FnMut(usize, &[f64], &[f64]),
+        rows: usize,
+        mut each: impl FnMut(&[f64], &[f64]),
     ) -> Result<(), ScoreError> {
         self.check_features(f)?;
         let (c, d) = (self.c, self.d);
-        let h = f.as_slice();
-        for first in (0..f.n()).step_by(BLOCK) {
-            let rows = BLOCK.min(f.n() - first);
-            let hb: Vec<f64> = h[first * d..(first + rows) * d]
+        for first in (0..f.n()).step_by(rows) {
+            let r = rows.min(f.n() - first);
+            let h: Vec<f64> = f.as_slice()[first * d..(first + r) * d]
                 .iter()
                 .map(|&v| f64::from(v))
                 .collect();
-            let mut mean = matmul_nt(&hb, &self.w, (rows, c, d));
+            let mut mean = matmul_nt(&h, &self.w, (r, c, d));
             for row in mean.chunks_exact_mut(c) {
                 row.iter_mut().zip(&self.b).for_each(|(v, b)| *v += b);
             }
-            let cov = self.covariances(&hb, rows);
-            each(first, &mean, &cov);
+            each(&h, &mean);
         }
         Ok(())
     }
 
-    /// `J Sigma J^T` `(rows, c, c)` of the rows `h (rows, d)`.
-    fn covariances(&self, h: &[f64], rows: usize) -> Vec<f64> {
+    /// The rows `h (r, d)` with a 1 appended, `(r, d + 1)`.
+    fn augmented(&self, h: &[f64]) -> Vec<f64> {
+        h.chunks_exact(self.d)
+            .flat_map(|row| row.iter().copied().chain(std::iter::once(1.0)))
+            .collect()
+    }
+
+    /// Kron's `s (r, c)`: the logits' covariance of row `i` is `E_G^T diag(s_i) E_G`, with
+    /// `s_ir = sum_j u_j^2 / (lg_r la_j + delta) + 1 / (lg_r + delta)` and `u = E_A h`: in the
+    /// factors' eigenbases the Kronecker-factored precision is diagonal.
+    fn kron_scales(&self, g: &Eigen, a: &Eigen, h: &[f64], r: usize) -> Vec<f64> {
         let (c, d, delta) = (self.c, self.d, self.delta);
-        let mut out = vec![0.0; rows * c * c];
+        let u2: Vec<f64> = matmul_nt(h, &a.vectors, (r, d, d))
+            .into_iter()
+            .map(|v| v * v)
+            .collect();
+        let inv: Vec<f64> = g
+            .values
+            .iter()
+            .flat_map(|lg| a.values.iter().map(move |la| 1.0 / (lg * la + delta)))
+            .collect();
+        let mut s = matmul_nt(&u2, &inv, (r, c, d));
+        for row in s.chunks_exact_mut(c) {
+            for (v, lg) in row.iter_mut().zip(&g.values) {
+                *v += 1.0 / (lg + delta);
+            }
+        }
+        s
+    }
+
+    /// The variances of the logits `(r, c)` of the rows `h (r, d)`: the diagonal of
+    /// `J Sigma J^T`, without forming it.
+    fn variances(&self, h: &[f64], r: usize) -> Vec<f64> {
+        let (c, d, delta) = (self.c, self.d, self.delta);
         match &self.curvature {
             Curvature::Diag { w, b } => {
                 let var: Vec<f64> = w.iter().map(|v| 1.0 / (v + delta)).collect();
                 let h2: Vec<f64> = h.iter().map(|v| v * v).collect();
-                let v = matmul_nt(&h2, &var, (rows, c, d));
-                for (i, vi) in v.chunks_exact(c).enumerate() {
-                    for k in 0..c {
-                        out[i * c * c + k * c + k] = vi[k] + 1.0 / (b[k] + delta);
+                let mut v = matmul_nt(&h2, &var, (r, c, d));
+                for row in v.chunks_exact_mut(c) {
+                    row.iter_mut()
+                        .zip(b)
+                        .for_each(|(v, bk)| *v += 1.0 / (bk + delta));
+                }
+                v
+            }
+            Curvature::Kron { g, a } => {
+                // var_k = sum_r E_G[r, k]^2 s_r.
+                let sq: Vec<f64> = g.transposed.iter().map(|v| v * v).collect();
+                matmul_nt(&self.kron_scales(g, a, h, r), &sq, (r, c, c))
+            }
+            Curvature::Full { sigma, .. } => {
+                let (e, aug) = (d + 1, self.augmented(h));
+                let mut v = vec![0.0; r * c];
+                for k in 0..c {
+                    let block = class_block(sigma, c * e, (k, k), e);
+                    let y = matmul_nt(&aug, &block, (r, e, e));
+                    for (i, (yi, hi)) in y.chunks_exact(e).zip(aug.chunks_exact(e)).enumerate() {
+                        v[i * c + k] = yi.iter().zip(hi).map(|(a, b)| a * b).sum();
+                    }
+                }
+                v
+            }
+        }
+    }
+
+    /// `J Sigma J^T` `(r, c, c)` of the rows `h (r, d)`.
+    fn covariances(&self, h: &[f64], r: usize) -> Vec<f64> {
+        let (c, d) = (self.c, self.d);
+        let mut out = vec![0.0; r * c * c];
+        match &self.curvature {
+            Curvature::Diag { .. } => {
+                for (i, v) in self.variances(h, r).chunks_exact(c).enumerate() {
+                    for (k, vk) in v.iter().enumerate() {
+                        out[i * c * c + k * c + k] = *vk;
                     }
                 }
             }
             Curvature::Kron { g, a } => {
-                // u = E_A h; s_i = sum_j u_j^2 / (lg_i la_j + delta) + 1 / (lg_i + delta);
-                // the covariance is E_G^T diag(s) E_G.
-                let u = matmul_nt(h, &a.vectors, (rows, d, d));
-                let u2: Vec<f64> = u.iter().map(|v| v * v).collect();
-                let inv: Vec<f64> = g
-                    .values
-                    .iter()
-                    .flat_map(|lg| a.values.iter().map(move |la| 1.0 / (lg * la + delta)))
-                    .collect();
-                let s = matmul_nt(&u2, &inv, (rows, c, d));
-                let eg = &g.vectors;
-                for (i, si) in s.chunks_exact(c).enumerate() {
-                    let o = &mut out[i * c * c..(i + 1) * c * c];
-                    for (r, lg) in g.values.iter().enumerate() {
-                        let sr = si[r] + 1.0 / (lg + delta);
-                        let er = &eg[r * c..(r + 1) * c];
-                        for k in 0..c {
-                            let ek = er[k] * sr;
-                            for l in 0..c {
-                                o[k * c + l] += ek * er[l];
-                            }
-                        }
-                    }
+                for (i, si) in self.kron_scales(g, a, h, r).chunks_exact(c).enumerate() {
+                    // E_G^T diag(s_i) E_G, E_G's rows the eigenvectors.
+                    let scaled: Vec<f64> = g
+                        .transposed
+                        .chunks_exact(c)
+                        .flat_map(|row| row.iter().zip(si).map(|(e, s)| e * s))
+                        .collect();
+                    let cov = matmul_nt(&scaled, &g.transposed, (c, c, c));
+                    out[i * c * c..(i + 1) * c * c].copy_from_slice(&cov);
                 }
             }
             Curvature::Full { sigma, .. } => {
-                let e = d + 1;
-                let n = c * e;
-                let mut aug = Vec::with_capacity(rows * e);
-                for row in h.chunks_exact(d) {
-                    aug.extend_from_slice(row);
-                    aug.push(1.0);
-                }
+                let (e, aug) = (d + 1, self.augmented(h));
                 for k in 0..c {
-                    // Column block k of Sigma, `(n, e)`: row (l, j), column i is
-                    // Sigma[(l, j), (k, i)].
-                    let col: Vec<f64> = sigma
-                        .chunks_exact(n)
-                        .flat_map(|row| row[k * e..(k + 1) * e].iter().copied())
-                        .collect();
-                    let y = matmul_nt(&aug, &col, (rows, n, e));
-                    for (i, yi) in y.chunks_exact(n).enumerate() {
-                        let hi = &aug[i * e..(i + 1) * e];
-                        for l in 0..c {
-                            out[i * c * c + k * c + l] = yi[l * e..(l + 1) * e]
-                                .iter()
-                                .zip(hi)
-                                .map(|(a, b)| a * b)
-                                .sum();
+                    for l in 0..c {
+                        let block = class_block(sigma, c * e, (l, k), e);
+                        let y = matmul_nt(&aug, &block, (r, e, e));
+                        for (i, (yi, hi)) in y.chunks_exact(e).zip(aug.chunks_exact(e)).enumerate()
+                        {
+                            out[i * c * c + k * c + l] =
+                                yi.iter().zip(hi).map(|(a, b)| a * b).sum();
                         }
                     }
                 }
@@ -606,95 +686,115 @@ impl LaplacePosterior {
     }
 
     /// The logits' posterior mean `(n, c)` and covariance `(n, c, c)` of the candidates `f`
-    /// (laplace-torch's `_glm_predictive_distribution`), in `f64`.
+    /// (laplace-torch's `_glm_predictive_distribution`), in `f64`. Refused when the
+    /// covariances would pass `2^27` values (1 GiB): [`LaplacePosterior::probit`] and
+    /// [`LaplacePosterior::draws`] never form them.
     pub fn functional_distribution(
         &self,
         f: &Features,
     ) -> Result<(Vec<f64>, Vec<f64>), ScoreError> {
         let c = self.c;
+        let values = f.n().checked_mul(c * c).filter(|&v| v <= 1 << 27);
+        let Some(values) = values else {
+            return Err(ScoreError::Shape {
+                what: "functional covariances",
+                expected: "at most 2^27 values (n x c x c)".into(),
+                got: format!("{} candidates x {c} x {c}", f.n()),
+            });
+        };
         let mut means = Vec::with_capacity(f.n() * c);
-        let mut covs = Vec::with_capacity(f.n() * c * c);
-        self.functional(f, |_, mean, cov| {
+        let mut covs = Vec::with_capacity(values);
+        self.blocks(f, Self::block_rows(c * c), |h, mean| {
             means.extend_from_slice(mean);
-            covs.extend_from_slice(cov);
+            covs.extend(self.covariances(h, mean.len() / c));
         })?;
         Ok((means, covs))
     }
 
     /// The probit approximation of the predictive `(n, c)`:
-    /// `softmax(f_mean / sqrt(1 + pi/8 diag(f_cov)))`.
+    /// `softmax(f_mean / sqrt(1 + pi/8 Var f))`, the variances alone formed.
     pub fn probit(&self, f: &Features) -> Result<Probs, ScoreError> {
         let c = self.c;
         let mut out = Vec::with_capacity(f.n() * c);
-        self.functional(f, |_, mean, cov| {
-            for (i, mi) in mean.chunks_exact(c).enumerate() {
-                let z: Vec<f64> = mi
+        let width = c.max(self.d + 1).saturating_mul(2);
+        self.blocks(f, Self::block_rows(width), |h, mean| {
+            let var = self.variances(h, mean.len() / c);
+            for (m, v) in mean.chunks_exact(c).zip(var.chunks_exact(c)) {
+                let z: Vec<f64> = m
                     .iter()
-                    .enumerate()
-                    .map(|(k, m)| {
-                        let var = cov[i * c * c + k * c + k];
-                        m / (1.0 + std::f64::consts::PI / 8.0 * var).sqrt()
-                    })
+                    .zip(v)
+                    .map(|(m, v)| m / (1.0 + std::f64::consts::PI / 8.0 * v).sqrt())
                     .collect();
-                out.extend(softmax(&z).into_iter().map(|v| v as f32));
+                out.extend(softmax(&z).into_iter().map(|p| p as f32));
             }
         })?;
         Probs::new(out, f.n(), c)
     }
 
-    /// One weight draw `theta_s ~ N(theta, Sigma)`: `W (c, d)` and `b (c,)`. The draw reads
-    /// `c (d + 1)` normals from `rng` (`W` row by row, then `b`).
+    /// One weight draw `theta_s ~ N(theta, Sigma)`: `W (c, d)` and `b (c,)`, from
+    /// `c (d + 1)` standard normals of `rng` (in the posterior's own coordinates: `W`'s then
+    /// `b`'s for diag, the Kronecker eigenbasis for kron, the eigenbasis for full).
     pub fn sample_weights(&self, rng: &mut dyn RngCore) -> (Vec<f64>, Vec<f64>) {
-        let (c, d, delta) = (self.c, self.d, self.delta);
         let eps: Vec<f64> = (0..self.params()).map(|_| normal(rng)).collect();
         let (mut w, mut b) = (self.w.clone(), self.b.clone());
-        match &self.curvature {
-            Curvature::Diag { w: hw, b: hb } => {
-                for ((o, e), l) in w.iter_mut().zip(&eps).zip(hw) {
-                    *o += e / (l + delta).sqrt();
-                }
-                for ((o, e), l) in b.iter_mut().zip(&eps[c * d..]).zip(hb) {
-                    *o += e / (l + delta).sqrt();
-                }
-            }
-            Curvature::Kron { g, a } => {
-                // Sigma^(1/2) eps = E_G^T Z E_A with Z_ij = eps_ij / sqrt(lg_i la_j + delta).
-                let z: Vec<f64> = eps[..c * d]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| e / (g.values[i / d] * a.values[i % d] + delta).sqrt())
-                    .collect();
-                let egt = transpose(&g.vectors, c, c);
-                let za = matmul_nt(&z, &transpose(&a.vectors, d, d), (c, d, d));
-                let noise = matmul_nt(&egt, &transpose(&za, c, d), (c, d, c));
-                w.iter_mut().zip(&noise).for_each(|(o, v)| *o += v);
-                for (k, o) in b.iter_mut().enumerate() {
-                    *o += (0..c)
-                        .map(|r| {
-                            g.vectors[r * c + k] * eps[c * d + r] / (g.values[r] + delta).sqrt()
-                        })
-                        .sum::<f64>();
-                }
-            }
-            Curvature::Full { eig, .. } => {
-                let (n, e) = (self.params(), d + 1);
-                let z: Vec<f64> = eps
-                    .iter()
-                    .zip(&eig.values)
-                    .map(|(e, l)| e / (l + delta).sqrt())
-                    .collect();
-                for r in 0..n {
-                    let v: f64 = (0..n).map(|s| eig.vectors[s * n + r] * z[s]).sum();
-                    let (k, j) = (r / e, r % e);
-                    if j == d {
-                        b[k] += v;
-                    } else {
-                        w[k * d + j] += v;
-                    }
-                }
+        let (dw, db) = match &self.curvature {
+            Curvature::Diag { w: hw, b: hb } => self.diag_noise(hw, hb, &eps),
+            Curvature::Kron { g, a } => self.kron_noise(g, a, &eps),
+            Curvature::Full { eig, .. } => self.full_noise(eig, &eps),
+        };
+        w.iter_mut().zip(&dw).for_each(|(o, v)| *o += v);
+        b.iter_mut().zip(&db).for_each(|(o, v)| *o += v);
+        (w, b)
+    }
+
+    /// `eps / sqrt(lambda + delta)` per parameter.
+    fn diag_noise(&self, hw: &[f64], hb: &[f64], eps: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let scale = |(e, l): (&f64, &f64)| e / (l + self.delta).sqrt();
+        let cd = self.c * self.d;
+        (
+            eps[..cd].iter().zip(hw).map(scale).collect(),
+            eps[cd..].iter().zip(hb).map(scale).collect(),
+        )
+    }
+
+    /// `Sigma^(1/2) eps`: `E_G^T Z E_A` with `Z_rj = eps_rj / sqrt(lg_r la_j + delta)` for the
+    /// weight, `E_G^T (eps_r / sqrt(lg_r + delta))` for the bias.
+    fn kron_noise(&self, g: &Eigen, a: &Eigen, eps: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let (c, d, delta) = (self.c, self.d, self.delta);
+        let z: Vec<f64> = eps[..c * d]
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e / (g.values[i / d] * a.values[i % d] + delta).sqrt())
+            .collect();
+        let za = matmul_nt(&z, &a.transposed, (c, d, d));
+        let dw = matmul_nt(&g.transposed, &transpose(&za, c, d), (c, d, c));
+        let zb: Vec<f64> = eps[c * d..]
+            .iter()
+            .zip(&g.values)
+            .map(|(e, lg)| e / (lg + delta).sqrt())
+            .collect();
+        (dw, matmul_nt(&g.transposed, &zb, (c, 1, c)))
+    }
+
+    /// `E^T (eps / sqrt(lambda + delta))`, unpacked from the class-major order.
+    fn full_noise(&self, eig: &Eigen, eps: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let (c, d, n) = (self.c, self.d, self.params());
+        let z: Vec<f64> = eps
+            .iter()
+            .zip(&eig.values)
+            .map(|(e, l)| e / (l + self.delta).sqrt())
+            .collect();
+        let v = matmul_nt(&eig.transposed, &z, (n, 1, n));
+        let (mut dw, mut db) = (vec![0.0; c * d], vec![0.0; c]);
+        for (r, vr) in v.into_iter().enumerate() {
+            let (k, j) = (r / (d + 1), r % (d + 1));
+            if j == d {
+                db[k] = vr;
+            } else {
+                dw[k * d + j] = vr;
             }
         }
-        (w, b)
+        (dw, db)
     }
 
     /// `samples` predictive draws `(s, n, c)` of the candidates `f`, each from one weight
@@ -715,23 +815,6 @@ impl LaplacePosterior {
             draws.push(Probs::new(p.into_iter().map(|v| v as f32).collect(), n, c)?);
         }
         Samples::new(draws)
-    }
-}
-
-impl Eigen {
-    /// `E^T diag(values) E`, the matrix decomposed.
-    fn matrix(&self, n: usize) -> Vec<f64> {
-        let scaled: Vec<f64> = self
-            .vectors
-            .chunks_exact(n)
-            .zip(&self.values)
-            .flat_map(|(row, l)| row.iter().map(move |v| v * l))
-            .collect();
-        matmul_nt(
-            &transpose(&scaled, n, n),
-            &transpose(&self.vectors, n, n),
-            (n, n, n),
-        )
     }
 }
 

@@ -57,7 +57,7 @@ mod scorers;
 mod selection;
 
 pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
-pub use bayes::{SampleScore, SampleScorer};
+pub use bayes::{McAa, SampleScore, SampleScorer};
 pub use conformal::{check_draws, ApsForm, Conformal, ConformalScore, SetSize};
 pub use diverse::{kmeans, purity_radius, Badge, CoreSet, ProbCover, TypiClust, MAX_EDGES};
 pub use epig::{Epig, MAX_JOINT_VALUES};
@@ -70,6 +70,7 @@ pub use intervals::{ConformalIntervals, IntervalScore, Prediction, Thresholds};
 pub use kernel_batch::{BaseKernel, FeatureRequest, KernelBatch, KernelFeatures, KernelRule};
 pub use laplace::{
     Hessian, LaplaceEntropy, LaplacePosterior, LastLayerLaplace, MAX_FULL_PARAMS, MAX_KRON_SIDE,
+    PRIOR_RANGE,
 };
 pub use posthoc::PostHoc;
 pub use reference::Reference;

@@ -100,6 +100,8 @@ class ScorerSettings(TypedDict, total=False):
     posterior: Optional[str]
     hessian: Optional[str]
     prior_precision: Optional[float]
+    mcaa_epsilon: Optional[float]
+    mcaa_samples: Optional[int]
     kernel: Optional[str]
     sketch: Optional[int]
     kernel_transform: Optional[str]

@@ -268,7 +268,25 @@ pub fn strategies(
         &mut Silent,
     )?;
     let items: Vec<usize> = (0..cfg.items).map(|i| i % ds.len()).collect();
-    let scoring = Scoring::of_trained(&trained, &arch, cfg.ensemble, input_std, cfg.batch, device);
+    let mut scoring =
+        Scoring::of_trained(&trained, &arch, cfg.ensemble, input_std, cfg.batch, device);
+    let needs_reference = built.iter().any(|(_, b)| match b {
+        Pick::Scored { scorer, .. } => scorer.needs().reference,
+        Pick::Batch(sel) => sel.needs().reference,
+        Pick::Random => false,
+    });
+    if needs_reference {
+        // What the model was trained on, as a round's labeled items (untimed, as training).
+        let reference = crate::predict::reference_of(
+            trained.model.as_ref(),
+            ds,
+            &seed_set,
+            cfg.batch,
+            device,
+            &mut Silent,
+        )?;
+        scoring.reference = Some(std::sync::Arc::new(reference));
+    }
     let mut results = Vec::new();
     for (_, b) in &built {
         if let Pick::Scored { scorer: s, .. } = b {

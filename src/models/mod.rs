@@ -230,6 +230,16 @@ impl Arch {
         );
         let reads_last_layer =
             needs.features || laplace || needs.grads.is_some_and(|g| g.layers == last);
+        if laplace && self.kind().is_duq() {
+            return Err(crate::Error::config(
+                "posterior",
+                format!(
+                    "`{name}` draws from a Laplace posterior over the last linear layer; a \
+                     {model} ends in an RBF head (setting `posterior` mc-dropout, or the `duq` \
+                     score)"
+                ),
+            ));
+        }
         if reads_last_layer && self.kind().is_duq() {
             return Err(crate::Error::config(
                 "layers",
@@ -247,6 +257,19 @@ impl Arch {
                 format!(
                     "`{name}` averages gradients over perturbed copies of the input; {what} \
                      gives its last layer's gradients only, at the item itself"
+                ),
+            ));
+        }
+        let adversarial = matches!(
+            needs.samples,
+            Some(alkit_acquisition::SampleRequest::Adversarial { .. })
+        );
+        if adversarial && !can.autograd {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` moves each input along the gradient of its loss; {what} runs in \
+                     {runtime}, which has no autograd"
                 ),
             ));
         }

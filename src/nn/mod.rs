@@ -15,6 +15,7 @@ pub mod gauss;
 pub mod grad_features;
 pub mod gradnorm;
 pub mod init;
+pub mod input_grad;
 pub mod layers;
 mod mlp;
 pub mod net;

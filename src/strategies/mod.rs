@@ -11,8 +11,8 @@ use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
     AtLastLayer, Badge, BatchBald, BatchSelector, Builtin, ConformalScore, CoreSet, DuqCertainty,
     Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, KernelRule,
-    LaplaceEntropy, LastLayerLaplace, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad, SampleRequest,
-    SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust, UnGrad,
+    LaplaceEntropy, LastLayerLaplace, McAa, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad,
+    SampleRequest, SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust, UnGrad,
 };
 use alkit_acquisition::{BaseKernel, FeatureRequest, KernelBatch};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -115,6 +115,10 @@ fn gauss(s: &ScorerSettings, score: GaussScore) -> Pick {
     })
 }
 
+/// MC-AA's largest perturbation and number of sizes by default (alkit's choice: the papers
+/// do not fix them for images).
+pub const DEFAULT_MCAA: (f32, usize) = (0.1, 11);
+
 /// EPIG's target inputs by default (the paper's experiments use about as many).
 pub const DEFAULT_EPIG_TARGETS: usize = 100;
 
@@ -183,6 +187,7 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "variation-ratio", about: "variation ratio over draws", build: |s| sample(s, SampleScore::VariationRatio) },
     Entry { name: "mc-max-prob", about: "one minus the mean largest probability over draws", build: |s| sample(s, SampleScore::MaxProb) },
     Entry { name: "epig", about: "EPIG (Bickford Smith et al. 2023): expected information gain about the predictions on the candidates as targets (setting `epig_targets`), over MC-dropout, Laplace or ensemble draws", build: epig },
+    Entry { name: "mc-aa", about: "MC-AA (Alarab & Prakoonwit 2022): mutual information over predictions on inputs moved back and forth along the sign of their loss gradient (settings `mcaa_epsilon`, `mcaa_samples`)", build: |s| scorer(McAa { epsilon: s.mcaa_epsilon.unwrap_or(DEFAULT_MCAA.0), samples: s.mcaa_samples.unwrap_or(DEFAULT_MCAA.1) }) },
     Entry { name: "la", about: "last-layer Laplace (Kristiadi et al. 2020): entropy of the probit predictive of a Gaussian posterior over the last layer, fitted on the labeled items (settings `hessian`, `prior_precision`)", build: |s| scorer(LaplaceEntropy { laplace: last_layer_laplace(s) }) },
     Entry { name: "variance", about: "regression: total predictive variance of the Gaussian draws (aleatoric plus epistemic)", build: |s| gauss(s, GaussScore::Variance) },
     Entry { name: "epistemic", about: "regression: variance of the draws' means (an ensemble or MC dropout)", build: |s| gauss(s, GaussScore::Epistemic) },

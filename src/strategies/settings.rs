@@ -142,10 +142,18 @@ pub struct ScorerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub hessian: Option<LaplaceHessian>,
-    /// Prior precision of the last-layer Laplace posterior, a number above 0. [default: the maximum of the marginal likelihood]
+    /// Prior precision of the last-layer Laplace posterior, from 1e-12 to 1e12. [default: the maximum of the marginal likelihood]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub prior_precision: Option<f64>,
+    /// MC-AA's largest perturbation along the sign of the input's loss gradient, on the [0, 1] input scale; its sizes are spread evenly over [-mcaa_epsilon, mcaa_epsilon]. [default: 0.1]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub mcaa_epsilon: Option<f32>,
+    /// MC-AA's number of perturbation sizes, at least 2. [default: 11, so that one is the item itself]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub mcaa_samples: Option<usize>,
     /// Base kernel of the regression batch rules (maxdiag, maxdet, bait, bait-fb, maxdist, kmeanspp, lcmd): `grad` (gradients of the predicted mean w.r.t. every linear layer) or `ll` (the last layer's). [default: grad]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
@@ -304,11 +312,29 @@ impl ScorerSettings {
                  setting `ensemble`)",
             ));
         }
+        if let Some(e) = self.mcaa_epsilon {
+            if !(e.is_finite() && e > 0.0) {
+                return Err(Error::config(
+                    "mcaa_epsilon",
+                    format!("{e}; expected a finite number above 0 (on the [0, 1] input scale)"),
+                ));
+            }
+        }
+        if let Some(t) = self.mcaa_samples {
+            if t < 2 {
+                return Err(Error::config(
+                    "mcaa_samples",
+                    format!("{t}; MC-AA needs at least 2 perturbation sizes"),
+                ));
+            }
+            limits::count("mcaa_samples", t, MAX_SAMPLES, "draws per candidate")?;
+        }
         if let Some(delta) = self.prior_precision {
-            if !(delta.is_finite() && delta > 0.0) {
+            let (lo, hi) = alkit_acquisition::PRIOR_RANGE;
+            if !(lo..=hi).contains(&delta) {
                 return Err(Error::config(
                     "prior_precision",
-                    format!("{delta}; expected a finite number above 0"),
+                    format!("{delta}; expected a number from {lo:e} to {hi:e}"),
                 ));
             }
         }
@@ -477,6 +503,8 @@ impl Default for ScorerSettings {
             posterior: None,
             hessian: None,
             prior_precision: None,
+            mcaa_epsilon: None,
+            mcaa_samples: None,
             kernel: None,
             sketch: None,
             kernel_transform: None,
@@ -500,7 +528,7 @@ mod tests {
         let names: Vec<&str> = ScorerSettings::names().collect();
         assert_eq!(names.first(), Some(&"lambda"));
         assert_eq!(names.last(), Some(&"kernel_sigma"));
-        assert_eq!(names.len(), 19);
+        assert_eq!(names.len(), 24);
         assert!(!names.contains(&"members"));
         let d = ScorerSettings::defaults();
         assert_eq!(d["lambda"], json!(0.30000001192092896));

@@ -257,3 +257,73 @@ fn an_ensemble_with_laplace_draws_and_a_head_too_large_for_full_are_refused() {
     let e = s.validate().unwrap_err();
     assert!(e.to_string().contains("ensemble"), "{e}");
 }
+
+#[test]
+fn draws_are_the_seed_s_and_shared_by_every_candidate() {
+    use alkit::acquisition::{Needs, SampleRequest};
+    let fx = fixture();
+    let r = reference(&fx);
+    let candidates = features(&fx, "test_features");
+    let post = fit(&r, Hessian::Kron, None);
+    let draw = |seed| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        post.draws(&candidates, 3, &mut rng).unwrap()
+    };
+    assert_eq!(draw(1), draw(1));
+    assert_ne!(draw(1), draw(2));
+    // Draw s of the first 10 candidates alone is draw s of all 60: one weight draw each.
+    let few = Features::new(
+        candidates.as_slice()[..10 * candidates.dim()].to_vec(),
+        10,
+        candidates.dim(),
+        candidates.weight().to_vec(),
+        candidates.bias().to_vec(),
+    )
+    .unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let alone = post.draws(&few, 3, &mut rng).unwrap();
+    let all = draw(1);
+    for (a, b) in alone.draws().iter().zip(all.draws()) {
+        assert_eq!(a.as_slice(), &b.as_slice()[..10 * b.classes()]);
+    }
+    let laplace = LastLayerLaplace::default();
+    let needs = Needs::samples(SampleRequest::Laplace {
+        samples: 3,
+        laplace,
+    });
+    assert!(needs.reference);
+    // Another last layer than the posterior's is refused.
+    let other = Features::new(
+        few.as_slice().to_vec(),
+        10,
+        few.dim(),
+        vec![0.0; few.weight().len()],
+        few.bias().to_vec(),
+    )
+    .unwrap();
+    assert!(post.probit(&other).is_err());
+}
+
+#[test]
+fn heads_too_large_for_their_structure_are_refused_before_allocating() {
+    // 5,000 classes of 2 features: kron's factor would be 5,000 x 5,000.
+    let f = Features::new(vec![1.0; 4], 2, 2, vec![0.1; 10_000], vec![0.0; 5_000]).unwrap();
+    let r = Reference::new(f, vec![0, 1]).unwrap();
+    let e = fit_err(&r, Hessian::Kron);
+    assert!(e.contains("use diag"), "{e}");
+    // A posterior fitted under kron or diag has no dense precision past the full limit.
+    let f = Features::new(vec![1.0; 128], 2, 64, vec![0.1; 64 * 40], vec![0.0; 40]).unwrap();
+    let r = Reference::new(f, vec![0, 1]).unwrap();
+    let post = fit(&r, Hessian::Diag, Some(1.0));
+    assert!(post.precision().is_err());
+}
+
+fn fit_err(r: &Reference, hessian: Hessian) -> String {
+    LastLayerLaplace {
+        hessian,
+        prior_precision: None,
+    }
+    .fit(r)
+    .unwrap_err()
+    .to_string()
+}

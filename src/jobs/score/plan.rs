@@ -285,7 +285,8 @@ fn check_pool_scoring(job: &ScoreJob, scorers: &[Arc<dyn Scorer>]) -> Result<()>
             "scorer",
             format!(
                 "`{}` compares each item with the features of the items the model was trained \
-                 on, and scoring a pool reads none: evaluate it against a train split (OOD \
+                 on (the `la` posterior and setting `posterior` laplace are fitted on them), \
+                 and scoring a pool reads none: evaluate it against a train split (OOD \
                  detection or calibration)",
                 s.name()
             ),
