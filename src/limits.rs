@@ -161,9 +161,11 @@ pub fn evidence(
 ) -> Result<()> {
     use alkit_acquisition::SampleRequest as S;
     let draws = match needs.samples {
-        Some(S::McDropout { samples } | S::Laplace { samples, .. }) => {
-            Some(("mc_samples", samples))
-        }
+        Some(
+            S::McDropout { samples }
+            | S::Laplace { samples, .. }
+            | S::InsertedDropout { samples, .. },
+        ) => Some(("mc_samples", samples)),
         Some(S::Adversarial { samples, .. }) => Some(("mcaa_samples", samples)),
         Some(S::InputNoise { samples, .. } | S::WeightNoise { samples, .. }) => {
             Some(("perturb_samples", samples))

@@ -509,6 +509,12 @@ impl Scoring<'_> {
             SampleRequest::Adversarial { epsilon, samples } => {
                 self.adversarial_draws(data, indices, (epsilon, samples), observer)?
             }
+            SampleRequest::InsertedDropout { rate, samples } => {
+                let f = features_of(self.model, data, indices, self.batch, self.device, observer)?;
+                return Ok(alkit_acquisition::inserted_dropout_draws(
+                    &f, rate, samples, rng,
+                )?);
+            }
             SampleRequest::Laplace { samples, laplace } => {
                 return self.laplace_draws(data, indices, (samples, laplace), rng, observer);
             }

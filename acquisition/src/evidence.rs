@@ -175,6 +175,14 @@ pub enum SampleRequest {
         /// Number of perturbation sizes `T` (at least 2).
         samples: usize,
     },
+    /// `samples` draws under dropout of `rate` injected at test time on the penultimate
+    /// features (Ledda et al. 2023), the trained last layer applied after it.
+    InsertedDropout {
+        /// Dropout rate in `(0, 0.95]`.
+        rate: f32,
+        /// Number of draws `s`.
+        samples: usize,
+    },
     /// `samples` weight draws of the last-layer Laplace posterior fitted on the items the
     /// model was trained on (so these needs include [`Needs::reference`]), each draw shared
     /// by every candidate.

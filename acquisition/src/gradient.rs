@@ -265,6 +265,7 @@ impl Scorer for PerturbKl {
             SampleRequest::Members => "perturb-members",
             SampleRequest::Laplace { .. } => "perturb-laplace",
             SampleRequest::Adversarial { .. } => "perturb-adversarial",
+            SampleRequest::InsertedDropout { .. } => "perturb-inserted",
         }
     }
     fn needs(&self) -> Needs {

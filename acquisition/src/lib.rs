@@ -45,6 +45,7 @@ mod epig;
 mod evidence;
 mod features;
 mod gradient;
+mod inserted;
 mod intervals;
 mod kernel_batch;
 mod kernels;
@@ -66,6 +67,7 @@ pub use evidence::{
 };
 pub use features::{last_layer_norms, AtLastLayer, Features};
 pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad};
+pub use inserted::{inserted_dropout_draws, MAX_RATE};
 pub use intervals::{ConformalIntervals, IntervalScore, Prediction, Thresholds};
 pub use kernel_batch::{BaseKernel, FeatureRequest, KernelBatch, KernelFeatures, KernelRule};
 pub use laplace::{

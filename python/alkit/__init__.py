@@ -100,6 +100,7 @@ class ScorerSettings(TypedDict, total=False):
     posterior: Optional[str]
     hessian: Optional[str]
     prior_precision: Optional[float]
+    inserted_dropout: Optional[float]
     mcaa_epsilon: Optional[float]
     mcaa_samples: Optional[int]
     kernel: Optional[str]

@@ -226,7 +226,10 @@ impl Arch {
         let last = alkit_acquisition::GradLayers::Last;
         let laplace = matches!(
             needs.samples,
-            Some(alkit_acquisition::SampleRequest::Laplace { .. })
+            Some(
+                alkit_acquisition::SampleRequest::Laplace { .. }
+                    | alkit_acquisition::SampleRequest::InsertedDropout { .. }
+            )
         );
         let reads_last_layer =
             needs.features || laplace || needs.grads.is_some_and(|g| g.layers == last);
@@ -234,9 +237,9 @@ impl Arch {
             return Err(crate::Error::config(
                 "posterior",
                 format!(
-                    "`{name}` draws from a Laplace posterior over the last linear layer; a \
-                     {model} ends in an RBF head (setting `posterior` mc-dropout, or the `duq` \
-                     score)"
+                    "`{name}` draws through the last linear layer (setting `posterior` laplace \
+                     or inserted-dropout); a {model} ends in an RBF head (setting `posterior` \
+                     mc-dropout, or the `duq` score)"
                 ),
             ));
         }

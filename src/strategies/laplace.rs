@@ -37,5 +37,7 @@ named!(
         McDropout => "mc-dropout",
         /// Weight draws of the last-layer Laplace posterior fitted on the labeled items.
         Laplace => "laplace",
+        /// Dropout injected at test time before the last linear layer (Ledda et al. 2023).
+        InsertedDropout => "inserted-dropout",
     }
 );

@@ -69,6 +69,10 @@ fn draws(s: &ScorerSettings) -> SampleRequest {
             samples: s.mc_samples,
             laplace: last_layer_laplace(s),
         },
+        Some(PosteriorKind::InsertedDropout) => SampleRequest::InsertedDropout {
+            rate: s.inserted_dropout.unwrap_or(DEFAULT_INSERTED_DROPOUT),
+            samples: s.mc_samples,
+        },
         Some(PosteriorKind::McDropout) | None => SampleRequest::McDropout {
             samples: s.mc_samples,
         },
@@ -118,6 +122,10 @@ fn gauss(s: &ScorerSettings, score: GaussScore) -> Pick {
 /// MC-AA's largest perturbation and number of sizes by default (alkit's choice: the papers
 /// do not fix them for images).
 pub const DEFAULT_MCAA: (f32, usize) = (0.1, 11);
+
+/// The rate of inserted dropout by default (alkit's choice, within the rates Ledda et al.
+/// sweep).
+pub const DEFAULT_INSERTED_DROPOUT: f32 = 0.1;
 
 /// EPIG's target inputs by default (the paper's experiments use about as many).
 pub const DEFAULT_EPIG_TARGETS: usize = 100;

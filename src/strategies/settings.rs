@@ -134,7 +134,7 @@ pub struct ScorerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub epig_targets: Option<usize>,
-    /// Where the sample scorers (bald, batchbald, epig, mc-entropy, ...) draw from when one model is trained: `mc-dropout` passes, or weight draws of the last-layer `laplace` posterior fitted on the labeled items (Kristiadi et al. 2020). [default: mc-dropout; an ensemble's members when the run trains one]
+    /// Where the sample scorers (bald, batchbald, epig, mc-entropy, ...) draw from when one model is trained: `mc-dropout` passes, weight draws of the last-layer `laplace` posterior fitted on the labeled items (Kristiadi et al. 2020), or `inserted-dropout`, dropout injected at test time before the last linear layer (Ledda et al. 2023; setting `inserted_dropout`). [default: mc-dropout; an ensemble's members when the run trains one]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub posterior: Option<PosteriorKind>,
@@ -146,6 +146,10 @@ pub struct ScorerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub prior_precision: Option<f64>,
+    /// Rate of the dropout injected before the last linear layer by setting `posterior` inserted-dropout, in (0, 0.95]. [default: 0.1]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub inserted_dropout: Option<f32>,
     /// MC-AA's largest perturbation along the sign of the input's loss gradient, on the [0, 1] input scale; its sizes are spread evenly over [-mcaa_epsilon, mcaa_epsilon]. [default: 0.1]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
@@ -311,6 +315,14 @@ impl ScorerSettings {
                  MC-dropout and Laplace draws are one model's (drop setting `posterior` or \
                  setting `ensemble`)",
             ));
+        }
+        if let Some(r) = self.inserted_dropout {
+            if !(r > 0.0 && r <= alkit_acquisition::MAX_RATE) {
+                return Err(Error::config(
+                    "inserted_dropout",
+                    format!("{r}; expected a dropout rate in (0, 0.95]"),
+                ));
+            }
         }
         if let Some(e) = self.mcaa_epsilon {
             if !(e.is_finite() && e > 0.0) {
@@ -503,6 +515,7 @@ impl Default for ScorerSettings {
             posterior: None,
             hessian: None,
             prior_precision: None,
+            inserted_dropout: None,
             mcaa_epsilon: None,
             mcaa_samples: None,
             kernel: None,
@@ -528,7 +541,7 @@ mod tests {
         let names: Vec<&str> = ScorerSettings::names().collect();
         assert_eq!(names.first(), Some(&"lambda"));
         assert_eq!(names.last(), Some(&"kernel_sigma"));
-        assert_eq!(names.len(), 24);
+        assert_eq!(names.len(), 25);
         assert!(!names.contains(&"members"));
         let d = ScorerSettings::defaults();
         assert_eq!(d["lambda"], json!(0.30000001192092896));

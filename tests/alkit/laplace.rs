@@ -216,6 +216,11 @@ fn a_curve_runs_la_and_laplace_draws_on_the_cnn_the_same_way_twice() {
     spec.strategies = vec![kind("bald")];
     let dropout = run_small(&spec, &train, &test, &tmp("laplace-c")).unwrap();
     assert_ne!(picks(&runs, "bald"), picks(&dropout, "bald"));
+    // And dropout injected before the last layer picks otherwise again.
+    spec.scorers.posterior = Some(PosteriorKind::InsertedDropout);
+    let inserted = run_small(&spec, &train, &test, &tmp("laplace-d")).unwrap();
+    assert_ne!(picks(&inserted, "bald"), picks(&dropout, "bald"));
+    assert_ne!(picks(&inserted, "bald"), picks(&runs, "bald"));
 }
 
 #[test]
