@@ -273,8 +273,9 @@ pub fn pick(
 }
 
 /// [`pick`] gathering a scored strategy's evidence about `chunk` candidates at a time (rounded
-/// up to whole evidence batches; weight-noise samples, which perturb the model once for every
-/// candidate, and a joint scorer's, which compares the candidates, in one piece). The result does not depend on `chunk`.
+/// up to whole evidence batches; weight-noise and Laplace samples, which draw the weights once
+/// for every candidate, and a joint scorer's, which compares the candidates, in one piece).
+/// The result does not depend on `chunk`.
 #[allow(clippy::too_many_arguments)]
 pub fn pick_in_chunks(
     strategy: &Strategy,

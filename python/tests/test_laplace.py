@@ -51,5 +51,5 @@ def test_la_refuses_a_bad_prior_precision_and_a_missing_training_set(fx):
         alkit.score("la", **arrays(fx), prior_precision=0.0)
     a = arrays(fx)
     del a["train_features"], a["train_labels"]
-    with pytest.raises(alkit.AlkitError):
+    with pytest.raises(alkit.AlkitError, match="training features"):
         alkit.score("la", **a)
