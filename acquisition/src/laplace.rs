@@ -840,18 +840,11 @@ impl Scorer for LaplaceEntropy {
     }
 
     fn score(&self, ev: &Evidence) -> Result<Vec<f32>, ScoreError> {
-        let missing = |evidence| ScoreError::Missing {
+        let f = ev.features(self.name())?;
+        let reference = ev.reference.as_deref().ok_or(ScoreError::Missing {
             scorer: self.name().to_string(),
-            evidence,
-        };
-        let f = ev
-            .features
-            .as_ref()
-            .ok_or_else(|| missing("penultimate features and the last layer"))?;
-        let reference = ev
-            .reference
-            .as_deref()
-            .ok_or_else(|| missing("the training features (reference evidence)"))?;
+            evidence: "the training features (reference evidence)",
+        })?;
         let posterior = self.laplace.memo(reference)?;
         let p = posterior.probit(f)?;
         Ok(p.rows().map(|r| entropy(r) as f32).collect())

@@ -498,19 +498,21 @@ fn mc_aa_draws_move_each_item_along_its_loss_gradient_sign() {
     let sign = loss_grad_sign(model.as_ref(), &x).unwrap();
     // The direction raises each item's loss at its predicted class faster than a random
     // direction of signs does: to first order by ||g||_1 against sum_i r_i g_i.
-    let ce = |x: &Tensor| -> Vec<f32> {
-        let lp = log_probs(&model.predict(x).unwrap()).unwrap();
-        let lp: Vec<Vec<f32>> = lp.to_vec2().unwrap();
-        let base: Vec<Vec<f32>> = log_probs(&model.predict(&x0(&train, &idx)).unwrap())
+    let log_probs_at = |x: &Tensor| -> Vec<Vec<f32>> {
+        log_probs(&model.predict(x).unwrap())
             .unwrap()
             .to_vec2()
-            .unwrap();
-        lp.iter()
-            .zip(&base)
-            .map(|(l, b)| {
-                let y = (0..b.len()).fold(0, |m, k| if b[k] > b[m] { k } else { m });
-                -l[y]
-            })
+            .unwrap()
+    };
+    let predicted: Vec<usize> = log_probs_at(&x)
+        .iter()
+        .map(|b| (0..b.len()).fold(0, |m, k| if b[k] > b[m] { k } else { m }))
+        .collect();
+    let ce = |x: &Tensor| -> Vec<f32> {
+        log_probs_at(x)
+            .iter()
+            .zip(&predicted)
+            .map(|(l, &y)| -l[y])
             .collect()
     };
     let eta = 1e-3;
@@ -553,8 +555,4 @@ fn mc_aa_draws_move_each_item_along_its_loss_gradient_sign() {
     }
     let scores = mcaa.score(&ev).unwrap();
     assert!(scores.iter().all(|&s| s > 0.0), "{scores:?}");
-}
-
-fn x0(train: &Dataset, idx: &[usize]) -> Tensor {
-    train.batch(idx, &Device::Cpu).unwrap()
 }
