@@ -206,8 +206,9 @@ pub trait ModelBuilder: Send + Sync {
 }
 
 /// Builds a model with `build` from the seeded initialisation stream and trains it with
-/// softmax cross-entropy and Adam for `params.steps` mini-batches (plus the anchor term when
-/// set), dropout masks from the batch stream.
+/// softmax cross-entropy and Adam for `params.steps` mini-batches (plus the model's
+/// [`Classifier::penalty`] over the item count, and the anchor term when set), dropout masks
+/// and weight draws from the batch stream.
 pub fn fit_softmax(
     build: &dyn Fn(VarBuilder) -> candle_core::Result<Box<dyn Classifier>>,
     data: &Dataset,
@@ -230,11 +231,13 @@ pub fn fit_softmax(
     }
     let (vb, vars) = seeded(init_rng, DType::F32, device);
     let model = build(vb)?;
-    // A deep copy: `detach` would share storage with the Vars the optimiser updates in place.
+    // A deep copy, detached: `detach` alone would share storage with the Vars the optimiser
+    // updates in place, and `copy` alone records the copy in the graph, so that the gradient
+    // of `||v - copy(v)||^2` reaching `v` through both sides cancels to zero.
     let anchors: Vec<Tensor> = vars
         .trainable()
         .iter()
-        .map(|v| v.as_tensor().copy())
+        .map(|v| Ok(v.as_tensor().copy()?.detach()))
         .collect::<candle_core::Result<_>>()?;
     let mut opt = AdamW::new(
         vars.trainable(),
@@ -259,6 +262,9 @@ pub fn fit_softmax(
         let y = data.batch_labels(ids, device)?;
         let logits = model.forward(&x, &mut Mode::Train(&mut train_rng))?;
         let mut loss = candle_nn::loss::nll(&log_probs(&logits)?, &y)?;
+        if let Some(kl) = model.penalty()? {
+            loss = (loss + (kl / indices.len() as f64)?)?;
+        }
         if let Some(tau) = cfg.anchor {
             let mut reg = Tensor::zeros((), loss.dtype(), loss.device())?;
             for (v, a) in vars.trainable().iter().zip(&anchors) {

@@ -10,7 +10,9 @@ through DLPack (or anything ``numpy.asarray`` reads).
   data source by path;
 - :func:`select` (top-k, random, power, softmax, soft-rank from scores) and
   :func:`select_batch` (BatchBALD, BADGE, core-set, TypiClust, ProbCover), seeded;
-- :func:`ood_metrics`, :func:`calibration`, :func:`fit_temperature`, :func:`conformal`;
+- :func:`ood_metrics`, :func:`calibration`, :func:`fit_temperature`, :func:`fit_platt`,
+  :func:`conformal`;
+- :func:`surface`: uncertainty over the plane on two moons (``alkit surface``), as arrays;
 - :func:`curve`: the simulated acquisition loop of ``alkit curve`` (strategies against random
   over seeds) on a data source or on arrays, into a run folder the command line resumes;
 - :class:`Session`: a labeling session in the same folder the command line uses;
@@ -51,6 +53,9 @@ __all__ = [
     "ood_metrics",
     "calibration",
     "fit_temperature",
+    "fit_platt",
+    "surface",
+    "SurfaceSettings",
     "conformal",
     "regression_metrics",
     "conformal_intervals",
@@ -564,6 +569,71 @@ def calibration(
 def fit_temperature(logits: object, labels: object) -> float:
     """The temperature ``T`` minimising the NLL of ``softmax(logits / T)`` for ``labels``."""
     return _alkit.fit_temperature(_f32(logits, "logits", 2), _labels(labels, "labels"))
+
+
+def fit_platt(scores: object, positive: object) -> Tuple[float, float]:
+    """Platt scaling of a binary classifier's held-out ``scores`` ``(n,)`` (a logit or a
+    logit difference) with whether each item is ``positive``: ``(slope, intercept)`` such that
+    ``P(positive | s) = sigmoid(slope * s + intercept)``, fitted to Platt's smoothed targets
+    (as scikit-learn's ``CalibratedClassifierCV(method="sigmoid")``)."""
+    s = _array(scores, "scores")
+    y = _array(positive, "positive")
+    if s.ndim != 1 or y.ndim != 1:
+        raise DataError(
+            f"scores and positive: expected one axis each, got shapes {s.shape} and {y.shape}",
+            field="scores",
+        )
+    if y.dtype.kind not in "bui":
+        raise DataError(f"positive: expected booleans, got dtype {y.dtype}", field="positive")
+    if y.dtype.kind != "b" and not np.isin(y, (0, 1)).all():
+        raise DataError("positive: expected 0 or 1 for each item", field="positive")
+    return _alkit.fit_platt(
+        np.ascontiguousarray(s, dtype=np.float64), np.ascontiguousarray(y, dtype=bool)
+    )
+
+
+class SurfaceSettings(TypedDict, total=False):
+    """The settings of :func:`surface`, as ``alkit surface`` has them (``alkit surface
+    --help`` says what each one does and its default; the library declares them once)."""
+
+    model: str
+    scorer: Optional[str]
+    penalty: str
+    points: int
+    noise: float
+    mc_samples: int
+    prior_sigma: float
+    members: int
+    anchor: float
+    steps: int
+    seed: int
+
+
+def surface(
+    *,
+    beside: Sequence[str] = (),
+    out: Optional[PathLike] = None,
+    **settings: Unpack[SurfaceSettings],
+) -> Dict[str, object]:
+    """Uncertainty over the plane on two moons, as ``alkit surface`` computes it: a dict of
+    ``model``, ``scorer``, ``accuracy`` (held out), ``auroc_far`` (held-out moons against
+    points 2 to 4 away), ``extent`` ``[x_min, x_max, y_min, y_max]``, ``grid`` and
+    ``gradient`` ``(200, 200)`` (the score and the magnitude of its input gradient, row 0 at
+    the top), ``train_points`` ``(m, 3)`` (x, y, label), and ``beside``: the same dict for
+    each model of ``beside`` trained on the same moons, scored by its default. With ``out``,
+    the command's files are written there too (``beside.png`` with every model side by side).
+
+    ``model``: ``duq``, ``mlp``, ``platt``, ``mc-dropout``, ``bayes-by-backprop``,
+    ``ensemble`` or ``anchored-ensemble``; e.g. Ulmer & Cina's Figure 3:
+    ``surface(model="mlp", beside=["platt", "mc-dropout", "bayes-by-backprop", "ensemble",
+    "anchored-ensemble"], points=500, noise=0.125)``."""
+    if isinstance(beside, str):
+        raise SettingsError("beside: expected a list of model names, got one string", field="beside")
+    return dict(
+        _alkit.surface(
+            _settings_json(settings), [str(m) for m in beside], None if out is None else os.fspath(out)
+        )
+    )
 
 
 def conformal(

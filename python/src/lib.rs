@@ -16,6 +16,7 @@ mod scoring;
 mod selecting;
 mod session;
 mod settings;
+mod surface;
 
 /// Registers the module's functions and classes.
 #[pymodule]
@@ -31,12 +32,15 @@ fn _alkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::ood_metrics, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::calibration, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::fit_temperature, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::fit_platt, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::conformal, m)?)?;
     m.add_function(wrap_pyfunction!(regression::score_gaussian, m)?)?;
     m.add_function(wrap_pyfunction!(regression::regression, m)?)?;
     m.add_function(wrap_pyfunction!(regression::conformal_intervals, m)?)?;
     m.add_function(wrap_pyfunction!(curve::curve, m)?)?;
     m.add_function(wrap_pyfunction!(settings::scorer_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(surface::surface, m)?)?;
+    m.add_function(wrap_pyfunction!(surface::surface_settings, m)?)?;
     m.add_class::<session::Session>()?;
     Ok(())
 }

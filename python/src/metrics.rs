@@ -142,6 +142,20 @@ pub fn fit_temperature(
         .map_err(PyAlkitError::from)
 }
 
+/// Platt scaling of a binary score: `(slope, intercept)` with `P(positive | s) =
+/// sigmoid(slope s + intercept)`, fitted to held-out `scores` and whether each is `positive`.
+#[pyfunction]
+pub fn fit_platt(
+    py: Python<'_>,
+    scores: PyReadonlyArray1<'_, f64>,
+    positive: PyReadonlyArray1<'_, bool>,
+) -> PyAlkitResult<(f64, f64)> {
+    let s = arrays::values(&scores, "scores")?;
+    let y = arrays::values(&positive, "positive")?;
+    let p = py.detach(move || metrics::Platt::fit(&s, &y))?;
+    Ok((p.slope, p.intercept))
+}
+
 /// The conformal score named `name` (`lac`, `aps`, `raps`, with `-randomized` or
 /// `-inclusive` after the other forms of APS and RAPS).
 fn conformal_score(name: &str, raps_lambda: f32, raps_k_reg: usize) -> Result<ConformalScore> {

@@ -878,12 +878,14 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
             dir.display()
         );
     };
-    let beside = a.beside_spec()?;
+    let beside = a.beside_specs()?;
     if a.seeds == 1 {
-        let (s, b) = alkit::jobs::surface::run(&spec, beside.as_ref(), &a.out, device)?;
+        let (s, others) = alkit::jobs::surface::run(&spec, &beside, &a.out, device)?;
         line(&s, &a.out);
-        if let Some(b) = b {
-            line(&b, &a.out.join("beside"));
+        for (b, spec) in others.iter().zip(&beside) {
+            line(b, &alkit::jobs::surface::beside_dir(&a.out, spec));
+        }
+        if !others.is_empty() {
             writeln!(
                 std::io::stdout().lock(),
                 "wrote {}/beside.png",
@@ -892,18 +894,22 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         }
         return Ok(());
     }
-    let r =
-        alkit::jobs::surface::run_seeds(&spec, a.seed, a.seeds, &a.out, device, &mut |seed, s| {
-            line(s, &a.out.join(format!("seed{seed}")))
-        })?;
+    let r = alkit::jobs::surface::run_seeds(
+        &spec,
+        a.settings.seed,
+        a.seeds,
+        &a.out,
+        device,
+        &mut |seed, s| line(s, &a.out.join(format!("seed{seed}"))),
+    )?;
     let mut so = std::io::stdout().lock();
     let (acc, far) = (r.accuracy, r.auroc_far);
     writeln!(
         so,
         "{} seeds ({}..{}): accuracy median {:.4} (min {:.4}, max {:.4}), auroc_far median {:.4} (min {:.4}, max {:.4}); wrote {}/seeds.csv",
         a.seeds,
-        a.seed,
-        a.seed + a.seeds - 1,
+        a.settings.seed,
+        a.settings.seed + a.seeds - 1,
         acc.median,
         acc.min,
         acc.max,

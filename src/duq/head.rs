@@ -20,6 +20,49 @@ pub enum Penalty {
     None,
 }
 
+impl Penalty {
+    /// Every form, in the order users are told them.
+    pub const ALL: [Penalty; 4] = [
+        Penalty::TwoSided,
+        Penalty::Squared,
+        Penalty::OneSided,
+        Penalty::None,
+    ];
+
+    /// The name users type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Penalty::TwoSided => "two-sided",
+            Penalty::Squared => "squared",
+            Penalty::OneSided => "one-sided",
+            Penalty::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for Penalty {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Penalty> {
+        Penalty::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                Error::config(
+                    "penalty",
+                    format!(
+                        "unknown penalty `{s}`; expected two-sided, squared, one-sided or none"
+                    ),
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for Penalty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// DUQ's settings apart from the feature extractor: head, loss, optimiser and schedule
 /// (defaults: the two-moons experiment of the paper).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,12 +1,15 @@
 //! Evaluation of uncertainty on its own, over plain vectors: a classifier's scores for OOD
-//! detection and calibration (`scores.rs`, re-exported here), and a regression model's
-//! Gaussian predictions against the targets ([`regression`]), and the statistics over seeds that
-//! compare acquisition strategies ([`stats`]).
+//! detection and calibration (`scores.rs`, re-exported here), Platt scaling of a binary score
+//! ([`Platt`]), a regression model's Gaussian predictions against the targets
+//! ([`regression`]), and the statistics over seeds that compare acquisition strategies
+//! ([`stats`]).
 //!
 //! The files are independent of each other.
 
+mod platt;
 pub mod regression;
 mod scores;
 pub mod stats;
 
+pub use platt::Platt;
 pub use scores::*;

@@ -35,6 +35,12 @@ pub trait Classifier: Send + Sync {
         let _ = ask;
         Ok(None)
     }
+    /// A term the training loss adds once per step, divided by the number of training items
+    /// (so that the loss is the negative evidence lower bound per item when it is a prior's
+    /// KL divergence, as for [`BayesMlp`](super::BayesMlp)). `None` (the default): nothing.
+    fn penalty(&self) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
     /// Number of classes `c`.
     fn classes(&self) -> usize;
     /// Whether, on `device`, row `i` of [`Classifier::predict`] (and of the features the

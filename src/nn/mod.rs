@@ -1,5 +1,5 @@
 //! Models: the [`Classifier`] trait every model implements, the deep [`Ensemble`], and the
-//! built-in softmax networks ([`Cnn`], [`Mlp`]), the Gaussian regression heads ([`GaussMlp`],
+//! built-in softmax networks ([`Cnn`], [`Mlp`], the Bayes-by-backprop [`BayesMlp`]), the Gaussian regression heads ([`GaussMlp`],
 //! [`Regressor`]) with their layers and seeded initialisation.
 //!
 //! Models follow candle's pattern: plain structs of layers built by `new(&cfg, vb)` from a
@@ -8,6 +8,7 @@
 //! How a model is trained lives a layer up (`train::ModelBuilder`), and the closed set of
 //! built-in architectures, DUQ included, in `models`.
 
+mod bayes_mlp;
 mod classifier;
 mod cnn;
 mod ensemble;
@@ -21,6 +22,7 @@ mod mlp;
 pub mod net;
 pub mod resnet;
 
+pub use bayes_mlp::{BayesMlp, BayesMlpConfig};
 pub use classifier::{
     grad_norms, kernel_values, last_layer, mc_dropout_logits, member_logits, Ask, Classifier,
     LastLayer, Mode, Offer,

@@ -96,11 +96,14 @@ fn draw(c: &mut Canvas, x0: f64, m: &Heatmap<'_>) {
     points(c, (fx, fy), m);
     axes(c, (fx, fy), m.extent);
     colour_bar(c, fx + (FIELD + GAP) as f64, (lo, hi), m.measure);
+    // A title wider than the panel shrinks to fit rather than running into its neighbour.
+    let room = (LEFT + FIELD + RIGHT) as f64 - 8.0;
+    let size = (15.0 * room / super::font::width(m.title, 15.0).max(1.0)).min(15.0);
     c.text(
-        fx + FIELD as f64 / 2.0,
+        x0 + (LEFT + FIELD + RIGHT) as f64 / 2.0,
         22.0,
         m.title,
-        15.0,
+        size,
         Anchor::Middle,
         false,
     );

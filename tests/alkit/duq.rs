@@ -440,7 +440,7 @@ fn cli_ood_keeps_the_model_it_trained_and_reuses_it() {
 }
 
 /// A PNG file's `(width, height)`, from its header.
-fn png_size(path: &std::path::Path) -> (u32, u32) {
+pub(super) fn png_size(path: &std::path::Path) -> (u32, u32) {
     let b = std::fs::read(path).unwrap();
     assert!(b.starts_with(b"\x89PNG"), "{}", path.display());
     let be = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
@@ -487,7 +487,8 @@ fn cli_surface_writes_png_and_metrics() {
         std::fs::read(out.join("metrics.json")).unwrap()
     );
     let mlp: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(both.join("beside/metrics.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(both.join("beside/mlp/metrics.json")).unwrap())
+            .unwrap();
     assert_eq!(mlp["scorer"], serde_json::json!("entropy"));
     let (one, two) = (
         png_size(&both.join("surface.png")),

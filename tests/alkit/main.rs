@@ -33,6 +33,7 @@ mod shards;
 mod sources;
 mod statistics;
 mod streaming;
+mod surface;
 mod timm;
 mod words;
 

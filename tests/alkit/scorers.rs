@@ -556,3 +556,86 @@ fn mc_aa_draws_move_each_item_along_its_loss_gradient_sign() {
     let scores = mcaa.score(&ev).unwrap();
     assert!(scores.iter().all(|&s| s > 0.0), "{scores:?}");
 }
+
+#[test]
+fn mc_aa_matches_a_pytorch_float64_reference() {
+    // tests/fixtures/mcaa_torch.json, written by tests/reference/mcaa_torch.py from the paper:
+    // a 6 -> 5 -> 4 ReLU MLP, 12 items, channel std 0.5, two (epsilon, sizes) settings.
+    use alkit::acquisition::{McAa, Scorer};
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcaa_torch.json");
+    let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    let flat = |v: &serde_json::Value| -> Vec<f32> {
+        fn walk(v: &serde_json::Value, out: &mut Vec<f32>) {
+            match v.as_array() {
+                Some(a) => a.iter().for_each(|x| walk(x, out)),
+                None => out.push(v.as_f64().unwrap() as f32),
+            }
+        }
+        let mut out = Vec::new();
+        walk(v, &mut out);
+        out
+    };
+    let w = &fx["weights"];
+    let shapes = [
+        ("fc1.weight", vec![5, 6]),
+        ("fc1.bias", vec![5]),
+        ("fc2.weight", vec![4, 5]),
+        ("fc2.bias", vec![4]),
+    ];
+    let tensors: std::collections::HashMap<String, Tensor> = shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let t = Tensor::from_vec(flat(&w[name]), shape, &Device::Cpu).unwrap();
+            (name.to_string(), t)
+        })
+        .collect();
+    let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+    let cfg = MlpConfig {
+        inputs: 6,
+        hidden: vec![5],
+        classes: 4,
+        dropout: 0.0,
+    };
+    let model = alkit::nn::Mlp::new(&cfg, vb).unwrap();
+    let data = Dataset::new(flat(&fx["x"]), vec![0; 12], vec![6], 4).unwrap();
+    let std = [fx["std"].as_f64().unwrap() as f32; 6];
+    let scoring = Scoring {
+        model: &model,
+        params: None,
+        builder: None,
+        input_std: &std,
+        batch: 5,
+        device: &Device::Cpu,
+        reference: None,
+    };
+    let idx: Vec<usize> = (0..12).collect();
+    for case in fx["cases"].as_array().unwrap() {
+        assert!(case["min_abs_gradient"].as_f64().unwrap() > 1e-5);
+        let mcaa = McAa {
+            epsilon: case["epsilon"].as_f64().unwrap() as f32,
+            samples: case["samples"].as_u64().unwrap() as usize,
+        };
+        let mut rng = stream(0, Purpose::Tool, 0);
+        let ev = scoring
+            .evidence(&data, &idx, mcaa.needs(), &mut rng, &mut Silent)
+            .unwrap();
+        let want = flat(&case["draws"]);
+        let draws = ev.samples.as_ref().unwrap().draws();
+        assert_eq!(draws.len() * 12 * 4, want.len());
+        for (t, d) in draws.iter().enumerate() {
+            for i in 0..12 {
+                for (k, &v) in d.row(i).iter().enumerate() {
+                    let r = want[(t * 12 + i) * 4 + k];
+                    assert!(
+                        (v - r).abs() < 1e-5,
+                        "draw {t} item {i} class {k}: {v} vs {r}"
+                    );
+                }
+            }
+        }
+        let scores = mcaa.score(&ev).unwrap();
+        for (i, (s, r)) in scores.iter().zip(flat(&case["scores"])).enumerate() {
+            assert!((s - r).abs() < 1e-5, "item {i}: {s} vs torch {r}");
+        }
+    }
+}

@@ -90,7 +90,7 @@ pub(crate) enum Command {
     Calibrate(CalibrateArgs),
     /// All metrics from externally computed scores in a CSV file.
     Metrics(MetricsArgs),
-    /// Uncertainty over the plane on two moons (DUQ; `--beside mlp` draws a softmax MLP next to it): surface.png + metrics.json.
+    /// Uncertainty over the plane on two moons (DUQ, softmax, Platt, MC dropout, Bayes-by-backprop, ensembles; `--beside` draws several side by side): surface.png + metrics.json.
     Surface(SurfaceArgs),
     /// Start a labeling session on a pool (optionally with seed labels) in a state folder.
     Init(session::InitArgs),
@@ -108,81 +108,16 @@ pub(crate) enum Command {
     Scorers,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum SurfaceModelArg {
-    /// DUQ with a 2-20-20-20 ReLU MLP feature extractor (score 1 - max K).
-    Duq,
-    /// One softmax ReLU MLP (hidden 25-25-25).
-    Mlp,
-    /// MC dropout: ReLU MLP 25-25-25-25 with dropout 0.205, --mc-samples passes.
-    McDropout,
-    /// Deep ensemble of --members MLPs (25-25-25) from different seeds and batch orders.
-    Ensemble,
-    /// Anchored ensemble (Pearce et al. 2020): members regularised towards their own random initialisation, strength --anchor.
-    AnchoredEnsemble,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum PenaltyArg {
-    TwoSided,
-    Squared,
-    OneSided,
-    None,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum SurfaceScorerArg {
-    /// 1 - max of the mean probability (the registry's least-confidence).
-    #[value(name = "least-confidence", alias = "max-prob")]
-    MaxProb,
-    /// Entropy of the mean probability.
-    Entropy,
-    /// Mean over classes of the variance across samples.
-    ClassVariance,
-    /// Mutual information across samples.
-    Bald,
-    /// DUQ's 1 - max K (only with --model duq).
-    Duq,
-}
-
 #[derive(clap::Args)]
 pub(crate) struct SurfaceArgs {
-    /// The dataset (two moons: 1,000 training points, noise 0.1).
+    /// The dataset (two moons).
     #[arg(long, default_value = "moons")]
     pub(crate) dataset: String,
-    /// The model.
-    #[arg(long, value_enum, default_value_t = SurfaceModelArg::Duq)]
-    pub(crate) model: SurfaceModelArg,
-    /// Also train this model on the same moons (scored by its default) and draw both side by side in beside.png; its own files go to OUT/beside/. One seed.
-    #[arg(long, value_enum)]
-    pub(crate) beside: Option<SurfaceModelArg>,
-    /// DUQ's gradient-penalty form (lambda 1.0).
-    #[arg(long, value_enum, default_value_t = PenaltyArg::TwoSided)]
-    pub(crate) penalty: PenaltyArg,
-    /// The uncertainty score: duq for --model duq; least-confidence, entropy, class-variance or bald otherwise. [default: duq for DUQ, entropy otherwise]
-    #[arg(long, value_enum)]
-    pub(crate) scorer: Option<SurfaceScorerArg>,
-    /// Training points (DUQ's setting: 1000; Ulmer & Cina's: 500).
-    #[arg(long, default_value_t = 1000)]
-    pub(crate) points: usize,
-    /// Moon noise (DUQ's setting: 0.1; Ulmer & Cina's: 0.125).
-    #[arg(long, default_value_t = 0.1)]
-    pub(crate) noise: f64,
-    /// MC-dropout passes.
-    #[arg(long, default_value_t = 20)]
-    pub(crate) mc_samples: usize,
-    /// Ensemble members.
-    #[arg(long, default_value_t = 5)]
-    pub(crate) members: usize,
-    /// Anchoring strength tau of anchored ensembles.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) anchor: f64,
-    /// Adam steps (batch 64, lr 1e-3) of the softmax models.
-    #[arg(long, default_value_t = 2000)]
-    pub(crate) steps: usize,
-    /// Seed of the data, initialisation and batch order.
-    #[arg(long, default_value_t = 0)]
-    pub(crate) seed: u64,
+    #[command(flatten)]
+    pub(crate) settings: alkit::jobs::surface::SurfaceSettings,
+    /// Also train these models (comma-separated) on the same moons, each scored by its default, and draw them all side by side in beside.png; each one's files go to OUT/beside/MODEL/. One seed.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) beside: Vec<alkit::jobs::surface::SurfaceModelKind>,
     /// Repeat with seeds seed, seed+1, ...: one folder per seed (`seedS/`), `seeds.csv`, and
     /// the median and range of the metrics (how robust a method is matters here as much as
     /// one run's picture).
@@ -778,18 +713,26 @@ impl ScoreArgs {
 }
 
 impl SurfaceArgs {
-    /// The surface's spec: the model the flags name, scored as they say (DUQ by its own
-    /// certainty, the others by entropy unless `--scorer`).
+    /// The surface's spec: the model the settings name, scored as they say.
     pub(crate) fn spec(&self) -> Result<alkit::jobs::surface::SurfaceSpec> {
-        self.spec_of(self.model, self.scorer)
+        if self.dataset != "moons" {
+            return Err(alkit::Error::config(
+                "dataset",
+                format!("`{}` is not available; only `moons`", self.dataset),
+            )
+            .into());
+        }
+        if self.seeds == 0 {
+            return Err(alkit::Error::config("seeds", "must be at least 1").into());
+        }
+        Ok(self.settings.spec()?)
     }
 
-    /// The spec of `--beside`'s model on the same moons, scored by its default; `None`
-    /// without the flag.
-    pub(crate) fn beside_spec(&self) -> Result<Option<alkit::jobs::surface::SurfaceSpec>> {
-        let Some(model) = self.beside else {
-            return Ok(None);
-        };
+    /// The specs of `--beside`'s models on the same moons, each scored by its default.
+    pub(crate) fn beside_specs(&self) -> Result<Vec<alkit::jobs::surface::SurfaceSpec>> {
+        if self.beside.is_empty() {
+            return Ok(Vec::new());
+        }
         if self.seeds != 1 {
             return Err(alkit::Error::config(
                 "beside",
@@ -798,69 +741,8 @@ impl SurfaceArgs {
             )
             .into());
         }
-        self.spec_of(model, None).map(Some)
-    }
-
-    fn spec_of(
-        &self,
-        model: SurfaceModelArg,
-        scorer: Option<SurfaceScorerArg>,
-    ) -> Result<alkit::jobs::surface::SurfaceSpec> {
-        use alkit::jobs::surface::{SurfaceModel, SurfaceScore, SurfaceSpec};
-        if self.dataset != "moons" {
-            return Err(alkit::Error::config(
-                "dataset",
-                format!("`{}` is not available; only `moons`", self.dataset),
-            )
-            .into());
-        }
-        for (field, v) in [
-            ("mc_samples", self.mc_samples as u64),
-            ("members", self.members as u64),
-            ("seeds", self.seeds),
-        ] {
-            if v == 0 {
-                return Err(alkit::Error::config(field, "must be at least 1").into());
-            }
-        }
-        let is_duq = matches!(model, SurfaceModelArg::Duq);
-        let score = match (scorer, is_duq) {
-            (None | Some(SurfaceScorerArg::Duq), true) => SurfaceScore::MaxProb,
-            (Some(SurfaceScorerArg::Duq), false) => {
-                return Err(alkit::Error::config("scorer", "duq needs --model duq").into())
-            }
-            (Some(_), true) => {
-                return Err(alkit::Error::config("scorer", "--model duq is scored by duq").into())
-            }
-            (None | Some(SurfaceScorerArg::Entropy), false) => SurfaceScore::Entropy,
-            (Some(SurfaceScorerArg::MaxProb), false) => SurfaceScore::MaxProb,
-            (Some(SurfaceScorerArg::ClassVariance), false) => SurfaceScore::ClassVariance,
-            (Some(SurfaceScorerArg::Bald), false) => SurfaceScore::Bald,
-        };
-        let model = match model {
-            SurfaceModelArg::Duq => SurfaceModel::duq(match self.penalty {
-                PenaltyArg::TwoSided => alkit::duq::Penalty::TwoSided,
-                PenaltyArg::Squared => alkit::duq::Penalty::Squared,
-                PenaltyArg::OneSided => alkit::duq::Penalty::OneSided,
-                PenaltyArg::None => alkit::duq::Penalty::None,
-            }),
-            SurfaceModelArg::Mlp => SurfaceModel::mlp(),
-            SurfaceModelArg::McDropout => SurfaceModel::mc_dropout(self.mc_samples),
-            SurfaceModelArg::Ensemble => SurfaceModel::ensemble(self.members, None),
-            SurfaceModelArg::AnchoredEnsemble => {
-                SurfaceModel::ensemble(self.members, Some(self.anchor))
-            }
-        };
-        let spec = SurfaceSpec {
-            model,
-            score,
-            points: self.points,
-            noise: self.noise,
-            steps: self.steps,
-            seed: self.seed,
-        };
-        spec.validate()?;
-        Ok(spec)
+        let specs = self.beside.iter().map(|&m| self.settings.spec_of(m, None));
+        Ok(specs.collect::<alkit::error::Result<_>>()?)
     }
 }
 

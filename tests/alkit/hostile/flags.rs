@@ -83,6 +83,36 @@ pub(super) fn cases() -> Vec<Case> {
             ["--mc-samples"]
         ),
         case!(
+            "flag-surface-prior-sigma-inf",
+            none,
+            [
+                "surface",
+                "--model",
+                "bayes-by-backprop",
+                "--prior-sigma",
+                "inf",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["--prior-sigma", "inf"]
+        ),
+        case!(
+            "flag-surface-beside-twice",
+            none,
+            [
+                "surface",
+                "--model",
+                "mlp",
+                "--beside",
+                "platt,platt",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["--beside", "platt", "twice"]
+        ),
+        case!(
             "flag-surface-seeds-0",
             none,
             ["surface", "--seeds", "0", "--out", "{d}/o"],

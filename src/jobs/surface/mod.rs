@@ -2,203 +2,36 @@
 //! data (DUQ Fig. 1/4; Ulmer & Cina 2021, Fig. 3).
 //!
 //! Data from the seed: `points` training moons (noise `noise`), 1,000 held-out moons, and
-//! 1,000 points uniform on the annulus at distance 2 to 4 from the training data's centre.
+//! 1,000 points uniform on the annulus at distance 2 to 4 from the training data's centre;
+//! the Platt-scaled network also draws `points / 2` validation moons from a stream of its
+//! own (Ulmer & Cina's 500 training and 250 validation points), so that every model sees the
+//! same training, held-out and far points.
 //! Reported: held-out accuracy, and `auroc_far`, the AUROC separating held-out moons from
 //! annulus points by the model's uncertainty (annulus positive). The surfaces are the
 //! uncertainty score, and the magnitude of its input gradient `||d score / d x||`, on a
 //! 200 x 200 grid covering the annulus. Every score is computed with differentiable tensor
 //! ops, so the gradient is one autograd pass (first order only).
 
+mod settings;
+mod spec;
+
+pub use settings::{SurfaceModelKind, SurfaceScorer, SurfaceSettings};
+pub use spec::{SurfaceModel, SurfaceScore, SurfaceSpec};
+
 use crate::data::moons::{annulus, moons};
 use crate::data::Dataset;
-use crate::duq::{DuqConfig, DuqMlp};
+use crate::duq::DuqMlp;
 use crate::error::Result;
-use crate::metrics::ood_metrics;
+use crate::metrics::{ood_metrics, Platt};
 use crate::models::Arch;
 use crate::nn::layers::log_probs;
-use crate::nn::{Classifier, MlpConfig, Mode};
+use crate::nn::{BayesMlp, BayesMlpConfig, Classifier, MlpConfig, Mode};
 use crate::observe::Silent;
 use crate::plot::{heatmaps_png, Heatmap};
 use crate::rng::{stream, Purpose, Rng};
-use crate::train::{train, TrainConfig};
+use crate::train::{fit_softmax, train, TrainConfig, TrainRngs};
 use candle_core::{DType, Device, Tensor, Var, D};
 use serde::Serialize;
-
-/// An uncertainty score over stochastic (or single) predictions `(S, b, c)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SurfaceScore {
-    /// `1 - max_c mean_s p`.
-    MaxProb,
-    /// Entropy of the mean prediction.
-    Entropy,
-    /// `(1/C) sum_c Var_s[p_c]`.
-    ClassVariance,
-    /// Mutual information (BALD).
-    Bald,
-}
-
-/// Which model a surface shows.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SurfaceModel {
-    /// DUQ; score `1 - max_c K_c`.
-    Duq(DuqConfig),
-    /// One softmax ReLU MLP with these hidden widths.
-    Mlp(Vec<usize>),
-    /// An MLP with dropout `p` after each hidden layer, `samples` MC-dropout passes.
-    McDropout {
-        /// Hidden widths.
-        hidden: Vec<usize>,
-        /// Dropout probability.
-        p: f32,
-        /// Forward passes.
-        samples: usize,
-    },
-    /// `members` MLPs from different seeds and batch orders; anchored (Pearce et al. 2020)
-    /// with strength `tau` when `anchor` is set.
-    Ensemble {
-        /// Hidden widths.
-        hidden: Vec<usize>,
-        /// Members.
-        members: usize,
-        /// Anchoring strength `tau`.
-        anchor: Option<f64>,
-    },
-}
-
-impl SurfaceModel {
-    /// DUQ with `penalty` and otherwise its defaults.
-    pub fn duq(penalty: crate::duq::Penalty) -> SurfaceModel {
-        SurfaceModel::Duq(DuqConfig {
-            settings: crate::duq::DuqSettings {
-                penalty,
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-    }
-
-    /// The two-moons softmax MLP: three hidden layers of 25.
-    pub fn mlp() -> SurfaceModel {
-        SurfaceModel::Mlp(vec![25, 25, 25])
-    }
-
-    /// The two-moons MC-dropout MLP: four hidden layers of 25, dropout 0.205, `samples`
-    /// passes.
-    pub fn mc_dropout(samples: usize) -> SurfaceModel {
-        SurfaceModel::McDropout {
-            hidden: vec![25, 25, 25, 25],
-            p: 0.205,
-            samples,
-        }
-    }
-
-    /// A deep ensemble of `members` two-moons MLPs, anchored with `tau` when given.
-    pub fn ensemble(members: usize, anchor: Option<f64>) -> SurfaceModel {
-        SurfaceModel::Ensemble {
-            hidden: vec![25, 25, 25],
-            members,
-            anchor,
-        }
-    }
-
-    /// The model as a figure's title names it.
-    pub fn label(&self) -> String {
-        match self {
-            SurfaceModel::Duq(_) => "DUQ".into(),
-            SurfaceModel::Mlp(_) => "softmax MLP".into(),
-            SurfaceModel::McDropout { samples, .. } => format!("MC dropout ({samples} passes)"),
-            SurfaceModel::Ensemble {
-                members,
-                anchor: None,
-                ..
-            } => format!("ensemble of {members}"),
-            SurfaceModel::Ensemble { members, .. } => format!("anchored ensemble of {members}"),
-        }
-    }
-}
-
-/// Surface settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SurfaceSpec {
-    /// The model.
-    pub model: SurfaceModel,
-    /// The score (ignored for DUQ).
-    pub score: SurfaceScore,
-    /// Training points.
-    pub points: usize,
-    /// Moon noise.
-    pub noise: f64,
-    /// Adam steps of batch 64 for the softmax models (lr 1e-3).
-    pub steps: usize,
-    /// Seed of data, initialisation, batch order and dropout masks.
-    pub seed: u64,
-}
-
-impl SurfaceSpec {
-    /// Checks the settings before any work: at least 20 training points (the held-out split
-    /// and the far-away points need some) and at most 10,000,000, a noise in `0..=1000`,
-    /// at least one training step, and for the MC-dropout and ensemble models at least one
-    /// pass or member (ensembles at most [`crate::train::MAX_MEMBERS`]) and a dropout
-    /// probability in `[0, 1)`.
-    pub fn validate(&self) -> Result<()> {
-        if !(20..=10_000_000).contains(&self.points) {
-            return Err(crate::Error::config(
-                "points",
-                format!("{} is not in 20..=10000000", self.points),
-            ));
-        }
-        if !(self.noise.is_finite() && (0.0..=1000.0).contains(&self.noise)) {
-            return Err(crate::Error::config(
-                "noise",
-                format!(
-                    "{} is not a number in 0..=1000 (the moons are 3 wide)",
-                    self.noise
-                ),
-            ));
-        }
-        crate::limits::count(
-            "steps",
-            self.steps,
-            crate::limits::MAX_STEPS,
-            "training steps",
-        )?;
-        match &self.model {
-            SurfaceModel::McDropout { samples, p, .. } => {
-                crate::limits::count(
-                    "mc_samples",
-                    *samples,
-                    crate::limits::MAX_SAMPLES,
-                    "MC-dropout passes",
-                )?;
-                if !(0.0..1.0).contains(p) {
-                    return Err(crate::Error::config(
-                        "dropout",
-                        format!("{p} is not in [0, 1)"),
-                    ));
-                }
-            }
-            SurfaceModel::Ensemble {
-                members, anchor, ..
-            } => {
-                if !(1..=crate::train::MAX_MEMBERS).contains(members) {
-                    return Err(crate::Error::config(
-                        "members",
-                        format!("{members} is not in 1..={}", crate::train::MAX_MEMBERS),
-                    ));
-                }
-                if anchor.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
-                    return Err(crate::Error::config(
-                        "anchor",
-                        format!("{anchor:?} is not a number >= 0"),
-                    ));
-                }
-            }
-            SurfaceModel::Duq(_) | SurfaceModel::Mlp(_) => {}
-        }
-        Ok(())
-    }
-}
 
 /// A computed surface and its metrics.
 #[derive(Debug, Clone, Serialize)]
@@ -255,6 +88,10 @@ enum Fitted {
         members: Vec<Box<dyn Classifier>>,
         mc: Option<usize>,
     },
+    Platt {
+        model: Box<dyn Classifier>,
+        platt: Platt,
+    },
 }
 
 impl Fitted {
@@ -280,6 +117,14 @@ impl Fitted {
                     }
                 }
                 Tensor::stack(&ps, 0)?
+            }
+            Fitted::Platt { model, platt } => {
+                // softmax(a l + (0, b)) = (1 - p, p), p = sigmoid(a (l1 - l0) + b).
+                let l = model
+                    .forward(x, &mut Mode::Eval)?
+                    .affine(platt.slope, 0.0)?;
+                let shift = Tensor::new(&[0.0, platt.intercept as f32], x.device())?;
+                log_probs(&l.broadcast_add(&shift)?)?.exp()?.unsqueeze(0)?
             }
         };
         let pred = probs.mean(0)?.argmax(D::Minus1)?.to_vec1::<u32>()?;
@@ -331,6 +176,25 @@ fn fit(spec: &SurfaceSpec, train_ds: &Dataset, device: &Device) -> Result<Fitted
         .model)
     };
     Ok(match &spec.model {
+        SurfaceModel::Platt(hidden) => {
+            let model = softmax(hidden, 0.0, 0, None)?;
+            let platt = fit_platt(model.as_ref(), spec, device)?;
+            Fitted::Platt { model, platt }
+        }
+        SurfaceModel::BayesByBackprop {
+            hidden,
+            prior_sigma,
+            samples,
+        } => Fitted::Softmax {
+            members: vec![bayes_by_backprop(
+                spec,
+                hidden,
+                *prior_sigma,
+                train_ds,
+                device,
+            )?],
+            mc: Some(*samples),
+        },
         SurfaceModel::Duq(cfg) => {
             let mut m = DuqMlp::new(
                 2,
@@ -368,6 +232,64 @@ fn fit(spec: &SurfaceSpec, train_ds: &Dataset, device: &Device) -> Result<Fitted
             mc: None,
         },
     })
+}
+
+/// Initial `rho` of Bayes-by-backprop's standard deviations: `softplus(-5) = 0.0067`, the
+/// network starts close to a plain one and learns how much its weights may vary.
+const BBB_RHO_INIT: f64 = -5.0;
+
+/// Adam's step size for Bayes-by-backprop: ten times the other models', because its
+/// standard deviations move on `rho`'s log-like scale from far below their optimum.
+const BBB_LR: f64 = 1e-2;
+
+/// A Bayes-by-backprop MLP trained on every training point by the evidence lower bound (the
+/// KL term over the item count), one weight draw per step.
+fn bayes_by_backprop(
+    spec: &SurfaceSpec,
+    hidden: &[usize],
+    prior_sigma: f64,
+    train_ds: &Dataset,
+    device: &Device,
+) -> Result<Box<dyn Classifier>> {
+    let cfg = BayesMlpConfig {
+        inputs: 2,
+        hidden: hidden.to_vec(),
+        classes: 2,
+        prior_sigma,
+        rho_init: BBB_RHO_INIT,
+    };
+    let params = TrainConfig {
+        steps: spec.steps,
+        batch_size: 64,
+        lr: BBB_LR,
+        anchor: None,
+    }
+    .validate()?;
+    let all: Vec<usize> = (0..train_ds.len()).collect();
+    let build = |vb: candle_nn::VarBuilder<'_>| -> candle_core::Result<Box<dyn Classifier>> {
+        Ok(Box::new(BayesMlp::new(&cfg, vb)?))
+    };
+    // The streams of the plain MLP's, so both start from the same draws of the generator.
+    let rngs = TrainRngs::for_cycle(spec.seed, 1000);
+    Ok(fit_softmax(&build, train_ds, &all, &params, rngs, device, &mut Silent)?.model)
+}
+
+/// Platt scaling of `model`'s logit difference on `points / 2` validation moons drawn from a
+/// stream of their own.
+fn fit_platt(model: &dyn Classifier, spec: &SurfaceSpec, device: &Device) -> Result<Platt> {
+    let val = moons(
+        (spec.points / 2).max(10),
+        spec.noise,
+        &mut stream(spec.seed, Purpose::Tool, 1),
+    )?;
+    let logits = model
+        .predict(&tensor(&val, device)?)?
+        .to_dtype(DType::F64)?;
+    let diff = (logits.narrow(1, 1, 1)? - logits.narrow(1, 0, 1)?)?
+        .flatten_all()?
+        .to_vec1::<f64>()?;
+    let positive: Vec<bool> = val.labels().iter().map(|&l| l == 1).collect();
+    Platt::fit(&diff, &positive)
 }
 
 /// Trains the model of `spec` on two moons and computes its surfaces and metrics.
@@ -556,23 +478,49 @@ pub fn write_beside(surfaces: &[&Surface], out: &std::path::Path) -> Result<()> 
 }
 
 /// `alkit surface` with one seed: the surface of `spec` written into `out` ([`write()`]) and,
-/// with `beside`, a second one written into `out/beside` and both side by side in
-/// `out/beside.png` ([`write_beside`]). Many seeds: [`run_seeds`].
+/// for each model of `beside`, its surface written into `out/beside/<slug>`
+/// ([`SurfaceModel::slug`]) and all of them side by side in `out/beside.png`
+/// ([`write_beside`]); Ulmer & Cina's Figure 3 is the MLP beside the five others. Refuses a
+/// model named twice before training any. Many seeds: [`run_seeds`].
 pub fn run(
     spec: &SurfaceSpec,
-    beside: Option<&SurfaceSpec>,
+    beside: &[SurfaceSpec],
     out: &std::path::Path,
     device: &Device,
-) -> Result<(Surface, Option<Surface>)> {
+) -> Result<(Surface, Vec<Surface>)> {
+    let mut slugs = vec![spec.model.slug()];
+    for b in beside {
+        b.validate()?;
+        if slugs.contains(&b.model.slug()) {
+            return Err(crate::Error::config(
+                "beside",
+                format!(
+                    "names {} twice (the model and its neighbours each appear once)",
+                    b.model.slug()
+                ),
+            ));
+        }
+        slugs.push(b.model.slug());
+    }
     let s = moons_surface(spec, device)?;
     write(&s, out)?;
-    let Some(spec) = beside else {
-        return Ok((s, None));
-    };
-    let b = moons_surface(spec, device)?;
-    write(&b, &out.join("beside"))?;
-    write_beside(&[&s, &b], out)?;
-    Ok((s, Some(b)))
+    if beside.is_empty() {
+        return Ok((s, Vec::new()));
+    }
+    let mut others = Vec::with_capacity(beside.len());
+    for b in beside {
+        let surface = moons_surface(b, device)?;
+        write(&surface, &beside_dir(out, b))?;
+        others.push(surface);
+    }
+    let all: Vec<&Surface> = std::iter::once(&s).chain(&others).collect();
+    write_beside(&all, out)?;
+    Ok((s, others))
+}
+
+/// Where [`run`] writes the files of a model drawn beside the first: `out/beside/<slug>`.
+pub fn beside_dir(out: &std::path::Path, spec: &SurfaceSpec) -> std::path::PathBuf {
+    out.join("beside").join(spec.model.slug())
 }
 
 /// Median, minimum and maximum of a metric over seeds.
