@@ -146,18 +146,7 @@ fn mean_entropy(draws: &[Probs], i: usize) -> f64 {
 /// The summed entropies of one candidate's joint predictives, given as the products
 /// `sum_s p_s(y) p_s(y*)` not yet divided by the `k` draws.
 fn joint_entropy(sums: &[f32], k: usize) -> f64 {
-    let k = k as f64;
-    -sums
-        .iter()
-        .map(|&v| {
-            let p = f64::from(v) / k;
-            if p > 0.0 {
-                p * p.ln()
-            } else {
-                0.0
-            }
-        })
-        .sum::<f64>()
+    crate::plogp::neg_sum_plogp(sums, 1.0 / k as f64)
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ mod kernel_batch;
 mod kernels;
 mod laplace;
 pub mod linalg;
+mod plogp;
 mod posthoc;
 mod reference;
 mod regression;
