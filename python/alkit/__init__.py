@@ -578,6 +578,8 @@ def fit_platt(scores: object, positive: object) -> Tuple[float, float]:
     (as scikit-learn's ``CalibratedClassifierCV(method="sigmoid")``)."""
     s = _array(scores, "scores")
     y = _array(positive, "positive")
+    if s.dtype.kind not in "fiu":
+        raise DataError(f"scores: expected real numbers, got dtype {s.dtype}", field="scores")
     if s.ndim != 1 or y.ndim != 1:
         raise DataError(
             f"scores and positive: expected one axis each, got shapes {s.shape} and {y.shape}",

@@ -5,7 +5,9 @@
 
 use crate::errors::PyAlkitResult;
 use alkit::error::{Error, Result};
-use alkit::jobs::surface::{moons_surface, run, Surface, SurfaceModelKind, SurfaceSettings};
+use alkit::jobs::surface::{
+    check_beside, moons_surface, run, Surface, SurfaceModelKind, SurfaceSettings,
+};
 use numpy::ndarray::Array2;
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
@@ -56,8 +58,18 @@ pub fn surface<'py>(
     let spec = settings.spec()?;
     let others = beside
         .iter()
-        .map(|m| settings.spec_of(m.parse::<SurfaceModelKind>()?, None))
+        .map(|m| {
+            let kind = m.parse::<SurfaceModelKind>().map_err(|_| {
+                let known: Vec<&str> = SurfaceModelKind::ALL.iter().map(|k| k.name()).collect();
+                Error::config(
+                    "beside",
+                    format!("unknown model `{m}`; expected one of: {}", known.join(", ")),
+                )
+            })?;
+            settings.spec_of(kind, None)
+        })
         .collect::<Result<Vec<_>>>()?;
+    check_beside(&spec, &others)?;
     let device = candle_core::Device::Cpu;
     let (first, rest) = py.detach(move || -> Result<(Surface, Vec<Surface>)> {
         match out {

@@ -30,6 +30,10 @@ def test_fit_platt_refuses_what_it_cannot_read():
         alkit.fit_platt(np.array([0.5, np.nan]), np.array([True, False]))
     with pytest.raises(alkit.DataError, match="0 or 1"):
         alkit.fit_platt(np.array([0.5, 1.0]), np.array([2, 0]))
+    with pytest.raises(alkit.DataError, match="real numbers"):
+        alkit.fit_platt(np.array(["a", "b"]), np.array([True, False]))
+    with pytest.raises(alkit.DataError, match="real numbers"):
+        alkit.fit_platt(np.array([1j, 2j]), np.array([True, False]))
     with pytest.raises(alkit.AlkitError, match="2 scores for 3 labels"):
         alkit.fit_platt(np.array([0.5, 1.0]), np.array([True, False, True]))
 
@@ -67,5 +71,10 @@ def test_surface_refuses_unknown_settings_and_models():
         alkit.surface(model="mpl")
     with pytest.raises(alkit.SettingsError, match="list of model names"):
         alkit.surface(beside="platt")
+    # Refused before training, with or without files to write, as the command line does.
+    with pytest.raises(alkit.SettingsError, match="twice"):
+        alkit.surface(model="mlp", beside=["platt", "mlp"])
+    with pytest.raises(alkit.SettingsError, match="beside"):
+        alkit.surface(model="mlp", beside=["mpl"])
     with pytest.raises(alkit.SettingsError, match="prior_sigma"):
         alkit.surface(model="bayes-by-backprop", prior_sigma=0.0)

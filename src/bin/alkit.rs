@@ -909,7 +909,7 @@ fn surface_cmd(a: SurfaceArgs, device: &Device) -> Result<()> {
         "{} seeds ({}..{}): accuracy median {:.4} (min {:.4}, max {:.4}), auroc_far median {:.4} (min {:.4}, max {:.4}); wrote {}/seeds.csv",
         a.seeds,
         a.settings.seed,
-        a.settings.seed + a.seeds - 1,
+        a.settings.seed.saturating_add(a.seeds - 1),
         acc.median,
         acc.min,
         acc.max,

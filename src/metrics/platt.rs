@@ -61,56 +61,24 @@ impl Platt {
         let neg = positive.len() as f64 - pos;
         let (hi, lo) = ((pos + 1.0) / (pos + 2.0), 1.0 / (neg + 2.0));
         let targets: Vec<f64> = positive.iter().map(|&p| if p { hi } else { lo }).collect();
-        let loss = |a: f64, b: f64| -> f64 {
-            scores
-                .iter()
-                .zip(&targets)
-                .map(|(s, t)| {
-                    let z = a * s + b;
-                    softplus(z) - t * z
-                })
-                .sum()
-        };
-        let (mut a, mut b) = (0.0, ((pos + 1.0) / (neg + 1.0)).ln());
-        let mut f = loss(a, b);
-        for _ in 0..MAX_STEPS {
-            let (mut ga, mut gb, mut haa, mut hab, mut hbb) = (0.0, 0.0, 0.0, 0.0, 0.0);
-            for (s, t) in scores.iter().zip(&targets) {
-                let p = sigmoid(a * s + b);
-                let (d, w) = (p - t, p * (1.0 - p));
-                ga += d * s;
-                gb += d;
-                haa += w * s * s;
-                hab += w * s;
-                hbb += w;
-            }
-            // A tiny ridge keeps the step defined when every score is equal (`a` then has no
-            // effect on the loss and stays where it is).
-            let ridge = 1e-12 * (1.0 + haa + hbb);
-            let (haa, hbb) = (haa + ridge, hbb + ridge);
-            let det = haa * hbb - hab * hab;
-            let (da, db) = ((hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det);
-            let slope = ga * da + gb * db;
-            if !(slope.is_finite() && slope > 1e-24 * (1.0 + f.abs())) {
-                break;
-            }
-            let mut step = 1.0;
-            let accepted = loop {
-                let (na, nb) = (a - step * da, b - step * db);
-                let nf = loss(na, nb);
-                if nf <= f - 1e-4 * step * slope {
-                    break Some((na, nb, nf));
-                }
-                step /= 2.0;
-                if step < 1e-12 {
-                    break None;
-                }
-            };
-            let Some((na, nb, nf)) = accepted else { break };
-            (a, b, f) = (na, nb, nf);
+        // Scores brought within [-1, 1] first: `s^2` in the Hessian overflows past 1e154, and
+        // the fit is the same up to the slope's scale.
+        let scale = scores.iter().fold(1f64, |m, s| m.max(s.abs()));
+        let s: Vec<f64> = scores.iter().map(|v| v / scale).collect();
+        let (a, b) = newton(&s, &targets, ((pos + 1.0) / (neg + 1.0)).ln());
+        let (ga, gb) = gradient(&s, &targets, a, b);
+        let residual = ga.abs() + gb.abs();
+        if residual.is_nan() || residual > 1e-7 * s.len() as f64 {
+            return Err(Error::config(
+                "scores",
+                format!(
+                    "Platt scaling did not converge in {MAX_STEPS} Newton steps (gradient \
+                     {ga:e}, {gb:e}); check the scores for extreme outliers"
+                ),
+            ));
         }
         Ok(Platt {
-            slope: a,
+            slope: a / scale,
             intercept: b,
         })
     }
@@ -119,6 +87,67 @@ impl Platt {
     pub fn probability(&self, score: f64) -> f64 {
         sigmoid(self.slope * score + self.intercept)
     }
+}
+
+/// `sum_i (sigmoid(a s_i + b) - t_i) (s_i, 1)`: the gradient of the cross-entropy.
+fn gradient(s: &[f64], t: &[f64], a: f64, b: f64) -> (f64, f64) {
+    s.iter().zip(t).fold((0.0, 0.0), |(ga, gb), (s, t)| {
+        let d = sigmoid(a * s + b) - t;
+        (ga + d * s, gb + d)
+    })
+}
+
+/// The cross-entropy of `sigmoid(a s + b)` against the targets `t`, minimised over `(a, b)` by
+/// Newton's method with backtracking from `(0, b0)`.
+fn newton(s: &[f64], t: &[f64], b0: f64) -> (f64, f64) {
+    let loss = |a: f64, b: f64| -> f64 {
+        s.iter()
+            .zip(t)
+            .map(|(s, t)| {
+                let z = a * s + b;
+                softplus(z) - t * z
+            })
+            .sum()
+    };
+    let (mut a, mut b) = (0.0, b0);
+    let mut f = loss(a, b);
+    for _ in 0..MAX_STEPS {
+        let (mut ga, mut gb, mut haa, mut hab, mut hbb) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for (s, t) in s.iter().zip(t) {
+            let p = sigmoid(a * s + b);
+            let (d, w) = (p - t, p * (1.0 - p));
+            ga += d * s;
+            gb += d;
+            haa += w * s * s;
+            hab += w * s;
+            hbb += w;
+        }
+        // A tiny ridge keeps the step defined when every score is equal (then only `a s + b`
+        // is determined, and the ridge picks the smallest step reaching it).
+        let ridge = 1e-12 * (1.0 + haa + hbb);
+        let (haa, hbb) = (haa + ridge, hbb + ridge);
+        let det = haa * hbb - hab * hab;
+        let (da, db) = ((hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det);
+        let slope = ga * da + gb * db;
+        if !(slope.is_finite() && slope > 1e-24 * (1.0 + f.abs())) {
+            break;
+        }
+        let mut step = 1.0;
+        let accepted = loop {
+            let (na, nb) = (a - step * da, b - step * db);
+            let nf = loss(na, nb);
+            if nf <= f - 1e-4 * step * slope {
+                break Some((na, nb, nf));
+            }
+            step /= 2.0;
+            if step < 1e-12 {
+                break None;
+            }
+        };
+        let Some((na, nb, nf)) = accepted else { break };
+        (a, b, f) = (na, nb, nf);
+    }
+    (a, b)
 }
 
 #[cfg(test)]
@@ -150,6 +179,17 @@ mod tests {
         let err = Platt::fit(&[0.0, f64::NAN], &[true, false]).unwrap_err();
         assert!(err.to_string().contains("item 1"), "{err}");
         assert!(Platt::fit(&[], &[]).is_err());
+        // Scores near the largest float fit as their scaled copies do.
+        let big: Vec<f64> = s.iter().map(|v| v * 1e300).collect();
+        let fit = Platt::fit(&big, &y).unwrap();
+        assert!(
+            (fit.slope * 1e300 - p.slope).abs() < 1e-9 * p.slope.abs(),
+            "{fit:?} vs {p:?}"
+        );
+        assert!(
+            (fit.intercept - p.intercept).abs() < 1e-9,
+            "{fit:?} vs {p:?}"
+        );
         assert!(Platt::fit(&[1.0], &[true, false]).is_err());
     }
 }

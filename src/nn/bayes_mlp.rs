@@ -38,11 +38,29 @@ struct BayesLinear {
     bias_rho: Tensor,
 }
 
-/// `softplus(rho) = ln(1 + e^rho)`, computed as `relu(rho) + ln(1 + e^-|rho|)` so that a
-/// large `rho` does not overflow.
+/// Below this `rho`, `softplus(rho)` comes from the series of `ln(1 + x)` in `x = e^rho`:
+/// `1 + e^rho` loses `e^rho`'s digits in `f32` (and rounds to 1 past `rho = -16.6`, a
+/// standard deviation of exactly 0, whose log is `-inf`).
+const SOFTPLUS_TAIL: f64 = -3.0;
+
+/// `softplus(rho) = ln(1 + e^rho)`: `relu(rho) + ln(1 + e^-|rho|)` (a large `rho` does not
+/// overflow), and below [`SOFTPLUS_TAIL`] `x - x^2/2 + ... - x^6/6`, `x = e^rho <= 0.05`
+/// (truncation below `1e-9` of the value), positive however small.
 fn softplus(rho: &Tensor) -> Result<Tensor> {
-    rho.relu()? + ((rho.abs()?.neg()?.exp()? + 1.0)?.log()?)
+    let body = (rho.relu()? + ((rho.abs()?.neg()?.exp()? + 1.0)?.log()?))?;
+    // The series is taken of rho capped at the tail's edge, so that the branch not chosen
+    // stays finite and passes a zero gradient.
+    let x = rho.minimum(SOFTPLUS_TAIL)?.exp()?;
+    let mut series = x.affine(-1.0 / 6.0, 1.0 / 5.0)?;
+    for k in [4.0, 3.0, 2.0] {
+        series = (series * &x)?.affine(-1.0, 1.0 / k)?;
+    }
+    let tail = (&x * (series * &x)?.affine(-1.0, 1.0)?)?;
+    rho.lt(SOFTPLUS_TAIL)?.where_cond(&tail, &body)
 }
+
+/// The range of a starting `rho`: `softplus` spans standard deviations from `e^-30` to 30.
+const RHO_INIT: std::ops::RangeInclusive<f64> = -30.0..=30.0;
 
 /// `mu + softplus(rho) * eps`, `eps ~ N(0, 1)` of `mu`'s shape from `rng`.
 fn sample(mu: &Tensor, rho: &Tensor, rng: &mut Rng) -> Result<Tensor> {
@@ -103,6 +121,9 @@ impl BayesMlp {
     pub fn new(cfg: &BayesMlpConfig, vb: VarBuilder) -> Result<Self> {
         if !(cfg.prior_sigma.is_finite() && cfg.prior_sigma > 0.0) {
             candle_core::bail!("prior_sigma {} is not a positive number", cfg.prior_sigma);
+        }
+        if !RHO_INIT.contains(&cfg.rho_init) {
+            candle_core::bail!("rho_init {} is not in {RHO_INIT:?}", cfg.rho_init);
         }
         let mut widths = vec![cfg.inputs];
         widths.extend(&cfg.hidden);
@@ -193,11 +214,20 @@ mod tests {
         let m = BayesMlp::new(&cfg, vb).unwrap();
         let x = Tensor::new(&[[0.5f32, -1.0], [2.0, 0.25]], &Device::Cpu).unwrap();
         let eval = m.forward(&x, &mut Mode::Eval).unwrap();
-        let eval2 = m.forward(&x, &mut Mode::Eval).unwrap();
-        assert_eq!(
-            eval.to_vec2::<f32>().unwrap(),
-            eval2.to_vec2::<f32>().unwrap()
-        );
+        // By hand from the means: relu(x W1^T + b1) W2^T + b2.
+        let v2 = |t: &Tensor| t.to_vec2::<f32>().unwrap();
+        let v1 = |t: &Tensor| t.to_vec1::<f32>().unwrap();
+        let (w1, b1) = (v2(&m.layers[0].weight_mu), v1(&m.layers[0].bias_mu));
+        let (w2, b2) = (v2(&m.layers[1].weight_mu), v1(&m.layers[1].bias_mu));
+        for (row, got) in v2(&x).iter().zip(v2(&eval)) {
+            let h: Vec<f32> = (0..5)
+                .map(|j| (b1[j] + w1[j][0] * row[0] + w1[j][1] * row[1]).max(0.0))
+                .collect();
+            for k in 0..3 {
+                let want = b2[k] + (0..5).map(|j| w2[k][j] * h[j]).sum::<f32>();
+                assert!((got[k] - want).abs() < 1e-5, "{} vs {want}", got[k]);
+            }
+        }
         let mut rng = stream(2, Purpose::Train, 0);
         let a = m.forward(&x, &mut Mode::Train(&mut rng)).unwrap();
         let b = m.forward(&x, &mut Mode::Train(&mut rng)).unwrap();
@@ -206,13 +236,40 @@ mod tests {
         let mut again = stream(2, Purpose::Train, 0);
         let a2 = m.forward(&x, &mut Mode::Train(&mut again)).unwrap();
         assert_eq!(a.to_vec2::<f32>().unwrap(), a2.to_vec2::<f32>().unwrap());
-        assert!(BayesMlp::new(
-            &BayesMlpConfig {
+        for bad in [
+            BayesMlpConfig {
                 prior_sigma: 0.0,
+                ..cfg.clone()
+            },
+            BayesMlpConfig {
+                rho_init: f64::NAN,
+                ..cfg.clone()
+            },
+            BayesMlpConfig {
+                rho_init: -40.0,
                 ..cfg
             },
-            seeded(stream(1, Purpose::Init, 0), DType::F32, &Device::Cpu).0
-        )
-        .is_err());
+        ] {
+            let vb = seeded(stream(1, Purpose::Init, 0), DType::F32, &Device::Cpu).0;
+            assert!(BayesMlp::new(&bad, vb).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tiny_standard_deviations_stay_positive_in_f32() {
+        // At rho = -20, 1 + e^rho rounds to 1 in f32: the tail form keeps sigma = e^-20 and
+        // the KL divergence finite.
+        let rho = Tensor::new(&[-20f32, -3.5, -2.5, 0.0, 30.0], &Device::Cpu).unwrap();
+        let s = softplus(&rho).unwrap().to_vec1::<f32>().unwrap();
+        for (got, r) in s.iter().zip([-20f64, -3.5, -2.5, 0.0, 30.0]) {
+            let want = r.exp().ln_1p();
+            assert!(
+                ((f64::from(*got) - want) / want).abs() < 1e-5,
+                "rho {r}: {got} vs {want}"
+            );
+        }
+        let mu = Tensor::zeros(5, DType::F32, &Device::Cpu).unwrap();
+        let k = kl(&mu, &rho, 1.0).unwrap().to_scalar::<f32>().unwrap();
+        assert!(k.is_finite(), "{k}");
     }
 }

@@ -488,20 +488,7 @@ pub fn run(
     out: &std::path::Path,
     device: &Device,
 ) -> Result<(Surface, Vec<Surface>)> {
-    let mut slugs = vec![spec.model.slug()];
-    for b in beside {
-        b.validate()?;
-        if slugs.contains(&b.model.slug()) {
-            return Err(crate::Error::config(
-                "beside",
-                format!(
-                    "names {} twice (the model and its neighbours each appear once)",
-                    b.model.slug()
-                ),
-            ));
-        }
-        slugs.push(b.model.slug());
-    }
+    check_beside(spec, beside)?;
     let s = moons_surface(spec, device)?;
     write(&s, out)?;
     if beside.is_empty() {
@@ -516,6 +503,26 @@ pub fn run(
     let all: Vec<&Surface> = std::iter::once(&s).chain(&others).collect();
     write_beside(&all, out)?;
     Ok((s, others))
+}
+
+/// Checks the models drawn beside `spec`'s before any is trained: each valid, and no model
+/// named twice (their files would overwrite each other's).
+pub fn check_beside(spec: &SurfaceSpec, beside: &[SurfaceSpec]) -> Result<()> {
+    let mut slugs = vec![spec.model.slug()];
+    for b in beside {
+        b.validate()?;
+        if slugs.contains(&b.model.slug()) {
+            return Err(crate::Error::config(
+                "beside",
+                format!(
+                    "names {} twice (the model and its neighbours each appear once)",
+                    b.model.slug()
+                ),
+            ));
+        }
+        slugs.push(b.model.slug());
+    }
+    Ok(())
 }
 
 /// Where [`run`] writes the files of a model drawn beside the first: `out/beside/<slug>`.

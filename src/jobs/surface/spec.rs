@@ -156,9 +156,9 @@ pub struct SurfaceSpec {
     pub points: usize,
     /// Moon noise.
     pub noise: f64,
-    /// Adam steps of batch 64 for the softmax models (lr 1e-3).
+    /// Adam steps of batch 64 for the softmax models (lr 1e-3; 1e-2 for Bayes-by-backprop).
     pub steps: usize,
-    /// Seed of data, initialisation, batch order and dropout masks.
+    /// Seed of data, initialisation, batch order, dropout masks and weight draws.
     pub seed: u64,
 }
 
