@@ -148,9 +148,20 @@ fn is_numeric(cmd: &str, flag: &str) -> bool {
         .args([cmd, &format!("{flag}=notanumber"), "--help"])
         .output()
         .unwrap();
+    let takes_one = || {
+        alkit_cmd()
+            .args([cmd, &format!("{flag}=1"), "--help"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    // A named setting parsed by `FromStr` (a model, a penalty) refuses "notanumber" too, but
+    // it refuses "1" as well: it is not a number.
     !o.status.success()
         && String::from_utf8_lossy(&o.stderr).contains(&format!("'{flag} <"))
         && !String::from_utf8_lossy(&o.stderr).contains("possible values")
+        && takes_one()
 }
 
 pub(super) struct Outcome {
