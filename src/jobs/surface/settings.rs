@@ -7,9 +7,10 @@ use crate::duq::Penalty;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-/// Declares a closed set of names with its `name`, `ALL`, `FromStr` and `Display`.
+/// Declares a closed set of names with its `name`, `ALL`, `FromStr` (which also reads the
+/// older names after `|`) and `Display`.
 macro_rules! names {
-    ($(#[$m:meta])* $name:ident, $field:literal { $($(#[$vm:meta])* $v:ident => $s:literal),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident, $field:literal { $($(#[$vm:meta])* $v:ident => $s:literal $(| $alias:literal)*),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
         pub enum $name { $($(#[$vm])* #[serde(rename = $s)] $v),+ }
@@ -27,6 +28,7 @@ macro_rules! names {
         impl std::str::FromStr for $name {
             type Err = Error;
             fn from_str(s: &str) -> Result<Self> {
+                $(if [$($alias),*].contains(&s) { return Ok($name::$v); })+
                 $name::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
                     let known: Vec<&str> = $name::ALL.iter().map(|k| k.name()).collect();
                     Error::config($field, format!("unknown `{s}`; expected one of: {}", known.join(", ")))
@@ -66,7 +68,7 @@ names!(
     /// The uncertainty scores a surface shows, by name.
     SurfaceScorer, "scorer" {
         /// `1 - max` of the mean probability.
-        LeastConfidence => "least-confidence",
+        LeastConfidence => "least-confidence" | "max-prob",
         /// Entropy of the mean probability.
         Entropy => "entropy",
         /// Mean over classes of the variance across draws.
@@ -274,6 +276,10 @@ mod tests {
         for &s in SurfaceScorer::ALL {
             assert_eq!(s.name().parse::<SurfaceScorer>().unwrap(), s);
         }
+        assert_eq!(
+            "max-prob".parse::<SurfaceScorer>().unwrap(),
+            SurfaceScorer::LeastConfidence
+        );
         let err = "mpl".parse::<SurfaceModelKind>().unwrap_err().to_string();
         assert!(err.contains("bayes-by-backprop"), "{err}");
         let s = SurfaceSettings::default();
