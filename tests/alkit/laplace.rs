@@ -4,6 +4,7 @@
 //! the probit predictive and the functional variance under each Hessian structure; and the
 //! weight draws' moments against the functional variance they must reproduce.
 
+use super::{json_f32s, json_flat};
 use alkit::acquisition::{Features, Hessian, LaplacePosterior, LastLayerLaplace, Reference};
 use rand::SeedableRng;
 use serde_json::Value;
@@ -14,26 +15,15 @@ fn fixture() -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
-fn flat(v: &Value) -> Vec<f64> {
-    match v {
-        Value::Array(a) => a.iter().flat_map(flat).collect(),
-        other => vec![other.as_f64().unwrap()],
-    }
-}
-
-fn f32s(v: &Value) -> Vec<f32> {
-    flat(v).into_iter().map(|x| x as f32).collect()
-}
-
 fn features(fx: &Value, rows: &str) -> Features {
-    let h = f32s(&fx[rows]);
-    let (w, b) = (f32s(&fx["weight"]), f32s(&fx["bias"]));
+    let h = json_f32s(&fx[rows]);
+    let (w, b) = (json_f32s(&fx["weight"]), json_f32s(&fx["bias"]));
     let d = w.len() / b.len();
     Features::new(h.clone(), h.len() / d, d, w, b).unwrap()
 }
 
 fn reference(fx: &Value) -> Reference {
-    let labels = flat(&fx["train_labels"])
+    let labels = json_flat(&fx["train_labels"])
         .iter()
         .map(|&y| y as usize)
         .collect();
@@ -71,8 +61,8 @@ fn close(what: &str, got: &[f64], want: &[f64], tol: f64) {
 fn the_posterior_and_marginal_likelihood_match_laplace_torch() {
     let fx = fixture();
     let r = reference(&fx);
-    let deltas = flat(&fx["deltas"]);
-    let rows: Vec<usize> = flat(&fx["rows"]).iter().map(|&v| v as usize).collect();
+    let deltas = json_flat(&fx["deltas"]);
+    let rows: Vec<usize> = json_flat(&fx["rows"]).iter().map(|&v| v as usize).collect();
     for (hessian, name) in structures() {
         let want = &fx["structures"][name];
         let post = fit(&r, hessian, Some(1.0));
@@ -86,14 +76,14 @@ fn the_posterior_and_marginal_likelihood_match_laplace_torch() {
             .iter()
             .map(|&d| post.log_marginal_likelihood(d))
             .collect();
-        close(name, &marglik, &flat(&want["marglik"]), 1e-10);
+        close(name, &marglik, &json_flat(&want["marglik"]), 1e-10);
         let p = post.params();
         let precision = post.precision().unwrap();
         let got: Vec<f64> = rows
             .iter()
             .flat_map(|&i| precision[i * p..(i + 1) * p].to_vec())
             .collect();
-        close(name, &got, &flat(&want["precision_rows"]), 1e-9);
+        close(name, &got, &json_flat(&want["precision_rows"]), 1e-9);
     }
 }
 
@@ -135,7 +125,7 @@ fn the_probit_predictive_and_functional_variance_match_laplace_torch() {
         let want = &fx["structures"][name];
         let post = fit(&r, hessian, Some(want["fitted"].as_f64().unwrap()));
         let (_, cov) = post.functional_distribution(&candidates).unwrap();
-        close(name, &cov, &flat(&want["fvar"]), 1e-9);
+        close(name, &cov, &json_flat(&want["fvar"]), 1e-9);
         let probit: Vec<f64> = post
             .probit(&candidates)
             .unwrap()
@@ -143,7 +133,7 @@ fn the_probit_predictive_and_functional_variance_match_laplace_torch() {
             .iter()
             .map(|&v| f64::from(v))
             .collect();
-        close(name, &probit, &flat(&want["probit"]), 1e-6);
+        close(name, &probit, &json_flat(&want["probit"]), 1e-6);
     }
 }
 

@@ -343,6 +343,20 @@ fn serve(answer: fn(&str) -> (String, Vec<u8>)) -> String {
     base
 }
 
+/// The numbers of a JSON fixture's value, nested arrays flattened in order (a reference
+/// script's `tolist()`).
+fn json_flat(v: &serde_json::Value) -> Vec<f64> {
+    match v {
+        serde_json::Value::Array(a) => a.iter().flat_map(json_flat).collect(),
+        other => vec![other.as_f64().unwrap()],
+    }
+}
+
+/// [`json_flat`] rounded to `f32`.
+fn json_f32s(v: &serde_json::Value) -> Vec<f32> {
+    json_flat(v).into_iter().map(|x| x as f32).collect()
+}
+
 fn alkit_cmd() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_alkit"));
     c.current_dir(env!("CARGO_MANIFEST_DIR"));

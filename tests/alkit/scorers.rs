@@ -564,17 +564,6 @@ fn mc_aa_matches_a_pytorch_float64_reference() {
     use alkit::acquisition::{McAa, Scorer};
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcaa_torch.json");
     let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-    let flat = |v: &serde_json::Value| -> Vec<f32> {
-        fn walk(v: &serde_json::Value, out: &mut Vec<f32>) {
-            match v.as_array() {
-                Some(a) => a.iter().for_each(|x| walk(x, out)),
-                None => out.push(v.as_f64().unwrap() as f32),
-            }
-        }
-        let mut out = Vec::new();
-        walk(v, &mut out);
-        out
-    };
     let w = &fx["weights"];
     let shapes = [
         ("fc1.weight", vec![5, 6]),
@@ -585,7 +574,7 @@ fn mc_aa_matches_a_pytorch_float64_reference() {
     let tensors: std::collections::HashMap<String, Tensor> = shapes
         .into_iter()
         .map(|(name, shape)| {
-            let t = Tensor::from_vec(flat(&w[name]), shape, &Device::Cpu).unwrap();
+            let t = Tensor::from_vec(json_f32s(&w[name]), shape, &Device::Cpu).unwrap();
             (name.to_string(), t)
         })
         .collect();
@@ -597,7 +586,7 @@ fn mc_aa_matches_a_pytorch_float64_reference() {
         dropout: 0.0,
     };
     let model = alkit::nn::Mlp::new(&cfg, vb).unwrap();
-    let data = Dataset::new(flat(&fx["x"]), vec![0; 12], vec![6], 4).unwrap();
+    let data = Dataset::new(json_f32s(&fx["x"]), vec![0; 12], vec![6], 4).unwrap();
     let std = [fx["std"].as_f64().unwrap() as f32; 6];
     let scoring = Scoring {
         model: &model,
@@ -619,7 +608,7 @@ fn mc_aa_matches_a_pytorch_float64_reference() {
         let ev = scoring
             .evidence(&data, &idx, mcaa.needs(), &mut rng, &mut Silent)
             .unwrap();
-        let want = flat(&case["draws"]);
+        let want = json_f32s(&case["draws"]);
         let draws = ev.samples.as_ref().unwrap().draws();
         assert_eq!(draws.len() * 12 * 4, want.len());
         for (t, d) in draws.iter().enumerate() {
@@ -634,7 +623,7 @@ fn mc_aa_matches_a_pytorch_float64_reference() {
             }
         }
         let scores = mcaa.score(&ev).unwrap();
-        for (i, (s, r)) in scores.iter().zip(flat(&case["scores"])).enumerate() {
+        for (i, (s, r)) in scores.iter().zip(json_f32s(&case["scores"])).enumerate() {
             assert!((s - r).abs() < 1e-5, "item {i}: {s} vs torch {r}");
         }
     }

@@ -14,15 +14,8 @@ fn platt_scaling_matches_scikit_learn() {
     let fx: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
     let cases = fx["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 4);
-    let floats = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
     for c in cases {
-        let scores = floats(&c["scores"]);
+        let scores = json_flat(&c["scores"]);
         let positive: Vec<bool> = c["positive"]
             .as_array()
             .unwrap()
@@ -45,7 +38,7 @@ fn platt_scaling_matches_scikit_learn() {
             fit.slope,
             fit.intercept
         );
-        for (s, want) in scores.iter().zip(floats(&c["probabilities"])) {
+        for (s, want) in scores.iter().zip(json_flat(&c["probabilities"])) {
             let got = fit.probability(*s);
             assert!((got - want).abs() < 1e-5, "{}: {got} vs {want}", c["name"]);
         }

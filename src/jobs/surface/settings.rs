@@ -172,42 +172,12 @@ impl SurfaceSettings {
     }
 
     /// Checks every setting, those the model does not read too (a value out of range is a
-    /// mistake whichever model it was meant for): at least one pass or draw, members in
-    /// `1..=`[`crate::train::MAX_MEMBERS`], a prior standard deviation in `(0, 1e6]` and an
-    /// anchoring strength that is a number `>= 0`; the rest [`SurfaceSpec::validate`] checks.
+    /// mistake whichever model it was meant for): every model's spec with these settings
+    /// passes [`SurfaceSpec::validate`], the one place the ranges are written.
     pub fn validate(&self) -> Result<()> {
-        crate::limits::count(
-            "mc_samples",
-            self.mc_samples,
-            crate::limits::MAX_SAMPLES,
-            "MC-dropout passes or networks drawn",
-        )?;
-        let (sigma, tau) = (self.prior_sigma, self.anchor);
-        let checks = [
-            (
-                "members",
-                (1..=crate::train::MAX_MEMBERS).contains(&self.members),
-                format!(
-                    "{} is not in 1..={}",
-                    self.members,
-                    crate::train::MAX_MEMBERS
-                ),
-            ),
-            (
-                "prior_sigma",
-                sigma.is_finite() && sigma > 0.0 && sigma <= 1e6,
-                format!("{sigma} is not a number in (0, 1e6]"),
-            ),
-            (
-                "anchor",
-                tau.is_finite() && tau >= 0.0,
-                format!("{tau} is not a number >= 0"),
-            ),
-        ];
-        match checks.into_iter().find(|(_, ok, _)| !ok) {
-            Some((field, _, why)) => Err(Error::config(field, why)),
-            None => Ok(()),
-        }
+        SurfaceModelKind::ALL
+            .iter()
+            .try_for_each(|&k| self.spec_with(k, SurfaceScore::Entropy).validate())
     }
 
     /// The spec of `model` scored by `scorer` (its default when `None`: DUQ by its own
@@ -236,7 +206,12 @@ impl SurfaceSettings {
             (Some(SurfaceScorer::ClassVariance), false) => SurfaceScore::ClassVariance,
             (Some(SurfaceScorer::Bald), false) => SurfaceScore::Bald,
         };
-        let model = match model {
+        Ok(self.spec_with(model, score))
+    }
+
+    /// The spec of `kind` scored by `score` with these settings, unchecked.
+    fn spec_with(&self, kind: SurfaceModelKind, score: SurfaceScore) -> SurfaceSpec {
+        let model = match kind {
             SurfaceModelKind::Duq => SurfaceModel::duq(self.penalty),
             SurfaceModelKind::Mlp => SurfaceModel::mlp(),
             SurfaceModelKind::Platt => SurfaceModel::platt(),
@@ -249,16 +224,14 @@ impl SurfaceSettings {
                 SurfaceModel::ensemble(self.members, Some(self.anchor))
             }
         };
-        let spec = SurfaceSpec {
+        SurfaceSpec {
             model,
             score,
             points: self.points,
             noise: self.noise,
             steps: self.steps,
             seed: self.seed,
-        };
-        spec.validate()?;
-        Ok(spec)
+        }
     }
 }
 
