@@ -1,5 +1,6 @@
 //! Batched inference: log-probabilities, evidence for scorers (probabilities and gradient
-//! norms), a regression model's Gaussian predictions, and test metrics.
+//! norms), a regression model's Gaussian predictions, a multi-label model's label
+//! probabilities, and test metrics.
 
 use crate::data::Dataset;
 use crate::error::{Error, Result};
@@ -15,7 +16,7 @@ use crate::rng::{normal, Rng};
 use crate::train::{ModelBuilder, Trained};
 use alkit_acquisition::{
     Evidence, FeatureRequest, Features, Gaussian, GradLayers, GradNorms, GradRequest, Kernel,
-    KernelFeatures, Needs, Probs, Reference, SampleRequest, Samples,
+    KernelFeatures, LabelProbs, Needs, Probs, Reference, SampleRequest, Samples,
 };
 use candle_core::{DType, Device};
 use std::sync::Arc;
@@ -802,6 +803,52 @@ pub fn gaussian_evidence(
         }
     }
     Ok(Gaussian::new(means, vars, draws, n, k)?)
+}
+
+/// Label probabilities `(m, n, L)` of multi-label `models` (sigmoid heads: logits `(b, L)`)
+/// on standardised features `x (n, d)`: one draw per model for [`SampleRequest::Members`] (an
+/// ensemble's members, or a single model's one prediction), `samples` dropout passes of the
+/// first model for [`SampleRequest::McDropout`] (masks from `rng`; the caller knows whether
+/// the model has dropout). Rows run in padded batches of [`GAUSS_BATCH`] like
+/// [`gaussian_evidence`].
+pub fn label_evidence(
+    models: &[&dyn Classifier],
+    x: &[f32],
+    d: usize,
+    request: SampleRequest,
+    rng: &mut Rng,
+    device: &Device,
+) -> Result<LabelProbs> {
+    let n = x.len() / d.max(1);
+    let (draws, dropout) = match request {
+        SampleRequest::Members => (models.len(), false),
+        SampleRequest::McDropout { samples } => (samples, true),
+        other => {
+            return Err(Error::config(
+                "scorer",
+                format!("a multi-label model draws from members or MC dropout, not {other:?}"),
+            ))
+        }
+    };
+    let mut probs = Vec::new();
+    let mut labels = 0;
+    let rows: Vec<usize> = (0..n).collect();
+    for j in 0..draws {
+        let model = if dropout { models[0] } else { models[j] };
+        for chunk in rows.chunks(GAUSS_BATCH) {
+            let xt = padded_rows(x, d, chunk, n, device)?;
+            let mut mode = if dropout {
+                Mode::Train(rng)
+            } else {
+                Mode::Eval
+            };
+            let p = candle_nn::ops::sigmoid(&model.forward(&xt, &mut mode)?.detach())?;
+            labels = p.dim(1)?;
+            let p = p.flatten_all()?.to_vec1::<f32>()?;
+            probs.extend_from_slice(&p[..chunk.len() * labels]);
+        }
+    }
+    Ok(LabelProbs::new(probs, draws, n, labels.max(1))?)
 }
 
 /// Rows `x[chunk]` of `d` values as a tensor of [`GAUSS_BATCH`] rows (fewer when the whole

@@ -1,6 +1,7 @@
 //! The training entries: [`train`] makes a fresh model (or an ensemble's members) from a
 //! [`ModelBuilder`] and fits it on a labeled subset with the model's own loss and optimiser
-//! ([`ModelBuilder::fit`]); [`train_gauss`] does the same for regression's Gaussian heads.
+//! ([`ModelBuilder::fit`]); [`train_gauss`] does the same for regression's Gaussian heads,
+//! [`train_sigmoid`] for multi-label sigmoid heads (both through one Adam loop).
 //!
 //! The default recipe ([`fit_softmax`]): softmax cross-entropy and Adam, fixed number of optimiser steps whatever the labeled-set size (so a 20-item seed set
 //! is trained as much as a 220-item one), mini-batches drawn epoch by epoch from a seeded
@@ -11,7 +12,9 @@ use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::nn::init::{seeded, Weights};
 use crate::nn::layers::log_probs;
-use crate::nn::{Classifier, Ensemble, GaussLoss, GaussMlp, GaussMlpConfig, Mode, Regressor};
+use crate::nn::{
+    Classifier, Ensemble, GaussLoss, GaussMlp, GaussMlpConfig, Mlp, MlpConfig, Mode, Regressor,
+};
 use crate::observe::{check, Event, Observer};
 use crate::rng::{shuffle, stream, Purpose, Rng};
 use candle_core::{DType, Device, Tensor};
@@ -295,18 +298,18 @@ pub fn fit_softmax(
     })
 }
 
-/// Rows of a regression training set: standardised features `(n, d)` and standardised
-/// targets `(n, k)`, `f32` as the model computes.
-pub struct GaussRows<'a> {
+/// Rows of a training set on features: features `(n, d)` and targets `(n, k)`, `f32` as the
+/// model computes (standardised numbers for regression, 0/1 per label for multi-label).
+pub struct Rows<'a> {
     /// Features `(n, d)`.
     pub x: &'a [f32],
     /// Feature count `d`.
     pub d: usize,
-    /// Targets `(n, k)`, standardised.
+    /// Targets `(n, k)`.
     pub y: &'a [f32],
 }
 
-impl GaussRows<'_> {
+impl Rows<'_> {
     /// Features `(b, d)` and targets `(b, k)` of rows `ids`.
     fn batch(&self, ids: &[usize], k: usize, device: &Device) -> Result<(Tensor, Tensor)> {
         let mut x = Vec::with_capacity(ids.len() * self.d);
@@ -331,25 +334,14 @@ pub fn train_gauss(
     cfg: &GaussMlpConfig,
     loss: GaussLoss,
     members: usize,
-    rows: &GaussRows<'_>,
+    rows: &Rows<'_>,
     indices: &[usize],
     params: &TrainParams,
     (seed, key): (u64, u64),
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<Vec<GaussMlp>> {
-    if !(1..=MAX_MEMBERS).contains(&members) {
-        return Err(Error::config(
-            "ensemble",
-            format!("{members} members; expected 1 to {MAX_MEMBERS}"),
-        ));
-    }
-    if indices.is_empty() {
-        return Err(Error::config(
-            "labeled",
-            "cannot train on an empty labeled set",
-        ));
-    }
+    check_members(members, indices)?;
     (0..members)
         .map(|m| {
             let rngs = TrainRngs::for_member(seed, key, m as u64);
@@ -363,20 +355,112 @@ pub fn train_gauss(
 fn fit_gauss(
     cfg: &GaussMlpConfig,
     loss: GaussLoss,
-    rows: &GaussRows<'_>,
+    rows: &Rows<'_>,
     indices: &[usize],
     params: &TrainParams,
     rngs: TrainRngs,
     device: &Device,
     observer: &mut dyn Observer,
 ) -> Result<GaussMlp> {
-    let TrainRngs {
-        init,
-        batches: mut rng,
-    } = rngs;
-    let tc = params.config();
-    let (vb, vars) = seeded(init, DType::F32, device);
+    let (vb, vars) = seeded(rngs.init, DType::F32, device);
     let model = GaussMlp::new(cfg, vb)?;
+    let objective = |x: &Tensor, y: &Tensor, rng: &mut Rng| {
+        let (mean, var) = model.forward(x, &mut Mode::Train(rng))?;
+        loss.loss(&mean, &var, y)
+    };
+    let mut batches = rngs.batches;
+    let run = (rows, cfg.outputs, indices, params);
+    adam_steps(
+        &vars,
+        run,
+        &objective,
+        &mut batches,
+        device,
+        observer,
+        "Gaussian",
+    )?;
+    Ok(model)
+}
+
+/// The multi-label training entry: `members` sigmoid heads of `cfg` (one logit per label;
+/// several for a deep ensemble), member `m` from the streams of
+/// [`TrainRngs::for_member`]`(seed, key, m)`, each trained by the mean binary cross-entropy
+/// over labels and Adam on `rows[indices]` (targets 0/1 `(n, L)`) for `params.steps`
+/// mini-batches, as [`train_gauss`] trains a regression head.
+#[allow(clippy::too_many_arguments)]
+pub fn train_sigmoid(
+    cfg: &MlpConfig,
+    members: usize,
+    rows: &Rows<'_>,
+    indices: &[usize],
+    params: &TrainParams,
+    (seed, key): (u64, u64),
+    device: &Device,
+    observer: &mut dyn Observer,
+) -> Result<Vec<Mlp>> {
+    check_members(members, indices)?;
+    (0..members)
+        .map(|m| {
+            let rngs = TrainRngs::for_member(seed, key, m as u64);
+            let (vb, vars) = seeded(rngs.init, DType::F32, device);
+            let model = Mlp::new(cfg, vb)?;
+            let objective = |x: &Tensor, y: &Tensor, rng: &mut Rng| {
+                binary_cross_entropy(&model.forward(x, &mut Mode::Train(rng))?, y)
+            };
+            let mut batches = rngs.batches;
+            let run = (rows, cfg.classes, indices, params);
+            adam_steps(
+                &vars,
+                run,
+                &objective,
+                &mut batches,
+                device,
+                observer,
+                "sigmoid",
+            )?;
+            Ok(model)
+        })
+        .collect()
+}
+
+/// The mean over items and labels of the binary cross-entropy of `logits (b, L)` against
+/// 0/1 targets `y (b, L)`: `max(z, 0) - z y + ln(1 + e^-|z|)`, which neither overflows nor
+/// loses the tail.
+pub fn binary_cross_entropy(logits: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
+    let tail = (logits.abs()?.neg()?.exp()? + 1.0)?.log()?;
+    ((logits.relu()? - logits.mul(y)?)? + tail)?.mean_all()
+}
+
+/// Refuses an ensemble size out of range, or an empty labeled set.
+fn check_members(members: usize, indices: &[usize]) -> Result<()> {
+    if !(1..=MAX_MEMBERS).contains(&members) {
+        return Err(Error::config(
+            "ensemble",
+            format!("{members} members; expected 1 to {MAX_MEMBERS}"),
+        ));
+    }
+    if indices.is_empty() {
+        return Err(Error::config(
+            "labeled",
+            "cannot train on an empty labeled set",
+        ));
+    }
+    Ok(())
+}
+
+/// `params.steps` Adam steps on `vars`, each on a mini-batch of `rows[indices]` (`k` targets
+/// per row) drawn epoch by epoch from a shuffle by `rng`, minimising `objective(x, y, rng)`
+/// (which draws its dropout masks from `rng` too). `what` names the loss when it diverges.
+fn adam_steps(
+    vars: &Weights,
+    (rows, k, indices, params): (&Rows<'_>, usize, &[usize], &TrainParams),
+    objective: &dyn Fn(&Tensor, &Tensor, &mut Rng) -> candle_core::Result<Tensor>,
+    rng: &mut Rng,
+    device: &Device,
+    observer: &mut dyn Observer,
+    what: &str,
+) -> Result<()> {
+    let tc = params.config();
     let mut opt = AdamW::new(
         vars.trainable(),
         ParamsAdamW {
@@ -390,13 +474,12 @@ fn fit_gauss(
     let mut cursor = order.len();
     for step in 1..=tc.steps {
         if cursor + batch > order.len() {
-            shuffle(&mut rng, &mut order);
+            shuffle(rng, &mut order);
             cursor = 0;
         }
-        let (x, y) = rows.batch(&order[cursor..cursor + batch], cfg.outputs, device)?;
+        let (x, y) = rows.batch(&order[cursor..cursor + batch], k, device)?;
         cursor += batch;
-        let (mean, var) = model.forward(&x, &mut Mode::Train(&mut rng))?;
-        let l = loss.loss(&mean, &var, &y)?;
+        let l = objective(&x, &y, rng)?;
         opt.backward_step(&l)?;
         let report = step == tc.steps || step % 50 == 0;
         let value = if report {
@@ -407,7 +490,7 @@ fn fit_gauss(
         if value.is_some_and(|v| !v.is_finite()) {
             return Err(Error::config(
                 "lr",
-                format!("the Gaussian loss is {value:?} at step {step}: lower the learning rate"),
+                format!("the {what} loss is {value:?} at step {step}: lower the learning rate"),
             ));
         }
         check(
@@ -419,5 +502,5 @@ fn fit_gauss(
             },
         )?;
     }
-    Ok(model)
+    Ok(())
 }

@@ -6,7 +6,8 @@
 //! written and tested against this crate alone.
 
 use crate::{
-    FeatureRequest, Features, Gaussian, KernelFeatures, LastLayerLaplace, Reference, ScoreError,
+    FeatureRequest, Features, Gaussian, KernelFeatures, LabelProbs, LastLayerLaplace, Reference,
+    ScoreError,
 };
 use std::sync::Arc;
 
@@ -32,6 +33,9 @@ pub struct Needs {
     /// Kernel features of the pool and the labeled items for a regression model's batch
     /// selectors (see [`KernelFeatures`]), computed as requested.
     pub kernel_features: Option<FeatureRequest>,
+    /// Label probabilities of a multi-label model `(m, n, L)` (see [`LabelProbs`]), drawn as
+    /// requested.
+    pub labels: Option<SampleRequest>,
 }
 
 impl Needs {
@@ -45,6 +49,7 @@ impl Needs {
         reference: false,
         gaussian: None,
         kernel_features: None,
+        labels: None,
     };
 
     /// Kernel values only (DUQ).
@@ -57,6 +62,7 @@ impl Needs {
         reference: false,
         gaussian: None,
         kernel_features: None,
+        labels: None,
     };
 
     /// Probabilities, penultimate features and the last layer.
@@ -101,9 +107,23 @@ impl Needs {
         }
     }
 
+    /// Label probabilities only, drawn as `request` says (a multi-label model's evidence).
+    pub fn labels(request: SampleRequest) -> Needs {
+        Needs {
+            probs: false,
+            labels: Some(request),
+            ..Needs::PROBS
+        }
+    }
+
     /// Whether these needs read a regression model's evidence (and nothing a classifier's).
     pub fn is_regression(&self) -> bool {
         self.gaussian.is_some() || self.kernel_features.is_some()
+    }
+
+    /// Whether these needs read a multi-label model's evidence.
+    pub fn is_multi_label(&self) -> bool {
+        self.labels.is_some()
     }
 
     /// The union of two needs, or `None` when they ask for gradients computed differently
@@ -125,6 +145,10 @@ impl Needs {
             (Some(a), Some(b)) if a != b => return None,
             (a, b) => a.or(b),
         };
+        let labels = match (self.labels, other.labels) {
+            (Some(a), Some(b)) if a != b => return None,
+            (a, b) => a.or(b),
+        };
         Some(Needs {
             probs: self.probs || other.probs,
             grads,
@@ -134,6 +158,7 @@ impl Needs {
             reference: self.reference || other.reference,
             gaussian,
             kernel_features,
+            labels,
         })
     }
 }
@@ -453,6 +478,8 @@ pub struct Evidence {
     /// Kernel features of the pool and the labeled items, present when
     /// [`Needs::kernel_features`] was asked for.
     pub kernel_features: Option<KernelFeatures>,
+    /// Label probabilities `(m, n, L)`, present when [`Needs::labels`] was asked for.
+    pub labels: Option<LabelProbs>,
 }
 
 /// RBF kernel values `K_c(x)` of a DUQ model `(n, c)`, each in `[0, 1]` (rows need not sum to
@@ -504,7 +531,24 @@ impl Evidence {
             reference: None,
             gaussian: None,
             kernel_features: None,
+            labels: None,
         }
+    }
+
+    /// Evidence holding a multi-label model's label probabilities only.
+    pub fn from_labels(labels: LabelProbs) -> Self {
+        Self {
+            labels: Some(labels),
+            ..Self::default()
+        }
+    }
+
+    /// The label probabilities, or an error naming the scorer that needed them.
+    pub fn labels(&self, scorer: &str) -> Result<&LabelProbs, ScoreError> {
+        self.labels.as_ref().ok_or(ScoreError::Missing {
+            scorer: scorer.to_string(),
+            evidence: "a multi-label model's label probabilities",
+        })
     }
 
     /// Evidence holding a regression model's Gaussian predictions only.
@@ -577,7 +621,7 @@ impl Evidence {
             (Some(p), _, _) => p.n(),
             (None, Some(g), _) => g.n(),
             (None, None, Some(f)) => f.n(),
-            (None, None, None) => 0,
+            (None, None, None) => self.labels.as_ref().map_or(0, LabelProbs::n),
         }
     }
 

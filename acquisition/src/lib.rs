@@ -22,6 +22,8 @@
 //!   beside BatchBALD, and for regression the kernel rules of Holzmüller et al. 2023
 //!   ([`KernelBatch`]: MaxDiag, MaxDet, BAIT, MaxDist, k-means++, LCMD over
 //!   [`KernelFeatures`]);
+//! - scores over a multi-label model's label probabilities ([`LabelProbs`], [`LabelScore`]:
+//!   binary entropy by mean, max and the predicted label count, mean margin, per-label BALD);
 //! - batch selection from scores ([`Selection`]: top-k, random, and the stochastic power /
 //!   softmax / soft-rank modes of Kirsch et al. 2023).
 //!
@@ -51,6 +53,7 @@ mod kernel_batch;
 mod kernels;
 mod laplace;
 pub mod linalg;
+mod multilabel;
 mod plogp;
 mod posthoc;
 mod reference;
@@ -75,6 +78,7 @@ pub use laplace::{
     Hessian, LaplaceEntropy, LaplacePosterior, LastLayerLaplace, MAX_FULL_PARAMS, MAX_KRON_SIDE,
     PRIOR_RANGE,
 };
+pub use multilabel::{binary_entropy, LabelProbs, LabelScore, LabelScorer};
 pub use posthoc::PostHoc;
 pub use reference::Reference;
 pub use regression::{GaussScore, GaussScorer, Gaussian, Moments};

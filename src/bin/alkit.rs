@@ -228,6 +228,11 @@ fn load(dir: &Path, quiet: bool) -> Result<alkit::data::Splits> {
 }
 
 fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
+    let multi_label = a.regression.task == Some(alkit::data::Task::MultiLabel);
+    if multi_label || a.multi_label.is_multi_label() {
+        return multi_label_curve(&a, device, quiet);
+    }
+    a.multi_label.check_unread()?;
     if a.regression.is_regression() {
         return regression_curve(&a, device, quiet);
     }
@@ -280,6 +285,40 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         .filter(|f| *f != "run.json" && out.join(f).is_file())
         .collect();
     let mut so = std::io::stdout().lock();
+    writeln!(so, "\nwrote {}/{}", out.display(), wrote.join(", "))?;
+    Ok(())
+}
+
+fn multi_label_curve(a: &CurveArgs, device: &Device, quiet: bool) -> Result<()> {
+    let opts = a.multi_label()?;
+    let out = a.out.clone().unwrap_or_else(|| "out/curve".into());
+    let mut bars = Bars::new(quiet, opts.cycles_total());
+    let summary = alkit::jobs::multilabel::run(&opts, &out, a.force, device, &mut bars);
+    bars.finish();
+    let summary = summary.context("multi-label curve")?;
+    let mut so = std::io::stdout().lock();
+    writeln!(
+        so,
+        "{:<20} {:>5}  {:>18}  {:>18}  {:>9}",
+        "scorer", "seeds", "mAP (cyc 1..)", "micro F1 (cyc 1..)", "final mAP"
+    )?;
+    for r in &summary {
+        writeln!(
+            so,
+            "{:<20} {:>5}  {:>8.4} ± {:<7.4}  {:>8.4} ± {:<7.4}  {:>9.4}",
+            r.strategy,
+            r.seeds,
+            r.map_mean,
+            r.map_std,
+            r.micro_f1_mean,
+            r.micro_f1_std,
+            r.final_map
+        )?;
+    }
+    let wrote: Vec<&str> = alkit::jobs::multilabel::OUTPUTS
+        .into_iter()
+        .filter(|f| out.join(f).is_file())
+        .collect();
     writeln!(so, "\nwrote {}/{}", out.display(), wrote.join(", "))?;
     Ok(())
 }

@@ -9,12 +9,14 @@
 //! `pool`; `dataset` (IDX folders as data sets), `moons`, `image`, `labels`, `plan`; `stream`
 //! (the item-stream contract); `prepared`; `source/` (one file per source kind, and the
 //! dispatcher in `source/mod.rs`); `reader` (what a round reads of a pool); `target` (regression targets, read through the
-//! CSV reader of `source/` or, for an embedding file, its format's file there).
+//! CSV reader of `source/` or, for an embedding file, its format's file there); `label_sets`
+//! (multi-label targets, read as `target` reads numbers).
 
 pub mod dataset;
 pub mod display;
 pub mod idx;
 pub mod image;
+pub mod label_sets;
 mod labels;
 pub mod moons;
 mod plan;
@@ -27,6 +29,7 @@ pub mod stream;
 pub mod target;
 
 pub use dataset::{load_idx_dir, Dataset, Fnv1a, Normalizer, NormalizerFit, Splits};
+pub use label_sets::{LabelFormat, LabelSets, LabelTable};
 pub use pool::{Candidates, Pool};
 pub use reader::{PoolReader, StreamedPool};
 pub use source::Source;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// The kind of question a run answers. Multi-label targets will be one more variant.
+/// The kind of question a run answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Task {
@@ -24,17 +24,21 @@ pub enum Task {
     Classification,
     /// One or more numbers per item.
     Regression,
+    /// A set of labels per item, drawn from a declared set (see
+    /// [`label_sets`](crate::data::label_sets)).
+    MultiLabel,
 }
 
 impl Task {
     /// Every task's name.
-    pub const NAMES: [&'static str; 2] = ["classification", "regression"];
+    pub const NAMES: [&'static str; 3] = ["classification", "regression", "multi-label"];
 
     /// The name users type.
     pub fn name(self) -> &'static str {
         match self {
             Task::Classification => "classification",
             Task::Regression => "regression",
+            Task::MultiLabel => "multi-label",
         }
     }
 }
@@ -45,9 +49,13 @@ impl std::str::FromStr for Task {
         match s {
             "classification" => Ok(Task::Classification),
             "regression" => Ok(Task::Regression),
+            "multi-label" => Ok(Task::MultiLabel),
             other => Err(Error::config(
                 "task",
-                format!("unknown task `{other}`; expected classification or regression"),
+                format!(
+                    "unknown task `{other}`; expected {}",
+                    Task::NAMES.join(", ")
+                ),
             )),
         }
     }
@@ -243,11 +251,11 @@ fn target_cell(v: &str) -> std::result::Result<f64, String> {
 /// tensor or column is numbers, and a table read for classification is refused here
 /// (classification reads a `label` column, or a file's labels).
 pub fn read_table(path: &Path, target: &[String], task: Option<Task>) -> Result<Table> {
-    if task == Some(Task::Classification) {
+    if matches!(task, Some(Task::Classification | Task::MultiLabel)) {
         return Err(Error::config(
             "task",
             "targets read as numbers are for regression; a classification table names its \
-             classes in a `label` column",
+             classes in a `label` column, a multi-label table its label sets (setting `labels`)",
         ));
     }
     let Some(t) = numeric_table(path, target)? else {
@@ -280,7 +288,7 @@ pub fn read_table(path: &Path, target: &[String], task: Option<Task>) -> Result<
 /// A CSV table's items and targets ([`read_table`]).
 fn read_csv_table(path: &Path, target: &[String], task: Option<Task>) -> Result<Table> {
     let (header, rows) = read_csv(path)?;
-    let cols = target_columns(path, &header, target)?;
+    let cols = columns_named(path, &header, target, "target")?;
     let id = header.iter().position(|h| h == "id");
     let feats: Vec<usize> = (0..header.len())
         .filter(|c| Some(*c) != id && !cols.contains(c))
@@ -341,23 +349,29 @@ fn read_csv_table(path: &Path, target: &[String], task: Option<Task>) -> Result<
     })
 }
 
-/// The positions of the target columns, each named in the header once.
-fn target_columns(path: &Path, header: &[String], target: &[String]) -> Result<Vec<usize>> {
-    if target.is_empty() {
+/// The positions of the columns `names` (setting `setting`: the targets, or the labels), each
+/// named in the header once and none of them the id column.
+pub(crate) fn columns_named(
+    path: &Path,
+    header: &[String],
+    names: &[String],
+    setting: &'static str,
+) -> Result<Vec<usize>> {
+    if names.is_empty() {
         return Err(Error::config(
-            "target",
+            setting,
             format!(
-                "{}: name the target column(s) of a regression table; its columns: {}",
+                "{}: name the column(s) to read; its columns: {}",
                 path.display(),
                 header.join(", ")
             ),
         ));
     }
-    let mut cols = Vec::with_capacity(target.len());
-    for t in target {
+    let mut cols = Vec::with_capacity(names.len());
+    for t in names {
         let c = header.iter().position(|h| h == t).ok_or_else(|| {
             Error::config(
-                "target",
+                setting,
                 format!(
                     "{} has no column `{t}`; its columns: {}",
                     path.display(),
@@ -367,7 +381,7 @@ fn target_columns(path: &Path, header: &[String], target: &[String]) -> Result<V
         })?;
         if cols.contains(&c) || t == "id" {
             return Err(Error::config(
-                "target",
+                setting,
                 format!("column `{t}` named twice, or the id column"),
             ));
         }
@@ -400,6 +414,49 @@ fn check_task(path: &Path, names: &[String], values: &[f64], task: Option<Task>)
         ));
     }
     Ok(())
+}
+
+/// Features of a pool `(n, d)` and a test split `(m, d)` standardised per feature by the
+/// pool's mean and standard deviation (every pool input is known before any label is).
+pub(crate) fn standardize_features(pool: &[f32], test: &[f32], d: usize) -> (Vec<f32>, Vec<f32>) {
+    let (mean, std) = feature_stats(pool, d);
+    (
+        standardize(pool, &mean, &std),
+        standardize(test, &mean, &std),
+    )
+}
+
+/// Per-feature mean and standard deviation of `x (n, d)` in `f64` (a constant feature
+/// gets 1, so it standardises to 0).
+fn feature_stats(x: &[f32], d: usize) -> (Vec<f64>, Vec<f64>) {
+    let n = (x.len() / d) as f64;
+    let mut mean = vec![0f64; d];
+    for row in x.chunks_exact(d) {
+        for (m, &v) in mean.iter_mut().zip(row) {
+            *m += f64::from(v) / n;
+        }
+    }
+    let mut var = vec![0f64; d];
+    for row in x.chunks_exact(d) {
+        for ((s, &v), m) in var.iter_mut().zip(row).zip(&mean) {
+            *s += (f64::from(v) - m).powi(2) / n;
+        }
+    }
+    let std = var
+        .into_iter()
+        .map(|v| if v > 0.0 { v.sqrt() } else { 1.0 })
+        .collect();
+    (mean, std)
+}
+
+fn standardize(x: &[f32], mean: &[f64], std: &[f64]) -> Vec<f32> {
+    x.chunks_exact(mean.len())
+        .flat_map(|row| {
+            row.iter()
+                .zip(mean.iter().zip(std))
+                .map(|(&v, (m, s))| ((f64::from(v) - m) / s) as f32)
+        })
+        .collect()
 }
 
 #[cfg(test)]

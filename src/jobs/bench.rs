@@ -446,7 +446,7 @@ pub fn gauss(
     use crate::models::GaussKind;
     use crate::nn::{GaussLoss, Regressor};
     use crate::rng::{normal, stream, Purpose};
-    use crate::train::{train_gauss, GaussRows};
+    use crate::train::{train_gauss, Rows};
     crate::limits::count(
         "steps",
         steps,
@@ -489,7 +489,7 @@ pub fn gauss(
     .validate()?;
     let all: Vec<usize> = (0..rows).collect();
     let loss = GaussLoss::BetaNll { beta: 0.5 };
-    let rows_in = GaussRows {
+    let rows_in = Rows {
         x: &x,
         d: dim,
         y: &y,

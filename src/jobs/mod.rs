@@ -4,6 +4,7 @@
 //! or sharded), [`merge`] (shards merged exactly), [`ood`], [`calibrate`], [`scores_file`]
 //! (`alkit metrics`: metrics of scores computed elsewhere), [`curve`] (strategies x seeds),
 //! [`regression`] (the same for numeric targets: Gaussian heads, RMSE and NLL curves),
+//! [`multilabel`] (the same for label sets: sigmoid heads, mAP and F1 curves),
 //! [`bench`](mod@bench) (throughput) and [`surface`] (two-moons uncertainty surfaces). Each takes a
 //! model and data, writes its files and returns what it measured; the binary only prints.
 //! Beside them: [`model`] (where a job's model comes from) and [`shard`] (which items a shard
@@ -16,6 +17,7 @@ pub mod curve;
 pub mod embed;
 pub mod merge;
 pub mod model;
+pub mod multilabel;
 pub mod ood;
 pub mod regression;
 pub mod score;

@@ -1,11 +1,13 @@
 //! Evaluation of uncertainty on its own, over plain vectors: a classifier's scores for OOD
 //! detection and calibration (`scores.rs`, re-exported here), Platt scaling of a binary score
 //! ([`Platt`]), a regression model's Gaussian predictions against the targets
-//! ([`regression`]), and the statistics over seeds that compare acquisition strategies
+//! ([`regression`]), a multi-label model's label probabilities against the true sets
+//! ([`multilabel`]), and the statistics over seeds that compare acquisition strategies
 //! ([`stats`]).
 //!
 //! The files are independent of each other.
 
+pub mod multilabel;
 mod platt;
 pub mod regression;
 mod scores;

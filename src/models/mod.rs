@@ -8,7 +8,8 @@
 //! DUQ's own loss, penalty and SGD schedule for the DUQ models), and what evidence it can give.
 //! The module sits above `nn`, `duq` and `train` because it ties each of them to its recipe.
 //! Adding a built-in model is its file and one line in the `registry!` below. The regression
-//! models (Gaussian heads) are the closed set [`GaussKind`] (`gauss`).
+//! models (Gaussian heads) are the closed set [`GaussKind`] (`gauss`), the multi-label models
+//! (sigmoid heads) the closed set [`SigmoidKind`] (`sigmoid`).
 
 mod builtin;
 mod cnn;
@@ -19,10 +20,12 @@ mod gauss;
 mod mlp;
 mod onnx;
 mod resnet;
+mod sigmoid;
 
 pub use builtin::{BuiltinModel, Capabilities, KindInfo, ModelKind};
 pub use gauss::GaussKind;
 pub use onnx::OnnxArch;
+pub use sigmoid::SigmoidKind;
 
 use crate::data::Dataset;
 use crate::duq::cnn::DuqCnnArch;
@@ -201,6 +204,15 @@ impl Arch {
                 format!(
                     "`{name}` scores a regression model's Gaussian predictions, and a {model} \
                      is a classifier: run it with task regression on numeric targets"
+                ),
+            ));
+        }
+        if needs.is_multi_label() {
+            return Err(crate::Error::config(
+                "scorer",
+                format!(
+                    "`{name}` scores a multi-label model's label probabilities, and a {model} \
+                     is a single-label classifier: run it with task multi-label on label sets"
                 ),
             ));
         }

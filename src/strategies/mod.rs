@@ -10,9 +10,10 @@ use crate::error::{Error, Result};
 use crate::round::{Pick, Strategy};
 use alkit_acquisition::{
     AtLastLayer, Badge, BatchBald, BatchSelector, Builtin, ConformalScore, CoreSet, DuqCertainty,
-    Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, KernelRule,
-    LaplaceEntropy, LastLayerLaplace, McAa, NeGrad, PerturbKl, PostHoc, ProbCover, ReGrad,
-    SampleRequest, SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust, UnGrad,
+    Epig, ExGrad, ExGradV, GaussScore, GaussScorer, GradNorm, GradRequest, KernelRule, LabelScore,
+    LabelScorer, LaplaceEntropy, LastLayerLaplace, McAa, NeGrad, PerturbKl, PostHoc, ProbCover,
+    ReGrad, SampleRequest, SampleScore, SampleScorer, Scorer, Selection, SetSize, TypiClust,
+    UnGrad,
 };
 use alkit_acquisition::{BaseKernel, FeatureRequest, KernelBatch};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -119,6 +120,22 @@ fn gauss(s: &ScorerSettings, score: GaussScore) -> Pick {
     })
 }
 
+/// A score over a multi-label model's label probabilities: an ensemble's members when the
+/// loop trains one, else MC-dropout passes (a run whose model has no dropout reads its one
+/// prediction).
+fn labels(s: &ScorerSettings, score: LabelScore) -> Pick {
+    scorer(LabelScorer {
+        score,
+        request: if s.members {
+            SampleRequest::Members
+        } else {
+            SampleRequest::McDropout {
+                samples: s.mc_samples,
+            }
+        },
+    })
+}
+
 /// MC-AA's largest perturbation and number of sizes by default (alkit's choice: the papers
 /// do not fix them for images).
 pub const DEFAULT_MCAA: (f32, usize) = (0.1, 11);
@@ -201,6 +218,11 @@ pub static REGISTRY: &[Entry] = &[
     Entry { name: "epistemic", about: "regression: variance of the draws' means (an ensemble or MC dropout)", build: |s| gauss(s, GaussScore::Epistemic) },
     Entry { name: "aleatoric", about: "regression: mean of the draws' variances (the noise the model expects)", build: |s| gauss(s, GaussScore::Aleatoric) },
     Entry { name: "gauss-mi", about: "regression: mutual information between target and weights, moment-matched Gaussian (an ensemble or MC dropout)", build: |s| gauss(s, GaussScore::MutualInfo) },
+    Entry { name: "entropy-mean", about: "multi-label: mean binary entropy over labels", build: |s| labels(s, LabelScore::EntropyMean) },
+    Entry { name: "entropy-max", about: "multi-label: largest binary entropy over labels (ranks as the smallest margin does)", build: |s| labels(s, LabelScore::EntropyMax) },
+    Entry { name: "margin-mean", about: "multi-label: one minus the mean margin |2p - 1| over labels", build: |s| labels(s, LabelScore::MarginMean) },
+    Entry { name: "entropy-cardinality", about: "multi-label: mean binary entropy times 1 + the distance of the predicted label count from the labeled items' mean (after Li & Guo 2013)", build: |s| labels(s, LabelScore::EntropyCardinality) },
+    Entry { name: "bald-sum", about: "multi-label: per-label BALD summed over labels (an ensemble or MC dropout)", build: |s| labels(s, LabelScore::BaldSum) },
     Entry { name: "duq", about: "DUQ: one minus the largest RBF kernel value (needs a DUQ model)", build: |_| scorer(DuqCertainty) },
     Entry { name: "max-logit", about: "max-logit (Hendrycks et al. 2022): minus the largest logit", build: |_| scorer(PostHoc::MaxLogit) },
     Entry { name: "energy", about: "energy (Liu et al. 2020): minus the log-sum-exp of the logits", build: |_| scorer(PostHoc::Energy) },

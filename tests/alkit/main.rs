@@ -22,6 +22,7 @@ mod last_layer;
 mod layer_library;
 mod layers;
 mod lists;
+mod multilabel;
 mod numpy_files;
 mod onnx;
 mod pytorch;

@@ -345,7 +345,7 @@ fn regression_curve_refuses_bad_targets_and_settings_by_name() {
         "{e}"
     );
     let e = err(regression_curve(&out, &["--model", "cnn"]));
-    assert!(e.contains("--model cnn is a classifier"), "{e}");
+    assert!(e.contains("--model cnn is not a Gaussian head"), "{e}");
     let e = err(regression_curve(&out, &["--stream"]));
     assert!(e.contains("--stream is not available"), "{e}");
     // A NaN target names the file, its line and the column.
@@ -393,7 +393,7 @@ fn linear_gauss_head_reaches_the_pytorch_f64_optimum() {
     // and to beta-NLL's fixed point (beta 0.5). alkit's f32 head, trained full-batch by Adam,
     // must predict the same means and variances on the test inputs.
     use alkit::nn::{GaussLoss, GaussMlpConfig, Mode, Regressor};
-    use alkit::train::{train_gauss, GaussRows, TrainConfig};
+    use alkit::train::{train_gauss, Rows, TrainConfig};
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gauss_head.json");
     let fx: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
     let input = &fx["input"];
@@ -425,7 +425,7 @@ fn linear_gauss_head_reaches_the_pytorch_f64_optimum() {
         ("nll", GaussLoss::Nll),
         ("beta_nll", GaussLoss::BetaNll { beta: 0.5 }),
     ] {
-        let rows = GaussRows { x: &x, d, y: &y };
+        let rows = Rows { x: &x, d, y: &y };
         let all: Vec<usize> = (0..n).collect();
         let models = train_gauss(
             &cfg,

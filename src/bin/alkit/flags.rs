@@ -2,7 +2,7 @@
 //! to the library's names. Nothing here computes; `main` turns these into library calls.
 
 use crate::session;
-use alkit::models::{GaussKind, ModelKind};
+use alkit::models::{GaussKind, ModelKind, SigmoidKind};
 use alkit::strategies::{ScorerSettings, StrategyKind};
 use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
@@ -44,21 +44,42 @@ pub(crate) fn model_kind() -> impl clap::builder::TypedValueParser<Value = Model
     })
 }
 
-/// A curve's model: a classifier of the registry, or a regression run's Gaussian head.
+/// A curve's model: a classifier of the registry, a regression run's Gaussian head, or a
+/// multi-label run's sigmoid head.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CurveModel {
     Classifier(ModelKind),
     Gauss(GaussKind),
+    Sigmoid(SigmoidKind),
 }
 
-/// The classifiers' names and the Gaussian heads' names, each with its help line.
+impl CurveModel {
+    /// The name users typed.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CurveModel::Classifier(k) => k.name(),
+            CurveModel::Gauss(k) => k.name(),
+            CurveModel::Sigmoid(k) => k.name(),
+        }
+    }
+}
+
+/// The classifiers', the Gaussian heads' and the sigmoid heads' names, each with its help line.
 pub(crate) fn curve_model() -> impl clap::builder::TypedValueParser<Value = CurveModel> {
     let names = ModelKind::all()
         .map(|k| PossibleValue::new(k.name()).help(k.about()))
-        .chain(GaussKind::ALL.map(|k| PossibleValue::new(k.name()).help(k.about())));
-    PossibleValuesParser::new(names).map(|name| match name.parse::<ModelKind>() {
-        Ok(k) => CurveModel::Classifier(k),
-        Err(_) => CurveModel::Gauss(name.parse().expect("the parser admits these names only")),
+        .chain(GaussKind::ALL.map(|k| PossibleValue::new(k.name()).help(k.about())))
+        .chain(SigmoidKind::ALL.map(|k| PossibleValue::new(k.name()).help(k.about())));
+    PossibleValuesParser::new(names).map(|name| {
+        if let Ok(k) = name.parse::<ModelKind>() {
+            return CurveModel::Classifier(k);
+        }
+        match name.parse::<GaussKind>() {
+            Ok(k) => CurveModel::Gauss(k),
+            Err(_) => {
+                CurveModel::Sigmoid(name.parse().expect("the parser admits these names only"))
+            }
+        }
     })
 }
 
@@ -239,11 +260,12 @@ impl CalibrateArgs {
             anyhow::bail!("{flag} is not available for a regression calibration yet; drop it");
         }
         let model = match s.model {
-            Some(CurveModel::Classifier(k)) => anyhow::bail!(
-                "--model {} is a classifier; a regression run trains linear-gauss or mlp-gauss",
-                k.name()
-            ),
             Some(CurveModel::Gauss(k)) => Some(k),
+            Some(other) => anyhow::bail!(
+                "--model {} is not a Gaussian head; a regression run trains linear-gauss or \
+                 mlp-gauss",
+                other.name()
+            ),
             None => None,
         };
         Ok(alkit::jobs::regression::RegressionCalibrate {
@@ -343,6 +365,8 @@ pub(crate) struct CurveArgs {
     pub(crate) embed_cache: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) regression: alkit::jobs::regression::RegressionSettings,
+    #[command(flatten)]
+    pub(crate) multi_label: alkit::jobs::multilabel::MultiLabelSettings,
 }
 
 #[derive(clap::Args)]
@@ -581,6 +605,11 @@ impl ModelSource {
                      --target COLUMN (calibrate)",
                     k.name()
                 ),
+                Some(CurveModel::Sigmoid(k)) => anyhow::bail!(
+                    "--model {} is a multi-label model; calibrate does not train one yet (a \
+                     multi-label curve does: --labels COLUMN)",
+                    k.name()
+                ),
                 None => ModelKind::from_name("cnn").expect("cnn is built in"),
             },
             steps: self.steps.unwrap_or(2000),
@@ -598,6 +627,10 @@ impl CurveArgs {
             Some(CurveModel::Gauss(k)) => anyhow::bail!(
                 "--model {} is a regression model: give the numbers to predict with --target \
                  COLUMN (and --task regression where the data cannot tell)",
+                k.name()
+            ),
+            Some(CurveModel::Sigmoid(k)) => anyhow::bail!(
+                "--model {} is a multi-label model: name the label sets with --labels COLUMN",
                 k.name()
             ),
             Some(CurveModel::Classifier(k)) => Some(k),
@@ -642,16 +675,69 @@ impl CurveArgs {
             anyhow::bail!("{flag} is not available for a regression curve yet; drop it");
         }
         let model = match self.model {
-            Some(CurveModel::Classifier(k)) => anyhow::bail!(
-                "--model {} is a classifier; a regression run trains linear-gauss or mlp-gauss",
-                k.name()
-            ),
             Some(CurveModel::Gauss(k)) => Some(k),
+            Some(other) => anyhow::bail!(
+                "--model {} is not a Gaussian head; a regression run trains linear-gauss or \
+                 mlp-gauss",
+                other.name()
+            ),
             None => None,
         };
         Ok(alkit::jobs::regression::RegressionCurve {
             data: self.data.clone().unwrap_or_else(|| "data".into()),
             settings: self.regression.clone(),
+            model,
+            strategies: self.scorer.clone(),
+            scorers: self.scorer_settings.checked()?,
+            seed: self.seed,
+            seeds: self.seeds,
+            initial: self.initial,
+            query: self.query,
+            cycles: self.cycles,
+            steps: self.steps,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            ensemble: self.ensemble.map(|k| k as usize),
+        })
+    }
+}
+
+impl CurveArgs {
+    /// The settings of a multi-label curve; the flags it does not take yet are refused by
+    /// name.
+    pub(crate) fn multi_label(&self) -> Result<alkit::jobs::multilabel::MultiLabelCurve> {
+        let r = &self.regression;
+        let not_yet = [
+            ("--stream", self.stream),
+            ("--backbone", self.backbone.is_some()),
+            ("--anchor", self.anchor.is_some()),
+            ("--subsample", self.subsample.is_some()),
+            ("--cold-start", self.cold_start),
+            ("--resume", self.resume.is_some()),
+            ("--save-scores", self.save_scores),
+            ("--target", !r.target.is_empty()),
+            ("--loss", r.loss.is_some()),
+            ("--nll-beta", r.nll_beta.is_some()),
+        ];
+        if let Some((flag, _)) = not_yet.iter().find(|(_, given)| *given) {
+            anyhow::bail!("{flag} is not available for a multi-label curve; drop it");
+        }
+        if r.task.is_some_and(|t| t != alkit::data::Task::MultiLabel) {
+            anyhow::bail!("--labels names label sets: drop --task, or give --task multi-label");
+        }
+        let model = match self.model {
+            Some(CurveModel::Sigmoid(k)) => Some(k),
+            Some(other) => anyhow::bail!(
+                "--model {} is not a sigmoid head; a multi-label run trains linear-sigmoid or \
+                 mlp-sigmoid",
+                other.name()
+            ),
+            None => None,
+        };
+        Ok(alkit::jobs::multilabel::MultiLabelCurve {
+            data: self.data.clone().unwrap_or_else(|| "data".into()),
+            test: r.test.clone(),
+            settings: self.multi_label.clone(),
             model,
             strategies: self.scorer.clone(),
             scorers: self.scorer_settings.checked()?,

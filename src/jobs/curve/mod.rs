@@ -19,10 +19,10 @@
 mod runs;
 mod setup;
 
-pub(crate) use runs::mean_std;
 pub use runs::{
     aubc_by_seed, curve_figure, remove_outputs, run_curve, state_path, summarize, vs_random_figure,
     write_batches_csv, write_curve_csv, write_recall_csv, write_summary_csv, CurveSpec, Paired,
     SaveScores, SummaryRow, Verdict, MAX_SEEDS, OUTPUTS,
 };
+pub(crate) use runs::{by_strategy, mean_std};
 pub use setup::{resume, resume_with, run, CurveData, CurveOptions, ARRAYS_FILE};

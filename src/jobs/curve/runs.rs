@@ -362,6 +362,31 @@ fn with_classes(fixed: &[&str], classes: usize) -> Vec<String> {
     fixed.iter().map(|s| s.to_string()).chain(named).collect()
 }
 
+/// Records grouped by strategy (first-seen order), each strategy's runs by seed (first-seen
+/// order), a run's records in their order; `key` gives a record's strategy and seed.
+pub(crate) fn by_strategy<R>(
+    records: &[R],
+    key: impl Fn(&R) -> (&str, u64),
+) -> Vec<(String, Vec<Vec<&R>>)> {
+    let mut out: Vec<(String, Vec<Vec<&R>>)> = Vec::new();
+    for r in records {
+        let (strategy, seed) = key(r);
+        let at = match out.iter().position(|(s, _)| s == strategy) {
+            Some(at) => at,
+            None => {
+                out.push((strategy.to_string(), Vec::new()));
+                out.len() - 1
+            }
+        };
+        let runs = &mut out[at].1;
+        match runs.iter_mut().find(|run| key(run[0]).1 == seed) {
+            Some(run) => run.push(r),
+            None => runs.push(vec![r]),
+        }
+    }
+    out
+}
+
 /// Mean and sample standard deviation of `v` (0 for one value): what curves report over seeds.
 pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;

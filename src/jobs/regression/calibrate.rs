@@ -96,7 +96,7 @@ pub fn calibrate(
             "a regression calibration measures a labeled test split: name its table",
         )
     })?;
-    if opts.settings.task == Some(Task::Classification) {
+    if opts.settings.task.is_some_and(|t| t != Task::Regression) {
         return Err(Error::config(
             "task",
             "these settings are a regression run's; a classification table names its classes \

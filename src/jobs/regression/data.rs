@@ -1,7 +1,7 @@
 //! A regression run's data: the pool and test tables read with their targets, the features
 //! standardised by the pool's statistics (every pool input is known before any label is).
 
-use crate::data::target::{read_table, Table};
+use crate::data::target::{read_table, standardize_features, Table};
 use crate::data::Task;
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -51,9 +51,7 @@ impl RegressionData {
                 ));
             }
         }
-        let (mean, std) = feature_stats(&pool.x, pool.dim());
-        let pool_x = standardize(&pool.x, &mean, &std);
-        let test_x = standardize(&test.x, &mean, &std);
+        let (pool_x, test_x) = standardize_features(&pool.x, &test.x, pool.dim());
         Ok(RegressionData {
             pool,
             test,
@@ -61,37 +59,4 @@ impl RegressionData {
             test_x,
         })
     }
-}
-
-/// Per-feature mean and standard deviation of `x (n, d)` in `f64` (a constant feature
-/// gets 1, so it standardises to 0).
-fn feature_stats(x: &[f32], d: usize) -> (Vec<f64>, Vec<f64>) {
-    let n = (x.len() / d) as f64;
-    let mut mean = vec![0f64; d];
-    for row in x.chunks_exact(d) {
-        for (m, &v) in mean.iter_mut().zip(row) {
-            *m += f64::from(v) / n;
-        }
-    }
-    let mut var = vec![0f64; d];
-    for row in x.chunks_exact(d) {
-        for ((s, &v), m) in var.iter_mut().zip(row).zip(&mean) {
-            *s += (f64::from(v) - m).powi(2) / n;
-        }
-    }
-    let std = var
-        .into_iter()
-        .map(|v| if v > 0.0 { v.sqrt() } else { 1.0 })
-        .collect();
-    (mean, std)
-}
-
-fn standardize(x: &[f32], mean: &[f64], std: &[f64]) -> Vec<f32> {
-    x.chunks_exact(mean.len())
-        .flat_map(|row| {
-            row.iter()
-                .zip(mean.iter().zip(std))
-                .map(|(&v, (m, s))| ((f64::from(v) - m) / s) as f32)
-        })
-        .collect()
 }

@@ -9,7 +9,7 @@ use crate::nn::{GaussLoss, GaussMlp, GaussMlpConfig, Regressor};
 use crate::observe::Observer;
 use crate::predict::gaussian_evidence;
 use crate::rng::Rng;
-use crate::train::{train_gauss, GaussRows, TrainParams};
+use crate::train::{train_gauss, Rows, TrainParams};
 use alkit_acquisition::{Gaussian, SampleRequest};
 use candle_core::Device;
 
@@ -42,7 +42,7 @@ impl Heads {
                 y[i * k + o] = scaler.forward(o, v) as f32;
             }
         }
-        let rows = GaussRows {
+        let rows = Rows {
             x: &data.pool_x,
             d: data.pool.dim(),
             y: &y,

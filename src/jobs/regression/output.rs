@@ -104,22 +104,7 @@ pub struct SummaryRow {
 
 /// The strategies in first-seen order, each with its runs' records by seed.
 fn by_strategy(records: &[Record]) -> Vec<(String, Vec<Vec<&Record>>)> {
-    let mut out: Vec<(String, Vec<Vec<&Record>>)> = Vec::new();
-    for r in records {
-        let at = match out.iter().position(|(s, _)| *s == r.strategy) {
-            Some(at) => at,
-            None => {
-                out.push((r.strategy.clone(), Vec::new()));
-                out.len() - 1
-            }
-        };
-        let runs = &mut out[at].1;
-        match runs.iter_mut().find(|run| run[0].seed == r.seed) {
-            Some(run) => run.push(r),
-            None => runs.push(vec![r]),
-        }
-    }
-    out
+    crate::jobs::curve::by_strategy(records, |r| (r.strategy.as_str(), r.seed))
 }
 
 /// The summary of every strategy (see [`SummaryRow`]).

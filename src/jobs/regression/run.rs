@@ -102,7 +102,7 @@ impl RegressionCurve {
 
     /// Checks every setting against the data.
     fn plan(&self, data: &RegressionData) -> Result<Plan> {
-        if self.settings.task == Some(Task::Classification) {
+        if self.settings.task.is_some_and(|t| t != Task::Regression) {
             return Err(Error::config(
                 "task",
                 "these settings are a regression run's; a classification curve reads class labels",

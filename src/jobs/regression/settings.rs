@@ -40,13 +40,13 @@ impl std::str::FromStr for LossKind {
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct RegressionSettings {
-    /// What the targets are: classification (class labels) or regression (numbers). [default: taken from the data: a target holding a non-integer, or a float tensor, array or Parquet column, is regression; integers only are refused without it]
+    /// What the targets are: classification (class labels), regression (numbers) or multi-label (label sets, named with --labels). [default: taken from the data: a target holding a non-integer, or a float tensor, array or Parquet column, is regression; integers only are refused without it]
     #[cfg_attr(feature = "cli", arg(long))]
     pub task: Option<Task>,
     /// The target(s), comma-separated: the numbers a regression run predicts. Columns of a CSV table (every other column but `id` is a feature), or of an embedding file: tensors of a safetensors file (beside `x` or `features`) or arrays of an .npz (beside `features`), each (n,) or (n, k), or number columns of a Parquet table (beside its list column).
     #[cfg_attr(feature = "cli", arg(long, value_delimiter = ','))]
     pub target: Vec<String>,
-    /// The labeled test split of a regression run: a table of the pool's kind with its columns (a CSV table, or an embedding file with the same targets).
+    /// The labeled test split of a regression or multi-label run: a table of the pool's kind with its columns (a CSV table, or an embedding file with the same targets or label sets).
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub test: Option<PathBuf>,
     /// Loss of the Gaussian heads: nll, or beta-nll (Seitzer et al. 2022: the NLL weighted by the predicted variance to the power beta, which keeps the mean from under-fitting). [default: beta-nll]
@@ -66,6 +66,13 @@ impl RegressionSettings {
     /// Refuses, for a run that is not regression, a setting only regression reads (it would be
     /// ignored).
     pub fn check_unread(&self) -> Result<()> {
+        if self.task == Some(Task::MultiLabel) {
+            return Err(Error::config(
+                "task",
+                "multi-label is run by a curve only so far (name its label sets, setting \
+                 `labels`); this command reads single labels or numbers",
+            ));
+        }
         let given = [
             ("test", self.test.is_some()),
             ("loss", self.loss.is_some()),

@@ -52,6 +52,7 @@ mod flags;
 mod hub;
 mod idx;
 mod images;
+mod label_sets;
 mod more_sessions;
 mod numpy;
 mod parquet;
@@ -81,6 +82,7 @@ fn cases() -> Vec<Case> {
         numpy::cases(),
         csv::cases(),
         targets::cases(),
+        label_sets::cases(),
         images::cases(),
         parquet::cases(),
         checkpoints::cases(),
