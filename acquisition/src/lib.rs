@@ -51,6 +51,7 @@ mod inserted;
 mod intervals;
 mod kernel_batch;
 mod kernels;
+mod label_conformal;
 mod laplace;
 pub mod linalg;
 mod multilabel;
@@ -74,6 +75,7 @@ pub use gradient::{ExGrad, ExGradV, GradNorm, NeGrad, PerturbKl, ReGrad, UnGrad}
 pub use inserted::{inserted_dropout_draws, MAX_RATE};
 pub use intervals::{ConformalIntervals, IntervalScore, Prediction, Thresholds};
 pub use kernel_batch::{BaseKernel, FeatureRequest, KernelBatch, KernelFeatures, KernelRule};
+pub use label_conformal::{control_recall, default_lambdas, LabelLac, RecallControl};
 pub use laplace::{
     Hessian, LaplaceEntropy, LaplacePosterior, LastLayerLaplace, MAX_FULL_PARAMS, MAX_KRON_SIDE,
     PRIOR_RANGE,

@@ -378,6 +378,58 @@ fn bench_gauss(a: &BenchArgs, device: &Device) -> Result<()> {
     Ok(())
 }
 
+fn multi_label_calibrate(a: &CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
+    let opts = a.multi_label()?;
+    let mut bars = Bars::new(quiet, 1);
+    let r = alkit::jobs::multilabel::calibrate(&opts, &a.out, device, &mut bars);
+    bars.finish();
+    let r = r.context("multi-label calibration")?;
+    let m = &r.metrics;
+    let mut so = std::io::stdout().lock();
+    writeln!(
+        so,
+        "{} test items: mAP {:.4}, micro F1 {:.4}, macro F1 {:.4}, subset accuracy {:.4}, \
+         Hamming loss {:.4}, per-label ECE {:.4}",
+        r.test_items, m.map, m.micro_f1, m.macro_f1, m.subset_accuracy, m.hamming_loss, m.ece
+    )?;
+    writeln!(
+        so,
+        "{:<14} {:>10} {:>8} {:>8}",
+        "label", "prevalence", "AP", "ECE"
+    )?;
+    for l in &r.labels {
+        writeln!(
+            so,
+            "{:<14} {:>10.3} {:>8.4} {:>8.4}",
+            l.label, l.prevalence, l.ap, l.ece
+        )?;
+    }
+    if let Some(c) = &r.conformal {
+        for l in &c.lac {
+            writeln!(
+                so,
+                "conformal lac {} alpha {}: coverage {:.3}, both answers {:.3} on {} items",
+                l.label, c.alpha, l.coverage, l.both, c.evaluation
+            )?;
+        }
+        let rc = &c.recall;
+        writeln!(
+            so,
+            "conformal recall alpha {}: threshold {:.2}, false-negative rate {:.4} on {} items \
+             (calibration {:.4}, bound {:.4}), mean set size {:.3}",
+            c.alpha,
+            rc.lambda,
+            rc.evaluation_fnr,
+            c.evaluation,
+            rc.calibration_fnr,
+            rc.bound,
+            rc.mean_size
+        )?;
+    }
+    writeln!(so, "\nwrote {}", a.out.join("metrics.json").display())?;
+    Ok(())
+}
+
 fn regression_calibrate(a: &CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
     let opts = a.regression()?;
     let mut bars = Bars::new(quiet, 1);
@@ -789,6 +841,11 @@ fn ood_cmd(a: OodArgs, device: &Device, quiet: bool) -> Result<()> {
 }
 
 fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
+    let multi_label = a.regression.task == Some(alkit::data::Task::MultiLabel);
+    if multi_label || a.multi_label.is_multi_label() {
+        return multi_label_calibrate(&a, device, quiet);
+    }
+    a.multi_label.check_unread()?;
     if a.regression.is_regression() {
         return regression_calibrate(&a, device, quiet);
     }

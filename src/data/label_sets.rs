@@ -196,6 +196,7 @@ fn from_numeric(
     format: &LabelFormat,
 ) -> Result<LabelTable> {
     let l = t.names.len();
+    check_label_count(path, l)?;
     let mut hot = Vec::with_capacity(t.values.len());
     for (at, &v) in t.values.iter().enumerate() {
         if v != 0.0 && v != 1.0 {
@@ -293,6 +294,18 @@ fn read_csv_sets(
         .iter()
         .map(|(line, r)| (*line, cols.iter().map(|&c| r[c].as_str()).collect()))
         .collect();
+    if cols.len() == 1 && cells.iter().all(|(_, c)| c[0] == "0" || c[0] == "1") {
+        return Err(Error::config(
+            "labels",
+            format!(
+                "{}: column `{}` holds only 0 and 1: one label per column needs two or more \
+                 columns (a single yes/no label is a classification task)",
+                path.display(),
+                header[cols[0]]
+            ),
+        ));
+    }
+    check_label_count(path, cols.len())?;
     let sets = if cols.len() == 1 {
         joined_sets(path, &cells, format, declared)?
     } else {
@@ -339,6 +352,25 @@ fn read_csv_sets(
     })
 }
 
+/// The most labels a data set may declare: a tag vocabulary is hundreds to a few thousand; a
+/// column of ids named as the labels by mistake would make as many labels as items.
+pub const MAX_LABELS: usize = 10_000;
+
+/// Refuses more than [`MAX_LABELS`] labels before the `(n, L)` matrix is allocated.
+fn check_label_count(path: &Path, l: usize) -> Result<()> {
+    if l > MAX_LABELS {
+        return Err(Error::config(
+            "labels",
+            format!(
+                "{}: {l} distinct labels, more than the limit of {MAX_LABELS}; is the column \
+                 an id or a free-text column rather than label sets?",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Label sets from one column of names joined by the separator.
 fn joined_sets(
     path: &Path,
@@ -381,6 +413,7 @@ fn joined_sets(
         Some(d) => d.to_vec(),
         None => {
             let all: BTreeSet<&str> = parsed.iter().flat_map(|(_, s)| s.iter().copied()).collect();
+            check_label_count(path, all.len())?;
             all.into_iter().map(str::to_string).collect()
         }
     };
@@ -390,10 +423,15 @@ fn joined_sets(
             format!("{}: no item carries a label", path.display()),
         ));
     }
+    let index: HashMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(j, n)| (n.as_str(), j))
+        .collect();
     let mut hot = vec![0u8; parsed.len() * names.len()];
     for (i, (line, set)) in parsed.iter().enumerate() {
         for name in set {
-            let j = names.iter().position(|n| n == name).ok_or_else(|| {
+            let j = *index.get(name).ok_or_else(|| {
                 bad(
                     *line,
                     format!(

@@ -41,6 +41,11 @@ impl SigmoidKind {
         }
     }
 
+    /// Whether the model has dropout (its MC-dropout passes are draws).
+    pub fn has_dropout(self) -> bool {
+        self == SigmoidKind::MlpSigmoid
+    }
+
     /// The network for `inputs` features and `labels` labels.
     pub fn config(self, inputs: usize, labels: usize) -> MlpConfig {
         let (hidden, dropout) = match self {

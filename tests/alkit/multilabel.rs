@@ -214,13 +214,104 @@ fn a_multi_label_run_refuses_what_it_cannot_read() {
     assert!(e.contains("1.5; expected a probability in (0, 1)"), "{e}");
     // A classification run refuses the multi-label settings instead of ignoring them.
     let o = alkit_cmd()
-        .args(["-q", "calibrate", "--task", "multi-label", "--out"])
+        .args(["-q", "calibrate", "--label-threshold", "0.3", "--out"])
         .arg(dir.join("c"))
         .output()
         .unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
+    let said = e.contains("`--label-threshold`: is read by a multi-label run only");
+    assert!(!o.status.success() && said, "{e}");
+}
+
+/// A seeded example of `n` items and 4 labels: probabilities multiples of 1/64 (exact in
+/// `f32` and `f64`, with ties), truth correlated with them, every item with a label.
+fn conformal_example(n: usize) -> (Vec<u8>, Vec<f64>) {
+    let (mut truth, mut probs) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let row: Vec<f64> = (0..4)
+            .map(|l| ((i * 37 + l * 11 + i * l) % 65) as f64 / 64.0)
+            .collect();
+        let mut y: Vec<u8> = row
+            .iter()
+            .enumerate()
+            .map(|(l, &p)| u8::from(p + ((i * (l + 3) * 7) % 10) as f64 / 20.0 - 0.22 > 0.5))
+            .collect();
+        if y.iter().all(|&v| v == 0) {
+            y[0] = 1;
+        }
+        truth.extend(y);
+        probs.extend(row);
+    }
+    (truth, probs)
+}
+
+#[test]
+fn conformal_sets_and_recall_control_equal_mapies() {
+    use alkit::acquisition::{control_recall, default_lambdas, LabelLac};
+    let (truth, probs) = conformal_example(300);
+    let (cal_y, cal_p) = (&truth[..4 * 150], &probs[..4 * 150]);
+    let eval_p = &probs[4 * 150..];
+    for alpha in [0.1, 0.2] {
+        let c = control_recall(cal_y, cal_p, 4, alpha, &default_lambdas()).unwrap();
+        assert!(c.bound < alpha && c.risk <= c.bound, "{c:?}");
+        let lac = LabelLac::calibrate(cal_y, cal_p, 4, alpha).unwrap();
+        let Some(py) = python() else { return };
+        let dir = tmp("multilabel-mapie");
+        let input = serde_json::json!({
+            "labels": 4, "alpha": alpha, "cal_truth": cal_y, "cal_probs": cal_p,
+            "eval_probs": eval_p,
+        });
+        let want = reference(&py, "multilabel_conformal.py", &input, &dir);
+        assert_eq!(c.lambda, want["lambda"].as_f64().unwrap(), "alpha {alpha}");
+        for l in 0..4 {
+            let sets: Vec<Vec<usize>> = (0..150).map(|i| lac.set(l, eval_p[i * 4 + l])).collect();
+            let mapie: Vec<Vec<usize>> = serde_json::from_value(want["lac"][l].clone()).unwrap();
+            assert_eq!(sets, mapie, "alpha {alpha}, label {l}");
+        }
+    }
+}
+
+#[test]
+fn calibrate_reports_per_label_figures_and_conformal_guarantees() {
+    let dir = tmp("multilabel-calibrate");
+    let o = alkit_cmd()
+        .args(["-q", "calibrate", "--data"])
+        .arg(shipped("train"))
+        .arg("--test")
+        .arg(shipped("test"))
+        .args([
+            "--labels",
+            "tags",
+            "--steps",
+            "300",
+            "--conformal",
+            "0.1",
+            "--out",
+        ])
+        .arg(&*dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(m["test_items"], 500);
+    assert!(m["metrics"]["map"].as_f64().unwrap() > 0.7, "{m}");
+    assert_eq!(m["labels"].as_array().unwrap().len(), 6);
+    let c = &m["conformal"];
+    assert_eq!(
+        (c["calibration"].as_u64(), c["evaluation"].as_u64()),
+        (Some(250), Some(250))
+    );
+    for l in c["lac"].as_array().unwrap() {
+        // 250 items at 90%: a label covered below 80% would be a broken guarantee.
+        assert!(l["coverage"].as_f64().unwrap() > 0.8, "{l}");
+    }
+    let r = &c["recall"];
+    assert!(r["bound"].as_f64().unwrap() < 0.1, "{r}");
+    assert!(r["evaluation_fnr"].as_f64().unwrap() < 0.2, "{r}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
-        !o.status.success() && e.contains("multi-label is run by a curve only"),
-        "{e}"
+        stdout.contains("conformal recall alpha 0.1: threshold"),
+        "{stdout}"
     );
 }

@@ -71,11 +71,18 @@ fn sessions_run_every_strategy_of_the_registry() {
             subsample: None,
         };
         let got = learner.query(&request, &Device::Cpu, &mut Silent);
-        let regression = request.strategy.needs().is_some_and(|n| n.is_regression());
-        if regression {
-            // A regression score on a classifier's session: refused, naming the scorer.
-            let e = got.expect_err("a regression score on a classifier must be refused");
-            assert!(e.to_string().contains("regression"), "{}: {e}", kind.name());
+        let needs = request.strategy.needs();
+        let other_task = needs.is_some_and(|n| n.is_regression() || n.is_multi_label());
+        if other_task {
+            // A regression or multi-label score on a classifier's session: refused, naming
+            // the scorer and the task it is for.
+            let e = got.expect_err("another task's score on a classifier must be refused");
+            let m = e.to_string();
+            assert!(
+                m.contains("regression") || m.contains("multi-label"),
+                "{}: {m}",
+                kind.name()
+            );
             refused += 1;
             continue;
         }
@@ -120,8 +127,9 @@ fn sessions_run_every_strategy_of_the_registry() {
         assert_eq!(round.scorer, kind.strategy(&settings).unwrap().name());
         ran += 1;
     }
-    // duq, and the four regression scores and seven regression batch rules.
-    assert_eq!((ran, refused), (StrategyKind::all().count() - 12, 11));
+    // duq, the four regression scores and seven regression batch rules, and the five
+    // multi-label scores.
+    assert_eq!((ran, refused), (StrategyKind::all().count() - 17, 16));
 }
 
 #[test]
@@ -500,12 +508,12 @@ fn a_streamed_session_asks_for_what_one_in_memory_asks_for_under_every_strategy(
     let (train, _) = shipped();
     let settings = few_draws();
     let mut ran = 0;
-    // Not duq (a DUQ model's), nor the regression scores (a regression model's).
+    // Not duq (a DUQ model's), nor the regression and multi-label scores (those models').
     let regression = |k: &StrategyKind| {
         k.strategy(&settings)
             .ok()
             .and_then(|s| s.needs())
-            .is_some_and(|n| n.is_regression())
+            .is_some_and(|n| n.is_regression() || n.is_multi_label())
     };
     for (k, kind) in StrategyKind::all()
         .filter(|k| k.name() != "duq" && !regression(k))
@@ -553,7 +561,7 @@ fn a_streamed_session_asks_for_what_one_in_memory_asks_for_under_every_strategy(
         assert_eq!(memory.state(), streamed.state(), "{}", kind.name());
         ran += 1;
     }
-    assert_eq!(ran, StrategyKind::all().count() - 12);
+    assert_eq!(ran, StrategyKind::all().count() - 17);
     // The saved models are the same bytes.
     let (sa, sb) = (dir.join("a"), dir.join("b"));
     memory.save(&sa).unwrap();

@@ -180,7 +180,7 @@ pub(crate) struct ModelSource {
     pub(crate) onnx_config: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) input_norm: InputNorm,
-    /// Architecture to train when no checkpoint is given: a classifier, or a Gaussian head with --target (calibrate). [default: cnn; mlp-gauss for regression]
+    /// Architecture to train when no checkpoint is given: a classifier, or a Gaussian head with --target (calibrate). [default: cnn; mlp-gauss for regression; mlp-sigmoid for multi-label]
     #[arg(long, value_parser = curve_model())]
     pub(crate) model: Option<CurveModel>,
     /// Optimiser steps when training here (Adam; SGD for duq). [default: 2000]
@@ -232,10 +232,10 @@ pub(crate) struct CalibrateArgs {
     /// Temperature-scale the probabilities first, fitting T by NLL on the last 10% of the train split (held out from training when alkit trains the model).
     #[arg(long)]
     pub(crate) temperature: bool,
-    /// Split conformal prediction at miscoverage ALPHA (e.g. 0.1 for 90% sets): a seeded random half of the test split calibrates LAC, APS and RAPS (Romano's non-randomised rule: never empty) and the randomised APS and RAPS; coverage and mean set size are reported on the other half, overall and per class.
+    /// Split conformal prediction at miscoverage ALPHA (e.g. 0.1 for 90% sets): a seeded random half of the test split calibrates LAC, APS and RAPS (Romano's non-randomised rule: never empty) and the randomised APS and RAPS; coverage and mean set size are reported on the other half, overall and per class (multi-label: per-label LAC sets and the false-negative rate controlled at ALPHA by conformal risk control).
     #[arg(long, value_name = "ALPHA")]
     pub(crate) conformal: Option<f64>,
-    /// Output folder: metrics.json, reliability.svg/png, rejection.svg/png (regression: metrics.json, calibration.svg/png).
+    /// Output folder: metrics.json, reliability.svg/png, rejection.svg/png (regression: metrics.json, calibration.svg/png; multi-label: metrics.json).
     #[arg(long)]
     pub(crate) out: PathBuf,
     /// Members of a deep ensemble of Gaussian heads (regression).
@@ -243,9 +243,53 @@ pub(crate) struct CalibrateArgs {
     pub(crate) ensemble: Option<u64>,
     #[command(flatten)]
     pub(crate) regression: alkit::jobs::regression::RegressionSettings,
+    #[command(flatten)]
+    pub(crate) multi_label: alkit::jobs::multilabel::MultiLabelSettings,
 }
 
 impl CalibrateArgs {
+    /// The settings of a multi-label calibration; the flags it does not take are refused.
+    pub(crate) fn multi_label(&self) -> Result<alkit::jobs::multilabel::MultiLabelCalibrate> {
+        let (s, r) = (&self.source, &self.regression);
+        let not_yet = [
+            ("--checkpoint", s.checkpoint.is_some()),
+            ("--temperature", self.temperature),
+            ("--onnx-features", s.onnx_features.is_some()),
+            ("--onnx-config", s.onnx_config.is_some()),
+            ("--embed-cache", s.embed_cache.is_some()),
+            ("--target", !r.target.is_empty()),
+            ("--loss", r.loss.is_some()),
+            ("--nll-beta", r.nll_beta.is_some()),
+        ];
+        if let Some((flag, _)) = not_yet.iter().find(|(_, given)| *given) {
+            anyhow::bail!("{flag} is not available for a multi-label calibration; drop it");
+        }
+        if r.task.is_some_and(|t| t != alkit::data::Task::MultiLabel) {
+            anyhow::bail!("--labels names label sets: drop --task, or give --task multi-label");
+        }
+        let model = match s.model {
+            Some(CurveModel::Sigmoid(k)) => Some(k),
+            Some(other) => anyhow::bail!(
+                "--model {} is not a sigmoid head; a multi-label run trains linear-sigmoid or \
+                 mlp-sigmoid",
+                other.name()
+            ),
+            None => None,
+        };
+        Ok(alkit::jobs::multilabel::MultiLabelCalibrate {
+            data: self.data.clone(),
+            test: r.test.clone(),
+            settings: self.multi_label.clone(),
+            model,
+            ensemble: self.ensemble.map(|k| k as usize),
+            steps: s.steps,
+            batch_size: s.batch_size,
+            seed: s.seed,
+            mc_samples: self.scorer_settings.checked()?.mc_samples,
+            conformal: self.conformal,
+        })
+    }
+
     /// The settings of a regression calibration; the flags it does not take are refused.
     pub(crate) fn regression(&self) -> Result<alkit::jobs::regression::RegressionCalibrate> {
         let s = &self.source;
@@ -330,7 +374,7 @@ pub(crate) struct CurveArgs {
     /// Adam learning rate. [default: 0.001]
     #[arg(long)]
     pub(crate) lr: Option<f64>,
-    /// Model trained each cycle: a classifier, or a Gaussian head of a regression run. [default: cnn; mlp-gauss for regression]
+    /// Model trained each cycle: a classifier, or a Gaussian head of a regression run. [default: cnn; mlp-gauss for regression; mlp-sigmoid for multi-label]
     #[arg(long, value_parser = curve_model())]
     pub(crate) model: Option<CurveModel>,
     /// Train a deep ensemble of K members each cycle (different initialisations and batch orders); bald, batchbald, class-variance, ... then read one draw per member instead of MC dropout, and ACC/NLL are the ensemble's.

@@ -4,8 +4,10 @@
 //! cycle, for several strategies x seeds (`alkit curve --task multi-label`).
 //!
 //! Files: `settings` (what a multi-label run is told, declared once: the CLI's flags derive
-//! from it), `data` (the pool and test tables, features standardised), `run` (the loop),
-//! `output` (the records and the files written from them).
+//! from it), `data` (the pool and test tables, features standardised), `fit` (the sigmoid
+//! heads trained and predicting), `run` (the loop), `output` (the records and the files written
+//! from them), `calibrate` (`alkit calibrate` for label sets: metrics per label and conformal
+//! guarantees of heads trained on the whole train table).
 //!
 //! Layout of an output folder: `run.json` (the settings), `curve.csv`
 //! (`scorer,seed,cycle,labeled,map,micro_f1,macro_f1,subset_acc,hamming,ece,train_s,score_s`,
@@ -13,11 +15,14 @@
 //! seeds of mAP and micro F1 averaged over cycles `1..=cycles`) and `curve.svg`/`curve.png`
 //! (mAP and micro F1 against the labeled count).
 
+mod calibrate;
 mod data;
+mod fit;
 mod output;
 mod run;
 mod settings;
 
+pub use calibrate::{calibrate, MultiLabelCalibrate, MultiLabelCalibration};
 pub use data::MultiLabelData;
 pub use output::{summarize, Record, SummaryRow, OUTPUTS};
 pub use run::{run, MultiLabelCurve};

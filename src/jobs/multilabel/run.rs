@@ -11,6 +11,7 @@
 //! the same picks and figures on the CPU.
 
 use super::data::MultiLabelData;
+use super::fit::Heads;
 use super::output::{curve_figure, summarize, write_curve_csv, write_summary_csv, Record};
 use super::output::{SummaryRow, OUTPUTS};
 use super::settings::MultiLabelSettings;
@@ -18,13 +19,12 @@ use crate::error::{Error, Result};
 use crate::fsutil::write_json;
 use crate::metrics::multilabel::{label_metrics, LabelMetrics};
 use crate::models::SigmoidKind;
-use crate::nn::{Classifier, Mlp, MlpConfig};
+use crate::nn::Mlp;
 use crate::observe::{check, Event, Observer};
-use crate::predict::label_evidence;
 use crate::rng::{stream, Purpose, Rng};
 use crate::round::{pick_random, Pick, Strategy};
 use crate::strategies::{ScorerSettings, StrategyKind};
-use crate::train::{train_sigmoid, Rows, TrainConfig, TrainParams};
+use crate::train::TrainConfig;
 use alkit_acquisition::{Evidence, LabelProbs, SampleRequest};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -67,14 +67,6 @@ pub struct MultiLabelCurve {
     pub ensemble: Option<usize>,
 }
 
-/// The heads a run trains, and how they predict.
-struct Heads {
-    cfg: MlpConfig,
-    members: usize,
-    params: TrainParams,
-    mc_samples: usize,
-}
-
 /// A checked multi-label curve.
 struct Plan {
     strategies: Vec<Strategy>,
@@ -100,8 +92,16 @@ impl MultiLabelCurve {
 
     /// Whether the model gives several draws (an ensemble, or dropout).
     fn draws(&self) -> bool {
-        self.ensemble.unwrap_or(1) > 1
-            || self.model.unwrap_or(SigmoidKind::MlpSigmoid) != SigmoidKind::LinearSigmoid
+        self.draw_count(self.scorers.mc_samples) > 1
+    }
+
+    /// The draws a scorer reads: an ensemble's members, a model with dropout's `mc_samples`
+    /// passes, or a single model's one prediction.
+    fn draw_count(&self, mc_samples: usize) -> usize {
+        match self.ensemble.unwrap_or(1) {
+            1 if self.model.unwrap_or(SigmoidKind::MlpSigmoid).has_dropout() => mc_samples,
+            members => members,
+        }
     }
 
     fn test_path(&self) -> Result<&Path> {
@@ -116,6 +116,21 @@ impl MultiLabelCurve {
 
     /// Checks every setting against the data.
     fn plan(&self, data: &MultiLabelData) -> Result<Plan> {
+        let s = &self.scorers;
+        let unread = [
+            ("posterior", s.posterior.is_some()),
+            ("hessian", s.hessian.is_some()),
+            ("prior_precision", s.prior_precision.is_some()),
+            ("inserted_dropout", s.inserted_dropout.is_some()),
+            ("epig_targets", s.epig_targets.is_some()),
+        ];
+        if let Some((name, _)) = unread.iter().find(|(_, given)| *given) {
+            return Err(Error::config(
+                name,
+                "no multi-label scorer reads it (their draws are MC-dropout passes or an \
+                 ensemble's members); drop it",
+            ));
+        }
         let members = self.ensemble.unwrap_or(1);
         let model = self.model.unwrap_or(SigmoidKind::MlpSigmoid);
         let cfg = model.config(data.pool.dim(), data.pool.sets.labels());
@@ -129,7 +144,7 @@ impl MultiLabelCurve {
         };
         let strategies = kinds
             .iter()
-            .map(|k| multi_label_strategy(*k, &scorers, self.draws()))
+            .map(|k| multi_label_strategy(*k, &scorers, self.draw_count(scorers.mc_samples)))
             .collect::<Result<Vec<_>>>()?;
         let seeds = self.seeds.unwrap_or(1);
         if seeds == 0 || seeds > crate::jobs::curve::MAX_SEEDS {
@@ -195,19 +210,21 @@ fn default_strategies(draws: bool) -> Vec<StrategyKind> {
 }
 
 /// `kind` as a multi-label strategy: random picks, or a score over label probabilities that
-/// the run's model gives (a probe with one draw finds the scores that need several).
-fn multi_label_strategy(kind: StrategyKind, s: &ScorerSettings, draws: bool) -> Result<Strategy> {
+/// the run's model gives (a probe with the run's number of draws finds the scores that need
+/// more).
+fn multi_label_strategy(kind: StrategyKind, s: &ScorerSettings, draws: usize) -> Result<Strategy> {
     let strategy = kind.strategy(s)?;
     match strategy.pick() {
         Pick::Random => Ok(strategy),
         Pick::Scored { scorer, .. } if scorer.needs().is_multi_label() => {
-            let probe = LabelProbs::new(vec![0.5], 1, 1, 1)?.with_cardinality(1.0)?;
-            if !draws && scorer.score(&Evidence::from_labels(probe)).is_err() {
+            let probe = LabelProbs::new(vec![0.5; draws], draws, 1, 1)?.with_cardinality(1.0)?;
+            if scorer.score(&Evidence::from_labels(probe)).is_err() {
                 return Err(Error::config(
                     "scorer",
                     format!(
                         "`{}` reads the disagreement of several draws: train an ensemble \
-                         (setting `ensemble`) or a model with dropout (mlp-sigmoid)",
+                         (setting `ensemble`) or a model with dropout (mlp-sigmoid) with two \
+                         or more passes (setting `mc_samples`)",
                         kind.name()
                     ),
                 ));
@@ -233,80 +250,6 @@ fn multi_label_strategy(kind: StrategyKind, s: &ScorerSettings, draws: bool) -> 
                 ),
             ))
         }
-    }
-}
-
-impl Heads {
-    /// Heads trained on the pool rows `labeled`.
-    fn train(
-        &self,
-        data: &MultiLabelData,
-        labeled: &[usize],
-        key: (u64, u64),
-        device: &Device,
-        observer: &mut dyn Observer,
-    ) -> Result<Vec<Mlp>> {
-        let sets = &data.pool.sets;
-        let l = sets.labels();
-        let mut y = vec![0f32; sets.len() * l];
-        for &i in labeled {
-            for (o, &v) in y[i * l..(i + 1) * l].iter_mut().zip(sets.row(i)) {
-                *o = f32::from(v);
-            }
-        }
-        let rows = Rows {
-            x: &data.pool_x,
-            d: data.pool.dim(),
-            y: &y,
-        };
-        train_sigmoid(
-            &self.cfg,
-            self.members,
-            &rows,
-            labeled,
-            &self.params,
-            key,
-            device,
-            observer,
-        )
-    }
-
-    /// The label probabilities `models` give rows `x (n, d)` as `request` asks (a single head
-    /// without dropout is its own one draw).
-    fn draws(
-        &self,
-        models: &[Mlp],
-        x: &[f32],
-        request: SampleRequest,
-        masks: &mut Rng,
-        device: &Device,
-    ) -> Result<LabelProbs> {
-        let refs: Vec<&dyn Classifier> = models.iter().map(|m| m as &dyn Classifier).collect();
-        let dropout = self.cfg.dropout > 0.0 && !self.cfg.hidden.is_empty();
-        let request = match request {
-            SampleRequest::McDropout { .. } if !dropout => SampleRequest::Members,
-            r => r,
-        };
-        label_evidence(&refs, x, self.cfg.inputs, request, masks, device)
-    }
-
-    /// The model's label probabilities for rows `x`: the mean over an ensemble's members, or
-    /// a single head's MC-dropout passes (its one prediction without dropout) `(n, L)`.
-    fn predict(
-        &self,
-        models: &[Mlp],
-        x: &[f32],
-        masks: &mut Rng,
-        device: &Device,
-    ) -> Result<Vec<f64>> {
-        let request = if self.members == 1 {
-            SampleRequest::McDropout {
-                samples: self.mc_samples,
-            }
-        } else {
-            SampleRequest::Members
-        };
-        Ok(self.draws(models, x, request, masks, device)?.mean())
     }
 }
 

@@ -14,7 +14,7 @@ pub const DEFAULT_THRESHOLD: f64 = 0.5;
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct MultiLabelSettings {
-    /// The label sets of a multi-label run, comma-separated: one CSV column of label names joined by --label-sep (`cat|dog`), or two or more 0/1 CSV columns (one per label, named by its header), or an (n, L) 0/1 tensor of a safetensors file or array of an .npz (its labels named after the tensor and each column's index).
+    /// The label sets of a multi-label run, comma-separated: one CSV column of label names joined by --label-sep (`cat|dog`), or two or more 0/1 CSV columns (one per label, named by its header), or an (n, L) 0/1 tensor of a safetensors file or array of an .npz (its labels named after the tensor and each column's index; a file's array or tensor named `labels` is read as classes, so name it otherwise, e.g. `y`).
     #[cfg_attr(feature = "cli", arg(long, value_delimiter = ','))]
     pub labels: Vec<String>,
     /// The text between two label names in one cell of a label-set column. [default: |]
@@ -23,7 +23,7 @@ pub struct MultiLabelSettings {
     /// Items may have no label (an empty cell, or 0 in every label column); without it such an item is refused by line, as a row someone forgot.
     #[cfg_attr(feature = "cli", arg(long))]
     pub empty_sets: bool,
-    /// The probability at which a label is predicted present (F1, subset accuracy, Hamming loss, the predicted label count). [default: 0.5]
+    /// The probability at which a label is predicted present, for F1, subset accuracy and Hamming loss (entropy-cardinality counts predicted labels at 0.5 whatever this is). [default: 0.5]
     #[cfg_attr(feature = "cli", arg(long, value_name = "P"))]
     pub label_threshold: Option<f64>,
 }

@@ -69,8 +69,7 @@ impl RegressionSettings {
         if self.task == Some(Task::MultiLabel) {
             return Err(Error::config(
                 "task",
-                "multi-label is run by a curve only so far (name its label sets, setting \
-                 `labels`); this command reads single labels or numbers",
+                "a multi-label run reads label sets: name them (setting `labels`)",
             ));
         }
         let given = [

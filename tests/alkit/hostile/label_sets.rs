@@ -146,5 +146,45 @@ pub(super) fn cases() -> Vec<Case> {
                 "bald-sum"
             ]
         ),
+        case!(
+            "labels-single-0-1-column",
+            |d, _| std::fs::write(d.join("t.csv"), "a,spam\n1,1\n2,0\n3,1\n").unwrap(),
+            [
+                "curve",
+                "--data",
+                "{d}/t.csv",
+                "--test",
+                "{d}/t.csv",
+                "--labels",
+                "spam",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            ["t.csv", "column `spam` holds only 0 and 1", "two or more"]
+        ),
+        case!(
+            "labels-too-many",
+            |d, _| {
+                let rows: String = (0..10_001).map(|i| format!("{i},tag{i}\n")).collect();
+                std::fs::write(d.join("t.csv"), format!("a,tags\n{rows}")).unwrap();
+            },
+            [
+                "curve",
+                "--data",
+                "{d}/t.csv",
+                "--test",
+                "{d}/t.csv",
+                "--labels",
+                "tags",
+                "--out",
+                "{d}/o"
+            ],
+            2,
+            [
+                "t.csv",
+                "10001 distinct labels, more than the limit of 10000"
+            ]
+        ),
     ]
 }
