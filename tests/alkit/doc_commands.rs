@@ -31,6 +31,10 @@ const SKIP: &[(&str, &str)] = &[
     ("emb.safetensors", "the reader's own embedding file"),
     ("train.npz", "the reader's own embedding file with targets"),
     (
+        "digitsets",
+        "the digit-set pool, made by tests/reference/digit_sets.py (numpy)",
+    ),
+    (
         "badge10.safetensors",
         "an embedding file made by a reproduction's earlier steps",
     ),
