@@ -247,6 +247,32 @@ pub(crate) struct CalibrateArgs {
     pub(crate) multi_label: alkit::jobs::multilabel::MultiLabelSettings,
 }
 
+/// What a multi-label `run` (curve or calibration) takes of the shared flags: refuses the
+/// flags it does not read (`not_yet`: name and whether given), a task other than multi-label,
+/// and a model that is not a sigmoid head; the sigmoid head named, if any.
+fn multi_label_model(
+    run: &str,
+    not_yet: &[(&str, bool)],
+    r: &alkit::jobs::regression::RegressionSettings,
+    model: Option<CurveModel>,
+) -> Result<Option<SigmoidKind>> {
+    if let Some((flag, _)) = not_yet.iter().find(|(_, given)| *given) {
+        anyhow::bail!("{flag} is not available for a multi-label {run}; drop it");
+    }
+    if r.task.is_some_and(|t| t != alkit::data::Task::MultiLabel) {
+        anyhow::bail!("--labels names label sets: drop --task, or give --task multi-label");
+    }
+    match model {
+        Some(CurveModel::Sigmoid(k)) => Ok(Some(k)),
+        Some(other) => anyhow::bail!(
+            "--model {} is not a sigmoid head; a multi-label run trains linear-sigmoid or \
+             mlp-sigmoid",
+            other.name()
+        ),
+        None => Ok(None),
+    }
+}
+
 impl CalibrateArgs {
     /// The settings of a multi-label calibration; the flags it does not take are refused.
     pub(crate) fn multi_label(&self) -> Result<alkit::jobs::multilabel::MultiLabelCalibrate> {
@@ -261,21 +287,7 @@ impl CalibrateArgs {
             ("--loss", r.loss.is_some()),
             ("--nll-beta", r.nll_beta.is_some()),
         ];
-        if let Some((flag, _)) = not_yet.iter().find(|(_, given)| *given) {
-            anyhow::bail!("{flag} is not available for a multi-label calibration; drop it");
-        }
-        if r.task.is_some_and(|t| t != alkit::data::Task::MultiLabel) {
-            anyhow::bail!("--labels names label sets: drop --task, or give --task multi-label");
-        }
-        let model = match s.model {
-            Some(CurveModel::Sigmoid(k)) => Some(k),
-            Some(other) => anyhow::bail!(
-                "--model {} is not a sigmoid head; a multi-label run trains linear-sigmoid or \
-                 mlp-sigmoid",
-                other.name()
-            ),
-            None => None,
-        };
+        let model = multi_label_model("calibration", &not_yet, r, s.model)?;
         Ok(alkit::jobs::multilabel::MultiLabelCalibrate {
             data: self.data.clone(),
             test: r.test.clone(),
@@ -763,21 +775,7 @@ impl CurveArgs {
             ("--loss", r.loss.is_some()),
             ("--nll-beta", r.nll_beta.is_some()),
         ];
-        if let Some((flag, _)) = not_yet.iter().find(|(_, given)| *given) {
-            anyhow::bail!("{flag} is not available for a multi-label curve; drop it");
-        }
-        if r.task.is_some_and(|t| t != alkit::data::Task::MultiLabel) {
-            anyhow::bail!("--labels names label sets: drop --task, or give --task multi-label");
-        }
-        let model = match self.model {
-            Some(CurveModel::Sigmoid(k)) => Some(k),
-            Some(other) => anyhow::bail!(
-                "--model {} is not a sigmoid head; a multi-label run trains linear-sigmoid or \
-                 mlp-sigmoid",
-                other.name()
-            ),
-            None => None,
-        };
+        let model = multi_label_model("curve", &not_yet, r, self.model)?;
         Ok(alkit::jobs::multilabel::MultiLabelCurve {
             data: self.data.clone().unwrap_or_else(|| "data".into()),
             test: r.test.clone(),
