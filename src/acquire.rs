@@ -47,6 +47,11 @@ pub struct LoopConfig {
     /// the others start from the random seed set as usual.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cold_start: bool,
+    /// The random seed set is drawn class by class ([`crate::round::pick_balanced`]), an equal
+    /// share of the `initial` items per class (CDALBench's `initial_points_per_class`), instead
+    /// of uniformly from the pool; a strategy that starts cold chooses its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub balanced_start: bool,
 }
 
 impl Default for LoopConfig {
@@ -60,6 +65,7 @@ impl Default for LoopConfig {
             ensemble: None,
             subsample: None,
             cold_start: false,
+            balanced_start: false,
         }
     }
 }
@@ -331,16 +337,24 @@ fn seeded_pool(
     let mut pool = Pool::from_labeled(ctx.train.len(), &state.labeled)?;
     if state.labeled.is_empty() {
         let all = pool.candidates();
-        let (picks, _) = round::first_batch(
-            strategy,
-            cfg.cold_start,
-            ctx.train,
-            all.indices(),
-            ctx.test.classes(),
-            cfg.initial,
-            (state.seed, Purpose::SeedSet, 0),
-            observer,
-        )?;
+        let draw = (state.seed, Purpose::SeedSet, 0);
+        let picks = if cfg.balanced_start && !round::starts_cold(strategy, cfg.cold_start) {
+            round::pick_balanced(ctx.train, all.indices(), cfg.initial, draw)?
+        } else {
+            let classes = ctx.test.classes();
+            let (c, i) = (cfg.cold_start, cfg.initial);
+            round::first_batch(
+                strategy,
+                c,
+                ctx.train,
+                all.indices(),
+                classes,
+                i,
+                draw,
+                observer,
+            )?
+            .0
+        };
         pool.acquire(&picks, 0)?;
         state.labeled = pool.labeled().to_vec();
     }

@@ -439,12 +439,63 @@ pub fn first_batch(
     observer: &mut dyn Observer,
 ) -> Result<(Vec<usize>, bool)> {
     match strategy.pick() {
-        Pick::Batch(b) if cold && b.cold_start() => Ok((
+        Pick::Batch(b) if starts_cold(strategy, cold) => Ok((
             cold_start(b.as_ref(), pool, candidates, classes, n, draw, observer)?,
             true,
         )),
         _ => Ok((pick_random(candidates, n, draw)?, false)),
     }
+}
+
+/// Whether `strategy` chooses the seed set itself when a cold start is asked for (`cold`):
+/// a joint criterion that can choose from the items alone.
+pub fn starts_cold(strategy: &Strategy, cold: bool) -> bool {
+    matches!(strategy.pick(), Pick::Batch(b) if cold && b.cold_start())
+}
+
+/// `n` of the `candidates` (ascending pool indices) drawn class by class, by the pool's
+/// labels: the classes present among them share `n` equally, the lowest classes taking one
+/// more each while a remainder is left, and each share is drawn uniformly from its class,
+/// classes in order, from the stream `(seed, purpose, key)`. A class with fewer candidates
+/// than its share is refused.
+pub fn pick_balanced(
+    pool: &dyn PoolReader,
+    candidates: &[usize],
+    n: usize,
+    (seed, purpose, key): (u64, Purpose, u64),
+) -> Result<Vec<usize>> {
+    let mut by_class = std::collections::BTreeMap::<u32, Vec<usize>>::new();
+    let mut at = 0;
+    pool.parts(candidates, 4096, &mut |data, rows| {
+        for &r in rows {
+            by_class
+                .entry(data.labels()[r])
+                .or_default()
+                .push(candidates[at]);
+            at += 1;
+        }
+        Ok(())
+    })?;
+    let (share, extra) = (n / by_class.len().max(1), n % by_class.len().max(1));
+    let mut rng = stream(seed, purpose, key);
+    let mut picks = Vec::with_capacity(n);
+    for (j, (class, members)) in by_class.iter().enumerate() {
+        let want = share + usize::from(j < extra);
+        if members.len() < want {
+            return Err(crate::Error::config(
+                "balanced_start",
+                format!(
+                    "class {class} has {} items and its share of the {n} seed labels is \
+                     {want}: ask for fewer seed labels (setting `initial`), or draw them \
+                     uniformly",
+                    members.len()
+                ),
+            ));
+        }
+        let positions = random_positions(members.len(), want, &mut rng)?;
+        picks.extend(positions.into_iter().map(|p| members[p]));
+    }
+    Ok(picks)
 }
 
 /// A cold start: `n` of the `candidates` (ascending pool indices) chosen by `selector` from

@@ -251,10 +251,7 @@ impl BatchSelector for BatchBald {
         let mut taken = vec![false; t.n];
         let mut picks = Vec::with_capacity(k);
         let mut configs = Configs::start(t.s);
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .min(t.n.max(1));
+        let threads = crate::kernels::cores().min(t.n.max(1));
         for _ in 0..k {
             let chunk = t.n.div_ceil(threads);
             let best = std::thread::scope(|scope| {

@@ -24,7 +24,7 @@
 //! point is covered) comes from the caller's RNG through [`crate::linalg::unit`]; with the
 //! same draws the selections are exactly reproducible.
 
-use crate::kernels::{dot, par_rows, sq_dist};
+use crate::kernels::{dot, par_rows_costing, sq_dist};
 use crate::linalg::{normalized, row_sq_norms, softmax, sq_distances, unit};
 use crate::{BatchSelector, Evidence, Features, Needs, Reference, ScoreError};
 use rand::RngCore;
@@ -127,7 +127,7 @@ impl BatchSelector for Badge {
         }
         // q_i = p_i - e_{argmax p_i}, (n, c).
         let mut q = vec![0f32; n * c];
-        par_rows(&mut q, c, |first, part| {
+        par_rows_costing(&mut q, c, c * d, |first, part| {
             let mut h = Vec::with_capacity(d);
             for (i, qi) in part.chunks_mut(c).enumerate() {
                 h.clear();
@@ -155,7 +155,7 @@ impl BatchSelector for Badge {
         while picks.len() < k {
             let (qj, hj) = (&q[last * c..(last + 1) * c], f.row(last));
             let own = norms[last];
-            par_rows(&mut d2, 1, |start, part| {
+            par_rows_costing(&mut d2, 1, c + d, |start, part| {
                 for (i, slot) in part.iter_mut().enumerate() {
                     let i = start + i;
                     let qq = f64::from(dot(&q[i * c..(i + 1) * c], qj));
@@ -264,7 +264,7 @@ impl CoreSet {
             chosen[next] = true;
             picks.push(next);
             let centre = f.row(next);
-            par_rows(&mut min_d, 1, |start, part| {
+            par_rows_costing(&mut min_d, 1, d, |start, part| {
                 for (i, slot) in part.iter_mut().enumerate() {
                     let dist = f64::from(sq_dist(f.row(start + i), centre));
                     if dist < *slot {
@@ -323,7 +323,7 @@ pub fn kmeans(
     let mut d2 = vec![f64::INFINITY; n];
     while centres.len() < k * d {
         let centre = centres[centres.len() - d..].to_vec();
-        par_rows(&mut d2, 1, |start, part| {
+        par_rows_costing(&mut d2, 1, d, |start, part| {
             for (i, slot) in part.iter_mut().enumerate() {
                 let dist = f64::from(sq_dist(row(start + i), &centre));
                 *slot = slot.min(dist);

@@ -37,13 +37,20 @@ pub(crate) fn matmul_nt<T: Real>(a: &[T], b: &[T], (m, n, k): (usize, usize, usi
     }
     // Whole tiles per thread; one thread below about a million multiply-adds.
     let tiles = m.div_ceil(TILE);
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let threads = crate::kernels::cores();
     let parts = if m * n * k < 1 << 20 {
         1
     } else {
         threads.min(tiles)
     };
     let rows = tiles.div_ceil(parts) * TILE;
+    if parts == 1 {
+        // A thread per call would cost more than the product (k-means calls this per step).
+        for (at, ct) in a.chunks(TILE * k).zip(c.chunks_mut(TILE * n)) {
+            matmul_nt_serial(at, b, ct, (at.len() / k, n, k));
+        }
+        return c;
+    }
     std::thread::scope(|s| {
         for (ai, ci) in a.chunks(rows * k).zip(c.chunks_mut(rows * n)) {
             s.spawn(move || {
@@ -54,6 +61,13 @@ pub(crate) fn matmul_nt<T: Real>(a: &[T], b: &[T], (m, n, k): (usize, usize, usi
         }
     });
     c
+}
+
+/// The cores this process may use, read once: the standard library reads the cgroup's quota
+/// files on every call, which costs more than a small product (k-means calls per step).
+pub(crate) fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |t| t.get()))
 }
 
 /// Rows of the left operand per gemm call in [`matmul_nt`].
@@ -109,6 +123,19 @@ pub(crate) fn par_rows<T: Send>(out: &mut [T], width: usize, f: impl Fn(usize, &
     par_rows_min(out, width, 512, f)
 }
 
+/// [`par_rows`] for rows that each cost about `cost` multiply-adds: runs of at least 2^16
+/// multiply-adds (and 512 rows), since a thread started for less costs more than it saves
+/// (core-set and k-means update every row once per pick). Rows are computed independently, so
+/// the split never changes a result.
+pub(crate) fn par_rows_costing<T: Send>(
+    out: &mut [T],
+    width: usize,
+    cost: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    par_rows_min(out, width, ((1 << 16) / cost.max(1)).max(512), f)
+}
+
 /// [`par_rows`] with at least `min_rows` rows per run (heavy rows split from `2 min_rows`),
 /// each run starting at a multiple of `min_rows`: a caller that works in blocks of
 /// `min_rows` rows gets the same blocks on any number of cores.
@@ -121,9 +148,12 @@ pub(crate) fn par_rows_min<T: Send>(
     let width = width.max(1);
     let min_rows = min_rows.max(1);
     let n = out.len() / width;
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let threads = crate::kernels::cores();
     let parts = threads.min(n / min_rows).max(1);
     let rows = n.div_ceil(parts).div_ceil(min_rows).max(1) * min_rows;
+    if parts == 1 {
+        return f(0, out);
+    }
     let f = &f;
     std::thread::scope(|s| {
         for (i, chunk) in out.chunks_mut(rows * width).enumerate() {

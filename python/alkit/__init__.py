@@ -817,8 +817,11 @@ def curve(
     ensemble: Optional[int] = None,
     subsample: Optional[int] = None,
     cold_start: bool = False,
+    balanced_start: bool = False,
+    hidden: Optional[Sequence[int]] = None,
     scorer_settings: Optional[Mapping[str, object]] = None,
     stream: bool = False,
+    jobs: Optional[int] = None,
     force: bool = False,
     resume: bool = False,
 ) -> CurveResult:
@@ -837,11 +840,20 @@ def curve(
     into ``out/arrays.safetensors`` so that the run can be resumed. ``scorer_settings`` sets
     the parameterised scorers (e.g. ``{"lambda": 0.3, "mc_samples": 20}``); ``resume=True``
     continues the run in ``out`` where it stopped (Ctrl-C stops at a safe point), the settings
-    given again only if they are the run's own; ``force=True`` starts again over a run."""
+    given again only if they are the run's own; ``force=True`` starts again over a run.
+    ``balanced_start=True`` draws the seed labels class by class (an equal share per class);
+    ``hidden`` sizes the hidden layers of an ``mlp`` or ``mlp-dropout`` model (e.g.
+    ``[24, 24, 2]``); ``jobs`` runs that many (strategy, seed) runs at once on as many
+    threads (default: one per core for the heads on feature vectors), each run's results the
+    same whatever the number."""
     _counts(
         seed=seed, seeds=seeds, initial=initial, query=query, cycles=cycles, steps=steps,
-        batch_size=batch_size, ensemble=ensemble, subsample=subsample,
+        batch_size=batch_size, ensemble=ensemble, subsample=subsample, jobs=jobs,
     )
+    if hidden is not None:
+        hidden = list(hidden)
+        for width in hidden:
+            _counts(hidden=width)
     if isinstance(scorers, str):
         scorers = [s.strip() for s in scorers.split(",")]
 
@@ -874,8 +886,11 @@ def curve(
         ensemble=ensemble,
         subsample=subsample,
         cold_start=cold_start,
+        balanced_start=balanced_start,
+        hidden=hidden,
         scorer_settings=None if scorer_settings is None else _settings_json(scorer_settings),
         stream=stream,
+        jobs=jobs,
         force=force,
         resume=resume,
     )

@@ -127,8 +127,11 @@ def curve(
     ensemble: Optional[int] = None,
     subsample: Optional[int] = None,
     cold_start: bool = False,
+    balanced_start: bool = False,
+    hidden: Optional[List[int]] = None,
     scorer_settings: Optional[str] = None,
     stream: bool = False,
+    jobs: Optional[int] = None,
     force: bool = False,
     resume: bool = False,
 ) -> Tuple[

@@ -10,7 +10,7 @@ use crate::settings::{self, Reads};
 use alkit::data::Dataset;
 use alkit::error::{Error, Result};
 use alkit::hub::Hub;
-use alkit::jobs::curve::{CurveOptions, Paired, SummaryRow};
+use alkit::jobs::curve::{CurveOptions, Execution, Paired, SummaryRow};
 use alkit::strategies::StrategyKind;
 use candle_core::Device;
 use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -49,8 +49,8 @@ type Split<'py> = (PyReadonlyArrayDyn<'py, f32>, PyReadonlyArray1<'py, i64>);
 #[pyo3(signature = (
     out, *, data=None, train=None, test=None, classes=None, scorers=None, model=None, seed=None,
     seeds=None, initial=None, query=None, cycles=None, steps=None, batch_size=None, lr=None,
-    ensemble=None, subsample=None, cold_start=false, scorer_settings=None, stream=false,
-    force=false, resume=false
+    ensemble=None, subsample=None, cold_start=false, balanced_start=false, hidden=None,
+    scorer_settings=None, stream=false, jobs=None, force=false, resume=false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn curve(
@@ -73,8 +73,11 @@ pub fn curve(
     ensemble: Option<usize>,
     subsample: Option<usize>,
     cold_start: bool,
+    balanced_start: bool,
+    hidden: Option<Vec<usize>>,
     scorer_settings: Option<String>,
     stream: bool,
+    jobs: Option<usize>,
     force: bool,
     resume: bool,
 ) -> PyAlkitResult<(Vec<Run>, Vec<Summary>)> {
@@ -102,6 +105,8 @@ pub fn curve(
         anchor: None,
         subsample,
         cold_start,
+        balanced_start,
+        hidden,
         scorers: settings::read(scorer_settings.as_deref(), Reads::All, "")?,
     };
     let arrays = match (train, test) {
@@ -112,7 +117,16 @@ pub fn curve(
             return Err(Error::config("train", m).into());
         }
     };
-    py.detach(move || run(&options, &out, arrays, force, resume))
+    if jobs == Some(0) {
+        let m = "0 runs at once; give at least 1, or leave it out for one per core";
+        return Err(Error::config("jobs", m).into());
+    }
+    let how = Execution {
+        resume,
+        save_scores: false,
+        jobs: jobs.unwrap_or(0),
+    };
+    py.detach(move || run(&options, &out, arrays, force, how))
         .map_err(PyAlkitError::from)
 }
 
@@ -165,10 +179,10 @@ fn run(
     out: &std::path::Path,
     arrays: Option<(Dataset, Dataset, Vec<String>)>,
     force: bool,
-    resume: bool,
+    how: Execution,
 ) -> Result<(Vec<Run>, Vec<Summary>)> {
     let hub = Hub::from_env();
-    let (spec, on) = match (resume, &arrays) {
+    let (spec, on) = match (how.resume, &arrays) {
         (true, None) => alkit::jobs::curve::resume_with(out, options, &hub, &mut Signals)?,
         (true, Some(_)) => {
             let m =
@@ -178,8 +192,7 @@ fn run(
         (false, Some((tr, te, names))) => options.start_on(out, force, (tr, te), names)?,
         (false, None) => options.start(out, force, &hub, &mut Signals)?,
     };
-    let states =
-        alkit::jobs::curve::run(&spec, &on, out, resume, false, &Device::Cpu, &mut Signals)?;
+    let states = alkit::jobs::curve::run(&spec, &on, out, how, &Device::Cpu, &mut Signals)?;
     let runs = states
         .iter()
         .map(|s| {

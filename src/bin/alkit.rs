@@ -275,8 +275,12 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
         ui::shell_word(&out)
     ));
     let mut bars = Bars::new(quiet, runs);
-    let states =
-        alkit::jobs::curve::run(&spec, &on, &out, resume, a.save_scores, device, &mut bars);
+    let how = alkit::jobs::curve::Execution {
+        resume,
+        save_scores: a.save_scores,
+        jobs: a.jobs.map_or(0, |n| n as usize),
+    };
+    let states = alkit::jobs::curve::run(&spec, &on, &out, how, device, &mut bars);
     bars.finish();
     print_summary(&summarize(&states?));
     // The outputs this run wrote, as the library names them (the paired plot needs random).

@@ -19,8 +19,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Reads a pool for a round: normalised features and one label per item (a session's taught
-/// labels; 0 where none is known, which only labeled items' training reads).
-pub trait PoolReader {
+/// labels; 0 where none is known, which only labeled items' training reads). A reader is
+/// shared by the runs a curve carries out at once, hence `Sync`.
+pub trait PoolReader: Sync {
     /// Items in the pool.
     fn len(&self) -> usize;
 

@@ -43,7 +43,7 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
         &test,
         &std_of(),
         &c,
-        false,
+        alkit::jobs::curve::Execution::default(),
         &Device::Cpu,
         &mut kill,
     )
@@ -58,7 +58,10 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
         &test,
         &std_of(),
         &c,
-        true,
+        alkit::jobs::curve::Execution {
+            resume: true,
+            ..Default::default()
+        },
         &Device::Cpu,
         &mut Silent,
     )
@@ -85,7 +88,10 @@ fn same_seed_gives_identical_curves_and_resume_matches_uninterrupted() {
         &test,
         &std_of(),
         &a,
-        true,
+        alkit::jobs::curve::Execution {
+            resume: true,
+            ..Default::default()
+        },
         &Device::Cpu,
         &mut Silent
     )
@@ -385,7 +391,10 @@ fn resume_refuses_edited_run_state_naming_the_file() {
             &test,
             &std_of(),
             &out,
-            true,
+            alkit::jobs::curve::Execution {
+                resume: true,
+                ..Default::default()
+            },
             &Device::Cpu,
             &mut Silent,
         )

@@ -9,6 +9,7 @@ mod doc_commands;
 mod duq;
 mod embeddings;
 mod feature_methods;
+mod fidelity;
 mod flag_sizes;
 mod fuzz_corpora;
 mod gradients;
@@ -246,6 +247,7 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
             ensemble: None,
             subsample: None,
             cold_start: false,
+            balanced_start: false,
         },
         scorers: Default::default(),
     }
@@ -264,7 +266,7 @@ fn run_small(
         test,
         &std_of(),
         out,
-        false,
+        alkit::jobs::curve::Execution::default(),
         &Device::Cpu,
         &mut Silent,
     )

@@ -223,7 +223,7 @@ fn regrad_star_with_zero_noise_equals_regrad_and_scores_in_the_loop() {
         &test,
         &norm.std,
         &out,
-        false,
+        alkit::jobs::curve::Execution::default(),
         &Device::Cpu,
         &mut Silent,
     )
@@ -321,7 +321,7 @@ fn ensembles_and_batchbald_run_in_the_loop() {
         &test,
         &std_of(),
         &tmp("ensemble-loop-bad"),
-        false,
+        alkit::jobs::curve::Execution::default(),
         &Device::Cpu,
         &mut Silent,
     )

@@ -169,7 +169,7 @@ fn par_pairs<A: Send, B: Send>(
     f: impl Fn(usize, &mut [A], &mut [B]) + Sync,
 ) {
     let n = a.len();
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let threads = crate::kernels::cores();
     let per = n.div_ceil(threads.min(n / 4096).max(1)).max(1);
     let f = &f;
     std::thread::scope(|s| {

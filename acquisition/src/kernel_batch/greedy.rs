@@ -104,7 +104,7 @@ fn project_out(
 ) -> Vec<f64> {
     let (p, w, n) = (rows.p, with.len(), rows.len());
     let mut out = vec![0f64; n * w];
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let threads = crate::kernels::cores();
     let per = n.div_ceil(threads.min(n / 512).max(1)).max(1);
     let step = &step;
     std::thread::scope(|s| {

@@ -371,6 +371,12 @@ pub(crate) struct CurveArgs {
     /// Cold start: strategies that choose from the items alone (coreset, typiclust, probcover) pick the --initial items too, from the items' own vectors (an embedding file's embeddings, a --backbone's features); the others start from the random seed set.
     #[arg(long)]
     pub(crate) cold_start: bool,
+    /// Draw the random seed set class by class: an equal share of the --initial items from each class, the lowest classes taking one more each while a remainder is left (CDALBench's initial_points_per_class); strategies that start cold (--cold-start) still choose their own.
+    #[arg(long)]
+    pub(crate) balanced_start: bool,
+    /// The hidden layers' widths of an mlp or mlp-dropout model, comma-separated (e.g. 24,24,2). [default: 256,128 for mlp, 256 for mlp-dropout]
+    #[arg(long, value_delimiter = ',', value_name = "WIDTHS")]
+    pub(crate) hidden: Option<Vec<usize>>,
     /// Items labeled per cycle (m2). [default: 20]
     #[arg(long)]
     pub(crate) query: Option<usize>,
@@ -407,6 +413,9 @@ pub(crate) struct CurveArgs {
     /// Replace an existing run in --out instead of refusing.
     #[arg(long)]
     pub(crate) force: bool,
+    /// Runs (one scorer, one seed) carried out at once, each on its own thread; every run's results are the same whatever the number. [default: one per core for the heads on feature vectors (linear, mlp, mlp-dropout, duq-mlp) on the CPU, else 1]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..1025), value_name = "N")]
+    pub(crate) jobs: Option<u64>,
     /// Also write every pool scoring to OUT/scores/STRATEGY/seedS/cycleC.csv (index,score): the scores cycle C's model gave the candidates it picked cycle C+1's labels from.
     #[arg(long)]
     pub(crate) save_scores: bool,
@@ -709,6 +718,8 @@ impl CurveArgs {
             anchor: self.anchor,
             subsample: self.subsample,
             cold_start: self.cold_start,
+            balanced_start: self.balanced_start,
+            hidden: self.hidden.clone(),
             scorers: self.scorer_settings.checked()?,
         })
     }
@@ -724,8 +735,11 @@ impl CurveArgs {
             ("--anchor", self.anchor.is_some()),
             ("--subsample", self.subsample.is_some()),
             ("--cold-start", self.cold_start),
+            ("--balanced-start", self.balanced_start),
+            ("--hidden", self.hidden.is_some()),
             ("--resume", self.resume.is_some()),
             ("--save-scores", self.save_scores),
+            ("--jobs", self.jobs.is_some()),
         ];
         if let Some((flag, _)) = not_yet.iter().find(|(_, given)| *given) {
             anyhow::bail!("{flag} is not available for a regression curve yet; drop it");
@@ -769,8 +783,11 @@ impl CurveArgs {
             ("--anchor", self.anchor.is_some()),
             ("--subsample", self.subsample.is_some()),
             ("--cold-start", self.cold_start),
+            ("--balanced-start", self.balanced_start),
+            ("--hidden", self.hidden.is_some()),
             ("--resume", self.resume.is_some()),
             ("--save-scores", self.save_scores),
+            ("--jobs", self.jobs.is_some()),
             ("--target", !r.target.is_empty()),
             ("--loss", r.loss.is_some()),
             ("--nll-beta", r.nll_beta.is_some()),

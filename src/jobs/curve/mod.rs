@@ -16,13 +16,15 @@
 //! - `vs-random.svg`, `vs-random.png` (with `random` among the strategies): each strategy's
 //!   ACC minus random's, paired by seed, with its 95% interval, against the labeled count.
 
+mod parallel;
 mod runs;
 mod setup;
 
+pub use parallel::default_jobs;
 pub use runs::{
     aubc_by_seed, curve_figure, remove_outputs, run_curve, state_path, summarize, vs_random_figure,
-    write_batches_csv, write_curve_csv, write_recall_csv, write_summary_csv, CurveSpec, Paired,
-    SaveScores, SummaryRow, Verdict, MAX_SEEDS, OUTPUTS,
+    write_batches_csv, write_curve_csv, write_recall_csv, write_summary_csv, CurveSpec, Execution,
+    Paired, SaveScores, SummaryRow, Verdict, MAX_SEEDS, OUTPUTS,
 };
 pub(crate) use runs::{by_strategy, mean_std};
 pub use setup::{resume, resume_with, run, CurveData, CurveOptions, ARRAYS_FILE};

@@ -2,6 +2,7 @@
 //! folder ([`run_curve`]), and what is written from their states: `curve.csv`, `summary.csv`
 //! and the ACC/NLL figure.
 
+use super::parallel::{default_jobs, run_jobs};
 use crate::acquire::{run as run_one, LoopConfig, RunContext, RunState};
 use crate::data::{Dataset, PoolReader};
 use crate::error::{Error, Result};
@@ -124,12 +125,23 @@ pub fn state_path(out: &Path, strategy: &str, seed: u64) -> PathBuf {
     out.join("runs").join(format!("{strategy}-seed{seed}.json"))
 }
 
-/// Runs (or, with `resume`, continues) every strategy x seed of `spec`, writing everything
-/// under `out`. Without `resume`, an `out` that already holds a run is refused (no work is ever
-/// overwritten). `train` (every item labeled; in memory, or a
+/// How a curve's runs are carried out; none of it changes a run's results.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Execution {
+    /// Continue the runs saved in the output folder (without it, a folder holding a run is
+    /// refused: no work is ever overwritten).
+    pub resume: bool,
+    /// Also write every pool scoring under `out/scores` ([`SaveScores`]).
+    pub save_scores: bool,
+    /// Runs carried out at once, each on its own thread (0: [`default_jobs`]).
+    pub jobs: usize,
+}
+
+/// Runs (or, with `how.resume`, continues) every strategy x seed of `spec`, writing everything
+/// under `out`, `how.jobs` runs at once. `train` (every item labeled; in memory, or a
 /// [`StreamedPool`](crate::data::StreamedPool) read a chunk at a time) and `test` must be
 /// normalised already, with per-channel standard deviation `input_std`. Returns the finished
-/// states, seed-major.
+/// states, seed-major, whatever the number of jobs.
 #[allow(clippy::too_many_arguments)]
 pub fn run_curve(
     spec: &CurveSpec,
@@ -137,14 +149,14 @@ pub fn run_curve(
     test: &Dataset,
     input_std: &[f32],
     out: &Path,
-    resume: bool,
+    how: Execution,
     device: &Device,
-    observer: &mut dyn Observer,
+    observer: &mut (dyn Observer + Send),
 ) -> Result<Vec<RunState>> {
     // Validate everything before touching the output folder.
     let params = spec.config.validate(train.len())?;
     let strategies = checked_strategies(spec, train.len())?;
-    claim_output(spec, out, resume)?;
+    claim_output(spec, out, how.resume)?;
     let model_desc = serde_json::to_string(&spec.model).unwrap_or_default();
     let ctx = RunContext {
         train,
@@ -156,6 +168,7 @@ pub fn run_curve(
     };
     let fingerprints = [train.fingerprint()?, test.fingerprint()];
     let mut states = Vec::new();
+    let mut runs = Vec::new();
     for &seed in &spec.seeds {
         for strategy in &strategies {
             let path = state_path(out, strategy.name(), seed);
@@ -166,20 +179,34 @@ pub fn run_curve(
                 model_desc.clone(),
                 fingerprints,
             );
-            let mut state = if path.exists() {
+            states.push(if path.exists() {
                 let saved: RunState = read_json(&path)?;
                 saved.check_matches(&fresh, &path)?;
                 saved
             } else {
                 fresh
-            };
-            if !state.is_complete() {
-                run_one(&ctx, strategy, &mut state, Some(&path), observer)?;
-            }
-            states.push(state);
-            write_curve_csv(&out.join("curve.csv"), &states)?;
+            });
+            runs.push((strategy, path));
         }
     }
+    let job = |i: usize, state: &mut RunState, observer: &mut dyn Observer| {
+        let (strategy, path) = &runs[i];
+        if !how.save_scores {
+            return run_one(&ctx, strategy, state, Some(path), observer);
+        }
+        let mut saver = SaveScores::new(out.join("scores"), observer);
+        let r = run_one(&ctx, strategy, state, Some(path), &mut saver);
+        match saver.error.take() {
+            Some(e) => Err(e.context("saving the scores of every round (setting `save_scores`)")),
+            None => r,
+        }
+    };
+    let done = |so_far: &[RunState]| write_curve_csv(&out.join("curve.csv"), so_far);
+    let jobs = match how.jobs {
+        0 => default_jobs(&spec.model, device),
+        n => n,
+    };
+    let states = run_jobs(states, jobs, &job, &done, observer)?;
     let rows = summarize(&states);
     write_summary_csv(&out.join("summary.csv"), &rows)?;
     write_batches_csv(&out.join("batches.csv"), &states, train)?;

@@ -4,12 +4,13 @@
 //! is read or written), or from the folder of a run to resume; then [`run`], which writes every
 //! pool scoring too when asked.
 
-use super::runs::{remove_outputs, run_curve, CurveSpec, SaveScores, MAX_SEEDS};
+use super::runs::{remove_outputs, run_curve, CurveSpec, Execution, MAX_SEEDS};
 use crate::acquire::{LoopConfig, RunState};
 use crate::data::{Dataset, Normalizer, PoolReader, Source};
 use crate::error::{Error, Result, ResultExt};
 use crate::hub::Hub;
 use crate::models::{Arch, ModelKind};
+use crate::nn::MlpConfig;
 use crate::observe::Observer;
 use crate::strategies::{ScorerSettings, StrategyKind};
 use candle_core::Device;
@@ -177,6 +178,10 @@ pub struct CurveOptions {
     pub subsample: Option<usize>,
     /// Strategies that can (core-set, TypiClust, ProbCover) choose the initial items too.
     pub cold_start: bool,
+    /// Draw the random seed set class by class, an equal share per class.
+    pub balanced_start: bool,
+    /// The hidden layers' widths of an `mlp` or `mlp-dropout` model [default: the model's].
+    pub hidden: Option<Vec<usize>>,
     /// The parameterised scorers' settings (`members` is set here from `ensemble`).
     pub scorers: ScorerSettings,
 }
@@ -186,11 +191,11 @@ impl CurveOptions {
     pub fn spec(&self, on: &CurveData) -> Result<CurveSpec> {
         let seeds = self.seed_list()?;
         let defaults = LoopConfig::default();
-        let model = Arch::for_shape(
+        let model = self.sized(Arch::for_shape(
             self.model.unwrap_or(ModelKind::named("cnn")),
             &on.item_shape,
             on.classes,
-        );
+        ))?;
         let train = self.train(model.kind())?;
         Ok(CurveSpec {
             data: self.data_path(),
@@ -209,12 +214,36 @@ impl CurveOptions {
                 ensemble: self.ensemble,
                 subsample: self.subsample,
                 cold_start: self.cold_start,
+                balanced_start: self.balanced_start,
             },
             scorers: ScorerSettings {
                 members: self.ensemble.is_some(),
                 ..self.scorers
             },
         })
+    }
+
+    /// `model` with the hidden widths asked for (setting `hidden`), which only an MLP with
+    /// hidden layers takes.
+    fn sized(&self, model: Arch) -> Result<Arch> {
+        let Some(widths) = &self.hidden else {
+            return Ok(model);
+        };
+        check_widths(widths)?;
+        match model {
+            Arch::Mlp(c) if !c.hidden.is_empty() => Ok(Arch::Mlp(MlpConfig {
+                hidden: widths.clone(),
+                ..c
+            })),
+            other => Err(Error::config(
+                "hidden",
+                format!(
+                    "model `{}` has no hidden layers to size: train `mlp` or `mlp-dropout`, \
+                     or leave the widths out",
+                    other.kind()
+                ),
+            )),
+        }
     }
 
     /// Starts a run in `out`: refuses an `out` that would overwrite the data or another run
@@ -232,6 +261,7 @@ impl CurveOptions {
         // Settings that need no data are checked before it is read.
         self.seed_list()?;
         self.train(self.model.unwrap_or(ModelKind::named("cnn")))?;
+        self.hidden.as_deref().map(check_widths).transpose()?;
         let on = CurveData::load(&data, self.stream, hub, observer)?;
         let spec = self.spec(&on)?;
         if force && out.join("run.json").exists() {
@@ -349,7 +379,7 @@ impl CurveOptions {
     }
 
     /// The run's own settings given here: `(setting, differs, the run's value)`.
-    fn run_differs(&self, run: &CurveSpec) -> [(&'static str, bool, String); 5] {
+    fn run_differs(&self, run: &CurveSpec) -> [(&'static str, bool, String); 6] {
         let same_path = |a: &Path, b: &Path| {
             a == b
                 || matches!(
@@ -358,6 +388,10 @@ impl CurveOptions {
                 )
         };
         let seeds = self.seed_list().ok();
+        let run_widths = match &run.model {
+            Arch::Mlp(c) => Some(&c.hidden),
+            _ => None,
+        };
         [
             (
                 "data",
@@ -388,12 +422,22 @@ impl CurveOptions {
                 self.seeds.is_some_and(|n| n as usize != run.seeds.len()),
                 run.seeds.len().to_string(),
             ),
+            (
+                "hidden",
+                self.hidden.as_ref().is_some_and(|h| Some(h) != run_widths),
+                run_widths.map_or("none".into(), |w| {
+                    w.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
+            ),
         ]
     }
 
     /// The loop's settings given here against the run's configuration `c`: `(setting,
     /// differs, the run's value)`.
-    fn config_differs(&self, c: &LoopConfig) -> [(&'static str, bool, String); 10] {
+    fn config_differs(&self, c: &LoopConfig) -> [(&'static str, bool, String); 11] {
         [
             (
                 "initial",
@@ -444,6 +488,11 @@ impl CurveOptions {
                 "cold_start",
                 self.cold_start && !c.cold_start,
                 c.cold_start.to_string(),
+            ),
+            (
+                "balanced_start",
+                self.balanced_start && !c.balanced_start,
+                c.balanced_start.to_string(),
             ),
         ]
     }
@@ -496,29 +545,39 @@ pub fn resume(
     Ok((spec, on))
 }
 
-/// Runs (or with `resume` continues) `spec` over `on` into `out` ([`run_curve`]); with
-/// `save_scores` every pool scoring is written under `out/scores` ([`SaveScores`]).
+/// Runs (or with `how.resume` continues) `spec` over `on` into `out` ([`run_curve`]).
 pub fn run(
     spec: &CurveSpec,
     on: &CurveData,
     out: &Path,
-    resume: bool,
-    save_scores: bool,
+    how: Execution,
     device: &Device,
-    observer: &mut dyn Observer,
+    observer: &mut (dyn Observer + Send),
 ) -> Result<Vec<RunState>> {
     let (train, test, std) = (on.train.as_ref(), &on.test, &on.norm.std);
-    let run_in = || format!("curve run in {}", out.display());
-    if !save_scores {
-        return run_curve(spec, train, test, std, out, resume, device, observer)
-            .context_with(run_in);
+    run_curve(spec, train, test, std, out, how, device, observer)
+        .context_with(|| format!("curve run in {}", out.display()))
+}
+
+/// The most hidden layers setting `hidden` takes, and the widest layer.
+const MAX_HIDDEN: (usize, usize) = (16, 65_536);
+
+/// Hidden widths a person gave: one to [`MAX_HIDDEN`] layers of 1 to 65,536 units.
+fn check_widths(widths: &[usize]) -> Result<()> {
+    let (layers, widest) = MAX_HIDDEN;
+    if widths.is_empty() || widths.len() > layers {
+        return Err(Error::config(
+            "hidden",
+            format!("{} widths; give 1 to {layers}", widths.len()),
+        ));
     }
-    let mut saver = SaveScores::new(out.join("scores"), observer);
-    let r = run_curve(spec, train, test, std, out, resume, device, &mut saver);
-    if let Some(e) = saver.error.take() {
-        return Err(e.context("saving the scores of every round (setting `save_scores`)"));
+    match widths.iter().find(|&&w| w == 0 || w > widest) {
+        Some(w) => Err(Error::config(
+            "hidden",
+            format!("a layer of {w} units; each takes 1 to {widest}"),
+        )),
+        None => Ok(()),
     }
-    r.context_with(run_in)
 }
 
 /// Strategy names, comma-separated, as a person types them.
