@@ -15,7 +15,8 @@
 # compare conformal sets with (tests/reference/conformal_libs.py runs it live beside alkit's
 # sets); crepes (with pandas, which it imports) and properscoring join it for the regression
 # intervals and metrics (tests/reference/regression_libs.py: MAPIE / crepes conformal
-# intervals, scikit-learn / scipy / properscoring RMSE, NLL, CRPS, ...), and scikit-learn's
+# intervals, scikit-learn / scipy / properscoring RMSE, NLL, CRPS, ...), small-text the
+# stopping rules (tests/reference/stopping_smalltext.py), and scikit-learn's
 # datasets write data/regression/ (tests/reference/regression_data.py). safetensors and pyarrow,
 # pinned too, write the embedding files tests read as their users' tools write them:
 # safetensors' `save_file` (tests/reference/embedded_head.py, display_embeddings.py) and
@@ -27,8 +28,8 @@ dir="$(cd "$dir" && pwd)"
 [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
 "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   --no-warn-script-location --root-user-action=ignore numpy==2.4.6 safetensors==0.8.0 pyarrow==26.0.1 mapie==1.6.0 \
-  scikit-learn==1.9.1 scipy==1.17.1 crepes==0.9.1 pandas==3.1.1 properscoring==0.1
-"$dir/venv/bin/python" -c 'import numpy, safetensors.numpy, pyarrow, mapie, sklearn, scipy, crepes, properscoring' || { echo "numpy, safetensors, pyarrow, mapie, scikit-learn, scipy, crepes or properscoring does not import in $dir/venv" >&2; exit 1; }
+  scikit-learn==1.9.1 scipy==1.17.1 crepes==0.9.1 pandas==3.1.1 properscoring==0.1 small-text==1.4.1
+"$dir/venv/bin/python" -c 'import numpy, safetensors.numpy, pyarrow, mapie, sklearn, scipy, crepes, properscoring, small_text' || { echo "numpy, safetensors, pyarrow, mapie, scikit-learn, scipy, crepes, properscoring or small-text does not import in $dir/venv" >&2; exit 1; }
 cat > "$dir/env.sh" <<ENV
 # Written by scripts/refpython.sh: the Python (with numpy and pyarrow) that runs tests/reference/*.py.
 export ALKIT_PYTHON="$dir/venv/bin/python"

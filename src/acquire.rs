@@ -10,9 +10,10 @@
 use crate::data::{Dataset, Pool, PoolReader};
 use crate::error::{Error, Result};
 use crate::fsutil::write_json;
+use crate::metrics::stopping;
 pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
-use crate::predict::evaluate;
+use crate::predict::{evaluate, log_probs_of};
 use crate::rng::Purpose;
 use crate::round::{self, Acquisition, RoundSettings, Strategy};
 use crate::train::{ModelBuilder, TrainConfig, TrainParams};
@@ -167,6 +168,11 @@ pub struct RunState {
     pub records: Vec<CycleRecord>,
     /// Scoring time of the acquisition already made for the next cycle.
     pub pending_score_s: f64,
+    /// The last cycle's predicted classes on the stop set ([`stop_set`]), which the next
+    /// cycle's stopping measures compare with (empty before the first cycle, and in a run
+    /// recorded before they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_predicted: Vec<u32>,
 }
 
 const FORMAT: u32 = 1;
@@ -207,6 +213,7 @@ impl RunState {
             labeled: Vec::new(),
             records: Vec::new(),
             pending_score_s: 0.0,
+            stop_predicted: Vec::new(),
         }
     }
 
@@ -309,6 +316,22 @@ impl RunState {
     }
 }
 
+/// The most items of a run's stop set.
+pub const STOP_SET: usize = 1000;
+
+/// The pool items (ascending) whose predictions the stopping rules read every cycle: all of a
+/// pool of at most [`STOP_SET`] items, else [`STOP_SET`] of them drawn uniformly from
+/// `(seed, StopSet, 0)`, so every strategy of a seed reads the same items.
+pub fn stop_set(pool: usize, seed: u64) -> Result<Vec<usize>> {
+    let all: Vec<usize> = (0..pool).collect();
+    if pool <= STOP_SET {
+        return Ok(all);
+    }
+    let mut picks = round::pick_random(&all, STOP_SET, (seed, Purpose::StopSet, 0))?;
+    picks.sort_unstable();
+    Ok(picks)
+}
+
 /// What one run needs besides its state.
 pub struct RunContext<'a> {
     /// Normalised training split with every label: the pool, in memory or streamed.
@@ -372,6 +395,7 @@ pub fn run(
     let cfg = ctx.params.config();
     let seed = state.seed;
     let mut pool = seeded_pool(ctx, strategy, state, observer)?;
+    let stop = ctx.train.gather(&stop_set(ctx.train.len(), seed)?)?;
     let start = state.records.len();
     let start_ev = Event::RunStarted {
         strategy: strategy.name(),
@@ -414,17 +438,17 @@ pub fn run(
             observer,
             |trained, _, _, observer| {
                 let train_s = t0.elapsed().as_secs_f64();
-                let m = evaluate(
-                    trained.model.as_ref(),
-                    ctx.test,
-                    cfg.batch,
-                    ctx.device,
-                    observer,
-                )?;
-                Ok((train_s, m, Instant::now()))
+                let model = trained.model.as_ref();
+                let m = evaluate(model, ctx.test, cfg.batch, ctx.device, observer)?;
+                let before = Some(state.stop_predicted.as_slice()).filter(|p| !p.is_empty());
+                let all: Vec<usize> = (0..stop.len()).collect();
+                let lp = log_probs_of(model, &stop, &all, cfg.batch, ctx.device, observer)?;
+                let probs: Vec<f32> = lp.iter().map(|v| v.exp()).collect();
+                let s = stopping::measure(&probs, model.classes(), before);
+                Ok((train_s, m, s, Instant::now()))
             },
         )?;
-        let (train_s, m, t1) = outcome.measured;
+        let (train_s, m, (stop_measure, stop_predicted), t1) = outcome.measured;
         let record = CycleRecord {
             cycle,
             labeled: labeled.len(),
@@ -438,6 +462,7 @@ pub fn run(
             } else {
                 state.pending_score_s
             },
+            stopping: Some(stop_measure),
         };
         let mut pending = 0.0;
         if let Some(picked) = outcome.picked {
@@ -447,6 +472,7 @@ pub fn run(
         state.records.push(record);
         state.labeled = pool.labeled().to_vec();
         state.pending_score_s = pending;
+        state.stop_predicted = stop_predicted;
         if let Some(path) = save {
             write_json(path, state)?;
         }

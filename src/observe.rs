@@ -153,6 +153,10 @@ pub struct CycleRecord {
     pub train_s: f64,
     /// Seconds spent scoring and selecting the items this cycle added (0 for cycle 0).
     pub score_s: f64,
+    /// What the cycle's predictions on the run's stop set say for the stopping rules (`None`
+    /// in a run recorded before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<crate::metrics::stopping::StopMeasure>,
 }
 
 #[cfg(test)]

@@ -33,6 +33,8 @@ pub enum Purpose {
     /// The items a labeling page serves while the next model trains, when the last round
     /// ranked none (random picks, joint batch criteria, a server just started).
     Reserve = 8,
+    /// The stop set a curve's stopping rules read each round's predictions on.
+    StopSet = 9,
 }
 
 /// The stream for `(seed, purpose, cycle)`.

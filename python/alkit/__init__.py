@@ -782,10 +782,20 @@ def _recall_rows(rows: List[List[Optional[float]]]) -> np.ndarray:
     return out
 
 
+def _stopping(cycles: List[Optional[Tuple[object, ...]]]) -> Dict[str, np.ndarray]:
+    names = ("kappa", "changed", "uncertainty", "delta_f")
+    return {
+        name: _nan_for_none([None if c is None else c[j] for c in cycles])
+        for j, name in enumerate(names)
+    }
+
+
 class CurveResult(NamedTuple):
     """What :func:`curve` ran: ``runs`` one dict per strategy and seed (``strategy``,
     ``seed`` and per cycle ``cycle``, ``labeled``, ``acc``, ``nll``, ``balanced_acc`` as
-    arrays, and ``recall`` as ``(cycles, classes)``; NaN for a class without test items),
+    arrays, and ``recall`` as ``(cycles, classes)``; NaN for a class without test items; the
+    stopping measures of ``stopping.csv``, ``kappa``, ``changed``, ``uncertainty`` and
+    ``delta_f``, as arrays with NaN where a cycle has none),
     ``summary``
     one dict per strategy as ``summary.csv`` has it (``acc_mean`` and ``nll_mean`` averaged
     over cycles 1.., their standard deviations over seeds, ``final_acc``; the area under the
@@ -905,6 +915,7 @@ def curve(
                 "nll": np.array([r[3] for r in rows]),
                 "balanced_acc": _nan_for_none([r[4] for r in rows]),
                 "recall": _recall_rows([r[5] for r in rows]),
+                **_stopping([r[6] for r in rows]),
             }
             for name, s, rows in runs
         ],

@@ -139,7 +139,17 @@ def curve(
         Tuple[
             str,
             int,
-            List[Tuple[int, int, float, float, Optional[float], List[Optional[float]]]],
+            List[
+                Tuple[
+                    int,
+                    int,
+                    float,
+                    float,
+                    Optional[float],
+                    List[Optional[float]],
+                    Optional[Tuple[Optional[float], Optional[float], float, Optional[float]]],
+                ]
+            ],
         ]
     ],
     List[

@@ -20,8 +20,21 @@ use std::path::PathBuf;
 /// One run's records: `(strategy, seed, [cycle])`.
 type Run = (String, u64, Vec<Cycle>);
 
-/// One cycle of a run: cycle, labeled, ACC, NLL, balanced accuracy, recall per class.
-type Cycle = (usize, usize, f64, f64, Option<f64>, Vec<Option<f64>>);
+/// One cycle of a run: cycle, labeled, ACC, NLL, balanced accuracy, recall per class, and the
+/// stopping measures (kappa, changed, uncertainty, change in F; `None` for a cycle recorded
+/// before they were kept).
+type Cycle = (
+    usize,
+    usize,
+    f64,
+    f64,
+    Option<f64>,
+    Vec<Option<f64>>,
+    Option<Stop>,
+);
+
+/// A cycle's stopping measures: `(kappa, changed, uncertainty, delta_f)`.
+type Stop = (Option<f64>, Option<f64>, f64, Option<f64>);
 
 /// One paired comparison: `(diff, lo, hi, p)`.
 type Pair = Option<(f64, f64, f64, f64)>;
@@ -200,7 +213,18 @@ fn run(
             let rows = records
                 .map(|r| {
                     let recall = r.recall.clone();
-                    (r.cycle, r.labeled, r.acc, r.nll, r.balanced_acc, recall)
+                    let stop = r
+                        .stopping
+                        .map(|m| (m.kappa, m.changed, m.uncertainty, m.delta_f));
+                    (
+                        r.cycle,
+                        r.labeled,
+                        r.acc,
+                        r.nll,
+                        r.balanced_acc,
+                        recall,
+                        stop,
+                    )
                 })
                 .collect();
             (s.strategy.clone(), s.seed, rows)

@@ -45,6 +45,15 @@ def test_curve_from_python_writes_what_the_command_line_writes(tmp_path, alkit_b
         # Balanced accuracy is the mean recall over the classes with test items.
         assert run["recall"].shape == (3, 10)
         np.testing.assert_allclose(run["balanced_acc"], np.nanmean(run["recall"], axis=1))
+    # The stopping measures returned are stopping.csv's.
+    with open(py / "stopping.csv", newline="") as f:
+        stops = list(csv.DictReader(f))
+    for run in got.runs:
+        want = [r for r in stops if (r["scorer"], int(r["seed"])) == (run["strategy"], run["seed"])]
+        for key in ("kappa", "changed", "uncertainty", "delta_f"):
+            cells = [float(r[key]) if r[key] else np.nan for r in want]
+            np.testing.assert_allclose(run[key], cells, atol=1e-6, equal_nan=True)
+        assert np.isnan(run["kappa"][0]) and not np.isnan(run["kappa"][1])
     assert [s["strategy"] for s in got.summary] == SCORERS
     assert all(s["seeds"] == 2 for s in got.summary)
     # The summary returned is summary.csv's, column by column.

@@ -2,8 +2,9 @@
 //! detection and calibration (`scores.rs`, re-exported here), Platt scaling of a binary score
 //! ([`Platt`]), a regression model's Gaussian predictions against the targets
 //! ([`regression`]), a multi-label model's label probabilities against the true sets
-//! ([`multilabel`]), and the statistics over seeds that compare acquisition strategies
-//! ([`stats`]).
+//! ([`multilabel`]), the statistics over seeds that compare acquisition strategies
+//! ([`stats`]), and the stopping rules read off successive rounds' predictions
+//! ([`stopping`]).
 //!
 //! The files are independent of each other.
 
@@ -12,6 +13,7 @@ mod platt;
 pub mod regression;
 mod scores;
 pub mod stats;
+pub mod stopping;
 
 pub use platt::Platt;
 pub use scores::*;

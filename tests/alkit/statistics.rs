@@ -5,7 +5,9 @@
 //! bootstrap interval within its Monte Carlo error, Friedman's test with ties, the chi-square
 //! tail and the studentized range behind Nemenyi's critical difference; and by hand: the AUBC
 //! of a curve worked out on paper, a t interval, the smallest exact p-values, Demšar's (2006)
-//! table of Nemenyi's q and his worked critical difference.
+//! table of Nemenyi's q and his worked critical difference. The stopping rules
+//! (`alkit::metrics::stopping`) against small-text's criteria on the same prediction sequences
+//! (tests/reference/stopping_smalltext.py).
 
 use super::feature_methods::{python, reference};
 use super::tmp;
@@ -435,4 +437,100 @@ fn batches_count_each_cycle_s_classes(run: &std::path::Path, emb: &std::path::Pa
     }
     let got = std::fs::read_to_string(run.join("batches.csv")).unwrap();
     assert_eq!(got.lines().collect::<Vec<_>>(), want);
+}
+
+/// Prediction sequences that settle as a model would: each item's logits drift from noise
+/// towards its own class over `rounds` rounds, with a round that repeats the last one (kappa
+/// 1, nothing changed), and for two classes a round that predicts no positive (no change in
+/// F) and one that is nearly certain (overall uncertainty below 0.05).
+fn settling(classes: usize, n: usize, rounds: usize, seed: u64) -> Vec<Vec<Vec<f32>>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let truth: Vec<usize> = (0..n).map(|i| (i * 7 + i / 3) % classes).collect();
+    let mut seq: Vec<Vec<Vec<f32>>> = Vec::new();
+    for t in 0..rounds {
+        let noise = 3.0 / (1.0 + t as f64);
+        let round: Vec<Vec<f32>> = (0..n)
+            .map(|i| {
+                let z: Vec<f64> = (0..classes)
+                    .map(|c| {
+                        let pull = if c == truth[i] { 0.6 * t as f64 } else { 0.0 };
+                        pull + noise * alkit::rng::normal(&mut rng)
+                    })
+                    .collect();
+                let m = z.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = z.iter().map(|v| (v - m).exp()).collect();
+                let s: f64 = e.iter().sum();
+                e.iter().map(|v| (v / s) as f32).collect()
+            })
+            .collect();
+        seq.push(round);
+        if t == rounds / 2 {
+            seq.push(seq.last().unwrap().clone());
+        }
+    }
+    if classes == 2 {
+        seq.insert(2, vec![vec![0.9, 0.1]; n]);
+        seq.push(vec![vec![0.001, 0.999]; n]);
+    }
+    seq
+}
+
+#[test]
+fn stopping_rules_answer_as_small_text_does() {
+    use alkit::metrics::stopping::{measure, StopMeasure, StopRule};
+    let Some(py) = python() else { return };
+    let dir = tmp("stopping");
+    let seqs = [
+        (2, 120, 14, 1),
+        (3, 90, 12, 2),
+        (5, 200, 16, 3),
+        (2, 40, 20, 4),
+    ];
+    let seqs: Vec<(usize, Vec<Vec<Vec<f32>>>)> = seqs
+        .iter()
+        .map(|&(c, n, r, s)| (c, settling(c, n, r, s)))
+        .collect();
+    let input = json!({"sequences": seqs.iter().map(|(c, r)| json!({"classes": c, "rounds": r}))
+        .collect::<Vec<_>>()});
+    let out: Value = reference(&py, "stopping_smalltext.py", &input, &dir);
+    let close = |a: Option<f64>, b: &Value| match (a, b.as_f64()) {
+        (None, None) => true,
+        (Some(x), Some(y)) => (x - y).abs() < 1e-9,
+        _ => false,
+    };
+    let mut fired = std::collections::BTreeSet::new();
+    for ((classes, rounds), want) in seqs.iter().zip(out["sequences"].as_array().unwrap()) {
+        let (mut seen, mut before): (Vec<StopMeasure>, Option<Vec<u32>>) = (Vec::new(), None);
+        for (t, (round, w)) in rounds.iter().zip(want.as_array().unwrap()).enumerate() {
+            let flat: Vec<f32> = round.concat();
+            let (m, predicted) = measure(&flat, *classes, before.as_deref());
+            seen.push(m);
+            before = Some(predicted);
+            let at = format!("{classes} classes, round {t}");
+            assert!(
+                close(m.kappa, &w["kappa"]),
+                "{at}: kappa {:?} vs {}",
+                m.kappa,
+                w["kappa"]
+            );
+            assert!(close(m.changed, &w["changed"]), "{at}: changed");
+            assert!(
+                close(Some(m.uncertainty), &w["uncertainty"]),
+                "{at}: uncertainty"
+            );
+            assert!(close(m.delta_f, &w["delta_f"]), "{at}: delta F");
+            for rule in StopRule::ALL {
+                let says = rule.says_stop(&seen);
+                match w["stop"][rule.name()].as_bool() {
+                    Some(want) => assert_eq!(says, want, "{at}: {}", rule.name()),
+                    None => assert!(!says, "{at}: {} needs two classes", rule.name()),
+                }
+                if says {
+                    fired.insert(rule.name());
+                }
+            }
+        }
+    }
+    // Every rule stops somewhere and not everywhere, so each comparison has both answers.
+    assert_eq!(fired.len(), 4, "{fired:?}");
 }

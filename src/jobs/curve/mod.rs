@@ -12,6 +12,8 @@
 //! - `batches.csv`: per run and cycle, the class counts of the items that cycle's labeling
 //!   added (cycle 0: the seed set);
 //! - `recall.csv`: per run and cycle, the test balanced accuracy and each class's test recall;
+//! - `stopping.csv`: per run and cycle, the measures of the cycle's predictions on the run's
+//!   stop set and whether each stopping rule would end the labeling there;
 //! - `curve.svg`, `curve.png`: mean ± std of ACC and NLL against the labeled count;
 //! - `vs-random.svg`, `vs-random.png` (with `random` among the strategies): each strategy's
 //!   ACC minus random's, paired by seed, with its 95% interval, against the labeled count.
@@ -19,6 +21,7 @@
 mod parallel;
 mod runs;
 mod setup;
+mod stopping;
 
 pub use parallel::default_jobs;
 pub use runs::{
@@ -28,3 +31,4 @@ pub use runs::{
 };
 pub(crate) use runs::{by_strategy, mean_std};
 pub use setup::{resume, resume_with, run, CurveData, CurveOptions, ARRAYS_FILE};
+pub use stopping::write_stopping_csv;

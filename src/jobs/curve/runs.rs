@@ -3,6 +3,7 @@
 //! and the ACC/NLL figure.
 
 use super::parallel::{default_jobs, run_jobs};
+use super::stopping::write_stopping_csv;
 use crate::acquire::{run as run_one, LoopConfig, RunContext, RunState};
 use crate::data::{Dataset, PoolReader};
 use crate::error::{Error, Result};
@@ -211,6 +212,7 @@ pub fn run_curve(
     write_summary_csv(&out.join("summary.csv"), &rows)?;
     write_batches_csv(&out.join("batches.csv"), &states, train)?;
     write_recall_csv(&out.join("recall.csv"), &states)?;
+    write_stopping_csv(&out.join("stopping.csv"), &states)?;
     curve_figure(&states).save(out, "curve")?;
     if let Some(figure) = vs_random_figure(&states) {
         figure.save(out, "vs-random")?;
@@ -766,12 +768,13 @@ fn paired_series(name: &str, pairs: &[(&RunState, &RunState)]) -> Series {
 
 /// The files a curve run writes into its folder (besides `runs/`): what `--force` removes
 /// before starting over. Nothing else in the folder is touched.
-pub const OUTPUTS: [&str; 9] = [
+pub const OUTPUTS: [&str; 10] = [
     "run.json",
     "curve.csv",
     "summary.csv",
     "batches.csv",
     "recall.csv",
+    "stopping.csv",
     "curve.svg",
     "curve.png",
     "vs-random.svg",
