@@ -364,15 +364,13 @@ fn seeded_pool(
         let picks = if cfg.balanced_start && !round::starts_cold(strategy, cfg.cold_start) {
             round::pick_balanced(ctx.train, all.indices(), cfg.initial, draw)?
         } else {
-            let classes = ctx.test.classes();
-            let (c, i) = (cfg.cold_start, cfg.initial);
             round::first_batch(
                 strategy,
-                c,
+                cfg.cold_start,
                 ctx.train,
                 all.indices(),
-                classes,
-                i,
+                ctx.test.classes(),
+                cfg.initial,
                 draw,
                 observer,
             )?
@@ -396,6 +394,7 @@ pub fn run(
     let seed = state.seed;
     let mut pool = seeded_pool(ctx, strategy, state, observer)?;
     let stop = ctx.train.gather(&stop_set(ctx.train.len(), seed)?)?;
+    let stop_rows: Vec<usize> = (0..stop.len()).collect();
     let start = state.records.len();
     let start_ev = Event::RunStarted {
         strategy: strategy.name(),
@@ -441,8 +440,7 @@ pub fn run(
                 let model = trained.model.as_ref();
                 let m = evaluate(model, ctx.test, cfg.batch, ctx.device, observer)?;
                 let before = Some(state.stop_predicted.as_slice()).filter(|p| !p.is_empty());
-                let all: Vec<usize> = (0..stop.len()).collect();
-                let lp = log_probs_of(model, &stop, &all, cfg.batch, ctx.device, observer)?;
+                let lp = log_probs_of(model, &stop, &stop_rows, cfg.batch, ctx.device, observer)?;
                 let probs: Vec<f32> = lp.iter().map(|v| v.exp()).collect();
                 let s = stopping::measure(&probs, model.classes(), before);
                 Ok((train_s, m, s, Instant::now()))

@@ -175,7 +175,7 @@ fn splits() -> (Dataset, Dataset) {
     (n.apply(&s.train).unwrap(), n.apply(&s.test).unwrap())
 }
 
-fn curve(spec: &CurveSpec, out: &Path, jobs: usize) -> Vec<RunState> {
+fn curve(spec: &CurveSpec, out: &Path, jobs: usize) -> alkit::Result<Vec<RunState>> {
     let (train, test) = splits();
     let how = Execution {
         jobs,
@@ -191,7 +191,6 @@ fn curve(spec: &CurveSpec, out: &Path, jobs: usize) -> Vec<RunState> {
         &Device::Cpu,
         &mut Silent,
     )
-    .unwrap()
 }
 
 #[test]
@@ -199,8 +198,8 @@ fn runs_at_once_write_what_runs_one_by_one_write() {
     let spec = spec("random,entropy,coreset,typiclust", vec![3, 4, 5], false);
     let dir = tmp("fidelity-jobs");
     let (one, three) = (dir.join("one"), dir.join("three"));
-    let a = curve(&spec, &one, 1);
-    let b = curve(&spec, &three, 3);
+    let a = curve(&spec, &one, 1).unwrap();
+    let b = curve(&spec, &three, 3).unwrap();
     let order = |s: &[RunState]| {
         s.iter()
             .map(|r| (r.seed, r.strategy.clone()))
@@ -224,7 +223,8 @@ fn a_balanced_start_draws_an_equal_share_of_each_class() {
         &spec("random,entropy", vec![0, 1, 2, 3], true),
         &dir.join("run"),
         0,
-    );
+    )
+    .unwrap();
     for s in &states {
         let first: Vec<u32> = s.labeled[..4]
             .iter()
@@ -239,19 +239,7 @@ fn a_balanced_start_draws_an_equal_share_of_each_class() {
     let mut big = spec("random", vec![0], true);
     big.config.initial = 478;
     big.config.cycles = 0;
-    let (train, test) = splits();
-    let e = run_curve(
-        &big,
-        &train,
-        &test,
-        &[1.0],
-        &dir.join("big"),
-        Execution::default(),
-        &Device::Cpu,
-        &mut Silent,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = curve(&big, &dir.join("big"), 0).unwrap_err().to_string();
     assert!(
         e.contains("balanced_start") && e.contains("share of the 478"),
         "{e}"

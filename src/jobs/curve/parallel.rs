@@ -11,15 +11,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Runs `job(i, state, observer)` for every state of `states` not yet complete, `jobs` at a
-/// time, each on one thread with an observer that forwards to `observer`; `done(states)` is
-/// called (under a lock) after each run finishes, with the states finished so far in their
-/// order. Returns every state, in order, or the first error (an interruption only when nothing
+/// time, each on one thread with an observer that forwards to `observer`; `done(slots)` is
+/// called (under a lock) after each run finishes, with every state in its slot once finished
+/// (`None` before). Returns every state, in order, or the first error (an interruption only when nothing
 /// else failed).
 pub(super) fn run_jobs(
     states: Vec<RunState>,
     jobs: usize,
     job: &(dyn Fn(usize, &mut RunState, &mut dyn Observer) -> Result<()> + Sync),
-    done: &(dyn Fn(&[RunState]) -> Result<()> + Sync),
+    done: &(dyn Fn(&[Option<RunState>]) -> Result<()> + Sync),
     observer: &mut (dyn Observer + Send),
 ) -> Result<Vec<RunState>> {
     let n = states.len();
@@ -49,8 +49,7 @@ pub(super) fn run_jobs(
         .and_then(|()| {
             let mut finished = lock(&finished);
             finished[i] = Some(state);
-            let so_far: Vec<RunState> = finished.iter().flatten().cloned().collect();
-            done(&so_far)
+            done(&finished)
         });
         if let Err(e) = outcome {
             stop.store(true, Ordering::SeqCst);

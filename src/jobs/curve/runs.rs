@@ -202,7 +202,9 @@ pub fn run_curve(
             None => r,
         }
     };
-    let done = |so_far: &[RunState]| write_curve_csv(&out.join("curve.csv"), so_far);
+    let done = |so_far: &[Option<RunState>]| {
+        write_curve_csv(&out.join("curve.csv"), so_far.iter().flatten())
+    };
     let jobs = match how.jobs {
         0 => default_jobs(&spec.model, device),
         n => n,
@@ -321,7 +323,10 @@ fn claim_output(spec: &CurveSpec, out: &Path, resume: bool) -> Result<()> {
 }
 
 /// Writes `curve.csv` for `states` to `path`.
-pub fn write_curve_csv(path: &Path, states: &[RunState]) -> Result<()> {
+pub fn write_curve_csv<'a>(
+    path: &Path,
+    states: impl IntoIterator<Item = &'a RunState>,
+) -> Result<()> {
     let header = [
         "scorer",
         "seed",
@@ -333,7 +338,7 @@ pub fn write_curve_csv(path: &Path, states: &[RunState]) -> Result<()> {
         "score_s",
         "balanced_acc",
     ];
-    let rows = states.iter().flat_map(|st| {
+    let rows = states.into_iter().flat_map(|st| {
         st.records.iter().map(|r| {
             vec![
                 st.strategy.clone(),
