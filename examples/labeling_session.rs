@@ -58,6 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         batch: 512,
         ensemble: None,
         display_root: None,
+        stop: None,
     };
     let mut learner = Learner::new(&source.to_string(), loaded, classes, &seeds, config)?;
     let request = QueryRequest {

@@ -10,7 +10,7 @@
 use crate::data::{Dataset, Pool, PoolReader};
 use crate::error::{Error, Result};
 use crate::fsutil::write_json;
-use crate::metrics::stopping;
+use crate::metrics::stopping::{self, StopMeasure, StopRule};
 pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
 use crate::predict::{evaluate, log_probs_of};
@@ -53,6 +53,10 @@ pub struct LoopConfig {
     /// of uniformly from the pool; a strategy that starts cold chooses its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub balanced_start: bool,
+    /// End the run after the first cycle this stopping rule says stop (its picks are not
+    /// labeled); `None`: every cycle runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopRule>,
 }
 
 impl Default for LoopConfig {
@@ -67,6 +71,7 @@ impl Default for LoopConfig {
             subsample: None,
             cold_start: false,
             balanced_start: false,
+            stop: None,
         }
     }
 }
@@ -168,7 +173,7 @@ pub struct RunState {
     pub records: Vec<CycleRecord>,
     /// Scoring time of the acquisition already made for the next cycle.
     pub pending_score_s: f64,
-    /// The last cycle's predicted classes on the stop set ([`stop_set`]), which the next
+    /// The last cycle's predicted classes on the stop set ([`round::stop_set`]), which the next
     /// cycle's stopping measures compare with (empty before the first cycle, and in a run
     /// recorded before they were kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -258,7 +263,8 @@ impl RunState {
     /// Checks that the saved progress is one the loop could have written: records for cycles
     /// `0, 1, ...` in order, each with `initial + cycle * query` labels, and the labeled items
     /// distinct, `initial` of them tagged cycle 0 and `query` tagged each later cycle up to the
-    /// next one to train. An edited or truncated file is an error naming it.
+    /// next one to train (up to the last recorded one, in a run its stopping rule ended). An
+    /// edited or truncated file is an error naming it.
     pub fn check_consistent(&self, path: &Path) -> Result<()> {
         let bad = |problem: String| Err(Error::state(path, problem));
         let cfg = &self.config;
@@ -281,7 +287,11 @@ impl RunState {
         if self.labeled.is_empty() && self.records.is_empty() {
             return Ok(());
         }
-        let last = self.records.len().min(cfg.cycles);
+        // A run its stopping rule ended labels nothing after its last record.
+        let last = match self.stopped() {
+            true => self.records.len() - 1,
+            false => self.records.len().min(cfg.cycles),
+        };
         let mut per_cycle = vec![0usize; last + 1];
         let mut seen = std::collections::HashSet::new();
         for &(index, cycle) in &self.labeled {
@@ -310,26 +320,23 @@ impl RunState {
         Ok(())
     }
 
-    /// True when every cycle is done.
+    /// True when every cycle is done, or the run's stopping rule ended it.
     pub fn is_complete(&self) -> bool {
-        self.records.len() == self.config.cycles + 1
+        self.records.len() == self.config.cycles + 1 || self.stopped()
     }
-}
 
-/// The most items of a run's stop set.
-pub const STOP_SET: usize = 1000;
-
-/// The pool items (ascending) whose predictions the stopping rules read every cycle: all of a
-/// pool of at most [`STOP_SET`] items, else [`STOP_SET`] of them drawn uniformly from
-/// `(seed, StopSet, 0)`, so every strategy of a seed reads the same items.
-pub fn stop_set(pool: usize, seed: u64) -> Result<Vec<usize>> {
-    let all: Vec<usize> = (0..pool).collect();
-    if pool <= STOP_SET {
-        return Ok(all);
+    /// Whether the run's stopping rule (`config.stop`) said stop after its last cycle.
+    pub fn stopped(&self) -> bool {
+        let measures: Vec<StopMeasure> = self.records.iter().filter_map(|r| r.stopping).collect();
+        self.config
+            .stop
+            .is_some_and(|rule| rule.says_stop(&measures))
     }
-    let mut picks = round::pick_random(&all, STOP_SET, (seed, Purpose::StopSet, 0))?;
-    picks.sort_unstable();
-    Ok(picks)
+
+    /// The labels the run would hold at the end of its budget: `initial + cycles * query`.
+    pub fn budget(&self) -> usize {
+        self.config.initial + self.config.cycles * self.config.query
+    }
 }
 
 /// What one run needs besides its state.
@@ -393,7 +400,7 @@ pub fn run(
     let cfg = ctx.params.config();
     let seed = state.seed;
     let mut pool = seeded_pool(ctx, strategy, state, observer)?;
-    let stop = ctx.train.gather(&stop_set(ctx.train.len(), seed)?)?;
+    let stop = ctx.train.gather(&round::stop_set(ctx.train.len(), seed)?)?;
     let stop_rows: Vec<usize> = (0..stop.len()).collect();
     let start = state.records.len();
     let start_ev = Event::RunStarted {
@@ -462,12 +469,15 @@ pub fn run(
             },
             stopping: Some(stop_measure),
         };
+        state.records.push(record);
+        // A run its stopping rule ends keeps the labels it trained on: the last picks are
+        // dropped, so that every label belongs to a recorded cycle.
+        let stopped = state.stopped();
         let mut pending = 0.0;
-        if let Some(picked) = outcome.picked {
+        if let Some(picked) = outcome.picked.filter(|_| !stopped) {
             pool.acquire(&picked.indices, cycle + 1)?;
             pending = t1.elapsed().as_secs_f64();
         }
-        state.records.push(record);
         state.labeled = pool.labeled().to_vec();
         state.pending_score_s = pending;
         state.stop_predicted = stop_predicted;
@@ -476,6 +486,9 @@ pub fn run(
         }
         let last = state.records.last().expect("just pushed");
         check(observer, &Event::CycleFinished { record: last })?;
+        if stopped {
+            break;
+        }
     }
     Ok(())
 }

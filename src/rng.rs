@@ -35,6 +35,8 @@ pub enum Purpose {
     Reserve = 8,
     /// The stop set a curve's stopping rules read each round's predictions on.
     StopSet = 9,
+    /// The class order a class-balanced round breaks its quota ties by.
+    Balance = 10,
 }
 
 /// The stream for `(seed, purpose, cycle)`.

@@ -50,6 +50,7 @@ pub enum Pick {
 pub struct Strategy {
     name: String,
     pick: Pick,
+    balanced: bool,
 }
 
 impl Strategy {
@@ -58,6 +59,7 @@ impl Strategy {
         Self {
             name: "random".into(),
             pick: Pick::Random,
+            balanced: false,
         }
     }
 
@@ -66,6 +68,7 @@ impl Strategy {
         Self {
             name: scorer.name().to_string(),
             pick: Pick::Scored { scorer, selection },
+            balanced: false,
         }
     }
 
@@ -74,6 +77,7 @@ impl Strategy {
         Self {
             name: selector.name().to_string(),
             pick: Pick::Batch(selector),
+            balanced: false,
         }
     }
 
@@ -86,6 +90,23 @@ impl Strategy {
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
+    }
+
+    /// Class-balanced: each round's batch shares its slots among the predicted classes so
+    /// that the labeled set moves towards equal class counts ([`alkit_acquisition::class_quotas`]),
+    /// each class's share chosen as the strategy chooses. Random picks stay uniform (they are
+    /// the yardstick): this changes a scored or joint strategy only, named `balanced-<name>`.
+    pub fn balanced(mut self) -> Self {
+        if !matches!(self.pick, Pick::Random) {
+            self.balanced = true;
+            self.name = format!("balanced-{}", self.name);
+        }
+        self
+    }
+
+    /// Whether its batches are class-balanced.
+    pub fn is_balanced(&self) -> bool {
+        self.balanced
     }
 
     /// The strategy's name.
@@ -197,12 +218,13 @@ pub fn run<T>(
                 )?));
             }
             let scored = subsample(a.candidates, a.subsample, (seed, a.key));
+            let counts = class_counts(&data, &rows, trained.model.classes());
             Some(pick(
                 a.strategy,
                 &scoring,
                 settings.pool,
                 &scored,
-                a.n,
+                (a.n, &counts),
                 (seed, a.key),
                 a.round,
                 observer,
@@ -214,6 +236,17 @@ pub fn run<T>(
         measured,
         picked,
     })
+}
+
+/// How many of `rows` each of `classes` classes labels `(C,)`.
+fn class_counts(data: &Dataset, rows: &[usize], classes: usize) -> Vec<usize> {
+    let mut counts = vec![0; classes];
+    for &r in rows {
+        if let Some(c) = counts.get_mut(data.labels()[r] as usize) {
+            *c += 1;
+        }
+    }
+    counts
 }
 
 /// The candidates a round scores: all of them, or with `m = Some(M)` (baal's `max_sample`)
@@ -246,15 +279,17 @@ pub struct Picked {
 pub const SCORE_CHUNK: usize = 16384;
 
 /// Scores the `candidates` (ascending indices into `pool`, in memory or streamed) for
-/// `strategy` with the model in `scoring` and selects `n` of them: evidence noise from `(seed, Perturb, key)`, the selection
-/// from `(seed, Select, key)`. Reports [`Event::Scored`] (as `cycle`) before selecting.
+/// `strategy` with the model in `scoring` and selects `n` of them: evidence noise from
+/// `(seed, Perturb, key)`, the selection from `(seed, Select, key)`. A class-balanced strategy
+/// also reads `labeled`, the labeled items' count per class `(C,)`. Reports
+/// [`Event::Scored`] (as `cycle`) before selecting.
 #[allow(clippy::too_many_arguments)]
 pub fn pick(
     strategy: &Strategy,
     scoring: &Scoring<'_>,
     pool: &dyn PoolReader,
     candidates: &[usize],
-    n: usize,
+    (n, labeled): (usize, &[usize]),
     (seed, key): (u64, u64),
     cycle: usize,
     observer: &mut dyn Observer,
@@ -264,10 +299,9 @@ pub fn pick(
         scoring,
         pool,
         candidates,
-        n,
+        (n, labeled),
         (seed, key),
-        cycle,
-        SCORE_CHUNK,
+        (cycle, SCORE_CHUNK),
         observer,
     )
 }
@@ -282,59 +316,215 @@ pub fn pick_in_chunks(
     scoring: &Scoring<'_>,
     pool: &dyn PoolReader,
     candidates: &[usize],
-    n: usize,
+    (n, labeled): (usize, &[usize]),
     (seed, key): (u64, u64),
-    cycle: usize,
-    chunk: usize,
+    (cycle, chunk): (usize, usize),
     observer: &mut dyn Observer,
 ) -> Result<Picked> {
     let mut noise = stream(seed, Purpose::Perturb, key);
     let mut rng = stream(seed, Purpose::Select, key);
+    let balance = match strategy.balanced {
+        true => Some(Balance::of(
+            scoring,
+            pool,
+            candidates,
+            labeled,
+            (seed, key),
+            observer,
+        )?),
+        false => None,
+    };
     let (positions, scores) = match &strategy.pick {
         Pick::Scored { scorer, selection } => {
-            let needs = scorer.needs();
-            // A joint scorer compares the candidates with each other: one piece.
-            let step = match scorer.joint() {
-                true => candidates.len(),
-                false => scored_step(&needs, candidates.len(), scoring.batch, chunk),
-            };
-            let mut scores = Vec::with_capacity(candidates.len());
-            pool.parts(candidates, step.max(1), &mut |data, rows| {
-                let mut progress = Offset {
-                    inner: &mut *observer,
-                    done: scores.len(),
-                    total: candidates.len(),
-                };
-                let ev = scoring.evidence(data, rows, needs, &mut noise, &mut progress)?;
-                scores.extend(scorer.score(&ev)?);
-                Ok(())
-            })?;
+            let scores = score_all(
+                scorer.as_ref(),
+                scoring,
+                pool,
+                candidates,
+                chunk,
+                &mut noise,
+                observer,
+            )?;
             let ev = Event::Scored {
                 cycle,
                 indices: candidates,
                 scores: &scores,
             };
             check(observer, &ev)?;
-            let picks = selection.select(&scores, n, &mut rng)?;
+            let picks = match &balance {
+                None => selection.select(&scores, n, &mut rng)?,
+                Some(b) => alkit_acquisition::balanced_select(
+                    &scores,
+                    &b.predicted,
+                    labeled,
+                    n,
+                    (selection, &b.order),
+                    &mut rng,
+                )?,
+            };
             let picked = picks.iter().map(|&p| scores[p]).collect();
             (picks, Some(picked))
         }
-        Pick::Batch(b) => {
-            // A joint criterion sees every candidate's evidence at once: one part (a streamed
-            // pool's candidates are then read into memory together; `--subsample` bounds them).
-            let mut ev = alkit_acquisition::Evidence::default();
-            pool.parts(candidates, candidates.len(), &mut |data, rows| {
-                ev = scoring.evidence(data, rows, b.needs(), &mut noise, &mut *observer)?;
-                Ok(())
-            })?;
-            (b.select(&ev, n, &mut rng)?, None)
-        }
+        Pick::Batch(b) => match &balance {
+            None => (
+                joint_pick(
+                    b.as_ref(),
+                    scoring,
+                    pool,
+                    candidates,
+                    n,
+                    (&mut noise, &mut rng),
+                    observer,
+                )?,
+                None,
+            ),
+            Some(bal) => {
+                let quota = bal.quotas(labeled, n)?;
+                let mut picks = Vec::with_capacity(n);
+                for (class, members) in bal.members.iter().enumerate() {
+                    if quota[class] == 0 {
+                        continue;
+                    }
+                    let sub: Vec<usize> = members.iter().map(|&p| candidates[p]).collect();
+                    let chosen = joint_pick(
+                        b.as_ref(),
+                        scoring,
+                        pool,
+                        &sub,
+                        quota[class],
+                        (&mut noise, &mut rng),
+                        observer,
+                    )?;
+                    picks.extend(chosen.into_iter().map(|j| members[j]));
+                }
+                (picks, None)
+            }
+        },
         Pick::Random => (random_positions(candidates.len(), n, &mut rng)?, None),
     };
     Ok(Picked {
         indices: positions.iter().map(|&p| candidates[p]).collect(),
         scores,
     })
+}
+
+/// One score per candidate from `scorer`, its evidence gathered `chunk` candidates at a time
+/// (every candidate at once for a joint scorer, which compares them).
+fn score_all(
+    scorer: &dyn alkit_acquisition::Scorer,
+    scoring: &Scoring<'_>,
+    pool: &dyn PoolReader,
+    candidates: &[usize],
+    chunk: usize,
+    noise: &mut crate::rng::Rng,
+    observer: &mut dyn Observer,
+) -> Result<Vec<f32>> {
+    let needs = scorer.needs();
+    let step = match scorer.joint() {
+        true => candidates.len(),
+        false => scored_step(&needs, candidates.len(), scoring.batch, chunk),
+    };
+    let mut scores = Vec::with_capacity(candidates.len());
+    pool.parts(candidates, step.max(1), &mut |data, rows| {
+        let mut progress = Offset {
+            inner: &mut *observer,
+            done: scores.len(),
+            total: candidates.len(),
+        };
+        let ev = scoring.evidence(data, rows, needs, &mut *noise, &mut progress)?;
+        scores.extend(scorer.score(&ev)?);
+        Ok(())
+    })?;
+    Ok(scores)
+}
+
+/// `n` positions among `candidates` chosen by a joint criterion, which sees every
+/// candidate's evidence at once: one part (a streamed pool's candidates are then read into
+/// memory together; `--subsample` bounds them).
+fn joint_pick(
+    b: &dyn BatchSelector,
+    scoring: &Scoring<'_>,
+    pool: &dyn PoolReader,
+    candidates: &[usize],
+    n: usize,
+    (noise, rng): (&mut crate::rng::Rng, &mut crate::rng::Rng),
+    observer: &mut dyn Observer,
+) -> Result<Vec<usize>> {
+    let mut ev = alkit_acquisition::Evidence::default();
+    pool.parts(candidates, candidates.len().max(1), &mut |data, rows| {
+        ev = scoring.evidence(data, rows, b.needs(), &mut *noise, &mut *observer)?;
+        Ok(())
+    })?;
+    Ok(b.select(&ev, n, rng)?)
+}
+
+/// What a class-balanced pick knows before it selects: each candidate's predicted class (the
+/// argmax of the round model's probabilities, the ensemble's mean for an ensemble) and the
+/// seeded class order its quota ties follow.
+struct Balance {
+    /// Predicted class per candidate `(n_candidates,)`.
+    predicted: Vec<u32>,
+    /// Candidate positions by predicted class `(C,)`.
+    members: Vec<Vec<usize>>,
+    /// A permutation of the classes from `(seed, Balance, key)`.
+    order: Vec<usize>,
+}
+
+impl Balance {
+    fn of(
+        scoring: &Scoring<'_>,
+        pool: &dyn PoolReader,
+        candidates: &[usize],
+        labeled: &[usize],
+        (seed, key): (u64, u64),
+        observer: &mut dyn Observer,
+    ) -> Result<Self> {
+        let mut rng = stream(seed, Purpose::Balance, key);
+        let mut predicted = Vec::with_capacity(candidates.len());
+        let step = SCORE_CHUNK.div_ceil(scoring.batch.max(1)) * scoring.batch.max(1);
+        pool.parts(candidates, step, &mut |data, rows| {
+            let ev = scoring.evidence(
+                data,
+                rows,
+                alkit_acquisition::Needs::PROBS,
+                &mut rng,
+                &mut *observer,
+            )?;
+            let probs = ev.probs("class balance")?;
+            predicted.extend(probs.rows().map(argmax));
+            Ok(())
+        })?;
+        let classes = labeled.len();
+        let members = alkit_acquisition::members_by_class(&predicted, classes)?;
+        let mut order: Vec<usize> = (0..classes).collect();
+        rand::seq::SliceRandom::shuffle(order.as_mut_slice(), &mut rng);
+        Ok(Self {
+            predicted,
+            members,
+            order,
+        })
+    }
+
+    fn quotas(&self, labeled: &[usize], n: usize) -> Result<Vec<usize>> {
+        let available: Vec<usize> = self.members.iter().map(Vec::len).collect();
+        Ok(alkit_acquisition::class_quotas(
+            labeled,
+            &available,
+            n,
+            &self.order,
+        )?)
+    }
+}
+
+/// The first highest entry's position (the lowest class on ties, as numpy's argmax).
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (k, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = k;
+        }
+    }
+    best as u32
 }
 
 /// Candidates whose evidence a scored pick gathers at once: `chunk` rounded up to whole
@@ -542,6 +732,22 @@ pub fn cold_start(
         Ok(())
     })?;
     Ok(picks.into_iter().map(|p| candidates[p]).collect())
+}
+
+/// The most items of a run's or session's stop set.
+pub const STOP_SET: usize = 1000;
+
+/// The pool items (ascending) whose predictions the stopping rules read every cycle or round: all of a
+/// pool of at most [`STOP_SET`] items, else [`STOP_SET`] of them drawn uniformly from
+/// `(seed, StopSet, 0)`, so every strategy of a seed reads the same items.
+pub fn stop_set(pool: usize, seed: u64) -> Result<Vec<usize>> {
+    let all: Vec<usize> = (0..pool).collect();
+    if pool <= STOP_SET {
+        return Ok(all);
+    }
+    let mut picks = pick_random(&all, STOP_SET, (seed, Purpose::StopSet, 0))?;
+    picks.sort_unstable();
+    Ok(picks)
 }
 
 /// `n` of the `candidates` uniformly at random from `(seed, purpose, key)`: the seed set of a

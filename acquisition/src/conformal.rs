@@ -165,35 +165,7 @@ impl Conformal {
         alpha: f64,
         draws: &[f64],
     ) -> Result<Self, ScoreError> {
-        if !(alpha > 0.0 && alpha < 1.0) {
-            return Err(ScoreError::Setting {
-                setting: "conformal",
-                why: format!("the miscoverage level {alpha} must be in (0, 1)"),
-            });
-        }
-        let n = probs.n();
-        if labels.len() != n || n == 0 {
-            return Err(ScoreError::Shape {
-                what: "calibration labels",
-                expected: format!("({n},) with n > 0"),
-                got: format!("{} labels", labels.len()),
-            });
-        }
-        if let Some(&bad) = labels.iter().find(|&&l| l >= probs.classes()) {
-            return Err(ScoreError::Shape {
-                what: "calibration labels",
-                expected: format!("class indices below {}", probs.classes()),
-                got: format!("label {bad}"),
-            });
-        }
-        check_draws(score, draws, n, "calibration draws")?;
-        let draw = |i: usize| draws.get(i).copied().unwrap_or(0.0);
-        let scores: Vec<f64> = probs
-            .rows()
-            .zip(labels)
-            .enumerate()
-            .map(|(i, (p, &y))| score.class_scores(p, draw(i))[y])
-            .collect();
+        let scores = label_scores(score, probs, labels, alpha, draws)?;
         let threshold = conformal_quantile(scores, alpha);
         Ok(Self { score, threshold })
     }
@@ -209,6 +181,97 @@ impl Conformal {
             .map(|(c, _)| c)
             .collect()
     }
+}
+
+/// A Mondrian (class-conditional) conformal predictor (Vovk et al. 2003; Vovk 2012): one
+/// threshold per class, each calibrated on the calibration items of that class alone, and a
+/// set holds class `c` when `c` scores at most class `c`'s threshold. Each class's items are
+/// then covered with probability at least `1 - alpha`, where the marginal predictor promises
+/// that only on average over classes (a rare, hard class may be covered far less). A class
+/// with fewer than `1 / alpha - 1` calibration items gets an infinite threshold: it is in
+/// every set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassConformal {
+    /// The non-conformity score.
+    pub score: ConformalScore,
+    /// Per class `(C,)`, sets hold it when it scores at most this (infinite: always).
+    pub thresholds: Vec<f64>,
+}
+
+impl ClassConformal {
+    /// Calibrates `score` at miscoverage `alpha` class by class on `probs (n, c)` with
+    /// `labels (n,)` (and the randomised forms' `draws (n,)`), as [`Conformal::calibrate`].
+    pub fn calibrate(
+        score: ConformalScore,
+        probs: &Probs,
+        labels: &[usize],
+        alpha: f64,
+        draws: &[f64],
+    ) -> Result<Self, ScoreError> {
+        let scores = label_scores(score, probs, labels, alpha, draws)?;
+        let mut by_class = vec![Vec::new(); probs.classes()];
+        for (&y, s) in labels.iter().zip(scores) {
+            by_class[y].push(s);
+        }
+        let thresholds = by_class
+            .into_iter()
+            .map(|s| conformal_quantile(s, alpha))
+            .collect();
+        Ok(Self { score, thresholds })
+    }
+
+    /// The prediction set of one probability row whose item drew `draw`: ascending class
+    /// indices.
+    pub fn set(&self, p: &[f32], draw: f64) -> Vec<usize> {
+        self.score
+            .class_scores(p, draw)
+            .iter()
+            .zip(&self.thresholds)
+            .enumerate()
+            .filter(|&(_, (&s, &q))| s <= q)
+            .map(|(c, _)| c)
+            .collect()
+    }
+}
+
+/// Each calibration item's score at its own label, after the checks both predictors share:
+/// `alpha` in `(0, 1)`, one label below `C` per row, the draws a randomised form needs.
+fn label_scores(
+    score: ConformalScore,
+    probs: &Probs,
+    labels: &[usize],
+    alpha: f64,
+    draws: &[f64],
+) -> Result<Vec<f64>, ScoreError> {
+    if !(alpha > 0.0 && alpha < 1.0) {
+        return Err(ScoreError::Setting {
+            setting: "conformal",
+            why: format!("the miscoverage level {alpha} must be in (0, 1)"),
+        });
+    }
+    let n = probs.n();
+    if labels.len() != n || n == 0 {
+        return Err(ScoreError::Shape {
+            what: "calibration labels",
+            expected: format!("({n},) with n > 0"),
+            got: format!("{} labels", labels.len()),
+        });
+    }
+    if let Some(&bad) = labels.iter().find(|&&l| l >= probs.classes()) {
+        return Err(ScoreError::Shape {
+            what: "calibration labels",
+            expected: format!("class indices below {}", probs.classes()),
+            got: format!("label {bad}"),
+        });
+    }
+    check_draws(score, draws, n, "calibration draws")?;
+    let draw = |i: usize| draws.get(i).copied().unwrap_or(0.0);
+    Ok(probs
+        .rows()
+        .zip(labels)
+        .enumerate()
+        .map(|(i, (p, &y))| score.class_scores(p, draw(i))[y])
+        .collect())
 }
 
 /// The split-conformal threshold of calibration scores: the `ceil((n + 1)(1 - alpha))`-th

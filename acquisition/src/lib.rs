@@ -25,7 +25,8 @@
 //! - scores over a multi-label model's label probabilities ([`LabelProbs`], [`LabelScore`]:
 //!   binary entropy by mean, max and the predicted label count, mean margin, per-label BALD);
 //! - batch selection from scores ([`Selection`]: top-k, random, and the stochastic power /
-//!   softmax / soft-rank modes of Kirsch et al. 2023).
+//!   softmax / soft-rank modes of Kirsch et al. 2023), and class-balanced quotas over the
+//!   predicted classes ([`class_quotas`], [`balanced_select`]).
 //!
 //! ```
 //! use alkit_acquisition::{Builtin, Evidence, Probs, Scorer, Selection};
@@ -39,6 +40,7 @@
 //! assert_eq!(picked, vec![0]); // the 50/50 candidate is labeled first
 //! ```
 
+mod balance;
 mod batch;
 mod bayes;
 mod conformal;
@@ -62,9 +64,10 @@ mod regression;
 mod scorers;
 mod selection;
 
+pub use balance::{balanced_select, class_quotas, members_by_class};
 pub use batch::{joint_mutual_information, BatchBald, BatchSelector};
 pub use bayes::{McAa, SampleScore, SampleScorer};
-pub use conformal::{check_draws, ApsForm, Conformal, ConformalScore, SetSize};
+pub use conformal::{check_draws, ApsForm, ClassConformal, Conformal, ConformalScore, SetSize};
 pub use diverse::{kmeans, purity_radius, Badge, CoreSet, ProbCover, TypiClust, MAX_EDGES};
 pub use epig::{Epig, MAX_JOINT_VALUES};
 pub use evidence::{

@@ -97,6 +97,7 @@ class ScorerSettings(TypedDict, total=False):
     mc_samples: int
     select: str
     beta: float
+    class_balance: bool
     layers: str
     knn_k: int
     vim_dim: Optional[int]
@@ -650,7 +651,8 @@ def conformal(
     seed: int = 0,
     cal_draws: Optional[object] = None,
     draws: Optional[object] = None,
-) -> Tuple[float, np.ndarray]:
+    mondrian: bool = False,
+) -> Tuple[Union[float, np.ndarray], np.ndarray]:
     """Split conformal prediction sets at miscoverage ``alpha``: the threshold calibrated on
     held-out ``cal_probs`` with ``cal_labels``, and the sets of ``probs`` as a boolean mask
     ``(n, C)``. ``inf``: every class is in every set.
@@ -662,9 +664,14 @@ def conformal(
     (``cal_draws`` ``(n_cal,)`` and ``draws`` ``(n,)`` as given, e.g. to match MAPIE's, else
     drawn from ``seed``): coverage ``1 - alpha`` in expectation, and a set may be empty.
     ``"aps-inclusive"`` and ``"raps-inclusive"`` count the class's own mass whole (torchcp's
-    ``randomized=False``): on an accurate model the items it is surest of get empty sets."""
+    ``randomized=False``): on an accurate model the items it is surest of get empty sets.
+
+    ``mondrian=True`` calibrates one threshold per class on that class's calibration items
+    (class-conditional coverage: each class's items are covered at least ``1 - alpha`` of
+    the time), and returns the thresholds ``(C,)`` (``inf`` where a class has too few
+    calibration items: it joins every set) in place of the one threshold."""
     _counts(raps_k_reg=raps_k_reg, seed=seed)
-    return _alkit.conformal(
+    thresholds, sets = _alkit.conformal(
         _f32(cal_probs, "cal_probs", 2),
         _labels(cal_labels, "cal_labels"),
         _f32(probs, "probs", 2),
@@ -675,7 +682,11 @@ def conformal(
         seed=seed,
         cal_draws=_f64(cal_draws, "cal_draws"),
         draws=_f64(draws, "draws"),
+        mondrian=bool(mondrian),
     )
+    if mondrian:
+        return np.asarray(thresholds, dtype=np.float64), sets
+    return float(thresholds[0]), sets
 
 
 def regression_metrics(
@@ -756,10 +767,12 @@ def conformal_intervals(
 def _summary_row(row: Tuple) -> Dict[str, object]:
     """One row of ``summary.csv`` as a dict with its column names (NaN or None where the
     file has an empty cell)."""
-    strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc, aubc, vs_random, vs_best, verdict = row
+    (strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc, final_labels, aubc,
+     vs_random, vs_best, verdict) = row
     out: Dict[str, object] = dict(
         strategy=strategy, seeds=seeds, acc_mean=acc_mean, acc_std=acc_std, nll_mean=nll_mean,
-        nll_std=nll_std, final_acc=final_acc, aubc_mean=aubc[0], aubc_lo=aubc[1], aubc_hi=aubc[2],
+        nll_std=nll_std, final_acc=final_acc, final_labels=final_labels, aubc_mean=aubc[0],
+        aubc_lo=aubc[1], aubc_hi=aubc[2],
     )
     for name, pair in (("random", vs_random), ("best", vs_best)):
         diff, lo, hi, p = pair if pair is not None else (None, None, None, None)
@@ -798,7 +811,8 @@ class CurveResult(NamedTuple):
     ``delta_f``, as arrays with NaN where a cycle has none),
     ``summary``
     one dict per strategy as ``summary.csv`` has it (``acc_mean`` and ``nll_mean`` averaged
-    over cycles 1.., their standard deviations over seeds, ``final_acc``; the area under the
+    over cycles 1.., their standard deviations over seeds, ``final_acc``, ``final_labels``
+    (the budget, or fewer where ``stop`` ended runs); the area under the
     ACC curve ``aubc_mean`` with its 95% interval ``aubc_lo``, ``aubc_hi``; the paired
     difference to random ``vs_random`` with its bootstrap interval and Wilcoxon's ``p_random``,
     the same to the best strategy, ``None`` where there is none; and the ``verdict``)."""
@@ -829,6 +843,7 @@ def curve(
     cold_start: bool = False,
     balanced_start: bool = False,
     hidden: Optional[Sequence[int]] = None,
+    stop: Optional[str] = None,
     scorer_settings: Optional[Mapping[str, object]] = None,
     stream: bool = False,
     jobs: Optional[int] = None,
@@ -855,7 +870,8 @@ def curve(
     ``hidden`` sizes the hidden layers of an ``mlp`` or ``mlp-dropout`` model (e.g.
     ``[24, 24, 2]``); ``jobs`` runs that many (strategy, seed) runs at once on as many
     threads (default: one per core for the heads on feature vectors), each run's results the
-    same whatever the number."""
+    same whatever the number; ``stop`` (a stopping rule, as ``--stop``) ends each run after the
+    first cycle the rule says stop (``summary``'s ``final_labels`` says where, on average)."""
     _counts(
         seed=seed, seeds=seeds, initial=initial, query=query, cycles=cycles, steps=steps,
         batch_size=batch_size, ensemble=ensemble, subsample=subsample, jobs=jobs,
@@ -898,6 +914,7 @@ def curve(
         cold_start=cold_start,
         balanced_start=balanced_start,
         hidden=hidden,
+        stop=stop,
         scorer_settings=None if scorer_settings is None else _settings_json(scorer_settings),
         stream=stream,
         jobs=jobs,
@@ -950,6 +967,7 @@ class Session:
         force: bool = False,
         backbone: Optional[str] = None,
         embed_cache: Optional[PathLike] = None,
+        stop: Optional[str] = None,
     ) -> "Session":
         """Starts a session in the folder ``state`` on ``pool``, as ``alkit init`` does
         (``pool`` as ``--pool`` takes it: an image folder, an IDX folder, a safetensors, .npy,
@@ -957,7 +975,10 @@ class Session:
         labels). With ``backbone`` (a checkpoint or ``hf:OWNER/NAME``), as ``alkit init
         --backbone``: the pool is embedded once through it into the embeddings cache
         (``embed_cache``, else the command line's default) and each round trains a head
-        (``model``, default ``linear``)."""
+        (``model``, default ``linear``). ``stop`` names the stopping rule whose word
+        :meth:`status`, the labeling page and the Label Studio backend pass on
+        (``kappa-average``, ``classification-change``, ``overall-uncertainty``, ``delta-f``);
+        every rule is measured either way (``status()["stopping"]``)."""
         _counts(steps=steps, batch_size=batch_size, seed=seed, ensemble=ensemble)
         if not isinstance(pool, (str, os.PathLike)):
             raise SettingsError(
@@ -981,6 +1002,7 @@ class Session:
             force=force,
             backbone=backbone,
             embed_cache=None if embed_cache is None else os.fspath(embed_cache),
+            stop=stop,
         )
         return cls(state)
 

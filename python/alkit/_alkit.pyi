@@ -105,7 +105,8 @@ def conformal(
     seed: int = 0,
     cal_draws: Optional[npt.NDArray[np.float64]] = None,
     draws: Optional[npt.NDArray[np.float64]] = None,
-) -> Tuple[float, npt.NDArray[np.bool_]]: ...
+    mondrian: bool = False,
+) -> Tuple[List[float], npt.NDArray[np.bool_]]: ...
 
 def curve(
     out: str,
@@ -129,6 +130,7 @@ def curve(
     cold_start: bool = False,
     balanced_start: bool = False,
     hidden: Optional[List[int]] = None,
+    stop: Optional[str] = None,
     scorer_settings: Optional[str] = None,
     stream: bool = False,
     jobs: Optional[int] = None,
@@ -161,6 +163,7 @@ def curve(
             float,
             float,
             float,
+            float,
             Tuple[float, float, float],
             Optional[Tuple[float, float, float, float]],
             Optional[Tuple[float, float, float, float]],
@@ -188,6 +191,7 @@ class Session:
         force: bool = False,
         backbone: Optional[str] = None,
         embed_cache: Optional[str] = None,
+        stop: Optional[str] = None,
     ) -> "Session": ...
     @property
     def state(self) -> "os.PathLike[str]": ...

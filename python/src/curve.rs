@@ -39,10 +39,11 @@ type Stop = (Option<f64>, Option<f64>, f64, Option<f64>);
 /// One paired comparison: `(diff, lo, hi, p)`.
 type Pair = Option<(f64, f64, f64, f64)>;
 /// One summary row: `(strategy, seeds, acc_mean, acc_std, nll_mean, nll_std, final_acc,
-/// (aubc_mean, aubc_lo, aubc_hi), vs_random, vs_best, verdict)`.
+/// final_labels, (aubc_mean, aubc_lo, aubc_hi), vs_random, vs_best, verdict)`.
 type Summary = (
     String,
     usize,
+    f64,
     f64,
     f64,
     f64,
@@ -63,7 +64,7 @@ type Split<'py> = (PyReadonlyArrayDyn<'py, f32>, PyReadonlyArray1<'py, i64>);
     out, *, data=None, train=None, test=None, classes=None, scorers=None, model=None, seed=None,
     seeds=None, initial=None, query=None, cycles=None, steps=None, batch_size=None, lr=None,
     ensemble=None, subsample=None, cold_start=false, balanced_start=false, hidden=None,
-    scorer_settings=None, stream=false, jobs=None, force=false, resume=false
+    stop=None, scorer_settings=None, stream=false, jobs=None, force=false, resume=false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn curve(
@@ -88,6 +89,7 @@ pub fn curve(
     cold_start: bool,
     balanced_start: bool,
     hidden: Option<Vec<usize>>,
+    stop: Option<String>,
     scorer_settings: Option<String>,
     stream: bool,
     jobs: Option<usize>,
@@ -120,6 +122,10 @@ pub fn curve(
         cold_start,
         balanced_start,
         hidden,
+        stop: stop
+            .map(|r| r.parse())
+            .transpose()
+            .map_err(|e: String| Error::config("stop", e))?,
         scorers: settings::read(scorer_settings.as_deref(), Reads::All, "")?,
     };
     let arrays = match (train, test) {
@@ -242,6 +248,7 @@ fn run(
                 r.nll_mean,
                 r.nll_std,
                 r.final_acc,
+                r.final_labels,
                 (r.aubc.mean, r.aubc.lo, r.aubc.hi),
                 pair(r.vs_random),
                 pair(r.vs_best),

@@ -5,7 +5,7 @@
 
 use crate::arrays;
 use crate::errors::{PyAlkitError, PyAlkitResult};
-use alkit::acquisition::{check_draws, ApsForm, Conformal, ConformalScore, Probs};
+use alkit::acquisition::{check_draws, ApsForm, ClassConformal, Conformal, ConformalScore, Probs};
 use alkit::error::{Error, Result};
 use alkit::metrics;
 use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
@@ -191,7 +191,7 @@ fn conformal_score(name: &str, raps_lambda: f32, raps_k_reg: usize) -> Result<Co
 #[pyfunction]
 #[pyo3(signature = (
     cal_probs, cal_labels, probs, alpha, *, score="aps", raps_lambda=0.01, raps_k_reg=5,
-    seed=0, cal_draws=None, draws=None
+    seed=0, cal_draws=None, draws=None, mondrian=false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn conformal<'py>(
@@ -206,7 +206,8 @@ pub fn conformal<'py>(
     seed: u64,
     cal_draws: Option<PyReadonlyArray1<'py, f64>>,
     draws: Option<PyReadonlyArray1<'py, f64>>,
-) -> PyAlkitResult<(f64, Bound<'py, PyArray2<bool>>)> {
+    mondrian: bool,
+) -> PyAlkitResult<(Vec<f64>, Bound<'py, PyArray2<bool>>)> {
     let score = conformal_score(score, raps_lambda, raps_k_reg)?;
     let given = |a: &Option<PyReadonlyArray1<'py, f64>>, name| {
         a.as_ref().map(|a| arrays::values(a, name)).transpose()
@@ -235,21 +236,36 @@ pub fn conformal<'py>(
         .into());
     }
     let p = Probs::new(p, n, c)?;
-    let (threshold, mask) = py.detach(move || -> Result<(f64, Vec<bool>)> {
+    let (threshold, mask) = py.detach(move || -> Result<(Vec<f64>, Vec<bool>)> {
         let (cal_u, test_u) = uniform_draws(score, seed, cal.n(), n, cal_u, test_u)?;
-        let fitted = Conformal::calibrate(score, &cal, &y, alpha, &cal_u)?;
+        let (thresholds, set): (Vec<f64>, Box<SetOf>) = if mondrian {
+            let fitted = ClassConformal::calibrate(score, &cal, &y, alpha, &cal_u)?;
+            (
+                fitted.thresholds.clone(),
+                Box::new(move |r, u| fitted.set(r, u)),
+            )
+        } else {
+            let fitted = Conformal::calibrate(score, &cal, &y, alpha, &cal_u)?;
+            (
+                vec![fitted.threshold],
+                Box::new(move |r, u| fitted.set(r, u)),
+            )
+        };
         let mut mask = vec![false; n * c];
         for (i, row) in p.rows().enumerate() {
-            for k in fitted.set(row, test_u.get(i).copied().unwrap_or(0.0)) {
+            for k in set(row, test_u.get(i).copied().unwrap_or(0.0)) {
                 mask[i * c + k] = true;
             }
         }
-        Ok((fitted.threshold, mask))
+        Ok((thresholds, mask))
     })?;
     let mask = numpy::ndarray::Array2::from_shape_vec((n, c), mask)
         .map_err(|e| Error::config("probs", e.to_string()))?;
     Ok((threshold, numpy::IntoPyArray::into_pyarray(mask, py)))
 }
+
+/// A calibrated predictor's set of a probability row and its item's draw.
+type SetOf = dyn Fn(&[f32], f64) -> Vec<usize>;
 
 /// The randomised form's draws: those given, else `seed`'s stream (the `n_cal` calibration
 /// items' first, then the `n` others'); none for the other scores.

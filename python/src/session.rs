@@ -44,7 +44,7 @@ impl Session {
     #[pyo3(signature = (
         state, pool, *, labels=None, classes=None, model=None, steps=500, batch_size=None,
         lr=None, seed=0, ensemble=None, stream=false, force=false, backbone=None,
-        embed_cache=None
+        embed_cache=None, stop=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn start(
@@ -63,7 +63,12 @@ impl Session {
         force: bool,
         backbone: Option<String>,
         embed_cache: Option<PathBuf>,
+        stop: Option<String>,
     ) -> PyAlkitResult<Self> {
+        let stop = stop
+            .map(|r| r.parse())
+            .transpose()
+            .map_err(|e: String| alkit::Error::config("stop", e))?;
         let model = model
             .map(|m| m.parse::<alkit::models::ModelKind>())
             .transpose()?;
@@ -100,6 +105,7 @@ impl Session {
                 ensemble,
                 stream,
                 embedded_from,
+                stop,
             };
             options.start(&dir, force, &hub, &mut Signals).map(|_| ())
         })?;

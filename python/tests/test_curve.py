@@ -122,3 +122,29 @@ def test_a_run_on_arrays_resumes_from_another_folder(tmp_path, embeddings, monke
     again = alkit.curve(tmp_path / "run", resume=True)
     for a, b in zip(first.runs, again.runs):
         np.testing.assert_array_equal(a["acc"], b["acc"])
+
+
+def test_a_stopping_rule_and_class_balance_from_python_are_the_command_line_s(
+        tmp_path, alkit_bin, embeddings):
+    # A rule every run meets early (no prediction changed), and class-balanced batches.
+    flags = dict(FLAGS, cycles=8, query=5)
+    py, cli = tmp_path / "py", tmp_path / "cli"
+    got = alkit.curve(py, data=EMBEDDINGS, scorers=SCORERS, stop="overall-uncertainty",
+                      scorer_settings={"class_balance": True}, **flags)
+    run_cli(alkit_bin, "curve", "--data", EMBEDDINGS, "--scorer", ",".join(SCORERS),
+            "--model", "linear", "--initial", 20, "--query", 5, "--cycles", 8, "--steps", 40,
+            "--seeds", 2, "--stop", "overall-uncertainty", "--class-balance", "--out", cli)
+    assert (py / "summary.csv").read_bytes() == (cli / "summary.csv").read_bytes()
+    assert rows(py / "curve.csv") == rows(cli / "curve.csv")
+    assert [s["strategy"] for s in got.summary] == ["balanced-entropy", "random"]
+    for run in got.runs:
+        # Each run ends at the first cycle whose normalised entropy is below 0.05, or runs out.
+        below = np.flatnonzero(run["uncertainty"] < 0.05)
+        end = below[0] + 1 if len(below) else 9
+        assert len(run["acc"]) == end, (run["strategy"], run["uncertainty"])
+    for s in got.summary:
+        ends = [r["labeled"][-1] for r in got.runs if r["strategy"] == s["strategy"]]
+        assert s["final_labels"] == pytest.approx(np.mean(ends))
+    with pytest.raises(alkit.SettingsError, match="unknown stopping rule `kappa`") as e:
+        alkit.curve(tmp_path / "bad", data=EMBEDDINGS, stop="kappa", **FLAGS)
+    assert e.value.field == "stop"

@@ -147,6 +147,27 @@ def test_conformal_sets_of_confident_items_are_not_empty():
         alkit.conformal(cal, y, t, 0.2, score="aps-bogus")
 
 
+def test_mondrian_sets_take_one_threshold_per_class(model):
+    # LAC per class by hand: each class's threshold is the ceil((n_k + 1)(1 - alpha))-th
+    # smallest 1 - p_y among its own calibration items (inf past n_k).
+    p, y = model["probs"], model["labels"]
+    cal_p, cal_y, test_p = p[:250], y[:250], p[250:]
+    alpha = 0.1
+    q, sets = alkit.conformal(cal_p, cal_y, test_p, alpha, score="lac", mondrian=True)
+    classes = p.shape[1]
+    assert q.shape == (classes,)
+    for k in range(classes):
+        s = np.sort(1 - cal_p[cal_y == k, k].astype(np.float64))
+        rank = math.ceil((len(s) + 1) * (1 - Fraction(repr(alpha))))
+        want = math.inf if rank > len(s) else s[rank - 1]
+        assert q[k] == pytest.approx(want, abs=1e-6), k
+    want = (1 - test_p.astype(np.float64)) <= q[None, :]
+    near = np.abs((1 - test_p) - q[None, :]) < 1e-6
+    np.testing.assert_array_equal(sets[~near], want[~near])
+    marginal, _ = alkit.conformal(cal_p, cal_y, test_p, alpha, score="lac")
+    assert isinstance(marginal, float)
+
+
 def test_scores_of_a_perfect_classifier_have_no_rejection_figures():
     # Every item right: rAULC and the misclassification AUROC are undefined (None); the
     # probability figures are still reported.

@@ -72,6 +72,41 @@ def test_each_side_continues_what_the_other_saved(tmp_path, alkit_bin, embedding
     assert cli_status["per_round"][0]["per_class"] == cli_status["per_class"]
 
 
+def test_a_stopping_rule_and_class_balance_in_a_session_as_on_the_command_line(
+        tmp_path, alkit_bin, embeddings):
+    py_dir, cli_dir = tmp_path / "py", tmp_path / "cli"
+    s = alkit.Session.start(py_dir, EMBEDDINGS, stop="classification-change", **ARGS)
+    run_cli(alkit_bin, "init", "--pool", EMBEDDINGS, "--state", cli_dir, "--model", "linear",
+            "--steps", 40, "--seed", 3, "--stop", "classification-change")
+    same = lambda: (py_dir / "session.json").read_bytes() == (cli_dir / "session.json").read_bytes()
+    assert same()
+    assert s.status()["stopping"] is None
+    for round in range(3):
+        batch = s.query(10, scorer="margin", class_balance=True)
+        run_cli(alkit_bin, "query", "--state", cli_dir, "--n", 10, "--scorer", "margin",
+                "--class-balance", "--out", tmp_path / f"q{round}.csv")
+        assert same()
+        answers = truth(embeddings, batch)
+        s.teach(answers)
+        with open(tmp_path / "answers.csv", "w", newline="") as f:
+            csv.writer(f).writerows([("id", "label"), *answers])
+        run_cli(alkit_bin, "teach", "--state", cli_dir, "--labels", tmp_path / "answers.csv")
+    # The first round trained no model; rounds 2 and 3 measured the stop set.
+    status = s.status()
+    stopping = status["stopping"]
+    assert stopping["round"] == 3 and stopping["rule"] == "classification-change"
+    assert 0.0 <= stopping["measure"]["changed"] <= 1.0
+    assert stopping["stop"] == (stopping["measure"]["changed"] == 0.0)
+    assert set(stopping["since"]) == {"kappa-average", "classification-change",
+                                      "overall-uncertainty", "delta-f"}
+    assert status["last_round"]["scorer"] == "balanced-margin"
+    printed = run_cli(alkit_bin, "status", "--state", cli_dir)
+    assert "stopping  round 3: kappa" in printed and "stop rule classification-change" in printed
+    with pytest.raises(alkit.SettingsError, match="unknown stopping rule") as e:
+        alkit.Session.start(tmp_path / "bad", EMBEDDINGS, stop="never", **ARGS)
+    assert e.value.field == "stop"
+
+
 def test_a_bad_answer_changes_nothing(tmp_path, embeddings):
     s = alkit.Session.start(tmp_path / "s", EMBEDDINGS, **ARGS)
     batch = s.query(4)

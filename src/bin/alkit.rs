@@ -282,7 +282,21 @@ fn curve(a: CurveArgs, device: &Device, quiet: bool) -> Result<()> {
     };
     let states = alkit::jobs::curve::run(&spec, &on, &out, how, device, &mut bars);
     bars.finish();
-    print_summary(&summarize(&states?));
+    let rows = summarize(&states?);
+    print_summary(&rows);
+    if let Some(rule) = spec.config.stop {
+        let budget = spec.config.initial + spec.config.cycles * spec.config.query;
+        let spent: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{} {:.1}", r.strategy, r.final_labels))
+            .collect();
+        let mut so = std::io::stdout().lock();
+        writeln!(
+            so,
+            "--stop {rule}: labels when the runs ended, mean over seeds (budget {budget}): {}",
+            spent.join(", ")
+        )?;
+    }
     // The outputs this run wrote, as the library names them (the paired plot needs random).
     let wrote: Vec<&str> = alkit::jobs::curve::OUTPUTS
         .into_iter()
@@ -623,7 +637,11 @@ fn compare_cmd(a: CompareArgs) -> Result<()> {
             c.left_out.join(", ")
         )?;
     }
-    writeln!(so, "wrote {}/compare.csv, compare.json", a.out.display())?;
+    writeln!(
+        so,
+        "wrote {}/compare.csv, compare.json, compare-cd.svg, compare-cd.png",
+        a.out.display()
+    )?;
     Ok(())
 }
 
@@ -906,7 +924,7 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
         )?;
         writeln!(
             so,
-            "{:<8} {:>10} {:>9} {:>9} {:>16}",
+            "{:<22} {:>10} {:>9} {:>9} {:>16}",
             "score", "threshold", "coverage", "mean size", "worst class cov."
         )?;
         for c in &r.conformal {
@@ -915,11 +933,19 @@ fn calibrate_cmd(a: CalibrateArgs, device: &Device, quiet: bool) -> Result<()> {
                 .iter()
                 .filter_map(|k| k.coverage.map(|v| (k.class, v)))
                 .min_by(|a, b| a.1.total_cmp(&b.1));
+            let (score, threshold) = match &c.thresholds {
+                // Mondrian: one threshold per class, in metrics.json.
+                Some(_) => (format!("{}/class", c.score), "per class".to_string()),
+                None => (
+                    c.score.clone(),
+                    c.threshold.map_or("inf".to_string(), |t| format!("{t:.4}")),
+                ),
+            };
             writeln!(
                 so,
-                "{:<8} {:>10} {:>9.4} {:>9.3} {:>16}",
-                c.score,
-                c.threshold.map_or("inf".to_string(), |t| format!("{t:.4}")),
+                "{:<22} {:>10} {:>9.4} {:>9.3} {:>16}",
+                score,
+                threshold,
                 c.coverage,
                 c.mean_size,
                 worst.map_or("-".to_string(), |(k, v)| format!("{v:.4} (class {k})"))

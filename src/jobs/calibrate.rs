@@ -4,7 +4,9 @@
 //! with reliability and rejection curves. With a miscoverage level, split conformal prediction
 //! ([`alkit_acquisition::Conformal`]): the test split is cut at random (seeded) into a
 //! calibration half and an evaluation half, and for LAC, APS and RAPS the empirical coverage
-//! and mean set size on the evaluation half are reported, overall and per class.
+//! and mean set size on the evaluation half are reported, overall and per class, with one
+//! threshold for every class and with Mondrian (class-conditional) thresholds, one per class
+//! ([`alkit_acquisition::ClassConformal`]).
 //!
 //! Files written to the output folder: `metrics.json`, `reliability.svg/png`,
 //! `rejection.svg/png`.
@@ -26,7 +28,7 @@ use crate::plot::{Figure, Panel, Series};
 use crate::predict::{log_probs_of, probs_from_log};
 use crate::rng::{stream, uniform, Purpose};
 use alkit_acquisition::{
-    ApsForm, Conformal, ConformalScore, Evidence, Needs, Probs, Reference, Scorer,
+    ApsForm, ClassConformal, Conformal, ConformalScore, Evidence, Needs, Probs, Reference, Scorer,
 };
 use candle_core::Device;
 use serde::Serialize;
@@ -130,8 +132,16 @@ pub struct ConformalRow {
     pub score: String,
     /// The miscoverage level.
     pub alpha: f64,
-    /// The calibrated threshold (`null` in JSON when infinite: every class).
+    /// Mondrian (class-conditional): one threshold per class, each calibrated on that
+    /// class's calibration items ([`ClassConformal`]); else one for every class.
+    pub mondrian: bool,
+    /// The calibrated threshold of a marginal row (`null` in JSON when infinite: every class,
+    /// and for a Mondrian row).
     pub threshold: Option<f64>,
+    /// A Mondrian row's threshold per class (`null` for an infinite one); absent from a
+    /// marginal row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<Vec<Option<f64>>>,
     /// Calibration items.
     pub calibration_items: usize,
     /// Evaluation items.
@@ -181,7 +191,7 @@ pub const REPORTED: [ConformalScore; 5] = [
 ];
 
 /// Split conformal on `probs (n, c)` with `labels`: a seeded random half calibrates, the other
-/// half is evaluated, for each of [`REPORTED`]. The randomised forms draw one uniform per test
+/// half is evaluated, for each of [`REPORTED`], marginal then Mondrian. The randomised forms draw one uniform per test
 /// item from the seed's tool stream (key 1), the same draw for every score.
 pub fn conformal_rows(
     probs: &Probs,
@@ -222,37 +232,71 @@ pub fn conformal_rows(
             &[]
         };
         let conf = Conformal::calibrate(score, &cal_probs, &cal_labels, alpha, given)?;
-        let mut per = vec![(0usize, 0usize, 0usize); c];
-        for &i in eval.iter() {
-            let set = conf.set(probs.row(i), draws[i]);
-            let y = labels[i] as usize;
-            let slot = &mut per[y.min(c - 1)];
-            slot.0 += 1;
-            slot.1 += usize::from(set.contains(&y));
-            slot.2 += set.len();
-        }
-        let total = eval.len() as f64;
+        let finite = |t: f64| t.is_finite().then_some(t);
+        let mut row = evaluated(|p, u| conf.set(p, u), eval, probs, labels, &draws);
+        row.threshold = finite(conf.threshold);
         out.push(ConformalRow {
             score: score.name().into(),
             alpha,
-            threshold: conf.threshold.is_finite().then_some(conf.threshold),
             calibration_items: cal.len(),
-            evaluation_items: eval.len(),
-            coverage: per.iter().map(|p| p.1).sum::<usize>() as f64 / total,
-            mean_size: per.iter().map(|p| p.2).sum::<usize>() as f64 / total,
-            per_class: per
-                .iter()
-                .enumerate()
-                .map(|(class, &(items, hit, size))| ClassCoverage {
-                    class,
-                    items,
-                    coverage: (items > 0).then(|| hit as f64 / items as f64),
-                    mean_size: (items > 0).then(|| size as f64 / items as f64),
-                })
-                .collect(),
+            ..row
+        });
+        let per = ClassConformal::calibrate(score, &cal_probs, &cal_labels, alpha, given)?;
+        let mut row = evaluated(|p, u| per.set(p, u), eval, probs, labels, &draws);
+        row.thresholds = Some(per.thresholds.iter().map(|&t| finite(t)).collect());
+        out.push(ConformalRow {
+            score: score.name().into(),
+            alpha,
+            calibration_items: cal.len(),
+            mondrian: true,
+            ..row
         });
     }
     Ok(out)
+}
+
+/// Coverage and set sizes over the evaluation items `eval` of sets made by `set` (a row and
+/// its item's draw in, ascending classes out), overall and per class; the row's score,
+/// level, calibration count and thresholds are the caller's to fill.
+fn evaluated(
+    set: impl Fn(&[f32], f64) -> Vec<usize>,
+    eval: &[usize],
+    probs: &Probs,
+    labels: &[u32],
+    draws: &[f64],
+) -> ConformalRow {
+    let c = probs.classes();
+    let mut per = vec![(0usize, 0usize, 0usize); c];
+    for &i in eval {
+        let got = set(probs.row(i), draws[i]);
+        let y = labels[i] as usize;
+        let slot = &mut per[y.min(c - 1)];
+        slot.0 += 1;
+        slot.1 += usize::from(got.contains(&y));
+        slot.2 += got.len();
+    }
+    let total = eval.len() as f64;
+    ConformalRow {
+        score: String::new(),
+        alpha: f64::NAN,
+        mondrian: false,
+        threshold: None,
+        thresholds: None,
+        calibration_items: 0,
+        evaluation_items: eval.len(),
+        coverage: per.iter().map(|p| p.1).sum::<usize>() as f64 / total,
+        mean_size: per.iter().map(|p| p.2).sum::<usize>() as f64 / total,
+        per_class: per
+            .iter()
+            .enumerate()
+            .map(|(class, &(items, hit, size))| ClassCoverage {
+                class,
+                items,
+                coverage: (items > 0).then(|| hit as f64 / items as f64),
+                mean_size: (items > 0).then(|| size as f64 / items as f64),
+            })
+            .collect(),
+    }
 }
 
 /// What [`measure`] measured.

@@ -5,8 +5,9 @@
 //! difference at 5% says which mean ranks are too close to tell apart.
 //!
 //! Writes `compare.csv` (per strategy: its mean rank, whether it is within the critical
-//! difference of the best, and its mean AUBC on each data set) and `compare.json` (the data
-//! sets, the test, the critical difference, the strategies left out).
+//! difference of the best, and its mean AUBC on each data set), `compare.json` (the data
+//! sets, the test, the critical difference, the strategies left out) and the
+//! critical-difference diagram `compare-cd.svg/png` ([`crate::plot::CdDiagram`]).
 
 use crate::acquire::RunState;
 use crate::error::{Error, Result, ResultExt};
@@ -192,7 +193,8 @@ fn names(runs: &[PathBuf]) -> Vec<(String, PathBuf)> {
 /// The columns of `compare.csv` before the data sets', which no data set's column may take.
 const RESERVED: [&str; 3] = ["strategy", "mean_rank", "near_best"];
 
-/// Writes `compare.csv` and `compare.json` into `out` (created if needed).
+/// Writes `compare.csv`, `compare.json` and `compare-cd.svg/png` into `out` (created if
+/// needed).
 pub fn write(c: &Comparison, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let mut header: Vec<String> = RESERVED.map(String::from).to_vec();
@@ -208,5 +210,20 @@ pub fn write(c: &Comparison, out: &Path) -> Result<()> {
     });
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     write_csv(&out.join("compare.csv"), &header, rows)?;
-    write_json(&out.join("compare.json"), c)
+    write_json(&out.join("compare.json"), c)?;
+    let diagram = crate::plot::CdDiagram {
+        title: format!(
+            "mean rank over {} data sets (Friedman p = {:.3}; Nemenyi at {ALPHA})",
+            c.datasets.len(),
+            c.friedman.p
+        ),
+        ranks: c
+            .strategies
+            .iter()
+            .cloned()
+            .zip(c.friedman.mean_ranks.iter().copied())
+            .collect(),
+        cd: c.critical_difference,
+    };
+    diagram.save(out, "compare-cd")
 }

@@ -15,6 +15,40 @@
 //!   values of `1 - 2a / (2a + b + c)` are below 0.05, with `a` the items both rounds call
 //!   positive (class 1) and `b`, `c` those only one of them does.
 
+impl std::str::FromStr for StopRule {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        StopRule::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = StopRule::ALL.map(StopRule::name).to_vec();
+                format!(
+                    "unknown stopping rule `{s}`; expected one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for StopRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl StopMeasure {
+    /// Whether the figures are ones [`measure`] could give: kappa in `[-1, 1]`, the changed
+    /// fraction and the uncertainty in `[0, 1]`, the change in F in `[0, 1]`.
+    pub fn is_sound(&self) -> bool {
+        let within = |v: f64, lo: f64, hi: f64| v.is_finite() && (lo..=hi).contains(&v);
+        self.kappa.is_none_or(|k| within(k, -1.0, 1.0))
+            && self.changed.is_none_or(|c| within(c, 0.0, 1.0))
+            && within(self.uncertainty, 0.0, 1.0 + 1e-9)
+            && self.delta_f.is_none_or(|d| within(d, 0.0, 1.0))
+    }
+}
+
 /// What one round's predictions on the stop set say.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StopMeasure {
@@ -31,8 +65,9 @@ pub struct StopMeasure {
     pub delta_f: Option<f64>,
 }
 
-/// A stopping rule, with small-text's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A stopping rule, with small-text's defaults; serialised as its [`StopRule::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum StopRule {
     /// The mean of the last 3 kappas is at least 0.99.
     KappaAverage,
@@ -67,6 +102,21 @@ impl StopRule {
             StopRule::OverallUncertainty => "overall-uncertainty",
             StopRule::DeltaF => "delta-f",
         }
+    }
+
+    /// Where the rule's present word "stop" began: the first round (an index into
+    /// `measures`) after which it has said stop at every round since; `None` when it does not
+    /// say stop after the last.
+    pub fn stop_since(self, measures: &[StopMeasure]) -> Option<usize> {
+        let says = |k: usize| self.says_stop(&measures[..=k]);
+        let last = measures.len().checked_sub(1).filter(|&k| says(k))?;
+        Some(
+            (0..=last)
+                .rev()
+                .take_while(|&k| says(k))
+                .last()
+                .unwrap_or(last),
+        )
     }
 
     /// Whether the rule says stop after the last of `measures` (one per round, in order).
@@ -186,6 +236,27 @@ fn delta_f(now: &[u32], before: &[u32]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stop_since_is_where_the_present_stop_began() {
+        let m = |changed: f64| StopMeasure {
+            kappa: None,
+            changed: Some(changed),
+            uncertainty: 0.5,
+            delta_f: None,
+        };
+        let rule = StopRule::ClassificationChange;
+        let seq = [m(0.1), m(0.0), m(0.2), m(0.0), m(0.0)];
+        assert_eq!(rule.stop_since(&seq), Some(3));
+        assert_eq!(rule.stop_since(&seq[..3]), None);
+        assert_eq!(rule.stop_since(&seq[..2]), Some(1));
+        assert_eq!(rule.stop_since(&[]), None);
+        assert_eq!("delta-f".parse::<StopRule>(), Ok(StopRule::DeltaF));
+        assert!("kappa"
+            .parse::<StopRule>()
+            .unwrap_err()
+            .contains("kappa-average"));
+    }
 
     #[test]
     fn kappa_worked_by_hand() {

@@ -182,6 +182,7 @@ impl App {
             "skipped": inner.skipped.len() + inner.spare_skips.len(),
             "per_class": st.per_class(),
             "rounds": st.rounds,
+            "stopping": st.stopping(),
             "guesses": st.guess_matches(),
             "waiting": inner.queue.len(),
             "batch": batch,
@@ -451,10 +452,12 @@ impl App {
                 inner.predicted = done.guesses;
                 inner.spares = done.spares;
                 let r = learner.state().rounds.last();
+                let stopping = learner.state().stopping();
                 (self.events)(&ServeEvent::RoundFinished {
                     round: r.map_or(0, |r| r.round),
                     queried: done.queried,
                     test_acc: r.and_then(|r| r.test_acc),
+                    stopping: stopping.as_ref(),
                 });
                 true
             }

@@ -59,6 +59,8 @@ pub enum ServeEvent<'a> {
         queried: usize,
         /// Test accuracy of its model, when the pool has a test split.
         test_acc: Option<f64>,
+        /// What the stopping rules say after it.
+        stopping: Option<&'a crate::session::Stopping>,
     },
     /// Every item is labeled or pending: there is nothing left to ask for.
     Exhausted,

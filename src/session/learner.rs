@@ -195,6 +195,7 @@ impl Learner {
             labeled: Vec::new(),
             pending: Vec::new(),
             rounds: Vec::new(),
+            stop_predicted: Vec::new(),
         };
         let hashes = content_hashes(&loaded.pool);
         let mut learner = Learner::resume(state, loaded, Path::new(STATE_FILE))?;
@@ -237,6 +238,7 @@ impl Learner {
             labeled: Vec::new(),
             pending: Vec::new(),
             rounds: Vec::new(),
+            stop_predicted: Vec::new(),
         };
         let hashes = found.item_hashes.unwrap_or_default();
         let reader = SourceReader::new(open, source, found.ids, found.item_shape);

@@ -41,8 +41,8 @@ pub use query::{Query, QueryRequest};
 pub use setup::{open, SessionOptions};
 pub(crate) use state::check_note;
 pub use state::{
-    Answer, GuessMatch, Labeled, Pending, Round, SessionConfig, SessionState, Undo, MAX_NOTE,
-    STATE_FILE,
+    Answer, GuessMatch, Labeled, Pending, Round, SessionConfig, SessionState, Stopping, Undo,
+    MAX_NOTE, STATE_FILE,
 };
 pub(crate) use teach::read_answers_from;
 pub use teach::{read_answer_csv, read_answers, Taught};

@@ -5,6 +5,7 @@ use super::learner::Learner;
 use super::state::{Pending, Round};
 use crate::data::Dataset;
 use crate::error::{Error, Result};
+use crate::metrics::stopping::{self, StopMeasure};
 use crate::observe::Observer;
 use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs};
 use crate::rng::Purpose;
@@ -34,6 +35,7 @@ struct Record {
     fit_acc: Option<f64>,
     test_acc: Option<f64>,
     test_nll: Option<f64>,
+    stopping: Option<StopMeasure>,
 }
 
 /// One item of a query's batch.
@@ -166,6 +168,11 @@ impl Learner {
             round,
         };
         let test_set = self.test.as_ref();
+        let (stop, stop_rows) = self
+            .features
+            .reader()
+            .rows(&round::stop_set(self.state.pool_size, cfg.seed)?)?;
+        let before = self.state.stop_predicted.clone();
         let outcome = round::run(
             &settings,
             lab,
@@ -193,16 +200,23 @@ impl Learner {
                     )?),
                     None => None,
                 };
-                Ok((fit_metrics, test))
+                let model = trained.model.as_ref();
+                let lp = log_probs_of(model, &stop, &stop_rows, cfg.batch, device, observer)?;
+                let probs: Vec<f32> = lp.iter().map(|v| v.exp()).collect();
+                let before = Some(before.as_slice()).filter(|p| !p.is_empty());
+                let measured = stopping::measure(&probs, model.classes(), before);
+                Ok((fit_metrics, test, measured))
             },
         )?;
-        let (fit_metrics, test) = outcome.measured;
+        let (fit_metrics, test, (stop_measure, stop_predicted)) = outcome.measured;
+        self.state.stop_predicted = stop_predicted;
         let picked = outcome.picked.expect("the round acquired");
         self.last_model = Some(outcome.trained);
         let record = Record {
             fit_acc: Some(fit_metrics.acc),
             test_acc: test.as_ref().map(|m| m.acc),
             test_nll: test.as_ref().map(|m| m.nll),
+            stopping: Some(stop_measure),
         };
         Ok((picked, record))
     }
@@ -244,6 +258,7 @@ impl Learner {
             fit_acc: record.fit_acc,
             test_acc: record.test_acc,
             test_nll: record.test_nll,
+            stopping: record.stopping,
         });
         out
     }

@@ -77,6 +77,8 @@ pub struct SessionOptions {
     /// seed the session, as they would have on the data itself; the embedding file's own
     /// labels are a data set's ground truth.
     pub embedded_from: Option<String>,
+    /// The stopping rule whose word is passed on to the person labeling.
+    pub stop: Option<crate::metrics::stopping::StopRule>,
 }
 
 impl SessionOptions {
@@ -301,6 +303,7 @@ impl SessionOptions {
             batch: crate::predict::default_batch(shape.iter().product()),
             ensemble: self.ensemble,
             display_root: self.embedded_images()?,
+            stop: self.stop,
         })
     }
 }

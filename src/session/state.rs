@@ -4,6 +4,7 @@
 use crate::data::dataset::MAX_CLASSES;
 use crate::data::Normalizer;
 use crate::error::{Error, Result, ResultExt};
+use crate::metrics::stopping::{StopMeasure, StopRule};
 use crate::models::Arch;
 use crate::train::{TrainConfig, MAX_MEMBERS};
 use serde::{Deserialize, Serialize};
@@ -120,6 +121,10 @@ pub struct Round {
     pub test_acc: Option<f64>,
     /// NLL on the source's test split, when it has one.
     pub test_nll: Option<f64>,
+    /// What the round's model predicted on the session's stop set, against the last trained
+    /// round's predictions (none when no model trained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<StopMeasure>,
 }
 
 /// How often one round's model guessed the class the person then gave: a learning curve
@@ -156,6 +161,10 @@ pub struct SessionConfig {
     /// the embedding file itself names outside its own folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_root: Option<std::path::PathBuf>,
+    /// The stopping rule whose word the session passes on to the person labeling (`status`,
+    /// the page, the Label Studio backend's log); every rule is measured either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopRule>,
 }
 
 /// Everything a session is: written to `session.json`.
@@ -183,6 +192,28 @@ pub struct SessionState {
     pub pending: Vec<Pending>,
     /// One record per query.
     pub rounds: Vec<Round>,
+    /// The last trained round's predicted classes on the stop set ([`crate::round::stop_set`]
+    /// of the pool, from the session's seed), which the next round's stopping measures compare
+    /// with; empty before a model trains.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_predicted: Vec<u32>,
+}
+
+/// What the stopping rules say of a session: the last measured round and, per rule, the round
+/// since which it says stop.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stopping {
+    /// The last round whose model was measured.
+    pub round: usize,
+    /// Its measures.
+    pub measure: StopMeasure,
+    /// Per rule (by name, every rule), the round since which it says stop; `null`: it does
+    /// not.
+    pub since: BTreeMap<&'static str, Option<usize>>,
+    /// The session's own rule (`init --stop`), if it has one.
+    pub rule: Option<StopRule>,
+    /// Whether that rule says labeling more has stopped paying.
+    pub stop: bool,
 }
 
 impl SessionState {
@@ -264,6 +295,12 @@ impl SessionState {
                     self.rounds[k - 1].labeled
                 ));
             }
+            if r.stopping.is_some_and(|m| !m.is_sound()) {
+                return bad(format!(
+                    "round {}'s stopping measures are out of range",
+                    r.round
+                ));
+            }
             if r.labeled > self.labeled.len() {
                 return bad(format!(
                     "round {} trained on {} labels; the session holds {}",
@@ -272,6 +309,20 @@ impl SessionState {
                     self.labeled.len()
                 ));
             }
+        }
+        if self.stop_predicted.len() > crate::round::STOP_SET.min(self.pool_size)
+            || self
+                .stop_predicted
+                .iter()
+                .any(|&c| c as usize >= self.classes.len())
+        {
+            return bad(format!(
+                "{} stop-set predictions, or a class outside the {} classes; a session keeps \
+                 at most {} (the pool's stop set)",
+                self.stop_predicted.len(),
+                self.classes.len(),
+                crate::round::STOP_SET.min(self.pool_size)
+            ));
         }
         let mut ids = HashSet::new();
         for l in &self.labeled {
@@ -310,6 +361,34 @@ impl SessionState {
             }
         }
         Ok(())
+    }
+
+    /// What the stopping rules say after the rounds so far (`None` before a round measured
+    /// its model).
+    pub fn stopping(&self) -> Option<Stopping> {
+        let measured: Vec<(usize, StopMeasure)> = self
+            .rounds
+            .iter()
+            .filter_map(|r| r.stopping.map(|m| (r.round, m)))
+            .collect();
+        let &(round, measure) = measured.last()?;
+        let measures: Vec<StopMeasure> = measured.iter().map(|m| m.1).collect();
+        let since = StopRule::ALL
+            .into_iter()
+            .map(|rule| {
+                (
+                    rule.name(),
+                    rule.stop_since(&measures).map(|k| measured[k].0),
+                )
+            })
+            .collect();
+        Some(Stopping {
+            round,
+            measure,
+            since,
+            rule: self.config.stop,
+            stop: self.config.stop.is_some_and(|r| r.says_stop(&measures)),
+        })
     }
 
     /// Labeled items per class name.
@@ -360,8 +439,9 @@ impl SessionState {
 
     /// The session at a glance as one JSON object: `source`, `pool` (items), `labeled`,
     /// `pending`, `rounds`, `per_class` (labeled items per class name), `per_round` (per round
-    /// the items were taught after, `round` and their `per_class`) and `last_round` (the last
-    /// [`Round`], `null` before the first query).
+    /// the items were taught after, `round` and their `per_class`), `last_round` (the last
+    /// [`Round`], `null` before the first query) and `stopping` ([`Stopping`], `null` before a
+    /// round measured its model).
     pub fn summary(&self) -> serde_json::Value {
         serde_json::json!({
             "source": self.source,
@@ -376,6 +456,7 @@ impl SessionState {
                 .map(|(round, per_class)| serde_json::json!({"round": round, "per_class": per_class}))
                 .collect::<Vec<_>>(),
             "last_round": self.rounds.last(),
+            "stopping": self.stopping(),
         })
     }
 }

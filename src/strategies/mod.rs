@@ -372,9 +372,18 @@ impl StrategyKind {
 
     /// The runnable strategy: the scorer with `s.select` (named `<select>-<name>` unless
     /// top-k), a joint batch criterion (its own selection; `s.select` does not apply), or
-    /// random. A scorer under the `batchbald` selection is a settings error.
+    /// random; class-balanced with `s.class_balance` (all but random, named
+    /// `balanced-<name>`). A scorer under the `batchbald` selection is a settings error.
     pub fn strategy(self, s: &ScorerSettings) -> Result<Strategy> {
         self.check_layers(s)?;
+        let strategy = self.unbalanced(s)?;
+        Ok(match s.class_balance {
+            true => strategy.balanced(),
+            false => strategy,
+        })
+    }
+
+    fn unbalanced(self, s: &ScorerSettings) -> Result<Strategy> {
         Ok(match self.build(s) {
             Pick::Scored { scorer: sc, .. } => {
                 let name = match s.select {
@@ -405,6 +414,13 @@ pub fn per_item_scorers(
     kinds: &[StrategyKind],
     settings: &ScorerSettings,
 ) -> Result<Vec<Arc<dyn Scorer>>> {
+    if settings.class_balance {
+        return Err(Error::config(
+            "class_balance",
+            "class balancing shares a batch's slots among classes; a per-item score has no \
+             batch (drop setting `class_balance`)",
+        ));
+    }
     kinds
         .iter()
         .map(|k| {

@@ -110,6 +110,10 @@ pub struct ScorerSettings {
     /// Inverse temperature of the stochastic selection modes.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = ScorerSettings::default().beta))]
     pub beta: f32,
+    /// Class-balanced batches for every strategy but random: each round shares its slots among the classes the model predicts for the candidates, rarest labeled class first (small-text's ClassBalancer), and chooses each share as the strategy would; strategies are then named `balanced-<name>`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub class_balance: bool,
     /// Sample scorers and BatchBALD read the members of an ensemble model instead of
     /// MC-dropout passes (set by the loop that trains ensembles, never given).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -380,9 +384,10 @@ impl ScorerSettings {
     /// data decides).
     pub fn defaults() -> serde_json::Map<String, serde_json::Value> {
         let mut default = object(&Self::default());
-        // The one non-optional field left out of run files at its default, so that files
-        // written before it existed read the same.
+        // The non-optional fields left out of run files at their defaults, so that files
+        // written before they existed read the same.
         default.insert("layers".into(), Layers::default().name().into());
+        default.insert("class_balance".into(), false.into());
         Self::names()
             .map(|k| {
                 let v = default.get(k).cloned().unwrap_or(serde_json::Value::Null);
@@ -506,6 +511,7 @@ impl Default for ScorerSettings {
             mc_samples: 20,
             select: SelectKind::TopK,
             beta: 1.0,
+            class_balance: false,
             members: false,
             layers: Layers::All,
             knn_k: 50,
@@ -541,11 +547,12 @@ mod tests {
         let names: Vec<&str> = ScorerSettings::names().collect();
         assert_eq!(names.first(), Some(&"lambda"));
         assert_eq!(names.last(), Some(&"kernel_sigma"));
-        assert_eq!(names.len(), 25);
+        assert_eq!(names.len(), 26);
         assert!(!names.contains(&"members"));
         let d = ScorerSettings::defaults();
         assert_eq!(d["lambda"], json!(0.30000001192092896));
         assert_eq!(d["layers"], json!("all"));
+        assert_eq!(d["class_balance"], json!(false));
         assert_eq!(d["vim_dim"], serde_json::Value::Null);
     }
 

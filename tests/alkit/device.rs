@@ -317,10 +317,9 @@ fn a_rounds_scores_do_not_depend_on_how_its_evidence_is_chunked() {
                     &scoring,
                     pool,
                     &candidates,
-                    12,
+                    (12, &[]),
                     (7, 2),
-                    1,
-                    chunk,
+                    (1, chunk),
                     &mut Silent,
                 )
                 .unwrap()

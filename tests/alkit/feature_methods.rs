@@ -393,10 +393,10 @@ fn conformal_forms() -> Vec<(ConformalScore, &'static str)> {
     ]
 }
 
-#[test]
-fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
-    let dir = tmp("conformal-ref");
-    let (f, _) = trained_head(&dir, 500);
+/// The probabilities `(500, 10)` of a head trained on the shipped embeddings for the first 500
+/// test items, and those items' labels.
+fn head_probs(dir: &Path) -> (alkit::acquisition::Probs, Vec<usize>) {
+    let (f, _) = trained_head(dir, 500);
     let c = f.classes();
     let probs: Vec<f32> = (0..f.n())
         .flat_map(|i| {
@@ -415,12 +415,20 @@ fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
         .iter()
         .map(|&l| l as usize)
         .collect();
+    (probs, labels)
+}
+
+#[test]
+fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
+    let dir = tmp("conformal-ref");
+    let (probs, labels) = head_probs(&dir);
+    let (n, c) = (probs.n(), probs.classes());
     let rows = |idx: &[usize]| {
         let v: Vec<f32> = idx.iter().flat_map(|&i| probs.row(i).to_vec()).collect();
         alkit::acquisition::Probs::new(v, idx.len(), c).unwrap()
     };
     // One uniform draw per item, for the randomised forms.
-    let draws: Vec<f64> = (0..f.n())
+    let draws: Vec<f64> = (0..n)
         .map(|i| ((i * 7919) % 1000) as f64 / 1000.0)
         .collect();
     let forms = conformal_forms();
@@ -489,7 +497,7 @@ fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
             let mut covered = 0usize;
             let splits = 400;
             for _ in 0..splits {
-                let mut order: Vec<usize> = (0..f.n()).collect();
+                let mut order: Vec<usize> = (0..n).collect();
                 order.shuffle(&mut rng);
                 let (cal, test) = order.split_at(250);
                 let cal_labels: Vec<usize> = cal.iter().map(|&i| labels[i]).collect();
@@ -724,13 +732,26 @@ fn ood_and_calibrate_report_every_detector_and_conformal_sets() {
     let metrics: Value =
         serde_json::from_slice(&std::fs::read(dir.join("cal/metrics.json")).unwrap()).unwrap();
     let rows = metrics["conformal"].as_array().unwrap();
-    let names: Vec<&str> = rows.iter().map(|r| r["score"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        ["lac", "aps", "raps", "aps-randomized", "raps-randomized"]
-    );
+    let names: Vec<(&str, bool)> = rows
+        .iter()
+        .map(|r| (r["score"].as_str().unwrap(), r["mondrian"] == json!(true)))
+        .collect();
+    let scores = ["lac", "aps", "raps", "aps-randomized", "raps-randomized"];
+    let want: Vec<(&str, bool)> = scores
+        .iter()
+        .flat_map(|&s| [(s, false), (s, true)])
+        .collect();
+    assert_eq!(names, want);
     for r in rows {
         assert_eq!(r["calibration_items"].as_u64(), Some(250));
+        // A Mondrian row has a threshold per class and no single one.
+        match r["mondrian"].as_bool().unwrap() {
+            true => {
+                assert_eq!(r["thresholds"].as_array().unwrap().len(), 10);
+                assert!(r["threshold"].is_null());
+            }
+            false => assert!(r.get("thresholds").is_none()),
+        }
         assert_eq!(r["per_class"].as_array().unwrap().len(), 10);
         let size = r["mean_size"].as_f64().unwrap();
         // Romano's rule never gives an empty set: a mean size of at least 1.
@@ -891,5 +912,95 @@ fn cold_starts_and_joint_picks_run_from_the_command_line_deterministically() {
             .unwrap();
         assert!(!o.status.success());
         assert!(String::from_utf8_lossy(&o.stderr).contains("unsharded"));
+    }
+}
+
+#[test]
+fn mondrian_sets_match_crepes_and_cover_every_class() {
+    use alkit::acquisition::ClassConformal;
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let dir = tmp("mondrian");
+    let (probs, labels) = head_probs(&dir);
+    let (n, c) = (probs.n(), probs.classes());
+    let rows = |idx: &[usize]| {
+        let v: Vec<f32> = idx.iter().flat_map(|&i| probs.row(i).to_vec()).collect();
+        alkit::acquisition::Probs::new(v, idx.len(), c).unwrap()
+    };
+    let draws: Vec<f64> = (0..n)
+        .map(|i| ((i * 7919) % 1000) as f64 / 1000.0)
+        .collect();
+    let forms = conformal_forms();
+    if let Some(py) = python() {
+        let (cal, test): (Vec<usize>, Vec<usize>) = ((0..250).collect(), (250..500).collect());
+        for &(score, _) in &forms {
+            let given = if score.randomized() {
+                &draws[..250]
+            } else {
+                &[]
+            };
+            let per =
+                ClassConformal::calibrate(score, &rows(&cal), &labels[..250], 0.1, given).unwrap();
+            let cal_scores: Vec<f64> = cal
+                .iter()
+                .map(|&i| score.class_scores(probs.row(i), draws[i])[labels[i]])
+                .collect();
+            let scores: Vec<Vec<f64>> = test
+                .iter()
+                .map(|&i| score.class_scores(probs.row(i), draws[i]))
+                .collect();
+            let want = reference(
+                &py,
+                "mondrian_crepes.py",
+                &json!({"alpha": 0.1, "classes": c, "cal_scores": cal_scores,
+                        "cal_labels": &labels[..250], "scores": scores}),
+                &dir,
+            );
+            let mut boundary = 0;
+            for (j, &i) in test.iter().enumerate() {
+                let got = per.set(probs.row(i), draws[i]);
+                for k in 0..c {
+                    let theirs = want["sets"][j][k].as_i64() == Some(1);
+                    let p = want["p"][j][k].as_f64().unwrap();
+                    if (p - 0.1).abs() < 1e-12 {
+                        // crepes keeps p >= alpha; the split rule drops a score above the
+                        // quantile, which is where p equals alpha.
+                        boundary += 1;
+                        continue;
+                    }
+                    assert_eq!(
+                        got.contains(&k),
+                        theirs,
+                        "{} item {i} class {k}",
+                        score.name()
+                    );
+                }
+            }
+            assert!(boundary < 25, "{}: {boundary} boundary cells", score.name());
+        }
+    }
+    // The class-conditional guarantee: over random splits, every class's items are covered at
+    // least 1 - alpha of the time (the marginal rule promises this only on average over
+    // classes). 400 splits of about 25 items per class: a class's mean has a Monte Carlo
+    // error near 0.003.
+    let alpha = 0.1;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let (mut hit, mut seen) = (vec![0usize; c], vec![0usize; c]);
+    for _ in 0..400 {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(&mut rng);
+        let (cal, test) = order.split_at(250);
+        let cal_labels: Vec<usize> = cal.iter().map(|&i| labels[i]).collect();
+        let per =
+            ClassConformal::calibrate(ConformalScore::Lac, &rows(cal), &cal_labels, alpha, &[])
+                .unwrap();
+        for &i in test {
+            seen[labels[i]] += 1;
+            hit[labels[i]] += usize::from(per.set(probs.row(i), 0.0).contains(&labels[i]));
+        }
+    }
+    for k in 0..c {
+        let cov = hit[k] as f64 / seen[k] as f64;
+        assert!(cov >= 1.0 - alpha - 0.012, "class {k}: {cov}");
     }
 }

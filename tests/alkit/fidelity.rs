@@ -1,8 +1,10 @@
 //! The fidelity pack (data/fidelity/, written by tests/reference/fidelity_data.py) against
 //! CDALBench's published generators: the point counts, where the points lie, and the files
 //! being what the script writes; and the loop features its protocols need: seed labels drawn
-//! class by class, and runs carried out several at once writing the same bytes as one at a
-//! time.
+//! class by class, runs carried out several at once writing the same bytes as one at a
+//! time, and class-balanced batches: the quotas and picks against a numpy reference on the
+//! same scores (tests/reference/class_balance.py), and a curve over imbalanced classes whose
+//! balanced strategy labels more of the rare ones.
 
 use super::*;
 use alkit::hub::Hub;
@@ -244,4 +246,244 @@ fn a_balanced_start_draws_an_equal_share_of_each_class() {
         e.contains("balanced_start") && e.contains("share of the 478"),
         "{e}"
     );
+}
+
+#[test]
+fn class_balanced_batches_match_a_numpy_reference() {
+    use rand::{seq::SliceRandom, Rng, SeedableRng};
+    let Some(py) = feature_methods::python() else {
+        return;
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let mut cases = Vec::new();
+    for case in 0..40 {
+        let classes = [2, 3, 5, 10][case % 4];
+        let m = rng.random_range(1..150);
+        // Skewed predictions, some classes never predicted; scores rounded so that ties occur.
+        let predicted: Vec<u32> = (0..m)
+            .map(|_| {
+                let u: f64 = rng.random();
+                ((u * u * classes as f64) as u32).min(classes as u32 - 1)
+            })
+            .collect();
+        let scores: Vec<f32> = (0..m)
+            .map(|_| (rng.random::<f32>() * 20.0).round() / 20.0)
+            .collect();
+        let labeled: Vec<usize> = (0..classes).map(|_| rng.random_range(0..12)).collect();
+        let mut order: Vec<usize> = (0..classes).collect();
+        order.shuffle(&mut rng);
+        let n = rng.random_range(1..=m);
+        cases.push((scores, predicted, labeled, n, order));
+    }
+    let input = serde_json::json!({"cases": cases.iter().map(|(s, p, l, n, o)| serde_json::json!(
+        {"scores": s, "predicted": p, "labeled": l, "n": n, "order": o})).collect::<Vec<_>>()});
+    let dir = tmp("class-balance");
+    let out = feature_methods::reference(&py, "class_balance.py", &input, &dir);
+    for (k, ((scores, predicted, labeled, n, order), want)) in cases
+        .iter()
+        .zip(out["cases"].as_array().unwrap())
+        .enumerate()
+    {
+        let mut counts = vec![0; labeled.len()];
+        for &c in predicted {
+            counts[c as usize] += 1;
+        }
+        let quotas = alkit_acquisition::class_quotas(labeled, &counts, *n, order).unwrap();
+        let want_q: Vec<usize> = serde_json::from_value(want["quotas"].clone()).unwrap();
+        assert_eq!(quotas, want_q, "case {k}");
+        let mut draw = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        let picks = alkit_acquisition::balanced_select(
+            scores,
+            predicted,
+            labeled,
+            *n,
+            (&alkit_acquisition::Selection::TopK, order),
+            &mut draw,
+        )
+        .unwrap();
+        let want_p: Vec<usize> = serde_json::from_value(want["picks"].clone()).unwrap();
+        assert_eq!(picks, want_p, "case {k}");
+    }
+}
+
+/// Five well-separated blobs of 300, 150, 60, 30 and 15 training points (40 each to test).
+fn imbalanced_blobs(path: &Path) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let mut split = |counts: &[usize]| {
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for (c, &k) in counts.iter().enumerate() {
+            let angle = c as f32 * std::f32::consts::TAU / 5.0;
+            for _ in 0..k {
+                x.push(3.0 * angle.cos() + rng.random_range(-0.8..0.8f32));
+                x.push(3.0 * angle.sin() + rng.random_range(-0.8..0.8f32));
+                y.push(c as i64);
+            }
+        }
+        let n = y.len();
+        (
+            Tensor::from_vec(x, (n, 2), &Device::Cpu).unwrap(),
+            Tensor::from_vec(y, n, &Device::Cpu).unwrap(),
+        )
+    };
+    let (x, y) = split(&[300, 150, 60, 30, 15]);
+    let (tx, ty) = split(&[40; 5]);
+    let map: std::collections::HashMap<String, Tensor> = [
+        ("features", x),
+        ("labels", y),
+        ("test_features", tx),
+        ("test_labels", ty),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    candle_core::safetensors::save(&map, path).unwrap();
+}
+
+#[test]
+fn a_class_balanced_curve_labels_more_of_the_rare_classes() {
+    let dir = tmp("fidelity-class-balance");
+    let data = dir.join("blobs.safetensors");
+    imbalanced_blobs(&data);
+    let source = data.to_string_lossy().to_string();
+    let s = alkit::data::source::load_splits(&source, None, &Hub::from_env(), &mut Silent).unwrap();
+    let norm = Normalizer::fit(&s.train);
+    let (train, test) = (norm.apply(&s.train).unwrap(), norm.apply(&s.test).unwrap());
+    let run = |balance: bool, out: &str| {
+        let mut spec = spec("random,entropy,coreset", vec![0, 1, 2, 3], false);
+        spec.data = data.clone();
+        spec.model = Arch::Mlp(MlpConfig {
+            inputs: 2,
+            hidden: vec![],
+            classes: 5,
+            dropout: 0.0,
+        });
+        spec.config.initial = 10;
+        spec.config.query = 5;
+        spec.config.cycles = 6;
+        spec.config.train.steps = 60;
+        spec.scorers.class_balance = balance;
+        let how = Execution::default();
+        run_curve(
+            &spec,
+            &train,
+            &test,
+            &[1.0],
+            &dir.join(out),
+            how,
+            &Device::Cpu,
+            &mut Silent,
+        )
+        .unwrap()
+    };
+    let (plain, balanced) = (run(false, "plain"), run(true, "balanced"));
+    let names: std::collections::BTreeSet<&str> =
+        balanced.iter().map(|s| s.strategy.as_str()).collect();
+    assert_eq!(
+        names,
+        ["balanced-coreset", "balanced-entropy", "random"].into()
+    );
+    // The rare classes' share of what each strategy labeled after the seed set, over seeds.
+    let rare = |states: &[RunState], strategy: &str| -> usize {
+        states
+            .iter()
+            .filter(|s| s.strategy.ends_with(strategy))
+            .flat_map(|s| s.labeled[10..].iter())
+            .filter(|&&(i, _)| train.labels()[i] >= 2)
+            .count()
+    };
+    for name in ["entropy", "coreset"] {
+        let (p, b) = (rare(&plain, name), rare(&balanced, name));
+        assert!(b > p, "{name}: {b} rare picks balanced vs {p} without");
+    }
+    // Random picks are the yardstick and do not change.
+    let random = |s: &[RunState]| -> Vec<Vec<(usize, usize)>> {
+        s.iter()
+            .filter(|s| s.strategy == "random")
+            .map(|s| s.labeled.clone())
+            .collect()
+    };
+    assert_eq!(random(&plain), random(&balanced));
+}
+
+#[test]
+fn a_stopping_rule_ends_each_run_where_it_first_says_stop() {
+    use alkit::metrics::stopping::{StopMeasure, StopRule};
+    let dir = tmp("fidelity-stop");
+    let out = dir.join("run");
+    let mut spec = spec("entropy,random", vec![0, 1, 2], false);
+    spec.config.cycles = 20;
+    spec.config.train.steps = 60;
+    spec.config.stop = Some(StopRule::ClassificationChange);
+    let states = curve(&spec, &out, 0).unwrap();
+    let budget = spec.config.initial + spec.config.cycles * spec.config.query;
+    let mut ended = 0;
+    for s in &states {
+        let measures: Vec<StopMeasure> = s.records.iter().filter_map(|r| r.stopping).collect();
+        let first = (0..measures.len())
+            .find(|&k| StopRule::ClassificationChange.says_stop(&measures[..=k]));
+        let at = format!("{} seed {}", s.strategy, s.seed);
+        match first {
+            Some(k) => {
+                assert_eq!(s.records.len(), k + 1, "{at}: ran past its stop");
+                ended += 1;
+            }
+            None => assert_eq!(s.records.len(), spec.config.cycles + 1, "{at}"),
+        }
+        // Every label belongs to a recorded cycle: the stopped cycle's picks are dropped.
+        assert_eq!(s.labeled.len(), s.records.last().unwrap().labeled, "{at}");
+        assert!(s.is_complete(), "{at}");
+        // The AUBC carries the last model to the end of the budget.
+        let mut x: Vec<f64> = s.records.iter().map(|r| r.labeled as f64).collect();
+        let mut y: Vec<f64> = s.records.iter().map(|r| r.acc).collect();
+        if x.last().is_some_and(|&l| l < budget as f64) {
+            x.push(budget as f64);
+            y.push(*y.last().unwrap());
+        }
+        let want = alkit::metrics::stats::aubc(&x, &y);
+        let got = alkit::jobs::curve::aubc_by_seed(std::slice::from_ref(s), &s.strategy);
+        assert!((got[&s.seed] - want).abs() < 1e-12, "{at}");
+    }
+    assert!(ended > 0, "no run stopped early: the test checks nothing");
+    // Resuming finds every run complete and changes nothing.
+    let how = Execution {
+        resume: true,
+        ..Execution::default()
+    };
+    let (train, test) = splits();
+    let again = run_curve(
+        &spec,
+        &train,
+        &test,
+        &[1.0],
+        &out,
+        how,
+        &Device::Cpu,
+        &mut Silent,
+    )
+    .unwrap();
+    for (a, b) in states.iter().zip(&again) {
+        assert_eq!(a.records.len(), b.records.len());
+        assert_eq!(a.labeled, b.labeled);
+    }
+    // Another rule on resume is refused, naming the setting and the run's own.
+    let o = alkit_cmd()
+        .args(["curve", "--resume"])
+        .arg(&out)
+        .args(["--stop", "kappa-average", "-q"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--stop") && e.contains("classification-change"),
+        "{e}"
+    );
+    let o = alkit_cmd()
+        .args(["curve", "--stop", "kappa", "--out"])
+        .arg(dir.join("bad"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("kappa-average, classification-change"), "{e}");
 }

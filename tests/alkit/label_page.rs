@@ -450,6 +450,10 @@ fn a_label_page_killed_mid_batch_loses_no_answer_and_resumes_the_batch() {
     assert_eq!(v["rounds"].as_array().unwrap().len(), 2);
     assert_eq!(v["rounds"][1]["labeled"], json!(5));
     assert!(v["rounds"][1]["test_acc"].is_number());
+    // The stopping rules' word after round 2's model predicted the stop set.
+    assert_eq!(v["stopping"]["round"], json!(2));
+    assert!(v["stopping"]["measure"]["uncertainty"].is_number());
+    assert_eq!(v["stopping"]["since"].as_object().unwrap().len(), 4);
     assert_eq!(ids(&v, "batch").len(), 5);
     assert!(state.join("model/model.safetensors").is_file());
     drop(srv);
@@ -1033,6 +1037,13 @@ fn a_person_labels_in_headless_chromium_and_the_session_equals_teach() {
     assert_eq!(curve, json!(1), "round 1's guesses on the learning curve");
     let legend = browser.js("return document.getElementById('curve').textContent;");
     assert!(legend.as_str().unwrap().contains("guess"), "{legend}");
+    // The stopping card reads round 2's measures and lists every rule.
+    let stop = browser.js("return document.getElementById('stopping').textContent;");
+    let stop = stop.as_str().unwrap();
+    assert!(
+        stop.contains("round 2") && stop.contains("kappa-average") && stop.contains("delta-f"),
+        "{stop}"
+    );
     if let Ok(path) = std::env::var("ALKIT_SCREENSHOT") {
         std::fs::write(path, browser.screenshot()).unwrap();
     }

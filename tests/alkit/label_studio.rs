@@ -784,6 +784,13 @@ fn ml_backend(
         || labels_of(&state) == expected,
         "the answers Start Training read back",
     );
+    // The round it trains logs what the stopping rules read off its stop set.
+    wait_for(
+        || std::fs::read_to_string(&log2).is_ok_and(|l| l.contains("rules saying stop:")),
+        "the stopping rules' word in the backend's log",
+    );
+    let said = std::fs::read_to_string(&log2).unwrap();
+    assert!(said.contains("stop set kappa"), "{said}");
     drop(b);
     // The same project's exports taught to the session as it was before any answer: its
     // tasks carry no alkit id, and `teach` finds their items by image path, as the backend

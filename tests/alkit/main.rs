@@ -248,6 +248,7 @@ fn small_spec(strategies: Vec<StrategyKind>) -> CurveSpec {
             subsample: None,
             cold_start: false,
             balanced_start: false,
+            stop: None,
         },
         scorers: Default::default(),
     }

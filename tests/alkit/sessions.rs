@@ -17,6 +17,15 @@ use std::collections::HashSet;
 
 /// A session over 120 PNGs of the shipped subset, the first 20 labeled.
 fn session(dir: &std::path::Path, ensemble: Option<usize>) -> Learner {
+    session_with(dir, ensemble, None)
+}
+
+/// [`session`] passing on the word of the stopping rule `stop`.
+fn session_with(
+    dir: &std::path::Path,
+    ensemble: Option<usize>,
+    stop: Option<alkit::metrics::stopping::StopRule>,
+) -> Learner {
     let (train, _) = shipped();
     let items: Vec<(usize, Option<String>)> = (0..120)
         .map(|i| (i, (i < 20).then(|| train.labels()[i].to_string())))
@@ -42,6 +51,7 @@ fn session(dir: &std::path::Path, ensemble: Option<usize>) -> Learner {
         batch: 512,
         ensemble,
         display_root: None,
+        stop,
     };
     let classes: Vec<String> = (0..10).map(|c| c.to_string()).collect();
     Learner::new(&pool.to_string_lossy(), loaded, classes, &seeds, config).unwrap()
@@ -226,6 +236,7 @@ fn ids_that_need_quoting_survive_query_then_teach() {
         batch: 64,
         ensemble: None,
         display_root: None,
+        stop: None,
     };
     let classes = vec!["0".to_string(), "1".to_string()];
     let mut learner =
@@ -779,4 +790,79 @@ fn every_export_format_label_studio_wrote_reads_as_the_same_answers() {
         m.contains("neither a Label Studio CSV export") && m.contains("id,label"),
         "{m}"
     );
+}
+
+#[test]
+fn a_session_measures_its_stop_set_each_round_and_passes_its_rule_on() {
+    use alkit::metrics::stopping::{cohen_kappa, StopRule};
+    let dir = tmp("session-stopping");
+    let (train, _) = shipped();
+    let rule = StopRule::ClassificationChange;
+    let mut learner = session_with(&dir, None, Some(rule));
+    let settings = ScorerSettings {
+        class_balance: true,
+        ..few_draws()
+    };
+    let request = QueryRequest {
+        strategy: StrategyKind::named("entropy")
+            .unwrap()
+            .strategy(&settings)
+            .unwrap(),
+        n: 6,
+        include_pending: false,
+        subsample: None,
+    };
+    assert!(learner.state().stopping().is_none());
+    let mut before: Vec<u32> = Vec::new();
+    for round in 1..=4 {
+        let batch = learner.query(&request, &Device::Cpu, &mut Silent).unwrap();
+        let st = learner.state();
+        let r = st.rounds.last().unwrap();
+        assert_eq!(r.scorer, "balanced-entropy");
+        let m = r.stopping.expect("a trained round measures its stop set");
+        // The pool of 120 is its own stop set.
+        assert_eq!(st.stop_predicted.len(), 120);
+        assert!(st.stop_predicted.iter().all(|&c| c < 10));
+        if before.is_empty() {
+            assert_eq!((m.kappa, m.changed), (None, None));
+        } else {
+            let now = &st.stop_predicted;
+            let changed = now.iter().zip(&before).filter(|(a, b)| a != b).count();
+            assert_eq!(m.changed, Some(changed as f64 / 120.0), "round {round}");
+            assert_eq!(
+                m.kappa,
+                Some(cohen_kappa(now, &before, 10)),
+                "round {round}"
+            );
+        }
+        let said = learner.state().stopping().unwrap();
+        assert_eq!((said.round, said.rule), (round, Some(rule)));
+        assert_eq!(said.stop, m.changed == Some(0.0));
+        assert_eq!(said.since.len(), StopRule::ALL.len());
+        before = st.stop_predicted.clone();
+        let answers: Vec<(String, String)> = batch
+            .iter()
+            .map(|q| {
+                let i: usize = q.id.trim_end_matches(".png").parse().unwrap();
+                (q.id.clone(), train.labels()[i].to_string())
+            })
+            .collect();
+        learner.teach(&answers).unwrap();
+    }
+    // The summary `status --json` prints carries the rules' word.
+    let summary = learner.state().summary();
+    assert_eq!(summary["stopping"]["rule"], "classification-change");
+    assert_eq!(summary["stopping"]["round"], 4);
+    // A session file with stop-set predictions outside the classes is refused by name.
+    learner.save(&dir).unwrap();
+    let path = dir.join(alkit::session::STATE_FILE);
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    json["stop_predicted"][0] = 10.into();
+    std::fs::write(&path, json.to_string()).unwrap();
+    let e = alkit::session::open(&dir, false, &Hub::new(dir.join("nohub"), true), &mut Silent)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("stop-set predictions"), "{e}");
 }

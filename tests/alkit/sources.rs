@@ -355,6 +355,7 @@ fn scripted_png_session_matches_the_library_session_and_bad_rows_change_nothing(
         batch: 512,
         ensemble: None,
         display_root: None,
+        stop: None,
     };
     let classes: Vec<String> = classes.split(',').map(String::from).collect();
     let mut lib = Learner::new(&cli_state.source, loaded, classes, &seeds, config).unwrap();

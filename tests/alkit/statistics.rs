@@ -270,6 +270,14 @@ fn compare_ranks_curve_folders_as_their_summaries_say() {
     // Demšar's q for k = 3 is 2.343: CD = 2.343 sqrt(3 * 4 / (6 * 3)).
     let cd = json["critical_difference"].as_f64().unwrap();
     assert!((cd - 2.343 * (12.0f64 / 18.0).sqrt()).abs() < 1e-3, "{cd}");
+    // The diagram names every strategy with its mean rank and draws the difference.
+    let svg = std::fs::read_to_string(out.join("compare-cd.svg")).unwrap();
+    for (s, r) in &sums {
+        let label = format!("{s} ({:.2})", r / 3.0);
+        assert!(svg.contains(&label), "{label} not in the diagram");
+    }
+    assert!(svg.contains(&format!("CD = {cd:.2}")));
+    assert!(out.join("compare-cd.png").is_file());
 }
 
 /// `recall.csv` of the curve folder `run` against the test labels of `emb` and `curve.csv`:

@@ -349,6 +349,14 @@ pub(crate) struct MetricsArgs {
     pub(crate) json: bool,
 }
 
+/// The stopping rule a curve ends its runs by, or a session passes on to its person.
+#[derive(clap::Args, Clone, Copy, Default)]
+pub(crate) struct StopFlag {
+    /// Stopping rule (kappa-average, classification-change, overall-uncertainty, delta-f; small-text's definitions and defaults): a curve ends each run after the first cycle it says stop, its model kept to the end of the budget in the AUBC; a session's `status`, labeling page and Label Studio backend say when it does. Every rule is measured either way (stopping.csv).
+    #[arg(long, value_name = "RULE")]
+    pub(crate) stop: Option<alkit::metrics::stopping::StopRule>,
+}
+
 #[derive(clap::Args)]
 pub(crate) struct CurveArgs {
     /// Data with a test split: a folder with the four IDX files (train-/t10k-images-idx3-ubyte, train-/t10k-labels-idx1-ubyte, plain or .gz), a folder with train/CLASS/ and test/CLASS/ images, an embedding file with a test split (FILE.safetensors, FILE.npz, FILE.parquet: docs/data.md), or hf:OWNER/NAME (its train and test Parquet shards). [default: data]
@@ -377,6 +385,8 @@ pub(crate) struct CurveArgs {
     /// The hidden layers' widths of an mlp or mlp-dropout model, comma-separated (e.g. 24,24,2). [default: 256,128 for mlp, 256 for mlp-dropout]
     #[arg(long, value_delimiter = ',', value_name = "WIDTHS")]
     pub(crate) hidden: Option<Vec<usize>>,
+    #[command(flatten)]
+    pub(crate) stop: StopFlag,
     /// Items labeled per cycle (m2). [default: 20]
     #[arg(long)]
     pub(crate) query: Option<usize>,
@@ -720,6 +730,7 @@ impl CurveArgs {
             cold_start: self.cold_start,
             balanced_start: self.balanced_start,
             hidden: self.hidden.clone(),
+            stop: self.stop.stop,
             scorers: self.scorer_settings.checked()?,
         })
     }
@@ -737,6 +748,7 @@ impl CurveArgs {
             ("--cold-start", self.cold_start),
             ("--balanced-start", self.balanced_start),
             ("--hidden", self.hidden.is_some()),
+            ("--stop", self.stop.stop.is_some()),
             ("--resume", self.resume.is_some()),
             ("--save-scores", self.save_scores),
             ("--jobs", self.jobs.is_some()),
@@ -785,6 +797,7 @@ impl CurveArgs {
             ("--cold-start", self.cold_start),
             ("--balanced-start", self.balanced_start),
             ("--hidden", self.hidden.is_some()),
+            ("--stop", self.stop.stop.is_some()),
             ("--resume", self.resume.is_some()),
             ("--save-scores", self.save_scores),
             ("--jobs", self.jobs.is_some()),

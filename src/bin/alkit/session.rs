@@ -49,6 +49,8 @@ pub struct InitArgs {
     /// Train a deep ensemble of K members every round; sample scorers (bald, ...) and batchbald then read the members' draws.
     #[arg(long, value_name = "K")]
     ensemble: Option<usize>,
+    #[command(flatten)]
+    stop: super::flags::StopFlag,
     /// Replace an existing session in --state.
     #[arg(long)]
     force: bool,
@@ -234,6 +236,7 @@ pub fn init(a: InitArgs, device: &Device, quiet: bool) -> Result<()> {
         ensemble: a.ensemble,
         stream: a.stream,
         embedded_from,
+        stop: a.stop.stop,
     };
     let mut bars = Bars::new(quiet, 0);
     let learner = options.start(&a.state, a.force, &hub, &mut bars);
@@ -402,6 +405,7 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
                 round,
                 queried,
                 test_acc,
+                stopping,
             } => match test_acc {
                 Some(acc) => writeln!(
                     se,
@@ -409,7 +413,8 @@ pub fn label(a: LabelArgs, device: &Device, quiet: bool) -> Result<()> {
                     100.0 * acc
                 ),
                 None => writeln!(se, "round {round}: {queried} items to label"),
-            },
+            }
+            .and_then(|()| log_stopping(&mut se, *round, *stopping)),
             ServeEvent::Exhausted => writeln!(se, "every item is labeled or pending"),
             ServeEvent::Failed { problem } => writeln!(se, "error: {problem}"),
         };
@@ -474,6 +479,7 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
                 round,
                 ranked,
                 test_acc,
+                stopping,
             } => match test_acc {
                 Some(acc) => writeln!(
                     se,
@@ -481,7 +487,8 @@ pub fn serve_label_studio(a: BackendArgs, device: &Device, quiet: bool) -> Resul
                     100.0 * acc
                 ),
                 None => writeln!(se, "round {round}: the new model ranks {ranked} items"),
-            },
+            }
+            .and_then(|()| log_stopping(&mut se, *round, *stopping)),
             BackendEvent::Failed { problem } => writeln!(se, "error: {problem}"),
             BackendEvent::Reconciled {
                 project,
@@ -595,6 +602,82 @@ pub fn status(a: StatusArgs) -> Result<()> {
             pct(r.test_acc),
             r.test_nll.map_or("-".to_string(), |v| format!("{v:.4}"))
         )?;
+    }
+    if let Some(s) = st.stopping() {
+        write_stopping(&mut so, &s)?;
+    }
+    Ok(())
+}
+
+/// The stopping rules' word after a served round, for the server's log: the measures and
+/// the rules that say stop, and a line of its own when the session's rule (`init --stop`) does.
+fn log_stopping(
+    se: &mut impl Write,
+    round: usize,
+    stopping: Option<&alkit::session::Stopping>,
+) -> std::io::Result<()> {
+    let Some(s) = stopping.filter(|s| s.round == round) else {
+        return Ok(());
+    };
+    let saying: Vec<&str> = s
+        .since
+        .iter()
+        .filter(|(_, since)| since.is_some())
+        .map(|(rule, _)| *rule)
+        .collect();
+    writeln!(
+        se,
+        "round {round}: stop set kappa {}, {} changed, uncertainty {:.3}; rules saying stop: {}",
+        s.measure
+            .kappa
+            .map_or("-".to_string(), |k| format!("{k:.4}")),
+        s.measure
+            .changed
+            .map_or("-".to_string(), |c| format!("{:.1}%", 100.0 * c)),
+        s.measure.uncertainty,
+        if saying.is_empty() {
+            "none".to_string()
+        } else {
+            saying.join(", ")
+        }
+    )?;
+    match (s.rule, s.stop) {
+        (Some(rule), true) => writeln!(
+            se,
+            "round {round}: stop rule {rule} says labeling more has stopped paying"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The stopping rules' word on a session, for `status`.
+fn write_stopping(so: &mut impl Write, s: &alkit::session::Stopping) -> Result<()> {
+    let m = &s.measure;
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    writeln!(
+        so,
+        "stopping  round {}: kappa {}, {} of the stop set changed, uncertainty {:.3}",
+        s.round,
+        m.kappa.map_or("-".to_string(), |k| format!("{k:.4}")),
+        pct(m.changed),
+        m.uncertainty
+    )?;
+    for (rule, since) in &s.since {
+        let word = since.map_or("go on".to_string(), |r| format!("stop (since round {r})"));
+        writeln!(so, "  {rule:<22} {word}")?;
+    }
+    match (s.rule, s.stop) {
+        (Some(rule), true) => writeln!(
+            so,
+            "stop rule {rule}: labeling more has stopped paying (it says stop since round {})",
+            s.since
+                .get(rule.name())
+                .copied()
+                .flatten()
+                .unwrap_or(s.round)
+        )?,
+        (Some(rule), false) => writeln!(so, "stop rule {rule}: keep labeling")?,
+        (None, _) => {}
     }
     Ok(())
 }

@@ -53,6 +53,8 @@ pub struct SummaryRow {
     pub nll_std: f64,
     /// Mean ACC at the last cycle.
     pub final_acc: f64,
+    /// Mean labels at the last cycle: the budget, or fewer where a stopping rule ended runs.
+    pub final_labels: f64,
     /// The normalised area under the ACC curve over cycles `0..=cycles`
     /// ([`aubc`](crate::metrics::stats::aubc)): its mean over seeds and 95% t interval.
     pub aubc: Interval,
@@ -490,6 +492,10 @@ fn averages(name: &str, runs: &[&RunState]) -> SummaryRow {
         .iter()
         .filter_map(|st| st.records.last().map(|r| r.acc))
         .collect();
+    let labels: Vec<f64> = runs
+        .iter()
+        .filter_map(|st| st.records.last().map(|r| r.labeled as f64))
+        .collect();
     let (acc_mean, acc_std) = mean_std(&accs);
     let (nll_mean, nll_std) = mean_std(&nlls);
     SummaryRow {
@@ -500,6 +506,7 @@ fn averages(name: &str, runs: &[&RunState]) -> SummaryRow {
         nll_mean,
         nll_std,
         final_acc: mean_std(&finals).0,
+        final_labels: mean_std(&labels).0,
         aubc: mean_interval(&[], 0.95),
         vs_random: None,
         vs_best: None,
@@ -519,14 +526,22 @@ fn strategy_names(states: &[RunState]) -> Vec<&str> {
 }
 
 /// Strategy `name`'s AUBC per seed: its ACC against the labeled count over every cycle a run
-/// recorded. A run without a record has none (its seed is left out, as a missing one).
+/// recorded, a run that its stopping rule ended carried at its last ACC to the end of the
+/// budget (the model one keeps after stopping). A run without a record has none (its seed is left out, as a missing one).
 pub fn aubc_by_seed(states: &[RunState], name: &str) -> BTreeMap<u64, f64> {
     states
         .iter()
         .filter(|st| st.strategy == name)
         .filter_map(|st| {
-            let labeled: Vec<f64> = st.records.iter().map(|r| r.labeled as f64).collect();
-            let acc: Vec<f64> = st.records.iter().map(|r| r.acc).collect();
+            let mut labeled: Vec<f64> = st.records.iter().map(|r| r.labeled as f64).collect();
+            let mut acc: Vec<f64> = st.records.iter().map(|r| r.acc).collect();
+            // A run its stopping rule ended keeps its last model to the end of the budget.
+            if let (true, Some(&last)) = (st.stopped(), acc.last()) {
+                if labeled.last().is_some_and(|&l| l < st.budget() as f64) {
+                    labeled.push(st.budget() as f64);
+                    acc.push(last);
+                }
+            }
             let a = aubc(&labeled, &acc);
             a.is_finite().then_some((st.seed, a))
         })
@@ -601,6 +616,7 @@ pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
         "nll_mean",
         "nll_std",
         "final_acc",
+        "final_labels",
         "aubc_mean",
         "aubc_lo",
         "aubc_hi",
@@ -628,6 +644,7 @@ pub fn write_summary_csv(path: &Path, rows: &[SummaryRow]) -> Result<()> {
             f(r.nll_mean),
             f(r.nll_std),
             f(r.final_acc),
+            f(r.final_labels),
             f(r.aubc.mean),
             f(r.aubc.lo),
             f(r.aubc.hi),

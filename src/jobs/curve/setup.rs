@@ -9,6 +9,7 @@ use crate::acquire::{LoopConfig, RunState};
 use crate::data::{Dataset, Normalizer, PoolReader, Source};
 use crate::error::{Error, Result, ResultExt};
 use crate::hub::Hub;
+use crate::metrics::stopping::StopRule;
 use crate::models::{Arch, ModelKind};
 use crate::nn::MlpConfig;
 use crate::observe::Observer;
@@ -182,6 +183,8 @@ pub struct CurveOptions {
     pub balanced_start: bool,
     /// The hidden layers' widths of an `mlp` or `mlp-dropout` model [default: the model's].
     pub hidden: Option<Vec<usize>>,
+    /// End each run where this stopping rule says stop.
+    pub stop: Option<StopRule>,
     /// The parameterised scorers' settings (`members` is set here from `ensemble`).
     pub scorers: ScorerSettings,
 }
@@ -215,6 +218,7 @@ impl CurveOptions {
                 subsample: self.subsample,
                 cold_start: self.cold_start,
                 balanced_start: self.balanced_start,
+                stop: self.stop,
             },
             scorers: ScorerSettings {
                 members: self.ensemble.is_some(),
@@ -437,7 +441,7 @@ impl CurveOptions {
 
     /// The loop's settings given here against the run's configuration `c`: `(setting,
     /// differs, the run's value)`.
-    fn config_differs(&self, c: &LoopConfig) -> [(&'static str, bool, String); 11] {
+    fn config_differs(&self, c: &LoopConfig) -> [(&'static str, bool, String); 12] {
         [
             (
                 "initial",
@@ -493,6 +497,11 @@ impl CurveOptions {
                 "balanced_start",
                 self.balanced_start && !c.balanced_start,
                 c.balanced_start.to_string(),
+            ),
+            (
+                "stop",
+                self.stop.is_some() && self.stop != c.stop,
+                c.stop.map_or("none".to_string(), |r| r.name().to_string()),
             ),
         ]
     }

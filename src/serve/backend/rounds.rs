@@ -286,10 +286,12 @@ impl App {
             Ok((ranked, items)) => {
                 let r = learner.state().rounds.last();
                 let round = r.map_or(0, |r| r.round);
+                let stopping = learner.state().stopping();
                 (self.events)(&BackendEvent::RoundFinished {
                     round,
                     ranked,
                     test_acc: r.and_then(|r| r.test_acc),
+                    stopping: stopping.as_ref(),
                 });
                 inner.model = Some(Model { round, items });
                 inner.error = None;

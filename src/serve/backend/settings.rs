@@ -112,6 +112,8 @@ pub enum BackendEvent<'a> {
         ranked: usize,
         /// Test accuracy, when the pool has a test split.
         test_acc: Option<f64>,
+        /// What the stopping rules say after it.
+        stopping: Option<&'a crate::session::Stopping>,
     },
     /// Retraining failed; the previous model keeps predicting.
     Failed {

@@ -39,6 +39,16 @@ pub(super) fn cases() -> Vec<Case> {
             ["run.json", "invalid JSON"]
         ),
         case!(
+            "run-stop-rule-unknown",
+            |d, fx| {
+                let r = run_copy(d, fx);
+                edit_json(&r.join("run.json"), |v| v["config"]["stop"] = "soon".into());
+            },
+            ["curve", "--resume", "{d}/run"],
+            1,
+            ["run.json", "unknown variant `soon`"]
+        ),
+        case!(
             "run-out-is-checkpoint",
             none,
             ["curve", "--cycles", "0", "--steps", "1", "--out", "{ck}"],

@@ -144,6 +144,64 @@ pub(super) fn cases() -> Vec<Case> {
             ["sess/session.json", "round record 1 says round 2"]
         ),
         case!(
+            "sess-stop-prediction-not-a-class",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["stop_predicted"] = serde_json::json!([0, 1, 7]);
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            ["sess/session.json", "stop-set predictions"]
+        ),
+        case!(
+            "sess-stopping-kappa-out-of-range",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["rounds"] = serde_json::json!([{"round": 1, "scorer": "entropy", "labeled": 0,
+                    "queried": 1, "fit_acc": null, "test_acc": null, "test_nll": null,
+                    "stopping": {"kappa": 7.0, "changed": 0.1, "uncertainty": 0.5,
+                    "delta_f": null}}]);
+                });
+            },
+            [
+                "query",
+                "--state",
+                "{d}/sess",
+                "--n",
+                "1",
+                "--out",
+                "{d}/q.csv"
+            ],
+            1,
+            [
+                "sess/session.json",
+                "round 1's stopping measures are out of range"
+            ]
+        ),
+        case!(
+            "sess-stop-rule-unknown",
+            |d, fx| {
+                let s = sess_copy(d, fx);
+                edit_json(&s.join("session.json"), |v| {
+                    v["config"]["stop"] = "never".into()
+                });
+            },
+            ["status", "--state", "{d}/sess"],
+            1,
+            ["sess/session.json", "unknown variant `never`"]
+        ),
+        case!(
             "sess-normaliser",
             |d, fx| {
                 let s = sess_copy(d, fx);
