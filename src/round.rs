@@ -378,27 +378,16 @@ pub fn pick_in_chunks(
                 )?,
                 None,
             ),
-            Some(bal) => {
-                let quota = bal.quotas(labeled, n)?;
-                let mut picks = Vec::with_capacity(n);
-                for (class, members) in bal.members.iter().enumerate() {
-                    if quota[class] == 0 {
-                        continue;
-                    }
-                    let sub: Vec<usize> = members.iter().map(|&p| candidates[p]).collect();
-                    let chosen = joint_pick(
-                        b.as_ref(),
-                        scoring,
-                        pool,
-                        &sub,
-                        quota[class],
-                        (&mut noise, &mut rng),
-                        observer,
-                    )?;
-                    picks.extend(chosen.into_iter().map(|j| members[j]));
-                }
-                (picks, None)
-            }
+            Some(bal) => (
+                bal.joint_pick(
+                    b.as_ref(),
+                    (scoring, pool, candidates),
+                    (labeled, n),
+                    (&mut noise, &mut rng),
+                    observer,
+                )?,
+                None,
+            ),
         },
         Pick::Random => (random_positions(candidates.len(), n, &mut rng)?, None),
     };
@@ -488,7 +477,7 @@ impl Balance {
                 rows,
                 alkit_acquisition::Needs::PROBS,
                 &mut rng,
-                &mut *observer,
+                &mut NoProgress(&mut *observer),
             )?;
             let probs = ev.probs("class balance")?;
             predicted.extend(probs.rows().map(argmax));
@@ -497,7 +486,7 @@ impl Balance {
         let classes = labeled.len();
         let members = alkit_acquisition::members_by_class(&predicted, classes)?;
         let mut order: Vec<usize> = (0..classes).collect();
-        rand::seq::SliceRandom::shuffle(order.as_mut_slice(), &mut rng);
+        crate::rng::shuffle(&mut rng, &mut order);
         Ok(Self {
             predicted,
             members,
@@ -505,14 +494,46 @@ impl Balance {
         })
     }
 
-    fn quotas(&self, labeled: &[usize], n: usize) -> Result<Vec<usize>> {
+    /// A joint criterion's class-balanced batch: each class's quota chosen by `b` among that
+    /// class's candidates alone (positions into `candidates`, class by class).
+    fn joint_pick(
+        &self,
+        b: &dyn BatchSelector,
+        (scoring, pool, candidates): (&Scoring<'_>, &dyn PoolReader, &[usize]),
+        (labeled, n): (&[usize], usize),
+        (noise, rng): (&mut crate::rng::Rng, &mut crate::rng::Rng),
+        observer: &mut dyn Observer,
+    ) -> Result<Vec<usize>> {
         let available: Vec<usize> = self.members.iter().map(Vec::len).collect();
-        Ok(alkit_acquisition::class_quotas(
-            labeled,
-            &available,
-            n,
-            &self.order,
-        )?)
+        let quota = alkit_acquisition::class_quotas(labeled, &available, n, &self.order)?;
+        let mut picks = Vec::with_capacity(n);
+        for (members, &q) in self.members.iter().zip(&quota).filter(|(_, &q)| q > 0) {
+            let sub: Vec<usize> = members.iter().map(|&p| candidates[p]).collect();
+            let chosen = joint_pick(
+                b,
+                scoring,
+                pool,
+                &sub,
+                q,
+                (&mut *noise, &mut *rng),
+                observer,
+            )?;
+            picks.extend(chosen.into_iter().map(|j| members[j]));
+        }
+        Ok(picks)
+    }
+}
+
+/// Passes on every event but scoring progress: the class-balance pass predicts the
+/// candidates before the scorer scores them, and the progress shown is the scorer's.
+struct NoProgress<'a>(&'a mut dyn Observer);
+
+impl Observer for NoProgress<'_> {
+    fn on(&mut self, event: &Event<'_>) -> crate::observe::Control {
+        match event {
+            Event::Scoring { .. } => crate::observe::Control::Continue,
+            other => self.0.on(other),
+        }
     }
 }
 

@@ -14,6 +14,8 @@
 
 use crate::{ScoreError, Selection};
 use rand::RngCore;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Slots per class `(C,)` for a batch of `n`: `labeled[c]` items of class `c` are labeled,
 /// `available[c]` candidates are predicted as `c`, and ties between equally low classes go to
@@ -53,14 +55,21 @@ pub fn class_quotas(
     if n > total {
         return Err(ScoreError::TooMany { k: n, n: total });
     }
+    // The lowest level first, ties by rank: one heap entry per class with room left, so a
+    // batch costs `n log C`, not `n C`.
+    let mut heap: BinaryHeap<Reverse<(usize, usize, usize)>> = (0..c)
+        .filter(|&k| available[k] > 0)
+        .map(|k| Reverse((labeled[k], rank[k], k)))
+        .collect();
     let mut quota = vec![0usize; c];
     for _ in 0..n {
-        let next = (0..c)
-            .filter(|&k| quota[k] < available[k])
-            .min_by_key(|&k| (labeled[k] + quota[k], rank[k]));
         // `n <= total` leaves a class with room at every step.
-        if let Some(k) = next {
-            quota[k] += 1;
+        let Some(Reverse((level, r, k))) = heap.pop() else {
+            break;
+        };
+        quota[k] += 1;
+        if quota[k] < available[k] {
+            heap.push(Reverse((level + 1, r, k)));
         }
     }
     Ok(quota)
@@ -88,6 +97,19 @@ pub fn balanced_select(
             what: "scores",
             expected: format!("one per candidate ({})", predicted.len()),
             got: format!("{} scores", scores.len()),
+        });
+    }
+    // Every score is checked, not only those of the classes that get slots, and positions
+    // are named in the candidate list, as the unbalanced selection names them.
+    if !matches!(selection, Selection::Random) {
+        if let Some((position, &value)) = scores.iter().enumerate().find(|(_, s)| !s.is_finite()) {
+            return Err(ScoreError::NonFinite { position, value });
+        }
+    }
+    if let Some((position, value)) = selection.outside_domain(scores) {
+        return Err(ScoreError::Setting {
+            setting: "select",
+            why: Selection::power_domain(&format!("the candidate at position {position}"), value),
         });
     }
     let available: Vec<usize> = members.iter().map(Vec::len).collect();
@@ -182,6 +204,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(picks, vec![3, 5, 4]);
+        // A NaN in a class that gets no slot is refused all the same, by its position.
+        let mut bad = scores;
+        bad[1] = f32::NAN;
+        assert!(matches!(
+            balanced_select(
+                &bad,
+                &predicted,
+                &[3, 1, 2],
+                3,
+                (&Selection::TopK, &[0, 1, 2]),
+                &mut rng
+            ),
+            Err(ScoreError::NonFinite { position: 1, .. })
+        ));
         assert!(balanced_select(
             &scores,
             &[0, 0, 0, 1, 1, 3],

@@ -188,6 +188,7 @@ fn check_strategy_bench(
     cfg: &ScoringBench,
 ) -> Result<()> {
     use crate::limits;
+    settings.refuse_class_balance("the benchmark times the scoring alone")?;
     if cfg.items == 0 {
         return Err(crate::Error::config("n", "must be at least 1"));
     }

@@ -123,17 +123,24 @@ fn folder_aubcs(dir: &Path) -> Result<Vec<(String, f64)>> {
             dir.display()
         )
     })?;
+    // The names the curve saved its runs under (`balanced-`, a selection's prefix, `@last`).
+    let names: Vec<String> = spec
+        .strategies
+        .iter()
+        .map(|kind| Ok(kind.strategy(&spec.scorers)?.name().to_string()))
+        .collect::<Result<_>>()
+        .context_with(|| format!("{}: its run.json's strategies", dir.display()))?;
     let mut states: Vec<RunState> = Vec::new();
     for &seed in &spec.seeds {
-        for kind in &spec.strategies {
-            let path = state_path(dir, kind.name(), seed);
+        for name in &names {
+            let path = state_path(dir, name, seed);
             let state: Option<RunState> = if path.is_file() {
                 Some(read_json(&path)?)
             } else {
                 None
             };
             match state {
-                Some(st) if st.strategy != kind.name() || st.seed != seed => {
+                Some(st) if st.strategy != *name || st.seed != seed => {
                     return Err(Error::config(
                         "runs",
                         format!(
@@ -160,13 +167,12 @@ fn folder_aubcs(dir: &Path) -> Result<Vec<(String, f64)>> {
             }
         }
     }
-    Ok(spec
-        .strategies
-        .iter()
-        .map(|kind| {
-            let by_seed = aubc_by_seed(&states, kind.name());
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let by_seed = aubc_by_seed(&states, &name);
             let mean = by_seed.values().sum::<f64>() / by_seed.len() as f64;
-            (kind.name().to_string(), mean)
+            (name, mean)
         })
         .collect())
 }

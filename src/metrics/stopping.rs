@@ -104,6 +104,19 @@ impl StopRule {
         }
     }
 
+    /// Refuses a rule that can never say stop for predictions over `classes` classes: the
+    /// change in F reads the positive class of two.
+    pub fn check_classes(self, classes: usize) -> Result<(), String> {
+        match (self, classes) {
+            (StopRule::DeltaF, c) if c != 2 => Err(format!(
+                "delta-f compares two rounds' positive predictions, which needs two classes; \
+                 this data has {c}: use kappa-average, classification-change or \
+                 overall-uncertainty"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Where the rule's present word "stop" began: the first round (an index into
     /// `measures`) after which it has said stop at every round since; `None` when it does not
     /// say stop after the last.

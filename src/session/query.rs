@@ -168,10 +168,8 @@ impl Learner {
             round,
         };
         let test_set = self.test.as_ref();
-        let (stop, stop_rows) = self
-            .features
-            .reader()
-            .rows(&round::stop_set(self.state.pool_size, cfg.seed)?)?;
+        let stop_set = round::stop_set(self.state.pool_size, cfg.seed)?;
+        let reader = self.features.reader();
         let before = self.state.stop_predicted.clone();
         let outcome = round::run(
             &settings,
@@ -200,6 +198,8 @@ impl Learner {
                     )?),
                     None => None,
                 };
+                // Read once the model has trained: a failed training reads nothing.
+                let (stop, stop_rows) = reader.rows(&stop_set)?;
                 let model = trained.model.as_ref();
                 let lp = log_probs_of(model, &stop, &stop_rows, cfg.batch, device, observer)?;
                 let probs: Vec<f32> = lp.iter().map(|v| v.exp()).collect();
@@ -281,6 +281,14 @@ impl Learner {
                     "`{}` chooses a batch jointly and ranks no single item",
                     request.strategy.name()
                 ),
+            ));
+        }
+        if request.strategy.is_balanced() {
+            return Err(Error::config(
+                "class_balance",
+                "class balancing shares one batch among the predicted classes; a ranking of \
+                 the whole pool (Label Studio's order) has no batch to share: drop setting \
+                 `class_balance`, or label batches with `query` or `label`",
             ));
         }
         let all = self.candidates(request.include_pending).len();

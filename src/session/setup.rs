@@ -281,6 +281,10 @@ impl SessionOptions {
 
     /// The session's model and training settings for items of `shape` in `classes` classes.
     fn config(&self, shape: &[usize], classes: usize) -> Result<SessionConfig> {
+        if let Some(rule) = self.stop {
+            rule.check_classes(classes)
+                .map_err(|m| Error::config("stop", m))?;
+        }
         let arch = match self.model {
             None => Arch::default_for(shape, classes),
             Some(m) => Arch::for_shape(m, shape, classes),

@@ -310,18 +310,14 @@ impl SessionState {
                 ));
             }
         }
-        if self.stop_predicted.len() > crate::round::STOP_SET.min(self.pool_size)
-            || self
-                .stop_predicted
-                .iter()
-                .any(|&c| c as usize >= self.classes.len())
-        {
+        let stop_set = crate::round::STOP_SET.min(self.pool_size);
+        let sized = self.stop_predicted.is_empty() || self.stop_predicted.len() == stop_set;
+        let classes = self.classes.len();
+        if !sized || self.stop_predicted.iter().any(|&c| c as usize >= classes) {
             return bad(format!(
-                "{} stop-set predictions, or a class outside the {} classes; a session keeps \
-                 at most {} (the pool's stop set)",
+                "{} stop-set predictions, or a class outside the {classes} classes; a session \
+                 keeps none or {stop_set} (one per item of the pool's stop set)",
                 self.stop_predicted.len(),
-                self.classes.len(),
-                crate::round::STOP_SET.min(self.pool_size)
             ));
         }
         let mut ids = HashSet::new();

@@ -414,13 +414,7 @@ pub fn per_item_scorers(
     kinds: &[StrategyKind],
     settings: &ScorerSettings,
 ) -> Result<Vec<Arc<dyn Scorer>>> {
-    if settings.class_balance {
-        return Err(Error::config(
-            "class_balance",
-            "class balancing shares a batch's slots among classes; a per-item score has no \
-             batch (drop setting `class_balance`)",
-        ));
-    }
+    settings.refuse_class_balance("a per-item score has no batch")?;
     kinds
         .iter()
         .map(|k| {

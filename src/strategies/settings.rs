@@ -365,6 +365,21 @@ impl ScorerSettings {
         Ok(())
     }
 
+    /// Refuses setting `class_balance` where it cannot apply: `why` says what the command
+    /// does instead of choosing batches among classes.
+    pub fn refuse_class_balance(&self, why: &str) -> Result<()> {
+        match self.class_balance {
+            true => Err(Error::config(
+                "class_balance",
+                format!(
+                    "class balancing shares a batch among the predicted classes; {why} (drop \
+                     setting `class_balance`)"
+                ),
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// These settings once [`ScorerSettings::validate`] accepts them.
     pub fn checked(self) -> Result<Self> {
         self.validate()?;

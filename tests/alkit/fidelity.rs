@@ -377,6 +377,14 @@ fn a_class_balanced_curve_labels_more_of_the_rare_classes() {
         .unwrap()
     };
     let (plain, balanced) = (run(false, "plain"), run(true, "balanced"));
+    // `compare` finds the runs under the names the curve gave them.
+    let twice = run(true, "balanced-again");
+    let c = alkit::jobs::compare::run(&[dir.join("balanced"), dir.join("balanced-again")]).unwrap();
+    assert_eq!(
+        c.strategies,
+        ["random", "balanced-entropy", "balanced-coreset"]
+    );
+    assert_eq!(twice.len(), balanced.len());
     let names: std::collections::BTreeSet<&str> =
         balanced.iter().map(|s| s.strategy.as_str()).collect();
     assert_eq!(
@@ -486,4 +494,13 @@ fn a_stopping_rule_ends_each_run_where_it_first_says_stop() {
         .unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("kappa-average, classification-change"), "{e}");
+    // The change in F needs two classes: refused on the ten digits.
+    let o = alkit_cmd()
+        .args(["curve", "--data", "data", "--stop", "delta-f", "--out"])
+        .arg(dir.join("digits"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--stop") && e.contains("has 10"), "{e}");
 }

@@ -849,6 +849,12 @@ fn a_session_measures_its_stop_set_each_round_and_passes_its_rule_on() {
             .collect();
         learner.teach(&answers).unwrap();
     }
+    // A ranking of the whole pool (Label Studio's order) has no batch to balance.
+    let e = learner
+        .rank(&request, &Device::Cpu, &mut Silent)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("class_balance") && e.contains("ranking"), "{e}");
     // The summary `status --json` prints carries the rules' word.
     let summary = learner.state().summary();
     assert_eq!(summary["stopping"]["rule"], "classification-change");

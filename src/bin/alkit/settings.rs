@@ -165,6 +165,10 @@ mod tests {
                 match &defaults[name] {
                     serde_json::Value::Null => assert!(shown.is_empty(), "{cmd} --{long}"),
                     serde_json::Value::String(v) => assert_eq!(shown, std::slice::from_ref(v)),
+                    // A switch, off unless given.
+                    serde_json::Value::Bool(false) => {
+                        assert!(shown.is_empty() || shown == ["false"], "{cmd} --{long}")
+                    }
                     v => assert_eq!(
                         shown[0].parse::<f32>().unwrap(),
                         v.as_f64().unwrap() as f32,

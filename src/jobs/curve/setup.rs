@@ -193,6 +193,10 @@ impl CurveOptions {
     /// The run's spec over `on`, the data of [`CurveOptions::data`].
     pub fn spec(&self, on: &CurveData) -> Result<CurveSpec> {
         let seeds = self.seed_list()?;
+        if let Some(rule) = self.stop {
+            rule.check_classes(on.classes)
+                .map_err(|m| Error::config("stop", m))?;
+        }
         let defaults = LoopConfig::default();
         let model = self.sized(Arch::for_shape(
             self.model.unwrap_or(ModelKind::named("cnn")),

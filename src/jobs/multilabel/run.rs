@@ -213,13 +213,7 @@ fn default_strategies(draws: bool) -> Vec<StrategyKind> {
 /// the run's model gives (a probe with the run's number of draws finds the scores that need
 /// more).
 fn multi_label_strategy(kind: StrategyKind, s: &ScorerSettings, draws: usize) -> Result<Strategy> {
-    if s.class_balance {
-        return Err(Error::config(
-            "class_balance",
-            "class balancing shares a batch among predicted classes; targets that are label sets \
-             have none (drop setting `class_balance`)",
-        ));
-    }
+    s.refuse_class_balance("targets that are label sets have no classes")?;
     let strategy = kind.strategy(s)?;
     match strategy.pick() {
         Pick::Random => Ok(strategy),

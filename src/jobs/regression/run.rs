@@ -190,13 +190,7 @@ fn default_strategies(draws: bool) -> Vec<StrategyKind> {
 /// `kind` as a regression strategy: random picks, or a score over Gaussian draws that the
 /// run's model gives (a probe with one draw finds the scores that need several).
 fn regression_strategy(kind: StrategyKind, s: &ScorerSettings, draws: bool) -> Result<Strategy> {
-    if s.class_balance {
-        return Err(Error::config(
-            "class_balance",
-            "class balancing shares a batch among predicted classes; targets that are numbers \
-             have none (drop setting `class_balance`)",
-        ));
-    }
+    s.refuse_class_balance("targets that are numbers have no classes")?;
     let strategy = kind.strategy(s)?;
     let regression: Vec<&str> = StrategyKind::all()
         .filter(|k| {

@@ -94,6 +94,7 @@ impl Plan {
     /// `job` for [`super::run`], checked against itself and its output file.
     pub fn new(job: &ScoreJob, hub: &Hub) -> Result<Plan> {
         let settings = job.settings()?;
+        settings.refuse_class_balance("`score` has no labeled items to balance")?;
         if let [kind] = job.scorers.as_slice() {
             if let Pick::Batch(selector) = kind.build(&settings) {
                 if selector.needs().features {
