@@ -10,10 +10,10 @@
 use crate::data::{Dataset, Pool, PoolReader};
 use crate::error::{Error, Result};
 use crate::fsutil::write_json;
-use crate::metrics::stopping::{self, StopMeasure, StopRule};
+use crate::metrics::stopping::{StopMeasure, StopRule};
 pub use crate::observe::CycleRecord;
 use crate::observe::{check, Event, Observer};
-use crate::predict::{evaluate, log_probs_of};
+use crate::predict::evaluate;
 use crate::rng::Purpose;
 use crate::round::{self, Acquisition, RoundSettings, Strategy};
 use crate::train::{ModelBuilder, TrainConfig, TrainParams};
@@ -446,10 +446,13 @@ pub fn run(
                 let train_s = t0.elapsed().as_secs_f64();
                 let model = trained.model.as_ref();
                 let m = evaluate(model, ctx.test, cfg.batch, ctx.device, observer)?;
-                let before = Some(state.stop_predicted.as_slice()).filter(|p| !p.is_empty());
-                let lp = log_probs_of(model, &stop, &stop_rows, cfg.batch, ctx.device, observer)?;
-                let probs: Vec<f32> = lp.iter().map(|v| v.exp()).collect();
-                let s = stopping::measure(&probs, model.classes(), before);
+                let s = round::measure_stop(
+                    model,
+                    (&stop, &stop_rows),
+                    &state.stop_predicted,
+                    (cfg.batch, ctx.device),
+                    observer,
+                )?;
                 Ok((train_s, m, s, Instant::now()))
             },
         )?;

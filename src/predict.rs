@@ -718,10 +718,7 @@ pub fn metrics_from_log_probs(log_probs: &[f32], labels: &[u32], classes: usize)
     // Per class: its items, and those of them predicted as it.
     let mut counts = vec![(0usize, 0usize); classes];
     for (row, &y) in log_probs.chunks_exact(classes).zip(labels) {
-        let arg = row
-            .iter()
-            .enumerate()
-            .fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
+        let arg = crate::metrics::argmax(row);
         let c = &mut counts[y as usize];
         c.0 += 1;
         c.1 += usize::from(arg == y as usize);

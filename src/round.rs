@@ -480,7 +480,7 @@ impl Balance {
                 &mut NoProgress(&mut *observer),
             )?;
             let probs = ev.probs("class balance")?;
-            predicted.extend(probs.rows().map(argmax));
+            predicted.extend(probs.rows().map(|r| crate::metrics::argmax(r) as u32));
             Ok(())
         })?;
         let classes = labeled.len();
@@ -535,17 +535,6 @@ impl Observer for NoProgress<'_> {
             other => self.0.on(other),
         }
     }
-}
-
-/// The first highest entry's position (the lowest class on ties, as numpy's argmax).
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (k, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = k;
-        }
-    }
-    best as u32
 }
 
 /// Candidates whose evidence a scored pick gathers at once: `chunk` rounded up to whole
@@ -769,6 +758,26 @@ pub fn stop_set(pool: usize, seed: u64) -> Result<Vec<usize>> {
     let mut picks = pick_random(&all, STOP_SET, (seed, Purpose::StopSet, 0))?;
     picks.sort_unstable();
     Ok(picks)
+}
+
+/// What `model` predicts on the stop set (`rows` of `stop`), measured against the last
+/// round's predicted classes `before` (empty: no round before): the stopping measures and
+/// this round's predicted classes, as the loop and sessions record them every round.
+pub fn measure_stop(
+    model: &dyn crate::nn::Classifier,
+    (stop, rows): (&Dataset, &[usize]),
+    before: &[u32],
+    (batch, device): (usize, &Device),
+    observer: &mut dyn Observer,
+) -> Result<(crate::metrics::stopping::StopMeasure, Vec<u32>)> {
+    let lp = crate::predict::log_probs_of(model, stop, rows, batch, device, observer)?;
+    let probs: Vec<f32> = lp.iter().map(|v| v.exp()).collect();
+    let before = Some(before).filter(|p| !p.is_empty());
+    Ok(crate::metrics::stopping::measure(
+        &probs,
+        model.classes(),
+        before,
+    ))
 }
 
 /// `n` of the `candidates` uniformly at random from `(seed, purpose, key)`: the seed set of a

@@ -173,13 +173,7 @@ impl Conformal {
     /// The prediction set of one probability row whose item drew `draw` (read by the
     /// randomised forms only): ascending class indices.
     pub fn set(&self, p: &[f32], draw: f64) -> Vec<usize> {
-        self.score
-            .class_scores(p, draw)
-            .iter()
-            .enumerate()
-            .filter(|&(_, &s)| s <= self.threshold)
-            .map(|(c, _)| c)
-            .collect()
+        set_within(self.score, p, draw, |_| self.threshold)
     }
 }
 
@@ -223,15 +217,27 @@ impl ClassConformal {
     /// The prediction set of one probability row whose item drew `draw`: ascending class
     /// indices.
     pub fn set(&self, p: &[f32], draw: f64) -> Vec<usize> {
-        self.score
-            .class_scores(p, draw)
-            .iter()
-            .zip(&self.thresholds)
-            .enumerate()
-            .filter(|&(_, (&s, &q))| s <= q)
-            .map(|(c, _)| c)
-            .collect()
+        // A class past the calibrated ones is never in the set.
+        let q = |c: usize| self.thresholds.get(c).copied().unwrap_or(f64::NEG_INFINITY);
+        set_within(self.score, p, draw, q)
     }
+}
+
+/// The classes of row `p` (its item drew `draw`) whose `score` is at most their
+/// `threshold`, ascending.
+fn set_within(
+    score: ConformalScore,
+    p: &[f32],
+    draw: f64,
+    threshold: impl Fn(usize) -> f64,
+) -> Vec<usize> {
+    score
+        .class_scores(p, draw)
+        .iter()
+        .enumerate()
+        .filter(|&(c, &s)| s <= threshold(c))
+        .map(|(c, _)| c)
+        .collect()
 }
 
 /// Each calibration item's score at its own label, after the checks both predictors share:

@@ -17,3 +17,11 @@ pub mod stopping;
 
 pub use platt::Platt;
 pub use scores::*;
+
+/// The position of the first highest entry of `row` (ties to the lowest class, as numpy's
+/// argmax); 0 for an empty row.
+pub fn argmax(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .fold(0, |best, (i, &v)| if v > row[best] { i } else { best })
+}

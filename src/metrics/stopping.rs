@@ -163,11 +163,7 @@ pub fn measure(probs: &[f32], classes: usize, previous: Option<&[u32]>) -> (Stop
     let mut predicted = Vec::with_capacity(n);
     let mut entropy = 0f64;
     for row in probs.chunks_exact(classes) {
-        let arg = row
-            .iter()
-            .enumerate()
-            .fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
-        predicted.push(arg as u32);
+        predicted.push(super::argmax(row) as u32);
         entropy += row_entropy(row);
     }
     let norm = if classes > 1 {

@@ -5,7 +5,7 @@ use super::learner::Learner;
 use super::state::{Pending, Round};
 use crate::data::Dataset;
 use crate::error::{Error, Result};
-use crate::metrics::stopping::{self, StopMeasure};
+use crate::metrics::stopping::StopMeasure;
 use crate::observe::Observer;
 use crate::predict::{evaluate, log_probs_of, metrics_from_log_probs};
 use crate::rng::Purpose;
@@ -200,11 +200,13 @@ impl Learner {
                 };
                 // Read once the model has trained: a failed training reads nothing.
                 let (stop, stop_rows) = reader.rows(&stop_set)?;
-                let model = trained.model.as_ref();
-                let lp = log_probs_of(model, &stop, &stop_rows, cfg.batch, device, observer)?;
-                let probs: Vec<f32> = lp.iter().map(|v| v.exp()).collect();
-                let before = Some(before.as_slice()).filter(|p| !p.is_empty());
-                let measured = stopping::measure(&probs, model.classes(), before);
+                let measured = round::measure_stop(
+                    trained.model.as_ref(),
+                    (&stop, &stop_rows),
+                    &before,
+                    (cfg.batch, device),
+                    observer,
+                )?;
                 Ok((fit_metrics, test, measured))
             },
         )?;

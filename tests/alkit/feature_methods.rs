@@ -418,19 +418,26 @@ fn head_probs(dir: &Path) -> (alkit::acquisition::Probs, Vec<usize>) {
     (probs, labels)
 }
 
+/// The rows `idx` of `probs`, in that order.
+fn rows_of(probs: &alkit::acquisition::Probs, idx: &[usize]) -> alkit::acquisition::Probs {
+    let v: Vec<f32> = idx.iter().flat_map(|&i| probs.row(i).to_vec()).collect();
+    alkit::acquisition::Probs::new(v, idx.len(), probs.classes()).unwrap()
+}
+
+/// One uniform draw in `[0, 1)` per item, for the randomised forms.
+fn item_draws(n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| ((i * 7919) % 1000) as f64 / 1000.0)
+        .collect()
+}
+
 #[test]
 fn conformal_sets_match_the_numpy_reference_and_cover_over_random_splits() {
     let dir = tmp("conformal-ref");
     let (probs, labels) = head_probs(&dir);
     let (n, c) = (probs.n(), probs.classes());
-    let rows = |idx: &[usize]| {
-        let v: Vec<f32> = idx.iter().flat_map(|&i| probs.row(i).to_vec()).collect();
-        alkit::acquisition::Probs::new(v, idx.len(), c).unwrap()
-    };
-    // One uniform draw per item, for the randomised forms.
-    let draws: Vec<f64> = (0..n)
-        .map(|i| ((i * 7919) % 1000) as f64 / 1000.0)
-        .collect();
+    let rows = |idx: &[usize]| rows_of(&probs, idx);
+    let draws = item_draws(n);
     let forms = conformal_forms();
     if let Some(py) = python() {
         let cal: Vec<usize> = (0..250).collect();
@@ -923,13 +930,8 @@ fn mondrian_sets_match_crepes_and_cover_every_class() {
     let dir = tmp("mondrian");
     let (probs, labels) = head_probs(&dir);
     let (n, c) = (probs.n(), probs.classes());
-    let rows = |idx: &[usize]| {
-        let v: Vec<f32> = idx.iter().flat_map(|&i| probs.row(i).to_vec()).collect();
-        alkit::acquisition::Probs::new(v, idx.len(), c).unwrap()
-    };
-    let draws: Vec<f64> = (0..n)
-        .map(|i| ((i * 7919) % 1000) as f64 / 1000.0)
-        .collect();
+    let rows = |idx: &[usize]| rows_of(&probs, idx);
+    let draws = item_draws(n);
     let forms = conformal_forms();
     if let Some(py) = python() {
         let (cal, test): (Vec<usize>, Vec<usize>) = ((0..250).collect(), (250..500).collect());

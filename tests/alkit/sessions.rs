@@ -57,6 +57,20 @@ fn session_with(
     Learner::new(&pool.to_string_lossy(), loaded, classes, &seeds, config).unwrap()
 }
 
+/// The shipped labels of a batch of [`session`]'s unlabeled PNGs (named by their index).
+fn shipped_answers(
+    batch: &[alkit::session::Query],
+    train: &alkit::data::Dataset,
+) -> Vec<(String, String)> {
+    batch
+        .iter()
+        .map(|q| {
+            let i: usize = q.id.trim_end_matches(".png").parse().unwrap();
+            (q.id.clone(), train.labels()[i].to_string())
+        })
+        .collect()
+}
+
 /// Scorer settings with few MC draws and perturbations, to keep every strategy quick.
 fn few_draws() -> ScorerSettings {
     ScorerSettings {
@@ -559,13 +573,7 @@ fn a_streamed_session_asks_for_what_one_in_memory_asks_for_under_every_strategy(
         );
         // Every other round the batch is answered (with the shipped labels) in both.
         if k % 2 == 1 {
-            let answers: Vec<(String, String)> = a
-                .iter()
-                .map(|q| {
-                    let i: usize = q.id.trim_end_matches(".png").parse().unwrap();
-                    (q.id.clone(), train.labels()[i].to_string())
-                })
-                .collect();
+            let answers = shipped_answers(&a, &train);
             memory.teach(&answers).unwrap();
             streamed.teach(&answers).unwrap();
         }
@@ -840,13 +848,7 @@ fn a_session_measures_its_stop_set_each_round_and_passes_its_rule_on() {
         assert_eq!(said.stop, m.changed == Some(0.0));
         assert_eq!(said.since.len(), StopRule::ALL.len());
         before = st.stop_predicted.clone();
-        let answers: Vec<(String, String)> = batch
-            .iter()
-            .map(|q| {
-                let i: usize = q.id.trim_end_matches(".png").parse().unwrap();
-                (q.id.clone(), train.labels()[i].to_string())
-            })
-            .collect();
+        let answers = shipped_answers(&batch, &train);
         learner.teach(&answers).unwrap();
     }
     // A ranking of the whole pool (Label Studio's order) has no batch to balance.
